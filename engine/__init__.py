@@ -1,0 +1,1 @@
+"""logfs storage engine: Kafka's log layer (no FUSE, no trio)."""

@@ -1,0 +1,117 @@
+"""The engine's exceptions, each carrying the errno the mount reports for it.
+
+The engine knows nothing of FUSE, but every failure a user can cause has exactly
+one errno in the contract (SPEC.md section 7).  Attaching it here keeps that
+mapping in one place: the filesystem layer raises ``FUSEError(exc.errno)`` and
+never has to guess.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+
+
+class LogfsError(Exception):
+    """Base class: a failure with a user-facing errno."""
+
+    errno: int = _errno.EIO
+
+
+class InvalidConfigError(LogfsError):
+    """A configuration name is unknown or its value is not valid for it."""
+
+    errno = _errno.EINVAL
+
+
+class InvalidTopicError(LogfsError):
+    """A topic name breaks Kafka's rules (characters, length, '.' or '..')."""
+
+    errno = _errno.EINVAL
+
+
+class InvalidPartitionError(LogfsError):
+    """A partition number is not the next one, or not a number at all."""
+
+    errno = _errno.EINVAL
+
+
+class InvalidRequestError(LogfsError):
+    """A marker or request is malformed (e.g. a bad ``delete`` marker)."""
+
+    errno = _errno.EINVAL
+
+
+class InvalidRecordError(LogfsError):
+    """A record the log refuses, e.g. one without a key on a compacted topic."""
+
+    errno = _errno.EINVAL
+
+
+class TopicExistsError(LogfsError):
+    errno = _errno.EEXIST
+
+
+class UnknownTopicOrPartitionError(LogfsError):
+    errno = _errno.ENOENT
+
+
+class OffsetOutOfRangeError(LogfsError):
+    """Kafka's OffsetOutOfRangeException: the offset is outside [start, end)."""
+
+    errno = _errno.ENOENT
+
+    def __init__(self, message: str, *, offset: int = -1, log_start_offset: int = -1,
+                 log_end_offset: int = -1) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class RecordTooLargeError(LogfsError):
+    """A record (or batch) is larger than ``max.message.bytes``."""
+
+    errno = _errno.EMSGSIZE
+
+
+class CorruptRecordError(LogfsError):
+    """Stored data failed validation (CRC, framing); names file and position."""
+
+    errno = _errno.EIO
+
+    def __init__(self, message: str, *, path: str | None = None, position: int = -1) -> None:
+        if path is not None:
+            message = f"{message} (file {path}, position {position})"
+        super().__init__(message)
+        self.path = path
+        self.position = position
+
+
+class CorruptIndexError(LogfsError):
+    """An index file fails its sanity check; the segment rebuilds it from the log."""
+
+    errno = _errno.EIO
+
+
+class CorruptCheckpointError(LogfsError):
+    """A checkpoint file cannot be parsed; the caller falls back to full recovery."""
+
+    errno = _errno.EIO
+
+
+class LogDirFullError(LogfsError):
+    """The data directory has no room: the append is rolled back, nothing partial."""
+
+    errno = _errno.ENOSPC
+
+
+class ReadOnlyError(LogfsError):
+    """The log manager was opened read-only."""
+
+    errno = _errno.EROFS
+
+
+class StorageError(LogfsError):
+    """Kafka's KafkaStorageException: an I/O error on a log directory."""
+
+    errno = _errno.EIO

@@ -1,0 +1,73 @@
+"""Topic and partition names: Kafka's rules and the ``<topic>-<partition>`` directory names."""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from engine.errors import InvalidTopicError, InvalidPartitionError
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+#: Suffix of a partition directory renamed for asynchronous deletion, as Kafka's
+#: ``LocalLog.DeleteDirSuffix``.  Kafka also inserts a unique id before it so a
+#: topic of the same name can be created (and deleted) again at once.
+DELETE_DIR_SUFFIX = "-delete"
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def dir_name(self) -> str:
+        """The partition directory's name inside a log dir."""
+        return f"{self.topic}-{self.partition}"
+
+
+def validate_topic_name(name: str) -> str:
+    """Return ``name`` if it is a legal Kafka topic name, else raise InvalidTopicError."""
+    if not name:
+        raise InvalidTopicError("Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"Topic name cannot be '.' or '..': {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters: {name!r}")
+    if not _LEGAL_TOPIC.match(name):
+        raise InvalidTopicError(
+            f"Topic name {name!r} is illegal, it contains a character other than "
+            "ASCII alphanumerics, '.', '_' and '-'")
+    return name
+
+
+def parse_partition(text: str) -> int:
+    """Parse a partition number as it appears in a path or directory name."""
+    if not text.isdigit() or (len(text) > 1 and text[0] == "0"):
+        raise InvalidPartitionError(f"Invalid partition number {text!r}")
+    value = int(text)
+    if value > 2**31 - 1:
+        raise InvalidPartitionError(f"Partition number {value} out of range")
+    return value
+
+
+def parse_topic_partition_dir(dir_name: str) -> TopicPartition:
+    """Parse ``<topic>-<partition>`` (Kafka's ``Log.parseTopicPartitionName``).
+
+    Topic names may themselves contain '-', so the partition is what follows the
+    last dash.  Raises InvalidTopicError for anything else, which is what Kafka
+    does for a stray directory in a log dir.
+    """
+    topic, dash, partition = dir_name.rpartition("-")
+    if not dash or not topic or not partition:
+        raise InvalidTopicError(f"Found directory {dir_name!r}, which is not in the form of topic-partition")
+    try:
+        number = parse_partition(partition)
+    except InvalidPartitionError as exc:
+        raise InvalidTopicError(
+            f"Found directory {dir_name!r}, which is not in the form of topic-partition") from exc
+    return TopicPartition(validate_topic_name(topic), number)

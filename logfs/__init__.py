@@ -1,0 +1,1 @@
+"""logfs: the filesystem face of the engine."""

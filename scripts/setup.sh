@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs whatever is missing for logfs on a fresh Debian machine: the FUSE 3
+# library and headers pyfuse3 builds against, a Java runtime for Spark, and the
+# Python packages in .venv. Safe to run again: each step is skipped when done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
+pkg-config --exists fuse3 2>/dev/null || need_apt+=(libfuse3-dev)
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+command -v mountpoint >/dev/null 2>&1 || need_apt+=(util-linux)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    echo "setup: installing system packages: ${need_apt[*]}"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv"
+    "$PY" -m venv .venv
+fi
+stamp=.venv/.logfs-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "setup: installing Python packages into .venv"
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -e ".[test,spark]"
+    touch "$stamp"
+fi
