@@ -1,0 +1,155 @@
+"""Kafka's ``OffsetCheckpointFile``: the per-log-dir ``topic partition offset`` text files.
+
+Three of them live in every log dir -- the recovery point (up to where each log
+is known to be flushed, so recovery after a crash starts there), the log start
+offset (DeleteRecords and retention survive a restart) and the cleaner's
+position -- all in Kafka's format::
+
+    0                   <- version
+    2                   <- number of entries
+    orders 0 1234       <- topic, partition, offset
+    orders 1 987
+
+A checkpoint is replaced atomically (write ``<file>.tmp``, fsync, rename over,
+fsync the directory), so a crash leaves either the old or the new file, never a
+torn one; a stale ``.tmp`` from a crash is simply overwritten by the next write.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import logging
+import os
+import re
+import threading
+from collections.abc import Mapping
+
+from engine.errors import CorruptCheckpointError, InvalidRequestError, LogDirFullError, StorageError
+from engine.topic import TopicPartition
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RECOVERY_POINT_CHECKPOINT", "LOG_START_OFFSET_CHECKPOINT", "CLEANER_OFFSET_CHECKPOINT",
+           "CLEAN_SHUTDOWN_FILE", "CHECKPOINT_VERSION", "OffsetCheckpointFile"]
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+#: Written by a clean shutdown, removed at startup: its absence means "recover".
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+
+CHECKPOINT_VERSION = 0
+
+# Java's Integer.parseInt / Long.parseLong accept an optional sign and ASCII digits only.
+_JAVA_INT = re.compile(r"[+-]?[0-9]+\Z")
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_WHITESPACE = re.compile(r"\s")
+
+
+class OffsetCheckpointFile:
+    """One checkpoint file: read it as a dict, replace it atomically."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.fspath(path)
+        self.temp_path = self.path + ".tmp"
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"OffsetCheckpointFile({self.path!r})"
+
+    def read(self) -> dict[TopicPartition, int]:
+        """The checkpointed offsets; ``{}`` when the file does not exist.
+
+        Raises :class:`CorruptCheckpointError` naming the file and line for an
+        unknown version, a malformed line or a wrong entry count; the caller then
+        treats every log as unflushed (Kafka's behaviour on an unreadable checkpoint).
+        """
+        with self._lock:
+            try:
+                with open(self.path, "rb") as f:
+                    raw = f.read()
+            except FileNotFoundError:
+                return {}
+            except OSError as exc:
+                raise StorageError(f"Error while reading checkpoint file {self.path}: {exc}") from exc
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptCheckpointError(
+                f"Malformed checkpoint file [{self.path}]: not UTF-8 at byte {exc.start}") from exc
+        return self._parse(text)
+
+    def _malformed(self, number: int, line: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(f"Malformed line in checkpoint file [{self.path}] line {number}: {line!r}")
+
+    def _parse(self, text: str) -> dict[TopicPartition, int]:
+        lines = _LINE_BREAK.split(text)
+        if lines and lines[-1] == "":
+            lines.pop()            # the newline ending the last line
+        if not lines:
+            return {}              # Kafka reads an empty file as an empty checkpoint
+        if not _JAVA_INT.match(lines[0]):
+            raise self._malformed(1, lines[0])
+        version = int(lines[0])
+        if version != CHECKPOINT_VERSION:
+            raise CorruptCheckpointError(
+                f"Unrecognised version:{version}, expected version: {CHECKPOINT_VERSION} "
+                f"in checkpoint file at: {self.path} (line 1)")
+        if len(lines) == 1:
+            return {}
+        if not _JAVA_INT.match(lines[1]) or int(lines[1]) < 0:
+            raise self._malformed(2, lines[1])
+        expected = int(lines[1])
+        offsets: dict[TopicPartition, int] = {}
+        for number, line in enumerate(lines[2:], start=3):
+            parts = line.split()
+            if (len(parts) != 3 or line[:1].isspace() or not _JAVA_INT.match(parts[1])
+                    or not _JAVA_INT.match(parts[2]) or int(parts[1]) < 0):
+                raise self._malformed(number, line)
+            offsets[TopicPartition(parts[0], int(parts[1]))] = int(parts[2])
+        found = len(lines) - 2
+        if found != expected:
+            raise CorruptCheckpointError(
+                f"Expected [{expected}] entries in checkpoint file [{self.path}], but found only [{found}]")
+        return offsets
+
+    def write(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Replace the file with ``offsets``: all of them or, after a crash, the old file.
+
+        Entries are sorted by topic and partition so that the file is stable and
+        easy to diff.  ENOSPC raises :class:`LogDirFullError`, any other I/O error
+        :class:`StorageError`; in both cases the previous checkpoint is intact.
+        """
+        lines = [str(CHECKPOINT_VERSION), str(len(offsets))]
+        for tp in sorted(offsets):
+            topic, partition = tp
+            if not topic or _WHITESPACE.search(topic):
+                raise InvalidRequestError(f"Cannot checkpoint topic {topic!r}: empty or contains whitespace")
+            lines.append(f"{topic} {int(partition)} {int(offsets[tp])}")
+        data = ("\n".join(lines) + "\n").encode("utf-8")
+        with self._lock:
+            try:
+                fd = os.open(self.temp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(self.temp_path, self.path)
+                _fsync_dir(os.path.dirname(self.path) or ".")
+            except OSError as exc:
+                if exc.errno == _errno.ENOSPC:
+                    raise LogDirFullError(f"No space left to write checkpoint file {self.path}") from exc
+                raise StorageError(f"Error while writing to checkpoint file {self.path}: {exc}") from exc
+        logger.debug("Wrote %d entries to checkpoint file %s", len(offsets), self.path)
+
+
+def _fsync_dir(path: str) -> None:
+    """Make the rename durable: a directory entry is only on disk once its directory is synced."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

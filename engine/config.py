@@ -1,0 +1,787 @@
+"""Broker and topic configuration: Kafka's names, Kafka's defaults, Kafka's validation.
+
+Two levels, as in Kafka:
+
+* :class:`BrokerConfig` -- the ``server.properties`` names (``log.dirs``,
+  ``log.segment.bytes``, ``log.retention.hours`` ...) that configure the
+  :class:`~engine.manager.LogManager` and its background jobs, and that supply
+  every topic's defaults (:meth:`BrokerConfig.log_config`);
+* :class:`LogConfig` -- the topic-level names (``segment.bytes``,
+  ``retention.ms``, ``cleanup.policy`` ...), immutable, one per topic: the
+  broker's defaults with that topic's overrides applied.  Three names of
+  kafka-console-producer (``parse.key``, ``key.separator``, ``null.marker``) join
+  them, because in logfs they say how the lines written to a topic's ``append``
+  files become records.
+
+Values arrive as strings (a properties file, a ``config`` file written through
+the mount, ``-o name=value``) and are parsed like Kafka's ``ConfigDef``: typed
+(INT is 32-bit, LONG 64-bit), range-checked, and refused with Kafka's message,
+e.g. ``Invalid value abc for configuration segment.bytes: Not a number of type
+INT``.  For the settings Kafka leaves unset by default (``log.roll.ms``,
+``log.retention.ms``, ``log.retention.minutes``, ``log.flush.interval.ms``,
+``log.dirs``, ``null.marker``) an empty value means "unset", which is how a
+``name=`` line removes an override.
+
+logfs differs from Kafka in three documented places: ``log.dirs`` falls back to
+``log.dir``, whose default is ``./data`` (the directory ``scripts/run.sh`` mounts)
+instead of ``/tmp/kafka-logs``; ``segment.index.bytes`` and
+``log.index.size.max.bytes`` must be at least 12, because Kafka accepts 4 but
+then cannot create a time index (12-byte entries) for the segment; and
+``log.initial.task.delay.ms`` (Kafka's internal setting) is public.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.errors import InvalidConfigError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ConfigType", "ConfigKey", "LogConfig", "BrokerConfig", "TOPIC_CONFIG_NAMES", "TOPIC_CONFIG_KEYS",
+           "BROKER_CONFIG_NAMES", "BROKER_CONFIG_KEYS", "parse_properties", "format_properties", "DEFAULT_LOG_DIR"]
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+DOUBLE_MAX = 1.7976931348623157e308   # Java's Double.MAX_VALUE
+
+# Kafka's defaults (LogConfig, ServerLogConfigs, CleanerConfig, ServerConfigs).
+DEFAULT_SEGMENT_BYTES = 1024 * 1024 * 1024
+DEFAULT_SEGMENT_MS = 7 * 24 * 60 * 60 * 1000
+DEFAULT_SEGMENT_INDEX_BYTES = 10 * 1024 * 1024
+DEFAULT_INDEX_INTERVAL_BYTES = 4096
+DEFAULT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
+DEFAULT_RETENTION_BYTES = -1
+DEFAULT_FLUSH_MESSAGES = LONG_MAX
+DEFAULT_FLUSH_MS = LONG_MAX
+DEFAULT_DELETE_RETENTION_MS = 24 * 60 * 60 * 1000
+DEFAULT_MIN_CLEANABLE_DIRTY_RATIO = 0.5
+DEFAULT_MIN_COMPACTION_LAG_MS = 0
+DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024 + 12       # 1 MiB + Records.LOG_OVERHEAD
+DEFAULT_FILE_DELETE_DELAY_MS = 60_000
+DEFAULT_COMPRESSION_TYPE = "producer"
+DEFAULT_CLEANUP_POLICY = ("delete",)
+DEFAULT_KEY_SEPARATOR = "\t"
+#: logfs's default data directory: ``scripts/run.sh`` mounts with data in ``./data``.
+DEFAULT_LOG_DIR = "./data"
+
+#: Kafka's ``LegacyRecord.RECORD_OVERHEAD_V0``: the smallest legal ``segment.bytes``.
+MIN_SEGMENT_BYTES = 14
+#: One 12-byte time index entry: the smallest index a segment can be created with.
+MIN_INDEX_BYTES = 12
+
+CLEANUP_POLICIES = ("compact", "delete")
+#: Kafka's ``BrokerCompressionType`` names.
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+
+_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+\Z")
+# Java's Double.parseDouble: decimal or exponent forms, an optional d/f suffix, NaN, Infinity.
+_JAVA_DOUBLE = re.compile(r"[+-]?(NaN|Infinity|((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)[fFdD]?)\Z")
+_LIST_SEPARATOR = re.compile(r"\s*,\s*")
+
+
+def _config_error(name: str, value: Any, message: str) -> InvalidConfigError:
+    """Kafka's ``ConfigException(name, value, message)`` text."""
+    return InvalidConfigError(f"Invalid value {_show(value)} for configuration {name}: {message}")
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return str(value)
+
+
+# -- validators ------------------------------------------------------------------------------
+
+class AtLeast:
+    """``ConfigDef.Range.atLeast``."""
+
+    def __init__(self, minimum: float) -> None:
+        self.minimum = minimum
+
+    def ensure_valid(self, name: str, value: Any) -> None:
+        if value < self.minimum:
+            raise _config_error(name, value, f"Value must be at least {self.minimum}")
+
+    def __repr__(self) -> str:
+        return f"[{self.minimum},...]"
+
+
+class Between:
+    """``ConfigDef.Range.between``, bounds inclusive."""
+
+    def __init__(self, minimum: float, maximum: float) -> None:
+        self.minimum, self.maximum = minimum, maximum
+
+    def ensure_valid(self, name: str, value: Any) -> None:
+        if math.isnan(value) or value < self.minimum:
+            raise _config_error(name, value, f"Value must be at least {self.minimum}")
+        if value > self.maximum:
+            raise _config_error(name, value, f"Value must be no more than {self.maximum}")
+
+    def __repr__(self) -> str:
+        return f"[{self.minimum},...,{self.maximum}]"
+
+
+class ValidString:
+    """``ConfigDef.ValidString.in``."""
+
+    def __init__(self, *valid: str) -> None:
+        self.valid = valid
+
+    def ensure_valid(self, name: str, value: Any) -> None:
+        if value not in self.valid:
+            raise _config_error(name, value, "String must be one of: " + ", ".join(self.valid))
+
+    def __repr__(self) -> str:
+        return "[" + ", ".join(self.valid) + "]"
+
+
+class ValidList:
+    """``ConfigDef.ValidList.in``: every element one of the valid strings."""
+
+    def __init__(self, *valid: str) -> None:
+        self.element = ValidString(*valid)
+
+    def ensure_valid(self, name: str, value: Any) -> None:
+        for element in value:
+            self.element.ensure_valid(name, element)
+
+    def __repr__(self) -> str:
+        return repr(self.element)
+
+
+class NonEmptyString:
+    """``ConfigDef.NonEmptyString``."""
+
+    def ensure_valid(self, name: str, value: Any) -> None:
+        if value == "":
+            raise _config_error(name, value, "String must be non-empty")
+
+    def __repr__(self) -> str:
+        return "non-empty string"
+
+
+class NonEmptyList:
+    """At least one element (``log.dirs``)."""
+
+    def ensure_valid(self, name: str, value: Any) -> None:
+        if not value:
+            raise _config_error(name, value,
+                                "At least one log directory must be defined via log.dirs or log.dir.")
+        if any(not element for element in value):
+            raise _config_error(name, value, "A log directory name is empty")
+
+
+# -- keys --------------------------------------------------------------------------------------
+
+class ConfigType(enum.Enum):
+    BOOLEAN = "BOOLEAN"
+    STRING = "STRING"
+    INT = "INT"
+    LONG = "LONG"
+    DOUBLE = "DOUBLE"
+    LIST = "LIST"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    """One configuration name: Kafka's ``ConfigDef.ConfigKey``.
+
+    ``nullable`` keys accept an empty value as "unset" (None); ``trim`` is off
+    for the console-producer strings, where a tab or a space is the value.
+    """
+
+    name: str
+    type: ConfigType
+    default: Any
+    validator: Any = None
+    doc: str = ""
+    nullable: bool = False
+    trim: bool = True
+
+    @property
+    def attr(self) -> str:
+        return self.name.replace(".", "_")
+
+    def parse(self, value: Any) -> Any:
+        """Parse a string (or check an already typed value), then validate it."""
+        if isinstance(value, str):
+            value = self._parse_string(value)
+        else:
+            value = self.check_typed(value)
+        self.validate(value)
+        return value
+
+    def _parse_string(self, text: str) -> Any:
+        name, kind = self.name, self.type
+        trimmed = text.strip() if self.trim else text
+        if self.nullable and trimmed == "":
+            return None
+        if kind is ConfigType.STRING:
+            return trimmed
+        if kind is ConfigType.BOOLEAN:
+            lowered = trimmed.lower()
+            if lowered in ("true", "false"):
+                return lowered == "true"
+            raise _config_error(name, text, "Expected value to be either true or false")
+        if kind is ConfigType.LIST:
+            return () if trimmed == "" else tuple(_LIST_SEPARATOR.split(trimmed))
+        if kind is ConfigType.DOUBLE:
+            if _JAVA_DOUBLE.match(trimmed):
+                return float(trimmed.rstrip("fFdD").replace("Infinity", "inf"))
+            raise _config_error(name, text, "Not a number of type DOUBLE")
+        limit = INT_MAX if kind is ConfigType.INT else LONG_MAX
+        if _JAVA_INTEGER.match(trimmed):
+            number = int(trimmed)
+            if -limit - 1 <= number <= limit:
+                return number
+        raise _config_error(name, text, f"Not a number of type {kind.value}")
+
+    def check_typed(self, value: Any) -> Any:
+        """Check (and normalise: list -> tuple, int -> float) a value given as a Python object."""
+        name, kind = self.name, self.type
+        if value is None:
+            if self.nullable:
+                return None
+            raise _config_error(name, value, "Value must be non-null")
+        if kind is ConfigType.BOOLEAN:
+            if isinstance(value, bool):
+                return value
+            raise _config_error(name, value, "Expected value to be either true or false")
+        if kind is ConfigType.STRING:
+            if isinstance(value, str):
+                return value
+            raise _config_error(name, value, f"Expected value to be a string, but it was a {type(value).__name__}")
+        if kind is ConfigType.LIST:
+            if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+                return tuple(value)
+            raise _config_error(name, value, "Expected a comma separated list.")
+        if kind is ConfigType.DOUBLE:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+            raise _config_error(name, value, "Not a number of type DOUBLE")
+        limit = INT_MAX if kind is ConfigType.INT else LONG_MAX
+        if isinstance(value, int) and not isinstance(value, bool) and -limit - 1 <= value <= limit:
+            return value
+        raise _config_error(name, value, f"Not a number of type {kind.value}")
+
+    def validate(self, value: Any) -> None:
+        if value is not None and self.validator is not None:
+            self.validator.ensure_valid(self.name, value)
+
+    def format(self, value: Any) -> str:
+        """The value as it would be written in a properties file (``parse(format(v)) == v``)."""
+        if value is None:
+            return ""
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, tuple):
+            return ",".join(value)
+        if isinstance(value, list):
+            return ",".join(value)
+        if isinstance(value, float):
+            return _java_double(value)
+        return str(value)
+
+
+def _java_double(value: float) -> str:
+    """Java's ``Double.toString`` look for the common cases: ``0.5``, ``1.7976931348623157E308``."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    text = repr(value)
+    if "e" not in text:
+        return text
+    mantissa, exponent = text.split("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    return f"{mantissa}E{int(exponent)}"
+
+
+_B, _S, _I, _L, _D, _LIST = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG,
+                             ConfigType.DOUBLE, ConfigType.LIST)
+
+_TOPIC_KEYS = (
+    ConfigKey("segment.bytes", _I, DEFAULT_SEGMENT_BYTES, AtLeast(MIN_SEGMENT_BYTES),
+              "The segment file size for the log: a new segment is rolled when the active one would exceed it."),
+    ConfigKey("segment.ms", _L, DEFAULT_SEGMENT_MS, AtLeast(1),
+              "Roll a new segment after this time even if the active one is not full."),
+    ConfigKey("segment.index.bytes", _I, DEFAULT_SEGMENT_INDEX_BYTES, AtLeast(MIN_INDEX_BYTES),
+              "The size each offset and time index is preallocated to."),
+    ConfigKey("index.interval.bytes", _I, DEFAULT_INDEX_INTERVAL_BYTES, AtLeast(0),
+              "Bytes of log between two index entries."),
+    ConfigKey("retention.ms", _L, DEFAULT_RETENTION_MS, AtLeast(-1),
+              "Delete segments whose newest record is older than this (-1: no time limit)."),
+    ConfigKey("retention.bytes", _L, DEFAULT_RETENTION_BYTES, None,
+              "Delete the oldest segments while the partition is larger than this (-1: no size limit)."),
+    ConfigKey("flush.messages", _L, DEFAULT_FLUSH_MESSAGES, AtLeast(1),
+              "fsync the log after this many appended messages."),
+    ConfigKey("flush.ms", _L, DEFAULT_FLUSH_MS, AtLeast(0),
+              "fsync the log when its oldest unflushed message is this old."),
+    ConfigKey("delete.retention.ms", _L, DEFAULT_DELETE_RETENTION_MS, AtLeast(0),
+              "How long the cleaner keeps tombstones of a compacted topic."),
+    ConfigKey("min.cleanable.dirty.ratio", _D, DEFAULT_MIN_CLEANABLE_DIRTY_RATIO, Between(0, 1),
+              "The dirty share of a log above which the cleaner compacts it."),
+    ConfigKey("min.compaction.lag.ms", _L, DEFAULT_MIN_COMPACTION_LAG_MS, AtLeast(0),
+              "The minimum age of a record before the cleaner may compact it."),
+    ConfigKey("max.message.bytes", _I, DEFAULT_MAX_MESSAGE_BYTES, AtLeast(0),
+              "The largest record batch the log accepts."),
+    ConfigKey("file.delete.delay.ms", _L, DEFAULT_FILE_DELETE_DELAY_MS, AtLeast(0),
+              "How long a deleted segment's files stay on disk with the .deleted suffix."),
+    ConfigKey("compression.type", _S, DEFAULT_COMPRESSION_TYPE, ValidString(*COMPRESSION_TYPES),
+              "Compression of appended batches; 'producer' keeps what the writer used."),
+    ConfigKey("cleanup.policy", _LIST, DEFAULT_CLEANUP_POLICY, ValidList(*CLEANUP_POLICIES),
+              "'delete' (retention), 'compact' (log cleaner) or both."),
+    ConfigKey("parse.key", _B, False, None,
+              "kafka-console-producer: split each appended line into key and value."),
+    ConfigKey("key.separator", _S, DEFAULT_KEY_SEPARATOR, NonEmptyString(),
+              "kafka-console-producer: what separates the key from the value.", trim=False),
+    ConfigKey("null.marker", _S, None, None,
+              "kafka-console-producer: a value equal to it is a null value (a tombstone).",
+              nullable=True, trim=False),
+)
+
+#: Topic-level name -> key.
+TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {key.name: key for key in _TOPIC_KEYS}
+TOPIC_CONFIG_NAMES: frozenset[str] = frozenset(TOPIC_CONFIG_KEYS)
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """One topic's effective configuration (Kafka's ``LogConfig``); immutable and hashable.
+
+    Attribute names are the topic-level names with '.' replaced by '_'.  Build it
+    with :meth:`from_props` or :meth:`with_overrides`; direct construction is
+    validated too.
+    """
+
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    segment_ms: int = DEFAULT_SEGMENT_MS
+    segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
+    retention_ms: int = DEFAULT_RETENTION_MS
+    retention_bytes: int = DEFAULT_RETENTION_BYTES
+    flush_messages: int = DEFAULT_FLUSH_MESSAGES
+    flush_ms: int = DEFAULT_FLUSH_MS
+    delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
+    min_cleanable_dirty_ratio: float = DEFAULT_MIN_CLEANABLE_DIRTY_RATIO
+    min_compaction_lag_ms: int = DEFAULT_MIN_COMPACTION_LAG_MS
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    file_delete_delay_ms: int = DEFAULT_FILE_DELETE_DELAY_MS
+    compression_type: str = DEFAULT_COMPRESSION_TYPE
+    cleanup_policy: tuple[str, ...] = DEFAULT_CLEANUP_POLICY
+    parse_key: bool = False
+    key_separator: str = DEFAULT_KEY_SEPARATOR
+    null_marker: str | None = None
+
+    def __post_init__(self) -> None:
+        for key in _TOPIC_KEYS:
+            value = getattr(self, key.attr)
+            checked = key.check_typed(value)
+            key.validate(checked)
+            if checked is not value:
+                object.__setattr__(self, key.attr, checked)   # e.g. a list -> tuple, 1 -> 1.0
+
+    @property
+    def compact(self) -> bool:
+        """The log cleaner compacts this topic."""
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """Retention deletes old segments of this topic."""
+        return "delete" in self.cleanup_policy
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, Any], defaults: LogConfig | None = None) -> LogConfig:
+        """``defaults`` (Kafka's defaults when None) with ``props`` applied.
+
+        Every name must be a topic-level name and every value valid for it;
+        otherwise :class:`InvalidConfigError` names the first bad one and nothing
+        is built.
+        """
+        changes: dict[str, Any] = {}
+        for name, value in props.items():
+            key = TOPIC_CONFIG_KEYS.get(name)
+            if key is None:
+                raise InvalidConfigError(f"Unknown topic config name: {name}")
+            changes[key.attr] = key.parse(value)
+        base = defaults if defaults is not None else cls()
+        return dataclasses.replace(base, **changes) if changes else base
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> LogConfig:
+        """A new config: this one with ``overrides`` (topic-level names) applied."""
+        return self.from_props(overrides, defaults=self)
+
+    def to_props(self) -> dict[str, str]:
+        """Every topic-level name with its value, as strings that :meth:`from_props` reads back."""
+        return {key.name: key.format(getattr(self, key.attr)) for key in _TOPIC_KEYS}
+
+
+# -- broker ------------------------------------------------------------------------------------
+
+_BROKER_KEYS = (
+    ConfigKey("log.dir", _S, DEFAULT_LOG_DIR, NonEmptyString(),
+              "The data directory, used when log.dirs is not set (logfs default ./data)."),
+    ConfigKey("log.dirs", _LIST, None, NonEmptyList(),
+              "Comma-separated data directories; partitions are spread over them.", nullable=True),
+    ConfigKey("num.partitions", _I, 1, AtLeast(1), "Partitions of a topic created with mkdir."),
+    ConfigKey("log.segment.bytes", _I, DEFAULT_SEGMENT_BYTES, AtLeast(MIN_SEGMENT_BYTES), "segment.bytes default."),
+    ConfigKey("log.roll.ms", _L, None, AtLeast(1), "segment.ms default; overrides log.roll.hours.",
+              nullable=True),
+    ConfigKey("log.roll.hours", _I, DEFAULT_SEGMENT_MS // 3_600_000, AtLeast(1), "segment.ms default in hours."),
+    ConfigKey("log.index.interval.bytes", _I, DEFAULT_INDEX_INTERVAL_BYTES, AtLeast(0),
+              "index.interval.bytes default."),
+    ConfigKey("log.index.size.max.bytes", _I, DEFAULT_SEGMENT_INDEX_BYTES, AtLeast(MIN_INDEX_BYTES),
+              "segment.index.bytes default."),
+    ConfigKey("log.retention.ms", _L, None, None,
+              "retention.ms default; overrides log.retention.minutes and log.retention.hours.", nullable=True),
+    ConfigKey("log.retention.minutes", _I, None, None,
+              "retention.ms default in minutes; overrides log.retention.hours.", nullable=True),
+    ConfigKey("log.retention.hours", _I, DEFAULT_RETENTION_MS // 3_600_000, None, "retention.ms default in hours."),
+    ConfigKey("log.retention.bytes", _L, DEFAULT_RETENTION_BYTES, None, "retention.bytes default."),
+    ConfigKey("log.retention.check.interval.ms", _L, 300_000, AtLeast(1), "Period of the retention job."),
+    ConfigKey("log.flush.interval.messages", _L, LONG_MAX, AtLeast(1), "flush.messages default."),
+    ConfigKey("log.flush.interval.ms", _L, None, AtLeast(0),
+              "flush.ms default; unset means log.flush.scheduler.interval.ms.", nullable=True),
+    ConfigKey("log.flush.scheduler.interval.ms", _L, LONG_MAX, None, "Period of the flusher."),
+    ConfigKey("log.flush.offset.checkpoint.interval.ms", _I, 60_000, AtLeast(0),
+              "Period of the recovery-point checkpoint."),
+    ConfigKey("log.flush.start.offset.checkpoint.interval.ms", _I, 60_000, AtLeast(0),
+              "Period of the log-start-offset checkpoint."),
+    ConfigKey("log.segment.delete.delay.ms", _L, DEFAULT_FILE_DELETE_DELAY_MS, AtLeast(0),
+              "file.delete.delay.ms default."),
+    ConfigKey("log.cleanup.policy", _LIST, DEFAULT_CLEANUP_POLICY, ValidList(*CLEANUP_POLICIES),
+              "cleanup.policy default."),
+    ConfigKey("log.cleaner.enable", _B, True, None, "Run the log cleaner."),
+    ConfigKey("log.cleaner.threads", _I, 1, AtLeast(0), "Log cleaner workers."),
+    ConfigKey("log.cleaner.dedupe.buffer.size", _L, 128 * 1024 * 1024, None,
+              "Memory for the cleaner's offset maps, over all workers."),
+    ConfigKey("log.cleaner.io.buffer.size", _I, 512 * 1024, AtLeast(0), "The cleaner's I/O buffers, over all workers."),
+    ConfigKey("log.cleaner.io.buffer.load.factor", _D, 0.9, None, "Load factor of the cleaner's offset map."),
+    ConfigKey("log.cleaner.io.max.bytes.per.second", _D, DOUBLE_MAX, None, "The cleaner's I/O throttle."),
+    ConfigKey("log.cleaner.backoff.ms", _L, 15_000, AtLeast(0), "The cleaner's sleep when there is nothing to clean."),
+    ConfigKey("log.cleaner.min.cleanable.ratio", _D, DEFAULT_MIN_CLEANABLE_DIRTY_RATIO, Between(0, 1),
+              "min.cleanable.dirty.ratio default."),
+    ConfigKey("log.cleaner.delete.retention.ms", _L, DEFAULT_DELETE_RETENTION_MS, AtLeast(0),
+              "delete.retention.ms default."),
+    ConfigKey("log.cleaner.min.compaction.lag.ms", _L, DEFAULT_MIN_COMPACTION_LAG_MS, AtLeast(0),
+              "min.compaction.lag.ms default."),
+    ConfigKey("message.max.bytes", _I, DEFAULT_MAX_MESSAGE_BYTES, AtLeast(0), "max.message.bytes default."),
+    ConfigKey("num.recovery.threads.per.data.dir", _I, 1, AtLeast(1), "Threads loading and recovering logs."),
+    ConfigKey("compression.type", _S, DEFAULT_COMPRESSION_TYPE, ValidString(*COMPRESSION_TYPES),
+              "compression.type default."),
+    ConfigKey("log.initial.task.delay.ms", _L, 30_000, AtLeast(0),
+              "Delay before the first run of each background job."),
+)
+
+#: Broker-level name -> key.
+BROKER_CONFIG_KEYS: dict[str, ConfigKey] = {key.name: key for key in _BROKER_KEYS}
+BROKER_CONFIG_NAMES: frozenset[str] = frozenset(BROKER_CONFIG_KEYS)
+
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """The broker-level configuration (the log part of Kafka's ``KafkaConfig``).
+
+    Attribute names are the broker names with '.' replaced by '_'.  Four hold the
+    *effective* value Kafka derives: ``log_dirs`` (``log.dirs``, else
+    ``log.dir``), ``log_roll_ms`` (else ``log.roll.hours``), ``log_retention_ms``
+    (else ``log.retention.minutes``, else ``log.retention.hours``; negative means
+    -1, unlimited) and ``log_flush_interval_ms`` (else
+    ``log.flush.scheduler.interval.ms``).  :meth:`from_props` resolves them;
+    direct construction takes them as given (handy in tests).
+    """
+
+    log_dir: str = DEFAULT_LOG_DIR
+    log_dirs: list[str] = field(default_factory=lambda: [DEFAULT_LOG_DIR])
+    num_partitions: int = 1
+    log_segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    log_roll_ms: int = DEFAULT_SEGMENT_MS
+    log_roll_hours: int = DEFAULT_SEGMENT_MS // 3_600_000
+    log_index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
+    log_index_size_max_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES
+    log_retention_ms: int = DEFAULT_RETENTION_MS
+    log_retention_minutes: int | None = None
+    log_retention_hours: int = DEFAULT_RETENTION_MS // 3_600_000
+    log_retention_bytes: int = DEFAULT_RETENTION_BYTES
+    log_retention_check_interval_ms: int = 300_000
+    log_flush_interval_messages: int = LONG_MAX
+    log_flush_interval_ms: int = LONG_MAX
+    log_flush_scheduler_interval_ms: int = LONG_MAX
+    log_flush_offset_checkpoint_interval_ms: int = 60_000
+    log_flush_start_offset_checkpoint_interval_ms: int = 60_000
+    log_segment_delete_delay_ms: int = DEFAULT_FILE_DELETE_DELAY_MS
+    log_cleanup_policy: tuple[str, ...] = DEFAULT_CLEANUP_POLICY
+    log_cleaner_enable: bool = True
+    log_cleaner_threads: int = 1
+    log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
+    log_cleaner_io_buffer_size: int = 512 * 1024
+    log_cleaner_io_buffer_load_factor: float = 0.9
+    log_cleaner_io_max_bytes_per_second: float = DOUBLE_MAX
+    log_cleaner_backoff_ms: int = 15_000
+    log_cleaner_min_cleanable_ratio: float = DEFAULT_MIN_CLEANABLE_DIRTY_RATIO
+    log_cleaner_delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
+    log_cleaner_min_compaction_lag_ms: int = DEFAULT_MIN_COMPACTION_LAG_MS
+    message_max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    num_recovery_threads_per_data_dir: int = 1
+    compression_type: str = DEFAULT_COMPRESSION_TYPE
+    log_initial_task_delay_ms: int = 30_000
+    def __post_init__(self) -> None:
+        if self.log_dirs is None:
+            object.__setattr__(self, "log_dirs", [self.log_dir])
+        for key in _BROKER_KEYS:
+            value = getattr(self, key.attr)
+            checked = key.check_typed(value)
+            if key.name == "log.dirs":
+                checked = list(checked)
+            key.validate(checked)
+            if checked is not value:
+                object.__setattr__(self, key.attr, checked)
+        if not (self.log_retention_ms >= 1 or self.log_retention_ms == -1):
+            raise _config_error("log.retention.ms", self.log_retention_ms,
+                                "log.retention.ms must be unlimited (-1) or, greater than or equal to 1")
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, Any], strict: bool = False) -> BrokerConfig:
+        """Build from broker settings (e.g. a ``server.properties``), applying Kafka's precedence.
+
+        An unknown name is ignored with a warning, as Kafka does for the many
+        non-log settings of a ``server.properties``; with ``strict`` (names given
+        one by one on the command line) it is refused.
+        """
+        values: dict[str, Any] = {key.name: key.default for key in _BROKER_KEYS}
+        for name, value in props.items():
+            key = BROKER_CONFIG_KEYS.get(name)
+            if key is None:
+                if strict:
+                    raise InvalidConfigError(f"Unknown broker config name: {name}")
+                logger.warning("The configuration '%s' was supplied but isn't a known config.", name)
+                continue
+            values[name] = key.parse(value)
+
+        kwargs = {key.attr: values[key.name] for key in _BROKER_KEYS}
+        kwargs["log_dirs"] = list(values["log.dirs"] or [values["log.dir"]])
+        if values["log.roll.ms"] is None:
+            kwargs["log_roll_ms"] = 3_600_000 * values["log.roll.hours"]
+        if values["log.flush.interval.ms"] is None:
+            kwargs["log_flush_interval_ms"] = values["log.flush.scheduler.interval.ms"]
+        kwargs["log_retention_ms"] = cls._retention_ms(values, props)
+        return cls(**kwargs)
+
+    @staticmethod
+    def _retention_ms(values: Mapping[str, Any], props: Mapping[str, Any]) -> int:
+        """Kafka's ``logRetentionTimeMillis``: ms, else minutes, else hours; negative is -1."""
+        if values["log.retention.ms"] is not None:
+            millis, source = values["log.retention.ms"], "log.retention.ms"
+        elif values["log.retention.minutes"] is not None:
+            millis, source = 60_000 * values["log.retention.minutes"], "log.retention.minutes"
+        else:
+            millis, source = 3_600_000 * values["log.retention.hours"], "log.retention.hours"
+        if millis < 0:
+            return -1
+        if millis == 0:
+            raise _config_error(source, props.get(source, values[source]),
+                                "log.retention.ms must be unlimited (-1) or, greater than or equal to 1")
+        return millis
+
+    def _explicit_props(self) -> dict[str, str]:
+        """The settings that rebuild this config: every plain one, and each derived one
+        only where it differs from what its fallbacks give (so an override of
+        ``log.retention.hours`` still takes effect unless ``log.retention.ms`` was set)."""
+        props = self.to_props()
+        fallback = {
+            "log.dirs": [self.log_dir],
+            "log.roll.ms": 3_600_000 * self.log_roll_hours,
+            "log.flush.interval.ms": self.log_flush_scheduler_interval_ms,
+            "log.retention.ms": self._fallback_retention_ms(),
+        }
+        for name, value in fallback.items():
+            if getattr(self, BROKER_CONFIG_KEYS[name].attr) == value:
+                del props[name]
+        return props
+
+    def _fallback_retention_ms(self) -> int | None:
+        try:
+            return self._retention_ms({"log.retention.ms": None, "log.retention.minutes": self.log_retention_minutes,
+                                       "log.retention.hours": self.log_retention_hours}, {})
+        except InvalidConfigError:
+            return None      # minutes/hours alone would be invalid (0): only log.retention.ms explains it
+
+    def with_overrides(self, overrides: Mapping[str, Any], strict: bool = True) -> BrokerConfig:
+        """A new config: this one with ``overrides`` applied (``-o name=value`` on the command line).
+
+        With ``strict`` (the default) an unknown name is refused.
+        """
+        return self.from_props({**self._explicit_props(), **overrides}, strict=strict)
+
+    @staticmethod
+    def read_properties_file(path: str) -> dict[str, str]:
+        """Read a ``server.properties`` in ``java.util.Properties`` syntax."""
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError as exc:
+            raise InvalidConfigError(f"Cannot read config file {path}: {exc.strerror or exc}") from exc
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("iso-8859-1")    # what Properties.load(InputStream) assumes
+        return parse_properties(text, os.fspath(path))
+
+    def log_config(self) -> LogConfig:
+        """Every topic's defaults, from the broker settings (Kafka's ``extractLogConfigMap``)."""
+        return LogConfig(
+            segment_bytes=self.log_segment_bytes,
+            segment_ms=self.log_roll_ms,
+            segment_index_bytes=self.log_index_size_max_bytes,
+            index_interval_bytes=self.log_index_interval_bytes,
+            retention_ms=self.log_retention_ms,
+            retention_bytes=self.log_retention_bytes,
+            flush_messages=self.log_flush_interval_messages,
+            flush_ms=self.log_flush_interval_ms,
+            delete_retention_ms=self.log_cleaner_delete_retention_ms,
+            min_cleanable_dirty_ratio=self.log_cleaner_min_cleanable_ratio,
+            min_compaction_lag_ms=self.log_cleaner_min_compaction_lag_ms,
+            max_message_bytes=self.message_max_bytes,
+            file_delete_delay_ms=self.log_segment_delete_delay_ms,
+            compression_type=self.compression_type,
+            cleanup_policy=self.log_cleanup_policy,
+        )
+
+    def to_props(self) -> dict[str, str]:
+        """Every broker name with its effective value (``MOUNT/.logfs/config``).
+
+        Read back by :meth:`from_props`, it gives an equal config.
+        """
+        return {key.name: key.format(getattr(self, key.attr)) for key in _BROKER_KEYS}
+
+
+# -- java.util.Properties ----------------------------------------------------------------------
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_BLANKS = " \t\f"
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
+    """Parse ``java.util.Properties`` text: the format of ``server.properties``.
+
+    Comment lines start with ``#`` or ``!``; a key ends at the first unescaped
+    ``=``, ``:`` or blank; a line ending in an odd number of backslashes continues
+    on the next (whose leading blanks are dropped); ``\\t \\n \\r \\f \\uXXXX``
+    are escapes and any other escaped character stands for itself.  The last of
+    duplicate keys wins.  A malformed ``\\u`` escape raises InvalidConfigError
+    naming ``source`` and the line.
+    """
+    props: dict[str, str] = {}
+    lines = _LINE_BREAK.split(text)
+    i = 0
+    while i < len(lines):
+        number = i + 1
+        logical = lines[i].lstrip(_BLANKS)
+        i += 1
+        if not logical or logical[0] in "#!":
+            continue
+        while _continues(logical):
+            logical = logical[:-1]
+            if i >= len(lines):
+                break
+            logical += lines[i].lstrip(_BLANKS)
+            i += 1
+        key, value = _split_key_value(logical)
+        props[_unescape(key, source, number)] = _unescape(value, source, number)
+    return props
+
+
+def _continues(line: str) -> bool:
+    trailing = len(line) - len(line.rstrip("\\"))
+    return trailing % 2 == 1
+
+
+def _split_key_value(line: str) -> tuple[str, str]:
+    end, length, escaped, separator = 0, len(line), False, False
+    value_start = length
+    while end < length:
+        c = line[end]
+        if not escaped and c in "=:":
+            value_start, separator = end + 1, True
+            break
+        if not escaped and c in _BLANKS:
+            value_start = end + 1
+            break
+        escaped = (c == "\\") and not escaped
+        end += 1
+    while value_start < length:
+        c = line[value_start]
+        if c not in _BLANKS:
+            if not separator and c in "=:":
+                separator = True
+            else:
+                break
+        value_start += 1
+    return line[:end], line[value_start:]
+
+
+def _unescape(text: str, source: str, number: int) -> str:
+    if "\\" not in text:
+        return text
+    out: list[str] = []
+    i, length = 0, len(text)
+    while i < length:
+        c = text[i]
+        i += 1
+        if c != "\\":
+            out.append(c)
+            continue
+        if i >= length:
+            break                     # a lone backslash at the very end of the file
+        c = text[i]
+        i += 1
+        if c == "u":
+            digits = text[i:i + 4]
+            if len(digits) != 4 or any(d not in "0123456789abcdefABCDEF" for d in digits):
+                raise InvalidConfigError(f"Malformed \\uxxxx encoding in {source} line {number}")
+            out.append(chr(int(digits, 16)))
+            i += 4
+        else:
+            out.append(_ESCAPES.get(c, c))
+    return "".join(out)
+
+
+_STORE_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}
+
+
+def _escape(text: str, is_key: bool) -> str:
+    out = []
+    for i, c in enumerate(text):
+        if c in _STORE_ESCAPES:
+            out.append(_STORE_ESCAPES[c])
+        elif c == " " and (is_key or i == 0):
+            out.append("\\ ")
+        elif c in "=:#!" and (is_key or i == 0):
+            out.append("\\" + c)
+        elif ord(c) < 0x20 or ord(c) == 0x7F:
+            out.append(f"\\u{ord(c):04X}")
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def format_properties(props: Mapping[str, str]) -> str:
+    """``name=value`` lines that :func:`parse_properties` reads back exactly (``Properties.store``'s
+    escaping: a tab separator is written ``\\t``, a leading blank is escaped)."""
+    return "".join(f"{_escape(name, True)}={_escape(value, False)}\n" for name, value in props.items())
