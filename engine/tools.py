@@ -1,0 +1,438 @@
+"""Offline tools behind ``logfs dump-log`` and ``logfs check``.
+
+``dump_log`` prints what Kafka's ``kafka-dump-log.sh`` (``DumpLogSegments``)
+prints for ``.log``, ``.index`` and ``.timeindex`` files, line for line, so an
+operator can diff our segments against a broker's.  ``check_dirs`` is the
+verification a broker does implicitly at startup, made explicit and read-only:
+every batch's framing and CRC, offsets that only grow, index entries that point
+at batch starts, time indexes that only grow, and checkpoints that parse and
+name partitions and offsets that exist.  Neither tool changes a byte on disk, so
+both read the files directly (indexes as their raw 8- and 12-byte entries)
+instead of opening them through the live classes, which may resize or truncate.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import sys
+from typing import NamedTuple, TextIO
+
+from engine.errors import CorruptCheckpointError, CorruptRecordError, InvalidTopicError
+from engine.records import (
+    HEADER_SIZE, BatchHeader, TimestampType, decode_batch, decode_values, read_header, validate_batch,
+)
+from engine.topic import DELETE_DIR_SUFFIX, TopicPartition, parse_topic_partition_dir
+
+logger = logging.getLogger(__name__)
+
+LOG_FILE_SUFFIX = ".log"
+INDEX_FILE_SUFFIX = ".index"
+TIME_INDEX_FILE_SUFFIX = ".timeindex"
+#: Suffixes of files in flight (asynchronous deletion, the cleaner's swap): the
+#: next startup finishes or rolls them back, so they are not checked.
+IN_FLIGHT_SUFFIXES = (".deleted", ".cleaned", ".swap")
+CHECKPOINT_FILES = ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint",
+                    "cleaner-offset-checkpoint")
+
+_OFFSET_ENTRY = struct.Struct(">ii")      # relative offset, position
+_TIME_ENTRY = struct.Struct(">qi")        # timestamp, relative offset
+_CONTROL_KEY = struct.Struct(">hh")       # version, type
+_END_TXN_VALUE = struct.Struct(">hi")     # version, coordinator epoch
+_TIMESTAMP_TYPE_NAMES = {TimestampType.CREATE_TIME: "CreateTime",
+                         TimestampType.LOG_APPEND_TIME: "LogAppendTime"}
+
+
+def _base_offset_of(path: str) -> int:
+    """The base offset in a segment file's name (``00000000000000000042.log`` -> 42)."""
+    name = os.path.basename(path).split(".")[0]
+    if not name.isdigit():
+        raise ValueError(f"{path} is not named after a base offset")
+    return int(name)
+
+
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _java_bool(flag: bool) -> str:
+    return "true" if flag else "false"
+
+
+def _text(data: bytes) -> str:
+    """What Kafka's StringDecoder prints: UTF-8, malformed bytes replaced."""
+    return data.decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------------------
+# dump-log
+# ---------------------------------------------------------------------------
+
+def _record_sequence(header: BatchHeader, offset: int) -> int:
+    if header.base_sequence < 0:
+        return -1
+    return (header.base_sequence + offset - header.base_offset) & 0x7FFFFFFF
+
+
+def _control_description(key: bytes | None, value: bytes | None) -> str:
+    if key is None or len(key) < _CONTROL_KEY.size:
+        return " controlType: UNKNOWN(-1)"
+    _, type_id = _CONTROL_KEY.unpack_from(key)
+    if type_id in (0, 1) and value is not None and len(value) >= _END_TXN_VALUE.size:
+        _, coordinator_epoch = _END_TXN_VALUE.unpack_from(value)
+        return f" endTxnMarker: {'ABORT' if type_id == 0 else 'COMMIT'} coordinatorEpoch: {coordinator_epoch}"
+    return f" controlType: UNKNOWN({type_id})"
+
+
+def _dump_log_file(path: str, print_data_log: bool, out: TextIO, err: TextIO) -> int:
+    out.write(f"Log starting offset: {_base_offset_of(path)}\n")
+    data = _read_file(path)
+    position = 0
+    problems = 0
+    last_offset = -1
+    non_consecutive: list[tuple[int, int]] = []
+    while position + HEADER_SIZE <= len(data):
+        header = read_header(data, position)
+        if header.batch_length < HEADER_SIZE - 12 or position + header.size > len(data):
+            break
+        try:
+            validate_batch(data, position)
+            valid = True
+        except CorruptRecordError:
+            valid = False
+            problems += 1
+        horizon = header.delete_horizon_ms
+        timestamp_type = _TIMESTAMP_TYPE_NAMES[header.timestamp_type]
+        out.write(
+            f"baseOffset: {header.base_offset} lastOffset: {header.last_offset} count: {header.records_count} "
+            f"baseSequence: {header.base_sequence} lastSequence: {header.last_sequence} "
+            f"producerId: {header.producer_id} producerEpoch: {header.producer_epoch} "
+            f"partitionLeaderEpoch: {header.partition_leader_epoch} "
+            f"isTransactional: {_java_bool(header.is_transactional)} isControl: {_java_bool(header.is_control)} "
+            f"deleteHorizonMs: {'OptionalLong.empty' if horizon is None else f'OptionalLong[{horizon}]'} "
+            f"position: {position} {timestamp_type}: {header.max_timestamp} size: {header.size} "
+            f"magic: {header.magic} compresscodec: {header.compression.codec_name} crc: {header.crc} "
+            f"isvalid: {_java_bool(valid)}\n")
+        if print_data_log:
+            try:
+                records = decode_batch(data, position, header, include_control=True)
+            except CorruptRecordError as exc:
+                err.write(f"Failed to read the records of the batch at position {position} of {path}: {exc}\n")
+                problems += 1
+                records = []
+            for record in records:
+                if last_offset != -1 and record.offset != last_offset + 1:
+                    non_consecutive.append((last_offset, record.offset))
+                last_offset = record.offset
+                line = [f"| offset: {record.offset} {timestamp_type}: {record.timestamp} "
+                        f"keySize: {-1 if record.key is None else len(record.key)} "
+                        f"valueSize: {-1 if record.value is None else len(record.value)} "
+                        f"sequence: {_record_sequence(header, record.offset)} "
+                        f"headerKeys: [{','.join(k for k, _ in record.headers)}]"]
+                if header.is_control:
+                    line.append(_control_description(record.key, record.value))
+                else:
+                    if record.key is not None:
+                        line.append(f" key: {_text(record.key)}")
+                    if record.value is not None:
+                        line.append(f" payload: {_text(record.value)}")
+                out.write("".join(line) + "\n")
+        position += header.size
+    trailing = len(data) - position
+    if trailing > 0:
+        out.write(f"Found {trailing} invalid bytes at the end of {os.path.basename(path)}\n")
+        problems += 1
+    if non_consecutive:
+        err.write(f"Non-consecutive offsets in {os.path.abspath(path)}\n")
+        for first, second in non_consecutive:
+            err.write(f"  {first} is followed by {second}\n")
+    return problems
+
+
+def _segment_log_path(index_path: str) -> str:
+    directory, name = os.path.split(os.path.abspath(index_path))
+    return os.path.join(directory, name.split(".")[0] + LOG_FILE_SUFFIX)
+
+
+def _batches_by_position(log_path: str) -> dict[int, BatchHeader]:
+    """Batch starts of a segment, shallow (as FileRecords.slice(...).batches)."""
+    found: dict[int, BatchHeader] = {}
+    if not os.path.exists(log_path):
+        return found
+    data = _read_file(log_path)
+    position = 0
+    while position + HEADER_SIZE <= len(data):
+        header = read_header(data, position)
+        if header.batch_length < HEADER_SIZE - 12 or position + header.size > len(data):
+            break
+        found[position] = header
+        position += header.size
+    return found
+
+
+def _dump_index_file(path: str, out: TextIO, err: TextIO) -> int:
+    base_offset = _base_offset_of(path)
+    raw = _read_file(path)
+    entries = len(raw) // _OFFSET_ENTRY.size
+    if entries == 0:
+        out.write(f"{path} is empty.\n")
+        return 0
+    batches = _batches_by_position(_segment_log_path(path))
+    mismatches: list[tuple[int, int]] = []
+    for i in range(entries):
+        relative, position = _OFFSET_ENTRY.unpack_from(raw, i * _OFFSET_ENTRY.size)
+        offset = base_offset + relative
+        # A preallocated index is zero-filled past its last entry: stop there.
+        if offset == base_offset and i > 0:
+            break
+        batch = batches.get(position)
+        batch_last = batch.last_offset if batch is not None else -1
+        if batch_last != offset:
+            mismatches.append((offset, batch_last))
+        out.write(f"offset: {offset} position: {position}\n")
+    if mismatches:
+        err.write(f"Mismatches in :{os.path.abspath(path)}\n")
+        for index_offset, log_offset in mismatches:
+            err.write(f"  Index offset: {index_offset}, log offset: {log_offset}\n")
+    return len(mismatches)
+
+
+def _dump_time_index_file(path: str, out: TextIO, err: TextIO) -> int:
+    base_offset = _base_offset_of(path)
+    raw = _read_file(path)
+    log_path = _segment_log_path(path)
+    batches = sorted(_batches_by_position(log_path).items())
+    log_data = _read_file(log_path) if batches else b""
+    problems: list[str] = []
+    previous = -1
+    for i in range(len(raw) // _TIME_ENTRY.size):
+        timestamp, relative = _TIME_ENTRY.unpack_from(raw, i * _TIME_ENTRY.size)
+        offset = base_offset + relative
+        if offset == base_offset and i > 0:
+            break
+        batch = next(((p, h) for p, h in batches if h.last_offset >= offset), None)
+        if batch is None or batch[1].last_offset != offset:
+            problems.append(f"Indexed offset: {offset}, found log offset: "
+                            f"{-1 if batch is None else batch[1].last_offset}")
+        else:
+            records = decode_batch(log_data, batch[0], batch[1])
+            max_timestamp = max((r.timestamp for r in records), default=-1)
+            if max_timestamp != timestamp:
+                problems.append(f"Index timestamp: {timestamp}, log timestamp: {max_timestamp}")
+            if previous >= timestamp:
+                problems.append(f"Index timestamp: {timestamp}, Previously indexed timestamp: {previous}")
+        out.write(f"timestamp: {timestamp} offset: {offset}\n")
+        previous = timestamp
+    if problems:
+        err.write(f"Found time index problems in :{os.path.abspath(path)}\n")
+        for problem in problems:
+            err.write(f"  {problem}\n")
+    return len(problems)
+
+
+def dump_log(paths: list[str], print_data_log: bool, out: TextIO, err: TextIO | None = None) -> int:
+    """Print each file as kafka-dump-log.sh does; returns the number of problems seen.
+
+    Problems are invalid CRCs, undecodable batches, trailing bytes, index entries
+    that do not match the log, and files that cannot be read.  As in Kafka, the
+    listing goes to ``out`` and the mismatch reports to ``err`` (stderr).
+    """
+    err = sys.stderr if err is None else err
+    problems = 0
+    for path in paths:
+        out.write(f"Dumping {path}\n")
+        try:
+            if path.endswith(LOG_FILE_SUFFIX):
+                problems += _dump_log_file(path, print_data_log, out, err)
+            elif path.endswith(INDEX_FILE_SUFFIX):
+                problems += _dump_index_file(path, out, err)
+            elif path.endswith(TIME_INDEX_FILE_SUFFIX):
+                problems += _dump_time_index_file(path, out, err)
+            else:
+                err.write(f"Ignoring unknown file {path}\n")
+        except (OSError, ValueError, CorruptRecordError) as exc:
+            err.write(f"Failed to dump {path}: {exc}\n")
+            problems += 1
+    return problems
+
+
+# ---------------------------------------------------------------------------
+# check
+# ---------------------------------------------------------------------------
+
+class SegmentSummary(NamedTuple):
+    base_offset: int
+    next_offset: int          # one past the last offset in the segment (base if empty)
+
+
+class _Checker:
+    """Collects problems, one printed line each, naming file and position."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.problems = 0
+
+    def problem(self, path: str, message: str, position: int | None = None) -> None:
+        where = f"{path}" if position is None else f"{path}, position {position}"
+        self.out.write(f"{where}: {message}\n")
+        self.problems += 1
+
+    # -- one segment -----------------------------------------------------------
+
+    def check_segment(self, log_path: str, expected_min_offset: int) -> tuple[SegmentSummary, dict[int, BatchHeader]]:
+        base_offset = _base_offset_of(log_path)
+        data = _read_file(log_path)
+        batches: dict[int, BatchHeader] = {}
+        next_offset = base_offset
+        position = 0
+        if base_offset < expected_min_offset:
+            self.problem(log_path, f"segment base offset {base_offset} is below the end of the previous "
+                                   f"segment ({expected_min_offset})")
+        while position < len(data):
+            try:
+                header = validate_batch(data, position, path=log_path)
+                decode_values(data, position, header)
+            except CorruptRecordError as exc:
+                self.problem(log_path, f"{exc}; {len(data) - position} bytes from here are unreadable",
+                             position)
+                break
+            if header.base_offset < next_offset:
+                self.problem(log_path, f"batch base offset {header.base_offset} does not follow the "
+                                       f"previous batch's last offset {next_offset - 1}", position)
+            batches[position] = header
+            next_offset = max(next_offset, header.next_offset)
+            position += header.size
+        return SegmentSummary(base_offset, next_offset), batches
+
+    def check_offset_index(self, path: str, base_offset: int, batches: dict[int, BatchHeader],
+                           next_offset: int) -> None:
+        raw = _read_file(path)
+        if len(raw) % _OFFSET_ENTRY.size:
+            self.problem(path, f"index file size {len(raw)} is not a multiple of {_OFFSET_ENTRY.size}")
+        previous = -1
+        for i in range(len(raw) // _OFFSET_ENTRY.size):
+            relative, position = _OFFSET_ENTRY.unpack_from(raw, i * _OFFSET_ENTRY.size)
+            if i > 0 and relative == 0 and position == 0:
+                break                       # the zero-filled preallocated tail
+            offset = base_offset + relative
+            where = i * _OFFSET_ENTRY.size
+            if offset <= previous:
+                self.problem(path, f"index entry {i} offset {offset} is not larger than the previous "
+                                   f"entry's {previous}", where)
+            previous = offset
+            batch = batches.get(position)
+            if batch is None:
+                self.problem(path, f"index entry {i} (offset {offset}) points at log position {position}, "
+                                   "which is not the start of a batch", where)
+            elif not batch.base_offset <= offset < next_offset:
+                self.problem(path, f"index entry {i} offset {offset} does not match the batch at log "
+                                   f"position {position} (offsets {batch.base_offset}..{batch.last_offset})",
+                             where)
+
+    def check_time_index(self, path: str, base_offset: int, next_offset: int, max_timestamp: int) -> None:
+        raw = _read_file(path)
+        if len(raw) % _TIME_ENTRY.size:
+            self.problem(path, f"time index file size {len(raw)} is not a multiple of {_TIME_ENTRY.size}")
+        previous_timestamp = -1
+        previous_offset = base_offset
+        for i in range(len(raw) // _TIME_ENTRY.size):
+            timestamp, relative = _TIME_ENTRY.unpack_from(raw, i * _TIME_ENTRY.size)
+            if i > 0 and timestamp == 0 and relative == 0:
+                break
+            offset = base_offset + relative
+            where = i * _TIME_ENTRY.size
+            if timestamp <= previous_timestamp:
+                self.problem(path, f"time index entry {i} timestamp {timestamp} is not larger than the "
+                                   f"previous entry's {previous_timestamp}", where)
+            if offset < previous_offset:
+                self.problem(path, f"time index entry {i} offset {offset} is below the previous "
+                                   f"entry's {previous_offset}", where)
+            if not base_offset <= offset < max(next_offset, base_offset + 1):
+                self.problem(path, f"time index entry {i} offset {offset} is outside the segment "
+                                   f"[{base_offset}, {next_offset})", where)
+            if timestamp > max_timestamp:
+                self.problem(path, f"time index entry {i} timestamp {timestamp} is later than every "
+                                   f"record of the segment (max {max_timestamp})", where)
+            previous_timestamp = timestamp
+            previous_offset = offset
+
+    # -- one partition -----------------------------------------------------------
+
+    def check_partition(self, partition_dir: str) -> tuple[int, int]:
+        """Check every segment; returns (first segment base offset, log end offset)."""
+        logs = sorted((name for name in os.listdir(partition_dir)
+                       if name.endswith(LOG_FILE_SUFFIX) and name[:-len(LOG_FILE_SUFFIX)].isdigit()),
+                      key=lambda name: int(name[:-len(LOG_FILE_SUFFIX)]))
+        end_offset = 0
+        first_offset = None
+        for name in logs:
+            log_path = os.path.join(partition_dir, name)
+            summary, batches = self.check_segment(log_path, end_offset)
+            if first_offset is None:
+                first_offset = summary.base_offset
+            stem = log_path[:-len(LOG_FILE_SUFFIX)]
+            if os.path.exists(stem + INDEX_FILE_SUFFIX):
+                self.check_offset_index(stem + INDEX_FILE_SUFFIX, summary.base_offset, batches,
+                                        summary.next_offset)
+            if os.path.exists(stem + TIME_INDEX_FILE_SUFFIX):
+                max_timestamp = max((h.max_timestamp for h in batches.values()), default=-1)
+                self.check_time_index(stem + TIME_INDEX_FILE_SUFFIX, summary.base_offset,
+                                      summary.next_offset, max_timestamp)
+            end_offset = max(end_offset, summary.next_offset)
+        return (first_offset or 0), end_offset
+
+    # -- one log dir -----------------------------------------------------------
+
+    def check_log_dir(self, log_dir: str) -> None:
+        if not os.path.isdir(log_dir):
+            self.problem(log_dir, "is not a directory")
+            return
+        ranges: dict[TopicPartition, tuple[int, int]] = {}
+        for name in sorted(os.listdir(log_dir)):
+            path = os.path.join(log_dir, name)
+            if not os.path.isdir(path) or name.endswith(DELETE_DIR_SUFFIX) or name.startswith("."):
+                continue
+            try:
+                tp = parse_topic_partition_dir(name)
+            except InvalidTopicError as exc:
+                self.problem(path, str(exc))
+                continue
+            ranges[tp] = self.check_partition(path)
+        for checkpoint_name in CHECKPOINT_FILES:
+            self.check_checkpoint(os.path.join(log_dir, checkpoint_name), ranges)
+
+    def check_checkpoint(self, path: str, ranges: dict[TopicPartition, tuple[int, int]]) -> None:
+        if not os.path.exists(path):
+            return
+        try:
+            offsets = _read_checkpoint(path)
+        except (CorruptCheckpointError, OSError) as exc:
+            self.problem(path, f"cannot be parsed: {exc}")
+            return
+        for tp, offset in sorted(offsets.items()):
+            if tp not in ranges:
+                self.problem(path, f"names partition {tp}, which has no directory in {os.path.dirname(path)}")
+                continue
+            _, end_offset = ranges[tp]
+            if not 0 <= offset <= end_offset:
+                self.problem(path, f"offset {offset} of {tp} is outside the log [0, {end_offset}]")
+
+
+def _read_checkpoint(path: str) -> dict[TopicPartition, int]:
+    """Read with engine.checkpoint when it is there (the parser the broker uses)."""
+    from engine.checkpoint import OffsetCheckpointFile
+    return OffsetCheckpointFile(path).read()
+
+
+def check_dirs(dirs: list[str], out: TextIO) -> int:
+    """Verify log dirs offline; prints one line per problem and returns how many."""
+    checker = _Checker(out)
+    for log_dir in dirs:
+        try:
+            checker.check_log_dir(log_dir)
+        except OSError as exc:
+            checker.problem(log_dir, f"cannot be read: {exc}")
+    logger.info("Checked %d log dirs: %d problems", len(dirs), checker.problems)
+    return checker.problems

@@ -1,0 +1,349 @@
+"""RecordBatch v2 codec: round trips, and kafka-python as the independent byte check.
+
+Every batch we encode must parse with kafka-python's reader with a valid CRC and
+the same records; every batch kafka-python's builder writes (all codecs) must
+decode with ours.  The CRC in hand-built batches comes from the ``crc32c``
+package directly, never from engine.records.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+
+import cramjam
+import pytest
+from crc32c import crc32c
+from hypothesis import given, settings, strategies as st
+from kafka.codec import snappy_encode
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.memory_records import MemoryRecords
+
+from engine.errors import CorruptRecordError, InvalidConfigError, InvalidRecordError
+from engine.records import (
+    HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, Compression, Record, TimestampType,
+    decode_batch, decode_values, encode_records, encode_values, iter_batches, read_header,
+    validate_batch,
+)
+
+TS = 1_700_000_000_000
+CODECS = list(Compression)
+
+blobs = st.binary(max_size=300)
+nullable = st.none() | blobs
+header_lists = st.lists(st.tuples(st.text(max_size=10), nullable), max_size=3)
+
+
+def kafka_python_records(batch: bytes) -> list[tuple]:
+    """Parse with kafka-python: every batch must have a valid CRC."""
+    out = []
+    memory = MemoryRecords(bytes(batch))
+    while memory.has_next():
+        kbatch = memory.next_batch()
+        assert kbatch.validate_crc(), "kafka-python rejects the CRC"
+        for r in kbatch:
+            out.append((r.offset, r.timestamp, r.key, r.value, tuple(r.headers)))
+    return out
+
+
+def as_tuples(records: list[Record]) -> list[tuple]:
+    return [(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in records]
+
+
+def rebuild(batch: bytes, *, attributes: int | None = None, records: bytes | None = None,
+            magic: int | None = None) -> bytes:
+    """Re-frame ``batch`` with other attributes/records/magic and a correct CRC."""
+    fields = list(struct.unpack_from(">qiibIhiqqqhii", batch))
+    body = batch[HEADER_SIZE:] if records is None else records
+    if attributes is not None:
+        fields[5] = attributes
+    if magic is not None:
+        fields[3] = magic
+    fields[1] = HEADER_SIZE - LOG_OVERHEAD + len(body)
+    fields[4] = 0
+    raw = bytearray(struct.pack(">qiibIhiqqqhii", *fields) + body)
+    struct.pack_into(">I", raw, 17, crc32c(bytes(raw[21:])))
+    return bytes(raw)
+
+
+# --- round trips ------------------------------------------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(nullable, min_size=1, max_size=50), st.integers(0, 2 ** 40),
+       st.integers(0, 2 ** 42), st.sampled_from(CODECS))
+def test_encode_values_round_trip(values, base_offset, timestamp, codec) -> None:
+    batch = encode_values(base_offset, values, timestamp, compression=codec)
+    header = validate_batch(batch)
+    assert header.size == len(batch)
+    assert header.base_offset == base_offset
+    assert header.next_offset == base_offset + len(values)
+    assert header.records_count == len(values)
+    assert header.timestamp_type == TimestampType.LOG_APPEND_TIME
+    assert header.producer_id == -1 and header.base_sequence == -1
+    assert header.partition_leader_epoch == -1
+    assert decode_values(batch) == values
+    expected = [(base_offset + i, timestamp, None, v, ()) for i, v in enumerate(values)]
+    assert as_tuples(decode_batch(batch)) == expected
+    assert kafka_python_records(batch) == [(o, t, k, v, ()) for o, t, k, v, _ in expected]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(nullable, nullable), min_size=1, max_size=40), st.sampled_from(CODECS))
+def test_encode_values_with_keys_round_trip(pairs, codec) -> None:
+    keys = [k for k, _ in pairs]
+    values = [v for _, v in pairs]
+    batch = encode_values(7, values, TS, keys=keys, compression=codec)
+    validate_batch(batch)
+    assert [(r.key, r.value) for r in decode_batch(batch)] == pairs
+    assert decode_values(batch) == values
+    assert [(k, v) for _, _, k, v, _ in kafka_python_records(batch)] == pairs
+
+
+@st.composite
+def record_lists(draw):
+    n = draw(st.integers(1, 30))
+    offset = draw(st.integers(0, 2 ** 40))
+    base_ts = draw(st.integers(0, 2 ** 41))
+    out = []
+    for _ in range(n):
+        out.append(Record(offset, base_ts + draw(st.integers(-10 ** 6, 10 ** 6)), draw(nullable),
+                          draw(nullable), tuple(draw(header_lists))))
+        offset += draw(st.integers(1, 100_000))      # the cleaner leaves holes
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(record_lists(), st.sampled_from(CODECS))
+def test_encode_records_round_trip_create_time(records, codec) -> None:
+    batch = encode_records(records, compression=codec)
+    header = validate_batch(batch)
+    assert header.timestamp_type == TimestampType.CREATE_TIME
+    assert header.base_offset == records[0].offset
+    assert header.last_offset == records[-1].offset
+    assert header.base_timestamp == records[0].timestamp
+    assert header.max_timestamp == max(r.timestamp for r in records)
+    assert header.compression == codec
+    assert decode_batch(batch) == records
+    assert decode_values(batch) == [r.value for r in records]
+    assert kafka_python_records(batch) == as_tuples(records)
+
+
+@settings(max_examples=30, deadline=None)
+@given(record_lists())
+def test_log_append_time_batches_read_max_timestamp(records) -> None:
+    batch = encode_records(records, timestamp_type=TimestampType.LOG_APPEND_TIME)
+    header = read_header(batch)
+    decoded = decode_batch(batch)
+    # Kafka (and kafka-python) give every record of a LogAppendTime batch the
+    # batch's max timestamp.
+    assert {r.timestamp for r in decoded} == {header.max_timestamp}
+    assert [r.timestamp for r in decoded] == [t for _, t, _, _, _ in kafka_python_records(batch)]
+
+
+@pytest.mark.parametrize("count, size", [(1, 0), (63, 10), (64, 10), (100, 63), (100, 64),
+                                         (9000, 5), (3, 8191), (3, 8192), (2, 70_000), (70_000, 1)])
+def test_encode_values_table_boundaries(count, size) -> None:
+    """Offset deltas and lengths across 1/2/3-byte varints and beyond the tables."""
+    values = [bytes([i % 251]) * size for i in range(count)]
+    batch = encode_values(1000, values, TS)
+    validate_batch(batch)
+    assert decode_values(batch) == values
+    decoded = decode_batch(batch)
+    assert [r.offset for r in decoded] == list(range(1000, 1000 + count))
+    if count <= 9000:
+        assert [v for _, _, _, v, _ in kafka_python_records(batch)] == values
+
+
+def test_encode_values_fast_path_matches_general_path() -> None:
+    values = [b"x" * (i % 300) for i in range(2000)]
+    fast = encode_values(5, values, TS)
+    general = encode_records([Record(5 + i, TS, None, v) for i, v in enumerate(values)],
+                             timestamp_type=TimestampType.LOG_APPEND_TIME)
+    assert fast == general
+    keys = [b"k%d" % i for i in range(2000)]
+    fast_keyed = encode_values(5, values, TS, keys=keys)
+    general_keyed = encode_records([Record(5 + i, TS, keys[i], v) for i, v in enumerate(values)],
+                                   timestamp_type=TimestampType.LOG_APPEND_TIME)
+    assert fast_keyed == general_keyed
+
+
+def test_buffers_of_every_kind(tmp_path) -> None:
+    batches = encode_values(0, [b"a", b"bb"], TS) + encode_values(2, [b"ccc"], TS + 1)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(batches)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        for buf in (batches, bytearray(batches), memoryview(batches), mm):
+            found = [(pos, h.base_offset) for pos, h in iter_batches(buf)]
+            assert [o for _, o in found] == [0, 2]
+            second = found[1][0]
+            assert validate_batch(buf, second).records_count == 1
+            assert decode_values(buf, second) == [b"ccc"]
+            assert [r.value for r in decode_batch(buf, 0)] == [b"a", b"bb"]
+
+
+def test_header_properties() -> None:
+    batch = encode_values(10, [b"a", b"b", b"c"], TS, compression=Compression.GZIP)
+    h = read_header(batch)
+    assert isinstance(h, BatchHeader)
+    assert (h.magic, h.last_offset, h.next_offset, h.size) == (MAGIC, 12, 13, len(batch))
+    assert h.compression == Compression.GZIP
+    assert not h.is_control and not h.is_transactional
+    assert h.delete_horizon_ms is None
+    assert h.last_sequence == -1
+
+
+def test_compression_names() -> None:
+    assert Compression.from_name("zstd") == Compression.ZSTD
+    assert Compression.from_name("uncompressed") == Compression.NONE
+    assert Compression.from_name("none") == Compression.NONE
+    with pytest.raises(InvalidConfigError, match="brotli"):
+        Compression.from_name("brotli")
+
+
+def test_bad_inputs_refused() -> None:
+    with pytest.raises(InvalidRecordError):
+        encode_values(0, [], TS)
+    with pytest.raises(InvalidRecordError, match="str"):
+        encode_values(0, ["text"], TS)
+    with pytest.raises(InvalidRecordError):
+        encode_values(0, [b"a"], TS, keys=[b"k", b"l"])
+    with pytest.raises(InvalidRecordError):
+        encode_records([])
+    with pytest.raises(InvalidRecordError, match="increase"):
+        encode_records([Record(5, TS, None, b"a"), Record(5, TS, None, b"b")])
+
+
+# --- kafka-python's builder -> our decoder ----------------------------------------------
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_kafka_python_batches_decode(codec) -> None:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=int(codec), is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    expected = []
+    for i in range(200):
+        key = None if i % 3 == 0 else b"key-%d" % (i % 7)
+        value = None if i % 17 == 0 else b"repetitive value %d " % i * 5
+        headers = [("h", b"v%d" % i)] if i % 5 == 0 else []
+        builder.append(i, timestamp=TS + i, key=key, value=value, headers=headers)
+        expected.append((i, TS + i, key, value, tuple(headers)))
+    batch = bytes(builder.build())
+    header = validate_batch(batch)
+    assert header.compression == codec      # the data compresses, so kafka-python keeps the codec
+    assert as_tuples(decode_batch(batch)) == expected
+    assert decode_values(batch) == [e[3] for e in expected]
+
+
+@given(st.lists(st.tuples(nullable, nullable), min_size=1, max_size=20), st.sampled_from(CODECS))
+@settings(max_examples=40, deadline=None)
+def test_kafka_python_batches_decode_property(pairs, codec) -> None:
+    builder = DefaultRecordBatchBuilder(2, int(codec), False, -1, -1, -1, 1 << 20)
+    for i, (k, v) in enumerate(pairs):
+        builder.append(i * 3, timestamp=TS - i, key=k, value=v, headers=[])
+    batch = bytes(builder.build())
+    validate_batch(batch)
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in decode_batch(batch)] == \
+        [(i * 3, TS - i, k, v) for i, (k, v) in enumerate(pairs)]
+
+
+def test_raw_snappy_and_xerial_snappy_both_decode() -> None:
+    plain = encode_values(0, [b"snappy snappy snappy %d" % i for i in range(300)], TS)
+    section = plain[HEADER_SIZE:]
+    attrs = read_header(plain).attributes | Compression.SNAPPY
+    raw = rebuild(plain, attributes=attrs, records=snappy_encode(section, xerial_compatible=False))
+    xerial = rebuild(plain, attributes=attrs, records=snappy_encode(section, xerial_compatible=True))
+    assert decode_values(raw) == decode_values(xerial) == decode_values(plain)
+
+
+def test_our_snappy_is_xerial_framed_in_32k_blocks() -> None:
+    values = [bytes(range(256)) * 2] * 200           # > 32 KiB of records: several blocks
+    batch = encode_values(0, values, TS, compression=Compression.SNAPPY)
+    section = batch[HEADER_SIZE:]
+    assert section[:8] == b"\x82SNAPPY\x00"
+    assert struct.unpack(">ii", section[8:16]) == (1, 1)
+    first_block = struct.unpack(">i", section[16:20])[0]
+    assert len(cramjam.snappy.decompress_raw(section[20:20 + first_block])) == 32 * 1024
+    assert [v for _, _, _, v, _ in kafka_python_records(batch)] == values
+
+
+# --- control batches and corruption ------------------------------------------------------
+
+def test_control_batch_is_skipped() -> None:
+    # An end-transaction marker: key = version 0, type 1 (commit).
+    control = encode_records([Record(42, TS, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00")])
+    control = rebuild(control, attributes=0x20 | 0x10)
+    header = validate_batch(control)
+    assert header.is_control and header.is_transactional
+    assert decode_batch(control) == []
+    assert decode_values(control) == []
+    assert [h.base_offset for _, h in iter_batches(control)] == [42]
+
+
+def test_corrupt_crc_names_file_and_position() -> None:
+    first = encode_values(0, [b"one", b"two"], TS)
+    second = bytearray(encode_values(2, [b"three"], TS))
+    second[-2] ^= 0xFF
+    log = first + bytes(second)
+    validate_batch(log, 0, path="/d/t-0/00000000000000000000.log")
+    with pytest.raises(CorruptRecordError, match="crc") as info:
+        validate_batch(log, len(first), path="/d/t-0/00000000000000000000.log")
+    assert info.value.position == len(first)
+    assert info.value.path == "/d/t-0/00000000000000000000.log"
+    assert "00000000000000000000.log" in str(info.value)
+
+
+def test_truncated_batch() -> None:
+    batch = encode_values(0, [b"x" * 50] * 3, TS)
+    for cut in (10, HEADER_SIZE - 1, HEADER_SIZE + 5, len(batch) - 1):
+        torn = batch + batch[:cut]
+        assert [pos for pos, _ in iter_batches(torn)] == [0]      # the torn tail ends the walk
+        with pytest.raises(CorruptRecordError) as info:
+            validate_batch(torn, len(batch))
+        assert info.value.position == len(batch)
+    with pytest.raises(CorruptRecordError):
+        read_header(batch[:30])
+    with pytest.raises(CorruptRecordError):
+        decode_values(batch[:-1])
+
+
+def test_bad_magic() -> None:
+    batch = rebuild(encode_values(0, [b"a"], TS), magic=1)
+    with pytest.raises(CorruptRecordError, match="magic"):
+        validate_batch(batch)
+    with pytest.raises(CorruptRecordError, match="magic"):
+        decode_batch(batch)
+
+
+def test_impossible_batch_length_raises_in_walk() -> None:
+    batch = bytearray(encode_values(0, [b"a"], TS))
+    struct.pack_into(">i", batch, 8, 3)
+    with pytest.raises(CorruptRecordError, match="smaller than the minimum"):
+        list(iter_batches(bytes(batch)))
+
+
+@pytest.mark.parametrize("damage", ["record_length", "value_length", "count"])
+def test_bad_record_framing_with_valid_crc(damage) -> None:
+    good = encode_values(0, [b"hello", b"world"], TS)
+    section = bytearray(good[HEADER_SIZE:])
+    if damage == "record_length":
+        section[0] += 2
+        bad = rebuild(good, records=bytes(section))
+    elif damage == "value_length":
+        section[5] = 0x7E                 # value length 63 in a 12-byte record
+        bad = rebuild(good, records=bytes(section))
+    else:
+        bad = bytearray(rebuild(good))
+        struct.pack_into(">i", bad, 57, 3)
+        bad = rebuild(bytes(bad))
+    validate_batch(bad)                    # the CRC is fine; the structure is not
+    with pytest.raises(CorruptRecordError):
+        decode_values(bad)
+    with pytest.raises(CorruptRecordError):
+        decode_batch(bad)
+
+
+def test_garbage_compressed_section() -> None:
+    good = encode_values(0, [b"a"], TS)
+    bad = rebuild(good, attributes=read_header(good).attributes | Compression.LZ4, records=b"not lz4 at all")
+    with pytest.raises(CorruptRecordError, match="decompress"):
+        decode_values(bad)
