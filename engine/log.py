@@ -1,0 +1,1065 @@
+"""Log: the segments of one partition (Kafka's UnifiedLog + LocalLog + LogLoader).
+
+A Log owns the ordered segments of one ``<topic>-<partition>`` directory and
+the three offsets that describe them: the log start offset (first offset a
+reader may see), the log end offset (next offset to assign) and the recovery
+point (everything below it has been fsync'ed, so recovery after a crash starts
+there).
+
+Concurrency model.  Every change (append, roll, truncation, retention,
+replacement by the cleaner) happens under ``lock``, a ``threading.RLock``.
+The segment map is a ``SortedDict`` that is never mutated once published:
+changes build a new one and swap the reference, so a reader takes one
+reference (``log.segments``) and walks it without locking, as Kafka's readers
+walk a ConcurrentSkipListMap.  The log end is published as one tuple (offset,
+active segment base, position) after the bytes are written, so a reader bounds
+itself by a consistent end.
+
+Flushing on roll.  Kafka schedules the flush of a rolled segment on its
+scheduler; logfs has no scheduler in the engine, so the appending thread does
+it itself right after it released ``lock``: other appenders and all readers go
+on while the old segment is fsync'ed.  Likewise for ``flush.messages``.
+
+Deletion is asynchronous as in Kafka: a deleted segment leaves the map at
+once, its files are renamed ``.deleted`` and it is queued; the mount's
+background task calls :meth:`Log.delete_expired_segment_files`, which unlinks
+those whose ``file.delete.delay.ms`` elapsed.  The segment object keeps its
+.log descriptor open, so a view that still holds it reads on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+import threading
+import time
+from typing import Callable, NamedTuple, Sequence
+
+from sortedcontainers import SortedDict
+
+from engine import retention
+from engine.clock import SYSTEM_CLOCK, Clock
+from engine.errors import (CorruptIndexError, InvalidRecordError, InvalidRequestError, LogfsError,
+                           OffsetOutOfRangeError, RecordTooLargeError, StorageError)
+from engine.records import HEADER_SIZE, Compression, Record, decode_batch, encode_values, validate_batch
+from engine.render import appended_view_sizes
+from engine.segment import (CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
+                            SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX, FetchDataInfo,
+                            LogSegment, log_file_path, offset_from_file_name, offset_index_file_path,
+                            time_index_file_path, topic_partition_of_dir)
+from engine.topic import DELETE_DIR_SUFFIX, TopicPartition
+
+logger = logging.getLogger(__name__)
+
+#: ListOffsets special timestamps (Kafka's ListOffsetsRequest).
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+
+#: Kafka's LogStartOffsetIncrementReason strings.
+CLIENT_RECORD_DELETION = "client delete records request"
+SEGMENT_DELETION = "segment deletion"
+
+# Upper bound of a single record's overhead inside a one-record batch: record
+# length, attributes, timestamp and offset deltas, key and value lengths, header
+# count.  Used to skip the exact size check when every record clearly fits.
+_RECORD_OVERHEAD_BOUND = 19
+_BASE_OFFSET = struct.Struct(">q")
+
+
+class LogOffsetMetadata(NamedTuple):
+    """An offset with the segment and position where it starts (Kafka's LogOffsetMetadata)."""
+
+    message_offset: int
+    segment_base_offset: int
+    relative_position_in_segment: int
+
+
+def _compression_of(name: str) -> Compression:
+    # "producer" keeps what the producer sent; logfs is its own producer and
+    # writes uncompressed batches unless the topic names a codec.
+    if name in ("producer", "uncompressed", "none", ""):
+        return Compression.NONE
+    return Compression.from_name(name)
+
+
+class _PendingDeletion(NamedTuple):
+    due_ms: int
+    segment: LogSegment
+
+
+class LoadedLog(NamedTuple):
+    segments: SortedDict
+    log_start_offset: int
+    recovery_point: int
+    log_end_offset: int
+    pending_deletions: list
+
+
+class LogLoader:
+    """Kafka's LogLoader: bring a partition directory back to a consistent set of segments.
+
+    Order of work, as in Kafka: delete ``.deleted`` and stray ``.cleaned``
+    files, complete interrupted ``.swap`` operations, delete orphaned indexes,
+    open every segment (rebuilding a missing or corrupt index), recover the
+    segments at or after the recovery point when the shutdown was not clean,
+    and make sure an active segment exists.
+    """
+
+    def __init__(self, dir: str, topic_partition: TopicPartition, config, clock: Clock,
+                 had_clean_shutdown: bool, log_start_offset_checkpoint: int,
+                 recovery_point_checkpoint: int) -> None:
+        self.dir = dir
+        self.topic_partition = topic_partition
+        self.config = config
+        self.clock = clock
+        self.had_clean_shutdown = had_clean_shutdown
+        self.log_start_offset_checkpoint = log_start_offset_checkpoint
+        self.recovery_point_checkpoint = recovery_point_checkpoint
+        self.segments = SortedDict()
+        self.pending: list[_PendingDeletion] = []
+        self._prefix = f"[LogLoader partition={topic_partition}, dir={os.path.dirname(dir)}] "
+
+    def _files(self) -> list[str]:
+        try:
+            return sorted(e.name for e in os.scandir(self.dir) if e.is_file())
+        except OSError as exc:
+            raise StorageError(f"Could not list log directory {self.dir}: {exc.strerror}") from exc
+
+    def _open(self, base_offset: int, suffix: str = "", exists: bool = True) -> LogSegment:
+        return LogSegment.open(self.dir, base_offset, self.config, self.clock, file_suffix=suffix,
+                               file_already_exists=exists, topic_partition=self.topic_partition)
+
+    def load(self) -> LoadedLog:
+        swap_files = self._remove_temp_files_and_collect_swap_files()
+        self._complete_swap_operations(swap_files)
+        self._load_segment_files()
+        if self.dir.rstrip(os.sep).endswith(DELETE_DIR_SUFFIX):
+            # A partition waiting for deletion: nothing to recover, it is going away.
+            if not self.segments:
+                self.segments[0] = self._open(0, exists=False)
+            recovery_point, log_end = 0, self.segments.peekitem(-1)[1].next_offset
+        else:
+            recovery_point, log_end = self._recover_log()
+            self.segments.peekitem(-1)[1].resize_indexes(self.config.segment_index_bytes)
+        log_start = max(self.log_start_offset_checkpoint, self.segments.peekitem(0)[0])
+        logger.info(self._prefix + "Loading producer state till offset %d with message format version 2",
+                    log_end)
+        return LoadedLog(self.segments, log_start, recovery_point, log_end, self.pending)
+
+    def _remove_temp_files_and_collect_swap_files(self) -> list[str]:
+        swap_files: list[str] = []
+        cleaned_files: list[str] = []
+        min_cleaned_offset = None
+        for name in self._files():
+            path = os.path.join(self.dir, name)
+            if name.endswith(DELETED_FILE_SUFFIX):
+                logger.debug(self._prefix + "Deleting stray temporary file %s", path)
+                _unlink_quietly(path)
+            elif name.endswith(CLEANED_FILE_SUFFIX):
+                try:
+                    offset = offset_from_file_name(name)
+                    min_cleaned_offset = offset if min_cleaned_offset is None else min(offset, min_cleaned_offset)
+                except ValueError:
+                    pass
+                cleaned_files.append(path)
+            elif name.endswith(SWAP_FILE_SUFFIX):
+                swap_files.append(path)
+        valid: list[str] = []
+        for path in swap_files:
+            # KAFKA-6264: a .swap at or above the lowest .cleaned offset belongs to an
+            # operation that never finished renaming: roll it back.
+            try:
+                offset = offset_from_file_name(path)
+            except ValueError:
+                continue
+            if min_cleaned_offset is not None and offset >= min_cleaned_offset:
+                logger.debug(self._prefix + "Deleting invalid swap file %s minCleanedFileOffset: %d",
+                             path, min_cleaned_offset)
+                _unlink_quietly(path)
+            else:
+                valid.append(path)
+        for path in cleaned_files:
+            logger.debug(self._prefix + "Deleting stray .clean file %s", path)
+            _unlink_quietly(path)
+        return valid
+
+    def _complete_swap_operations(self, swap_files: list[str]) -> None:
+        min_swap_offset: int | None = None
+        max_swap_offset: int | None = None
+        for path in swap_files:
+            if not path[:-len(SWAP_FILE_SUFFIX)].endswith(LOG_FILE_SUFFIX):
+                continue
+            base = offset_from_file_name(path)
+            segment = self._open(base, SWAP_FILE_SUFFIX)
+            try:
+                logger.info(self._prefix + "Found log file %s from interrupted swap operation, which is "
+                            "recoverable from %s files by renaming.", path, SWAP_FILE_SUFFIX)
+                next_offset = segment.read_next_offset()
+            finally:
+                segment.close()
+            min_swap_offset = base if min_swap_offset is None else min(min_swap_offset, base)
+            max_swap_offset = next_offset if max_swap_offset is None else max(max_swap_offset, next_offset)
+        if min_swap_offset is not None:
+            # The segments the swap replaces were cleaned but not yet renamed .deleted.
+            for name in self._files():
+                if name.endswith(SWAP_FILE_SUFFIX):
+                    continue
+                try:
+                    offset = offset_from_file_name(name)
+                except ValueError:
+                    continue
+                if min_swap_offset <= offset < max_swap_offset:
+                    logger.info(self._prefix + "Deleting segment files %s that is compacted but has not "
+                                "been deleted yet.", name)
+                    _unlink_quietly(os.path.join(self.dir, name))
+        for name in self._files():
+            if name.endswith(SWAP_FILE_SUFFIX):
+                logger.info(self._prefix + "Recovering file %s by renaming from %s files.", name, SWAP_FILE_SUFFIX)
+                path = os.path.join(self.dir, name)
+                os.replace(path, path[:-len(SWAP_FILE_SUFFIX)])
+
+    def _load_segment_files(self) -> None:
+        for name in self._files():
+            path = os.path.join(self.dir, name)
+            if name.endswith((INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX)):
+                try:
+                    offset = offset_from_file_name(name)
+                except ValueError:
+                    continue
+                if not os.path.exists(log_file_path(self.dir, offset)):
+                    logger.warning(self._prefix + "Found an orphaned index file %s, with no corresponding "
+                                   "log file.", path)
+                    _unlink_quietly(path)
+            elif name.endswith(LOG_FILE_SUFFIX):
+                try:
+                    base = offset_from_file_name(name)
+                except ValueError:
+                    continue
+                missing = [p for p in (offset_index_file_path(self.dir, base),
+                                       time_index_file_path(self.dir, base)) if not os.path.exists(p)]
+                segment = self._open(base)
+                if missing:
+                    if self.had_clean_shutdown or base < self.recovery_point_checkpoint:
+                        logger.error(self._prefix + "Could not find index file %s corresponding to log file "
+                                     "%s, recovering segment and rebuilding index files...",
+                                     missing[0], segment.log_path)
+                    self._recover_segment(segment)
+                else:
+                    try:
+                        segment.sanity_check()
+                    except CorruptIndexError as exc:
+                        logger.warning(self._prefix + "Found a corrupted index file corresponding to log file "
+                                       "%s due to %s, recovering segment and rebuilding index files...",
+                                       segment.log_path, exc)
+                        self._recover_segment(segment)
+                self.segments[base] = segment
+
+    def _recover_segment(self, segment: LogSegment) -> int:
+        try:
+            return segment.recover()
+        except (LogfsError, OSError) as exc:
+            # Kafka: InvalidOffsetException/IOException while rebuilding -> start the segment over.
+            logger.warning(self._prefix + "Found invalid offset during recovery. Deleting the corrupt segment "
+                           "and creating an empty one with starting offset %d (%s)", segment.base_offset, exc)
+            return segment.truncate_to(segment.base_offset)
+
+    def _recover_log(self) -> tuple[int, int]:
+        if not self.had_clean_shutdown:
+            segments = list(self.segments.values())
+            first = max(self.segments.bisect_right(self.recovery_point_checkpoint) - 1, 0)
+            unflushed = segments[first:]
+            for i, segment in enumerate(unflushed):
+                logger.info(self._prefix + "Recovering unflushed segment %d. %d/%d recovered for %s.",
+                            segment.base_offset, i, len(unflushed), self.topic_partition)
+                truncated = self._recover_segment(segment)
+                if truncated > 0:
+                    logger.warning(self._prefix + "Corruption found in segment %d, truncating to offset %d",
+                                   segment.base_offset, segment.next_offset)
+                    self._remove_and_delete_segments(unflushed[i + 1:])
+                    break
+        log_end = self._delete_segments_if_log_start_greater_than_log_end()
+        if not self.segments:
+            start = self.log_start_offset_checkpoint
+            self.segments[start] = self._open(start, exists=False)
+        if self.had_clean_shutdown and log_end is not None:
+            return log_end, log_end
+        if log_end is None:
+            log_end = self.segments.peekitem(-1)[1].next_offset
+        return min(self.recovery_point_checkpoint, log_end), log_end
+
+    def _delete_segments_if_log_start_greater_than_log_end(self) -> int | None:
+        if not self.segments:
+            return None
+        log_end = self.segments.peekitem(-1)[1].next_offset
+        if log_end >= self.log_start_offset_checkpoint:
+            return log_end
+        logger.warning(self._prefix + "Deleting all segments because logEndOffset (%d) is smaller than "
+                       "logStartOffset %d. This could happen if segment files were deleted from the file "
+                       "system.", log_end, self.log_start_offset_checkpoint)
+        self._remove_and_delete_segments(list(self.segments.values()))
+        return None
+
+    def _remove_and_delete_segments(self, segments: Sequence[LogSegment]) -> None:
+        if not segments:
+            return
+        logger.info(self._prefix + "Deleting segments as part of log recovery: %s",
+                    ", ".join(map(repr, segments)))
+        due = self.clock.milliseconds() + self.config.file_delete_delay_ms
+        for segment in segments:
+            del self.segments[segment.base_offset]
+            segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
+            self.pending.append(_PendingDeletion(due, segment))
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class Log:
+    """The segments of one partition and its offsets; see the module docstring for the rules."""
+
+    def __init__(self, dir: str, config, loaded: LoadedLog, *, clock: Clock = SYSTEM_CLOCK,
+                 topic_partition: TopicPartition | None = None) -> None:
+        self.dir = os.path.abspath(dir)
+        self.topic_partition = topic_partition or topic_partition_of_dir(self.dir)
+        self.config = config
+        self.clock = clock
+        self.lock = threading.RLock()
+        self._compression = _compression_of(config.compression_type)
+        self._segments: SortedDict = loaded.segments
+        self._log_start_offset = loaded.log_start_offset
+        self._recovery_point = loaded.recovery_point
+        self._last_flush_time = clock.milliseconds()
+        self._pending: list[_PendingDeletion] = list(loaded.pending_deletions)
+        self._listeners: list[Callable[[], None]] = []
+        self._closed = False
+        self._end = LogOffsetMetadata(loaded.log_end_offset, 0, 0)
+        self._update_log_end_offset(loaded.log_end_offset)
+
+    # ---------------------------------------------------------------- loading
+    @classmethod
+    def load(cls, dir: str, config, *, log_start_offset: int = 0, recovery_point: int = 0,
+             had_clean_shutdown: bool = False, clock: Clock = SYSTEM_CLOCK,
+             topic_partition: TopicPartition | None = None) -> Log:
+        """Open (creating if needed) the log in ``dir``, running Kafka's LogLoader over it."""
+        start = time.monotonic()
+        dir = os.path.abspath(dir)
+        tp = topic_partition or topic_partition_of_dir(dir)
+        try:
+            os.makedirs(dir, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"Could not create log directory {dir}: {exc.strerror}") from exc
+        loaded = LogLoader(dir, tp, config, clock, had_clean_shutdown, log_start_offset,
+                           recovery_point).load()
+        log = cls(dir, config, loaded, clock=clock, topic_partition=tp)
+        logger.info(log._prefix + "Completed load of log with %d segments, log start offset %d and log end "
+                    "offset %d in %d ms", log.num_segments, log.log_start_offset, log.log_end_offset,
+                    (time.monotonic() - start) * 1000)
+        return log
+
+    @property
+    def _prefix(self) -> str:
+        return f"[Log partition={self.topic_partition}, dir={os.path.dirname(self.dir)}] "
+
+    # ------------------------------------------------------------ properties
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.dir)
+
+    @property
+    def segments(self) -> SortedDict:
+        """The current segment map: never mutated after publication, so safe to walk without a lock."""
+        return self._segments
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments.peekitem(-1)[1]
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._end.message_offset
+
+    @property
+    def log_end_offset_metadata(self) -> LogOffsetMetadata:
+        return self._end
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size(self) -> int:
+        return sum(segment.size for segment in self._segments.values())
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self.log_end_offset - self._recovery_point
+
+    @property
+    def last_flush_time(self) -> int:
+        return self._last_flush_time
+
+    @property
+    def pending_deletion_segments(self) -> int:
+        return len(self._pending)
+
+    @property
+    def pending_deletion_bytes(self) -> int:
+        return sum(p.segment.size for p in self._pending)
+
+    def update_config(self, config) -> None:
+        with self.lock:
+            self.config = config
+            self._compression = _compression_of(config.compression_type)
+
+    def add_append_listener(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` after every append, roll and deletion (views and tail -f follow the log)."""
+        with self.lock:
+            self._listeners = self._listeners + [fn]
+
+    def _notify(self) -> None:
+        for fn in self._listeners:
+            try:
+                fn()
+            except Exception:
+                logger.exception(self._prefix + "Append listener failed")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"The log of {self.topic_partition} in {self.dir} is closed")
+
+    # ----------------------------------------------------- segment map (COW)
+    def _publish(self, segments: SortedDict) -> None:
+        self._segments = segments
+
+    def _add_segment(self, segment: LogSegment) -> None:
+        segments = self._segments.copy()
+        segments[segment.base_offset] = segment
+        self._publish(segments)
+
+    def _segments_in_range(self, from_offset: int, to_offset: int) -> list[LogSegment]:
+        """Segments that may hold offsets in [from, to): from the one holding ``from`` on (Kafka's values(from, to))."""
+        segments = self._segments
+        lo = max(segments.bisect_right(from_offset) - 1, 0)
+        hi = segments.bisect_left(to_offset)
+        return list(segments.values()[lo:hi])
+
+    def _update_log_end_offset(self, end: int) -> None:
+        active = self.active_segment
+        self._end = LogOffsetMetadata(end, active.base_offset, active.size)
+        if self._recovery_point > end:
+            self._recovery_point = end
+
+    # ---------------------------------------------------------------- append
+    def append_values(self, values: Sequence[bytes | None],
+                      keys: Sequence[bytes | None] | None = None) -> tuple[int, int]:
+        """Append ``values`` (and keys) as one LogAppendTime batch; returns (first offset, last offset)."""
+        n = len(values)
+        if n == 0:
+            raise InvalidRecordError(f"Cannot append an empty batch to {self.topic_partition}")
+        if keys is not None and len(keys) != n:
+            raise InvalidRecordError(f"{len(keys)} keys for {n} values in the append to {self.topic_partition}")
+        config = self.config
+        if config.compact and (keys is None or None in keys):
+            raise InvalidRecordError(
+                f"Compacted topic cannot accept message without key in topic partition {self.topic_partition}.")
+        tp = self.topic_partition
+        with self.lock:
+            self._check_open()
+            first = self._end.message_offset
+            now = self.clock.milliseconds()
+            batch = encode_values(first, values, now, keys, self._compression)
+            size = len(batch)
+            if size > config.max_message_bytes or self._compression != Compression.NONE:
+                # An uncompressed batch within the limit proves every record alone is.
+                self._check_record_sizes(values, keys, config.max_message_bytes)
+            if size > config.segment_bytes:
+                raise RecordTooLargeError(
+                    f"Message batch size is {size} bytes in append to partition {tp} which exceeds the "
+                    f"maximum configured segment size of {config.segment_bytes}.")
+            last = first + n - 1
+            text_size, json_size = appended_view_sizes(values, keys, first, now, tp.topic, tp.partition)
+            segment, rolled = self._maybe_roll(size, now, first, last)
+            segment.append(last, now, last, batch, text_size=text_size, json_size=json_size)
+            self._update_log_end_offset(last + 1)
+            flush_needed = self.log_end_offset - self._recovery_point >= config.flush_messages
+        self._after_append(rolled, flush_needed)
+        return first, last
+
+    def _check_record_sizes(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                            max_bytes: int) -> None:
+        """RecordTooLargeError if any record alone makes a batch over ``max.message.bytes``.
+
+        One C-level pass finds the longest value and key; only when that bound
+        is too close to the limit is each suspicious record's exact batch size
+        computed.
+        """
+        def longest(items: Sequence[bytes | None] | None) -> int:
+            if not items:
+                return 0
+            try:
+                return max(map(len, items))
+            except TypeError:
+                return max((len(i) for i in items if i is not None), default=0)
+        if longest(values) + longest(keys) + HEADER_SIZE + _RECORD_OVERHEAD_BOUND <= max_bytes:
+            return
+        for i, value in enumerate(values):
+            key = keys[i] if keys is not None else None
+            rough = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+            if rough + HEADER_SIZE + _RECORD_OVERHEAD_BOUND <= max_bytes:
+                continue
+            size = len(encode_values(0, [value], 0, None if keys is None else [key]))
+            if size > max_bytes:
+                raise RecordTooLargeError(
+                    f"The record at index {i} of the append to {self.topic_partition} is {size} bytes which "
+                    f"exceeds the maximum configured value of {max_bytes}.")
+
+    def append_batch(self, batch: bytes, assign_offsets: bool = True) -> tuple[int, int]:
+        """Append record batches built elsewhere (kafka-python, tools), validating each CRC.
+
+        With ``assign_offsets`` the base offsets are rewritten to follow the log
+        end; the base offset is outside the CRC, so the batch stays valid
+        byte for byte otherwise.  Without it the batches must start at or after
+        the log end (a replica's append).
+        """
+        buf = bytearray(batch)
+        headers = []
+        pos = 0
+        config = self.config
+        while pos < len(buf):
+            header = validate_batch(buf, pos)
+            if header.size > config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"The record batch size in the append to {self.topic_partition} is {header.size} bytes "
+                    f"which exceeds the maximum configured value of {config.max_message_bytes}.")
+            if config.compact and not header.is_control:
+                if any(r.key is None for r in decode_batch(buf, pos, header)):
+                    raise InvalidRecordError(
+                        f"Compacted topic cannot accept message without key in topic partition "
+                        f"{self.topic_partition}.")
+            headers.append((pos, header))
+            pos += header.size
+        if not headers:
+            raise InvalidRecordError(f"Cannot append an empty batch to {self.topic_partition}")
+        if len(buf) > config.segment_bytes:
+            raise RecordTooLargeError(
+                f"Message batch size is {len(buf)} bytes in append to partition {self.topic_partition} which "
+                f"exceeds the maximum configured segment size of {config.segment_bytes}.")
+        with self.lock:
+            self._check_open()
+            end = self._end.message_offset
+            if assign_offsets:
+                next_offset = end
+                for pos, header in headers:
+                    _BASE_OFFSET.pack_into(buf, pos, next_offset)
+                    next_offset += header.last_offset_delta + 1
+                first, last = end, next_offset - 1
+            else:
+                previous = end
+                for _, header in headers:
+                    if header.base_offset < previous:
+                        raise InvalidRecordError(
+                            f"Out of order offsets found in append to {self.topic_partition}: batch at offset "
+                            f"{header.base_offset} is below {previous}")
+                    previous = header.next_offset
+                first, last = headers[0][1].base_offset, headers[-1][1].last_offset
+            max_ts, offset_of_max = -1, first
+            for pos, header in headers:
+                if header.max_timestamp > max_ts:
+                    max_ts = header.max_timestamp
+                    offset_of_max = _BASE_OFFSET.unpack_from(buf, pos)[0] + header.last_offset_delta
+            segment, rolled = self._maybe_roll(len(buf), max_ts, first, last)
+            segment.append(last, max_ts, offset_of_max, bytes(buf))
+            self._update_log_end_offset(last + 1)
+            flush_needed = self.log_end_offset - self._recovery_point >= config.flush_messages
+        self._after_append(rolled, flush_needed)
+        return first, last
+
+    def _maybe_roll(self, batch_size: int, max_timestamp: int, first_offset: int,
+                    last_offset: int) -> tuple[LogSegment, int | None]:
+        segment = self.active_segment
+        now = self.clock.milliseconds()
+        if segment.should_roll(self.config, max_timestamp, last_offset, now, batch_size):
+            logger.debug(self._prefix + "Rolling new log segment (log_size = %d/%d, offset_index_size = %d/%d, "
+                         "time_index_size = %d/%d, inactive_time_ms = %d/%d).", segment.size,
+                         self.config.segment_bytes, segment.offset_index.entries, segment.offset_index.max_entries,
+                         segment.time_index.entries, segment.time_index.max_entries,
+                         segment.time_waited_for_roll(now, max_timestamp), self.config.segment_ms)
+            new_segment = self._roll_locked(first_offset)
+            return new_segment, new_segment.base_offset
+        return segment, None
+
+    def _after_append(self, rolled_at: int | None, flush_needed: bool) -> None:
+        # Outside the lock: fsync must not hold up other appenders (Kafka does this on its scheduler).
+        if flush_needed:
+            self.flush()
+        elif rolled_at is not None:
+            self.flush(rolled_at)
+        self._notify()
+
+    # ------------------------------------------------------------------ roll
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset; the old one is flushed."""
+        with self.lock:
+            self._check_open()
+            segment = self._roll_locked(None)
+        self.flush(segment.base_offset)
+        self._notify()
+        return segment
+
+    def _roll_locked(self, expected_next_offset: int | None) -> LogSegment:
+        start = time.monotonic()
+        end = self._end.message_offset
+        new_offset = max(expected_next_offset or 0, end)
+        active = self.active_segment
+        if new_offset in self._segments:
+            if active.base_offset == new_offset and active.size == 0:
+                # KAFKA-6388: an empty active segment whose index reports full.
+                logger.warning(self._prefix + "Trying to roll a new log segment with start offset %d =max(provided "
+                               "offset = %s, LEO = %d) while it already exists and is active with size 0. Size of "
+                               "time index: %d, size of offset index: %d.", new_offset, expected_next_offset, end,
+                               active.time_index.entries, active.offset_index.entries)
+                segment = self._create_and_delete_segment(new_offset, active, "log roll")
+                self._update_log_end_offset(end)
+                logger.info(self._prefix + "Rolled new log segment at offset %d in %d ms.", new_offset,
+                            (time.monotonic() - start) * 1000)
+                return segment
+            raise StorageError(
+                f"Trying to roll a new log segment for topic partition {self.topic_partition} with start offset "
+                f"{new_offset} =max(provided offset = {expected_next_offset}, LEO = {end}) while it already "
+                f"exists. Existing segment is {self._segments[new_offset]}.")
+        if new_offset < active.base_offset:
+            raise StorageError(
+                f"Trying to roll a new log segment for topic partition {self.topic_partition} with start offset "
+                f"{new_offset} lower than start offset of the active segment {active}")
+        for path in (log_file_path(self.dir, new_offset), offset_index_file_path(self.dir, new_offset),
+                     time_index_file_path(self.dir, new_offset)):
+            if os.path.exists(path):
+                logger.warning(self._prefix + "Newly rolled segment file %s already exists; deleting it first", path)
+                os.unlink(path)
+        active.on_becoming_inactive_segment()
+        segment = self._open_segment(new_offset)
+        self._add_segment(segment)
+        self._update_log_end_offset(end)
+        logger.info(self._prefix + "Rolled new log segment at offset %d in %d ms.", new_offset,
+                    (time.monotonic() - start) * 1000)
+        return segment
+
+    def _open_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment.open(self.dir, base_offset, self.config, self.clock,
+                               topic_partition=self.topic_partition)
+
+    def _create_and_delete_segment(self, new_offset: int, to_delete: LogSegment, reason: str) -> LogSegment:
+        if new_offset == to_delete.base_offset:
+            to_delete.change_file_suffixes("", DELETED_FILE_SUFFIX)
+        segment = self._open_segment(new_offset)
+        segments = self._segments.copy()
+        segments[new_offset] = segment
+        if new_offset != to_delete.base_offset:
+            segments.pop(to_delete.base_offset, None)
+        self._publish(segments)
+        logger.info(self._prefix + "Deleting segments as part of %s: %r", reason, to_delete)
+        self._schedule_deletion([to_delete])
+        return segment
+
+    # ------------------------------------------------------------------ read
+    def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one_message: bool = True) -> FetchDataInfo:
+        """Raw batches from the one holding ``start_offset`` (Kafka's LocalLog.read).
+
+        OffsetOutOfRangeError outside [log start, log end]; at the log end (or
+        ``max_offset``) the records are empty.
+        """
+        end = self._end
+        segments = self._segments
+        log_start = self._log_start_offset
+        if start_offset < log_start or start_offset > end.message_offset:
+            raise OffsetOutOfRangeError(
+                f"Received request for offset {start_offset} for partition {self.topic_partition}, but we only "
+                f"have log segments in the range {log_start} to {end.message_offset}.",
+                offset=start_offset, log_start_offset=log_start, log_end_offset=end.message_offset)
+        limit = end
+        if max_offset is not None and max_offset < end.message_offset:
+            limit = self._offset_metadata(segments, max_offset)
+        if start_offset >= limit.message_offset:
+            return FetchDataInfo(start_offset, limit.segment_base_offset, limit.relative_position_in_segment, b"")
+        values = segments.values()
+        i = max(segments.bisect_right(start_offset) - 1, 0)
+        while i < len(values):
+            segment = values[i]
+            if segment.base_offset < limit.segment_base_offset:
+                max_position = segment.size
+            elif segment.base_offset == limit.segment_base_offset:
+                max_position = limit.relative_position_in_segment
+            else:
+                break
+            info = segment.read(start_offset, max_bytes, max_position, min_one_message)
+            if info is not None:
+                return info
+            i += 1
+        return FetchDataInfo(start_offset, end.segment_base_offset, end.relative_position_in_segment, b"")
+
+    @staticmethod
+    def _offset_metadata(segments: SortedDict, offset: int) -> LogOffsetMetadata:
+        i = max(segments.bisect_right(offset) - 1, 0)
+        segment = segments.values()[i]
+        mapping = segment.translate_offset(offset)
+        position = mapping.position if mapping is not None else segment.size
+        return LogOffsetMetadata(offset, segment.base_offset, position)
+
+    def read_records(self, start_offset: int, max_records: int = 1 << 62) -> list[Record]:
+        """Decoded records from ``start_offset`` (CRC-checked), at most ``max_records``, control records skipped."""
+        end = self._end
+        segments = self._segments
+        log_start = self._log_start_offset
+        if start_offset < log_start or start_offset > end.message_offset:
+            raise OffsetOutOfRangeError(
+                f"Received request for offset {start_offset} for partition {self.topic_partition}, but we only "
+                f"have log segments in the range {log_start} to {end.message_offset}.",
+                offset=start_offset, log_start_offset=log_start, log_end_offset=end.message_offset)
+        out: list[Record] = []
+        end_offset = end.message_offset
+        values = segments.values()
+        i = max(segments.bisect_right(start_offset) - 1, 0)
+        while i < len(values) and len(out) < max_records:
+            segment = values[i]
+            i += 1
+            if segment.base_offset > end.segment_base_offset:
+                break
+            limit = (end.relative_position_in_segment if segment.base_offset == end.segment_base_offset
+                     else segment.size)
+            mapping = segment.translate_offset(start_offset)
+            if mapping is None:
+                continue
+            for pos, header, buf, off in segment.batches_with_bytes(mapping.position, limit):
+                if header.next_offset <= start_offset:
+                    continue
+                records = segment.validate_and_decode(buf, off, header, pos)
+                if records and (records[0].offset < start_offset or records[-1].offset >= end_offset):
+                    records = [r for r in records if start_offset <= r.offset < end_offset]
+                out.extend(records)
+                if len(out) >= max_records:
+                    break
+        del out[max_records:]
+        return out
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """Kafka's ListOffsets: (offset, timestamp) for -2 earliest, -1 latest, -3 max timestamp, or a time.
+
+        For a time T it is the first record with timestamp >= T (None if none);
+        earliest/latest carry timestamp -1 as Kafka's NO_TIMESTAMP.
+        """
+        if timestamp == EARLIEST_TIMESTAMP:
+            return self._log_start_offset, -1
+        if timestamp == LATEST_TIMESTAMP:
+            return self.log_end_offset, -1
+        segments = list(self._segments.values())
+        if timestamp == MAX_TIMESTAMP:
+            best = max(segments, key=lambda s: s.max_timestamp_so_far)
+            max_ts, offset = best.max_timestamp_so_far, best.offset_of_max_timestamp
+            if max_ts < 0:
+                return None
+            _, position = best.offset_index.lookup(offset)
+            for pos, header, buf, off in best.batches_with_bytes(position):
+                if header.max_timestamp == max_ts:
+                    for record in best.validate_and_decode(buf, off, header, pos):
+                        if record.timestamp == max_ts and record.offset >= self._log_start_offset:
+                            return record.offset, max_ts
+            return None
+        if timestamp < 0:
+            raise InvalidRequestError(f"Invalid timestamp {timestamp} for a ListOffsets lookup")
+        start = self._log_start_offset
+        for segment in segments:
+            if segment.largest_timestamp >= timestamp:
+                found = segment.find_offset_by_timestamp(timestamp, start)
+                if found is not None:
+                    return found[1], found[0]
+        return None
+
+    # ----------------------------------------------------------------- flush
+    def flush(self, offset: int | None = None) -> None:
+        """fsync the segments holding offsets below ``offset`` (default: log end); the recovery point moves there."""
+        end = self.log_end_offset
+        offset = end if offset is None else min(offset, end)
+        recovery_point = self._recovery_point
+        if offset <= recovery_point:
+            return
+        to_flush = self._segments_in_range(recovery_point, offset)
+        for segment in to_flush:
+            segment.flush()
+        if any(s.base_offset >= recovery_point for s in to_flush):
+            _fsync_dir(self.dir)       # new segment files must survive a crash too
+        with self.lock:
+            if offset > self._recovery_point:
+                self._recovery_point = offset
+                self._last_flush_time = self.clock.milliseconds()
+        logger.debug(self._prefix + "Flushed log up to offset %d (exclusive) with recovery point %d", offset, offset)
+
+    # -------------------------------------------------------------- truncate
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every record at or above ``offset``; True if anything was removed (Kafka's truncateTo)."""
+        if offset < 0:
+            raise InvalidRequestError(
+                f"Cannot truncate partition {self.topic_partition} to a negative offset ({offset}).")
+        with self.lock:
+            self._check_open()
+            if offset >= self.log_end_offset:
+                logger.info(self._prefix + "Truncating to %d has no effect as the largest offset in the log is %d",
+                            offset, self.log_end_offset - 1)
+                return False
+            logger.info(self._prefix + "Truncating to offset %d", offset)
+            if self._segments.peekitem(0)[0] > offset:
+                self.truncate_fully_and_start_at(offset)
+            else:
+                deletable = [s for s in self._segments.values() if s.base_offset > offset]
+                if deletable:
+                    logger.info(self._prefix + "Deleting segments as part of log truncation: %s",
+                                ",".join(map(repr, deletable)))
+                    self._remove_and_delete_segments(deletable)
+                active = self.active_segment
+                active.truncate_to(offset)
+                # Whole batches go: if ``offset`` fell inside one, the log now ends
+                # before it (Kafka assumes batch boundaries and would leave a gap).
+                end = active.next_offset
+                self._update_log_end_offset(end)
+                self._log_start_offset = min(end, self._log_start_offset)
+        self._notify()
+        return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Delete every segment and start an empty log at ``new_offset``."""
+        with self.lock:
+            self._check_open()
+            segments = list(self._segments.values())
+            logger.info(self._prefix + "Deleting segments as part of log truncation: %s",
+                        ",".join(map(repr, segments)))
+            self._remove_and_delete_segments(segments[:-1])
+            self._create_and_delete_segment(new_offset, segments[-1], "log truncation")
+            self._update_log_end_offset(new_offset)
+            self._log_start_offset = new_offset
+        self._notify()
+
+    # ------------------------------------------------------------- retention
+    def delete_old_segments(self) -> int:
+        """Retention: segments below the log start offset, then (cleanup.policy=delete) size and time breaches."""
+        with self.lock:
+            self._check_open()
+            total = self._delete_log_start_offset_breached_segments()
+            if self.config.delete:
+                total += self._delete_retention_size_breached_segments()
+                total += self._delete_retention_ms_breached_segments()
+        if total:
+            self._notify()
+        return total
+
+    def _delete_log_start_offset_breached_segments(self) -> int:
+        log_start = self._log_start_offset
+
+        def describe(segments: list[LogSegment]) -> None:
+            logger.info(self._prefix + "Deleting segments due to log start offset %d breach: %s", log_start,
+                        ",".join(map(repr, segments)))
+        return self._delete_old(retention.log_start_offset_breached(log_start),
+                                f"log start offset {log_start} breach", describe)
+
+    def _delete_retention_size_breached_segments(self) -> int:
+        retention_bytes = self.config.retention_bytes
+        size = self.size
+        if retention_bytes < 0 or size < retention_bytes:
+            return 0
+
+        def describe(segments: list[LogSegment]) -> None:
+            for line in retention.describe_retention_size(segments, retention_bytes, size):
+                logger.info(self._prefix + line)
+        return self._delete_old(retention.retention_size_breached(size, retention_bytes),
+                                f"retention size in bytes {retention_bytes} breach", describe)
+
+    def _delete_retention_ms_breached_segments(self) -> int:
+        retention_ms = self.config.retention_ms
+        if retention_ms < 0:
+            return 0
+
+        def describe(segments: list[LogSegment]) -> None:
+            for line in retention.describe_retention_ms(segments, retention_ms):
+                logger.info(self._prefix + line)
+        return self._delete_old(retention.retention_ms_breached(self.clock.milliseconds(), retention_ms),
+                                f"retention time {retention_ms}ms breach", describe)
+
+    def _delete_old(self, predicate: retention.SegmentPredicate, reason: str,
+                    describe: Callable[[list[LogSegment]], None]) -> int:
+        deletable = retention.deletable_segments(list(self._segments.values()), predicate, self.log_end_offset)
+        if not deletable:
+            return 0
+        logger.info(self._prefix + "Found deletable segments with base offsets [%s] due to %s",
+                    ",".join(str(s.base_offset) for s in deletable), reason)
+        to_delete = deletable
+        if len(self._segments) == len(deletable):
+            # A log always keeps an active segment: roll first so one remains.
+            new_segment = self._roll_locked(None)
+            if deletable[-1].base_offset == new_segment.base_offset:
+                logger.warning(self._prefix + "Empty active segment at %d was deleted and recreated due to %s",
+                               new_segment.base_offset, reason)
+                to_delete = deletable[:-1]
+        if to_delete:
+            segments = self._segments
+            next_base = segments.keys()[segments.bisect_right(to_delete[-1].base_offset)]
+            self._increment_log_start_offset(next_base, SEGMENT_DELETION)
+            describe(to_delete)
+            self._remove_and_delete_segments(to_delete)
+        return len(deletable)
+
+    def maybe_increment_log_start_offset(self, new_start: int, reason: str = CLIENT_RECORD_DELETION) -> None:
+        """DeleteRecords: move the log start offset up to ``new_start`` (never past the log end).
+
+        Segments wholly below the new start are deleted at once, through the
+        same asynchronous path as retention, so they leave the namespace now.
+        """
+        with self.lock:
+            self._check_open()
+            if new_start < 0:
+                raise InvalidRequestError(
+                    f"Cannot increment the log start offset of partition {self.topic_partition} to a negative "
+                    f"offset {new_start}")
+            if new_start > self.log_end_offset:
+                raise InvalidRequestError(
+                    f"Cannot increment the log start offset to {new_start} of partition {self.topic_partition} "
+                    f"since it is larger than the log end offset {self.log_end_offset}")
+            changed = self._increment_log_start_offset(new_start, reason)
+            deleted = self._delete_log_start_offset_breached_segments() if changed else 0
+        if changed or deleted:
+            self._notify()
+
+    def _increment_log_start_offset(self, new_start: int, reason: str) -> bool:
+        if new_start > self._log_start_offset:
+            self._log_start_offset = new_start
+            logger.info(self._prefix + "Incremented log start offset to %d due to %s", new_start, reason)
+            return True
+        return False
+
+    def _remove_and_delete_segments(self, to_delete: Sequence[LogSegment]) -> None:
+        segments = self._segments.copy()
+        for segment in to_delete:
+            if segments.get(segment.base_offset) is segment:
+                del segments[segment.base_offset]
+        self._publish(segments)
+        self._schedule_deletion(to_delete)
+
+    def _schedule_deletion(self, to_delete: Sequence[LogSegment]) -> None:
+        due = self.clock.milliseconds() + self.config.file_delete_delay_ms
+        for segment in to_delete:
+            if not segment.has_suffix(DELETED_FILE_SUFFIX):
+                segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
+            self._pending.append(_PendingDeletion(due, segment))
+
+    def delete_expired_segment_files(self, now_ms: int | None = None) -> int:
+        """Unlink ``.deleted`` segments whose ``file.delete.delay.ms`` has elapsed; returns how many."""
+        now = self.clock.milliseconds() if now_ms is None else now_ms
+        with self.lock:
+            due = [p.segment for p in self._pending if p.due_ms <= now]
+            if not due:
+                return 0
+            self._pending = [p for p in self._pending if p.due_ms > now]
+        logger.info(self._prefix + "Deleting segment files %s", ", ".join(map(repr, due)))
+        for segment in due:
+            segment.delete_if_exists()
+        return len(due)
+
+    # ---------------------------------------------------------- replacement
+    def replace_segments(self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]) -> None:
+        """Swap cleaned segments in for old ones, crash-safely (Kafka's LocalLog.replaceSegments).
+
+        ``.cleaned`` -> ``.swap`` in descending offset order, add them, rename the
+        old ones ``.deleted`` (queued), then drop the ``.swap`` suffix.  A crash at
+        any point is completed or rolled back by the LogLoader.
+        """
+        with self.lock:
+            self._check_open()
+            new_sorted = sorted(new_segments, key=lambda s: s.base_offset)
+            current = self._segments
+            old_sorted = sorted((s for s in old_segments if current.get(s.base_offset) is s),
+                                key=lambda s: s.base_offset)
+            segments = current.copy()
+            for segment in reversed(new_sorted):
+                if segment.has_suffix(CLEANED_FILE_SUFFIX):
+                    segment.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
+                segment.topic_partition = self.topic_partition
+                segments[segment.base_offset] = segment
+            new_bases = {s.base_offset for s in new_sorted}
+            for segment in old_sorted:
+                if segment.base_offset not in new_bases:
+                    del segments[segment.base_offset]
+            self._publish(segments)
+            self._schedule_deletion(old_sorted)
+            for segment in new_sorted:
+                if segment.has_suffix(SWAP_FILE_SUFFIX):
+                    segment.change_file_suffixes(SWAP_FILE_SUFFIX, "")
+            _fsync_dir(self.dir)
+            self._update_log_end_offset(self.log_end_offset)
+        self._notify()
+
+    # ------------------------------------------------------------- lifecycle
+    def rename_dir(self, new_name: str) -> None:
+        """Rename the partition directory (e.g. ``topic-0.<id>-delete``); segments follow."""
+        with self.lock:
+            new_dir = os.path.join(os.path.dirname(self.dir), new_name)
+            if new_dir == self.dir:
+                return
+            try:
+                os.rename(self.dir, new_dir)
+            except OSError as exc:
+                raise StorageError(f"Error while renaming dir for {self.topic_partition} in log dir "
+                                   f"{os.path.dirname(self.dir)}: {exc.strerror}") from exc
+            self.dir = new_dir
+            for segment in list(self._segments.values()) + [p.segment for p in self._pending]:
+                segment.update_parent_dir(new_dir)
+
+    def close(self) -> None:
+        """Close every segment: the active one gets its final time index entry and trimmed indexes."""
+        with self.lock:
+            if self._closed:
+                return
+            self._closed = True
+            for segment in self._segments.values():
+                segment.close()
+            for pending in self._pending:
+                pending.segment.close_handlers()
+
+    def delete(self) -> None:
+        """Delete every segment file and the directory now (a deleted topic's final step)."""
+        with self.lock:
+            segments = list(self._segments.values()) + [p.segment for p in self._pending]
+            self._pending = []
+            for segment in segments:
+                segment.delete_if_exists()
+                segment.close_handlers()
+            self._closed = True
+            shutil.rmtree(self.dir, ignore_errors=True)
+        logger.info(self._prefix + "Deleted log for partition %s in %s.", self.topic_partition, self.dir)
+
+    def __repr__(self) -> str:
+        return (f"Log(dir={self.dir}, topicPartition={self.topic_partition}, logStartOffset="
+                f"{self._log_start_offset}, logEndOffset={self.log_end_offset})")
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return          # renamed for deletion concurrently: nothing to make durable
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

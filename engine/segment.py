@@ -1,0 +1,738 @@
+"""LogSegment: one ``.log`` file with its ``.index`` and ``.timeindex`` (Kafka's LogSegment + FileRecords).
+
+A segment is the unit of rolling, retention, recovery and cleaning.  Behaviour
+follows Kafka's ``LogSegment``:
+
+* the offset index is sparse: an entry (the batch's *last* offset, its
+  position) whenever more than ``index.interval.bytes`` of log went by since
+  the previous entry, and the time index gets ``(max timestamp so far, its
+  offset)`` at the same points; a final time index entry is written when the
+  segment stops being active;
+* indexes are preallocated to ``segment.index.bytes`` and trimmed to their
+  entries when the segment becomes inactive or is closed;
+* ``recover()`` validates every batch and truncates at the first torn or
+  corrupt one, rebuilding both indexes from what survives.
+
+Unix semantics for readers: the ``.log`` is read with ``os.pread`` on a file
+descriptor kept open for the life of the object, so a segment deleted (or
+replaced by the cleaner) under a reader keeps serving the bytes the reader
+opened.  The descriptor is closed by :meth:`close` or when the object is
+garbage-collected.
+
+Concurrency: appends happen under ``Log.lock`` (one writer).  Reads never lock:
+they bound themselves by a snapshot of :attr:`size`, which is published only
+after the bytes are written, so a reader never sees a partial batch.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+import weakref
+from typing import Iterator, NamedTuple
+
+from engine import records as _records
+from engine.clock import SYSTEM_CLOCK, Clock
+from engine.errors import CorruptRecordError, LogDirFullError, StorageError, InvalidRequestError
+from engine.index import OffsetIndex, TimeIndex
+from engine.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, read_header, validate_batch
+from engine.render import batch_view_sizes
+from engine.topic import DELETE_DIR_SUFFIX, TopicPartition, parse_topic_partition_dir
+from engine.viewindex import ViewIndex
+
+log = logging.getLogger(__name__)
+
+LOG_FILE_SUFFIX = ".log"
+INDEX_FILE_SUFFIX = ".index"
+TIME_INDEX_FILE_SUFFIX = ".timeindex"
+TXN_INDEX_FILE_SUFFIX = ".txnindex"
+DELETED_FILE_SUFFIX = ".deleted"
+CLEANED_FILE_SUFFIX = ".cleaned"
+SWAP_FILE_SUFFIX = ".swap"
+
+_INT32_MAX = 0x7FFFFFFF
+_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+_UNKNOWN = object()          # "not loaded yet" for lazily read fields
+# Header-only scans (offset translation) read this much at a time: a few batches
+# of a typical index interval without dragging whole large batches in.
+_HEADER_SCAN_CHUNK = 16 * 1024
+# Full scans (recovery, view index rebuild) read big sequential chunks.
+_BODY_SCAN_CHUNK = 4 * 1024 * 1024
+
+
+class FetchDataInfo(NamedTuple):
+    """Raw batch bytes of a read and where they start (Kafka's FetchDataInfo + LogOffsetMetadata)."""
+
+    fetch_offset: int
+    segment_base_offset: int
+    position: int
+    records: bytes
+
+
+class LogOffsetPosition(NamedTuple):
+    """A batch found by offset: its last offset, position in the .log and size in bytes."""
+
+    offset: int
+    position: int
+    size: int
+
+
+def filename_prefix_from_offset(offset: int) -> str:
+    """Kafka's 20-digit zero-padded base offset that names a segment's files."""
+    return f"{offset:020d}"
+
+
+def log_file_path(dir: str, offset: int, suffix: str = "") -> str:
+    return os.path.join(dir, filename_prefix_from_offset(offset) + LOG_FILE_SUFFIX + suffix)
+
+
+def offset_index_file_path(dir: str, offset: int, suffix: str = "") -> str:
+    return os.path.join(dir, filename_prefix_from_offset(offset) + INDEX_FILE_SUFFIX + suffix)
+
+
+def time_index_file_path(dir: str, offset: int, suffix: str = "") -> str:
+    return os.path.join(dir, filename_prefix_from_offset(offset) + TIME_INDEX_FILE_SUFFIX + suffix)
+
+
+def offset_from_file_name(name: str) -> int:
+    """The base offset a segment file name starts with; ValueError if it has none."""
+    prefix = os.path.basename(name).split(".", 1)[0]
+    if not prefix.isdigit():
+        raise ValueError(f"{name!r} does not start with a base offset")
+    return int(prefix)
+
+
+def replace_suffix(path: str, old_suffix: str, new_suffix: str) -> str:
+    if not path.endswith(old_suffix):
+        raise StorageError(f"Expected file {path} to end with suffix {old_suffix!r}")
+    return path[:len(path) - len(old_suffix)] + new_suffix
+
+
+def topic_partition_of_dir(dir: str) -> TopicPartition:
+    """The partition a log directory holds, including ``topic-p.<uuid>-delete`` dirs."""
+    name = os.path.basename(os.path.normpath(dir))
+    if name.endswith(DELETE_DIR_SUFFIX) and "." in name:
+        name = name[:name.rindex(".")]
+    return parse_topic_partition_dir(name)
+
+
+def _rendered_records(data: bytes) -> int:
+    """Records a view renders from these batches: header counts, control batches excluded."""
+    return sum(header.records_count for _, header in _records.iter_batches(data) if not header.is_control)
+
+
+class LogSegment:
+    """One segment of a partition's log: ``<base>.log`` + ``.index`` + ``.timeindex``."""
+
+    def __init__(self, dir: str, base_offset: int, config, clock: Clock = SYSTEM_CLOCK, *,
+                 file_suffix: str = "", file_already_exists: bool = False,
+                 preallocate: bool = False, topic_partition: TopicPartition | None = None) -> None:
+        self.dir = dir
+        self.base_offset = base_offset
+        self.clock = clock
+        self.index_interval_bytes: int = config.index_interval_bytes
+        self.max_index_size: int = config.segment_index_bytes
+        self.roll_jitter_ms = 0
+        self.log_path = log_file_path(dir, base_offset, file_suffix)
+        self._topic_partition = topic_partition
+        self._preallocated = preallocate and not file_already_exists
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(self.log_path, flags, 0o644)
+        except OSError as exc:
+            raise StorageError(f"Could not open log file {self.log_path}: {exc.strerror}") from exc
+        self._fd = fd
+        # The descriptor closes when the segment is garbage-collected, so a view
+        # holding a deleted segment keeps reading and releases it when it lets go.
+        self._fd_finalizer = weakref.finalize(self, os.close, fd)
+        try:
+            if self._preallocated:
+                os.posix_fallocate(fd, 0, max(config.segment_bytes, 1))
+                self._size = 0
+            else:
+                self._size = os.fstat(fd).st_size
+            self.offset_index = OffsetIndex(offset_index_file_path(dir, base_offset, file_suffix),
+                                            base_offset, self.max_index_size)
+            self.time_index = TimeIndex(time_index_file_path(dir, base_offset, file_suffix),
+                                        base_offset, self.max_index_size)
+        except BaseException:
+            self._fd_finalizer()
+            raise
+        self._created = clock.milliseconds()
+        self._bytes_since_last_index_entry = 0
+        self._next_offset: int | None = None if self._size else base_offset
+        self._max_timestamp_and_offset: object = _UNKNOWN     # (timestamp, offset) once read
+        self._rolling_based_timestamp: object = _UNKNOWN if self._size else None
+        self._view_lock = threading.Lock()
+        # A segment created in this process starts with an exact, empty view index
+        # kept up to date by append(); one loaded from disk builds it by one scan.
+        self._view_index: ViewIndex | None = (
+            None if self._size else ViewIndex(base_offset, self.index_interval_bytes))
+
+    @classmethod
+    def open(cls, dir: str, base_offset: int, config, clock: Clock = SYSTEM_CLOCK, *,
+             file_suffix: str = "", file_already_exists: bool = False, preallocate: bool = False,
+             topic_partition: TopicPartition | None = None) -> LogSegment:
+        """Open (creating if missing) the segment at ``base_offset`` in ``dir``."""
+        return cls(dir, base_offset, config, clock, file_suffix=file_suffix,
+                   file_already_exists=file_already_exists, preallocate=preallocate,
+                   topic_partition=topic_partition)
+
+    # ------------------------------------------------------------------ basics
+    @property
+    def size(self) -> int:
+        """Bytes of valid batches in the .log (published after each write completes)."""
+        return self._size
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        if self._topic_partition is None:
+            try:
+                self._topic_partition = topic_partition_of_dir(self.dir)
+            except Exception:
+                self._topic_partition = TopicPartition(os.path.basename(self.dir), 0)
+        return self._topic_partition
+
+    @topic_partition.setter
+    def topic_partition(self, tp: TopicPartition) -> None:
+        if tp != self._topic_partition:
+            self._topic_partition = tp
+            with self._view_lock:       # JSON lines name the topic: sizes change with it
+                self._view_index = None
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after the last batch (base offset if empty); read once, then cached."""
+        nxt = self._next_offset
+        if nxt is None:
+            nxt = self._next_offset = self.read_next_offset()
+        return nxt
+
+    def read_next_offset(self) -> int:
+        """Kafka's readNextOffset: from the last offset index entry, walk to the last batch."""
+        size = self._size
+        _, position = self.offset_index.lookup(self.offset_index.last_offset)
+        if position > size:
+            position = 0
+        last: BatchHeader | None = None
+        for _, header in self._headers(position, size):
+            last = header
+        return last.next_offset if last is not None else self.base_offset
+
+    def _can_convert_to_relative_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= _INT32_MAX
+
+    # ------------------------------------------------------------- timestamps
+    def _max_ts_and_offset(self) -> tuple[int, int]:
+        value = self._max_timestamp_and_offset
+        if value is _UNKNOWN:
+            value = self._max_timestamp_and_offset = tuple(self.time_index.last_entry)
+        return value  # type: ignore[return-value]
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self._max_ts_and_offset()[0]
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        return self._max_ts_and_offset()[1]
+
+    @property
+    def largest_timestamp(self) -> int:
+        """The largest record timestamp, or the file's mtime when no record has one (Kafka)."""
+        ts = self.max_timestamp_so_far
+        return ts if ts >= 0 else self.last_modified
+
+    @property
+    def last_modified(self) -> int:
+        try:
+            st = os.fstat(self._fd) if self._fd >= 0 else os.stat(self.log_path)
+        except OSError as exc:
+            raise StorageError(f"Could not stat {self.log_path}: {exc.strerror}") from exc
+        return st.st_mtime_ns // 1_000_000
+
+    def set_last_modified(self, ms: int) -> None:
+        ns = ms * 1_000_000
+        os.utime(self._fd if self._fd >= 0 else self.log_path, ns=(ns, ns))
+        for path in (self.offset_index.path, self.time_index.path):
+            if os.path.exists(path):
+                os.utime(path, ns=(ns, ns))
+
+    def _first_batch_timestamp(self) -> int | None:
+        ts = self._rolling_based_timestamp
+        if ts is _UNKNOWN:
+            ts = None
+            for _, header in self._headers(0, self._size):
+                ts = header.max_timestamp
+                break
+            self._rolling_based_timestamp = ts
+        return ts  # type: ignore[return-value]
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        """Time since the first batch's timestamp (Kafka's rollingBasedTimestamp), else since creation."""
+        ts = self._first_batch_timestamp()
+        if ts is not None and ts >= 0:
+            return message_timestamp - ts
+        return now_ms - self._created
+
+    def should_roll(self, config, max_timestamp_in_batch: int, max_offset_in_batch: int,
+                    now_ms: int, batch_size: int) -> bool:
+        """Kafka's shouldRoll: size, segment.ms since the first batch, full indexes, offset overflow."""
+        size = self._size
+        reached_roll_ms = (self.time_waited_for_roll(now_ms, max_timestamp_in_batch)
+                           > config.segment_ms - self.roll_jitter_ms)
+        return (size > config.segment_bytes - batch_size
+                or (size > 0 and reached_roll_ms)
+                or self.offset_index.is_full()
+                or self.time_index.is_full()
+                or not self._can_convert_to_relative_offset(max_offset_in_batch))
+
+    # ----------------------------------------------------------------- append
+    def append(self, largest_offset: int, largest_timestamp: int, offset_of_max_timestamp: int,
+               records: bytes, *, text_size: int | None = None, json_size: int | None = None) -> None:
+        """Append batch bytes whose last offset is ``largest_offset`` (Kafka's LogSegment.append).
+
+        ``text_size``/``json_size`` are the sizes of the batch in the two
+        renderings; without them the view index falls behind and is caught up
+        by a scan on next use.  On ENOSPC the .log is truncated back and
+        LogDirFullError raised: nothing partial stays in the file.
+        """
+        n = len(records)
+        if n == 0:
+            return
+        position = self._size
+        if not self._can_convert_to_relative_offset(largest_offset):
+            raise StorageError(
+                f"Detected offset overflow at offset {largest_offset} in segment {self}")
+        self._write(records, position)
+        previous_max = max_ts = self._max_ts_and_offset()
+        if largest_timestamp > max_ts[0]:
+            max_ts = (largest_timestamp, offset_of_max_timestamp)
+        indexed = self._bytes_since_last_index_entry > self.index_interval_bytes
+        if indexed:
+            try:
+                self.offset_index.append(largest_offset, position)
+                self.time_index.maybe_append(max_ts[0], max_ts[1])
+            except BaseException:
+                # e.g. ENOSPC allocating an index page: undo the whole append so
+                # no batch sits in the file beyond what the indexes and size say.
+                first_offset = int.from_bytes(records[:8], "big", signed=True)
+                self.offset_index.truncate_to(first_offset)
+                self.time_index.truncate_to(first_offset)
+                self._truncate_file(position)
+                raise
+            self._bytes_since_last_index_entry = 0
+        if previous_max is not max_ts:
+            self._max_timestamp_and_offset = max_ts
+        if position == 0:
+            self._rolling_based_timestamp = largest_timestamp
+        self._bytes_since_last_index_entry += n
+        self._next_offset = largest_offset + 1
+        self._size = position + n           # publish: readers may now see the batch
+        # Never wait for a reader's catch-up scan (it may be long on a big loaded
+        # segment): if one is running, it or the next access picks this batch up.
+        if text_size is not None and json_size is not None and self._view_lock.acquire(blocking=False):
+            try:
+                vi = self._view_index
+                if vi is not None and vi.log_size == position:
+                    first_offset = int.from_bytes(records[:8], "big", signed=True)
+                    vi.append(first_offset, position, text_size, json_size, largest_offset + 1,
+                              indexed, batch_size=n, records=_rendered_records(records))
+            finally:
+                self._view_lock.release()
+
+    def _write(self, data: bytes, position: int) -> None:
+        fd = self._fd
+        try:
+            written = os.pwrite(fd, data, position)
+            if written < len(data):
+                view = memoryview(data)
+                while written < len(data):
+                    written += os.pwrite(fd, view[written:], position + written)
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, position)      # nothing partial may stay behind
+            except OSError:
+                log.error("Failed to truncate %s back to %d bytes after a failed append",
+                          self.log_path, position)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise LogDirFullError(
+                    f"No space left on device while appending {len(data)} bytes to {self.log_path}"
+                ) from exc
+            raise StorageError(f"I/O error appending to {self.log_path}: {exc.strerror}") from exc
+
+    # ------------------------------------------------------------------- read
+    def read_bytes(self, position: int, size: int) -> bytes:
+        """Raw bytes of the .log; works after the file was deleted (the descriptor is kept)."""
+        if size <= 0:
+            return b""
+        try:
+            return os.pread(self._fd, size, position)
+        except OSError as exc:
+            raise StorageError(f"I/O error reading {self.log_path} at {position}: {exc.strerror}") from exc
+
+    def _headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+        """Shallow walk of batch headers in [start, end); stops at a torn tail."""
+        fd = self._fd
+        pos = start
+        buf = b""
+        buf_start = start
+        while pos + HEADER_SIZE <= end:
+            off = pos - buf_start
+            if off < 0 or off + HEADER_SIZE > len(buf):
+                buf = os.pread(fd, min(_HEADER_SCAN_CHUNK, end - pos), pos)
+                buf_start, off = pos, 0
+                if len(buf) < HEADER_SIZE:
+                    return
+            header = read_header(buf, off)
+            if header.batch_length < _MIN_BATCH_LENGTH:
+                raise CorruptRecordError(
+                    f"Record batch size {header.batch_length + LOG_OVERHEAD} is smaller than the "
+                    f"minimum allowed ({HEADER_SIZE})", path=self.log_path, position=pos)
+            nxt = pos + LOG_OVERHEAD + header.batch_length
+            if nxt > end:
+                return
+            yield pos, header
+            pos = nxt
+
+    def _batches_with_bytes(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
+        """Walk whole batches in [start, end): (position, header, buffer, offset in buffer)."""
+        fd = self._fd
+        pos = start
+        buf = b""
+        buf_start = start
+        while pos + HEADER_SIZE <= end:
+            off = pos - buf_start
+            if off + HEADER_SIZE > len(buf):
+                buf = os.pread(fd, min(_BODY_SCAN_CHUNK, end - pos), pos)
+                buf_start, off = pos, 0
+                if len(buf) < HEADER_SIZE:
+                    return
+            header = read_header(buf, off)
+            if header.batch_length < _MIN_BATCH_LENGTH:
+                raise CorruptRecordError(
+                    f"Record batch size {header.batch_length + LOG_OVERHEAD} is smaller than the "
+                    f"minimum allowed ({HEADER_SIZE})", path=self.log_path, position=pos)
+            size = LOG_OVERHEAD + header.batch_length
+            if pos + size > end:
+                return
+            if off + size > len(buf):
+                buf = os.pread(fd, max(size, min(_BODY_SCAN_CHUNK, end - pos)), pos)
+                buf_start, off = pos, 0
+                if len(buf) < size:
+                    return
+            yield pos, header, buf, off
+            pos += size
+
+    def batches(self, start_position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of every batch from ``start_position`` up to the current size."""
+        return self._headers(start_position, self._size)
+
+    def batches_with_bytes(self, start_position: int = 0,
+                           end_position: int | None = None) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
+        """Whole batches for decoding: (position, header, buffer, offset of the batch in buffer)."""
+        end = self._size if end_position is None else min(end_position, self._size)
+        return self._batches_with_bytes(start_position, end)
+
+    def translate_offset(self, offset: int, starting_position: int = 0) -> LogOffsetPosition | None:
+        """The first batch whose last offset is >= ``offset`` (index lookup, then a short scan)."""
+        _, position = self.offset_index.lookup(offset)
+        for pos, header in self._headers(max(position, starting_position), self._size):
+            last = header.base_offset + header.last_offset_delta
+            if last >= offset:
+                return LogOffsetPosition(last, pos, LOG_OVERHEAD + header.batch_length)
+        return None
+
+    def read(self, start_offset: int, max_size: int, max_position: int | None = None,
+             min_one_message: bool = False) -> FetchDataInfo | None:
+        """Raw bytes from the batch holding ``start_offset``, at most ``max_size`` of them.
+
+        None when no batch of this segment reaches ``start_offset``.  As in
+        Kafka the last batch may be cut short by ``max_size`` (readers stop at a
+        short tail); ``min_one_message`` widens the limit to the first batch.
+        ``max_position`` bounds the read (Kafka's high-watermark position); None
+        means the segment's current size, not Kafka's "nothing".
+        """
+        if max_size < 0:
+            raise InvalidRequestError(f"Invalid max size {max_size} for log read from segment {self}")
+        size = self._size
+        mapping = self.translate_offset(start_offset)
+        if mapping is None:
+            return None
+        limit = size if max_position is None else min(max_position, size)
+        adjusted = max(max_size, mapping.size) if min_one_message else max_size
+        if adjusted == 0 or limit <= mapping.position:
+            return FetchDataInfo(start_offset, self.base_offset, mapping.position, b"")
+        fetch_size = min(limit - mapping.position, adjusted)
+        return FetchDataInfo(start_offset, self.base_offset, mapping.position,
+                             self.read_bytes(mapping.position, fetch_size))
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record with timestamp >= ``timestamp`` and offset >= start."""
+        _, ts_offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(max(ts_offset, starting_offset))
+        for pos, header, buf, off in self._batches_with_bytes(position, self._size):
+            if header.max_timestamp >= timestamp and header.next_offset > starting_offset:
+                for record in self._decode(buf, off, header, pos):
+                    if record.timestamp >= timestamp and record.offset >= starting_offset:
+                        return record.timestamp, record.offset
+        return None
+
+    def _decode(self, buf, off: int, header: BatchHeader, position: int) -> list:
+        try:
+            return _records.decode_batch(buf, off, header)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(str(exc).split(" (file ")[0], path=self.log_path,
+                                     position=position) from None
+
+    def validate_and_decode(self, buf, off: int, header: BatchHeader, position: int) -> list:
+        """CRC-check then decode one batch; CorruptRecordError names this file and position."""
+        try:
+            validate_batch(buf, off)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(str(exc).split(" (file ")[0], path=self.log_path,
+                                     position=position) from None
+        return self._decode(buf, off, header, position)
+
+    # ------------------------------------------------------------- view index
+    @property
+    def view_index(self) -> ViewIndex:
+        """The segment's view index, caught up to the current size (one scan when loaded from disk)."""
+        vi = self._view_index
+        size = self._size
+        if vi is not None and vi.log_size >= size:
+            return vi
+        with self._view_lock:
+            vi = self._view_index
+            if vi is None:
+                vi = ViewIndex(self.base_offset, self.index_interval_bytes)
+            self._catch_up_view_index(vi, self._size)
+            self._view_index = vi
+            return vi
+
+    def _catch_up_view_index(self, vi: ViewIndex, end: int) -> None:
+        tp = self.topic_partition
+        for pos, header, buf, off in self._batches_with_bytes(vi.log_size, end):
+            recs = self._decode(buf, off, header, pos)
+            text_size, json_size = batch_view_sizes(recs, tp.topic, tp.partition,
+                                                    int(header.timestamp_type))
+            vi.append_scanned(header.base_offset, pos, LOG_OVERHEAD + header.batch_length,
+                              text_size, json_size, header.next_offset, len(recs))
+
+    # --------------------------------------------------------------- recovery
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError if either index fails its sanity check (the loader then recovers)."""
+        self.offset_index.sanity_check()
+        self.time_index.sanity_check()
+
+    def recover(self) -> int:
+        """Validate every batch, truncate at the first invalid one, rebuild the indexes.
+
+        Returns the number of bytes truncated.  Beyond Kafka's ensureValid (size,
+        magic, CRC32C), a batch must not go back in offsets: the base offset is
+        outside the CRC, so this is the only check that catches a flipped bit there.
+        """
+        self.offset_index.truncate()
+        self.offset_index.resize(self.max_index_size)
+        self.time_index.truncate()
+        self.time_index.resize(self.max_index_size)
+        file_size = os.fstat(self._fd).st_size
+        valid_bytes = 0
+        last_index_entry = 0
+        max_ts = (-1, -1)
+        next_offset = self.base_offset
+        try:
+            for pos, header, buf, off in self._batches_with_bytes(0, file_size):
+                validate_batch(buf, off)
+                if header.base_offset < next_offset:
+                    raise CorruptRecordError(
+                        f"Batch base offset {header.base_offset} is below the previous batch's "
+                        f"next offset {next_offset}")
+                last_offset = header.base_offset + header.last_offset_delta
+                if not self._can_convert_to_relative_offset(last_offset):
+                    raise CorruptRecordError(
+                        f"Batch last offset {last_offset} cannot be stored relative to base offset "
+                        f"{self.base_offset}")
+                if header.max_timestamp > max_ts[0]:
+                    max_ts = (header.max_timestamp, last_offset)
+                if valid_bytes - last_index_entry > self.index_interval_bytes:
+                    self.offset_index.append(last_offset, valid_bytes)
+                    self.time_index.maybe_append(max_ts[0], max_ts[1])
+                    last_index_entry = valid_bytes
+                valid_bytes += LOG_OVERHEAD + header.batch_length
+                next_offset = last_offset + 1
+        except CorruptRecordError as exc:
+            log.warning("Found invalid messages in log segment %s at byte offset %d: %s",
+                        self.log_path, valid_bytes, exc)
+        truncated = file_size - valid_bytes
+        if truncated > 0:
+            log.debug("Truncated %d invalid bytes at the end of segment %s during recovery",
+                      truncated, self.log_path)
+            self._truncate_file(valid_bytes)
+        self._size = valid_bytes
+        self.offset_index.trim_to_valid_size()
+        if max_ts[0] >= 0:
+            self.time_index.maybe_append(max_ts[0], max_ts[1], skip_full_check=True)
+        self.time_index.trim_to_valid_size()
+        self._max_timestamp_and_offset = max_ts if max_ts[0] >= 0 else (-1, self.base_offset)
+        self._bytes_since_last_index_entry = valid_bytes - last_index_entry
+        self._next_offset = next_offset
+        self._rolling_based_timestamp = _UNKNOWN if valid_bytes else None
+        with self._view_lock:
+            self._view_index = None          # rebuilt by one scan on first use
+        return truncated
+
+    def _truncate_file(self, size: int) -> None:
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError as exc:
+            raise StorageError(f"Could not truncate {self.log_path} to {size}: {exc.strerror}") from exc
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch holding an offset >= ``offset``; returns bytes removed (Kafka's truncateTo)."""
+        mapping = self.translate_offset(offset)
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        # The segment becomes (or stays) the active one: give its indexes room again.
+        self.offset_index.resize(self.max_index_size)
+        self.time_index.resize(self.max_index_size)
+        if mapping is None:
+            truncated = 0
+        else:
+            truncated = self._size - mapping.position
+            self._truncate_file(mapping.position)
+            self._size = mapping.position
+        if self._size == 0:
+            self._created = self.clock.milliseconds()
+            self._rolling_based_timestamp = None
+        self._bytes_since_last_index_entry = 0
+        self._next_offset = None
+        self._max_timestamp_and_offset = self._read_largest_timestamp()
+        with self._view_lock:
+            self._view_index = None
+        return truncated
+
+    def _read_largest_timestamp(self) -> tuple[int, int]:
+        """The last time index entry, or a larger timestamp found after it (Kafka's readLargestTimestamp)."""
+        ts, off = self.time_index.last_entry
+        _, position = self.offset_index.lookup(off)
+        for _, header in self._headers(min(position, self._size), self._size):
+            if header.max_timestamp > ts:
+                ts, off = header.max_timestamp, header.base_offset + header.last_offset_delta
+        return (ts, off)
+
+    # -------------------------------------------------------------- lifecycle
+    def on_becoming_inactive_segment(self) -> None:
+        """Write the final time index entry and trim both indexes (and a preallocated .log)."""
+        ts, off = self._max_ts_and_offset()
+        if ts >= 0:
+            self.time_index.maybe_append(ts, off, skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+        self._trim_preallocated()
+
+    def _trim_preallocated(self) -> None:
+        if self._preallocated and self._fd >= 0:
+            self._truncate_file(self._size)
+            self._preallocated = False
+
+    def flush(self) -> None:
+        """fsync the .log and both indexes (Kafka's LogSegment.flush)."""
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise StorageError(f"Error while flushing {self.log_path}: {exc.strerror}") from exc
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        """Final time index entry, close (and trim) the indexes, close the .log descriptor."""
+        try:
+            if self._max_timestamp_and_offset is not _UNKNOWN:
+                ts, off = self._max_timestamp_and_offset  # type: ignore[misc]
+                if ts >= 0:
+                    self.time_index.maybe_append(ts, off, skip_full_check=True)
+        except Exception as exc:       # Kafka swallows this too: the index is rebuilt if wrong
+            log.warning("Failed to append the final time index entry of %s: %s", self, exc)
+        for index in (self.offset_index, self.time_index):
+            try:
+                index.close()
+            except Exception as exc:
+                log.warning("Error closing %s: %s", index.path, exc)
+        try:
+            self._trim_preallocated()
+        finally:
+            self._close_fd()
+
+    def close_handlers(self) -> None:
+        """Release the index maps and the descriptor without touching the files."""
+        for index in (self.offset_index, self.time_index):
+            try:
+                index.close_handler()
+            except Exception as exc:
+                log.warning("Error closing handler of %s: %s", index.path, exc)
+        self._close_fd()
+
+    def _close_fd(self) -> None:
+        # -1 first: a racing reader gets EBADF, never another file's reused descriptor.
+        self._fd = -1
+        self._fd_finalizer()
+
+    def delete_if_exists(self) -> None:
+        """Unlink the three files; the .log descriptor stays open so open views read on."""
+        try:
+            os.unlink(self.log_path)
+            log.info("Deleted log %s.", self.log_path)
+        except FileNotFoundError:
+            log.info("Failed to delete log %s because it does not exist.", self.log_path)
+        except OSError as exc:
+            raise StorageError(f"Delete of log {self.log_path} failed: {exc.strerror}") from exc
+        for kind, index in (("offset index", self.offset_index), ("time index", self.time_index)):
+            if index.delete_if_exists():
+                log.info("Deleted %s %s.", kind, index.path)
+            else:
+                log.info("Failed to delete %s %s because it does not exist.", kind, index.path)
+
+    @property
+    def deleted(self) -> bool:
+        return not any(os.path.exists(p) for p in
+                       (self.log_path, self.offset_index.path, self.time_index.path))
+
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename the .log and both indexes from ``old_suffix`` to ``new_suffix`` (.deleted, .cleaned, .swap)."""
+        new_log_path = replace_suffix(self.log_path, old_suffix, new_suffix)
+        try:
+            os.rename(self.log_path, new_log_path)
+        except OSError as exc:
+            raise StorageError(f"Failed to rename {self.log_path} to {new_log_path}: {exc.strerror}") from exc
+        self.log_path = new_log_path
+        self.offset_index.rename_to(replace_suffix(self.offset_index.path, old_suffix, new_suffix))
+        self.time_index.rename_to(replace_suffix(self.time_index.path, old_suffix, new_suffix))
+
+    def has_suffix(self, suffix: str) -> bool:
+        return (self.log_path.endswith(suffix) and self.offset_index.path.endswith(suffix)
+                and self.time_index.path.endswith(suffix))
+
+    def update_parent_dir(self, dir: str) -> None:
+        """Point at the files' new directory after the partition directory was renamed."""
+        self.dir = dir
+        self.log_path = os.path.join(dir, os.path.basename(self.log_path))
+        self.offset_index.update_parent_dir(dir)
+        self.time_index.update_parent_dir(dir)
+
+    def resize_indexes(self, size: int) -> None:
+        """Give both indexes ``size`` bytes again (the active segment after a load)."""
+        self.offset_index.resize(size)
+        self.time_index.resize(size)
+
+    def __repr__(self) -> str:
+        ts = self._max_timestamp_and_offset
+        largest = ts[0] if ts is not _UNKNOWN else -1  # type: ignore[index]
+        try:
+            modified = self.last_modified
+        except StorageError:
+            modified = -1
+        return (f"LogSegment(baseOffset={self.base_offset}, size={self._size}, "
+                f"lastModifiedTime={modified}, largestRecordTimestamp={largest})")

@@ -1,0 +1,329 @@
+"""Log on real directories: append, read, roll, flush, truncate, ListOffsets, kafka-python interop."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+from kafka.record import MemoryRecords
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from engine.clock import ManualClock
+from engine.config import LogConfig
+from engine.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError, CorruptRecordError
+from engine.log import Log
+from engine.records import decode_batch, iter_batches
+from engine.segment import LogSegment
+
+T0 = 1_700_000_000_000
+
+
+def make_config(**overrides) -> LogConfig:
+    return LogConfig.from_props({k.replace("_", "."): str(v) for k, v in overrides.items()})
+
+
+def open_log(tmp_path, clock=None, name="t-0", **overrides) -> Log:
+    return Log.load(str(tmp_path / name), make_config(**overrides), clock=clock or ManualClock(T0))
+
+
+def values_for(start: int, n: int) -> list[bytes]:
+    return [b"value-%d" % i for i in range(start, start + n)]
+
+
+def test_append_and_read_round_trip(tmp_path):
+    clock = ManualClock(T0)
+    log = open_log(tmp_path, clock)
+    assert log.append_values(values_for(0, 5)) == (0, 4)
+    clock.sleep(10)
+    assert log.append_values(values_for(5, 3), [b"a", None, b"c"]) == (5, 7)
+    assert log.log_end_offset == 8
+    records = log.read_records(0)
+    assert [(r.offset, r.value) for r in records] == list(enumerate(values_for(0, 8)))
+    assert [r.timestamp for r in records] == [T0] * 5 + [T0 + 10] * 3       # LogAppendTime
+    assert [r.key for r in records[5:]] == [b"a", None, b"c"]
+    assert log.read_records(6, 1)[0].value == b"value-6"
+    info = log.read(5, 1 << 20)
+    assert [r.offset for r in decode_batch(info.records)] == [5, 6, 7]
+    assert log.read(8, 1000).records == b""                                  # at the log end: empty
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(9, 1000)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read_records(-1)
+    limited = log.read(0, 1 << 20, max_offset=5)
+    assert [r.offset for b in [limited.records] for r in decode_batch(b)] == [0, 1, 2, 3, 4]
+    assert len(list(iter_batches(limited.records))) == 1
+    log.close()
+
+
+def test_rolls_on_size_and_time(tmp_path):
+    clock = ManualClock(T0)
+    log = open_log(tmp_path, clock, segment_bytes=1000, segment_ms=60_000)
+    for i in range(20):
+        log.append_values(values_for(i * 10, 10))
+    assert log.num_segments > 3
+    bases = list(log.segments.keys())
+    for segment in list(log.segments.values())[:-1]:
+        assert segment.size <= 1000
+        assert os.path.getsize(segment.offset_index.path) == segment.offset_index.entries * 8   # trimmed
+    assert [r.offset for r in log.read_records(0)] == list(range(200))
+    # time: a new batch 60 s after the active segment's first batch rolls it
+    timed = open_log(tmp_path, clock, name="t-1", segment_ms=60_000)
+    timed.append_values([b"a"])
+    clock.sleep(60_000)
+    timed.append_values([b"b"])
+    assert timed.num_segments == 1
+    clock.sleep(1)
+    timed.append_values([b"c"])
+    assert list(timed.segments.keys()) == [0, 2]
+    assert bases[0] == 0
+    log.close()
+    timed.close()
+
+
+def test_roll_when_index_is_full(tmp_path):
+    log = open_log(tmp_path, segment_index_bytes=24, index_interval_bytes=1)
+    for i in range(6):
+        log.append_values([b"x" * 50])
+    assert log.num_segments >= 3
+    assert all(s.offset_index.entries <= 3 for s in log.segments.values())
+    assert [r.offset for r in log.read_records(0)] == list(range(6))
+    log.close()
+
+
+def test_explicit_roll_and_roll_flushes_old_segment(tmp_path):
+    log = open_log(tmp_path)
+    log.append_values(values_for(0, 4))
+    assert log.recovery_point == 0
+    segment = log.roll()
+    assert segment.base_offset == 4 and log.active_segment is segment
+    assert log.recovery_point == 4                    # the rolled segment was flushed
+    log.append_values(values_for(4, 2))
+    assert log.unflushed_messages == 2
+    log.flush()
+    assert log.recovery_point == 6 and log.unflushed_messages == 0
+    log.close()
+
+
+def test_flush_messages_triggers_flush(tmp_path):
+    log = open_log(tmp_path, flush_messages=5)
+    log.append_values(values_for(0, 3))
+    assert log.recovery_point == 0
+    log.append_values(values_for(3, 2))
+    assert log.recovery_point == 5
+    log.close()
+
+
+def test_fetch_offset_by_timestamp(tmp_path):
+    clock = ManualClock(T0)
+    log = open_log(tmp_path, clock, segment_bytes=600, index_interval_bytes=100)
+    for i in range(30):
+        log.append_values(values_for(i * 3, 3))
+        clock.sleep(100)
+    assert log.num_segments > 2
+    assert log.fetch_offset_by_timestamp(-2) == (0, -1)
+    assert log.fetch_offset_by_timestamp(-1) == (90, -1)
+    assert log.fetch_offset_by_timestamp(-3) == (87, T0 + 2900)
+    assert log.fetch_offset_by_timestamp(T0) == (0, T0)
+    assert log.fetch_offset_by_timestamp(T0 + 1250) == (39, T0 + 1300)
+    assert log.fetch_offset_by_timestamp(T0 + 2000) == (60, T0 + 2000)
+    assert log.fetch_offset_by_timestamp(T0 + 2901) is None
+    log.close()
+
+
+def test_truncate_to(tmp_path):
+    log = open_log(tmp_path, segment_bytes=500)
+    for i in range(10):
+        log.append_values(values_for(i * 5, 5))
+    assert log.truncate_to(100) is False
+    assert log.truncate_to(23) is True
+    assert log.log_end_offset == 20                 # whole batches: the one holding 23 starts at 20
+    assert [r.offset for r in log.read_records(0)] == list(range(20))
+    assert all(b <= 20 for b in log.segments.keys())
+    assert log.append_values([b"again"]) == (20, 20)
+    log.close()
+
+
+def test_validation_refuses_without_appending(tmp_path):
+    log = open_log(tmp_path, max_message_bytes=500)
+    log.append_values([b"ok"])
+    with pytest.raises(RecordTooLargeError):
+        log.append_values([b"small", b"x" * 600])
+    log.append_values([b"y" * 200] * 5)          # a batch over the limit of records that each fit
+    assert log.log_end_offset == 6
+    compacted = open_log(tmp_path, name="c-0", cleanup_policy="compact")
+    with pytest.raises(InvalidRecordError):
+        compacted.append_values([b"v"])
+    with pytest.raises(InvalidRecordError):
+        compacted.append_values([b"v", b"w"], [b"k", None])
+    assert compacted.append_values([b"v"], [b"k"]) == (0, 0)
+    with pytest.raises(InvalidRecordError):
+        log.append_values([])
+    log.close()
+    compacted.close()
+
+
+def test_concurrent_readers_never_see_partial_batches(tmp_path):
+    log = open_log(tmp_path, segment_bytes=4000)
+    stop = threading.Event()
+    errors = []
+
+    def reader():
+        while not stop.is_set():
+            try:
+                records = log.read_records(log.log_start_offset)
+                offsets = [r.offset for r in records]
+                assert offsets == list(range(len(offsets)))
+            except Exception as exc:      # pragma: no cover - reported below
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for i in range(200):
+        log.append_values(values_for(i * 4, 4))
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert log.log_end_offset == 800
+    log.close()
+
+
+def test_crc_failure_on_read_names_file_and_position(tmp_path):
+    log = open_log(tmp_path)
+    log.append_values(values_for(0, 5))
+    log.append_values(values_for(5, 5))
+    second = log.active_segment.translate_offset(5).position
+    with open(log.active_segment.log_path, "r+b") as f:
+        f.seek(second + 65)
+        f.write(b"\x00\x00\x00")
+    with pytest.raises(CorruptRecordError) as err:
+        log.read_records(0)
+    assert err.value.path == log.active_segment.log_path and err.value.position == second
+    log.close()
+
+
+def test_kafka_python_reads_every_log_file(tmp_path):
+    log = open_log(tmp_path, segment_bytes=800, compression_type="gzip")
+    for i in range(20):
+        log.append_values(values_for(i * 4, 4), [b"k%d" % j for j in range(4)])
+    log.flush()
+    offsets = []
+    for segment in log.segments.values():
+        with open(segment.log_path, "rb") as f:
+            records = MemoryRecords(f.read())
+        while (batch := records.next_batch()) is not None:
+            assert batch.validate_crc()
+            for record in batch:
+                offsets.append(record.offset)
+                assert record.value == b"value-%d" % record.offset
+    assert offsets == list(range(80))
+    log.close()
+
+
+def _kafka_python_batch(base_offset: int, compression: int, n: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=compression, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    for i in range(n):
+        builder.append(i, timestamp=T0 + i, key=b"key-%d" % i, value=b"payload-%d" % (base_offset + i),
+                       headers=[("h", b"v%d" % i)])
+    buf = bytearray(builder.build())
+    buf[0:8] = base_offset.to_bytes(8, "big")     # kafka-python builds at 0; the base offset is outside the CRC
+    return bytes(buf)
+
+
+@pytest.mark.parametrize("compression", [0, 1, 2, 3, 4], ids=["none", "gzip", "snappy", "lz4", "zstd"])
+def test_batches_built_by_kafka_python(tmp_path, compression):
+    # a Kafka-layout directory whose .log was written by someone else
+    d = tmp_path / "ext-0"
+    d.mkdir()
+    with open(d / "00000000000000000000.log", "wb") as f:
+        for base in range(0, 40, 10):
+            f.write(_kafka_python_batch(base, compression, 10))
+    log = Log.load(str(d), make_config(), clock=ManualClock(T0))
+    assert log.log_end_offset == 40
+    records = log.read_records(0)
+    assert [r.value for r in records] == [b"payload-%d" % i for i in range(40)]
+    assert records[13].headers == (("h", b"v3"),) and records[13].timestamp == T0 + 3
+    # and appended through append_batch, offsets assigned by the log
+    assert log.append_batch(_kafka_python_batch(0, compression, 5)) == (40, 44)
+    assert [r.key for r in log.read_records(40)] == [b"key-%d" % i for i in range(5)]
+    assert log.fetch_offset_by_timestamp(T0 + 4) == (4, T0 + 4)
+    log.close()
+
+
+def test_replace_segments_swaps_cleaned_files(tmp_path):
+    log = open_log(tmp_path, segment_bytes=400)
+    for i in range(12):
+        log.append_values(values_for(i * 4, 4), None)
+    old = list(log.segments.values())[:2]
+    cleaned = LogSegment.open(log.dir, old[0].base_offset, log.config, log.clock, file_suffix=".cleaned")
+    for segment in old:
+        for pos, header, buf, off in segment.batches_with_bytes(0):
+            cleaned.append(header.last_offset, header.max_timestamp, header.last_offset,
+                           bytes(buf[off:off + header.size]))
+    cleaned.on_becoming_inactive_segment()
+    expected = log.read_records(0)
+    log.replace_segments([cleaned], old)
+    assert log.segments[old[0].base_offset] is cleaned
+    assert old[1].base_offset not in log.segments
+    assert not cleaned.has_suffix(".cleaned") and cleaned.log_path.endswith("0.log")
+    assert all(s.has_suffix(".deleted") for s in old)
+    assert log.read_records(0) == expected
+    assert log.pending_deletion_segments == 2
+    log.close()
+
+
+def test_rename_dir_keeps_segments_usable(tmp_path):
+    log = open_log(tmp_path, segment_bytes=400)
+    for i in range(6):
+        log.append_values(values_for(i * 4, 4))
+    log.rename_dir("t-0.abc-delete")
+    assert log.dir.endswith("t-0.abc-delete") and os.path.isdir(log.dir)
+    assert all(os.path.dirname(s.log_path) == log.dir for s in log.segments.values())
+    log.roll()
+    assert len(log.read_records(0)) == 24
+    log.delete()
+    assert not os.path.exists(log.dir)
+
+
+def test_append_listeners_called(tmp_path):
+    log = open_log(tmp_path)
+    calls = []
+    log.add_append_listener(lambda: calls.append(log.log_end_offset))
+    log.append_values([b"a"])
+    log.roll()
+    log.append_values([b"b", b"c"])
+    assert calls == [1, 1, 3]
+    log.close()
+
+
+def test_log_dir_full_appends_nothing_partial(tmp_path):
+    import subprocess
+    from engine.errors import LogDirFullError
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(mnt)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        log = Log.load(str(mnt / "full-0"), make_config(segment_index_bytes=4096, index_interval_bytes=64),
+                       clock=ManualClock(T0))
+        acknowledged = []
+        with pytest.raises(LogDirFullError):
+            for i in range(10_000):
+                first, last = log.append_values([b"%06d" % i + b"." * 300] * 3)
+                acknowledged.extend(range(first, last + 1))
+        end = log.log_end_offset
+        assert end == len(acknowledged)
+        assert [r.offset for r in log.read_records(0)] == acknowledged
+        assert os.path.getsize(log.active_segment.log_path) == log.active_segment.size
+        log.close()
+        reloaded = Log.load(str(mnt / "full-0"), make_config(), clock=ManualClock(T0), recovery_point=0)
+        assert reloaded.log_end_offset == end
+        reloaded.close()
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)

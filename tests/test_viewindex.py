@@ -1,0 +1,172 @@
+"""ViewIndex: sparse floor lookups and, against engine.render, exact rendering positions."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from engine.clock import ManualClock
+from engine.config import LogConfig
+from engine.log import Log
+from engine.render import render_jsonl, render_text
+from engine.topic import TopicPartition
+from engine.viewindex import ViewIndex
+
+
+def make_config(**overrides) -> LogConfig:
+    return LogConfig.from_props({k.replace("_", "."): str(v) for k, v in overrides.items()})
+
+
+def test_first_batch_always_indexed_and_totals_accumulate():
+    vi = ViewIndex(100)
+    assert vi.floor_by_text(0) == (100, 0, 0, 0)
+    vi.append(100, 0, 30, 300, 110, indexed=False, batch_size=500)
+    vi.append(110, 500, 20, 200, 115, indexed=False, batch_size=400)
+    vi.append(115, 900, 10, 100, 120, indexed=True, batch_size=300)
+    assert len(vi) == 2
+    assert (vi.text_size, vi.json_size, vi.record_count, vi.next_offset, vi.log_size) == (60, 600, 20, 120, 1200)
+    assert vi.floor_by_text(0) == (100, 0, 0, 0)
+    assert vi.floor_by_text(49) == (100, 0, 0, 0)
+    assert vi.floor_by_text(50) == (115, 900, 50, 500)
+    assert vi.floor_by_json(499) == (100, 0, 0, 0)
+    assert vi.floor_by_json(10_000) == (115, 900, 50, 500)
+    assert vi.floor_by_offset(114) == (100, 0, 0, 0)
+    assert vi.floor_by_offset(115) == (115, 900, 50, 500)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 50), st.integers(0, 400), st.integers(0, 4000), st.booleans()),
+                min_size=1, max_size=60),
+       st.integers(0, 30_000))
+def test_floor_lookups_match_brute_force(batches, probe):
+    vi = ViewIndex(0)
+    entries = []
+    offset = position = text = json = 0
+    for count, text_size, json_size, indexed in batches:
+        if indexed or not entries:
+            entries.append((offset, position, text, json))
+        vi.append(offset, position, text_size, json_size, offset + count, indexed, batch_size=100)
+        offset += count
+        position += 100
+        text += text_size
+        json += json_size
+    for column, lookup in ((2, vi.floor_by_text), (3, vi.floor_by_json), (0, vi.floor_by_offset)):
+        keys = [e[column] for e in entries]
+        i = bisect_right(keys, probe) - 1
+        assert lookup(probe) == (entries[i] if i >= 0 else (0, 0, 0, 0))
+    assert (vi.text_size, vi.json_size, vi.next_offset) == (text, json, offset)
+
+
+VALUES = [b"plain", "unicode \u00e9\u4e2d".encode(), b"\xff\xfe binary", None, b'quote " and \\ slash',
+          b"tab\tcontrol\x01", b""]
+
+
+def _segment_records(segment):
+    out = []
+    for pos, header, buf, off in segment.batches_with_bytes(0):
+        out.extend(segment.validate_and_decode(buf, off, header, pos))
+    return out
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_positions_equal_real_rendering_lengths(tmp_path, keyed):
+    clock = ManualClock()
+    config = make_config(segment_bytes=3_000, index_interval_bytes=256)
+    log = Log.load(str(tmp_path / "views-3"), config, clock=clock)
+    for i in range(60):
+        values = [VALUES[(i + j) % len(VALUES)] for j in range(1 + i % 9)]
+        keys = [b"k%d" % j if j % 3 else "\u00fc".encode() for j in range(len(values))] if keyed else None
+        log.append_values(values, keys)
+        clock.sleep(7)
+    assert log.num_segments > 2
+
+    def check(segment):
+        vi = segment.view_index
+        records = _segment_records(segment)
+        assert vi.text_size == len(render_text(records))
+        assert vi.json_size == len(render_jsonl(records, "views", 3, 1))
+        assert vi.next_offset == segment.next_offset
+        assert vi.record_count == len(records)
+        assert len(vi) >= max(segment.offset_index.entries, 1)
+        for n in range(len(vi)):
+            offset, log_pos, text_pos, json_pos = vi._entry(n)
+            before = [r for r in records if r.offset < offset]
+            assert text_pos == len(render_text(before))
+            assert json_pos == len(render_jsonl(before, "views", 3, 1))
+            assert segment.translate_offset(offset).position == log_pos
+
+    for segment in log.segments.values():
+        check(segment)                     # maintained on append
+    log.close()
+    reloaded = Log.load(str(tmp_path / "views-3"), config, clock=clock, had_clean_shutdown=True)
+    for segment in reloaded.segments.values():
+        assert segment._view_index is None  # loaded from disk: built lazily
+        check(segment)                     # built by one scan
+    reloaded.close()
+
+
+def test_lazy_index_catches_up_with_batches_appended_without_sizes(tmp_path):
+    from engine.records import encode_values
+    clock = ManualClock()
+    log = Log.load(str(tmp_path / "t-0"), make_config(), clock=clock)
+    log.append_values([b"a", b"bb"])
+    log.append_batch(encode_values(0, [b"ccc", None], clock.now))     # no sizes passed: falls behind
+    log.append_values([b"dddd"])
+    vi = log.active_segment.view_index
+    assert vi.text_size == len(b"a\nbb\nccc\n\ndddd\n")
+    assert vi.next_offset == 5 and vi.record_count == 5
+    log.close()
+
+
+def test_multi_batch_append_with_sizes_counts_records_not_offsets(tmp_path):
+    from engine.records import Record, encode_records
+    from engine.render import batch_view_sizes
+    from engine.segment import LogSegment
+    segment = LogSegment.open(str(tmp_path), 0, make_config(), ManualClock(), topic_partition=TopicPartition("t", 0))
+    first = [Record(0, 5, b"a", b"x"), Record(7, 6, b"b", None)]          # a compacted batch with a hole
+    second = [Record(10, 9, b"c", b"yz")]
+    data = encode_records(first) + encode_records(second)
+    text = batch_view_sizes(first, "t", 0, 0)[0] + batch_view_sizes(second, "t", 0, 0)[0]
+    json = batch_view_sizes(first, "t", 0, 0)[1] + batch_view_sizes(second, "t", 0, 0)[1]
+    segment.append(10, 9, 10, data, text_size=text, json_size=json)
+    vi = segment._view_index          # maintained by append, not rebuilt by a scan
+    assert vi is not None and segment.view_index is vi
+    assert (vi.record_count, vi.next_offset, vi.log_size) == (3, 11, len(data))
+    assert vi.text_size == len(render_text(first + second))
+    assert vi.json_size == len(render_jsonl(first + second, "t", 0, 0))
+    segment.close()
+
+
+def test_view_index_exact_under_concurrent_appends_and_lookups(tmp_path):
+    import threading
+    config = make_config(index_interval_bytes=128)
+    log = Log.load(str(tmp_path / "c-0"), config, clock=ManualClock())
+    for i in range(50):
+        log.append_values([b"before-%d" % i] * 3)
+    log.close()
+    log = Log.load(str(tmp_path / "c-0"), config, clock=ManualClock(), had_clean_shutdown=True)
+    segment = log.active_segment
+    stop = threading.Event()
+    seen = []
+
+    def reader():
+        while not stop.is_set():
+            vi = segment.view_index
+            totals = vi.totals
+            seen.append(totals)
+            assert vi.floor_by_text(totals.text_size)[2] <= totals.text_size
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    for i in range(300):
+        log.append_values([b"during-%d" % i, "\u00e9".encode()])
+    stop.set()
+    thread.join()
+    records = _segment_records(segment)
+    vi = segment.view_index
+    assert vi.text_size == len(render_text(records))
+    assert vi.json_size == len(render_jsonl(records, "c", 0, 1))
+    assert all(a.text_size <= b.text_size for a, b in zip(seen, seen[1:]))      # sizes only grow
+    log.close()
