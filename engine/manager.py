@@ -1,0 +1,719 @@
+"""LogManager: every partition's Log over all ``log.dirs`` (Kafka's ``kafka.log.LogManager``).
+
+Responsibilities, as in Kafka:
+
+* validate ``log.dirs`` (no duplicates, created when missing, readable and
+  writable directories);
+* load every ``<topic>-<partition>`` directory in parallel, one thread pool of
+  ``num.recovery.threads.per.data.dir`` threads per log dir, with the recovery
+  point and log start offset from that dir's checkpoints and the dir's
+  clean-shutdown marker;
+* place new partitions in the log dir holding the fewest partitions
+  (``nextLogDirs``);
+* asynchronous topic deletion: a partition directory is renamed
+  ``<topic>-<partition>.<uuid>-delete`` at once and removed by :meth:`delete_logs`
+  once ``file.delete.delay.ms`` has passed (a crash in between is finished at
+  the next start);
+* the periodic jobs (flusher, recovery-point and log-start-offset checkpoints,
+  retention, removal of ``.deleted`` segment files and ``-delete`` dirs) as
+  plain methods: the mount schedules them on worker threads, the engine starts
+  no thread of its own except the recovery pools during :meth:`startup`;
+* a clean :meth:`shutdown`: flush, close, both checkpoints, then the
+  ``.kafka_cleanshutdown`` marker in each dir.
+
+Topic configuration overrides (Kafka keeps them in ZooKeeper or the metadata
+log) are persisted in a file ``topic-configs.json`` written to EVERY log dir,
+so losing one dir does not lose them and a data directory stays
+self-describing.  Format (UTF-8 JSON)::
+
+    {"version": 1, "generation": 7, "written_ms": 1700000000000,
+     "topics": {"orders": {"cleanup.policy": "compact", "retention.ms": "86400000"}}}
+
+``topics`` maps a topic name to its overrides, Kafka topic-level names to
+string values exactly as a user would write them; topics without overrides are
+absent.  ``generation`` grows by one with every write; on load the copy with
+the highest ``(generation, written_ms)`` wins, so a dir that missed a write (a
+failed disk, a dir added later) is superseded.  Each copy is written atomically
+(temporary file, fsync, rename, fsync of the directory).
+
+The cleaner (engine.cleaner) is not part of this module: it works from
+:meth:`all_logs` and :meth:`topic_config` and keeps its own
+``cleaner-offset-checkpoint``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections import deque
+from typing import Mapping, NamedTuple
+
+from engine.checkpoint import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    OffsetCheckpointFile,
+)
+from engine.clock import SYSTEM_CLOCK, Clock
+from engine.config import TOPIC_CONFIG_NAMES, BrokerConfig, LogConfig
+from engine.errors import (
+    CorruptCheckpointError,
+    InvalidConfigError,
+    InvalidPartitionError,
+    InvalidTopicError,
+    LogfsError,
+    ReadOnlyError,
+    StorageError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from engine.log import Log
+from engine.topic import (
+    DELETE_DIR_SUFFIX,
+    TopicPartition,
+    parse_topic_partition_dir,
+    validate_topic_name,
+)
+
+logger = logging.getLogger(__name__)
+
+TOPIC_CONFIGS_FILE = "topic-configs.json"
+_TOPIC_CONFIGS_VERSION = 1
+
+
+class _PendingDeletion(NamedTuple):
+    """A partition directory renamed ``-delete`` and waiting for ``file.delete.delay.ms``."""
+
+    path: str
+    log: Log | None          # None for a dir found at startup (never loaded: nothing to recover)
+    scheduled_ms: int
+    delay_ms: int
+    topic_partition: TopicPartition | None
+
+
+class LogManager:
+    """All partitions of all topics over ``config.log_dirs``.
+
+    Thread-safe: ``_lock`` guards the logs map, topic overrides and the
+    deletion queue.  Slow work (loading, flushing, deleting files) runs outside
+    it on references taken under it, so background jobs never stall lookups.
+    """
+
+    def __init__(self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK, read_only: bool = False) -> None:
+        self.config = config
+        self.clock = clock
+        self.read_only = read_only
+        self.log_dirs: list[str] = [os.path.abspath(d) for d in config.log_dirs]
+        self.default_config: LogConfig = config.log_config()
+        self._lock = threading.RLock()
+        self._logs: dict[TopicPartition, Log] = {}
+        self._overrides: dict[str, dict[str, str]] = {}
+        self._topic_configs: dict[str, LogConfig] = {}
+        self._config_generation = 0
+        self._logs_to_be_deleted: deque[_PendingDeletion] = deque()
+        self.had_clean_shutdown: dict[str, bool] = {}
+        self.loaded_logs = 0
+        self.load_seconds = 0.0
+        self._started = False
+        self._shut_down = False
+
+    # ------------------------------------------------------------------ startup
+
+    def startup(self) -> None:
+        """Validate the log dirs, read topic configs and load every log."""
+        self._create_and_validate_log_dirs()
+        self._load_topic_configs()
+        self._load_logs()
+        self._started = True
+
+    def _create_and_validate_log_dirs(self) -> None:
+        canonical = [os.path.realpath(d) for d in self.log_dirs]
+        if len(set(canonical)) < len(canonical):
+            seen: set[str] = set()
+            duplicates = [d for d, c in zip(self.log_dirs, canonical) if c in seen or seen.add(c)]
+            raise InvalidConfigError(
+                f"Duplicate log directory found: {', '.join(duplicates)} (log.dirs={','.join(self.log_dirs)})")
+        mode = os.R_OK | os.X_OK if self.read_only else os.R_OK | os.W_OK | os.X_OK
+        for log_dir in self.log_dirs:
+            if not os.path.exists(log_dir):
+                if self.read_only:
+                    raise StorageError(f"Log directory {log_dir} does not exist (mounted read-only)")
+                logger.info("Log directory %s not found, creating it.", log_dir)
+                try:
+                    os.makedirs(log_dir, exist_ok=True)
+                except OSError as exc:
+                    raise StorageError(f"Failed to create data directory {log_dir}: {exc.strerror}") from exc
+            if not os.path.isdir(log_dir):
+                raise StorageError(f"{log_dir} is not a readable log directory (not a directory)")
+            if not os.access(log_dir, mode):
+                kind = "readable" if self.read_only else "readable and writable"
+                raise StorageError(f"{log_dir} is not a {kind} log directory")
+
+    def _load_logs(self) -> None:
+        logger.info("Loading logs from log dirs %s", self.log_dirs)
+        start = time.monotonic()
+        threads = max(1, int(self.config.num_recovery_threads_per_data_dir))
+        pools: list[concurrent.futures.ThreadPoolExecutor] = []
+        jobs: list[tuple[str, concurrent.futures.Future[Log]]] = []
+        unclean_dirs: list[str] = []
+        try:
+            for log_dir in self.log_dirs:
+                clean = self._take_clean_shutdown_marker(log_dir)
+                self.had_clean_shutdown[log_dir] = clean
+                recovery_points = self._read_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT,
+                                                        "resetting the recovery checkpoint to 0")
+                log_start_offsets = self._read_checkpoint(
+                    log_dir, LOG_START_OFFSET_CHECKPOINT,
+                    "resetting to the base offset of the first segment")
+                to_load = self._partition_dirs(log_dir)
+                if not to_load:
+                    logger.info("No logs found to be loaded in %s", log_dir)
+                elif clean:
+                    logger.info("Skipping recovery of %d logs from %s since clean shutdown file was found",
+                                len(to_load), log_dir)
+                else:
+                    logger.info("Recovering %d logs from %s since no clean shutdown file was found",
+                                len(to_load), log_dir)
+                    unclean_dirs.append(log_dir)
+                pool = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=threads, thread_name_prefix=f"log-recovery-{os.path.basename(log_dir)}")
+                pools.append(pool)
+                for path, tp in to_load:
+                    jobs.append((path, pool.submit(
+                        self._load_log, path, tp, clean,
+                        recovery_points.get(tp, 0), log_start_offsets.get(tp, 0))))
+            loaded: dict[TopicPartition, Log] = {}
+            failure: BaseException | None = None
+            for path, future in jobs:
+                try:
+                    log = future.result()
+                except BaseException as exc:      # keep waiting for the others, then re-raise
+                    logger.error("There was an error in one of the threads during logs loading: %s", exc)
+                    failure = failure or exc
+                    continue
+                previous = loaded.get(log.topic_partition)
+                if previous is not None and failure is None:
+                    failure = StorageError(
+                        f"Duplicate log directories for {log.topic_partition} are found in both "
+                        f"{previous.dir} and {log.dir}. It is likely because log directory failure "
+                        "happened while broker was replacing current replica with future replica.")
+                loaded.setdefault(log.topic_partition, log)
+            if failure is not None:
+                for path, future in jobs:
+                    if future.done() and future.exception() is None:
+                        future.result().close()
+                raise failure
+        finally:
+            for pool in pools:
+                pool.shutdown(wait=True)
+        with self._lock:
+            self._logs.update(loaded)
+            # overrides of topics that no longer have a partition (a deletion that crashed
+            # before rewriting the configs) must not leak into a new topic of that name
+            live = {tp.topic for tp in self._logs}
+            for topic in [t for t in self._overrides if t not in live]:
+                logger.info("Dropping config overrides of topic %s, which has no partitions", topic)
+                del self._overrides[topic]
+                self._topic_configs.pop(topic, None)
+        self.loaded_logs = len(loaded)
+        self.load_seconds = time.monotonic() - start
+        suffix = f" (unclean log dirs = {unclean_dirs})" if unclean_dirs else ""
+        logger.info("Loaded %d logs in %d ms%s", self.loaded_logs, round(self.load_seconds * 1000), suffix)
+
+    def _take_clean_shutdown_marker(self, log_dir: str) -> bool:
+        """Whether the dir was shut down cleanly; removes the marker before loading.
+
+        As Kafka does since KAFKA-10471: the marker is deleted before the logs
+        are loaded, so a crash during loading makes the next start recover.
+        """
+        marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+        if not os.path.exists(marker):
+            return False
+        if not self.read_only:
+            try:
+                os.unlink(marker)
+            except OSError as exc:
+                raise StorageError(f"Failed to delete clean shutdown file {marker}: {exc.strerror}") from exc
+        return True
+
+    def _read_checkpoint(self, log_dir: str, name: str, fallback: str) -> dict[TopicPartition, int]:
+        path = os.path.join(log_dir, name)
+        try:
+            return OffsetCheckpointFile(path).read()
+        except (CorruptCheckpointError, OSError, ValueError) as exc:
+            logger.warning("Error occurred while reading %s file of directory %s, %s: %s",
+                           name, log_dir, fallback, exc)
+            return {}
+
+    def _partition_dirs(self, log_dir: str) -> list[tuple[str, TopicPartition]]:
+        """The ``<topic>-<partition>`` dirs to load; ``-delete`` dirs are queued for deletion."""
+        found = []
+        now = self.clock.milliseconds()
+        with os.scandir(log_dir) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if not entry.is_dir(follow_symlinks=False):
+                    continue                      # checkpoints, markers, topic configs, stray files
+                if entry.name.endswith(DELETE_DIR_SUFFIX):
+                    logger.info("Found partition directory %s pending deletion, scheduling it", entry.path)
+                    with self._lock:
+                        self._logs_to_be_deleted.append(_PendingDeletion(
+                            entry.path, None, now, self.default_config.file_delete_delay_ms, None))
+                    continue
+                try:
+                    tp = parse_topic_partition_dir(entry.name)
+                except InvalidTopicError as exc:
+                    logger.warning("Ignoring directory %s in log dir %s: %s", entry.name, log_dir, exc)
+                    continue
+                found.append((entry.path, tp))
+        return found
+
+    def _load_log(self, path: str, tp: TopicPartition, had_clean_shutdown: bool,
+                  recovery_point: int, log_start_offset: int) -> Log:
+        logger.debug("Loading log %s", path)
+        return Log.load(path, self._config_for(tp.topic), log_start_offset=log_start_offset,
+                        recovery_point=recovery_point, had_clean_shutdown=had_clean_shutdown,
+                        clock=self.clock, topic_partition=tp)
+
+    # ------------------------------------------------------------------ topic configs
+
+    def _config_for(self, topic: str) -> LogConfig:
+        with self._lock:
+            config = self._topic_configs.get(topic)
+            if config is None:
+                overrides = self._overrides.get(topic)
+                config = self.default_config.with_overrides(overrides) if overrides else self.default_config
+                self._topic_configs[topic] = config
+            return config
+
+    def _load_topic_configs(self) -> None:
+        best: tuple[tuple[int, int], str, dict] | None = None
+        for log_dir in self.log_dirs:
+            path = os.path.join(log_dir, TOPIC_CONFIGS_FILE)
+            try:
+                with open(path, "rb") as f:
+                    doc = json.loads(f.read())
+                if not isinstance(doc, dict) or doc.get("version") != _TOPIC_CONFIGS_VERSION:
+                    raise ValueError(f"unsupported version {doc.get('version') if isinstance(doc, dict) else doc!r}")
+                topics = doc["topics"]
+                if not isinstance(topics, dict) or not all(
+                        isinstance(o, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in o.items())
+                        for o in topics.values()):
+                    raise ValueError("'topics' must map topic names to {name: string value} objects")
+                rank = (int(doc["generation"]), int(doc.get("written_ms", 0)))
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                logger.warning("Ignoring unreadable topic configs file %s: %s", path, exc)
+                continue
+            if best is None or rank > best[0]:
+                best = (rank, path, topics)
+        if best is None:
+            return
+        rank, path, topics = best
+        configs = {}
+        for topic, overrides in topics.items():
+            try:
+                configs[topic] = self.default_config.with_overrides(overrides)
+            except InvalidConfigError as exc:
+                raise InvalidConfigError(f"Invalid config override for topic {topic} in {path}: {exc}") from exc
+        with self._lock:
+            self._config_generation = rank[0]
+            self._overrides = {topic: dict(o) for topic, o in topics.items()}
+            self._topic_configs = configs
+        logger.info("Loaded config overrides of %d topics from %s (generation %d)", len(topics), path, rank[0])
+
+    def _write_topic_configs(self, overrides: Mapping[str, Mapping[str, str]]) -> None:
+        """Write ``overrides`` to every log dir; raises StorageError naming the dir that failed."""
+        generation = self._config_generation + 1
+        doc = {"version": _TOPIC_CONFIGS_VERSION, "generation": generation,
+               "written_ms": self.clock.milliseconds(),
+               "topics": {t: dict(sorted(o.items())) for t, o in sorted(overrides.items()) if o}}
+        data = json.dumps(doc, indent=1, sort_keys=False).encode("utf-8") + b"\n"
+        for log_dir in self.log_dirs:
+            _atomic_write(os.path.join(log_dir, TOPIC_CONFIGS_FILE), data)
+        self._config_generation = generation
+
+    def topic_config(self, topic: str) -> LogConfig:
+        """The effective LogConfig of ``topic``: broker defaults plus its overrides."""
+        with self._lock:
+            if topic not in self._topic_names():
+                raise UnknownTopicOrPartitionError(f"Topic {topic} does not exist")
+            return self._config_for(topic)
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        with self._lock:
+            if topic not in self._topic_names():
+                raise UnknownTopicOrPartitionError(f"Topic {topic} does not exist")
+            return dict(self._overrides.get(topic, {}))
+
+    def alter_topic_config(self, topic: str, updates: Mapping[str, str | None]) -> LogConfig:
+        """Set (value) or remove (None) overrides: all validated before anything changes."""
+        self._check_writable("alter the config of topic " + topic)
+        with self._lock:
+            if topic not in self._topic_names():
+                raise UnknownTopicOrPartitionError(f"Topic {topic} does not exist")
+            overrides = dict(self._overrides.get(topic, {}))
+            for name, value in updates.items():
+                if name not in TOPIC_CONFIG_NAMES:
+                    raise InvalidConfigError(f"Unknown topic config name: {name}")
+                if value is None:
+                    overrides.pop(name, None)
+                else:
+                    overrides[name] = value
+            config = self.default_config.with_overrides(overrides)
+            all_overrides = dict(self._overrides)
+            all_overrides[topic] = overrides
+            self._write_topic_configs(all_overrides)
+            if overrides:
+                self._overrides[topic] = overrides
+            else:
+                self._overrides.pop(topic, None)
+            self._topic_configs[topic] = config
+            logs = [log for tp, log in self._logs.items() if tp.topic == topic]
+        for log in logs:
+            log.update_config(config)
+        logger.info("Updated config of topic %s: %s", topic,
+                    ", ".join(f"{k}={'(default)' if v is None else v}" for k, v in updates.items()))
+        return config
+
+    # ------------------------------------------------------------------ topics and partitions
+
+    def _topic_names(self) -> set[str]:
+        return {tp.topic for tp in self._logs}
+
+    def topics(self) -> list[str]:
+        with self._lock:
+            return sorted(self._topic_names())
+
+    def partitions(self, topic: str) -> list[int]:
+        with self._lock:
+            return sorted(tp.partition for tp in self._logs if tp.topic == topic)
+
+    def get_log(self, tp: TopicPartition) -> Log | None:
+        return self._logs.get(tp)
+
+    def all_logs(self) -> list[Log]:
+        with self._lock:
+            return list(self._logs.values())
+
+    def logs_by_dir(self) -> dict[str, list[Log]]:
+        """Live logs grouped by the log dir that holds them (every dir present)."""
+        with self._lock:
+            by_dir: dict[str, list[Log]] = {d: [] for d in self.log_dirs}
+            for log in self._logs.values():
+                by_dir.setdefault(os.path.dirname(log.dir), []).append(log)
+            return by_dir
+
+    def _next_log_dir(self) -> str:
+        """Kafka's ``nextLogDirs``: the log dir with the fewest partitions (first on ties)."""
+        counts = {d: 0 for d in self.log_dirs}
+        for log in self._logs.values():
+            parent = os.path.dirname(log.dir)
+            if parent in counts:
+                counts[parent] += 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def create_topic(self, topic: str, num_partitions: int | None = None,
+                     overrides: Mapping[str, str] | None = None) -> list[Log]:
+        """Create ``topic`` with ``num_partitions`` (default ``num.partitions``) partitions."""
+        self._check_writable(f"create topic {topic}")
+        validate_topic_name(topic)
+        count = self.config.num_partitions if num_partitions is None else num_partitions
+        if not isinstance(count, int) or count < 1:
+            raise InvalidPartitionError(f"Number of partitions must be at least 1, got {count!r}")
+        overrides = dict(overrides or {})
+        for name in overrides:
+            if name not in TOPIC_CONFIG_NAMES:
+                raise InvalidConfigError(f"Unknown topic config name: {name}")
+        config = self.default_config.with_overrides(overrides)
+        with self._lock:
+            existing = self._topic_names()
+            if topic in existing:
+                raise TopicExistsError(f"Topic '{topic}' already exists.")
+            # Kafka refuses names that differ only by '.' vs '_' (they collide in metric names)
+            collisions = [t for t in existing if t.replace(".", "_") == topic.replace(".", "_")]
+            if collisions:
+                raise InvalidTopicError(f"Topic '{topic}' collides with existing topics: {', '.join(collisions)}")
+            if overrides:
+                all_overrides = dict(self._overrides)
+                all_overrides[topic] = overrides
+                self._write_topic_configs(all_overrides)
+                self._overrides[topic] = overrides
+            self._topic_configs[topic] = config
+            created: list[Log] = []
+            try:
+                for partition in range(count):
+                    created.append(self._create_log(TopicPartition(topic, partition), config))
+            except BaseException:
+                self._undo_create(topic, created)
+                raise
+        logger.info("Created topic %s with %d partitions", topic, count)
+        return created
+
+    def add_partition(self, topic: str, partition: int) -> Log:
+        """Add partition number ``partition``, which must be the next one."""
+        self._check_writable(f"add partition {partition} to topic {topic}")
+        with self._lock:
+            current = self.partitions(topic)
+            if not current:
+                raise UnknownTopicOrPartitionError(f"Topic {topic} does not exist")
+            if partition != len(current):
+                raise InvalidPartitionError(
+                    f"Cannot add partition {partition} to topic {topic}: the next partition is {len(current)}")
+            return self._create_log(TopicPartition(topic, partition), self._config_for(topic))
+
+    def _create_log(self, tp: TopicPartition, config: LogConfig) -> Log:
+        """Create the partition dir in the emptiest log dir and register the log (under _lock)."""
+        parent = self._next_log_dir()
+        path = os.path.join(parent, tp.dir_name)
+        try:
+            os.mkdir(path)
+        except OSError as exc:
+            raise StorageError(f"Error while creating log for {tp} in dir {parent}: {exc.strerror}") from exc
+        try:
+            log = Log.load(path, config, clock=self.clock)
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        self._logs[tp] = log
+        logger.info("Created log for partition %s in %s with properties %s", tp, path,
+                    self._overrides.get(tp.topic, {}))
+        return log
+
+    def _undo_create(self, topic: str, created: list[Log]) -> None:
+        for log in created:
+            self._logs.pop(log.topic_partition, None)
+            try:
+                log.close()
+            finally:
+                shutil.rmtree(log.dir, ignore_errors=True)
+        self._topic_configs.pop(topic, None)
+        if topic in self._overrides:
+            del self._overrides[topic]
+            try:
+                self._write_topic_configs(self._overrides)
+            except LogfsError as exc:
+                logger.error("Failed to roll back config overrides of topic %s: %s", topic, exc)
+
+    def delete_topic(self, topic: str) -> None:
+        """Kafka's asynchronous deletion: gone from the namespace now, files later."""
+        self._check_writable(f"delete topic {topic}")
+        with self._lock:
+            removed = sorted(((tp, log) for tp, log in self._logs.items() if tp.topic == topic),
+                             key=lambda item: item[0].partition)
+            if not removed:
+                raise UnknownTopicOrPartitionError(f"Topic {topic} does not exist")
+            for tp, _ in removed:
+                del self._logs[tp]
+            self._topic_configs.pop(topic, None)
+            if self._overrides.pop(topic, None) is not None:
+                try:
+                    self._write_topic_configs(self._overrides)
+                except LogfsError as exc:     # the load of the next start drops them anyway
+                    logger.error("Failed to remove config overrides of deleted topic %s: %s", topic, exc)
+            failures = []
+            now = self.clock.milliseconds()
+            for tp, log in removed:
+                try:
+                    log.rename_dir(f"{tp.dir_name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+                    logger.info("Log for partition %s is renamed to %s and is scheduled for deletion",
+                                tp, log.dir)
+                except (OSError, LogfsError) as exc:
+                    failures.append(f"{log.dir}: {exc}")
+                self._logs_to_be_deleted.append(
+                    _PendingDeletion(log.dir, log, now, log.config.file_delete_delay_ms, tp))
+        if failures:
+            raise StorageError(f"Failed to rename log directories of topic {topic} for deletion: "
+                               + "; ".join(failures))
+
+    # ------------------------------------------------------------------ periodic jobs
+
+    def flush_dirty_logs(self) -> None:
+        """Flush each log whose last flush is at least ``flush.ms`` ago (kafka-log-flusher)."""
+        if self.read_only:
+            return
+        now = self.clock.milliseconds()
+        for log in self.all_logs():
+            try:
+                since = now - log.last_flush_time
+                if since >= log.config.flush_ms:
+                    logger.debug("Checking if flush is needed on %s flush interval %d last flushed %d "
+                                 "time since last flush: %d", log.name, log.config.flush_ms,
+                                 log.last_flush_time, since)
+                    log.flush()
+            except Exception:
+                logger.exception("Error flushing topic %s", log.topic_partition.topic)
+
+    def checkpoint_recovery_points(self) -> None:
+        """Write each dir's ``recovery-point-offset-checkpoint`` (kafka-recovery-point-checkpoint)."""
+        if self.read_only:
+            return
+        for log_dir, logs in self.logs_by_dir().items():
+            self._write_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT,
+                                   {log.topic_partition: log.recovery_point for log in logs})
+
+    def checkpoint_log_start_offsets(self) -> None:
+        """Write each dir's ``log-start-offset-checkpoint``.
+
+        As in Kafka, only logs whose start offset moved past their first
+        segment's base offset are written; the others start at that base anyway.
+        """
+        if self.read_only:
+            return
+        for log_dir, logs in self.logs_by_dir().items():
+            self._write_checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT, _moved_log_start_offsets(logs))
+
+    def _write_checkpoint(self, log_dir: str, name: str, offsets: Mapping[TopicPartition, int]) -> None:
+        try:
+            OffsetCheckpointFile(os.path.join(log_dir, name)).write(offsets)
+        except (OSError, LogfsError) as exc:
+            logger.error("Disk error while writing %s in dir %s: %s", name, log_dir, exc)
+
+    def cleanup_logs(self) -> int:
+        """Retention (kafka-log-retention): delete old segments of logs with ``delete`` policy."""
+        if self.read_only:
+            return 0
+        started = time.monotonic()
+        total = 0
+        for log in self.all_logs():
+            if not log.config.delete:
+                continue
+            try:
+                total += log.delete_old_segments()
+            except Exception:
+                logger.exception("Error during retention of %s", log.topic_partition)
+        logger.debug("Log cleanup completed. %d files deleted in %.3f seconds", total, time.monotonic() - started)
+        return total
+
+    def delete_expired_segment_files(self) -> int:
+        """Remove ``.deleted`` segment files whose ``file.delete.delay.ms`` has passed."""
+        if self.read_only:
+            return 0
+        now = self.clock.milliseconds()
+        total = 0
+        for log in self.all_logs():
+            try:
+                total += log.delete_expired_segment_files(now)
+            except Exception:
+                logger.exception("Error deleting segment files of %s", log.topic_partition)
+        return total
+
+    def delete_logs(self) -> int:
+        """Remove queued ``-delete`` partition dirs whose delay has passed (kafka-delete-logs).
+
+        A failure leaves the dir queued, to be retried at the next run.
+        """
+        if self.read_only:
+            return 0
+        now = self.clock.milliseconds()
+        with self._lock:
+            due = [p for p in self._logs_to_be_deleted if p.scheduled_ms + p.delay_ms <= now]
+            for pending in due:
+                self._logs_to_be_deleted.remove(pending)
+        deleted = 0
+        for pending in due:
+            try:
+                if pending.log is not None:
+                    pending.log.delete()        # logs "Deleted log for partition ..." itself
+                else:
+                    shutil.rmtree(pending.path)
+                    logger.info("Deleted log directory %s.", pending.path)
+                deleted += 1
+            except FileNotFoundError:
+                deleted += 1
+            except (OSError, LogfsError) as exc:
+                logger.error("Exception while deleting %s in dir %s, will retry: %s",
+                             pending.path, os.path.dirname(pending.path), exc)
+                with self._lock:
+                    self._logs_to_be_deleted.append(pending)
+        return deleted
+
+    def pending_deletions(self) -> list[str]:
+        """Paths of ``-delete`` dirs waiting for removal."""
+        with self._lock:
+            return [p.path for p in self._logs_to_be_deleted]
+
+    # ------------------------------------------------------------------ shutdown
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write both checkpoints, then the clean-shutdown marker.
+
+        The marker is written only for a dir whose logs all flushed and closed
+        and whose checkpoints were written, so a failed shutdown recovers.
+        """
+        if self._shut_down:
+            return
+        self._shut_down = True
+        logger.info("Shutting down LogManager.")
+        by_dir = self.logs_by_dir()
+        for log_dir, logs in by_dir.items():
+            ok = True
+            for log in logs:
+                try:
+                    if not self.read_only:
+                        log.flush()
+                    log.close()
+                except Exception:
+                    ok = False
+                    logger.exception("Error closing log %s during shutdown", log.dir)
+            if self.read_only:
+                continue
+            try:
+                OffsetCheckpointFile(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT)).write(
+                    {log.topic_partition: log.recovery_point for log in logs})
+                OffsetCheckpointFile(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)).write(
+                    _moved_log_start_offsets(logs))
+            except (OSError, LogfsError) as exc:
+                ok = False
+                logger.error("Error writing checkpoints in %s during shutdown: %s", log_dir, exc)
+            if ok:
+                try:
+                    _atomic_write(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), b"")
+                except StorageError as exc:
+                    logger.error("%s", exc)
+        logger.info("Shutdown complete.")
+
+    def _check_writable(self, what: str) -> None:
+        if self.read_only:
+            raise ReadOnlyError(f"Cannot {what}: the log manager is read-only")
+        if self._shut_down:
+            raise StorageError(f"Cannot {what}: the log manager is shut down")
+
+
+def _moved_log_start_offsets(logs: list[Log]) -> dict[TopicPartition, int]:
+    """Log start offsets above the first segment's base offset (the only ones Kafka checkpoints)."""
+    offsets = {}
+    for log in logs:
+        segments = log.segments
+        first_base = next(iter(segments.keys())) if len(segments) else 0
+        if log.log_start_offset > first_base:
+            offsets[log.topic_partition] = log.log_start_offset
+    return offsets
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    """Write ``path`` as tmp + fsync + rename + fsync of the directory."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fd = os.open(os.path.dirname(path), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise StorageError(f"Error while writing {path}: {exc.strerror or exc}") from exc

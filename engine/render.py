@@ -1,0 +1,317 @@
+"""Text and JSON-lines renderings of records: the bytes of the mount's views.
+
+Two renderings exist (DESIGN.md "Views"):
+
+* text: ``value + b"\\n"`` per record; a null value is an empty line.
+* JSON lines: one object per record, fields in a fixed order, no spaces::
+
+    {"topic":"t","partition":0,"offset":5,"timestamp":1700000000000,"timestampType":1,"key":null,"value":"hello"}
+
+  followed by ``,"headers":[{"key":"h","value":"v"},...]`` only when the record
+  has headers.  A key or value (or header value) that is not valid UTF-8 is
+  written as standard base64 and immediately followed by
+  ``"keyEncoding":"base64"`` / ``"valueEncoding":"base64"`` (inside the header
+  object for header values).  Null stays ``null``.  Strings are escaped by
+  orjson (``"``, ``\\`` and control characters; other characters are raw UTF-8).
+
+The view index (engine.viewindex) stores, per batch, how many bytes each
+rendering takes, so a read at byte position P of a view never renders from the
+start.  Those sizes are computed on the *append* path, which must keep up with
+~1.5M records/s: :func:`appended_view_sizes` therefore never renders.  It
+proves with one test over the joined batch that every value is plain ASCII
+needing no escapes, and then the size is arithmetic (lengths, counts of nulls,
+digit counts of a run of offsets).  Anything else falls back to exact
+per-value sizing.  The property tests check that every ``*_sizes`` function
+equals ``len(render_*)`` byte for byte.
+"""
+
+from __future__ import annotations
+
+import base64
+from functools import lru_cache
+from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
+
+import orjson
+
+if TYPE_CHECKING:  # pragma: no cover - only for annotations
+    from engine.records import Record
+
+__all__ = [
+    "LOG_APPEND_TIME",
+    "render_text",
+    "render_values",
+    "render_jsonl",
+    "render_jsonl_line",
+    "text_sizes",
+    "json_sizes",
+    "batch_view_sizes",
+    "appended_view_sizes",
+]
+
+#: Kafka's TimestampType.LOG_APPEND_TIME id, the type of every batch logfs appends.
+LOG_APPEND_TIME = 1
+
+_NULL = b"null"
+_KEY_B64_SUFFIX = b',"keyEncoding":"base64"'
+_VALUE_B64_SUFFIX = b',"valueEncoding":"base64"'
+_HEADERS_OPEN = b',"headers":['
+_LINE_END = b"}\n"
+
+
+class _JsonPieces(NamedTuple):
+    """The constant byte pieces of one (topic, partition, timestamp type) JSON line.
+
+    ``fmt_*`` are ``bytes %`` templates with the constants baked in; ``%`` in
+    the topic cannot occur (Kafka topic names are ``[a-zA-Z0-9._-]``) but is
+    escaped anyway so a template can never be misread.
+    """
+
+    prefix: bytes          # {"topic":"t","partition":0,"offset":
+    ts_prefix: bytes       # ,"timestamp":
+    key_prefix: bytes      # ,"timestampType":1,"key":
+    value_prefix: bytes    # ,"value":
+    fmt_nokey: bytes       # whole line for key null, clean value, no headers: % (offset, ts, value)
+    fmt_key: bytes         # whole line for clean key and value, no headers: % (offset, ts, key, value)
+    fmt_general: bytes     # whole line: % (offset, ts, key piece, value piece, headers piece)
+    fixed_len: int         # bytes of one line outside offset, timestamp, key and value pieces
+
+
+@lru_cache(maxsize=4096)
+def _json_pieces(topic: str, partition: int, timestamp_type: int) -> _JsonPieces:
+    prefix = b'{"topic":' + orjson.dumps(topic) + b',"partition":%d,"offset":' % partition
+    ts_prefix = b',"timestamp":'
+    key_prefix = b',"timestampType":%d,"key":' % timestamp_type
+    value_prefix = b',"value":'
+    safe = prefix.replace(b"%", b"%%")
+    fmt_nokey = safe + b"%d" + ts_prefix + b"%d" + key_prefix + b'null,"value":"%s"}\n'
+    fmt_key = safe + b"%d" + ts_prefix + b"%d" + key_prefix + b'"%s","value":"%s"}\n'
+    fmt_general = safe + b"%d" + ts_prefix + b"%d" + key_prefix + b"%s" + value_prefix + b"%s%s}\n"
+    fixed_len = len(prefix) + len(ts_prefix) + len(key_prefix) + len(value_prefix) + len(_LINE_END)
+    return _JsonPieces(prefix, ts_prefix, key_prefix, value_prefix, fmt_nokey, fmt_key, fmt_general, fixed_len)
+
+
+# ---------------------------------------------------------------------------
+# JSON pieces of single fields (the exact, slow path)
+# ---------------------------------------------------------------------------
+
+def _bytes_field(data: bytes | None, b64_suffix: bytes) -> bytes:
+    """The JSON piece after ``"key":``/``"value":`` for ``data``.
+
+    Valid UTF-8 becomes an orjson-escaped string; anything else becomes a
+    base64 string followed by its ``...Encoding`` member.  Kafka values are
+    arbitrary bytes, so this is how non-UTF-8 data survives the trip.
+    """
+    if data is None:
+        return _NULL
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return b'"' + base64.b64encode(data) + b'"' + b64_suffix
+    return orjson.dumps(text)
+
+
+def _bytes_field_size(data: bytes | None, b64_suffix_len: int) -> int:
+    """``len(_bytes_field(data, suffix))`` without building base64 text."""
+    if data is None:
+        return 4
+    if data.isascii():
+        # ASCII is valid UTF-8; only escapes can change the length.
+        return len(orjson.dumps(data.decode("ascii")))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return 2 + 4 * ((len(data) + 2) // 3) + b64_suffix_len
+    return len(orjson.dumps(text))
+
+
+def _headers_piece(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    if not headers:
+        return b""
+    parts = []
+    for name, value in headers:
+        parts.append(b'{"key":' + orjson.dumps(name) + b',"value":'
+                     + _bytes_field(value, _VALUE_B64_SUFFIX) + b"}")
+    return _HEADERS_OPEN + b",".join(parts) + b"]"
+
+
+def _plain_ascii(joined: bytes) -> bool:
+    """True when ``joined`` is ASCII with nothing JSON must escape.
+
+    One C-speed pass: orjson escapes exactly ``"``, ``\\`` and control
+    characters, so for ASCII input its output is ``len + 2`` iff nothing was
+    escaped.  (ASCII first: a concatenation of byte strings can be valid UTF-8
+    while its pieces are not, so non-ASCII batches take the per-value path.)
+    """
+    try:
+        text = joined.decode("ascii")
+    except UnicodeDecodeError:
+        return False
+    return len(orjson.dumps(text)) == len(joined) + 2
+
+
+def _digits_total(first: int, count: int) -> int:
+    """Total decimal digits of the ``count`` integers ``first, first+1, ...`` (first >= 0)."""
+    total = 0
+    low = first
+    end = first + count
+    digits = len(str(low))
+    bound = 10 ** digits
+    while low < end:
+        high = end if end < bound else bound
+        total += (high - low) * digits
+        low = high
+        digits += 1
+        bound *= 10
+    return total
+
+
+# ---------------------------------------------------------------------------
+# Text rendering
+# ---------------------------------------------------------------------------
+
+def render_values(values: Sequence[bytes | None]) -> bytes:
+    """Text rendering of a list of values (what records.decode_values returns)."""
+    if not values:
+        return b""
+    if None in values:
+        values = [b"" if value is None else value for value in values]
+    return b"\n".join(values) + b"\n"
+
+
+def render_text(records: Iterable[Record]) -> bytes:
+    """The ``records`` view of ``records``: each value plus a newline."""
+    return render_values([record[3] for record in records])
+
+
+def text_sizes(records: Iterable[Record]) -> list[int]:
+    """Per-record sizes of :func:`render_text`."""
+    return [1 if record[3] is None else len(record[3]) + 1 for record in records]
+
+
+# ---------------------------------------------------------------------------
+# JSON-lines rendering
+# ---------------------------------------------------------------------------
+
+def render_jsonl_line(record: Record, topic: str, partition: int, timestamp_type: int) -> bytes:
+    """One JSON line (the exact path; used for single records and escapes)."""
+    pieces = _json_pieces(topic, partition, timestamp_type)
+    offset, timestamp, key, value, headers = record
+    return pieces.fmt_general % (
+        offset, timestamp,
+        _bytes_field(key, _KEY_B64_SUFFIX),
+        _bytes_field(value, _VALUE_B64_SUFFIX),
+        _headers_piece(headers),
+    )
+
+
+def render_jsonl(records: Iterable[Record], topic: str, partition: int, timestamp_type: int) -> bytes:
+    """The JSON-lines view of ``records`` (all from batches of ``timestamp_type``).
+
+    Read hot path: when every value is plain ASCII (one test over the joined
+    values), lines without key or headers come from one ``bytes %`` template;
+    the rest take the exact per-field path.
+    """
+    if not isinstance(records, list):
+        records = list(records)
+    if not records:
+        return b""
+    pieces = _json_pieces(topic, partition, timestamp_type)
+    general = pieces.fmt_general
+    values = [record[3] for record in records]
+    if None not in values and _plain_ascii(b"".join(values)):
+        keys = [record[2] for record in records]
+        key_nulls = keys.count(None)
+        if key_nulls == len(keys) or _plain_ascii(b"".join([key for key in keys if key is not None])):
+            nokey = pieces.fmt_nokey
+            keyed = pieces.fmt_key
+            return b"".join([
+                (nokey % (offset, timestamp, value) if key is None else
+                 keyed % (offset, timestamp, key, value)) if not headers else
+                general % (offset, timestamp, _bytes_field(key, _KEY_B64_SUFFIX),
+                           b'"' + value + b'"', _headers_piece(headers))
+                for offset, timestamp, key, value, headers in records
+            ])
+    return b"".join([
+        general % (offset, timestamp, _bytes_field(key, _KEY_B64_SUFFIX),
+                   _bytes_field(value, _VALUE_B64_SUFFIX), _headers_piece(headers))
+        for offset, timestamp, key, value, headers in records
+    ])
+
+
+def json_sizes(records: Iterable[Record], topic: str, partition: int, timestamp_type: int) -> list[int]:
+    """Per-record sizes of :func:`render_jsonl`."""
+    fixed = _json_pieces(topic, partition, timestamp_type).fixed_len
+    key_suffix = len(_KEY_B64_SUFFIX)
+    value_suffix = len(_VALUE_B64_SUFFIX)
+    sizes = []
+    for offset, timestamp, key, value, headers in records:
+        size = (fixed + len(str(offset)) + len(str(timestamp))
+                + _bytes_field_size(key, key_suffix) + _bytes_field_size(value, value_suffix))
+        if headers:
+            size += len(_headers_piece(headers))
+        sizes.append(size)
+    return sizes
+
+
+def batch_view_sizes(records: Sequence[Record], topic: str, partition: int,
+                     timestamp_type: int) -> tuple[int, int]:
+    """(text bytes, JSON bytes) of one decoded batch: what a view index entry needs.
+
+    Used when a segment's view index is rebuilt by a scan.  Batches logfs wrote
+    itself (contiguous offsets, one timestamp, no headers) take the arithmetic
+    path of :func:`appended_view_sizes`.
+    """
+    if not records:
+        return 0, 0
+    first = records[0]
+    count = len(records)
+    timestamp = first[1]
+    if (records[-1][0] - first[0] == count - 1
+            and all(record[1] == timestamp and not record[4] for record in records)):
+        return _contiguous_sizes([record[3] for record in records],
+                                 [record[2] for record in records],
+                                 first[0], timestamp, topic, partition, timestamp_type)
+    return sum(text_sizes(records)), sum(json_sizes(records, topic, partition, timestamp_type))
+
+
+def appended_view_sizes(values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                        first_offset: int, timestamp: int, topic: str, partition: int) -> tuple[int, int]:
+    """(text bytes, JSON bytes) of a batch appended with LogAppendTime at ``first_offset``.
+
+    Exactly ``len(render_text(...))`` and ``len(render_jsonl(...))`` of the
+    records the batch decodes to, computed without rendering.
+    """
+    return _contiguous_sizes(values, keys, first_offset, timestamp, topic, partition, LOG_APPEND_TIME)
+
+
+def _contiguous_sizes(values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                      first_offset: int, timestamp: int, topic: str, partition: int,
+                      timestamp_type: int) -> tuple[int, int]:
+    count = len(values)
+    if count == 0:
+        return 0, 0
+    nulls = values.count(None) if isinstance(values, list) else sum(1 for v in values if v is None)
+    present = values if nulls == 0 else [value for value in values if value is not None]
+    joined = b"".join(present)
+    text = len(joined) + count
+
+    pieces = _json_pieces(topic, partition, timestamp_type)
+    json = (count * (pieces.fixed_len + len(str(timestamp)))
+            + _digits_total(first_offset, count))
+    if _plain_ascii(joined):
+        json += len(joined) + 2 * (count - nulls) + 4 * nulls
+    else:
+        suffix = len(_VALUE_B64_SUFFIX)
+        json += sum([_bytes_field_size(value, suffix) for value in values])
+    if keys is None:
+        json += 4 * count
+    else:
+        key_nulls = sum(1 for key in keys if key is None)
+        present_keys = [key for key in keys if key is not None]
+        joined_keys = b"".join(present_keys)
+        if _plain_ascii(joined_keys):
+            json += len(joined_keys) + 2 * len(present_keys) + 4 * key_nulls
+        else:
+            suffix = len(_KEY_B64_SUFFIX)
+            json += sum([_bytes_field_size(key, suffix) for key in keys])
+    return text, json

@@ -1,0 +1,368 @@
+"""Byte-addressable text and JSON-lines renderings of a log (the mount's view files).
+
+A :class:`LogView` is one *anchored* rendering: position 0 is the first record
+at or after ``start_offset`` (the log start when None) at the moment the view is
+created, and the bytes at a position never change afterwards.  That is what
+lets ``cat``, ``tail -f`` and Spark treat a view as an ordinary file that only
+grows, while retention, DeleteRecords and compaction rewrite the log beneath it.
+
+How positions map to records:
+
+* The view holds the :class:`~engine.segment.LogSegment` objects it covers
+  ("slots"), a snapshot of ``log.segments`` from its first segment on, extended
+  with newly rolled segments once the last one it holds stops being the active
+  segment.  Reading goes through the segment objects, never through the log, so
+  a view opened before a deletion or a cleaner swap reads on from what it
+  opened: a segment's ``.log`` file descriptor outlives its unlink (Unix
+  semantics).
+* Every segment keeps a sparse :class:`~engine.viewindex.ViewIndex` (batch
+  start -> log position, text position, JSON position) and running totals, so a
+  random read bisects the slots' start positions, takes the index floor, preads
+  from that log position and renders only a few batches.
+* Sequential reads continue from a cursor (the last rendered chunk and the log
+  position after it) without any lookup.
+* Once the view has read past a slot its strong reference is dropped (a weak
+  one is kept), so a long-running reader does not keep deleted data on disk;
+  a backward read into a segment that still exists is served through the weak
+  reference.
+
+Sizes come from the view index totals, which count only complete batches, so a
+view never exposes part of a record that is still being appended.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+import weakref
+from enum import Enum
+from typing import TYPE_CHECKING, Callable, Iterator
+
+from engine import records as _records
+from engine import render
+from engine.errors import InvalidRequestError, OffsetOutOfRangeError, StorageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.log import Log
+    from engine.records import BatchHeader, Record
+    from engine.segment import LogSegment
+
+logger = logging.getLogger(__name__)
+
+#: Minimum bytes of ``.log`` read per pread while rendering: large enough that a
+#: sequential ``cat`` costs one system call per many batches.
+_MIN_LOG_CHUNK = 256 * 1024
+
+
+class ViewFormat(Enum):
+    TEXT = "text"
+    JSONL = "jsonl"
+
+
+class _Slot:
+    """One segment covered by a view, and where its rendering starts in the view."""
+
+    __slots__ = ("base_offset", "start", "skip", "final_size", "strong", "weak")
+
+    def __init__(self, segment: LogSegment, start: int, skip: int) -> None:
+        self.base_offset = segment.base_offset
+        self.start = start              # view position of this slot's first byte
+        self.skip = skip                # rendering bytes of the segment before the view's anchor
+        self.final_size: int | None = None   # segment rendering size once it is inactive
+        self.strong: LogSegment | None = segment
+        try:
+            self.weak: Callable[[], LogSegment | None] = weakref.ref(segment)
+        except TypeError:               # an object without weakref support stays strongly held
+            self.weak = lambda: segment
+
+    def segment(self) -> LogSegment | None:
+        return self.strong if self.strong is not None else self.weak()
+
+
+class LogView:
+    """An anchored, growing, byte-addressable rendering of a :class:`~engine.log.Log`.
+
+    ``segment`` restricts the view to that one segment (``segments/<base>.jsonl``);
+    such a view grows only while the segment is active.  Thread-safe: the mount
+    may serve reads of one open file from several worker threads.
+    """
+
+    def __init__(self, log: Log, fmt: ViewFormat, start_offset: int | None = None,
+                 segment: LogSegment | None = None) -> None:
+        self.log = log
+        self.format = fmt
+        self.topic = log.topic_partition.topic
+        self.partition = log.topic_partition.partition
+        self._text = fmt is ViewFormat.TEXT
+        self._single = segment is not None
+        self._lock = threading.Lock()
+        self._closed = False
+        # cursor: the last rendered chunk (view positions [_buf_start, _buf_start+len(_buf)))
+        # and where decoding continues after it (slot, log position, segment render position)
+        self._buf = b""
+        self._buf_start = 0
+        self._next: tuple[int, int, int] | None = None
+
+        if segment is not None:
+            self._slots = [_Slot(segment, 0, 0)]
+            self.start_offset = segment.base_offset
+            return
+        segments = log.segments
+        log_start = log.log_start_offset
+        if start_offset is None:
+            start_offset = log_start
+        elif start_offset < log_start or start_offset > log.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"Offset {start_offset} is out of range for partition {log.topic_partition}: "
+                f"log start offset {log_start}, log end offset {log.log_end_offset}",
+                offset=start_offset, log_start_offset=log_start, log_end_offset=log.log_end_offset)
+        self.start_offset = start_offset
+        bases = list(segments.keys())
+        first = max(bisect.bisect_right(bases, start_offset) - 1, 0)
+        covered = [segments[base] for base in bases[first:]]
+        if not covered:
+            raise StorageError(f"Log {log.dir} has no segments")
+        self._slots = [_Slot(covered[0], 0, self._size_before(covered[0], start_offset))]
+        for seg in covered[1:]:
+            self._append_slot(seg)
+
+    # ------------------------------------------------------------------ sizes
+
+    def _segment_size(self, segment: LogSegment) -> int:
+        index = segment.view_index
+        return index.text_size if self._text else index.json_size
+
+    def _size_before(self, segment: LogSegment, start_offset: int) -> int:
+        """Rendering bytes of the records of ``segment`` below ``start_offset``.
+
+        The index floor gives the rendering position of the batch that holds (or
+        precedes) the anchor; only batches from there are decoded.
+        """
+        if start_offset <= segment.base_offset:
+            return 0
+        index = segment.view_index
+        offset, log_pos, text_pos, json_pos = index.floor_by_offset(start_offset)
+        size = text_pos if self._text else json_pos
+        limit = self._segment_size(segment)
+        for header, batch_records, _ in self._batches(segment, log_pos, full=True):
+            if header.base_offset >= start_offset:
+                break
+            below = [record for record in batch_records if record.offset < start_offset]
+            if self._text:
+                size += sum(render.text_sizes(below))
+            else:
+                size += sum(render.json_sizes(below, self.topic, self.partition, header.timestamp_type))
+            if header.last_offset >= start_offset:
+                break
+        return min(size, limit)
+
+    def _append_slot(self, segment: LogSegment) -> None:
+        last = self._slots[-1]
+        last_segment = last.segment()
+        if last.final_size is None:
+            last.final_size = self._segment_size(last_segment)
+        self._slots.append(_Slot(segment, last.start + last.final_size - last.skip, 0))
+
+    def _refresh(self) -> None:
+        """Take in segments rolled since the view's last segment stopped being active."""
+        if self._single:
+            return
+        last = self._slots[-1]
+        last_segment = last.segment()
+        if last_segment is not None and self.log.active_segment is last_segment:
+            return
+        for base, segment in self.log.segments.items():
+            if base > last.base_offset:
+                self._append_slot(segment)
+        if last.final_size is None and last_segment is not None and self.log.active_segment is not last_segment:
+            last.final_size = self._segment_size(last_segment)
+
+    def _slot_size(self, slot: _Slot) -> int:
+        if slot.final_size is not None:
+            return slot.final_size
+        segment = slot.segment()
+        return self._segment_size(segment) if segment is not None else 0
+
+    def _end(self) -> int:
+        last = self._slots[-1]
+        return max(last.start + self._slot_size(last) - last.skip, last.start)
+
+    def size(self) -> int:
+        """Bytes of the rendering from the anchor to the last complete record (only grows)."""
+        with self._lock:
+            self._refresh()
+            return self._end()
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes of the rendering at ``position`` (b"" at or past the end)."""
+        if position < 0 or size < 0:
+            raise InvalidRequestError(f"Invalid read of {size} bytes at position {position}")
+        with self._lock:
+            if self._closed:
+                raise StorageError(f"Read from a closed view of {self.log.topic_partition}")
+            self._refresh()
+            end = self._end()
+            if position >= end or size == 0:
+                return b""
+            stop = min(position + size, end)
+            out = []
+            while position < stop:
+                piece = self._read_from_cursor(position, stop)
+                if not piece:
+                    piece = self._render_at(position, stop)
+                    if not piece:
+                        break
+                out.append(piece)
+                position += len(piece)
+            self._release_read_past(position)
+            return out[0] if len(out) == 1 else b"".join(out)
+
+    def _read_from_cursor(self, position: int, stop: int) -> bytes:
+        """Serve from the last rendered chunk, or continue decoding right after it."""
+        buf_end = self._buf_start + len(self._buf)
+        if self._buf_start <= position < buf_end:
+            return self._buf[position - self._buf_start:stop - self._buf_start]
+        if position == buf_end and self._next is not None:
+            slot_index, log_pos, render_pos = self._next
+            return self._render_chunk(slot_index, log_pos, render_pos, position, stop)
+        return b""
+
+    def _render_at(self, position: int, stop: int) -> bytes:
+        """Random access: bisect the slots, then the segment's view index."""
+        starts = [slot.start for slot in self._slots]
+        # the last slot starting at or before position (empty slots share their start
+        # with the next one, and the last of them is the one that holds position)
+        slot_index = bisect.bisect_right(starts, position) - 1
+        slot = self._slots[slot_index]
+        segment = self._segment_of(slot)
+        target = position - slot.start + slot.skip
+        index = segment.view_index
+        if self._text:
+            _, log_pos, render_pos, _ = index.floor_by_text(target)
+        else:
+            _, log_pos, _, render_pos = index.floor_by_json(target)
+        return self._render_chunk(slot_index, log_pos, render_pos, position, stop)
+
+    def _segment_of(self, slot: _Slot) -> LogSegment:
+        segment = slot.segment()
+        if segment is None:
+            raise OffsetOutOfRangeError(
+                f"Segment {slot.base_offset} of {self.log.topic_partition} was deleted after this "
+                "view read past it", offset=slot.base_offset)
+        return segment
+
+    def _render_chunk(self, slot_index: int, log_pos: int, render_pos: int, position: int,
+                      stop: int) -> bytes:
+        """Render batches of one slot from (log_pos, render_pos) until ``stop`` is covered.
+
+        ``render_pos`` is a batch boundary in the segment's rendering; the
+        result is the part of the rendered chunk from ``position`` on, and the
+        chunk becomes the cursor for the next sequential read.
+        """
+        slot = self._slots[slot_index]
+        segment = self._segment_of(slot)
+        slot_end = self._slot_size(slot)                    # complete batches only
+        seg_stop = min(stop - slot.start + slot.skip, slot_end)
+        if render_pos >= slot_end:
+            if slot_index + 1 < len(self._slots):
+                self._next = (slot_index + 1, 0, 0)
+                self._buf, self._buf_start = b"", position
+                return self._render_chunk(slot_index + 1, 0, 0, position, stop)
+            return b""
+        rendered: list[bytes] = []
+        chunk_start = render_pos
+        pos = render_pos
+        next_log_pos = log_pos
+        want = seg_stop - render_pos
+
+        for header, batch, log_pos_after in self._batches(segment, log_pos, full=not self._text, hint=want):
+            if self._text:
+                piece = render.render_values(batch)
+            else:
+                piece = render.render_jsonl(batch, self.topic, self.partition, header.timestamp_type)
+            if pos + len(piece) > slot_end:
+                break                      # a batch appended after the size snapshot
+            rendered.append(piece)
+            pos += len(piece)
+            next_log_pos = log_pos_after
+            if pos >= seg_stop:
+                break
+        chunk = b"".join(rendered)
+        # keep the cursor in view coordinates
+        chunk_view_start = slot.start + chunk_start - slot.skip
+        if slot.skip and chunk_start < slot.skip:
+            chunk = chunk[slot.skip - chunk_start:]
+            chunk_view_start = slot.start
+        self._buf = chunk
+        self._buf_start = chunk_view_start
+        if pos >= slot_end and slot_index + 1 < len(self._slots):
+            self._next = (slot_index + 1, 0, 0)
+        else:
+            self._next = (slot_index, next_log_pos, pos)
+        begin = position - chunk_view_start
+        return chunk[begin:begin + (stop - position)] if begin >= 0 else b""
+
+    def _batches(self, segment: LogSegment, log_pos: int, *, full: bool,
+                 hint: int = 0) -> Iterator[tuple[BatchHeader, list, int]]:
+        """Yield (header, values or records, log position after the batch) from ``log_pos`` on.
+
+        Reads the ``.log`` in chunks through the segment (pread on its own
+        descriptor, valid after unlink) and decodes lazily, batch by batch; a
+        batch larger than a chunk is read whole.  A short tail is a batch still
+        being written and ends the walk.
+        """
+        chunk_size = max(_MIN_LOG_CHUNK, hint + (hint >> 1))
+        decode = _records.decode_batch if full else _records.decode_values
+        while True:
+            data = segment.read_bytes(log_pos, chunk_size)
+            if len(data) < _records.HEADER_SIZE:
+                return
+            end = 0
+            for rel, header in _records.iter_batches(data):
+                end = rel + header.size
+                yield header, decode(data, rel, header), log_pos + end
+            if end == 0:
+                needed = _records.read_header(data, 0).size
+                if needed > len(data) and len(data) == chunk_size:
+                    chunk_size = needed
+                    continue
+                return
+            log_pos += end
+
+    # ------------------------------------------------------------------ memory
+
+    def _release_read_past(self, position: int) -> None:
+        """Drop strong references to slots entirely before ``position``."""
+        for slot in self._slots[:-1]:
+            if slot.strong is None:
+                continue
+            if slot.final_size is not None and slot.start + slot.final_size - slot.skip <= position:
+                slot.strong = None
+            else:
+                break
+
+    def held_segments(self) -> int:
+        """How many segments this view keeps alive (for stats and tests)."""
+        return sum(1 for slot in self._slots if slot.strong is not None)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for slot in self._slots:
+                slot.strong = None
+            self._buf = b""
+            self._next = None
+
+
+def record_at(log: Log, offset: int) -> Record:
+    """The record stored at exactly ``offset`` (``offset/<N>``); OffsetOutOfRangeError if none."""
+    found = log.read_records(offset, 1)
+    if not found or found[0].offset != offset:
+        raise OffsetOutOfRangeError(
+            f"No record at offset {offset} in partition {log.topic_partition} "
+            f"(log start offset {log.log_start_offset}, log end offset {log.log_end_offset})",
+            offset=offset, log_start_offset=log.log_start_offset, log_end_offset=log.log_end_offset)
+    return found[0]

@@ -1,0 +1,321 @@
+"""engine.manager: LogManager over real temp log dirs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+
+import pytest
+
+from engine.checkpoint import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    OffsetCheckpointFile,
+)
+from engine.clock import ManualClock
+from engine.config import BrokerConfig
+from engine.errors import (
+    InvalidConfigError,
+    InvalidPartitionError,
+    InvalidTopicError,
+    ReadOnlyError,
+    StorageError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from engine.log import Log
+from engine.manager import TOPIC_CONFIGS_FILE, LogManager
+from engine.topic import TopicPartition
+
+
+def broker(dirs, **props) -> BrokerConfig:
+    base = {"log.dirs": ",".join(str(d) for d in dirs), "num.partitions": "3",
+            "log.segment.bytes": "1024", "log.index.interval.bytes": "128"}
+    base.update({k.replace("_", "."): str(v) for k, v in props.items()})
+    return BrokerConfig.from_props(base)
+
+
+def started(dirs, clock=None, read_only=False, **props) -> LogManager:
+    manager = LogManager(broker(dirs, **props), clock=clock or ManualClock(), read_only=read_only)
+    manager.startup()
+    return manager
+
+
+def append(manager: LogManager, topic: str, partition: int, count: int, tag: bytes = b"r") -> None:
+    log = manager.get_log(TopicPartition(topic, partition))
+    for i in range(count):
+        log.append_values([tag + b"-%d-a" % i, tag + b"-%d-b" % i])
+
+
+def values(manager: LogManager, topic: str, partition: int) -> list[bytes]:
+    return [r.value for r in manager.get_log(TopicPartition(topic, partition)).read_records(0)]
+
+
+def test_missing_dirs_are_created_and_duplicates_refused(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "nested" / "b"
+    manager = started([a, b])
+    assert a.is_dir() and b.is_dir()
+    manager.shutdown()
+    with pytest.raises(InvalidConfigError, match="Duplicate log directory"):
+        LogManager(broker([a, tmp_path / "x" / ".." / "a"])).startup()
+    not_dir = tmp_path / "file"
+    not_dir.write_text("x")
+    with pytest.raises(StorageError, match=str(not_dir)):
+        LogManager(broker([not_dir])).startup()
+
+
+def test_partitions_spread_over_dirs_with_fewest_logs(tmp_path):
+    dirs = [tmp_path / "d0", tmp_path / "d1", tmp_path / "d2"]
+    manager = started(dirs)
+    manager.create_topic("spread", 6)
+    counts = {str(d): len([n for n in os.listdir(d) if n.startswith("spread-")]) for d in dirs}
+    assert sorted(counts.values()) == [2, 2, 2]
+    manager.create_topic("one", 1)
+    manager.create_topic("two", 2)
+    counts = [len([n for n in os.listdir(d) if os.path.isdir(d / n)]) for d in dirs]
+    assert sorted(counts) == [3, 3, 3]
+    assert manager.partitions("spread") == list(range(6))
+    assert manager.topics() == ["one", "spread", "two"]
+
+
+def test_create_topic_validation_leaves_nothing(tmp_path):
+    manager = started([tmp_path / "d"])
+    manager.create_topic("t")
+    with pytest.raises(TopicExistsError):
+        manager.create_topic("t")
+    with pytest.raises(InvalidTopicError):
+        manager.create_topic("bad/name")
+    with pytest.raises(InvalidConfigError, match="retention.ms"):
+        manager.create_topic("u", 2, {"retention.ms": "soon"})
+    with pytest.raises(InvalidConfigError, match="no.such.config"):
+        manager.create_topic("u", 2, {"no.such.config": "1"})
+    assert manager.topics() == ["t"]
+    assert sorted(os.listdir(tmp_path / "d")) == [f"t-{p}" for p in range(3)]
+
+
+def test_add_partition_only_next_number(tmp_path):
+    manager = started([tmp_path / "d"])
+    manager.create_topic("t", 2)
+    with pytest.raises(InvalidPartitionError):
+        manager.add_partition("t", 3)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        manager.add_partition("nope", 0)
+    manager.add_partition("t", 2)
+    assert manager.partitions("t") == [0, 1, 2]
+
+
+def test_checkpoints_in_kafka_format_and_clean_restart(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = started(dirs)
+    manager.create_topic("t", 2)
+    append(manager, "t", 0, 40)
+    append(manager, "t", 1, 5)
+    log0 = manager.get_log(TopicPartition("t", 0))
+    log0.maybe_increment_log_start_offset(log0.segments.keys()[1] + 1, "test")
+    manager.shutdown()
+    for d in dirs:
+        assert (d / CLEAN_SHUTDOWN_FILE).exists()
+    home = os.path.dirname(log0.dir)
+    lines = open(os.path.join(home, RECOVERY_POINT_CHECKPOINT)).read().splitlines()
+    assert lines == ["0", "1", "t 0 80"]     # t-1 lives in the other dir
+    start_cp = OffsetCheckpointFile(os.path.join(home, LOG_START_OFFSET_CHECKPOINT)).read()
+    assert start_cp == {TopicPartition("t", 0): log0.log_start_offset}
+
+    again = started(dirs)
+    assert again.had_clean_shutdown == {str(d): True for d in dirs}
+    assert not any((d / CLEAN_SHUTDOWN_FILE).exists() for d in dirs)
+    restored = again.get_log(TopicPartition("t", 0))
+    assert restored.log_start_offset == log0.log_start_offset
+    assert restored.recovery_point == 80 and restored.log_end_offset == 80
+    assert again.loaded_logs == 2 and again.load_seconds >= 0
+
+
+def test_unclean_reload_keeps_every_record_and_corrupt_checkpoint_means_full_recovery(tmp_path, caplog):
+    d = tmp_path / "d"
+    manager = started([d])
+    manager.create_topic("t", 1)
+    append(manager, "t", 0, 30)
+    expected = values(manager, "t", 0)
+    manager.checkpoint_recovery_points()
+    # crash: no shutdown; then damage the checkpoint
+    (d / RECOVERY_POINT_CHECKPOINT).write_text("0\n5\nt 0 1\n")
+    with caplog.at_level(logging.WARNING, logger="engine.manager"):
+        again = started([d])
+    assert "recovery-point-offset-checkpoint" in caplog.text
+    assert again.had_clean_shutdown == {str(d): False}
+    assert values(again, "t", 0) == expected
+    assert again.get_log(TopicPartition("t", 0)).log_end_offset == 60
+
+
+def test_missing_checkpoint_and_torn_tail_recovered(tmp_path):
+    d = tmp_path / "d"
+    manager = started([d])
+    manager.create_topic("t", 1)
+    append(manager, "t", 0, 10)
+    expected = values(manager, "t", 0)
+    log = manager.get_log(TopicPartition("t", 0))
+    with open(log.active_segment.log_path, "ab") as f:
+        f.write(b"\x00\x00\x00\x00\x00\x00\x00\x63\x00\x00\x01")    # torn batch header
+    again = started([d])
+    assert values(again, "t", 0) == expected
+    assert again.get_log(TopicPartition("t", 0)).log_end_offset == 20
+
+
+def test_duplicate_partition_across_dirs_refused(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    manager = started([a])
+    manager.create_topic("dup", 1)
+    manager.shutdown()
+    os.makedirs(b / "dup-0")
+    with pytest.raises(StorageError, match="dup-0"):
+        started([a, b])
+
+
+def test_stray_files_ignored_and_parallel_load(tmp_path, monkeypatch):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = started(dirs)
+    for i in range(6):
+        manager.create_topic(f"t{i}", 2)
+        append(manager, f"t{i}", 0, 3)
+    manager.shutdown()
+    (dirs[0] / "meta.properties").write_text("version=0\n")
+    os.makedirs(dirs[1] / "lost+found")
+    threads_seen: set[str] = set()
+    original = Log.load
+
+    def load_recording_thread(*args, **kwargs):     # the real load, noting which thread ran it
+        threads_seen.add(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(Log, "load", load_recording_thread)
+    again = started(dirs, num_recovery_threads_per_data_dir=3)
+    assert again.loaded_logs == 12
+    assert len(threads_seen) > 1 and all(name.startswith("log-recovery-") for name in threads_seen)
+    assert values(again, "t5", 0)[0] == b"r-0-a"
+
+
+def test_topic_config_persists_and_invalid_alter_changes_nothing(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = started(dirs)
+    manager.create_topic("c", 2, {"cleanup.policy": "compact"})
+    config = manager.alter_topic_config("c", {"retention.ms": "1234", "segment.bytes": "4096"})
+    assert config.retention_ms == 1234 and config.compact
+    assert manager.get_log(TopicPartition("c", 1)).config.segment_bytes == 4096
+    before = [(d / TOPIC_CONFIGS_FILE).read_bytes() for d in dirs]
+    with pytest.raises(InvalidConfigError, match="segment.ms"):
+        manager.alter_topic_config("c", {"retention.ms": "99", "segment.ms": "-5"})
+    with pytest.raises(InvalidConfigError, match="bogus"):
+        manager.alter_topic_config("c", {"bogus": None})
+    assert [(d / TOPIC_CONFIGS_FILE).read_bytes() for d in dirs] == before
+    assert manager.topic_config("c").retention_ms == 1234
+    assert manager.get_log(TopicPartition("c", 0)).config.retention_ms == 1234
+    manager.alter_topic_config("c", {"segment.bytes": None})
+    manager.shutdown()
+
+    doc = json.loads((dirs[1] / TOPIC_CONFIGS_FILE).read_text())
+    assert doc["topics"] == {"c": {"cleanup.policy": "compact", "retention.ms": "1234"}}
+    # an older copy in one dir loses against the newer one
+    stale = dict(doc, generation=1, topics={"c": {"retention.ms": "1"}})
+    (dirs[0] / TOPIC_CONFIGS_FILE).write_text(json.dumps(stale))
+    again = started(dirs)
+    assert again.topic_overrides("c") == {"cleanup.policy": "compact", "retention.ms": "1234"}
+    assert again.get_log(TopicPartition("c", 0)).config.retention_ms == 1234
+    assert again.topic_config("c").segment_bytes == again.default_config.segment_bytes
+
+
+def test_delete_topic_renames_then_removes_after_delay(tmp_path):
+    clock = ManualClock()
+    d = tmp_path / "d"
+    manager = started([d], clock=clock, log_segment_delete_delay_ms=60000)
+    manager.create_topic("gone", 2, {"retention.ms": "5000"})
+    manager.create_topic("kept", 1)
+    append(manager, "gone", 0, 5)
+    manager.delete_topic("gone")
+    assert manager.topics() == ["kept"] and manager.get_log(TopicPartition("gone", 0)) is None
+    names = sorted(os.listdir(d))
+    renamed = [n for n in names if n.endswith("-delete")]
+    assert len(renamed) == 2 and all(n.startswith("gone-") and len(n.split(".")[-1]) == 32 + 7 for n in renamed)
+    assert manager.delete_logs() == 0
+    clock.sleep(60000)
+    assert manager.delete_logs() == 2
+    assert not [n for n in os.listdir(d) if n.endswith("-delete")]
+    # the name is free again, without the old overrides
+    manager.create_topic("gone", 1)
+    assert manager.topic_overrides("gone") == {}
+    with pytest.raises(UnknownTopicOrPartitionError):
+        manager.delete_topic("never")
+
+
+def test_delete_dirs_found_at_startup_are_queued_and_removed(tmp_path):
+    clock = ManualClock()
+    d = tmp_path / "d"
+    manager = started([d], clock=clock)
+    manager.create_topic("x", 1)
+    append(manager, "x", 0, 3)
+    manager.delete_topic("x")
+    manager.shutdown()                      # "crash" before the delay passed
+    assert [n for n in os.listdir(d) if n.endswith("-delete")]
+    again = started([d], clock=clock, log_segment_delete_delay_ms=1000)
+    assert again.topics() == [] and len(again.pending_deletions()) == 1
+    assert again.delete_logs() == 0
+    clock.sleep(1000)
+    assert again.delete_logs() == 1
+    assert not [n for n in os.listdir(d) if n.endswith("-delete")]
+
+
+def test_flush_dirty_logs_honours_flush_ms(tmp_path):
+    clock = ManualClock()
+    manager = started([tmp_path / "d"], clock=clock, log_flush_interval_ms=1000)
+    manager.create_topic("f", 1)
+    append(manager, "f", 0, 4)
+    log = manager.get_log(TopicPartition("f", 0))
+    clock.sleep(500)
+    manager.flush_dirty_logs()
+    assert log.recovery_point == 0
+    clock.sleep(600)
+    manager.flush_dirty_logs()
+    assert log.recovery_point == 8
+    manager.checkpoint_recovery_points()
+    assert OffsetCheckpointFile(str(tmp_path / "d" / RECOVERY_POINT_CHECKPOINT)).read() == {
+        TopicPartition("f", 0): 8}
+
+
+def test_cleanup_logs_applies_retention_only_to_delete_policy(tmp_path):
+    clock = ManualClock()
+    manager = started([tmp_path / "d"], clock=clock)
+    manager.create_topic("del", 1, {"retention.bytes": "1100", "segment.bytes": "500"})
+    manager.create_topic("cmp", 1, {"retention.bytes": "1100", "segment.bytes": "500",
+                                    "cleanup.policy": "compact"})
+    for topic in ("del", "cmp"):
+        log = manager.get_log(TopicPartition(topic, 0))
+        for i in range(60):
+            log.append_values([b"value-%d" % i], [b"k%d" % (i % 5)])
+    deleted = manager.cleanup_logs()
+    assert deleted > 0
+    assert manager.get_log(TopicPartition("del", 0)).log_start_offset > 0
+    assert manager.get_log(TopicPartition("cmp", 0)).log_start_offset == 0
+
+
+def test_read_only_mode_writes_nothing(tmp_path):
+    d = tmp_path / "d"
+    manager = started([d])
+    manager.create_topic("t", 1)
+    append(manager, "t", 0, 3)
+    manager.shutdown()
+    snapshot = {n: (d / n).stat().st_mtime_ns for n in os.listdir(d)}
+    ro = started([d], read_only=True)
+    with pytest.raises(ReadOnlyError):
+        ro.create_topic("u")
+    with pytest.raises(ReadOnlyError):
+        ro.alter_topic_config("t", {"retention.ms": "1"})
+    with pytest.raises(ReadOnlyError):
+        ro.delete_topic("t")
+    ro.flush_dirty_logs(); ro.checkpoint_recovery_points(); ro.cleanup_logs(); ro.delete_logs()
+    assert values(ro, "t", 0)[:2] == [b"r-0-a", b"r-0-b"]
+    ro.shutdown()
+    assert {n: (d / n).stat().st_mtime_ns for n in os.listdir(d)} == snapshot
+    with pytest.raises(StorageError, match="missing"):
+        LogManager(broker([tmp_path / "missing"]), read_only=True).startup()

@@ -1,0 +1,118 @@
+"""engine.render: exact renderings, and sizes that equal them byte for byte."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from hypothesis import given, settings, strategies as st
+
+from engine import render
+from engine.records import Record
+
+TOPIC = "events.v1-x_y"
+
+byte_strings = st.one_of(
+    st.none(),
+    st.binary(max_size=40),
+    st.text(max_size=20).map(lambda s: s.encode("utf-8")),
+    st.sampled_from([b"", b'"', b"\\", b"\x00", b"\x1f", b"\x7f", b"\xff", b"\xc3\xa9", b"\xe2\x80\xa8",
+                     b"%s", b"%d", b"plain ascii", b'a "quoted" \\ value\n\t']),
+)
+headers = st.lists(st.tuples(st.text(max_size=8), byte_strings), max_size=3).map(tuple)
+
+
+def decode_field(obj: dict, name: str, encoding_name: str) -> bytes | None:
+    """Independent inverse of the documented encoding (json module + base64)."""
+    raw = obj[name]
+    if raw is None:
+        assert encoding_name not in obj
+        return None
+    if obj.get(encoding_name) == "base64":
+        return base64.b64decode(raw, validate=True)
+    assert encoding_name not in obj
+    return raw.encode("utf-8")
+
+
+def utf8(data: bytes | None) -> bool:
+    try:
+        return data is None or bool(data.decode("utf-8") or True)
+    except UnicodeDecodeError:
+        return False
+
+
+def test_documented_line_format() -> None:
+    record = Record(5, 1700000000000, None, b"hello", ())
+    line = render.render_jsonl([record], "t", 0, 1)
+    assert line == (b'{"topic":"t","partition":0,"offset":5,"timestamp":1700000000000,'
+                    b'"timestampType":1,"key":null,"value":"hello"}\n')
+    keyed = Record(6, 1, b"\xff", b"v", (("h", b"x"), ("n", None)))
+    assert render.render_jsonl([keyed], "t", 3, 0) == (
+        b'{"topic":"t","partition":3,"offset":6,"timestamp":1,"timestampType":0,'
+        b'"key":"/w==","keyEncoding":"base64","value":"v",'
+        b'"headers":[{"key":"h","value":"x"},{"key":"n","value":null}]}\n')
+
+
+def test_text_rendering() -> None:
+    records = [Record(0, 1, None, b"a", ()), Record(1, 1, None, None, ()), Record(2, 1, b"k", b"", ())]
+    assert render.render_text(records) == b"a\n\n\n"
+    assert render.render_text([]) == b""
+    assert render.render_jsonl([], "t", 0, 1) == b""
+    assert render.text_sizes(records) == [2, 1, 1]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(byte_strings, byte_strings, headers), max_size=12),
+       st.integers(0, 2**40), st.integers(-1, 2**45), st.integers(0, 2**31 - 1), st.sampled_from([0, 1]))
+def test_jsonl_round_trips_and_sizes_match(fields, first_offset, timestamp, partition, ts_type) -> None:
+    records = [Record(first_offset + 3 * i, timestamp + i, key, value, hdrs)
+               for i, (key, value, hdrs) in enumerate(fields)]
+    rendered = render.render_jsonl(records, TOPIC, partition, ts_type)
+    lines = rendered.split(b"\n")
+    assert lines[-1] == b""
+    assert len(lines) - 1 == len(records)
+    assert render.json_sizes(records, TOPIC, partition, ts_type) == [len(line) + 1 for line in lines[:-1]]
+    for record, line in zip(records, lines):
+        obj = json.loads(line)
+        assert list(obj) == (["topic", "partition", "offset", "timestamp", "timestampType", "key"]
+                             + (["keyEncoding"] if not utf8(record.key) else [])
+                             + ["value"] + (["valueEncoding"] if not utf8(record.value) else [])
+                             + (["headers"] if record.headers else []))
+        assert (obj["topic"], obj["partition"], obj["offset"], obj["timestamp"], obj["timestampType"]) == (
+            TOPIC, partition, record.offset, record.timestamp, ts_type)
+        assert decode_field(obj, "key", "keyEncoding") == record.key
+        assert decode_field(obj, "value", "valueEncoding") == record.value
+        if record.headers:
+            decoded = tuple((h["key"], decode_field(h, "value", "valueEncoding")) for h in obj["headers"])
+            assert decoded == record.headers
+        else:
+            assert "headers" not in obj
+    text = render.render_text(records)
+    assert len(text) == sum(render.text_sizes(records))
+    assert text.count(b"\n") >= len(records)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(byte_strings, max_size=30), st.booleans(), st.lists(byte_strings, min_size=30, max_size=30),
+       st.integers(0, 10**12), st.integers(0, 2**45), st.integers(0, 1000))
+def test_appended_view_sizes_equal_rendering(values, keyed, key_pool, first_offset, timestamp, partition) -> None:
+    keys = key_pool[:len(values)] if keyed else None
+    records = [Record(first_offset + i, timestamp, None if keys is None else keys[i], value, ())
+               for i, value in enumerate(values)]
+    expected = (len(render.render_text(records)), len(render.render_jsonl(records, TOPIC, partition, 1)))
+    assert render.appended_view_sizes(values, keys, first_offset, timestamp, TOPIC, partition) == expected
+    assert render.batch_view_sizes(records, TOPIC, partition, 1) == expected
+
+
+def test_appended_sizes_across_digit_boundaries() -> None:
+    values = [b"x" * (i % 7) for i in range(2500)]
+    for first in (0, 7, 95, 998, 9_999_000, 10**15 - 3):
+        records = [Record(first + i, 1700000000000, None, v, ()) for i, v in enumerate(values)]
+        assert render.appended_view_sizes(values, None, first, 1700000000000, "t", 0) == (
+            len(render.render_text(records)), len(render.render_jsonl(records, "t", 0, 1)))
+
+
+def test_render_values_matches_render_text() -> None:
+    values = [b"a", None, b"", b"\xff\n"]
+    records = [Record(i, 0, None, v, ()) for i, v in enumerate(values)]
+    assert render.render_values(values) == render.render_text(records) == b"a\n\n\n\xff\n\n"
