@@ -1,0 +1,733 @@
+"""Log compaction: keep only the latest record of each key (Kafka's ``LogCleaner`` and ``Cleaner``).
+
+A compacted log is split at its *first dirty offset* into a clean tail, cleaned
+before, and a dirty head.  One round of cleaning:
+
+1. builds an :class:`~engine.offset_map.OffsetMap` of key -> latest offset over
+   the dirty section, from the first dirty offset up to the first uncleanable
+   offset, or only as far as the map has room for (the rest stays dirty);
+2. groups every segment below the end of the mapped range, clean and dirty,
+   into runs whose sizes fit one segment (``groupSegmentsBySize``);
+3. copies each group into ONE new segment named after the group's first
+   segment with the suffix ``.cleaned``, keeping a record only if no later
+   record of its key exists in the map; a tombstone (null value) is kept until
+   the *delete horizon* and dropped after; keyless records are dropped;
+4. swaps the new segment in with ``Log.replace_segments`` (``.cleaned`` ->
+   ``.swap`` -> final name, old segments -> ``.deleted``), so that a crash at
+   any point leaves either the old segments or the new one, never a mix;
+5. checkpoints the end of the mapped range as the new first dirty offset.
+
+Records keep their offsets, order, timestamps and headers; a batch that loses
+no record is copied byte for byte, otherwise its survivors are re-encoded as
+one batch with the source batch's compression and timestamp type.  Each new
+segment keeps the modification time of the last segment it replaces, because
+that time decides when its tombstones pass the delete horizon.
+
+The delete horizon is Kafka's (pre-v2-horizon) rule: ``delete.retention.ms``
+before the last-modified time of the last segment of the clean section.  A
+tombstone therefore survives the first clean that sees it and is dropped by a
+later one once the clean section has moved ``delete.retention.ms`` past it, so a
+consumer that reads the log within that time still sees the deletion.
+
+The engine starts no threads: :meth:`LogCleaner.clean_once` does one unit of
+work (clean the filthiest log, then retention of compacted logs) and returns,
+and the mount calls it from ``log.cleaner.threads`` trio tasks through
+``trio.to_thread.run_sync``, backing off ``log.cleaner.backoff.ms`` when it
+returns None.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+
+from engine.cleaner_manager import (LastCleaning, LogCleanerManager, LogCleaningAbortedError, LogToClean,
+                                    log_segments)
+from engine.clock import SYSTEM_CLOCK, Clock
+from engine.errors import CorruptRecordError, LogfsError
+from engine.offset_map import OffsetMap
+from engine.records import (BatchHeader, Record, decode_batch, encode_records, iter_batches,
+                            read_header, validate_batch)
+from engine.render import batch_view_sizes
+from engine.segment import CLEANED_FILE_SUFFIX, LogSegment, log_file_path, offset_index_file_path, \
+    time_index_file_path
+from engine.topic import TopicPartition
+
+if TYPE_CHECKING:   # pragma: no cover
+    from engine.config import BrokerConfig
+    from engine.log import Log
+
+logger = logging.getLogger(__name__)
+
+_INT32_MAX = 0x7FFFFFFF
+#: Kafka's cleaner throttler checks its rate every 300 ms.
+THROTTLER_CHECK_INTERVAL_MS = 300
+
+
+class LogCleaningError(LogfsError):
+    """An unexpected failure while cleaning one log; the partition is marked uncleanable."""
+
+
+# -- throttling --------------------------------------------------------------------------------
+
+class Throttler:
+    """Sleeps just enough to hold a process to ``desired_rate_per_sec`` units (Kafka's ``Throttler``).
+
+    Shared by all cleaner workers, so ``log.cleaner.io.max.bytes.per.second``
+    bounds their sum, as in Kafka.  The rate is measured over periods of
+    ``check_interval_ms``; a period that ran too fast is followed by a sleep.
+    """
+
+    def __init__(self, desired_rate_per_sec: float, check_interval_ms: int = THROTTLER_CHECK_INTERVAL_MS,
+                 *, nanoseconds: Callable[[], int] = time.monotonic_ns,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.desired_rate_per_sec = float(desired_rate_per_sec)
+        self._check_interval_ns = check_interval_ms * 1_000_000
+        self._nanoseconds = nanoseconds
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._period_start_ns = nanoseconds()
+        self._observed_so_far = 0.0
+        #: total milliseconds slept, for stats and tests
+        self.throttled_ms = 0
+
+    def maybe_throttle(self, observed: float) -> None:
+        rate = self.desired_rate_per_sec
+        with self._lock:
+            self._observed_so_far += observed
+            now = self._nanoseconds()
+            elapsed_ns = now - self._period_start_ns
+            if elapsed_ns > self._check_interval_ns and self._observed_so_far > 0:
+                rate_in_secs = self._observed_so_far * 1e9 / elapsed_ns
+                if rate_in_secs > rate:
+                    sleep_ms = round(self._observed_so_far / (rate / 1000.0) - elapsed_ns // 1_000_000)
+                    if sleep_ms > 0:
+                        logger.debug("Natural rate is %.1f per second but desired rate is %.1f, sleeping "
+                                     "for %d ms to compensate.", rate_in_secs, rate, sleep_ms)
+                        self._sleep(sleep_ms / 1000.0)
+                        self.throttled_ms += sleep_ms
+                self._period_start_ns = self._nanoseconds()
+                self._observed_so_far = 0.0
+
+
+# -- statistics ----------------------------------------------------------------------------------
+
+@dataclass
+class CleanerStats:
+    """What one round of cleaning did (Kafka's ``CleanerStats``), plus which log and range."""
+
+    topic_partition: TopicPartition | None = None
+    first_dirty_offset: int = -1
+    end_offset: int = -1
+    start_time: float = field(default_factory=time.monotonic)
+    map_complete_time: float = -1.0
+    end_time: float = -1.0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    map_bytes_read: int = 0
+    map_messages_read: int = 0
+    messages_read: int = 0
+    invalid_messages_read: int = 0
+    messages_written: int = 0
+    buffer_utilization: float = 0.0
+    segments_cleaned: int = 0
+    groups: int = 0
+
+    def read_messages(self, count: int, size: int) -> None:
+        self.messages_read += count
+        self.bytes_read += size
+
+    def recopy_messages(self, count: int, size: int) -> None:
+        self.messages_written += count
+        self.bytes_written += size
+
+    def index_done(self) -> None:
+        self.map_complete_time = time.monotonic()
+
+    def all_done(self) -> None:
+        self.end_time = time.monotonic()
+
+    @property
+    def elapsed_secs(self) -> float:
+        return max(self.end_time - self.start_time, 1e-9)
+
+    @property
+    def elapsed_index_secs(self) -> float:
+        return max(self.map_complete_time - self.start_time, 1e-9)
+
+    @property
+    def messages_dropped(self) -> int:
+        return self.messages_read - self.messages_written
+
+
+def _mb(size: float) -> float:
+    return size / (1024 * 1024)
+
+
+# -- the cleaner ----------------------------------------------------------------------------------
+
+class Cleaner:
+    """The logic of cleaning one log with one offset map (one per worker).
+
+    ``io_buffer_size`` is the read chunk (Kafka: ``log.cleaner.io.buffer.size /
+    threads / 2``); it doubles up to ``max(max.message.bytes, max_io_buffer_size)``
+    when one batch does not fit, and shrinks back after each segment.
+    ``check_done(tp)`` raises LogCleaningAbortedError when the clean must stop; it
+    is called between reads, so an abort takes effect within one chunk.
+    """
+
+    def __init__(self, id: int, offset_map: OffsetMap, io_buffer_size: int, max_io_buffer_size: int,
+                 dup_buffer_load_factor: float, throttler: Throttler, clock: Clock = SYSTEM_CLOCK,
+                 check_done: Callable[[TopicPartition], None] = lambda tp: None) -> None:
+        if offset_map.slots * dup_buffer_load_factor <= 1:
+            raise LogCleaningError(
+                "offset map is too small to fit in even a single message, so log cleaning will never make "
+                "progress. You can increase log.cleaner.dedupe.buffer.size or decrease log.cleaner.threads")
+        self.id = id
+        self.offset_map = offset_map
+        self.io_buffer_size = max(io_buffer_size, 1)
+        self.max_io_buffer_size = max_io_buffer_size
+        self.dup_buffer_load_factor = dup_buffer_load_factor
+        self.throttler = throttler
+        self.clock = clock
+        self.check_done = check_done
+        self._read_buffer_size = self.io_buffer_size
+        self._prefix = f"Cleaner {id}: "
+
+    def _info(self, msg: str, *args) -> None:
+        logger.info(self._prefix + msg, *args)
+
+    # -- entry point ------------------------------------------------------------------------
+
+    def clean(self, cleanable: LogToClean) -> CleanerStats:
+        """Clean the log; the stats carry the first offset not cleaned (``end_offset``)."""
+        return self.do_clean(cleanable, self.clock.milliseconds())
+
+    def do_clean(self, cleanable: LogToClean, current_time_ms: int) -> CleanerStats:
+        log = cleanable.log
+        self._info("Beginning cleaning of log %s", log.name)
+        # Tombstones may be dropped from segments last modified before this.
+        clean_section = log_segments(log, 0, cleanable.first_dirty_offset)
+        delete_horizon_ms = (clean_section[-1].last_modified - log.config.delete_retention_ms
+                             if clean_section else 0)
+        stats = CleanerStats(topic_partition=cleanable.topic_partition,
+                             first_dirty_offset=cleanable.first_dirty_offset)
+
+        self._info("Building offset map for %s...", log.name)
+        upper_bound_offset = cleanable.first_uncleanable_offset
+        self.build_offset_map(log, cleanable.first_dirty_offset, upper_bound_offset, self.offset_map, stats)
+        # An empty dirty section maps nothing (latest offset -1): never move the checkpoint back.
+        end_offset = max(self.offset_map.latest_offset + 1, cleanable.first_dirty_offset)
+        stats.index_done()
+
+        cleanable_section = log_segments(log, 0, cleanable.first_uncleanable_offset)
+        cleanable_horizon_ms = cleanable_section[-1].last_modified if cleanable_section else 0
+        self._info("Cleaning log %s (cleaning prior to %s, discarding tombstones prior to upper bound "
+                   "deletion horizon %s)...", log.name, _date(cleanable_horizon_ms), _date(delete_horizon_ms))
+        groups = self.group_segments_by_size(log_segments(log, 0, end_offset), log.config.segment_bytes,
+                                             log.config.segment_index_bytes,
+                                             cleanable.first_uncleanable_offset)
+        for group in groups:
+            self.clean_segments(log, group, self.offset_map, stats, delete_horizon_ms)
+            stats.groups += 1
+            stats.segments_cleaned += len(group)
+        stats.buffer_utilization = self.offset_map.utilization
+        stats.end_offset = end_offset
+        stats.all_done()
+        return stats
+
+    # -- phase 1: the offset map ------------------------------------------------------------
+
+    def build_offset_map(self, log: "Log", start: int, end: int, offset_map: OffsetMap,
+                         stats: CleanerStats) -> None:
+        """Map key -> latest offset for ``[start, end)``, stopping when the map reaches its capacity.
+
+        On return ``offset_map.latest_offset + 1`` is where cleaning must stop:
+        every record below it has been seen by the map.
+        """
+        offset_map.clear()
+        dirty = log_segments(log, start, end)
+        self._info("Building offset map for log %s for %d segments in offset range [%d, %d).",
+                   log.name, len(dirty), start, end)
+        next_starts = [s.base_offset for s in dirty[1:]] + [end]
+        for index, (segment, next_start) in enumerate(zip(dirty, next_starts)):
+            self.check_done(log.topic_partition)
+            if self._build_offset_map_for_segment(log, segment, offset_map, start, next_start, stats):
+                logger.debug("%sOffset map is full, %d segments fully mapped, segment with base offset %d "
+                             "is partially mapped", self._prefix, index, segment.base_offset)
+                break
+        self._info("Offset map for log %s complete.", log.name)
+
+    def _build_offset_map_for_segment(self, log: "Log", segment: LogSegment, offset_map: OffsetMap,
+                                      start: int, next_segment_start: int, stats: CleanerStats) -> bool:
+        """Add the keys of one segment; True if the map filled up before its end."""
+        tp = log.topic_partition
+        max_desired_map_size = int(offset_map.slots * self.dup_buffer_load_factor)
+        put = offset_map.put
+        entries = offset_map.size
+        position = segment.offset_index.lookup(start)[1]
+        end = segment.size
+        try:
+            while position < end:
+                self.check_done(tp)
+                chunk = segment.read_bytes(position, min(self._read_buffer_size, end - position))
+                self.throttler.maybe_throttle(len(chunk))
+                consumed = 0
+                for pos, header in iter_batches(chunk):
+                    consumed = pos + header.size
+                    if header.is_control:
+                        stats.map_messages_read += 1
+                    else:
+                        records = decode_batch(chunk, pos, header)
+                        for offset, _, key, _, _ in records:
+                            if key is not None and offset >= start:
+                                # Kafka stops at the load factor even for a key already in the map.
+                                if entries >= max_desired_map_size:
+                                    stats.map_messages_read += 1
+                                    return True
+                                if put(key, offset):
+                                    entries += 1
+                        stats.map_messages_read += len(records)
+                    if header.last_offset >= start:
+                        offset_map.update_latest_offset(header.last_offset)
+                position += consumed
+                stats.map_bytes_read += consumed
+                if consumed == 0:
+                    self._grow_buffers_or_fail(segment, position, chunk, log.config.max_message_bytes)
+            # Offsets may have gaps (an earlier clean): the whole segment is covered.
+            offset_map.update_latest_offset(next_segment_start - 1)
+            return False
+        finally:
+            self._restore_buffers()
+
+    # -- phase 2: grouping -------------------------------------------------------------------
+
+    @staticmethod
+    def group_segments_by_size(segments: Sequence[LogSegment], max_size: int, max_index_size: int,
+                               first_uncleanable_offset: int) -> list[list[LogSegment]]:
+        """Consecutive runs of segments that fit into one segment (Kafka's ``groupSegmentsBySize``).
+
+        A run's .log sizes sum to at most ``segment.bytes``, each of its index
+        sizes to at most ``segment.index.bytes``, and its offsets stay within
+        an int32 of the run's base (relative offsets in the index are 4 bytes).
+        Cleaning many small segments into one keeps the segment count from
+        growing with every round.
+        """
+        grouped: list[list[LogSegment]] = []
+        segs = list(segments)
+        i = 0
+        while i < len(segs):
+            group = [segs[i]]
+            log_size = segs[i].size
+            index_size = segs[i].offset_index.size_in_bytes
+            time_index_size = segs[i].time_index.size_in_bytes
+            i += 1
+            while i < len(segs):
+                nxt = segs[i]
+                # The last offset of `nxt` is bounded by the next base offset (cheap), or by the
+                # first uncleanable offset for the last segment.
+                last_offset = segs[i + 1].base_offset - 1 if i + 1 < len(segs) else first_uncleanable_offset - 1
+                if not (log_size + nxt.size <= max_size
+                        and index_size + nxt.offset_index.size_in_bytes <= max_index_size
+                        and time_index_size + nxt.time_index.size_in_bytes <= max_index_size
+                        and (nxt.size == 0 or last_offset - group[-1].base_offset <= _INT32_MAX)):
+                    break
+                group.append(nxt)
+                log_size += nxt.size
+                index_size += nxt.offset_index.size_in_bytes
+                time_index_size += nxt.time_index.size_in_bytes
+                i += 1
+            grouped.append(group)
+        return grouped
+
+    # -- phase 3: copying --------------------------------------------------------------------
+
+    def clean_segments(self, log: "Log", segments: Sequence[LogSegment], offset_map: OffsetMap,
+                       stats: CleanerStats, delete_horizon_ms: int) -> None:
+        """Clean a group of segments into one ``.cleaned`` segment and swap it in."""
+        base_offset = segments[0].base_offset
+        _delete_cleaned_files(log.dir, base_offset)
+        cleaned = LogSegment.open(log.dir, base_offset, log.config, log.clock, file_suffix=CLEANED_FILE_SUFFIX,
+                                  topic_partition=log.topic_partition)
+        try:
+            for segment in segments:
+                retain_deletes = segment.last_modified > delete_horizon_ms
+                self._info("Cleaning %s in log %s into %d with an upper bound deletion horizon %d computed "
+                           "from the segment last modified time of %d,%s deletes.", segment, log.name,
+                           base_offset, delete_horizon_ms, segment.last_modified,
+                           "retaining" if retain_deletes else "discarding")
+                self.clean_into(log, segment, cleaned, offset_map, retain_deletes, stats)
+            cleaned.on_becoming_inactive_segment()
+            cleaned.flush()         # on disk before it may replace anything
+            # The replaced segments' age decides when tombstones in it pass the delete horizon.
+            cleaned.set_last_modified(segments[-1].last_modified)
+            self._info("Swapping in cleaned segment %s for segment(s) %s in log %s", cleaned,
+                       list(segments), log.name)
+            log.replace_segments([cleaned], list(segments))
+        except BaseException:
+            # Aborted (deletion, shutdown) or failed: nothing of this group was swapped in.
+            try:
+                cleaned.delete_if_exists()
+                cleaned.close()
+            except Exception as exc:     # the loader removes stray .cleaned files at the next start
+                logger.warning("%sFailed to remove %s after an aborted clean: %s", self._prefix,
+                               cleaned.log_path, exc)
+            raise
+
+    def clean_into(self, log: "Log", source: LogSegment, dest: LogSegment, offset_map: OffsetMap,
+                   retain_deletes: bool, stats: CleanerStats) -> None:
+        """Copy the records of ``source`` that must survive into ``dest``, batch by batch."""
+        tp = log.topic_partition
+        topic, partition = tp.topic, tp.partition
+        latest_offset = offset_map.latest_offset
+        get = offset_map.get
+        interval = max(log.config.index_interval_bytes, 1)
+        position = 0
+        end = source.size
+        try:
+            while position < end:
+                self.check_done(tp)
+                chunk = source.read_bytes(position, min(self._read_buffer_size, end - position))
+                self.throttler.maybe_throttle(len(chunk))
+                consumed = 0
+                # Retained batches are gathered into appends of about index.interval.bytes, so
+                # the new segment's offset and view indexes are as dense as an appended one's.
+                pending: list[bytes] = []
+                pending_size = pending_text = pending_json = 0
+                pending_last = pending_max_ts = pending_max_ts_offset = -1
+                for pos, header in iter_batches(chunk):
+                    size = header.size
+                    consumed = pos + size
+                    try:
+                        validate_batch(chunk, pos)
+                    except CorruptRecordError as exc:
+                        raise CorruptRecordError(str(exc).split(" (file ")[0], path=source.log_path,
+                                                 position=position + pos) from None
+                    if header.is_control:
+                        # No transactions here: markers are kept, like tombstones, until the horizon.
+                        stats.read_messages(1, size)
+                        if not retain_deletes:
+                            continue
+                        out, text_size, json_size = chunk[pos:pos + size], 0, 0
+                        last_offset = header.last_offset
+                        stats.recopy_messages(1, size)
+                        max_ts, max_ts_offset = header.max_timestamp, header.last_offset
+                    else:
+                        records = decode_batch(chunk, pos, header)
+                        stats.read_messages(len(records), size)
+                        if header.base_offset > latest_offset:
+                            kept = records      # beyond the mapped range: untouched
+                        else:
+                            kept = []
+                            keep = kept.append
+                            for record in records:
+                                offset, _, key, value, _ = record
+                                if offset > latest_offset:
+                                    keep(record)
+                                elif key is None:
+                                    stats.invalid_messages_read += 1
+                                elif offset >= get(key) and (value is not None or retain_deletes):
+                                    keep(record)
+                        if not kept:
+                            continue
+                        if len(kept) == len(records):
+                            out = chunk[pos:pos + size]         # nothing removed: the original bytes
+                            last_offset = header.last_offset
+                        else:
+                            out = encode_records(kept, compression=header.compression,
+                                                 timestamp_type=header.timestamp_type)
+                            last_offset = kept[-1].offset
+                        stats.recopy_messages(len(kept), len(out))
+                        text_size, json_size = batch_view_sizes(kept, topic, partition,
+                                                                int(header.timestamp_type))
+                        max_ts, max_ts_offset = _max_timestamp(kept)
+                    pending.append(out)
+                    pending_size += len(out)
+                    pending_text += text_size
+                    pending_json += json_size
+                    pending_last = last_offset
+                    if max_ts > pending_max_ts:
+                        pending_max_ts, pending_max_ts_offset = max_ts, max_ts_offset
+                    if pending_size >= interval:
+                        self._append(dest, pending, pending_last, pending_max_ts, pending_max_ts_offset,
+                                     pending_text, pending_json)
+                        pending = []
+                        pending_size = pending_text = pending_json = 0
+                        pending_max_ts = pending_max_ts_offset = -1
+                if pending:
+                    self._append(dest, pending, pending_last, pending_max_ts, pending_max_ts_offset,
+                                 pending_text, pending_json)
+                position += consumed
+                if consumed == 0:
+                    self._grow_buffers_or_fail(source, position, chunk, log.config.max_message_bytes)
+        finally:
+            self._restore_buffers()
+
+    def _append(self, dest: LogSegment, batches: list[bytes], largest_offset: int, max_timestamp: int,
+                offset_of_max_timestamp: int, text_size: int, json_size: int) -> None:
+        # `dest` is not in the log yet: nobody else sees it until replace_segments, so no lock.
+        data = batches[0] if len(batches) == 1 else b"".join(batches)
+        dest.append(largest_offset, max_timestamp, offset_of_max_timestamp, data,
+                    text_size=text_size, json_size=json_size)
+        self.throttler.maybe_throttle(len(data))
+
+    # -- buffers -----------------------------------------------------------------------------
+
+    def _grow_buffers_or_fail(self, segment: LogSegment, position: int, chunk: bytes,
+                              max_log_message_size: int) -> None:
+        """The next batch did not fit in the read buffer: grow it (Kafka's ``growBuffersOrFail``)."""
+        bytes_left = segment.size - position
+        where = f"log segment {segment.log_path} at position {position}"
+        if len(chunk) >= bytes_left and len(chunk) < self._read_buffer_size:
+            raise CorruptRecordError(f"Log segment may be corrupt, truncated batch at the end of {where}",
+                                     path=segment.log_path, position=position)
+        if self._read_buffer_size >= max_log_message_size:
+            next_batch_size = read_header(chunk).size
+            if next_batch_size <= self._read_buffer_size:
+                raise CorruptRecordError(f"Batch size {next_batch_size} < buffer size "
+                                         f"{self._read_buffer_size}, but not processed for {where}",
+                                         path=segment.log_path, position=position)
+            if next_batch_size > bytes_left:
+                raise CorruptRecordError(f"Log segment may be corrupt, batch size {next_batch_size} > "
+                                         f"{bytes_left} bytes left in segment for {where}",
+                                         path=segment.log_path, position=position)
+            max_size = next_batch_size
+        else:
+            max_size = max_log_message_size
+        max_buffer_size = max(max_size, self.max_io_buffer_size)
+        if self._read_buffer_size >= max_buffer_size:
+            raise CorruptRecordError(f"This log contains a message larger than maximum allowable size of "
+                                     f"{max_buffer_size}.", path=segment.log_path, position=position)
+        new_size = min(self._read_buffer_size * 2, max_buffer_size)
+        self._info("Growing cleaner I/O buffers from %d bytes to %d bytes.", self._read_buffer_size, new_size)
+        self._read_buffer_size = new_size
+
+    def _restore_buffers(self) -> None:
+        self._read_buffer_size = self.io_buffer_size
+
+
+def _max_timestamp(records: list[Record]) -> tuple[int, int]:
+    """(max timestamp, offset of its first record) of retained records."""
+    best_ts, best_offset = -1, records[0].offset
+    for record in records:
+        if record.timestamp > best_ts:
+            best_ts, best_offset = record.timestamp, record.offset
+    return best_ts, best_offset
+
+
+def _delete_cleaned_files(dir: str, base_offset: int) -> None:
+    """Remove a ``.cleaned`` left by an earlier failed clean of the same group (Kafka does the same)."""
+    for path in (log_file_path(dir, base_offset, CLEANED_FILE_SUFFIX),
+                 offset_index_file_path(dir, base_offset, CLEANED_FILE_SUFFIX),
+                 time_index_file_path(dir, base_offset, CLEANED_FILE_SUFFIX)):
+        try:
+            os.unlink(path)
+            logger.info("Deleted stale cleaned file %s.", path)
+        except FileNotFoundError:
+            pass
+
+
+def _date(ms: int) -> str:
+    """Kafka prints java.util.Date: 'Mon Nov 20 22:13:20 UTC 2023'."""
+    return time.strftime("%a %b %d %H:%M:%S %Z %Y", time.localtime(ms / 1000.0))
+
+
+# -- the cleaner of a whole broker ----------------------------------------------------------------
+
+class LogCleaner:
+    """``log.cleaner.threads`` workers' cleaners and offset maps, and the LogCleanerManager.
+
+    Each call of :meth:`clean_once` borrows one idle worker (its Cleaner and
+    its OffsetMap of ``log.cleaner.dedupe.buffer.size / threads`` bytes), so the
+    mount can run one trio task per worker, each calling ``clean_once`` in a
+    worker thread; when every worker is busy the call returns None at once.
+    """
+
+    def __init__(self, config: "BrokerConfig", log_dirs: Sequence[str], logs: Callable[[], Iterable["Log"]],
+                 clock: Clock = SYSTEM_CLOCK, *, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.config = config
+        self.clock = clock
+        self.manager = LogCleanerManager(log_dirs, logs, clock)
+        # log.cleaner.threads=0 is valid in Kafka and means no cleaner workers at all.
+        threads = int(config.log_cleaner_threads)
+        self.throttler = Throttler(float(config.log_cleaner_io_max_bytes_per_second), sleep=sleep)
+        per_thread = int(config.log_cleaner_dedupe_buffer_size) // max(threads, 1)
+        map_memory = min(per_thread, _INT32_MAX)
+        if per_thread > _INT32_MAX:
+            logger.warning("Cannot use more than 2G of cleaner buffer space per cleaner thread, ignoring "
+                           "excess buffer space...")
+        load_factor = float(config.log_cleaner_io_buffer_load_factor)
+        io_buffer = int(config.log_cleaner_io_buffer_size) // max(threads, 1) // 2
+        self.cleaners = [
+            Cleaner(i, OffsetMap(map_memory, load_factor), io_buffer, int(config.message_max_bytes),
+                    load_factor, self.throttler, clock, self._check_done)
+            for i in range(threads)]
+        self._idle = list(reversed(self.cleaners))
+        self._lock = threading.Lock()
+        self._running = True
+        #: stats of the last clean, per worker id
+        self.last_stats: dict[int, CleanerStats] = {}
+
+    @classmethod
+    def for_log_manager(cls, log_manager) -> "LogCleaner":
+        """The cleaner of a LogManager's logs, with its broker config and clock."""
+        return cls(log_manager.config, log_manager.log_dirs, log_manager.all_logs, log_manager.clock)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def shutdown(self) -> None:
+        """Make every clean in progress abort at its next check; later clean_once calls do nothing."""
+        logger.info("Shutting down the log cleaner.")
+        self._running = False
+
+    def _check_done(self, tp: TopicPartition) -> None:
+        if not self._running:
+            raise LogCleaningAbortedError(f"The log cleaner is shutting down; cleaning of {tp} stopped")
+        self.manager.check_cleaning_aborted(tp)
+
+    # -- the unit of work --------------------------------------------------------------------
+
+    def clean_once(self) -> CleanerStats | None:
+        """Clean the filthiest log (if any is dirty enough), then apply retention to compacted logs.
+
+        Returns the stats of the clean, or None when nothing was cleaned (no
+        log dirty enough, every worker busy, or shut down): the caller then
+        waits ``log.cleaner.backoff.ms`` before calling again.
+        """
+        if not self._running:
+            return None
+        with self._lock:
+            if not self._idle:
+                return None
+            cleaner = self._idle.pop()
+        try:
+            stats = self._clean_filthiest_log(cleaner)
+            self.manager.maintain_uncleanable_partitions()
+            return stats
+        finally:
+            with self._lock:
+                self._idle.append(cleaner)
+
+    def _clean_filthiest_log(self, cleaner: Cleaner) -> CleanerStats | None:
+        stats = None
+        cleanable = self.manager.grab_filthiest_log()
+        if cleanable is not None:
+            try:
+                stats = self._clean_log(cleaner, cleanable)
+            except Exception as exc:
+                logger.warning("Unexpected exception thrown when cleaning log %s. Marking its partition (%s) "
+                               "as uncleanable", cleanable.log, cleanable.topic_partition, exc_info=exc)
+                self.manager.mark_partition_uncleanable(os.path.dirname(os.path.abspath(cleanable.log.dir)),
+                                                        cleanable.topic_partition)
+        if self._running:
+            self._delete_old_segments_of_compacted_logs()
+        return stats
+
+    def _clean_log(self, cleaner: Cleaner, cleanable: LogToClean) -> CleanerStats | None:
+        tp = cleanable.topic_partition
+        log = cleanable.log
+        start_offset = end_offset = cleanable.first_dirty_offset
+        stats = None
+        try:
+            stats = cleaner.clean(cleanable)
+            end_offset = stats.end_offset
+            self.last_stats[cleaner.id] = stats
+            self._record_stats(cleaner.id, log.name, start_offset, end_offset, stats)
+        except LogCleaningAbortedError:
+            logger.info("Cleaner %d: Cleaning of log %s was aborted", cleaner.id, log.name)
+            stats = None
+        finally:
+            last = None
+            if stats is not None:
+                last = LastCleaning(self.clock.milliseconds(), start_offset, end_offset, stats.bytes_read,
+                                    stats.bytes_written, stats.messages_read, stats.messages_written,
+                                    int(stats.elapsed_secs * 1000))
+            self.manager.done_cleaning(tp, os.path.dirname(os.path.abspath(log.dir)), end_offset, last)
+        return stats
+
+    def _delete_old_segments_of_compacted_logs(self) -> None:
+        deletable = self.manager.deletable_logs()
+        try:
+            for tp, log in deletable:
+                try:
+                    log.delete_old_segments()
+                except Exception as exc:
+                    logger.warning("Unexpected exception thrown when deleting old segments of log %s. Marking "
+                                   "its partition (%s) as uncleanable", log, tp, exc_info=exc)
+                    self.manager.mark_partition_uncleanable(os.path.dirname(os.path.abspath(log.dir)), tp)
+        finally:
+            self.manager.done_deleting(tp for tp, _ in deletable)
+
+    @staticmethod
+    def _record_stats(id: int, name: str, start: int, end: int, stats: CleanerStats) -> None:
+        elapsed = stats.elapsed_secs
+        index_secs = min(stats.elapsed_index_secs, elapsed)
+        clean_secs = max(elapsed - index_secs, 1e-9)
+        read_mb = _mb(stats.bytes_read)
+        logger.info(
+            "\n\tLog cleaner thread %d cleaned log %s (dirty section = [%d, %d])\n"
+            "\t%.1f MB of log processed in %.1f seconds (%.1f MB/sec).\n"
+            "\tIndexed %.1f MB in %.1f seconds (%.1f Mb/sec, %.1f%% of total time)\n"
+            "\tBuffer utilization: %.1f%%\n"
+            "\tCleaned %.1f MB in %.1f seconds (%.1f Mb/sec, %.1f%% of total time)\n"
+            "\tStart size: %.1f MB (%d messages)\n"
+            "\tEnd size: %.1f MB (%d messages)\n"
+            "\t%.1f%% size reduction (%.1f%% fewer messages)\n",
+            id, name, start, end,
+            read_mb, elapsed, read_mb / elapsed,
+            _mb(stats.map_bytes_read), index_secs, _mb(stats.map_bytes_read) / index_secs,
+            100 * index_secs / elapsed,
+            100 * stats.buffer_utilization,
+            read_mb, clean_secs, read_mb / clean_secs, 100 * clean_secs / elapsed,
+            read_mb, stats.messages_read,
+            _mb(stats.bytes_written), stats.messages_written,
+            100.0 * (1.0 - stats.bytes_written / stats.bytes_read) if stats.bytes_read else 0.0,
+            100.0 * (1.0 - stats.messages_written / stats.messages_read) if stats.messages_read else 0.0)
+        if stats.invalid_messages_read > 0:
+            logger.warning("\tFound %d invalid messages during compaction.", stats.invalid_messages_read)
+
+    # -- what the LogManager and the mount call ----------------------------------------------
+
+    def abort_cleaning(self, tp: TopicPartition) -> None:
+        """Stop a running clean of ``tp`` and wait for it (before the partition is deleted)."""
+        self.manager.abort_cleaning(tp)
+
+    def abort_and_pause_cleaning(self, tp: TopicPartition) -> None:
+        self.manager.abort_and_pause_cleaning(tp)
+
+    def resume_cleaning(self, partitions: Iterable[TopicPartition]) -> None:
+        self.manager.resume_cleaning(partitions)
+
+    def update_checkpoints(self, log_dir: str, partition_to_remove: TopicPartition | None = None) -> None:
+        """Drop ``partition_to_remove`` (a deleted partition) from ``log_dir``'s cleaner checkpoint."""
+        self.manager.update_checkpoints(log_dir, partition_to_remove=partition_to_remove)
+
+    def maybe_truncate_checkpoint(self, log_dir: str, tp: TopicPartition, offset: int) -> None:
+        self.manager.maybe_truncate_checkpoint(log_dir, tp, offset)
+
+    def pause_cleaning_for_non_compacted_partitions(self):
+        return self.manager.pause_cleaning_for_non_compacted_partitions()
+
+    def cleaner_state(self, log: "Log") -> dict:
+        """The fields the mount's ``state`` file shows: cleaner position, dirty ratio, last cleaning."""
+        return self.manager.cleaner_state(log)
+
+    @property
+    def max_dirty_percent(self) -> int:
+        return int(100 * self.manager.dirtiest_log_cleanable_ratio)
+
+    @property
+    def max_buffer_utilization_percent(self) -> int:
+        return int(100 * max((s.buffer_utilization for s in self.last_stats.values()), default=0.0))
+
+    @property
+    def max_clean_time_secs(self) -> int:
+        return int(max((s.elapsed_secs for s in self.last_stats.values()), default=0.0))

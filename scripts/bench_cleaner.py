@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""Benchmarks of the log cleaner.
+
+``engine``: cleaning throughput on an engine-level log (no mount): appends N
+keyed records over K keys to a compacted Log, rolls, and times one
+``LogCleaner.clean_once`` (offset map build + copy + swap), printing MB/s of
+dirty log processed and the split between indexing and cleaning.
+
+``mount``: latency of small appends through a real ``logfs mount`` (one
+``write`` + ``flush`` per line on a file opened with ``open(..., "a")``), p50
+and p99, with the cleaner disabled and enabled (``log.cleaner.backoff.ms``
+small, a compacted topic being appended to, so the cleaner keeps working
+while the appends are measured).
+
+    .venv/bin/python scripts/bench_cleaner.py engine --records 200000 --keys 10000
+    .venv/bin/python scripts/bench_cleaner.py mount --lines 3000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+# ------------------------------------------------------------------------------------ engine
+
+def bench_engine(records: int, keys: int, batch: int, value_size: int, segment_bytes: int,
+                 profile: bool) -> dict:
+    from engine.cleaner import LogCleaner
+    from engine.config import BrokerConfig, LogConfig
+    from engine.log import Log
+
+    base = Path(tempfile.mkdtemp(prefix="bench-cleaner-"))
+    try:
+        broker = BrokerConfig.from_props({"log.dirs": str(base)})
+        config = LogConfig.from_props({"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)})
+        log = Log.load(str(base / "bench-0"), config)
+        value = b"v" * value_size
+        started = time.perf_counter()
+        for first in range(0, records, batch):
+            n = min(batch, records - first)
+            log.append_values([value] * n, [b"key-%d" % ((first + i) % keys) for i in range(n)])
+        log.roll()
+        append_secs = time.perf_counter() - started
+        dirty_bytes = log.size
+        cleaner = LogCleaner(broker, [str(base)], lambda: [log])
+        if profile:
+            import cProfile
+            import pstats
+            prof = cProfile.Profile()
+            prof.enable()
+        started = time.perf_counter()
+        stats = cleaner.clean_once()
+        secs = time.perf_counter() - started
+        if profile:
+            prof.disable()
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+        assert stats is not None, "nothing was cleaned"
+        remaining = len(log.read_records(log.log_start_offset))
+        log.close()
+        return {
+            "records": records, "keys": keys, "batch": batch,
+            "append_secs": round(append_secs, 3),
+            "dirty_mb": round(dirty_bytes / 2**20, 2),
+            "clean_secs": round(secs, 3),
+            "mb_per_sec": round(dirty_bytes / 2**20 / secs, 2),
+            "records_per_sec": round(records / secs),
+            "index_secs": round(stats.elapsed_index_secs, 3),
+            "copy_secs": round(stats.elapsed_secs - stats.elapsed_index_secs, 3),
+            "bytes_written_mb": round(stats.bytes_written / 2**20, 2),
+            "records_after": remaining,
+            "map_utilization": round(stats.buffer_utilization, 4),
+        }
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------- mount
+
+def _percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _mounted(path: Path) -> bool:
+    return subprocess.run(["mountpoint", "-q", str(path)]).returncode == 0
+
+
+def _append_latencies(mnt: Path, topic: str, lines: int, keys: int) -> list[float]:
+    """Milliseconds of each write+flush of one keyed line to ``topic``'s partition 0."""
+    latencies = []
+    with open(mnt / topic / "0" / "append", "a") as f:
+        for i in range(lines):
+            line = f"key-{i % keys}\tvalue-{i}-{'x' * 40}\n"
+            t = time.perf_counter()
+            f.write(line)
+            f.flush()
+            latencies.append((time.perf_counter() - t) * 1000)
+    return latencies
+
+
+def _mount_integrates_cleaner() -> bool:
+    """Whether the mount already schedules the cleaner itself (then this script adds nothing)."""
+    for name in ("cli.py", "tasks.py"):
+        path = ROOT / "logfs" / name
+        if path.exists() and "LogCleaner" in path.read_text():
+            return True
+    return False
+
+
+def register_cleaner_with_mount() -> None:
+    """Schedule the cleaner through the mount's extension points (what the mount itself should do).
+
+    One job per ``log.cleaner.threads`` worker, named like Kafka's threads,
+    calling ``LogCleaner.clean_once`` in a worker thread: again at once while
+    it cleans something, after ``log.cleaner.backoff.ms`` when it returns None.
+    The partition ``state`` file gets the cleaner's position, dirty ratio and
+    last cleaning.
+    """
+    from engine.cleaner import LogCleaner
+    from logfs import stats, tasks
+
+    cleaners: list[LogCleaner] = []
+
+    def jobs(manager) -> list:
+        cfg = manager.config
+        if not cfg.log_cleaner_enable or cfg.log_cleaner_threads <= 0:
+            return []
+        cleaner = LogCleaner.for_log_manager(manager)
+        cleaners.append(cleaner)
+        return [tasks.Job(f"kafka-log-cleaner-thread-{i}", max(int(cfg.log_cleaner_backoff_ms), 1),
+                          cleaner.clean_once, rerun_when=lambda result: result is not None)
+                for i in range(cfg.log_cleaner_threads)]
+
+    tasks.JOB_FACTORIES.append(jobs)
+    stats.PARTITION_STATE_FIELDS.append(
+        lambda manager, log: cleaners[-1].cleaner_state(log) if cleaners else {})
+
+
+def _serve(argv: list[str]) -> int:
+    """``logfs mount`` with the cleaner registered (used until the mount schedules it itself)."""
+    from logfs.cli import main as logfs_main
+    if not _mount_integrates_cleaner():
+        register_cleaner_with_mount()
+    return logfs_main(argv)
+
+
+def bench_mount_once(cleaner_enabled: bool, lines: int, keys: int, backoff_ms: int) -> dict:
+    base = Path(tempfile.mkdtemp(prefix="bench-cleaner-mount-"))
+    data, mnt = base / "data", base / "mnt"
+    data.mkdir()
+    mnt.mkdir()
+    options = {"log.cleaner.enable": str(cleaner_enabled).lower(), "log.cleaner.backoff.ms": str(backoff_ms),
+               "log.segment.bytes": "16384", "log.cleaner.min.cleanable.ratio": "0.1",
+               "log.initial.task.delay.ms": "100", "num.partitions": "1"}
+    python = ROOT / ".venv" / "bin" / "python"
+    cmd = [str(python), str(Path(__file__).resolve()), "_serve", "mount", str(mnt), "--data-dir", str(data)]
+    for name, value in options.items():
+        cmd += ["-o", f"{name}={value}"]
+    log_file = open(base / "logfs.log", "wb")
+    proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while not _mounted(mnt):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"logfs mount failed:\n{(base / 'logfs.log').read_text()}")
+            time.sleep(0.05)
+        topic = "bench"
+        (mnt / topic).mkdir()
+        (mnt / topic / "config").write_text("cleanup.policy=compact\nparse.key=true\n")
+        _append_latencies(mnt, topic, min(lines, 500), keys)        # warm-up, makes segments to clean
+        latencies = _append_latencies(mnt, topic, lines, keys)
+        state = json.loads((mnt / topic / "0" / "state").read_text())
+        return {"cleaner_enabled": cleaner_enabled, "lines": lines,
+                "p50_ms": round(statistics.median(latencies), 3),
+                "p99_ms": round(_percentile(latencies, 0.99), 3),
+                "max_ms": round(max(latencies), 3),
+                "num_segments": state["num_segments"], "size_bytes": state["size_bytes"],
+                "cleaner": {k: state.get(k) for k in ("cleaner_position", "dirty_ratio", "last_cleaning")}}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
+        log_file.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def bench_mount(lines: int, keys: int, backoff_ms: int) -> list[dict]:
+    return [bench_mount_once(False, lines, keys, backoff_ms), bench_mount_once(True, lines, keys, backoff_ms)]
+
+
+# -------------------------------------------------------------------------------------- main
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_serve"]:
+        return _serve(argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    eng = sub.add_parser("engine", help="cleaning throughput of an engine-level log")
+    eng.add_argument("--records", type=int, default=200_000)
+    eng.add_argument("--keys", type=int, default=10_000)
+    eng.add_argument("--batch", type=int, default=10, help="records per append (one batch)")
+    eng.add_argument("--value-size", type=int, default=100)
+    eng.add_argument("--segment-bytes", type=int, default=1 << 20)
+    eng.add_argument("--profile", action="store_true")
+    mnt = sub.add_parser("mount", help="append latency through a mount, cleaner off and on")
+    mnt.add_argument("--lines", type=int, default=3000)
+    mnt.add_argument("--keys", type=int, default=100)
+    mnt.add_argument("--backoff-ms", type=int, default=50)
+    parser.add_argument("-v", "--verbose", action="store_true", help="show the cleaner's log lines")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if args.what == "engine":
+        print(bench_engine(args.records, args.keys, args.batch, args.value_size, args.segment_bytes,
+                           args.profile))
+    else:
+        for result in bench_mount(args.lines, args.keys, args.backoff_ms):
+            print(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

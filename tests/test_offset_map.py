@@ -1,0 +1,114 @@
+"""OffsetMap: Kafka's SkimpyOffsetMap semantics in a fixed amount of memory."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from engine.errors import LogfsError
+from engine.offset_map import BYTES_PER_ENTRY, OffsetMap, OffsetMapFullError
+
+
+def test_slots_and_capacity_follow_memory_and_load_factor():
+    m = OffsetMap(1000 * BYTES_PER_ENTRY + 7, load_factor=0.75)
+    assert m.slots == 1000
+    assert m.capacity == 750
+    assert m.size == 0 and m.latest_offset == -1 and m.utilization == 0.0
+
+
+def test_put_get_overwrite_and_latest_offset():
+    m = OffsetMap(100 * BYTES_PER_ENTRY)
+    m.put(b"a", 3)
+    m.put(b"b", 5)
+    m.put(b"a", 9)
+    assert m.get(b"a") == 9
+    assert m.get(b"b") == 5
+    assert m.get(b"missing") == -1
+    assert m.size == 2                       # an overwrite does not grow the map
+    assert m.latest_offset == 9
+    assert m.utilization == pytest.approx(2 / 100)
+    m.update_latest_offset(20)               # the cleaner advances past keyless records
+    assert m.latest_offset == 20
+
+
+def test_empty_key_is_a_key():
+    m = OffsetMap(10 * BYTES_PER_ENTRY)
+    m.put(b"", 4)
+    assert m.get(b"") == 4
+
+
+def test_slot_layout_is_md5_digest_then_big_endian_offset():
+    m = OffsetMap(64 * BYTES_PER_ENTRY)
+    m.put(b"key", 0x0102030405)
+    digest = hashlib.md5(b"key").digest()
+    raw = bytes(m._bytes)
+    pos = raw.index(digest)
+    assert pos % BYTES_PER_ENTRY == 0
+    assert struct.unpack_from(">q", raw, pos + 16)[0] == 0x0102030405
+    # Kafka's first probe: abs(first 4 digest bytes as a signed int) % slots
+    probe = struct.unpack_from(">i", digest)[0]
+    assert pos // BYTES_PER_ENTRY == abs(probe) % m.slots
+
+
+def test_full_map_refuses_new_keys_but_not_lookups():
+    m = OffsetMap(8 * BYTES_PER_ENTRY, load_factor=1.0)
+    for i in range(8):
+        m.put(b"k%d" % i, i)
+    with pytest.raises(OffsetMapFullError) as info:
+        m.put(b"another", 100)
+    assert isinstance(info.value, LogfsError)
+    assert "full offset map" in str(info.value)
+    assert [m.get(b"k%d" % i) for i in range(8)] == list(range(8))
+    assert m.get(b"absent") == -1             # bounded search: no infinite probe loop
+    assert m.utilization == 1.0 and m.is_full()
+
+
+def test_clear_forgets_everything_and_keeps_memory():
+    m = OffsetMap(50 * BYTES_PER_ENTRY)
+    for i in range(40):
+        m.put(b"%d" % i, i)
+    m.clear()
+    assert m.size == 0 and m.latest_offset == -1
+    assert all(m.get(b"%d" % i) == -1 for i in range(40))
+    assert bytes(m._bytes) == bytes(50 * BYTES_PER_ENTRY)
+    assert m.slots == 50
+    m.put(b"x", 1)
+    assert m.get(b"x") == 1
+
+
+def test_too_small_or_bad_load_factor_is_refused():
+    with pytest.raises(OffsetMapFullError, match="dedupe.buffer.size"):
+        OffsetMap(BYTES_PER_ENTRY - 1)
+    with pytest.raises(OffsetMapFullError, match="load.factor"):
+        OffsetMap(1000, load_factor=0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=12), st.integers(0, 2**40)), max_size=300),
+       st.integers(min_value=1, max_value=64))
+def test_behaves_like_a_dict_until_full(ops, extra_slots):
+    """Against a dict of digests: same answers for every key while there is room."""
+    distinct = len({k for k, _ in ops})
+    m = OffsetMap((distinct + extra_slots) * BYTES_PER_ENTRY, load_factor=1.0)
+    model: dict[bytes, int] = {}
+    for key, offset in ops:
+        m.put(key, offset)
+        model[key] = offset
+        assert m.latest_offset == offset
+    assert m.size == len(model)
+    for key, offset in model.items():
+        assert m.get(key) == offset
+    assert m.get(b"\xff" * 13) == -1           # longer than any generated key
+
+
+def test_collisions_in_a_nearly_full_table_resolve_by_probing():
+    # 97 slots, 97 keys: every probe sequence, including Kafka's linear tail, must be exercised.
+    m = OffsetMap(97 * BYTES_PER_ENTRY, load_factor=1.0)
+    for i in range(97):
+        m.put(b"key-%d" % i, 1000 + i)
+    assert m.size == 97
+    assert all(m.get(b"key-%d" % i) == 1000 + i for i in range(97))
+    assert m.collision_rate > 0
