@@ -25,6 +25,14 @@ once, its files are renamed ``.deleted`` and it is queued; the mount's
 background task calls :meth:`Log.delete_expired_segment_files`, which unlinks
 those whose ``file.delete.delay.ms`` elapsed.  The segment object keeps its
 .log descriptor open, so a view that still holds it reads on.
+
+Read-only logs (``Log.load(read_only=True)``, a ``--read-only`` mount) perform
+no write at all, not even the ones recovery would make: the loader accepts
+only a directory that was shut down cleanly and whose segments need nothing
+(no interrupted swap, no missing or corrupt index), opens the segments
+read-only and leaves stray ``.deleted``/``.cleaned`` files alone.  Anything
+else is refused with ReadOnlyError, since repairing it means writing; every
+mutator of a read-only Log raises ReadOnlyError too.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ from sortedcontainers import SortedDict
 from engine import retention
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import (CorruptIndexError, InvalidRecordError, InvalidRequestError, LogfsError,
-                           OffsetOutOfRangeError, RecordTooLargeError, StorageError)
+                           OffsetOutOfRangeError, ReadOnlyError, RecordTooLargeError, StorageError)
 from engine.records import HEADER_SIZE, Compression, Record, decode_batch, encode_values, validate_batch
 from engine.render import appended_view_sizes
 from engine.segment import (CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
@@ -110,8 +118,9 @@ class LogLoader:
 
     def __init__(self, dir: str, topic_partition: TopicPartition, config, clock: Clock,
                  had_clean_shutdown: bool, log_start_offset_checkpoint: int,
-                 recovery_point_checkpoint: int) -> None:
+                 recovery_point_checkpoint: int, read_only: bool = False) -> None:
         self.dir = dir
+        self.read_only = read_only
         self.topic_partition = topic_partition
         self.config = config
         self.clock = clock
@@ -130,9 +139,18 @@ class LogLoader:
 
     def _open(self, base_offset: int, suffix: str = "", exists: bool = True) -> LogSegment:
         return LogSegment.open(self.dir, base_offset, self.config, self.clock, file_suffix=suffix,
-                               file_already_exists=exists, topic_partition=self.topic_partition)
+                               file_already_exists=exists, topic_partition=self.topic_partition,
+                               read_only=self.read_only)
+
+    def _needs_recovery(self, reason: str) -> ReadOnlyError:
+        """The error of a read-only load that would have to write to ``self.dir`` to go on."""
+        return ReadOnlyError(
+            f"Log directory {self.dir} of partition {self.topic_partition} cannot be opened read-only: {reason}. "
+            f"Mount it read-write once to recover it (or run `logfs check {os.path.dirname(self.dir)}`).")
 
     def load(self) -> LoadedLog:
+        if self.read_only:
+            return self._load_read_only()
         swap_files = self._remove_temp_files_and_collect_swap_files()
         self._complete_swap_operations(swap_files)
         self._load_segment_files()
@@ -148,6 +166,54 @@ class LogLoader:
         logger.info(self._prefix + "Loading producer state till offset %d with message format version 2",
                     log_end)
         return LoadedLog(self.segments, log_start, recovery_point, log_end, self.pending)
+
+    def _load_read_only(self) -> LoadedLog:
+        """Open the segments of a cleanly shut down directory as they are, writing nothing.
+
+        A clean shutdown flushed and closed every segment (indexes trimmed to
+        their entries), so there is nothing to recover; every condition under
+        which the read-write loader would repair something is refused instead.
+        Stray ``.deleted`` and ``.cleaned`` files and orphaned indexes are not
+        part of the log, so they are only skipped.
+        """
+        if not self.had_clean_shutdown:
+            raise self._needs_recovery("it was not shut down cleanly (no clean shutdown marker)")
+        files = self._files()
+        swaps = [name for name in files if name.endswith(SWAP_FILE_SUFFIX)]
+        if swaps:
+            raise self._needs_recovery(f"{swaps[0]} belongs to an interrupted log cleaner swap")
+        try:
+            for name in files:
+                if not name.endswith(LOG_FILE_SUFFIX):
+                    continue
+                try:
+                    base = offset_from_file_name(name)
+                except ValueError:
+                    continue
+                missing = [p for p in (offset_index_file_path(self.dir, base), time_index_file_path(self.dir, base))
+                           if not os.path.exists(p)]
+                if missing:
+                    raise self._needs_recovery(f"index file {missing[0]} is missing")
+                segment = self._open(base)
+                self.segments[base] = segment
+                try:
+                    segment.sanity_check()
+                except CorruptIndexError as exc:
+                    raise self._needs_recovery(f"an index of {segment.log_path} is corrupt ({exc})") from exc
+            if not self.segments:
+                raise self._needs_recovery("it has no log segment")
+            log_end = self.segments.peekitem(-1)[1].next_offset
+            if log_end < self.log_start_offset_checkpoint:
+                raise self._needs_recovery(
+                    f"its log end offset {log_end} is below the checkpointed log start offset "
+                    f"{self.log_start_offset_checkpoint}")
+        except BaseException:
+            for segment in self.segments.values():
+                segment.close_handlers()
+            raise
+        log_start = max(self.log_start_offset_checkpoint, self.segments.peekitem(0)[0])
+        # A clean shutdown flushed everything: the recovery point is the log end.
+        return LoadedLog(self.segments, log_start, log_end, log_end, [])
 
     def _remove_temp_files_and_collect_swap_files(self) -> list[str]:
         swap_files: list[str] = []
@@ -325,8 +391,9 @@ class Log:
     """The segments of one partition and its offsets; see the module docstring for the rules."""
 
     def __init__(self, dir: str, config, loaded: LoadedLog, *, clock: Clock = SYSTEM_CLOCK,
-                 topic_partition: TopicPartition | None = None) -> None:
+                 topic_partition: TopicPartition | None = None, read_only: bool = False) -> None:
         self.dir = os.path.abspath(dir)
+        self.read_only = read_only
         self.topic_partition = topic_partition or topic_partition_of_dir(self.dir)
         self.config = config
         self.clock = clock
@@ -346,18 +413,27 @@ class Log:
     @classmethod
     def load(cls, dir: str, config, *, log_start_offset: int = 0, recovery_point: int = 0,
              had_clean_shutdown: bool = False, clock: Clock = SYSTEM_CLOCK,
-             topic_partition: TopicPartition | None = None) -> Log:
-        """Open (creating if needed) the log in ``dir``, running Kafka's LogLoader over it."""
+             topic_partition: TopicPartition | None = None, read_only: bool = False) -> Log:
+        """Open (creating if needed) the log in ``dir``, running Kafka's LogLoader over it.
+
+        With ``read_only`` nothing is created or repaired: the directory must
+        exist and have been shut down cleanly, else ReadOnlyError says to
+        recover it read-write first.
+        """
         start = time.monotonic()
         dir = os.path.abspath(dir)
         tp = topic_partition or topic_partition_of_dir(dir)
-        try:
-            os.makedirs(dir, exist_ok=True)
-        except OSError as exc:
-            raise StorageError(f"Could not create log directory {dir}: {exc.strerror}") from exc
+        if read_only:
+            if not os.path.isdir(dir):
+                raise StorageError(f"Log directory {dir} does not exist (opened read-only)")
+        else:
+            try:
+                os.makedirs(dir, exist_ok=True)
+            except OSError as exc:
+                raise StorageError(f"Could not create log directory {dir}: {exc.strerror}") from exc
         loaded = LogLoader(dir, tp, config, clock, had_clean_shutdown, log_start_offset,
-                           recovery_point).load()
-        log = cls(dir, config, loaded, clock=clock, topic_partition=tp)
+                           recovery_point, read_only=read_only).load()
+        log = cls(dir, config, loaded, clock=clock, topic_partition=tp, read_only=read_only)
         logger.info(log._prefix + "Completed load of log with %d segments, log start offset %d and log end "
                     "offset %d in %d ms", log.num_segments, log.log_start_offset, log.log_end_offset,
                     (time.monotonic() - start) * 1000)
@@ -438,6 +514,12 @@ class Log:
             except Exception:
                 logger.exception(self._prefix + "Append listener failed")
 
+    def _check_writable(self, what: str) -> None:
+        """ReadOnlyError before a read-only log is changed in any way (the mount turns it into EROFS)."""
+        if self.read_only:
+            raise ReadOnlyError(f"Cannot {what} the log of {self.topic_partition} in {self.dir}: "
+                                "it is opened read-only")
+
     def _check_open(self) -> None:
         if self._closed:
             raise StorageError(f"The log of {self.topic_partition} in {self.dir} is closed")
@@ -468,6 +550,7 @@ class Log:
     def append_values(self, values: Sequence[bytes | None],
                       keys: Sequence[bytes | None] | None = None) -> tuple[int, int]:
         """Append ``values`` (and keys) as one LogAppendTime batch; returns (first offset, last offset)."""
+        self._check_writable("append to")
         n = len(values)
         if n == 0:
             raise InvalidRecordError(f"Cannot append an empty batch to {self.topic_partition}")
@@ -536,6 +619,7 @@ class Log:
         byte for byte otherwise.  Without it the batches must start at or after
         the log end (a replica's append).
         """
+        self._check_writable("append to")
         buf = bytearray(batch)
         headers = []
         pos = 0
@@ -614,6 +698,7 @@ class Log:
     # ------------------------------------------------------------------ roll
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset; the old one is flushed."""
+        self._check_writable("roll")
         with self.lock:
             self._check_open()
             segment = self._roll_locked(None)
@@ -793,6 +878,7 @@ class Log:
     # ----------------------------------------------------------------- flush
     def flush(self, offset: int | None = None) -> None:
         """fsync the segments holding offsets below ``offset`` (default: log end); the recovery point moves there."""
+        self._check_writable("flush")
         end = self.log_end_offset
         offset = end if offset is None else min(offset, end)
         recovery_point = self._recovery_point
@@ -812,6 +898,7 @@ class Log:
     # -------------------------------------------------------------- truncate
     def truncate_to(self, offset: int) -> bool:
         """Remove every record at or above ``offset``; True if anything was removed (Kafka's truncateTo)."""
+        self._check_writable("truncate")
         if offset < 0:
             raise InvalidRequestError(
                 f"Cannot truncate partition {self.topic_partition} to a negative offset ({offset}).")
@@ -842,6 +929,7 @@ class Log:
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment and start an empty log at ``new_offset``."""
+        self._check_writable("truncate")
         with self.lock:
             self._check_open()
             segments = list(self._segments.values())
@@ -856,6 +944,7 @@ class Log:
     # ------------------------------------------------------------- retention
     def delete_old_segments(self) -> int:
         """Retention: segments below the log start offset, then (cleanup.policy=delete) size and time breaches."""
+        self._check_writable("delete old segments of")
         with self.lock:
             self._check_open()
             total = self._delete_log_start_offset_breached_segments()
@@ -927,6 +1016,7 @@ class Log:
         Segments wholly below the new start are deleted at once, through the
         same asynchronous path as retention, so they leave the namespace now.
         """
+        self._check_writable("move the log start offset of")
         with self.lock:
             self._check_open()
             if new_start < 0:
@@ -966,6 +1056,7 @@ class Log:
 
     def delete_expired_segment_files(self, now_ms: int | None = None) -> int:
         """Unlink ``.deleted`` segments whose ``file.delete.delay.ms`` has elapsed; returns how many."""
+        self._check_writable("delete segment files of")
         now = self.clock.milliseconds() if now_ms is None else now_ms
         with self.lock:
             due = [p.segment for p in self._pending if p.due_ms <= now]
@@ -985,6 +1076,7 @@ class Log:
         old ones ``.deleted`` (queued), then drop the ``.swap`` suffix.  A crash at
         any point is completed or rolled back by the LogLoader.
         """
+        self._check_writable("replace segments of")
         with self.lock:
             self._check_open()
             new_sorted = sorted(new_segments, key=lambda s: s.base_offset)
@@ -1013,6 +1105,7 @@ class Log:
     # ------------------------------------------------------------- lifecycle
     def rename_dir(self, new_name: str) -> None:
         """Rename the partition directory (e.g. ``topic-0.<id>-delete``); segments follow."""
+        self._check_writable("rename")
         with self.lock:
             new_dir = os.path.join(os.path.dirname(self.dir), new_name)
             if new_dir == self.dir:
@@ -1039,6 +1132,7 @@ class Log:
 
     def delete(self) -> None:
         """Delete every segment file and the directory now (a deleted topic's final step)."""
+        self._check_writable("delete")
         with self.lock:
             segments = list(self._segments.values()) + [p.segment for p in self._pending]
             self._pending = []

@@ -36,9 +36,22 @@ the highest ``(generation, written_ms)`` wins, so a dir that missed a write (a
 failed disk, a dir added later) is superseded.  Each copy is written atomically
 (temporary file, fsync, rename, fsync of the directory).
 
-The cleaner (engine.cleaner) is not part of this module: it works from
-:meth:`all_logs` and :meth:`topic_config` and keeps its own
-``cleaner-offset-checkpoint``.
+The log cleaner (:class:`engine.cleaner.LogCleaner`) is created by
+:meth:`startup` when ``log.cleaner.enable`` is true and ``log.cleaner.threads``
+is positive; it lists the logs through :meth:`all_logs` on every round, so
+topics created or reconfigured later are seen, and keeps its own
+``cleaner-offset-checkpoint`` in each log dir.  As in Kafka the manager
+coordinates with it in three places: topic deletion aborts a running clean
+before renaming the partition and drops the partition from that checkpoint;
+retention pauses cleaning of the logs it works on (compacted logs get their
+retention from the cleaner itself); shutdown stops the cleaner first.  The
+engine starts no cleaner thread: the mount calls ``LogCleaner.clean_once``.
+
+Read-only mode (``--read-only``) writes nothing to the log dirs, not even
+recovery: a dir that was not shut down cleanly is refused with ReadOnlyError
+(recovering it would write), the clean-shutdown marker stays in place, logs
+are loaded with ``Log.load(read_only=True)``, there is no cleaner, the
+periodic jobs do nothing and every other mutator raises ReadOnlyError.
 """
 
 from __future__ import annotations
@@ -60,6 +73,7 @@ from engine.checkpoint import (
     RECOVERY_POINT_CHECKPOINT,
     OffsetCheckpointFile,
 )
+from engine.cleaner import LogCleaner
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.config import TOPIC_CONFIG_NAMES, BrokerConfig, LogConfig
 from engine.errors import (
@@ -118,6 +132,8 @@ class LogManager:
         self._config_generation = 0
         self._logs_to_be_deleted: deque[_PendingDeletion] = deque()
         self.had_clean_shutdown: dict[str, bool] = {}
+        #: the log cleaner; None when disabled, read-only, or before startup()
+        self.cleaner: LogCleaner | None = None
         self.loaded_logs = 0
         self.load_seconds = 0.0
         self._started = False
@@ -130,6 +146,9 @@ class LogManager:
         self._create_and_validate_log_dirs()
         self._load_topic_configs()
         self._load_logs()
+        # Created after loading, as in Kafka: its first round must see every log.
+        if self.config.log_cleaner_enable and not self.read_only and int(self.config.log_cleaner_threads) > 0:
+            self.cleaner = LogCleaner.for_log_manager(self)
         self._started = True
 
     def _create_and_validate_log_dirs(self) -> None:
@@ -172,6 +191,11 @@ class LogManager:
                     log_dir, LOG_START_OFFSET_CHECKPOINT,
                     "resetting to the base offset of the first segment")
                 to_load = self._partition_dirs(log_dir)
+                if self.read_only and to_load and not clean:
+                    raise ReadOnlyError(
+                        f"Log directory {log_dir} was not shut down cleanly (no {CLEAN_SHUTDOWN_FILE} file) and "
+                        f"recovering its {len(to_load)} logs would write to it: mount it read-write once to "
+                        f"recover it (or run `logfs check {log_dir}`), then mount it read-only.")
                 if not to_load:
                     logger.info("No logs found to be loaded in %s", log_dir)
                 elif clean:
@@ -231,6 +255,8 @@ class LogManager:
 
         As Kafka does since KAFKA-10471: the marker is deleted before the logs
         are loaded, so a crash during loading makes the next start recover.
+        Read-only, the marker stays: nothing is written, so the dir is still
+        exactly as cleanly shut down as it was.
         """
         marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
         if not os.path.exists(marker):
@@ -278,7 +304,7 @@ class LogManager:
         logger.debug("Loading log %s", path)
         return Log.load(path, self._config_for(tp.topic), log_start_offset=log_start_offset,
                         recovery_point=recovery_point, had_clean_shutdown=had_clean_shutdown,
-                        clock=self.clock, topic_partition=tp)
+                        clock=self.clock, topic_partition=tp, read_only=self.read_only)
 
     # ------------------------------------------------------------------ topic configs
 
@@ -502,8 +528,44 @@ class LogManager:
                 logger.error("Failed to roll back config overrides of topic %s: %s", topic, exc)
 
     def delete_topic(self, topic: str) -> None:
-        """Kafka's asynchronous deletion: gone from the namespace now, files later."""
+        """Kafka's asynchronous deletion: gone from the namespace now, files later.
+
+        With a cleaner, each partition's cleaning is aborted (waiting for a
+        running clean to stop, outside ``_lock`` so lookups go on meanwhile)
+        and kept paused while the partition leaves the map and its directory
+        is renamed, so no cleaner worker writes ``.cleaned`` files into a
+        directory being renamed; afterwards the partition is dropped from its
+        dir's ``cleaner-offset-checkpoint``.
+        """
         self._check_writable(f"delete topic {topic}")
+        with self._lock:
+            partitions = sorted(tp for tp in self._logs if tp.topic == topic)
+        if not partitions:
+            raise UnknownTopicOrPartitionError(f"Topic {topic} does not exist")
+        cleaner = self.cleaner
+        paused: list[TopicPartition] = []
+        try:
+            if cleaner is not None:
+                for tp in partitions:
+                    cleaner.abort_and_pause_cleaning(tp)
+                    paused.append(tp)
+            removed, failures = self._remove_and_rename_topic(topic)
+        finally:
+            if paused:
+                cleaner.resume_cleaning(paused)
+        if cleaner is not None:
+            for tp, log in removed:
+                cleaner.update_checkpoints(os.path.dirname(log.dir), partition_to_remove=tp)
+        if failures:
+            raise StorageError(f"Failed to rename log directories of topic {topic} for deletion: "
+                               + "; ".join(failures))
+
+    def _remove_and_rename_topic(self, topic: str) -> tuple[list[tuple[TopicPartition, Log]], list[str]]:
+        """Take ``topic``'s logs out of the map, rename their dirs ``-delete`` and queue them.
+
+        Under ``_lock`` as one step, so a topic of the same name cannot be
+        created while the old directories still carry its names.
+        """
         with self._lock:
             removed = sorted(((tp, log) for tp, log in self._logs.items() if tp.topic == topic),
                              key=lambda item: item[0].partition)
@@ -528,9 +590,7 @@ class LogManager:
                     failures.append(f"{log.dir}: {exc}")
                 self._logs_to_be_deleted.append(
                     _PendingDeletion(log.dir, log, now, log.config.file_delete_delay_ms, tp))
-        if failures:
-            raise StorageError(f"Failed to rename log directories of topic {topic} for deletion: "
-                               + "; ".join(failures))
+        return removed, failures
 
     # ------------------------------------------------------------------ periodic jobs
 
@@ -576,18 +636,35 @@ class LogManager:
             logger.error("Disk error while writing %s in dir %s: %s", name, log_dir, exc)
 
     def cleanup_logs(self) -> int:
-        """Retention (kafka-log-retention): delete old segments of logs with ``delete`` policy."""
+        """Retention (kafka-log-retention); returns the number of segments deleted.
+
+        As Kafka's ``cleanupLogs``: with a cleaner, the non-compacted logs are
+        paused for cleaning while their old segments are deleted, so a topic
+        switched to ``compact`` meanwhile is never cleaned and retained at
+        once; compacted logs (``compact,delete`` included) get their retention
+        from ``LogCleaner.clean_once``, which cannot race a clean of the same
+        log.  Without a cleaner nothing else would run the retention of
+        ``compact,delete`` logs, so every log with ``delete`` in its policy is
+        handled here.
+        """
         if self.read_only:
             return 0
         started = time.monotonic()
+        cleaner = self.cleaner
+        if cleaner is not None:
+            deletable = cleaner.pause_cleaning_for_non_compacted_partitions()
+        else:
+            deletable = [(log.topic_partition, log) for log in self.all_logs() if log.config.delete]
         total = 0
-        for log in self.all_logs():
-            if not log.config.delete:
-                continue
-            try:
-                total += log.delete_old_segments()
-            except Exception:
-                logger.exception("Error during retention of %s", log.topic_partition)
+        try:
+            for tp, log in deletable:
+                try:
+                    total += log.delete_old_segments()
+                except Exception:
+                    logger.exception("Error during retention of %s", tp)
+        finally:
+            if cleaner is not None:
+                cleaner.resume_cleaning([tp for tp, _ in deletable])
         logger.debug("Log cleanup completed. %d files deleted in %.3f seconds", total, time.monotonic() - started)
         return total
 
@@ -651,6 +728,10 @@ class LogManager:
             return
         self._shut_down = True
         logger.info("Shutting down LogManager.")
+        if self.cleaner is not None:
+            # First, as in Kafka: a clean in progress aborts at its next check
+            # instead of writing into logs that are being closed.
+            self.cleaner.shutdown()
         by_dir = self.logs_by_dir()
         for log_dir, logs in by_dir.items():
             ok = True

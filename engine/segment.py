@@ -19,6 +19,10 @@ replaced by the cleaner) under a reader keeps serving the bytes the reader
 opened.  The descriptor is closed by :meth:`close` or when the object is
 garbage-collected.
 
+Read-only segments (a ``--read-only`` mount) open the .log ``O_RDONLY`` and map
+both indexes read-only, so nothing can change a byte or an mtime on disk: every
+mutator raises :class:`~engine.errors.ReadOnlyError` before touching a file.
+
 Concurrency: appends happen under ``Log.lock`` (one writer).  Reads never lock:
 they bound themselves by a snapshot of :attr:`size`, which is published only
 after the bytes are written, so a reader never sees a partial batch.
@@ -35,7 +39,7 @@ from typing import Iterator, NamedTuple
 
 from engine import records as _records
 from engine.clock import SYSTEM_CLOCK, Clock
-from engine.errors import CorruptRecordError, LogDirFullError, StorageError, InvalidRequestError
+from engine.errors import CorruptRecordError, InvalidRequestError, LogDirFullError, ReadOnlyError, StorageError
 from engine.index import OffsetIndex, TimeIndex
 from engine.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, read_header, validate_batch
 from engine.render import batch_view_sizes
@@ -128,8 +132,10 @@ class LogSegment:
 
     def __init__(self, dir: str, base_offset: int, config, clock: Clock = SYSTEM_CLOCK, *,
                  file_suffix: str = "", file_already_exists: bool = False,
-                 preallocate: bool = False, topic_partition: TopicPartition | None = None) -> None:
+                 preallocate: bool = False, topic_partition: TopicPartition | None = None,
+                 read_only: bool = False) -> None:
         self.dir = dir
+        self.read_only = read_only
         self.base_offset = base_offset
         self.clock = clock
         self.index_interval_bytes: int = config.index_interval_bytes
@@ -137,8 +143,9 @@ class LogSegment:
         self.roll_jitter_ms = 0
         self.log_path = log_file_path(dir, base_offset, file_suffix)
         self._topic_partition = topic_partition
-        self._preallocated = preallocate and not file_already_exists
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        self._preallocated = preallocate and not file_already_exists and not read_only
+        # Read-only: no O_CREAT either, a missing .log is an error rather than a new file.
+        flags = (os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT) | getattr(os, "O_CLOEXEC", 0)
         try:
             fd = os.open(self.log_path, flags, 0o644)
         except OSError as exc:
@@ -154,9 +161,9 @@ class LogSegment:
             else:
                 self._size = os.fstat(fd).st_size
             self.offset_index = OffsetIndex(offset_index_file_path(dir, base_offset, file_suffix),
-                                            base_offset, self.max_index_size)
+                                            base_offset, self.max_index_size, writable=not read_only)
             self.time_index = TimeIndex(time_index_file_path(dir, base_offset, file_suffix),
-                                        base_offset, self.max_index_size)
+                                        base_offset, self.max_index_size, writable=not read_only)
         except BaseException:
             self._fd_finalizer()
             raise
@@ -174,11 +181,20 @@ class LogSegment:
     @classmethod
     def open(cls, dir: str, base_offset: int, config, clock: Clock = SYSTEM_CLOCK, *,
              file_suffix: str = "", file_already_exists: bool = False, preallocate: bool = False,
-             topic_partition: TopicPartition | None = None) -> LogSegment:
-        """Open (creating if missing) the segment at ``base_offset`` in ``dir``."""
+             topic_partition: TopicPartition | None = None, read_only: bool = False) -> LogSegment:
+        """Open (creating if missing) the segment at ``base_offset`` in ``dir``.
+
+        With ``read_only`` the three files must exist and are never written:
+        the .log is opened ``O_RDONLY`` and the indexes are mapped read-only
+        (CorruptIndexError if an index is missing).
+        """
         return cls(dir, base_offset, config, clock, file_suffix=file_suffix,
                    file_already_exists=file_already_exists, preallocate=preallocate,
-                   topic_partition=topic_partition)
+                   topic_partition=topic_partition, read_only=read_only)
+
+    def _check_writable(self, what: str) -> None:
+        if self.read_only:
+            raise ReadOnlyError(f"Cannot {what} segment {self.log_path}: it was opened read-only")
 
     # ------------------------------------------------------------------ basics
     @property
@@ -254,6 +270,7 @@ class LogSegment:
         return st.st_mtime_ns // 1_000_000
 
     def set_last_modified(self, ms: int) -> None:
+        self._check_writable("set the modification time of")
         ns = ms * 1_000_000
         os.utime(self._fd if self._fd >= 0 else self.log_path, ns=(ns, ns))
         for path in (self.offset_index.path, self.time_index.path):
@@ -299,6 +316,7 @@ class LogSegment:
         by a scan on next use.  On ENOSPC the .log is truncated back and
         LogDirFullError raised: nothing partial stays in the file.
         """
+        self._check_writable("append to")
         n = len(records)
         if n == 0:
             return
@@ -534,6 +552,7 @@ class LogSegment:
         magic, CRC32C), a batch must not go back in offsets: the base offset is
         outside the CRC, so this is the only check that catches a flipped bit there.
         """
+        self._check_writable("recover")
         self.offset_index.truncate()
         self.offset_index.resize(self.max_index_size)
         self.time_index.truncate()
@@ -592,6 +611,7 @@ class LogSegment:
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch holding an offset >= ``offset``; returns bytes removed (Kafka's truncateTo)."""
+        self._check_writable("truncate")
         mapping = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
@@ -626,6 +646,7 @@ class LogSegment:
     # -------------------------------------------------------------- lifecycle
     def on_becoming_inactive_segment(self) -> None:
         """Write the final time index entry and trim both indexes (and a preallocated .log)."""
+        self._check_writable("deactivate")
         ts, off = self._max_ts_and_offset()
         if ts >= 0:
             self.time_index.maybe_append(ts, off, skip_full_check=True)
@@ -640,6 +661,8 @@ class LogSegment:
 
     def flush(self) -> None:
         """fsync the .log and both indexes (Kafka's LogSegment.flush)."""
+        if self.read_only:
+            return          # nothing was written, so nothing can be lost
         try:
             os.fsync(self._fd)
         except OSError as exc:
@@ -650,7 +673,7 @@ class LogSegment:
     def close(self) -> None:
         """Final time index entry, close (and trim) the indexes, close the .log descriptor."""
         try:
-            if self._max_timestamp_and_offset is not _UNKNOWN:
+            if self._max_timestamp_and_offset is not _UNKNOWN and not self.read_only:
                 ts, off = self._max_timestamp_and_offset  # type: ignore[misc]
                 if ts >= 0:
                     self.time_index.maybe_append(ts, off, skip_full_check=True)
@@ -682,6 +705,7 @@ class LogSegment:
 
     def delete_if_exists(self) -> None:
         """Unlink the three files; the .log descriptor stays open so open views read on."""
+        self._check_writable("delete")
         try:
             os.unlink(self.log_path)
             log.info("Deleted log %s.", self.log_path)
@@ -702,6 +726,7 @@ class LogSegment:
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename the .log and both indexes from ``old_suffix`` to ``new_suffix`` (.deleted, .cleaned, .swap)."""
+        self._check_writable("rename")
         new_log_path = replace_suffix(self.log_path, old_suffix, new_suffix)
         try:
             os.rename(self.log_path, new_log_path)
@@ -724,6 +749,7 @@ class LogSegment:
 
     def resize_indexes(self, size: int) -> None:
         """Give both indexes ``size`` bytes again (the active segment after a load)."""
+        self._check_writable("resize the indexes of")
         self.offset_index.resize(size)
         self.time_index.resize(size)
 

@@ -11,7 +11,8 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from engine.clock import ManualClock
 from engine.config import LogConfig
-from engine.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError, CorruptRecordError
+from engine.errors import (CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError, ReadOnlyError,
+                           RecordTooLargeError)
 from engine.log import Log
 from engine.records import decode_batch, iter_batches
 from engine.segment import LogSegment
@@ -327,3 +328,80 @@ def test_log_dir_full_appends_nothing_partial(tmp_path):
         reloaded.close()
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+def _snapshot(root) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``root``: bytes and mtime (ns)."""
+    result = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f:
+                result[os.path.relpath(path, root)] = (f.read(), os.stat(path).st_mtime_ns)
+    return result
+
+
+def _closed_log(tmp_path, clock) -> str:
+    log = open_log(tmp_path, clock, segment_bytes=600, index_interval_bytes=64)
+    for i in range(40):
+        clock.sleep(5)
+        log.append_values(values_for(i * 3, 3), [b"k%d" % i, None, b"x"])
+    assert log.num_segments > 2
+    log.flush()
+    log.close()
+    return log.dir
+
+
+def test_read_only_load_of_a_clean_log_writes_nothing_and_refuses_every_change(tmp_path):
+    clock = ManualClock(T0)
+    d = _closed_log(tmp_path, clock)
+    with open(os.path.join(d, "00000000000000000000.log.cleaned"), "wb") as f:
+        f.write(b"stray")                    # the read-write loader would delete this
+    before = _snapshot(tmp_path)
+    config = make_config(segment_bytes=600, index_interval_bytes=64)
+    log = Log.load(d, config, had_clean_shutdown=True, clock=clock, read_only=True, recovery_point=0)
+    assert log.read_only and log.log_end_offset == 120 and log.recovery_point == 120
+    assert [r.value for r in log.read_records(0)] == values_for(0, 120)
+    assert log.fetch_offset_by_timestamp(T0 + 50)[0] == 27
+    assert log.read(60, 1 << 20).records
+    for change in (lambda: log.append_values([b"x"]), log.roll, log.flush, lambda: log.truncate_to(3),
+                   log.delete_old_segments, lambda: log.maybe_increment_log_start_offset(5),
+                   log.delete_expired_segment_files, lambda: log.rename_dir("t-0.x-delete"), log.delete,
+                   lambda: log.truncate_fully_and_start_at(7), lambda: log.replace_segments([], []),
+                   lambda: log.active_segment.append(200, T0, 200, b"x"),
+                   lambda: log.active_segment.truncate_to(0), log.active_segment.recover):
+        with pytest.raises(ReadOnlyError, match="read-only"):
+            change()
+    assert [r.value for r in log.read_records(0)] == values_for(0, 120)
+    log.close()
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("damage, reason", [
+    ("unclean", "not shut down cleanly"),
+    ("missing index", "index file .*00000000000000000000.timeindex is missing"),
+    ("corrupt index", "corrupt"),
+    ("swap", "interrupted log cleaner swap"),
+])
+def test_read_only_load_refuses_what_only_recovery_could_fix(tmp_path, damage, reason):
+    clock = ManualClock(T0)
+    d = _closed_log(tmp_path, clock)
+    first = os.path.join(d, "00000000000000000000")
+    if damage == "missing index":
+        os.unlink(first + ".timeindex")
+    elif damage == "corrupt index":
+        with open(first + ".index", "ab") as f:
+            f.write(b"\0" * 3)            # not a multiple of the entry size
+    elif damage == "swap":
+        with open(os.path.join(d, "00000000000000000100.log.swap"), "wb") as f:
+            f.write(b"")
+    before = _snapshot(tmp_path)
+    with pytest.raises(ReadOnlyError, match=reason) as info:
+        Log.load(d, make_config(segment_bytes=600), had_clean_shutdown=damage != "unclean", clock=clock,
+                 read_only=True)
+    assert d in str(info.value) and "read-write" in str(info.value)
+    assert _snapshot(tmp_path) == before
+    # Read-write, the loader repairs it and every record is still there.
+    log = Log.load(d, make_config(segment_bytes=600), had_clean_shutdown=damage != "unclean", clock=clock)
+    assert [r.value for r in log.read_records(0)][:120] == values_for(0, 120)
+    log.close()

@@ -29,6 +29,7 @@ from engine.errors import (
 from engine.log import Log
 from engine.manager import TOPIC_CONFIGS_FILE, LogManager
 from engine.topic import TopicPartition
+from engine.views import LogView, ViewFormat
 
 
 def broker(dirs, **props) -> BrokerConfig:
@@ -299,23 +300,110 @@ def test_cleanup_logs_applies_retention_only_to_delete_policy(tmp_path):
     assert manager.get_log(TopicPartition("cmp", 0)).log_start_offset == 0
 
 
-def test_read_only_mode_writes_nothing(tmp_path):
-    d = tmp_path / "d"
-    manager = started([d])
-    manager.create_topic("t", 1)
-    append(manager, "t", 0, 3)
+def _snapshot(root) -> dict[str, tuple[bytes, int] | None]:
+    """Every file and directory under ``root``: bytes and mtime (ns) of files, mtime of dirs."""
+    result: dict = {}
+    for dirpath, dirnames, names in os.walk(root):
+        result[os.path.relpath(dirpath, root) + "/"] = os.stat(dirpath).st_mtime_ns
+        for name in names:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f:
+                result[os.path.relpath(path, root)] = (f.read(), os.stat(path).st_mtime_ns)
+    return result
+
+
+def _populated(dirs, clock) -> None:
+    """Two dirs with multi-segment logs, a compacted topic, overrides, .deleted files; shut down cleanly."""
+    manager = started(dirs, clock=clock)
+    manager.create_topic("t", 3)
+    manager.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+    manager.create_topic("r", 1, {"retention.bytes": "1500", "file.delete.delay.ms": "86400000"})
+    for p in range(3):
+        append(manager, "t", p, 40, tag=b"t%d" % p)
+    log = manager.get_log(TopicPartition("c", 0))
+    for i in range(60):
+        log.append_values([b"v%d" % i], [b"k%d" % (i % 4)])
+    log.roll()
+    assert manager.cleaner.clean_once() is not None
+    append(manager, "r", 0, 60)
+    assert manager.cleanup_logs() > 0            # leaves .deleted files for a day
     manager.shutdown()
-    snapshot = {n: (d / n).stat().st_mtime_ns for n in os.listdir(d)}
-    ro = started([d], read_only=True)
-    with pytest.raises(ReadOnlyError):
-        ro.create_topic("u")
-    with pytest.raises(ReadOnlyError):
-        ro.alter_topic_config("t", {"retention.ms": "1"})
-    with pytest.raises(ReadOnlyError):
-        ro.delete_topic("t")
-    ro.flush_dirty_logs(); ro.checkpoint_recovery_points(); ro.cleanup_logs(); ro.delete_logs()
-    assert values(ro, "t", 0)[:2] == [b"r-0-a", b"r-0-b"]
+
+
+def test_read_only_mode_writes_nothing(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    clock = ManualClock()
+    _populated(dirs, clock)
+    assert any(n.endswith(".deleted") for d in dirs for _, _, ns in os.walk(d) for n in ns)
+    before = _snapshot(tmp_path)
+
+    ro = started(dirs, clock=clock, read_only=True)
+    assert ro.cleaner is None
+    assert ro.topics() == ["c", "r", "t"]
+    assert all(os.path.exists(d / CLEAN_SHUTDOWN_FILE) for d in dirs)     # the marker stays
+    for p in range(3):
+        assert values(ro, "t", p) == [b"t%d-%d-%s" % (p, i, s) for i in range(40) for s in (b"a", b"b")]
+    compacted = ro.get_log(TopicPartition("c", 0)).read_records(0)
+    assert {r.key: r.value for r in compacted} == {b"k%d" % k: b"v%d" % (56 + k) for k in range(4)}
+    assert len(compacted) == 4
+    retained = ro.get_log(TopicPartition("r", 0))
+    assert retained.log_start_offset > 0 and retained.read_records(retained.log_start_offset)
+    for log in ro.all_logs():          # the renderings and every segment's view index too
+        for fmt in ViewFormat:
+            view = LogView(log, fmt)
+            assert view.read(0, view.size()) or log.size == 0
+            view.close()
+    t0 = ro.get_log(TopicPartition("t", 0))
+    for change in (lambda: ro.create_topic("u"), lambda: ro.add_partition("t", 3),
+                   lambda: ro.alter_topic_config("t", {"retention.ms": "1"}), lambda: ro.delete_topic("t"),
+                   lambda: t0.append_values([b"x"]), t0.roll, lambda: t0.truncate_to(0),
+                   lambda: t0.maybe_increment_log_start_offset(2)):
+        with pytest.raises(ReadOnlyError):
+            change()
+    # The periodic jobs do nothing at all.
+    assert ro.cleanup_logs() == 0 and ro.delete_logs() == 0 and ro.delete_expired_segment_files() == 0
+    ro.flush_dirty_logs(); ro.checkpoint_recovery_points(); ro.checkpoint_log_start_offsets()
+    clock.sleep(2 * 86_400_000)
+    assert ro.delete_expired_segment_files() == 0
     ro.shutdown()
-    assert {n: (d / n).stat().st_mtime_ns for n in os.listdir(d)} == snapshot
+    assert _snapshot(tmp_path) == before
+
     with pytest.raises(StorageError, match="missing"):
         LogManager(broker([tmp_path / "missing"]), read_only=True).startup()
+
+
+def test_read_only_refuses_an_unclean_dir_and_writes_nothing(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    _populated(dirs, ManualClock())
+    os.unlink(dirs[1] / CLEAN_SHUTDOWN_FILE)          # as after a crash
+    before = _snapshot(tmp_path)
+    with pytest.raises(ReadOnlyError) as info:
+        started(dirs, read_only=True)
+    message = str(info.value)
+    assert str(dirs[1]) in message and "not shut down cleanly" in message
+    assert "mount it read-write once to recover it" in message and "logfs check" in message
+    assert _snapshot(tmp_path) == before
+    # Read-write recovers it; after a clean shutdown read-only works again.
+    recovered = started(dirs)
+    recovered.shutdown()
+    started(dirs, read_only=True).shutdown()
+
+
+def test_read_only_refuses_a_clean_dir_with_a_missing_index(tmp_path):
+    d = tmp_path / "d"
+    _populated([d], ManualClock())
+    index = next(p for p in sorted((d / "t-0").iterdir()) if p.name.endswith(".index"))
+    index.unlink()
+    before = _snapshot(tmp_path)
+    with pytest.raises(ReadOnlyError, match=f"{index}.* is missing.*read-write"):
+        started([d], read_only=True)
+    assert _snapshot(tmp_path) == before
+
+
+def test_read_only_accepts_an_empty_dir_without_marker(tmp_path):
+    d = tmp_path / "fresh"
+    d.mkdir()
+    manager = started([d], read_only=True)
+    assert manager.topics() == []
+    manager.shutdown()
+    assert os.listdir(d) == []
