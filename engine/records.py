@@ -20,8 +20,13 @@ batch of small records therefore never calls a function per record: the varints
 come from precomputed tables (zig-zag varint bytes for 0..65535, and the constant
 "attributes, timestamp delta 0, offset delta k, null key" prefix for every k), the
 arithmetic runs through ``map`` over C builtins, and the batch is assembled by a
-single ``b"".join``.  Decoding walks the records with the one-byte varint case
-inlined, falling back to a general varint reader only for long fields.
+single ``b"".join``.  Decoding first tries the layout encode_values writes
+(null keys, no headers, offset delta = index), proving it rather than trusting
+it: fixed-size records are checked one byte column at a time with extended
+slices, records of mixed sizes by re-encoding the values and comparing.  What
+fails the proof goes to the general loop (one- and two-byte varints inlined),
+so every batch decodes exactly as that loop decodes it, or raises
+CorruptRecordError as it does.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import struct
 from bisect import bisect_left
 from enum import IntEnum
 from itertools import repeat
-from operator import add
+from operator import add, itemgetter
 from typing import Iterator, NamedTuple, Sequence
 
 import cramjam
@@ -632,32 +637,220 @@ def _corrupt(header: BatchHeader, pos: int, detail: str) -> CorruptRecordError:
         f"Found invalid record structure in the batch at offset {header.base_offset}: {detail}",
         position=pos)
 
+# --- the uniform layout: batches written by encode_values without keys ----------------
+#
+# Every record of such a batch is
+#     varint(L) | 00 attributes | 00 timestamp delta | varint(i) offset delta |
+#     01 null key | varint(vlen) | value | 00 header count
+# so everything but the value is a function of (i, vlen), and vlen a function of
+# L once the width w of varint(i) is known.  Records i < 64, < 8192 and < 65536
+# have w = 1, 2 and 3; the decoder handles each of those ranges as one segment.
+# A segment whose records all have the same size (fixed-width lines: the common
+# case of a bulk load) is verified column by column with extended slices, all in
+# C; any other segment is walked record by record, checking each record's framing
+# bytes against the tables.  Whatever fails a check is left to the general loop,
+# which resumes at that record, so the result is the general path's, bytes for
+# bytes, or the general path's CorruptRecordError.
 
-def _values_of(data: bytes, count: int) -> list[bytes | None]:
-    """The values of ``count`` records in an uncompressed records section.
+_WIDTH_RANGES = ((0, 64, 1), (64, 8192, 2), (8192, _TABLE_SIZE, 3))
 
-    Varints of one and two bytes (lengths below 8192, offset deltas below 8192:
-    nearly every record) are decoded inline, since a function call costs more
-    than the rest of the record; longer ones go through _read_varint.  Only the
-    record, key and value lengths are decoded; the timestamp and offset deltas
-    are skipped by their continuation bits and the headers by the record length.
+
+def _value_length_table() -> list[int | None]:
+    """``L - w`` -> vlen for a null-keyed record with a non-null value and no headers.
+
+    L = 4 + w + len(varint(vlen)) + vlen (the four one-byte fields: attributes,
+    timestamp delta, null key, header count).  Lengths no such record can have
+    map to None, which makes the walk's arithmetic fail over to the general loop;
+    so do the last entries, reached by the negative index of a too-short record.
     """
-    out: list[bytes | None] = []
+    table: list[int | None] = [None] * _TABLE_SIZE
+    table[5:69] = range(0, 64)
+    table[70:8198] = range(64, 8192)
+    table[8199:_TABLE_SIZE - 8] = range(8192, _TABLE_SIZE - 8 - 7)
+    return table
+
+
+_VALUE_LENGTH = _value_length_table()
+#: _OFFSET_DELTA_COLUMNS[w][t]: byte t of varint(i) for every i of width w, in
+#: order: what the column of that byte must hold in a fixed-size segment.
+_OFFSET_DELTA_COLUMNS = {
+    w: [bytes(map(itemgetter(t), _VARINT[lo:hi])) for t in range(w)] for lo, hi, w in _WIDTH_RANGES
+}
+
+
+def _fixed_size_segment(data: bytes, p: int, lo: int, stop: int, w: int) -> tuple[int, int, int] | None:
+    """(record size, frame size, value size) if records lo..stop-1 from ``p`` are one size and verified.
+
+    The first record fixes the size; then each byte column of the frame (one
+    byte of every record, taken with one extended slice) must equal what
+    encode_values writes: the same byte in every record, except the offset
+    delta's, which must count up from ``lo``.  None when anything differs.
+    """
+    try:
+        length, q = _read_varint(data, p)
+    except (IndexError, ValueError):        # the general loop says what is wrong
+        return None
+    if not 0 <= length < _TABLE_SIZE:
+        return None
+    value_len = _VALUE_LENGTH[length - w]
+    if value_len is None:
+        return None
+    size = q - p + length
+    count = stop - lo
+    end = p + count * size
+    if end > len(data):
+        return None
+    length_len = q - p
+    frame = _VARINT[length] + _PREFIX_NULL_KEY[lo] + _VARINT[value_len]
+    frame_len = len(frame)
+    if data[p:p + frame_len] != frame or data[p + size - 1] != 0:
+        return None
+    if count == 1:
+        return size, frame_len, value_len
+    delta_first = length_len + 2
+    delta_columns = _OFFSET_DELTA_COLUMNS[w]        # segments start where their width does
+    for k in range(frame_len):
+        if delta_first <= k < delta_first + w:
+            expected = delta_columns[k - delta_first][:count]
+        else:
+            expected = frame[k:k + 1] * count
+        if data[p + k:end:size] != expected:
+            return None
+    if data[p + size - 1:end:size] != bytes(count):     # header counts
+        return None
+    return size, frame_len, value_len
+
+
+def _value_length_by_size_table(w: int) -> list[int | None]:
+    """Record size T (length varint included) -> vlen, for offset-delta width ``w``.
+
+    The variable-size walk uses it to find a value from the two ends of its
+    record without reading the value's own length.  The last entries stay None,
+    for the negative index a garbage length can produce.
+    """
+    table: list[int | None] = [None] * (_TABLE_SIZE + 8)
+    for value_len in range(_TABLE_SIZE - 16):
+        length = 4 + w + _VARINT_LEN[value_len] + value_len
+        table[_VARINT_LEN[length] + length] = value_len
+    return table
+
+
+_VALUE_LENGTH_BY_SIZE = {w: _value_length_by_size_table(w) for _, _, w in _WIDTH_RANGES}
+
+
+def _sized_walk(data: bytes, count: int) -> list[bytes] | None:
+    """The values of a uniform-layout section of records of any sizes, or None.
+
+    The walk reads only each record's length and takes the value as the bytes
+    before the record's last one (the header count), sized by the table; it
+    checks nothing on the way.  The proof comes after, in C: encoding the values
+    again must give ``data`` byte for byte.  When it does, ``data`` is exactly
+    what encode_values writes for these values, which every decoder reads back
+    as them; when it does not (another writer, a null, a corrupt length), the
+    caller runs the general loop, which also says what is wrong.
+    """
+    if count > _TABLE_SIZE:
+        return None
+    values: list[bytes] = []
+    append = values.append
+    p = 0
+    try:
+        for lo, hi, w in _WIDTH_RANGES:
+            if lo >= count:
+                break
+            by_size = _VALUE_LENGTH_BY_SIZE[w]
+            for _ in range((hi if hi < count else count) - lo):
+                b = data[p]
+                if b < 0x80:
+                    e = p + 1 + (b >> 1)
+                else:
+                    e = p + 2 + (((b & 0x7F) | (data[p + 1] << 7)) >> 1)
+                append(data[e - 1 - by_size[e - p]:e - 1])
+                p = e
+        if p != len(data) or _encode_unkeyed(values) != data:
+            return None
+    except (IndexError, TypeError):     # ran off the end / a size no such record has
+        return None
+    return values
+
+
+def _uniform_values(data: bytes, count: int, text: bool) -> tuple[list, int, int]:
+    """Decode the uniform-layout prefix of a records section.
+
+    Returns (parts, records taken, position after them).  Without ``text`` the
+    parts are the values; with it they are chunks of the text view (values each
+    followed by a newline).  A fixed-size segment becomes text without one bytes
+    object per record: a bytearray copy gets its header-count column overwritten
+    with newlines, then loses its frame columns one extended-slice ``del`` at a
+    time (each del leaves the next column at the front of every record).  A
+    batch with a segment of mixed sizes is taken whole by _sized_walk, or up to
+    that segment only.
+    """
+    parts: list = []
+    p = 0
+    for lo, hi, w in _WIDTH_RANGES:
+        if lo >= count:
+            break
+        stop = hi if hi < count else count
+        fixed = _fixed_size_segment(data, p, lo, stop, w)
+        if fixed is None:
+            values = _sized_walk(data, count)
+            if values is None:          # the general loop goes on from this segment
+                return parts, lo, p
+            if text:
+                values.append(b"")
+                return [b"\n".join(values)], count, len(data)
+            return values, count, len(data)
+        size, frame_len, value_len = fixed
+        end = p + (stop - lo) * size
+        if text:
+            chunk = bytearray(data[p:end])
+            chunk[size - 1::size] = b"\n" * (stop - lo)
+            for step in range(size, size - frame_len, -1):
+                del chunk[::step]
+            parts.append(chunk)
+        else:
+            parts += [data[s:s + value_len] for s in range(p + frame_len, end, size)]
+        p = end
+    return parts, min(count, _TABLE_SIZE), p
+
+
+# --- the general loop ---------------------------------------------------------------
+
+def _values_of(data: bytes, count: int, pos: int = 0,
+               out: list[bytes | None] | None = None) -> list[bytes | None]:
+    """The values of ``count`` records of an uncompressed records section from ``pos``.
+
+    Any layout: this is where kafka-python's and Java's batches, keyed records,
+    nulls and headers go, and where the fast paths hand over.  Varints of one and
+    two bytes (lengths and offset deltas below 8192: nearly every record) are
+    decoded inline, since a function call costs more than the rest of the
+    record; longer ones go through _read_varint.  Only the record, key and value
+    lengths are decoded; the timestamp and offset deltas are skipped by their
+    continuation bits and the headers by the record length.
+    """
+    if out is None:
+        out = []
     append = out.append
     read_varint = _read_varint
-    pos = 0
     for _ in range(count):
         b = data[pos]
         if b < 0x80:
+            if b & 1:
+                raise ValueError(f"invalid record length {(b >> 1) ^ -1}")
             end = pos + 1 + (b >> 1)
             pos += 2                    # length, attributes
         else:
             c = data[pos + 1]
             if c < 0x80:
+                if b & 1:
+                    raise ValueError(f"invalid record length {(((b & 0x7F) | (c << 7)) >> 1) ^ -1}")
                 end = pos + 2 + (((b & 0x7F) | (c << 7)) >> 1)
                 pos += 3
             else:
                 size, pos = read_varint(data, pos)
+                if size < 0:
+                    raise ValueError(f"invalid record length {size}")
                 end = pos + size
                 pos += 1
         while data[pos] > 0x7F:         # timestamp delta
@@ -672,6 +865,8 @@ def _values_of(data: bytes, count: int) -> list[bytes | None]:
             pos += 2 + (b >> 1)
         else:
             key_len, pos = read_varint(data, pos + 1)
+            if key_len < -1:
+                raise ValueError(f"invalid key length {key_len}")
             if key_len > 0:
                 pos += key_len
         b = data[pos]                   # value length
@@ -691,7 +886,9 @@ def _values_of(data: bytes, count: int) -> list[bytes | None]:
                 value_end = pos + (((b & 0x7F) | (c << 7)) >> 1)
             else:
                 value_len, pos = read_varint(data, pos)
-                if value_len < 0:
+                if value_len < -1:
+                    raise ValueError(f"invalid value length {value_len}")
+                if value_len == -1:
                     append(None)
                     pos = end
                     continue
@@ -701,19 +898,8 @@ def _values_of(data: bytes, count: int) -> list[bytes | None]:
         append(data[pos:value_end])
         pos = end
     if pos != len(data):
-        raise ValueError(f"{len(data) - pos} bytes left after {count} records")
+        raise ValueError(f"{len(data) - pos} bytes left after the last record")
     return out
-
-
-def decode_values(buf, pos: int = 0, header: BatchHeader | None = None) -> list[bytes | None]:
-    """Only the values of the batch at ``pos``, in offset order (the text view's path)."""
-    header, data = _records_section(buf, pos, header)
-    if data is None:
-        return []
-    try:
-        return _values_of(data, header.records_count)
-    except (IndexError, ValueError) as exc:
-        raise _corrupt(header, pos, str(exc)) from None
 
 
 def _read_headers(data: bytes, pos: int) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
@@ -725,10 +911,14 @@ def _read_headers(data: bytes, pos: int) -> tuple[tuple[tuple[str, bytes | None]
         key_len, pos = _read_varint(data, pos)
         if key_len < 0:
             raise ValueError(f"invalid negative header key size {key_len}")
+        if pos + key_len > len(data):
+            raise ValueError(f"header key of {key_len} bytes overruns the records section")
         header_key = data[pos:pos + key_len].decode("utf-8")
         pos += key_len
         value_len, pos = _read_varint(data, pos)
-        if value_len < 0:
+        if value_len < -1:
+            raise ValueError(f"invalid header value length {value_len}")
+        if value_len == -1:
             header_value = None
         else:
             header_value = data[pos:pos + value_len]
@@ -737,11 +927,12 @@ def _read_headers(data: bytes, pos: int) -> tuple[tuple[tuple[str, bytes | None]
     return tuple(headers), pos
 
 
-def _records_of(data: bytes, header: BatchHeader) -> list[Record]:
-    """Every record of an uncompressed records section, as _values_of but complete.
+def _records_of(data: bytes, header: BatchHeader, pos: int = 0, count: int | None = None) -> list[Record]:
+    """``count`` records (default: all) of an uncompressed records section from ``pos``.
 
-    Fields go into parallel lists and the Records are made at the end by one
-    ``map`` of ``tuple.__new__``: NamedTuple's own constructor is a Python call.
+    As _values_of, but complete.  Fields go into parallel lists and the Records
+    are made at the end by one ``map`` of ``tuple.__new__``: NamedTuple's own
+    constructor is a Python call.
     """
     base_offset = header.base_offset
     base_timestamp = header.base_timestamp
@@ -757,21 +948,19 @@ def _records_of(data: bytes, header: BatchHeader) -> list[Record]:
     add_headers = headers_of.append
     read_varint = _read_varint
     no_headers = ()
-    pos = 0
-    for _ in range(header.records_count):
+    for _ in range(header.records_count if count is None else count):
         b = data[pos]                   # length
         if b < 0x80:
+            if b & 1:
+                raise ValueError(f"invalid record length {(b >> 1) ^ -1}")
             end = pos + 1 + (b >> 1)
             pos += 2                    # length, attributes
         else:
-            c = data[pos + 1]
-            if c < 0x80:
-                end = pos + 2 + (((b & 0x7F) | (c << 7)) >> 1)
-                pos += 3
-            else:
-                size, pos = read_varint(data, pos)
-                end = pos + size
-                pos += 1
+            size, pos = read_varint(data, pos)
+            if size < 0:
+                raise ValueError(f"invalid record length {size}")
+            end = pos + size
+            pos += 1
         b = data[pos]                   # timestamp delta
         if b < 0x80:
             add_timestamp(base_timestamp + ((b >> 1) ^ -(b & 1)))
@@ -781,51 +970,56 @@ def _records_of(data: bytes, header: BatchHeader) -> list[Record]:
             add_timestamp(base_timestamp + delta)
         b = data[pos]                   # offset delta
         if b < 0x80:
-            add_offset(base_offset + (b >> 1))
+            add_offset(base_offset + ((b >> 1) ^ -(b & 1)))
             pos += 1
         else:
-            c = data[pos + 1]
-            if c < 0x80:
-                add_offset(base_offset + (((b & 0x7F) | (c << 7)) >> 1))
-                pos += 2
-            else:
-                delta, pos = read_varint(data, pos)
-                add_offset(base_offset + delta)
+            delta, pos = read_varint(data, pos)
+            add_offset(base_offset + delta)
         b = data[pos]                   # key
         if b == 1:
             add_key(None)
             pos += 1
-        else:
-            if b < 0x80 and not b & 1:
-                pos += 1
-                field_end = pos + (b >> 1)
-            else:
-                length, pos = read_varint(data, pos)
-                if length < 0:
-                    raise ValueError(f"invalid key length {length}")
-                field_end = pos + length
+        elif b < 0x80 and not b & 1:
+            pos += 1
+            field_end = pos + (b >> 1)
             add_key(data[pos:field_end])
             pos = field_end
+        else:
+            length, pos = read_varint(data, pos)
+            if length < 0:
+                if length < -1:
+                    raise ValueError(f"invalid key length {length}")
+                add_key(None)
+            else:
+                field_end = pos + length
+                add_key(data[pos:field_end])
+                pos = field_end
         b = data[pos]                   # value
         if b == 1:
             add_value(None)
             pos += 1
-        else:
-            if b < 0x80 and not b & 1:
-                pos += 1
-                field_end = pos + (b >> 1)
-            else:
-                c = data[pos + 1]
-                if c < 0x80 and not b & 1:
-                    pos += 2
-                    field_end = pos + (((b & 0x7F) | (c << 7)) >> 1)
-                else:
-                    length, pos = read_varint(data, pos)
-                    if length < 0:
-                        raise ValueError(f"invalid value length {length}")
-                    field_end = pos + length
+        elif b < 0x80 and not b & 1:
+            pos += 1
+            field_end = pos + (b >> 1)
             add_value(data[pos:field_end])
             pos = field_end
+        else:
+            c = data[pos + 1]
+            if c < 0x80 and not b & 1:
+                pos += 2
+                field_end = pos + (((b & 0x7F) | (c << 7)) >> 1)
+                add_value(data[pos:field_end])
+                pos = field_end
+            else:
+                length, pos = read_varint(data, pos)
+                if length < 0:
+                    if length < -1:
+                        raise ValueError(f"invalid value length {length}")
+                    add_value(None)
+                else:
+                    field_end = pos + length
+                    add_value(data[pos:field_end])
+                    pos = field_end
         if data[pos] == 0:              # header count
             add_headers(no_headers)
             pos += 1
@@ -835,7 +1029,7 @@ def _records_of(data: bytes, header: BatchHeader) -> list[Record]:
         if pos != end:
             raise ValueError(f"record ends at {pos}, its length says {end}")
     if pos != len(data):
-        raise ValueError(f"{len(data) - pos} bytes left after {header.records_count} records")
+        raise ValueError(f"{len(data) - pos} bytes left after the last record")
     if header.attributes & TIMESTAMP_TYPE_MASK:
         # A LogAppendTime batch's records all carry the broker's time, which
         # Kafka keeps in maxTimestamp; the per-record deltas are ignored on read.
@@ -843,17 +1037,74 @@ def _records_of(data: bytes, header: BatchHeader) -> list[Record]:
     return list(map(_new_record, repeat(Record), zip(offsets, timestamps, keys, values, headers_of)))
 
 
+def _batch_timestamp(header: BatchHeader) -> int:
+    """Every record's timestamp in a batch whose timestamp deltas are all 0."""
+    return header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else header.base_timestamp
+
+
+# --- public entry points ------------------------------------------------------------
+
+def decode_values(buf, pos: int = 0, header: BatchHeader | None = None) -> list[bytes | None]:
+    """Only the values of the batch at ``pos``, in offset order (the text view's path)."""
+    header, data = _records_section(buf, pos, header)
+    if data is None:
+        return []
+    count = header.records_count
+    try:
+        values, taken, at = _uniform_values(data, count, False)
+        if taken == count and at == len(data):
+            return values
+        return _values_of(data, count - taken, at, values)
+    except (IndexError, ValueError) as exc:
+        raise _corrupt(header, pos, str(exc)) from None
+
+
+def decode_text(buf, pos: int = 0, header: BatchHeader | None = None) -> bytes:
+    """The text view of the batch at ``pos``: every value followed by ``\\n``.
+
+    Equal to ``b"".join(v + b"\\n" for v in decode_values(...))`` with a null
+    value as an empty line (b"" for a control batch), but a batch written by
+    encode_values with fixed-size values becomes text without a bytes object
+    per record.
+    """
+    header, data = _records_section(buf, pos, header)
+    if data is None:
+        return b""
+    count = header.records_count
+    try:
+        parts, taken, at = _uniform_values(data, count, True)
+        if taken < count or at != len(data):
+            rest = _values_of(data, count - taken, at)
+            if rest:
+                if None in rest:
+                    rest = [b"" if value is None else value for value in rest]
+                rest.append(b"")
+                parts.append(b"\n".join(rest))
+    except (IndexError, ValueError) as exc:
+        raise _corrupt(header, pos, str(exc)) from None
+    return parts[0] if len(parts) == 1 and type(parts[0]) is bytes else b"".join(parts)
+
+
 def decode_batch(buf, pos: int = 0, header: BatchHeader | None = None, *,
                  include_control: bool = False) -> list[Record]:
     """Every record of the batch at ``pos`` (decompressed).
 
     A control batch (transaction marker) gives [] unless ``include_control``:
-    only kafka-dump-log shows what is inside one.
+    only kafka-dump-log shows what is inside one.  The uniform-layout prefix of
+    the batch is decoded by the values fast path and its Records built in bulk:
+    offsets count up from the base offset, one timestamp, null keys, no headers.
     """
     header, data = _records_section(buf, pos, header, include_control)
     if data is None:
         return []
+    count = header.records_count
     try:
-        return _records_of(data, header)
+        values, taken, at = _uniform_values(data, count, False)
+        records = list(map(_new_record, repeat(Record), zip(
+            range(header.base_offset, header.base_offset + taken), repeat(_batch_timestamp(header)),
+            repeat(None), values, repeat(()))))
+        if taken < count or at != len(data):
+            records += _records_of(data, header, at, count - taken)
+        return records
     except (IndexError, ValueError, UnicodeDecodeError) as exc:
         raise _corrupt(header, pos, str(exc)) from None

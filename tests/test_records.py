@@ -347,3 +347,211 @@ def test_garbage_compressed_section() -> None:
     bad = rebuild(good, attributes=read_header(good).attributes | Compression.LZ4, records=b"not lz4 at all")
     with pytest.raises(CorruptRecordError, match="decompress"):
         decode_values(bad)
+
+
+# --- decode fast paths == the general loop -------------------------------------------------
+#
+# decode_values / decode_text / decode_batch take batches written by encode_values
+# through fast paths (fixed-size segments verified column-wise, variable-size ones
+# verified by re-encoding).  The general loop (_values_of / _records_of) is the
+# reference: for every batch, the public functions must return exactly what it
+# returns, or raise CorruptRecordError exactly when it fails.
+
+from engine.records import (  # noqa: E402
+    _records_of, _records_section, _uniform_values, _values_of, decode_text,
+)
+
+
+def general_values(batch: bytes):
+    """The general loop's values, or the exception class it fails with."""
+    header, data = _records_section(batch, 0, None)
+    try:
+        return _values_of(data, header.records_count)
+    except (IndexError, ValueError):
+        return CorruptRecordError
+
+
+def general_records(batch: bytes):
+    header, data = _records_section(batch, 0, None)
+    try:
+        return _records_of(data, header)
+    except (IndexError, ValueError, UnicodeDecodeError):
+        return CorruptRecordError
+
+
+def as_text(values) -> bytes:
+    return b"".join((b"" if v is None else v) + b"\n" for v in values)
+
+
+def assert_fast_equals_general(batch: bytes) -> list:
+    values = general_values(batch)
+    records = general_records(batch)
+    if values is CorruptRecordError:
+        for decode in (decode_values, decode_text):
+            with pytest.raises(CorruptRecordError):
+                decode(batch)
+    else:
+        assert decode_values(batch) == values
+        assert decode_text(batch) == as_text(values)
+    if records is CorruptRecordError:
+        with pytest.raises(CorruptRecordError):
+            decode_batch(batch)
+    else:
+        assert decode_batch(batch) == records
+    return values
+
+
+def record_bounds(section: bytes) -> list[tuple[int, int]]:
+    """(start, end) of every record, from the zig-zag length varints alone."""
+    bounds = []
+    pos = 0
+    while pos < len(section):
+        raw, shift, start = 0, 0, pos
+        while True:
+            b = section[pos]
+            pos += 1
+            raw |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        pos += raw >> 1
+        bounds.append((start, pos))
+    return bounds
+
+
+def fixed_or_mixed_values(draw, count: int) -> list:
+    size = draw(st.sampled_from([0, 1, 5, 57, 58, 62, 63, 64, 100, 200, 8180, 8186]))
+    if draw(st.booleans()):              # fixed size: the column-verified path
+        return [bytes([i % 251]) * size for i in range(count)]
+    jitter = draw(st.integers(1, 3))
+    return [bytes([i % 251]) * max(0, size + (i * 7) % (2 * jitter + 1) - jitter) for i in range(count)]
+
+
+@st.composite
+def uniform_batches(draw):
+    """encode_values batches without keys: the layout the fast paths are for."""
+    count = draw(st.sampled_from([1, 2, 63, 64, 65, 200, 8191, 8192, 8193, 8300]))
+    values = fixed_or_mixed_values(draw, count)
+    if draw(st.booleans()) and count > 1:   # a null somewhere: the general loop takes over there
+        values[draw(st.integers(0, count - 1))] = None
+    return encode_values(draw(st.integers(0, 2 ** 40)), values, draw(st.integers(0, 2 ** 41)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(uniform_batches())
+def test_fast_paths_equal_general_loop_on_uniform_batches(batch) -> None:
+    values = assert_fast_equals_general(batch)
+    if len(values) < 1000:                # kafka-python is slow; the big ones are compared above
+        assert values == [v for _, _, _, v, _ in kafka_python_records(batch)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(nullable, nullable, header_lists), min_size=1, max_size=30),
+       st.sampled_from(["builder", "keyed", "records"]))
+def test_fast_paths_equal_general_loop_on_other_writers(rows, writer) -> None:
+    """kafka-python's builder, keyed encode_values and encode_records: not uniform."""
+    if writer == "builder":
+        builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
+        for i, (k, v, h) in enumerate(rows):
+            builder.append(i, timestamp=TS + i, key=k, value=v, headers=h)
+        batch = bytes(builder.build())
+    elif writer == "keyed":
+        batch = encode_values(3, [v for _, v, _ in rows], TS, keys=[k for k, _, _ in rows])
+    else:
+        batch = encode_records([Record(10 + 2 * i, TS, k, v, tuple(h)) for i, (k, v, h) in enumerate(rows)])
+    assert assert_fast_equals_general(batch) == [v for _, v, _ in rows]
+
+
+@pytest.mark.parametrize("count, size, jitter", [
+    (8193, 100, 0), (9000, 100, 2), (70_000, 1, 0), (70_000, 3, 1), (3, 8189, 0), (3, 8191, 2),
+    (2, 70_000, 0), (5, 60_000, 0)])
+def test_fast_paths_across_table_bounds(count, size, jitter) -> None:
+    """1-, 2- and 3-byte offset deltas and lengths, more records than the tables."""
+    values = [b"v" * (size + (i % (2 * jitter + 1)) - jitter if jitter else size) for i in range(count)]
+    batch = encode_values(0, values, TS)
+    assert assert_fast_equals_general(batch) == values
+
+
+@settings(max_examples=100, deadline=None)
+@given(uniform_batches(), st.data())
+def test_corrupt_uniform_batches_raise_or_match(batch, data) -> None:
+    """Damage inside the records (CRC recomputed): the general loop's verdict, never garbage."""
+    section = bytearray(batch[HEADER_SIZE:])
+    kind = data.draw(st.sampled_from(["byte", "framing", "truncate", "extend", "count"]))
+    if kind in ("byte", "framing"):
+        if kind == "byte":
+            at = data.draw(st.integers(0, len(section) - 1))
+        else:                            # the bytes around a value, where the fast paths look
+            start, end = data.draw(st.sampled_from(record_bounds(bytes(section))))
+            at = data.draw(st.sampled_from(range(start, min(start + 10, end))) | st.just(end - 1))
+        section[at] = data.draw(st.integers(0, 255).filter(lambda b: b != section[at]))
+        bad = rebuild(batch, records=bytes(section))
+    elif kind == "truncate":
+        cut = data.draw(st.integers(1, min(len(section), 300)))
+        bad = rebuild(batch, records=bytes(section[:-cut]))
+    elif kind == "extend":
+        bad = rebuild(batch, records=bytes(section) + data.draw(st.binary(min_size=1, max_size=5)))
+    else:
+        fields = bytearray(rebuild(batch))
+        count = read_header(batch).records_count
+        struct.pack_into(">i", fields, 57, count + data.draw(st.sampled_from([-1, 1, 64])))
+        bad = rebuild(bytes(fields))
+    assert_fast_equals_general(bad)
+    if kind not in ("byte", "framing"):
+        with pytest.raises(CorruptRecordError):
+            decode_values(bad)
+
+
+def test_decode_text_of_nulls_control_and_codecs() -> None:
+    assert decode_text(encode_values(0, [b"a", None, b"", b"b"], TS)) == b"a\n\n\nb\n"
+    fixed = [b"%05d" % i for i in range(300)]
+    for codec in CODECS:
+        assert decode_text(encode_values(0, fixed, TS, compression=codec)) == as_text(fixed)
+    control = rebuild(encode_records([Record(42, TS, b"\x00\x00\x00\x01", b"\x00" * 6)]), attributes=0x30)
+    assert decode_text(control) == b""
+
+
+def test_fixed_size_text_from_a_log_of_several_batches(tmp_path) -> None:
+    """decode_text reads mmap'ed logs at any batch position, like the text view."""
+    first = [b"line %04d" % i for i in range(100)]
+    second = [b"x" * 100] * 70
+    log = encode_values(0, first, TS) + encode_values(100, second, TS)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(log)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        texts = [decode_text(mm, pos, header) for pos, header in iter_batches(mm)]
+    assert texts == [as_text(first), as_text(second)]
+
+
+@pytest.mark.parametrize("sizes", ["fixed", "mixed"])
+def test_encode_values_batches_take_the_fast_path(sizes) -> None:
+    """The equality tests above only prove something if the fast path really runs."""
+    count = 9000
+    values = [b"%06d" % i + b"y" * (94 if sizes == "fixed" else i % 150) for i in range(count)]
+    header, data = _records_section(encode_values(0, values, TS), 0, None)
+    for text in (False, True):
+        parts, taken, at = _uniform_values(data, count, text)
+        assert (taken, at) == (count, len(data))
+    assert _uniform_values(data, count, False)[0] == values
+    # one null value: nothing of a mixed-size batch, the segments before it of a fixed one
+    values[8500] = None
+    header, data = _records_section(encode_values(0, values, TS), 0, None)
+    assert _uniform_values(data, count, False)[1] == (8192 if sizes == "fixed" else 0)
+
+
+@pytest.mark.parametrize("sizes", ["fixed", "mixed"])
+def test_every_framing_byte_is_checked(sizes) -> None:
+    """Damage each non-value byte of records at the edges of every offset-delta width."""
+    count = 8195
+    values = [b"%05d" % i + b"z" * (95 if sizes == "fixed" else i % 40) for i in range(count)]
+    batch = encode_values(0, values, TS)
+    section = batch[HEADER_SIZE:]
+    bounds = record_bounds(section)
+    for index in (0, 1, 63, 64, 8191, 8192, 8194):
+        start, end = bounds[index]
+        value_start = end - 1 - len(values[index])
+        for at in [*range(start, value_start), end - 1]:
+            for replacement in (section[at] ^ 0x01, section[at] ^ 0x80):
+                damaged = bytearray(section)
+                damaged[at] = replacement
+                assert_fast_equals_general(rebuild(batch, records=bytes(damaged)))
