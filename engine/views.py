@@ -280,7 +280,7 @@ class LogView:
 
         for header, batch, log_pos_after in self._batches(segment, log_pos, full=not self._text, hint=want):
             if self._text:
-                piece = render.render_values(batch)
+                piece = batch
             else:
                 piece = render.render_jsonl(batch, self.topic, self.partition, header.timestamp_type)
             if pos + len(piece) > slot_end:
@@ -307,7 +307,7 @@ class LogView:
 
     def _batches(self, segment: LogSegment, log_pos: int, *, full: bool,
                  hint: int = 0) -> Iterator[tuple[BatchHeader, list, int]]:
-        """Yield (header, values or records, log position after the batch) from ``log_pos`` on.
+        """Yield (header, records or rendered text, log position after the batch) from ``log_pos`` on.
 
         Reads the ``.log`` in chunks through the segment (pread on its own
         descriptor, valid after unlink) and decodes lazily, batch by batch; a
@@ -315,7 +315,9 @@ class LogView:
         being written and ends the walk.
         """
         chunk_size = max(_MIN_LOG_CHUNK, hint + (hint >> 1))
-        decode = _records.decode_batch if full else _records.decode_values
+        # The text view never needs Record objects: decode_text renders a
+        # batch's lines straight from the log bytes.
+        decode = _records.decode_batch if full else _records.decode_text
         while True:
             data = segment.read_bytes(log_pos, chunk_size)
             if len(data) < _records.HEADER_SIZE:
