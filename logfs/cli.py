@@ -1,0 +1,221 @@
+"""``logfs``: mount, umount, dump-log and check.
+
+``logfs mount`` is the broker of this project: it builds the ``BrokerConfig``
+(Kafka defaults, then ``--config`` server.properties, then ``-o name=value``,
+then ``--data-dir`` for ``log.dirs``), starts the ``LogManager`` (loading and
+recovering every log), serves the mount in the foreground and schedules
+Kafka's periodic jobs, and on unmount, SIGINT or SIGTERM shuts the manager
+down cleanly (flush, checkpoints, clean-shutdown marker) before unmounting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import logging
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.config import BrokerConfig
+
+log = logging.getLogger("logfs")
+
+#: Data directory used when neither --data-dir nor log.dirs/log.dir is given.
+DEFAULT_DATA_DIR = "./data"
+
+_LOG_FORMAT = "[%(asctime)s] %(levelname)s %(message)s (%(name)s)"
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format=_LOG_FORMAT,
+                        stream=sys.stderr)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="logfs", description="Kafka's log storage, mounted as a filesystem.")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    mount = sub.add_parser("mount", help="serve a mount in the foreground until unmounted")
+    mount.add_argument("mountpoint")
+    mount.add_argument("--data-dir", action="append", default=[], metavar="DIR",
+                       help=f"a log directory (repeatable; overrides log.dirs; default {DEFAULT_DATA_DIR})")
+    mount.add_argument("--config", metavar="FILE", help="broker settings in server.properties syntax")
+    mount.add_argument("-o", dest="options", action="append", default=[], metavar="NAME=VALUE",
+                       help="a broker setting (Kafka name), applied after --config; repeatable")
+    mount.add_argument("--read-only", action="store_true", help="serve the logs read-only (EROFS on writes)")
+    mount.add_argument("--allow-other", action="store_true", help="let other users access the mount")
+    mount.add_argument("--foreground", action="store_true", default=True,
+                       help="serve in the foreground (the only mode; accepted for familiarity)")
+    mount.add_argument("--page-cache", action="store_true",
+                       help="serve views through the kernel page cache instead of direct I/O")
+    mount.add_argument("--log-level", dest="sub_log_level", default=None, help=argparse.SUPPRESS)
+
+    umount = sub.add_parser("umount", help="unmount a logfs mount")
+    umount.add_argument("mountpoint")
+
+    dump = sub.add_parser("dump-log", help="print segment or index files like kafka-dump-log.sh")
+    dump.add_argument("files", nargs="+", metavar="FILE")
+    dump.add_argument("--print-data-log", action="store_true", help="print each record's key and value")
+
+    check = sub.add_parser("check", help="verify data directories offline (CRCs, indexes, checkpoints)")
+    check.add_argument("dirs", nargs="+", metavar="DIR")
+    return parser
+
+
+def broker_config(args: argparse.Namespace) -> "BrokerConfig":
+    """Kafka defaults, then the properties file (unknown names warned about and ignored,
+    as Kafka does), then ``-o`` and ``--data-dir`` (unknown names refused)."""
+    from engine.config import BrokerConfig
+    from engine.errors import InvalidConfigError
+
+    file_props = BrokerConfig.read_properties_file(args.config) if args.config else {}
+    overrides: dict[str, str] = {}
+    for option in args.options:
+        name, sep, value = option.partition("=")
+        if not sep or not name.strip():
+            raise InvalidConfigError(f"Invalid -o option {option!r}: expected name=value")
+        overrides[name.strip()] = value.strip()
+    if args.data_dir:
+        overrides["log.dirs"] = ",".join(os.path.abspath(d) for d in args.data_dir)
+    elif not any(name in props for props in (file_props, overrides) for name in ("log.dirs", "log.dir")):
+        overrides["log.dirs"] = os.path.abspath(DEFAULT_DATA_DIR)
+    return BrokerConfig.from_props(file_props).with_overrides(overrides, strict=True)
+
+
+def _mount(args: argparse.Namespace) -> int:
+    import pyfuse3
+    import trio
+
+    from engine.errors import LogfsError
+    from engine.manager import LogManager
+    from logfs.fs import LogfsOperations
+    from logfs.namespace import Namespace
+    from logfs.stats import MountStats
+    from logfs.tasks import build_jobs, run_jobs, stop_jobs
+
+    mountpoint = os.path.abspath(args.mountpoint)
+    try:
+        is_dir = stat.S_ISDIR(os.stat(mountpoint).st_mode)
+    except OSError as exc:
+        if exc.errno == errno.ENOTCONN:   # the FUSE connection of a logfs that died is still mounted
+            log.error("Mount point %s is a stale mount of a logfs that died: run 'fusermount3 -uz %s' first",
+                      mountpoint, mountpoint)
+        else:
+            log.error("Mount point %s cannot be used: %s", mountpoint, exc.strerror)
+        return 2
+    if not is_dir:
+        log.error("Mount point %s is not a directory", mountpoint)
+        return 2
+    try:
+        config = broker_config(args)
+    except (LogfsError, OSError) as exc:
+        log.error("Invalid configuration: %s", exc)
+        return 2
+    for d in config.log_dirs:
+        os.makedirs(d, exist_ok=True)
+
+    manager = LogManager(config, read_only=args.read_only)
+    stats = MountStats()
+    started = time.monotonic()
+    try:
+        manager.startup()
+    except (LogfsError, OSError) as exc:
+        log.error("Log manager failed to start: %s", exc)
+        return 1
+    stats.load_ms = (time.monotonic() - started) * 1000   # the manager logs "Loaded N logs in X ms"
+
+    namespace = Namespace(manager, stats, read_only=args.read_only, views_direct_io=not args.page_cache)
+    ops = LogfsOperations(namespace)
+    options = set(pyfuse3.default_options)
+    options |= {"fsname=logfs", "subtype=logfs"}
+    if args.allow_other:
+        options.add("allow_other")
+    if args.read_only:
+        options.add("ro")
+
+    jobs = [] if args.read_only else build_jobs(manager)
+
+    async def serve() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_watch_signals, name="signal-watcher")
+            run_jobs(nursery, jobs, config.log_initial_task_delay_ms, stats)
+            log.info("Mounted logfs at %s (log.dirs=%s%s)", mountpoint, ",".join(config.log_dirs),
+                     ", read-only" if args.read_only else "")
+            await pyfuse3.main()
+            # No more requests: stop the background jobs (a running one is waited for).
+            stop_jobs(jobs)
+            nursery.cancel_scope.cancel()
+
+    try:
+        pyfuse3.init(ops, mountpoint, options)
+    except RuntimeError as exc:
+        log.error("Mounting %s failed: %s", mountpoint, exc)
+        manager.shutdown()
+        return 1
+    status = 0
+    try:
+        trio.run(serve)
+    except Exception:
+        log.exception("The FUSE main loop failed; shutting down")
+        status = 1
+    finally:
+        # The kernel will send no release/forget any more: close what they would have.
+        try:
+            ops.close_all()
+            manager.shutdown()
+            log.info("Shutdown completed")
+        finally:
+            pyfuse3.close(unmount=True)
+            log.info("Unmounted %s", mountpoint)
+    return status
+
+
+async def _watch_signals() -> None:
+    import pyfuse3
+    import trio
+
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("Received %s: unmounting", signal.Signals(signum).name)
+            pyfuse3.terminate()
+            return
+
+
+def _umount(args: argparse.Namespace) -> int:
+    result = subprocess.run(["fusermount3", "-u", args.mountpoint])
+    return result.returncode
+
+
+def _dump_log(args: argparse.Namespace) -> int:
+    """kafka-dump-log.sh's listing on stdout, mismatches on stderr; exit 1 if any problem was seen."""
+    from engine.tools import dump_log
+    problems = dump_log(args.files, args.print_data_log, sys.stdout, sys.stderr)
+    return 1 if problems else 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    """One line per problem; exit 1 if any."""
+    from engine.tools import check_dirs
+    problems = check_dirs(args.dirs, sys.stdout)
+    return 1 if problems else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _configure_logging(getattr(args, "sub_log_level", None) or args.log_level)
+    handlers = {"mount": _mount, "umount": _umount, "dump-log": _dump_log, "check": _check}
+    try:
+        return handlers[args.command](args)
+    except BrokenPipeError:   # `logfs dump-log ... | head`
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""Figures of the running mount: ``.logfs/stats.json``, ``.logfs/metrics`` and partition ``state``.
+
+The counters here are the mount's own (appends, background task runs); the
+per-partition figures are read from the engine at the moment a file is
+opened, so every file is a consistent snapshot of live objects and nothing is
+cached that could go stale.  Metric names follow what Kafka's JMX exporter
+produces for ``kafka.log:type=Log`` (``kafka_log_log_size`` ...), so existing
+dashboards apply.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.log import Log
+    from engine.manager import LogManager
+
+__all__ = ["MountStats", "TaskRun", "partition_state", "stats_json", "prometheus_metrics"]
+
+@dataclass
+class TaskRun:
+    """The run history of one periodic task (Kafka's scheduler has no such record; operators want it)."""
+
+    name: str
+    interval_ms: int
+    runs: int = 0
+    errors: int = 0
+    last_run_ms: int | None = None
+    last_duration_ms: float | None = None
+    total_duration_ms: float = 0.0
+    last_error: str | None = None
+    last_result: Any = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "interval_ms": self.interval_ms, "runs": self.runs, "errors": self.errors,
+            "last_run_ms": self.last_run_ms, "last_duration_ms": self.last_duration_ms,
+            "total_duration_ms": round(self.total_duration_ms, 3), "last_error": self.last_error,
+            "last_result": self.last_result if isinstance(self.last_result, (int, float, str)) else None,
+        }
+
+
+@dataclass
+class MountStats:
+    """Counters of one mount.  Appends are counted on the trio thread; tasks from workers."""
+
+    started_ms: int = field(default_factory=lambda: time.time_ns() // 1_000_000)
+    appended_records: int = 0
+    appended_bytes: int = 0
+    append_batches: int = 0
+    #: LogViews anchored by lookups and not yet forgotten by the kernel
+    views_open: int = 0
+    load_ms: float = 0.0
+    tasks: dict[str, TaskRun] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record_append(self, records: int, nbytes: int) -> None:
+        with self._lock:   # appends of flush.messages topics count from worker threads
+            self.appended_records += records
+            self.appended_bytes += nbytes
+            self.append_batches += 1
+
+    def task(self, name: str, interval_ms: int) -> TaskRun:
+        with self._lock:
+            run = self.tasks.get(name)
+            if run is None:
+                run = self.tasks[name] = TaskRun(name, interval_ms)
+            return run
+
+
+def partition_state(manager: "LogManager", log: "Log") -> dict[str, Any]:
+    """The JSON of ``MOUNT/<topic>/<p>/state`` (Spark's data source relies on these names)."""
+    segments = log.segments  # one copy-on-write reference: a consistent list
+    tp = log.topic_partition
+    state: dict[str, Any] = {
+        "topic": tp.topic,
+        "partition": tp.partition,
+        "dir": log.dir,
+        "log_start_offset": log.log_start_offset,
+        "log_end_offset": log.log_end_offset,
+        "recovery_point": log.recovery_point,
+        "size_bytes": sum(seg.size for seg in segments.values()),
+        "num_segments": len(segments),
+        "segments": [
+            {"base_offset": seg.base_offset, "next_offset": seg.next_offset,
+             "size_bytes": seg.size, "largest_timestamp": seg.largest_timestamp}
+            for seg in segments.values()
+        ],
+        "pending_deletion": {"segments": log.pending_deletion_segments,
+                             "bytes": log.pending_deletion_bytes},
+    }
+    # The log cleaner's fields (cleaner position, dirty ratio) are merged in here by its owner.
+    return state
+
+
+def _logs(manager: "LogManager") -> list["Log"]:
+    return sorted(manager.all_logs(), key=lambda lg: (lg.topic_partition.topic, lg.topic_partition.partition))
+
+
+def stats_json(manager: "LogManager", stats: MountStats) -> bytes:
+    topics: dict[str, Any] = {}
+    for lg in _logs(manager):
+        tp = lg.topic_partition
+        topic = topics.setdefault(tp.topic, {"partitions": {}, "size_bytes": 0, "records": 0})
+        size = lg.size
+        topic["partitions"][str(tp.partition)] = {
+            "dir": lg.dir, "log_start_offset": lg.log_start_offset, "log_end_offset": lg.log_end_offset,
+            "recovery_point": lg.recovery_point, "size_bytes": size, "num_segments": lg.num_segments,
+        }
+        topic["size_bytes"] += size
+        topic["records"] += lg.log_end_offset - lg.log_start_offset
+    now = time.time_ns() // 1_000_000
+    doc = {
+        "log_dirs": list(manager.log_dirs),
+        "uptime_ms": now - stats.started_ms,
+        "loaded_logs": getattr(manager, "loaded_logs", None),
+        "load_ms": round(stats.load_ms, 3),
+        "topics": topics,
+        "appends": {"records": stats.appended_records, "bytes": stats.appended_bytes,
+                    "batches": stats.append_batches},
+        "views_open": stats.views_open,
+        "tasks": {name: run.as_dict() for name, run in sorted(stats.tasks.items())},
+    }
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+class _MountCollector:
+    """A prometheus_client collector reading the live figures at scrape time."""
+
+    def __init__(self, manager: "LogManager", stats: MountStats) -> None:
+        self._manager = manager
+        self._stats = stats
+
+    def collect(self):
+        labels = ["topic", "partition"]
+        size = GaugeMetricFamily("kafka_log_log_size", "Size of the log in bytes", labels=labels)
+        end = GaugeMetricFamily("kafka_log_log_logendoffset", "Log end offset", labels=labels)
+        start = GaugeMetricFamily("kafka_log_log_logstartoffset", "Log start offset", labels=labels)
+        segs = GaugeMetricFamily("kafka_log_log_numlogsegments", "Number of log segments", labels=labels)
+        for lg in _logs(self._manager):
+            tp = lg.topic_partition
+            lv = [tp.topic, str(tp.partition)]
+            size.add_metric(lv, lg.size)
+            end.add_metric(lv, lg.log_end_offset)
+            start.add_metric(lv, lg.log_start_offset)
+            segs.add_metric(lv, lg.num_segments)
+        yield from (size, end, start, segs)
+        st = self._stats
+        yield CounterMetricFamily("logfs_append_records", "Records appended through the mount",
+                                  value=st.appended_records)
+        yield CounterMetricFamily("logfs_append_bytes", "Bytes written to append files",
+                                  value=st.appended_bytes)
+        yield CounterMetricFamily("logfs_append_batches", "Record batches appended", value=st.append_batches)
+        yield GaugeMetricFamily("logfs_views_open", "Views held for inodes the kernel has not forgotten",
+                                value=st.views_open)
+        runs = CounterMetricFamily("logfs_task_runs", "Runs of a background task", labels=["task"])
+        errors = CounterMetricFamily("logfs_task_errors", "Failed runs of a background task", labels=["task"])
+        last = GaugeMetricFamily("logfs_task_last_duration_seconds", "Duration of the last run",
+                                 labels=["task"])
+        for name, run in sorted(st.tasks.items()):
+            runs.add_metric([name], run.runs)
+            errors.add_metric([name], run.errors)
+            last.add_metric([name], (run.last_duration_ms or 0.0) / 1000.0)
+        yield from (runs, errors, last)
+
+
+def prometheus_metrics(manager: "LogManager", stats: MountStats) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_MountCollector(manager, stats))
+    return generate_latest(registry)

@@ -1,0 +1,128 @@
+"""Kafka's periodic log jobs as trio tasks of the mount.
+
+Kafka's ``LogManager.startup`` schedules retention, the flusher, the two
+checkpoints and the deletion of renamed logs on its ``KafkaScheduler``; here
+each is a trio task in the mount's nursery.  The jobs themselves are plain
+``LogManager`` methods: they fsync, rename and unlink, so every run leaves the
+trio thread (``trio.to_thread.run_sync``) and FUSE requests keep flowing.
+
+All jobs are declared in one place, :func:`build_jobs`; a new periodic job (the
+log cleaner's, for one) is one more ``Job`` there.  A job whose interval is
+``Long.MAX_VALUE`` (or <= 0) never runs, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+import trio
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.manager import LogManager
+    from logfs.stats import MountStats
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Job", "build_jobs", "run_jobs", "stop_jobs"]
+
+LONG_MAX = 2**63 - 1
+#: the deletion job never waits longer than this between scans, whatever the delays
+MAX_DELETE_SCAN_INTERVAL_MS = 1000
+
+
+@dataclass(frozen=True)
+class Job:
+    """One periodic job: ``run`` is called in a worker thread every ``interval_ms``.
+
+    ``rerun_when(result)`` true means "there is more work": run again at once
+    instead of sleeping, which is how a cleaner thread drains the filthiest
+    logs and backs off ``log.cleaner.backoff.ms`` only when idle.
+    """
+
+    name: str
+    interval_ms: int
+    run: Callable[[], Any]
+    rerun_when: Callable[[Any], bool] | None = None
+    #: asks a long run in progress to stop (e.g. LogCleaner.shutdown) before the mount waits for it
+    stop: Callable[[], None] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return 0 < self.interval_ms < LONG_MAX
+
+
+def build_jobs(manager: "LogManager") -> list[Job]:
+    """Every periodic job of the mount, with Kafka's scheduler names."""
+    cfg = manager.config
+
+    def delete_renamed_files() -> int:
+        # Partition dirs renamed -delete, then segments renamed .deleted whose
+        # file.delete.delay.ms has passed: Kafka's "kafka-delete-logs" job plus
+        # the per-segment delayed deletes Kafka schedules one by one.
+        return manager.delete_logs() + manager.delete_expired_segment_files()
+
+    # Deletion honours file.delete.delay.ms per segment inside the engine; this
+    # is only how often it looks, so a short delay is not stretched by much.
+    delete_interval = max(10, min(cfg.log_segment_delete_delay_ms, MAX_DELETE_SCAN_INTERVAL_MS))
+
+    jobs = [
+        Job("kafka-log-retention", cfg.log_retention_check_interval_ms, manager.cleanup_logs),
+        Job("kafka-log-flusher", cfg.log_flush_scheduler_interval_ms, manager.flush_dirty_logs),
+        Job("kafka-recovery-point-checkpoint", cfg.log_flush_offset_checkpoint_interval_ms,
+            manager.checkpoint_recovery_points),
+        Job("kafka-log-start-offset-checkpoint", cfg.log_flush_start_offset_checkpoint_interval_ms,
+            manager.checkpoint_log_start_offsets),
+        Job("kafka-delete-logs", delete_interval, delete_renamed_files),
+    ]
+    # Log cleaner workers (one Job per log.cleaner.threads, rerun_when=more work,
+    # stop=the cleaner's shutdown) are appended here by the cleaner's owner.
+    return jobs
+
+
+async def _run_periodically(job: Job, initial_delay_ms: int, stats: "MountStats") -> None:
+    record = stats.task(job.name, job.interval_ms)
+    await trio.sleep(max(0, initial_delay_ms) / 1000)
+    while True:
+        started = time.monotonic()
+        record.last_run_ms = time.time_ns() // 1_000_000
+        try:
+            # Not abandonable on cancel: shutdown waits for a running job to
+            # finish before the manager closes the logs under it.
+            record.last_result = await trio.to_thread.run_sync(job.run)
+            record.last_error = None
+        except Exception as exc:  # a failed run is logged and retried next period, as Kafka does
+            record.errors += 1
+            record.last_error = f"{type(exc).__name__}: {exc}"
+            log.error("Uncaught exception in scheduled task '%s': %s", job.name, exc, exc_info=True)
+        duration_ms = (time.monotonic() - started) * 1000
+        record.runs += 1
+        record.last_duration_ms = round(duration_ms, 3)
+        record.total_duration_ms += duration_ms
+        if job.rerun_when is not None and record.last_error is None and job.rerun_when(record.last_result):
+            await trio.sleep(0)   # more work: go again, but let FUSE requests in first
+            continue
+        await trio.sleep(job.interval_ms / 1000)
+
+
+def run_jobs(nursery: trio.Nursery, jobs: list[Job], initial_delay_ms: int, stats: "MountStats") -> None:
+    """Start every enabled job in ``nursery``; cancelling the nursery stops them."""
+    for job in jobs:
+        if not job.enabled:
+            log.info("Scheduled task '%s' disabled (interval %d ms)", job.name, job.interval_ms)
+            continue
+        log.info("Scheduling task '%s' every %d ms after an initial delay of %d ms",
+                 job.name, job.interval_ms, initial_delay_ms)
+        nursery.start_soon(_run_periodically, job, initial_delay_ms, stats, name=job.name)
+
+
+def stop_jobs(jobs: list[Job]) -> None:
+    """Ask long-running jobs to wind down; the caller then cancels the nursery, which waits for them."""
+    for job in jobs:
+        if job.stop is not None:
+            try:
+                job.stop()
+            except Exception:
+                log.exception("Stopping scheduled task '%s' failed", job.name)

@@ -1,0 +1,212 @@
+"""Shared fixtures: real ``logfs mount`` processes, and an independent reader of segment files.
+
+``mount`` runs ``.venv/bin/logfs mount`` as a subprocess over a data directory
+in ``tmp_path``, with short background-task intervals so retention, flushing
+and deletion happen within a test, and waits until ``mountpoint -q`` succeeds.
+Options come from ``@pytest.mark.mount_options({...})`` or from calling the
+``logfs_mount`` factory directly.  ``Mount.kill()`` is a crash (SIGKILL, then
+a lazy unmount of the dead connection); ``Mount.start()`` mounts the same data
+directory again.
+
+``kafka_records`` reads ``.log`` files with kafka-python, which knows nothing
+of our code, so the views of the mount are checked against Kafka's own codec.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGFS = ROOT / ".venv" / "bin" / "logfs"
+
+#: Background tasks run often so a test sees them act within a second.
+FAST_TASKS = {
+    "log.initial.task.delay.ms": "100",
+    "log.flush.scheduler.interval.ms": "200",
+    "log.retention.check.interval.ms": "200",
+    "log.flush.offset.checkpoint.interval.ms": "300",
+    "log.flush.start.offset.checkpoint.interval.ms": "300",
+    "log.segment.delete.delay.ms": "200",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "mount_options(dict): broker options of the `mount` fixture")
+
+
+def _is_mounted(path: Path) -> bool:
+    return subprocess.run(["mountpoint", "-q", str(path)]).returncode == 0
+
+
+class Mount:
+    """One logfs mount process over one data directory."""
+
+    def __init__(self, base: Path, options: dict[str, str] | None = None, *, read_only: bool = False,
+                 extra_args: list[str] | None = None) -> None:
+        self.base = base
+        self.path = base / "mnt"
+        self.data = base / "data"
+        self.log_file = base / "logfs.log"
+        self.options = {**FAST_TASKS, **(options or {})}
+        self.read_only = read_only
+        self.extra_args = extra_args or []
+        self.proc: subprocess.Popen | None = None
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.data.mkdir(parents=True, exist_ok=True)
+
+    # ---- lifecycle
+
+    def start(self, timeout: float = 30.0) -> "Mount":
+        cmd = [str(LOGFS), "mount", str(self.path), "--data-dir", str(self.data)]
+        for name, value in self.options.items():
+            cmd += ["-o", f"{name}={value}"]
+        if self.read_only:
+            cmd.append("--read-only")
+        cmd += self.extra_args
+        log = open(self.log_file, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.base)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while not _is_mounted(self.path):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"logfs mount exited with {self.proc.returncode}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"logfs mount not ready after {timeout}s:\n{self.log()}")
+            time.sleep(0.05)
+        return self
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """Clean unmount (fusermount3 -u) and wait for the process to finish its shutdown."""
+        if self.proc is None:
+            return 0
+        deadline = time.monotonic() + timeout
+        while _is_mounted(self.path):
+            if subprocess.run(["fusermount3", "-u", str(self.path)], capture_output=True).returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)   # busy: a reader in this test is still closing
+        try:
+            code = self.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+        self.proc = None
+        return code
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        """SIGTERM: the mount shuts down cleanly and unmounts itself."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=timeout)
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        """A crash: SIGKILL, then detach the dead FUSE connection."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+        subprocess.run(["fusermount3", "-uz", str(self.path)], capture_output=True)
+
+    def log(self) -> str:
+        try:
+            return self.log_file.read_text(errors="replace")[-20000:]
+        except FileNotFoundError:
+            return ""
+
+    # ---- conveniences
+
+    def __truediv__(self, other: str) -> Path:
+        return self.path / other
+
+    def sh(self, command: str, *, check: bool = True, timeout: float = 120.0, **kw) -> subprocess.CompletedProcess:
+        """Run a shell command with the mount as working directory."""
+        result = subprocess.run(["bash", "-c", command], cwd=self.path, capture_output=True, timeout=timeout, **kw)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{command!r} exited {result.returncode}: {result.stderr.decode(errors='replace')}")
+        return result
+
+    def partition_dir(self, topic: str, partition: int) -> Path:
+        return self.data / f"{topic}-{partition}"
+
+
+@pytest.fixture
+def logfs_mount(tmp_path: Path) -> Iterator:
+    """Factory: ``logfs_mount(options, read_only=False, name="m")`` -> a started Mount."""
+    mounts: list[Mount] = []
+
+    def make(options: dict[str, str] | None = None, *, read_only: bool = False, name: str = "m",
+             extra_args: list[str] | None = None, start: bool = True) -> Mount:
+        m = Mount(tmp_path / name, options, read_only=read_only, extra_args=extra_args)
+        mounts.append(m)
+        return m.start() if start else m
+
+    yield make
+    for m in mounts:
+        if m.proc is not None:
+            try:
+                code = m.stop()
+            except Exception:
+                m.kill()
+                raise
+            assert code == 0, f"logfs exited with {code}:\n{m.log()}"
+        elif _is_mounted(m.path):
+            subprocess.run(["fusermount3", "-uz", str(m.path)], capture_output=True)
+
+
+@pytest.fixture
+def mount(request: pytest.FixtureRequest, logfs_mount) -> Mount:
+    marker = request.node.get_closest_marker("mount_options")
+    options = dict(marker.args[0]) if marker else {}
+    return logfs_mount(options)
+
+
+# --------------------------------------------------------------------------- independent reader
+
+
+class KafkaRecord(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+
+
+def kafka_records(partition_dir: Path) -> list[KafkaRecord]:
+    """Every record of a partition directory's ``.log`` files, decoded by kafka-python (CRC checked)."""
+    from kafka.record.memory_records import MemoryRecords
+
+    out: list[KafkaRecord] = []
+    for name in sorted(os.listdir(partition_dir)):
+        if not name.endswith(".log"):
+            continue
+        records = MemoryRecords((partition_dir / name).read_bytes())
+        while True:
+            batch = records.next_batch()
+            if batch is None:
+                break
+            assert batch.validate_crc(), f"CRC mismatch in {name} at offset {batch.base_offset}"
+            if batch.is_control_batch:
+                continue
+            for rec in batch:
+                out.append(KafkaRecord(rec.offset, rec.timestamp, rec.key, rec.value))
+    return out
+
+
+@pytest.fixture
+def read_kafka():
+    return kafka_records
+
+
+if str(ROOT) not in sys.path:  # tests import engine/logfs from the work tree
+    sys.path.insert(0, str(ROOT))
