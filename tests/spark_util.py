@@ -1,0 +1,80 @@
+"""Helpers for the Spark tests: a shared local SparkSession and appends through a mount.
+
+Everything here goes through the mount's files, as a user's program would:
+records are appended by writing lines to ``append`` files and read back through
+``state`` and the views.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Sequence
+
+import orjson
+
+
+def new_spark(app_name: str):
+    """A small local[2] SparkSession with the logfs source registered (one per test module)."""
+    from logfs.spark import spark_session
+
+    return spark_session("local[2]", app_name, {
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+        "spark.driver.memory": "1g",
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+    })
+
+
+def append_lines(mount: str, topic: str, lines: Sequence[bytes], partition: int | None = None,
+                 chunk: int = 1000) -> None:
+    """Append ``lines`` through ``MOUNT/<topic>[/<p>]/append``, ``chunk`` lines per write()."""
+    parts = [mount, topic] + ([str(partition)] if partition is not None else []) + ["append"]
+    fd = os.open(os.path.join(*parts), os.O_WRONLY | os.O_APPEND)
+    try:
+        for i in range(0, len(lines), chunk):
+            data = memoryview(b"".join(line + b"\n" for line in lines[i:i + chunk]))
+            while data:
+                data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
+
+
+def create_topic(mount: str, topic: str, partitions: int, config: str | None = None) -> None:
+    """mkdir a topic (num.partitions partitions), mkdir the next numbers up to ``partitions``,
+    then write ``config`` (name=value lines) to its config file."""
+    os.mkdir(os.path.join(mount, topic))
+    have = len([n for n in os.listdir(os.path.join(mount, topic)) if n.isdigit()])
+    for p in range(have, partitions):
+        os.mkdir(os.path.join(mount, topic, str(p)))
+    assert len([n for n in os.listdir(os.path.join(mount, topic)) if n.isdigit()]) == partitions
+    if config:
+        with open(os.path.join(mount, topic, "config"), "w") as f:
+            f.write(config)
+
+
+def state(mount: str, topic: str, partition: int) -> dict:
+    with open(os.path.join(mount, topic, str(partition), "state"), "rb") as f:
+        return orjson.loads(f.read())
+
+
+def end_offsets(mount: str, topic: str) -> dict[int, int]:
+    parts = sorted(int(n) for n in os.listdir(os.path.join(mount, topic)) if n.isdigit())
+    return {p: state(mount, topic, p)["log_end_offset"] for p in parts}
+
+
+def records_jsonl(mount: str, topic: str) -> list[dict]:
+    """Every record of a topic as the mount renders it (records.jsonl of each partition)."""
+    out = []
+    for p in end_offsets(mount, topic):
+        with open(os.path.join(mount, topic, str(p), "records.jsonl"), "rb") as f:
+            out.extend(orjson.loads(line) for line in f.read().splitlines())
+    return out
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)
