@@ -74,6 +74,9 @@ SEGMENT_DELETION = "segment deletion"
 # length, attributes, timestamp and offset deltas, key and value lengths, header
 # count.  Used to skip the exact size check when every record clearly fits.
 _RECORD_OVERHEAD_BOUND = 19
+# The same bound without any assumption on sizes (every varint at its widest
+# for a 32-bit length or delta): what splitting a write relies on.
+_SPLIT_RECORD_BOUND = 23
 _BASE_OFFSET = struct.Struct(">q")
 
 
@@ -570,18 +573,68 @@ class Log:
             if size > config.max_message_bytes or self._compression != Compression.NONE:
                 # An uncompressed batch within the limit proves every record alone is.
                 self._check_record_sizes(values, keys, config.max_message_bytes)
-            if size > config.segment_bytes:
-                raise RecordTooLargeError(
-                    f"Message batch size is {size} bytes in append to partition {tp} which exceeds the "
-                    f"maximum configured segment size of {config.segment_bytes}.")
+            if size <= config.segment_bytes:
+                rolled = self._append_encoded_locked(batch, values, keys, first, now)
+            else:
+                rolled = self._append_split_locked(values, keys, first, now)
             last = first + n - 1
-            text_size, json_size = appended_view_sizes(values, keys, first, now, tp.topic, tp.partition)
-            segment, rolled = self._maybe_roll(size, now, first, last)
-            segment.append(last, now, last, batch, text_size=text_size, json_size=json_size)
-            self._update_log_end_offset(last + 1)
             flush_needed = self.log_end_offset - self._recovery_point >= config.flush_messages
         self._after_append(rolled, flush_needed)
         return first, last
+
+    def _append_encoded_locked(self, batch: bytes, values: Sequence[bytes | None],
+                               keys: Sequence[bytes | None] | None, first: int, now: int) -> int | None:
+        """Append one encoded batch at the log end; returns the new segment's base offset if it rolled."""
+        tp = self.topic_partition
+        last = first + len(values) - 1
+        text_size, json_size = appended_view_sizes(values, keys, first, now, tp.topic, tp.partition)
+        segment, rolled = self._maybe_roll(len(batch), now, first, last)
+        segment.append(last, now, last, batch, text_size=text_size, json_size=json_size)
+        self._update_log_end_offset(last + 1)
+        return rolled
+
+    def _append_split_locked(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                             first: int, now: int) -> int | None:
+        """Append a write too large for one segment as consecutive batches that each fit one.
+
+        Kafka refuses a batch larger than ``segment.bytes``; a filesystem user
+        cannot choose how ``cat`` sizes its writes, so a write that big is cut
+        into batches here instead.  They are appended under the one lock hold,
+        so no other writer lands between them, and a failure part-way (a full
+        disk) truncates the log back to where the write began: all or nothing.
+        """
+        limit = self.config.segment_bytes - HEADER_SIZE
+        chunks: list[tuple[int, int]] = []
+        start, budget = 0, 0
+        for i, value in enumerate(values):
+            key = keys[i] if keys is not None else None
+            cost = _SPLIT_RECORD_BOUND + (len(value) if value is not None else 0) \
+                + (len(key) if key is not None else 0)
+            if cost > limit:
+                raise RecordTooLargeError(
+                    f"The record at index {i} of the append to {self.topic_partition} does not fit in a "
+                    f"segment of the configured size {self.config.segment_bytes}.")
+            if budget + cost > limit and i > start:
+                chunks.append((start, i))
+                start, budget = i, 0
+            budget += cost
+        chunks.append((start, len(values)))
+        rolled: int | None = None
+        offset = first
+        try:
+            for lo, hi in chunks:
+                part_values = values[lo:hi]
+                part_keys = keys[lo:hi] if keys is not None else None
+                batch = encode_values(offset, part_values, now, part_keys, self._compression)
+                rolled = self._append_encoded_locked(batch, part_values, part_keys, offset, now) or rolled
+                offset += hi - lo
+        except BaseException:
+            if offset > first:
+                logger.warning(self._prefix + "Append of %d records failed part-way at offset %d; truncating "
+                               "back to %d.", len(values), offset, first)
+                self.truncate_to(first)
+            raise
+        return rolled
 
     def _check_record_sizes(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                             max_bytes: int) -> None:

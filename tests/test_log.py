@@ -11,8 +11,8 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from engine.clock import ManualClock
 from engine.config import LogConfig
-from engine.errors import (CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError, ReadOnlyError,
-                           RecordTooLargeError)
+from engine.errors import (CorruptRecordError, InvalidRecordError, LogDirFullError, OffsetOutOfRangeError,
+                           ReadOnlyError, RecordTooLargeError)
 from engine.log import Log
 from engine.records import decode_batch, iter_batches
 from engine.segment import LogSegment
@@ -404,4 +404,41 @@ def test_read_only_load_refuses_what_only_recovery_could_fix(tmp_path, damage, r
     # Read-write, the loader repairs it and every record is still there.
     log = Log.load(d, make_config(segment_bytes=600), had_clean_shutdown=damage != "unclean", clock=clock)
     assert [r.value for r in log.read_records(0)][:120] == values_for(0, 120)
+    log.close()
+
+
+def test_write_larger_than_a_segment_becomes_consecutive_batches(tmp_path):
+    log = open_log(tmp_path, segment_bytes=2000)
+    log.append_values([b"before"])
+    values = [b"%05d" % i + b"v" * 95 for i in range(100)]        # ~12 KB: six segments' worth
+    assert log.append_values(values) == (1, 100)
+    assert [r.value for r in log.read_records(1)] == values
+    assert log.num_segments >= 6
+    for segment in log.segments.values():
+        assert segment.size <= 2000
+    with pytest.raises(RecordTooLargeError):
+        log.append_values([b"ok", b"z" * 2000])                  # one record that fits no segment
+    assert log.log_end_offset == 101
+    log.close()
+
+
+def test_split_write_failing_part_way_is_rolled_back(tmp_path, monkeypatch):
+    log = open_log(tmp_path, segment_bytes=2000)
+    log.append_values([b"kept"])
+    real_append = type(log.active_segment).append
+    calls = []
+
+    def fail_on_third(segment, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise LogDirFullError("No space left on device")
+        return real_append(segment, *args, **kwargs)
+
+    monkeypatch.setattr(type(log.active_segment), "append", fail_on_third)
+    with pytest.raises(LogDirFullError):
+        log.append_values([b"v" * 100] * 60)
+    monkeypatch.undo()
+    assert log.log_end_offset == 1
+    assert [r.value for r in log.read_records(0)] == [b"kept"]
+    assert log.append_values([b"after"]) == (1, 1)
     log.close()
