@@ -252,6 +252,8 @@ def dump_log(paths: list[str], print_data_log: bool, out: TextIO, err: TextIO | 
                 problems += _dump_time_index_file(path, out, err)
             else:
                 err.write(f"Ignoring unknown file {path}\n")
+        except BrokenPipeError:
+            raise                      # the reader went away (`| head`): not a problem of the file
         except (OSError, ValueError, CorruptRecordError) as exc:
             err.write(f"Failed to dump {path}: {exc}\n")
             problems += 1
