@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import base64
 from functools import lru_cache
+from itertools import repeat
 from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
 
 import orjson
 
 if TYPE_CHECKING:  # pragma: no cover - only for annotations
-    from engine.records import Record
+    from engine.records import BatchColumns, Record
 
 __all__ = [
     "LOG_APPEND_TIME",
@@ -46,6 +47,8 @@ __all__ = [
     "json_sizes",
     "batch_view_sizes",
     "appended_view_sizes",
+    "render_jsonl_columns",
+    "columns_view_sizes",
 ]
 
 #: Kafka's TimestampType.LOG_APPEND_TIME id, the type of every batch logfs appends.
@@ -290,9 +293,15 @@ def _contiguous_sizes(values: Sequence[bytes | None], keys: Sequence[bytes | Non
     count = len(values)
     if count == 0:
         return 0, 0
-    nulls = values.count(None) if isinstance(values, list) else sum(1 for v in values if v is None)
-    present = values if nulls == 0 else [value for value in values if value is not None]
-    joined = b"".join(present)
+    try:
+        # join refuses None: the common no-null batch costs one C call, where
+        # counting None compares every value with it
+        joined = b"".join(values)
+        nulls = 0
+    except TypeError:
+        present = [value for value in values if value is not None]
+        nulls = count - len(present)
+        joined = b"".join(present)
     text = len(joined) + count
 
     pieces = _json_pieces(topic, partition, timestamp_type)
@@ -315,3 +324,92 @@ def _contiguous_sizes(values: Sequence[bytes | None], keys: Sequence[bytes | Non
             suffix = len(_KEY_B64_SUFFIX)
             json += sum([_bytes_field_size(key, suffix) for key in keys])
     return text, json
+
+
+# ---------------------------------------------------------------------------
+# Column-wise rendering (the read path of the JSON-lines view)
+# ---------------------------------------------------------------------------
+
+@lru_cache(maxsize=4096)
+def _column_templates(topic: str, partition: int, timestamp_type: int) -> tuple[bytes, bytes, bytes]:
+    """(line up to the timestamp digits, rest of a null-key line, rest of a keyed line).
+
+    A batch's line template is ``head + b"%d" % timestamp + tail`` with
+    ``%d`` (offset) and ``%s`` (value, key) left open: the timestamp is
+    formatted once per batch, not once per record.
+    """
+    pieces = _json_pieces(topic, partition, timestamp_type)
+    head = pieces.prefix.replace(b"%", b"%%") + b"%d" + pieces.ts_prefix
+    key_prefix = pieces.key_prefix.replace(b"%", b"%%")
+    return head, key_prefix + b'null,"value":"%s"}\n', key_prefix + b'"%s","value":"%s"}\n'
+
+
+def render_jsonl_columns(columns: BatchColumns, topic: str, partition: int, timestamp_type: int) -> bytes:
+    """The JSON-lines view of one decoded batch (records.decode_columns), equal to render_jsonl.
+
+    Read hot path.  When no record has headers, every value (and key) is
+    non-null plain ASCII (one C-speed test over the joined column) and the
+    keys are all null or all present, every line is one template with the
+    constants baked in; the whole batch is then a single ``bytes %`` over the
+    template repeated once per record, with the columns interleaved as its
+    arguments: no per-record Python call.  Anything else takes render_jsonl.
+    """
+    offsets, timestamps, keys, values, headers = columns
+    n = len(values)
+    if n == 0:
+        return b""
+    if headers is None and _plain_ascii_column(values) and (keys is None or _plain_ascii_column(keys)):
+        head, nokey_tail, key_tail = _column_templates(topic, partition, timestamp_type)
+        timestamp = timestamps[0]
+        same_time = timestamps.count(timestamp) == n
+        if same_time:           # LogAppendTime batches: one timestamp for all
+            template = head + b"%d" % timestamp + (nokey_tail if keys is None else key_tail)
+            columns_in_order = [offsets] if keys is None else [offsets, keys]
+        else:
+            template = head + b"%d" + (nokey_tail if keys is None else key_tail)
+            columns_in_order = [offsets, timestamps] if keys is None else [offsets, timestamps, keys]
+        columns_in_order.append(values)
+        width = len(columns_in_order)
+        args: list = [None] * (width * n)
+        for i, column in enumerate(columns_in_order):
+            args[i::width] = column
+        return (template * n) % tuple(args)
+    return render_jsonl(_column_records(columns), topic, partition, timestamp_type)
+
+
+def _plain_ascii_column(column: Sequence[bytes | None]) -> bool:
+    """No null and nothing JSON must escape in ``column`` (join refuses None, in C)."""
+    try:
+        return _plain_ascii(b"".join(column))
+    except TypeError:
+        return False
+
+
+def _column_records(columns: BatchColumns) -> list[tuple]:
+    """Record-shaped tuples of ``columns`` (the exact, per-record path)."""
+    offsets, timestamps, keys, values, headers = columns
+    n = len(values)
+    return list(zip(offsets, timestamps, keys if keys is not None else repeat(None, n), values,
+                    headers if headers is not None else repeat((), n)))
+
+
+def columns_view_sizes(columns: BatchColumns, topic: str, partition: int,
+                       timestamp_type: int) -> tuple[int, int]:
+    """(text bytes, JSON bytes) of one decoded batch, without rendering it.
+
+    The view index rebuild's path.  A batch with gap-free offsets, one
+    timestamp and no headers (every batch the log writes itself, and most
+    producers' batches) is sized arithmetically as on the append path
+    (:func:`appended_view_sizes`); anything else record by record.
+    """
+    offsets, timestamps, keys, values, headers = columns
+    n = len(values)
+    if n == 0:
+        return 0, 0
+    first_offset = offsets[0]
+    timestamp = timestamps[0]
+    if headers is None and offsets[-1] - first_offset == n - 1 and timestamps.count(timestamp) == n:
+        return _contiguous_sizes(values, keys, first_offset, timestamp, topic, partition, timestamp_type)
+    records = _column_records(columns)
+    return sum(text_sizes(records)), sum(json_sizes(records, topic, partition, timestamp_type))
+

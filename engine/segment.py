@@ -41,8 +41,9 @@ from engine import records as _records
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import CorruptRecordError, InvalidRequestError, LogDirFullError, ReadOnlyError, StorageError
 from engine.index import OffsetIndex, TimeIndex
-from engine.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, read_header, validate_batch
-from engine.render import batch_view_sizes
+from engine.records import (HEADER_SIZE, LOG_OVERHEAD, TIMESTAMP_TYPE_MASK, BatchHeader, read_header,
+                            validate_batch)
+from engine.render import columns_view_sizes
 from engine.topic import DELETE_DIR_SUFFIX, TopicPartition, parse_topic_partition_dir
 from engine.viewindex import ViewIndex
 
@@ -531,13 +532,22 @@ class LogSegment:
             return vi
 
     def _catch_up_view_index(self, vi: ViewIndex, end: int) -> None:
+        # Sizes come from the columns (no Record objects) and, for every batch
+        # with gap-free offsets and one timestamp, by arithmetic over the value
+        # lengths: nothing is rendered (render.columns_view_sizes).
         tp = self.topic_partition
+        topic, partition = tp.topic, tp.partition
+        decode_columns = _records.decode_columns
         for pos, header, buf, off in self._batches_with_bytes(vi.log_size, end):
-            recs = self._decode(buf, off, header, pos)
-            text_size, json_size = batch_view_sizes(recs, tp.topic, tp.partition,
-                                                    int(header.timestamp_type))
+            try:
+                columns = decode_columns(buf, off, header)
+            except CorruptRecordError as exc:
+                raise CorruptRecordError(str(exc).split(" (file ")[0], path=self.log_path,
+                                         position=pos) from None
+            timestamp_type = 1 if header.attributes & TIMESTAMP_TYPE_MASK else 0
+            text_size, json_size = columns_view_sizes(columns, topic, partition, timestamp_type)
             vi.append_scanned(header.base_offset, pos, LOG_OVERHEAD + header.batch_length,
-                              text_size, json_size, header.next_offset, len(recs))
+                              text_size, json_size, header.next_offset, len(columns.values))
 
     # --------------------------------------------------------------- recovery
     def sanity_check(self) -> None:

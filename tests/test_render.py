@@ -116,3 +116,67 @@ def test_render_values_matches_render_text() -> None:
     values = [b"a", None, b"", b"\xff\n"]
     records = [Record(i, 0, None, v, ()) for i, v in enumerate(values)]
     assert render.render_values(values) == render.render_text(records) == b"a\n\n\n\xff\n\n"
+
+
+# --- column-wise rendering (the read and rebuild paths) ----------------------------------
+
+def columns_of(records: list[Record]):
+    """BatchColumns as records.decode_columns shapes them (None columns, a range when gap-free)."""
+    from engine.records import BatchColumns
+    offsets = [r.offset for r in records]
+    if offsets and offsets[-1] - offsets[0] == len(offsets) - 1:
+        offsets = range(offsets[0], offsets[0] + len(offsets))
+    keys = [r.key for r in records]
+    headers = [r.headers for r in records]
+    return BatchColumns(offsets, [r.timestamp for r in records],
+                        None if all(k is None for k in keys) else keys,
+                        [r.value for r in records], headers if any(headers) else None)
+
+
+plain_values = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7e), max_size=30).map(str.encode)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), plain_values, byte_strings), st.one_of(plain_values, byte_strings),
+                          st.one_of(st.just(()), headers), st.integers(1, 3), st.integers(0, 2)),
+                max_size=25),
+       st.booleans(), st.booleans(), st.booleans(),
+       st.integers(0, 2**40), st.integers(-1, 2**45), st.integers(0, 1000), st.sampled_from([0, 1]))
+def test_columns_render_and_sizes_equal_record_rendering(fields, keyed, with_headers, contiguous, first_offset,
+                                                         timestamp, partition, ts_type) -> None:
+    records, offset = [], first_offset
+    for i, (key, value, hdrs, gap, ts_delta) in enumerate(fields):
+        records.append(Record(offset, timestamp + (0 if contiguous else ts_delta),
+                              key if keyed else None, value, hdrs if with_headers else ()))
+        offset += 1 if contiguous else gap
+    columns = columns_of(records)
+    expected = render.render_jsonl(records, TOPIC, partition, ts_type)
+    assert render.render_jsonl_columns(columns, TOPIC, partition, ts_type) == expected
+    assert render.columns_view_sizes(columns, TOPIC, partition, ts_type) == (
+        len(render.render_text(records)), len(expected))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(plain_values, min_size=1, max_size=40), st.booleans(), st.integers(0, 10**12),
+       st.integers(0, 2**45))
+def test_columns_fast_path_on_plain_ascii_batches(values, keyed, first_offset, timestamp) -> None:
+    """The template path (no nulls, plain ASCII, no headers) against the per-record exact path."""
+    keys = [b"k%d" % i for i in range(len(values))] if keyed else [None] * len(values)
+    records = [Record(first_offset + i, timestamp, k, v, ()) for i, (k, v) in enumerate(zip(keys, values))]
+    columns = columns_of(records)
+    one_by_one = b"".join(render.render_jsonl_line(r, TOPIC, 7, 1) for r in records)
+    assert render.render_jsonl_columns(columns, TOPIC, 7, 1) == one_by_one
+    assert render.columns_view_sizes(columns, TOPIC, 7, 1) == (
+        len(render.render_text(records)), len(one_by_one))
+
+
+def test_columns_of_a_real_batch_render_like_records() -> None:
+    from engine.records import decode_batch, decode_columns, encode_values
+    values = [b"%08d value %%d \"q\"" % i if i % 5 == 0 else b"%08d plain" % i for i in range(300)]
+    for batch in (encode_values(9_999_950, values, 1_700_000_000_000),
+                  encode_values(0, [v for v in values if b'"' not in v], 5)):
+        records = decode_batch(batch)
+        columns = decode_columns(batch)
+        assert render.render_jsonl_columns(columns, "t", 0, 1) == render.render_jsonl(records, "t", 0, 1)
+        assert render.columns_view_sizes(columns, "t", 0, 1) == (
+            len(render.render_text(records)), len(render.render_jsonl(records, "t", 0, 1)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_right
 
 import pytest
@@ -170,3 +171,44 @@ def test_view_index_exact_under_concurrent_appends_and_lookups(tmp_path):
     assert vi.json_size == len(render_jsonl(records, "c", 0, 1))
     assert all(a.text_size <= b.text_size for a, b in zip(seen, seen[1:]))      # sizes only grow
     log.close()
+
+
+_fields = st.one_of(st.none(), st.binary(max_size=20), st.sampled_from([b"plain", b'q"uote', "\u00e9".encode()]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(1, 3), st.integers(-3, 3), _fields, _fields,
+                                   st.lists(st.tuples(st.text(max_size=4), _fields), max_size=2)),
+                         min_size=1, max_size=12), min_size=1, max_size=12),
+       st.sampled_from([0, 1]))
+def test_rebuilt_index_equals_rendering_of_any_producer_batches(tmp_path_factory, batches, ts_type):
+    """The rebuild scan (columns + arithmetic sizes) against the renderings of decoded records.
+
+    Batches as another producer or the cleaner writes them: offset gaps,
+    per-record timestamps, keys, headers, nulls; appended without sizes so
+    the index is built by the scan alone.
+    """
+    from engine.records import Record, TimestampType, decode_batch, encode_records
+    from engine.segment import LogSegment
+
+    directory = str(tmp_path_factory.mktemp("scan") / "views-3")
+    os.makedirs(directory)
+    segment = LogSegment.open(directory, 0, make_config(index_interval_bytes=64))
+    offset, expected = 0, []
+    for fields in batches:
+        records = []
+        for gap, ts_delta, key, value, headers in fields:
+            records.append(Record(offset, 1_700_000_000_000 + ts_delta, key, value, tuple(headers)))
+            offset += gap
+        batch = encode_records(records, timestamp_type=TimestampType(ts_type))
+        segment.append(records[-1].offset, max(r.timestamp for r in records), records[-1].offset, batch)
+        expected.extend(decode_batch(batch))
+    vi = segment.view_index
+    assert (vi.text_size, vi.json_size) == (len(render_text(expected)),
+                                            len(render_jsonl(expected, "views", 3, ts_type)))
+    assert vi.record_count == len(expected) and vi.next_offset == offset - gap + 1
+    for n in range(len(vi)):
+        first, _, text_pos, json_pos = vi._entry(n)
+        before = [r for r in expected if r.offset < first]
+        assert (text_pos, json_pos) == (len(render_text(before)), len(render_jsonl(before, "views", 3, ts_type)))
+    segment.close()

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Throughput of the mount's view files (``records``, ``records.jsonl``) on a real Log.
+
+    .venv/bin/python scripts/bench_views.py [--records N] [--batch B] [--value-size S] [--repeat R]
+
+Builds a Log of N records of S-byte printable ASCII values (B per append, as
+the line appender writes one batch per write()), closes it, and measures:
+
+* rebuild: loading the log again and building each segment's view index by
+  its catch-up scan (what the first read after a remount pays), separately
+  for the text column (``records``) and both columns (``records.jsonl``);
+* text / jsonl: a LogView read sequentially in 1 MiB reads, as ``cat`` and
+  the FUSE layer issue them, on the already built index.
+
+Seconds are CPU seconds of this process (time.process_time), best of
+--repeat runs: the machine is shared, so wall time measures the neighbours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from engine.config import LogConfig  # noqa: E402
+from engine.log import Log  # noqa: E402
+from engine.views import LogView, ViewFormat  # noqa: E402
+
+READ_SIZE = 1 << 20
+
+
+def build(directory: str, records: int, batch: int, size: int) -> LogConfig:
+    config = LogConfig.from_props({"segment.bytes": str(1 << 30)})
+    log = Log.load(directory, config)
+    base = b"0123456789abcdefghijklmnopqrstuvwxyz" * (size // 36 + 1)
+    values = [b"%08d" % i + base[8:size] for i in range(batch)]
+    for _ in range(records // batch):
+        log.append_values(values)
+    log.close()
+    return config
+
+
+def read_view(log: Log, fmt: ViewFormat) -> int:
+    view = LogView(log, fmt)
+    position = 0
+    while True:
+        piece = view.read(position, READ_SIZE)
+        if not piece:
+            break
+        position += len(piece)
+    view.close()
+    return position
+
+
+def best(fn, repeat: int) -> tuple[float, object]:
+    seconds, result = float("inf"), None
+    for _ in range(repeat):
+        start = time.process_time()
+        result = fn()
+        seconds = min(seconds, time.process_time() - start)
+    return seconds, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, default=10_000)
+    parser.add_argument("--value-size", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    root = tempfile.mkdtemp(prefix="bench-views-")
+    directory = os.path.join(root, "bench-0")
+    try:
+        config = build(directory, args.records, args.batch, args.value_size)
+        n = args.records // args.batch * args.batch
+
+        def rebuild(columns: str):
+            def run():
+                log = Log.load(directory, config, had_clean_shutdown=True)
+                try:
+                    for segment in log.segments.values():
+                        index = segment.view_index
+                        # touch the column(s) this rendering needs
+                        if columns == "json":
+                            index.json_size
+                        else:
+                            index.text_size
+                finally:
+                    log.close()
+            return run
+
+        rows = []
+        for name, columns in (("rebuild text index", "text"), ("rebuild text+json index", "json")):
+            seconds, _ = best(rebuild(columns), args.repeat)
+            rows.append((name, seconds))
+        log = Log.load(directory, config, had_clean_shutdown=True)
+        try:
+            for fmt in ViewFormat:
+                read_view(log, fmt)         # builds the view index once
+                seconds, size = best(lambda: read_view(log, fmt), args.repeat)
+                rows.append((f"read {fmt.value} view ({size / 1e6:.0f} MB)", seconds))
+        finally:
+            log.close()
+        print(f"{n} records of {args.value_size} bytes, {args.batch} per batch")
+        for name, seconds in rows:
+            print(f"{name:34s} {seconds:7.3f} s  {n / seconds / 1e6:7.2f} M records/s")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""engine.records.decode_columns: the same records as decode_batch, as parallel columns."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from engine.errors import CorruptRecordError
+from engine.records import (
+    HEADER_SIZE, Compression, Record, TimestampType, decode_batch, decode_columns, encode_records,
+    encode_values,
+)
+
+TS = 1_700_000_000_000
+CODECS = list(Compression)
+
+blobs = st.binary(max_size=120)
+nullable = st.none() | blobs
+header_lists = st.lists(st.tuples(st.text(max_size=6), nullable), max_size=2)
+
+
+def as_records(columns) -> list[tuple]:
+    """Columns back to decode_batch's tuples, filling the columns that are None."""
+    n = len(columns.values)
+    for column in (columns.offsets, columns.timestamps, columns.keys, columns.headers):
+        assert column is None or len(column) == n
+    keys = columns.keys if columns.keys is not None else [None] * n
+    headers = columns.headers if columns.headers is not None else [()] * n
+    return list(zip(columns.offsets, columns.timestamps, keys, columns.values, headers))
+
+
+def check_equal(batch: bytes) -> None:
+    expected = [tuple(r) for r in decode_batch(batch)]
+    columns = decode_columns(batch)
+    assert as_records(columns) == expected
+    # None columns mean exactly "all keys null" / "no headers"
+    assert (columns.keys is None) == all(r[2] is None for r in expected)
+    assert (columns.headers is None) == (not any(r[4] for r in expected))
+    if expected and expected[-1][0] - expected[0][0] == len(expected) - 1:
+        assert isinstance(columns.offsets, range)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(nullable, min_size=1, max_size=80), st.integers(0, 2 ** 40), st.sampled_from(CODECS),
+       st.booleans())
+def test_values_batches_equal_decode_batch(values, base_offset, codec, keyed) -> None:
+    keys = [b"k%d" % i if i % 3 else None for i in range(len(values))] if keyed else None
+    check_equal(encode_values(base_offset, values, TS, keys, compression=codec))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 5), st.integers(-5, 5), nullable, nullable, header_lists),
+                min_size=1, max_size=30),
+       st.sampled_from(list(TimestampType)))
+def test_general_batches_equal_decode_batch(fields, timestamp_type) -> None:
+    records, offset = [], 100
+    for gap, ts_delta, key, value, headers in fields:
+        offset += gap
+        records.append(Record(offset, TS + ts_delta, key, value, tuple(headers)))
+    check_equal(encode_records(records, timestamp_type=timestamp_type))
+
+
+@pytest.mark.parametrize("count,size", [(64, 10), (65, 10), (8192, 3), (8193, 3), (300, 200)])
+def test_fast_path_across_offset_delta_widths(count, size) -> None:
+    values = [bytes([97 + i % 26]) * (size + i % 2) for i in range(count)]
+    batch = encode_values(7, values, TS)
+    columns = decode_columns(batch)
+    assert columns.offsets == range(7, 7 + count)
+    assert columns.keys is None and columns.headers is None
+    check_equal(batch)
+
+
+def test_corrupt_records_section_raises_like_decode_batch() -> None:
+    batch = bytearray(encode_values(0, [b"a" * 20, b"b" * 20, b"c" * 20], TS))
+    batch[HEADER_SIZE + 30] = 0xFF          # a varint that runs on: no longer a valid record
+    with pytest.raises(CorruptRecordError):
+        decode_batch(bytes(batch))
+    with pytest.raises(CorruptRecordError):
+        decode_columns(bytes(batch))
