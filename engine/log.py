@@ -825,11 +825,7 @@ class Log:
         end = self._end
         segments = self._segments
         log_start = self._log_start_offset
-        if start_offset < log_start or start_offset > end.message_offset:
-            raise OffsetOutOfRangeError(
-                f"Received request for offset {start_offset} for partition {self.topic_partition}, but we only "
-                f"have log segments in the range {log_start} to {end.message_offset}.",
-                offset=start_offset, log_start_offset=log_start, log_end_offset=end.message_offset)
+        self._check_offset_in_range(start_offset, log_start, end.message_offset)
         limit = end
         if max_offset is not None and max_offset < end.message_offset:
             limit = self._offset_metadata(segments, max_offset)
@@ -851,6 +847,14 @@ class Log:
             i += 1
         return FetchDataInfo(start_offset, end.segment_base_offset, end.relative_position_in_segment, b"")
 
+    def _check_offset_in_range(self, offset: int, log_start: int, log_end: int) -> None:
+        """Kafka's OffsetOutOfRangeException for a read outside [log start, log end]."""
+        if offset < log_start or offset > log_end:
+            raise OffsetOutOfRangeError(
+                f"Received request for offset {offset} for partition {self.topic_partition}, but we only "
+                f"have log segments in the range {log_start} to {log_end}.",
+                offset=offset, log_start_offset=log_start, log_end_offset=log_end)
+
     @staticmethod
     def _offset_metadata(segments: SortedDict, offset: int) -> LogOffsetMetadata:
         i = max(segments.bisect_right(offset) - 1, 0)
@@ -864,11 +868,7 @@ class Log:
         end = self._end
         segments = self._segments
         log_start = self._log_start_offset
-        if start_offset < log_start or start_offset > end.message_offset:
-            raise OffsetOutOfRangeError(
-                f"Received request for offset {start_offset} for partition {self.topic_partition}, but we only "
-                f"have log segments in the range {log_start} to {end.message_offset}.",
-                offset=start_offset, log_start_offset=log_start, log_end_offset=end.message_offset)
+        self._check_offset_in_range(start_offset, log_start, end.message_offset)
         out: list[Record] = []
         end_offset = end.message_offset
         values = segments.values()
