@@ -14,6 +14,7 @@ Responsibilities, as in Kafka:
   ``<topic>-<partition>.<uuid>-delete`` at once and removed by :meth:`delete_logs`
   once ``file.delete.delay.ms`` has passed (a crash in between is finished at
   the next start);
+* crash-safe deletion (see "Deletion and crashes" below);
 * the periodic jobs (flusher, recovery-point and log-start-offset checkpoints,
   retention, removal of ``.deleted`` segment files and ``-delete`` dirs) as
   plain methods: the mount schedules them on worker threads, the engine starts
@@ -27,9 +28,11 @@ so losing one dir does not lose them and a data directory stays
 self-describing.  Format (UTF-8 JSON)::
 
     {"version": 1, "generation": 7, "written_ms": 1700000000000,
-     "topics": {"orders": {"cleanup.policy": "compact", "retention.ms": "86400000"}}}
+     "topics": {"orders": {"cleanup.policy": "compact", "retention.ms": "86400000"}},
+     "deleting": ["payments"]}
 
-``topics`` maps a topic name to its overrides, Kafka topic-level names to
+``deleting`` (optional, absent when empty) lists topics whose deletion was
+started but whose partition dirs may not all be renamed yet.  ``topics`` maps a topic name to its overrides, Kafka topic-level names to
 string values exactly as a user would write them; topics without overrides are
 absent.  ``generation`` grows by one with every write; on load the copy with
 the highest ``(generation, written_ms)`` wins, so a dir that missed a write (a
@@ -46,6 +49,24 @@ before renaming the partition and drops the partition from that checkpoint;
 retention pauses cleaning of the logs it works on (compacted logs get their
 retention from the cleaner itself); shutdown stops the cleaner first.  The
 engine starts no cleaner thread: the mount calls ``LogCleaner.clean_once``.
+
+Deletion and crashes.  Whatever a deletion hides must stay hidden after a
+``kill -9`` at any point of it:
+
+* DeleteRecords (:meth:`delete_records`) and retention (:meth:`cleanup_logs`)
+  write the dir's ``log-start-offset-checkpoint`` with the new log start
+  offset *before* the first segment is renamed ``.deleted`` (under the log's
+  lock, so the offset written is the one reached).  A crash between two
+  renames then restarts at that log start offset, and the segments left below
+  it are deleted by the first retention run; ``.deleted`` files are removed by
+  the LogLoader.  Without it a crash would bring back every record between the
+  last checkpoint and the segments not yet renamed.
+* Topic deletion records its intent first: the topic goes into the
+  ``deleting`` list of ``topic-configs.json`` (in the same write that drops
+  its overrides), then each partition dir is renamed ``-delete``, then the
+  list is cleared.  At startup a topic still listed has its remaining
+  partition dirs renamed and queued instead of loaded, so a crash between two
+  renames never resurrects a topic with some of its partitions.
 
 Read-only mode (``--read-only``) writes nothing to the log dirs, not even
 recovery: a dir that was not shut down cleanly is refused with ReadOnlyError
@@ -80,6 +101,7 @@ from engine.errors import (
     CorruptCheckpointError,
     InvalidConfigError,
     InvalidPartitionError,
+    InvalidRequestError,
     InvalidTopicError,
     LogfsError,
     ReadOnlyError,
@@ -87,7 +109,8 @@ from engine.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from engine.log import Log
+from engine import retention
+from engine.log import CLIENT_RECORD_DELETION, Log
 from engine.topic import (
     DELETE_DIR_SUFFIX,
     TopicPartition,
@@ -131,6 +154,12 @@ class LogManager:
         self._topic_configs: dict[str, LogConfig] = {}
         self._config_generation = 0
         self._logs_to_be_deleted: deque[_PendingDeletion] = deque()
+        #: topics whose partition dirs are being renamed -delete (persisted in topic-configs.json)
+        self._deleting_topics: set[str] = set()
+        # One writer at a time per checkpoint file: OffsetCheckpointFile writes
+        # through a fixed ``.tmp`` name, and a map computed outside the lock could
+        # overwrite a newer log start offset with an older one.
+        self._checkpoint_locks: dict[str, threading.Lock] = {d: threading.Lock() for d in self.log_dirs}
         self.had_clean_shutdown: dict[str, bool] = {}
         #: the log cleaner; None when disabled, read-only, or before startup()
         self.cleaner: LogCleaner | None = None
@@ -146,6 +175,7 @@ class LogManager:
         self._create_and_validate_log_dirs()
         self._load_topic_configs()
         self._load_logs()
+        self._finish_interrupted_topic_deletions()
         # Created after loading, as in Kafka: its first round must see every log.
         if self.config.log_cleaner_enable and not self.read_only and int(self.config.log_cleaner_threads) > 0:
             self.cleaner = LogCleaner.for_log_manager(self)
@@ -287,17 +317,42 @@ class LogManager:
                     continue                      # checkpoints, markers, topic configs, stray files
                 if entry.name.endswith(DELETE_DIR_SUFFIX):
                     logger.info("Found partition directory %s pending deletion, scheduling it", entry.path)
-                    with self._lock:
-                        self._logs_to_be_deleted.append(_PendingDeletion(
-                            entry.path, None, now, self.default_config.file_delete_delay_ms, None))
+                    self._queue_found_deletion(entry.path, now)
                     continue
                 try:
                     tp = parse_topic_partition_dir(entry.name)
                 except InvalidTopicError as exc:
                     logger.warning("Ignoring directory %s in log dir %s: %s", entry.name, log_dir, exc)
                     continue
+                if tp.topic in self._deleting_topics and not self.read_only:
+                    # The deletion of this topic was interrupted before this dir was renamed.
+                    path = os.path.join(log_dir, f"{tp.dir_name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+                    try:
+                        os.rename(entry.path, path)
+                        _fsync_dir(log_dir)
+                    except OSError as exc:
+                        raise StorageError(f"Failed to rename {entry.path} of deleted topic {tp.topic} for "
+                                           f"deletion: {exc.strerror}") from exc
+                    logger.info("Log for partition %s of topic %s, whose deletion was interrupted, is renamed "
+                                "to %s and is scheduled for deletion", tp, tp.topic, path)
+                    self._queue_found_deletion(path, now)
+                    continue
                 found.append((entry.path, tp))
         return found
+
+    def _queue_found_deletion(self, path: str, now: int) -> None:
+        with self._lock:
+            self._logs_to_be_deleted.append(_PendingDeletion(
+                path, None, now, self.default_config.file_delete_delay_ms, None))
+
+    def _finish_interrupted_topic_deletions(self) -> None:
+        """Clear the ``deleting`` list once startup renamed what an interrupted deletion left."""
+        if not self._deleting_topics or self.read_only:
+            return
+        logger.info("Completed the interrupted deletion of topics %s", ", ".join(sorted(self._deleting_topics)))
+        with self._lock:
+            self._deleting_topics.clear()
+            self._write_topic_configs(self._overrides)
 
     def _load_log(self, path: str, tp: TopicPartition, had_clean_shutdown: bool,
                   recovery_point: int, log_start_offset: int) -> Log:
@@ -318,7 +373,7 @@ class LogManager:
             return config
 
     def _load_topic_configs(self) -> None:
-        best: tuple[tuple[int, int], str, dict] | None = None
+        best: tuple[tuple[int, int], str, dict, list] | None = None
         for log_dir in self.log_dirs:
             path = os.path.join(log_dir, TOPIC_CONFIGS_FILE)
             try:
@@ -331,6 +386,9 @@ class LogManager:
                         isinstance(o, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in o.items())
                         for o in topics.values()):
                     raise ValueError("'topics' must map topic names to {name: string value} objects")
+                deleting = doc.get("deleting", [])
+                if not isinstance(deleting, list) or not all(isinstance(t, str) for t in deleting):
+                    raise ValueError("'deleting' must be a list of topic names")
                 rank = (int(doc["generation"]), int(doc.get("written_ms", 0)))
             except FileNotFoundError:
                 continue
@@ -338,10 +396,10 @@ class LogManager:
                 logger.warning("Ignoring unreadable topic configs file %s: %s", path, exc)
                 continue
             if best is None or rank > best[0]:
-                best = (rank, path, topics)
+                best = (rank, path, topics, deleting)
         if best is None:
             return
-        rank, path, topics = best
+        rank, path, topics, deleting = best
         configs = {}
         for topic, overrides in topics.items():
             try:
@@ -352,6 +410,7 @@ class LogManager:
             self._config_generation = rank[0]
             self._overrides = {topic: dict(o) for topic, o in topics.items()}
             self._topic_configs = configs
+            self._deleting_topics = set(deleting)
         logger.info("Loaded config overrides of %d topics from %s (generation %d)", len(topics), path, rank[0])
 
     def _write_topic_configs(self, overrides: Mapping[str, Mapping[str, str]]) -> None:
@@ -360,6 +419,8 @@ class LogManager:
         doc = {"version": _TOPIC_CONFIGS_VERSION, "generation": generation,
                "written_ms": self.clock.milliseconds(),
                "topics": {t: dict(sorted(o.items())) for t, o in sorted(overrides.items()) if o}}
+        if self._deleting_topics:
+            doc["deleting"] = sorted(self._deleting_topics)
         data = json.dumps(doc, indent=1, sort_keys=False).encode("utf-8") + b"\n"
         for log_dir in self.log_dirs:
             _atomic_write(os.path.join(log_dir, TOPIC_CONFIGS_FILE), data)
@@ -466,7 +527,18 @@ class LogManager:
             collisions = [t for t in existing if t.replace(".", "_") == topic.replace(".", "_")]
             if collisions:
                 raise InvalidTopicError(f"Topic '{topic}' collides with existing topics: {', '.join(collisions)}")
-            if overrides:
+            if topic in self._deleting_topics:
+                # An earlier deletion of this name could not clear its intent:
+                # clear it now, or the next start would delete the new topic.
+                self._deleting_topics.discard(topic)
+                try:
+                    self._write_topic_configs({**self._overrides, **({topic: overrides} if overrides else {})})
+                except BaseException:
+                    self._deleting_topics.add(topic)
+                    raise
+                if overrides:
+                    self._overrides[topic] = overrides
+            elif overrides:
                 all_overrides = dict(self._overrides)
                 all_overrides[topic] = overrides
                 self._write_topic_configs(all_overrides)
@@ -564,23 +636,30 @@ class LogManager:
         """Take ``topic``'s logs out of the map, rename their dirs ``-delete`` and queue them.
 
         Under ``_lock`` as one step, so a topic of the same name cannot be
-        created while the old directories still carry its names.
+        created while the old directories still carry its names.  The intent
+        is written first (see the module docstring); if it cannot be written
+        nothing has changed and the StorageError says why.
         """
         with self._lock:
             removed = sorted(((tp, log) for tp, log in self._logs.items() if tp.topic == topic),
                              key=lambda item: item[0].partition)
             if not removed:
                 raise UnknownTopicOrPartitionError(f"Topic {topic} does not exist")
+            remaining_overrides = {t: o for t, o in self._overrides.items() if t != topic}
+            self._deleting_topics.add(topic)
+            try:
+                self._write_topic_configs(remaining_overrides)
+            except BaseException:
+                self._deleting_topics.discard(topic)
+                raise
+            self._overrides = remaining_overrides
             for tp, _ in removed:
                 del self._logs[tp]
             self._topic_configs.pop(topic, None)
-            if self._overrides.pop(topic, None) is not None:
-                try:
-                    self._write_topic_configs(self._overrides)
-                except LogfsError as exc:     # the load of the next start drops them anyway
-                    logger.error("Failed to remove config overrides of deleted topic %s: %s", topic, exc)
             failures = []
             now = self.clock.milliseconds()
+            # Ascending partition order: an interrupted deletion leaves a suffix of
+            # the partitions, which the next start renames from the intent.
             for tp, log in removed:
                 try:
                     log.rename_dir(f"{tp.dir_name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
@@ -590,6 +669,22 @@ class LogManager:
                     failures.append(f"{log.dir}: {exc}")
                 self._logs_to_be_deleted.append(
                     _PendingDeletion(log.dir, log, now, log.config.file_delete_delay_ms, tp))
+            for parent in sorted({os.path.dirname(log.dir) for _, log in removed}):
+                try:
+                    _fsync_dir(parent)          # the renames survive a power loss, not only kill -9
+                except OSError as exc:
+                    failures.append(f"fsync of {parent}: {exc.strerror}")
+            if not failures:
+                # Every dir carries the suffix now: the intent has done its job.  If
+                # clearing it fails it stays, harmless: only dirs of this name that
+                # are still live at the next start are renamed, and create_topic
+                # of the same name clears it first.
+                self._deleting_topics.discard(topic)
+                try:
+                    self._write_topic_configs(self._overrides)
+                except LogfsError as exc:
+                    self._deleting_topics.add(topic)
+                    logger.error("Failed to clear the deletion intent of topic %s: %s", topic, exc)
         return removed, failures
 
     # ------------------------------------------------------------------ periodic jobs
@@ -626,8 +721,62 @@ class LogManager:
         """
         if self.read_only:
             return
-        for log_dir, logs in self.logs_by_dir().items():
-            self._write_checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT, _moved_log_start_offsets(logs))
+        for log_dir in self.log_dirs:
+            try:
+                self._checkpoint_log_start_offsets_in_dir(log_dir)
+            except StorageError as exc:
+                logger.error("%s", exc)
+
+    def _checkpoint_log_start_offsets_in_dir(self, log_dir: str, planned: tuple[Log, int] | None = None) -> None:
+        """Write ``log_dir``'s log-start-offset checkpoint; raises StorageError.
+
+        ``planned`` is ``(log, offset)`` for a log start offset about to be
+        reached by a deletion that has not moved it in memory yet.  The map is
+        taken under the dir's lock, so the last writer always writes the
+        newest offsets.  Callers hold a Log's lock, so this takes neither
+        ``_lock`` (topic deletion holds it while it takes Log locks to rename)
+        nor any Log's lock: ``dict.copy`` of the logs map is one atomic step.
+        """
+        with self._checkpoint_locks.setdefault(log_dir, threading.Lock()):
+            logs = [log for log in self._logs.copy().values() if os.path.dirname(log.dir) == log_dir]
+            offsets = _moved_log_start_offsets(logs)
+            if planned is not None:
+                log, offset = planned
+                first_base = next(iter(log.segments.keys()), 0)
+                if offset > first_base and offset > offsets.get(log.topic_partition, -1):
+                    offsets[log.topic_partition] = offset
+            try:
+                OffsetCheckpointFile(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)).write(offsets)
+            except (OSError, LogfsError) as exc:
+                raise StorageError(f"Disk error while writing {LOG_START_OFFSET_CHECKPOINT} in dir {log_dir}: "
+                                   f"{exc}") from exc
+
+    def delete_records(self, tp: TopicPartition, offset: int) -> int:
+        """Kafka's DeleteRecords: records below ``offset`` are gone for every reader; returns the log start.
+
+        The log start offset moves at once (views opened from now on start
+        there; views already open read on), the segments wholly below it leave
+        the segment map and are renamed ``.deleted`` for the deletion task,
+        and the dir's ``log-start-offset-checkpoint`` holds the new offset
+        before any of that happens, so once this returns no crash brings the
+        records back.  ``offset`` beyond the log end raises InvalidRequestError.
+        """
+        self._check_writable(f"delete records of {tp}")
+        log = self.get_log(tp)
+        if log is None:
+            raise UnknownTopicOrPartitionError(f"No partition {tp}")
+        if not isinstance(offset, int) or offset < 0:
+            raise InvalidRequestError(f"Cannot delete records of {tp} before offset {offset!r}: "
+                                      "not a non-negative offset")
+        with log.lock:        # reentrant: the Log takes it again; no append moves the log end meanwhile
+            if offset > log.log_end_offset:
+                raise InvalidRequestError(
+                    f"Cannot delete records of {tp} before offset {offset}: it is beyond the log end offset "
+                    f"{log.log_end_offset} (log start offset {log.log_start_offset})")
+            if offset > log.log_start_offset:
+                self._checkpoint_log_start_offsets_in_dir(os.path.dirname(log.dir), (log, offset))
+                log.maybe_increment_log_start_offset(offset, CLIENT_RECORD_DELETION)
+            return log.log_start_offset
 
     def _write_checkpoint(self, log_dir: str, name: str, offsets: Mapping[TopicPartition, int]) -> None:
         try:
@@ -659,7 +808,7 @@ class LogManager:
         try:
             for tp, log in deletable:
                 try:
-                    total += log.delete_old_segments()
+                    total += self.delete_old_segments(log)
                 except Exception:
                     logger.exception("Error during retention of %s", tp)
         finally:
@@ -667,6 +816,28 @@ class LogManager:
                 cleaner.resume_cleaning([tp for tp, _ in deletable])
         logger.debug("Log cleanup completed. %d files deleted in %.3f seconds", total, time.monotonic() - started)
         return total
+
+    def delete_old_segments(self, log: Log) -> int:
+        """One log's retention, with its new log start offset checkpointed before any rename.
+
+        Under the log's lock the outcome is fixed but for the clock: a segment
+        whose ``retention.ms`` runs out between the plan and the run is also
+        deleted, and is checkpointed right after.
+        """
+        with log.lock:
+            config = log.config
+            before = log.log_start_offset
+            planned = retention.log_start_offset_after_retention(
+                list(log.segments.values()), before, log.log_end_offset, delete_policy=config.delete,
+                retention_bytes=config.retention_bytes, retention_ms=config.retention_ms,
+                now_ms=self.clock.milliseconds())
+            log_dir = os.path.dirname(log.dir)
+            if planned > before:
+                self._checkpoint_log_start_offsets_in_dir(log_dir, (log, planned))
+            deleted = log.delete_old_segments()
+            if log.log_start_offset > max(planned, before):
+                self._checkpoint_log_start_offsets_in_dir(log_dir)
+        return deleted
 
     def delete_expired_segment_files(self) -> int:
         """Remove ``.deleted`` segment files whose ``file.delete.delay.ms`` has passed."""
@@ -748,8 +919,9 @@ class LogManager:
             try:
                 OffsetCheckpointFile(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT)).write(
                     {log.topic_partition: log.recovery_point for log in logs})
-                OffsetCheckpointFile(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)).write(
-                    _moved_log_start_offsets(logs))
+                with self._checkpoint_locks.setdefault(log_dir, threading.Lock()):
+                    OffsetCheckpointFile(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)).write(
+                        _moved_log_start_offsets(logs))
             except (OSError, LogfsError) as exc:
                 ok = False
                 logger.error("Error writing checkpoints in %s during shutdown: %s", log_dir, exc)
@@ -776,6 +948,15 @@ def _moved_log_start_offsets(logs: list[Log]) -> dict[TopicPartition, int]:
         if log.log_start_offset > first_base:
             offsets[log.topic_partition] = log.log_start_offset
     return offsets
+
+
+def _fsync_dir(path: str) -> None:
+    """Make renames and unlinks in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _atomic_write(path: str, data: bytes) -> None:

@@ -34,7 +34,6 @@ from engine.errors import (
     InvalidConfigError,
     InvalidRequestError,
     LogfsError,
-    OffsetOutOfRangeError,
     ReadOnlyError,
     UnknownTopicOrPartitionError,
 )
@@ -446,19 +445,20 @@ class PartitionDeleteFile(FileNode):
                     f"Invalid marker {line.decode('utf-8', 'replace')!r} for {self.tp}/delete:"
                     " expected 'before <offset>' or 'key <key>'")
         target = self.ns.log(self.tp)
+        end = target.log_end_offset        # only grows: checking first keeps a bad marker from applying any
+        for verb, arg in actions:
+            if verb == "before" and int(arg) > end:  # type: ignore[call-overload]
+                raise InvalidRequestError(
+                    f"Cannot delete records of {self.tp} before offset {arg}: it is beyond the log end offset {end}")
         for verb, arg in actions:
             if verb == "before":
-                offset = int(arg)  # type: ignore[arg-type]
-                if offset > target.log_end_offset:
-                    raise OffsetOutOfRangeError(
-                        f"Cannot delete records of {self.tp} before offset {offset}: log end offset is "
-                        f"{target.log_end_offset}", offset=offset,
-                        log_start_offset=target.log_start_offset, log_end_offset=target.log_end_offset)
-                target.maybe_increment_log_start_offset(offset, "DeleteRecords")
-                deleted = target.delete_old_segments()
-                log.info("[Log partition=%s, dir=%s] DeleteRecords before offset %d: log start offset %d, "
-                         "%d segment(s) scheduled for deletion", self.tp, target.dir, offset,
-                         target.log_start_offset, deleted)
+                # The manager checkpoints the new log start offset before this
+                # returns: once `echo before N > delete` succeeds, no crash brings
+                # the records back.  Beyond the log end: InvalidRequestError (EINVAL).
+                # (LineCommandHandle is blocking: this runs off the trio thread.)
+                start = self.ns.manager.delete_records(self.tp, int(arg))  # type: ignore[arg-type]
+                log.info("[Log partition=%s, dir=%s] DeleteRecords before offset %s: log start offset is now %d",
+                         self.tp, target.dir, arg, start)
             else:
                 first, _ = target.append_values([None], [arg])  # type: ignore[list-item]
                 self.ns.stats.record_append(1, 0)

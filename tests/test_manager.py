@@ -407,3 +407,156 @@ def test_read_only_accepts_an_empty_dir_without_marker(tmp_path):
     assert manager.topics() == []
     manager.shutdown()
     assert os.listdir(d) == []
+
+
+# ---- crash safety of deletion: what the disk holds at the moment of each step
+
+
+def _checkpointed_start(log_dir, tp: TopicPartition) -> int | None:
+    return OffsetCheckpointFile(os.path.join(str(log_dir), LOG_START_OFFSET_CHECKPOINT)).read().get(tp)
+
+
+def test_delete_records_checkpoints_the_log_start_before_renaming_and_refuses_beyond_the_end(tmp_path, monkeypatch):
+    from engine.errors import InvalidRequestError
+    from engine.segment import LogSegment
+
+    d = tmp_path / "d"
+    manager = started([d], log_segment_delete_delay_ms=60000)
+    manager.create_topic("dr", 1)
+    append(manager, "dr", 0, 60)
+    tp = TopicPartition("dr", 0)
+    log = manager.get_log(tp)
+    bases = list(log.segments.keys())
+    assert len(bases) >= 4
+    end = log.log_end_offset
+    with pytest.raises(InvalidRequestError, match="beyond the log end offset"):
+        manager.delete_records(tp, end + 1)
+    assert log.log_start_offset == 0 and _checkpointed_start(d, tp) is None
+
+    seen_at_rename: list[int | None] = []
+    real = LogSegment.change_file_suffixes
+
+    def spy(segment, old, new):
+        seen_at_rename.append(_checkpointed_start(d, tp))
+        return real(segment, old, new)
+    monkeypatch.setattr(LogSegment, "change_file_suffixes", spy)
+    target = bases[2] + 3
+    assert manager.delete_records(tp, target) == target
+    assert seen_at_rename == [target, target]         # on disk before the first rename
+    assert list(log.segments.keys()) == bases[2:]
+    assert _checkpointed_start(d, tp) == target
+    assert manager.delete_records(tp, 1) == target      # never backwards
+    # a crash now (no shutdown): the next start hides the records below it
+    again = started([d])
+    relog = again.get_log(tp)
+    assert relog.log_start_offset == target
+    assert relog.read_records(target)[0].offset == target
+    assert not [n for n in os.listdir(relog.dir) if n.endswith(".deleted")]
+
+
+def test_retention_checkpoints_the_planned_log_start_before_renaming(tmp_path, monkeypatch):
+    from engine.segment import LogSegment
+
+    clock = ManualClock()
+    d = tmp_path / "d"
+    manager = started([d], clock=clock, log_segment_delete_delay_ms=60000)
+    manager.create_topic("ret", 1, {"retention.ms": "3600000"})
+    tp = TopicPartition("ret", 0)
+    for _ in range(8):
+        append(manager, "ret", 0, 8)
+        clock.sleep(1_000_000)
+    log = manager.get_log(tp)
+    segments = list(log.segments.values())
+    clock.now = segments[2].largest_timestamp + 3_600_001         # three segments are too old
+    seen_at_rename: list[int | None] = []
+    real = LogSegment.change_file_suffixes
+
+    def crash_after_first_rename(segment, old, new):
+        seen_at_rename.append(_checkpointed_start(d, tp))
+        real(segment, old, new)
+        if len(seen_at_rename) == 1:
+            raise SystemExit("simulated crash between two renames")
+    monkeypatch.setattr(LogSegment, "change_file_suffixes", crash_after_first_rename)
+    with pytest.raises(SystemExit):
+        manager.delete_old_segments(log)
+    assert seen_at_rename == [segments[3].base_offset]
+    monkeypatch.undo()
+    # restart over the half-renamed state: segments 1 and 2 are still there, but hidden
+    again = started([d], clock=clock)
+    relog = again.get_log(tp)
+    assert relog.log_start_offset == segments[3].base_offset
+    assert relog.read_records(relog.log_start_offset)[0].offset == segments[3].base_offset
+    assert again.cleanup_logs() == 2                                 # the run finishes the deletion
+    assert next(iter(relog.segments.keys())) == segments[3].base_offset
+
+
+def test_interrupted_topic_deletion_is_finished_at_startup(tmp_path, monkeypatch):
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    manager = started([d1, d2], log_segment_delete_delay_ms=1000)
+    manager.create_topic("half", 4, {"retention.ms": "1000"})
+    manager.create_topic("other", 1)
+    for p in range(4):
+        append(manager, "half", p, 3)
+    real = Log.rename_dir
+    calls = []
+
+    def crash_after_two(log, new_name):
+        if len(calls) == 2:
+            raise SystemExit("simulated crash between two partition renames")
+        calls.append(new_name)
+        real(log, new_name)
+    monkeypatch.setattr(Log, "rename_dir", crash_after_two)
+    with pytest.raises(SystemExit):
+        manager.delete_topic("half")
+    monkeypatch.undo()
+    live = sorted(n for d in (d1, d2) for n in os.listdir(d) if n.startswith("half-") and "-delete" not in n)
+    assert live == ["half-2", "half-3"]                               # the crash left two partitions
+    assert json.loads((d1 / TOPIC_CONFIGS_FILE).read_text())["deleting"] == ["half"]
+
+    again = started([d1, d2], log_segment_delete_delay_ms=1000)
+    assert again.topics() == ["other"]                                # never resurrected, not even in part
+    assert len(again.pending_deletions()) == 4
+    assert "deleting" not in json.loads((d2 / TOPIC_CONFIGS_FILE).read_text())
+    again.create_topic("half", 1)                                     # the name is free at once
+    assert again.topic_overrides("half") == {} and values(again, "half", 0) == []
+    again.shutdown()
+    third = started([d1, d2])
+    assert third.topics() == ["half", "other"] and third.partitions("half") == [0]
+
+
+def test_create_topic_clears_a_deletion_intent_left_by_a_failed_write(tmp_path, monkeypatch):
+    d = tmp_path / "d"
+    manager = started([d])
+    manager.create_topic("again", 2)
+    real = LogManager._write_topic_configs
+    writes = []
+
+    def fail_second_write(self, overrides):
+        writes.append(dict(overrides))
+        if len(writes) == 2:
+            raise StorageError("Error while writing topic-configs.json: No space left on device")
+        real(self, overrides)
+    monkeypatch.setattr(LogManager, "_write_topic_configs", fail_second_write)
+    manager.delete_topic("again")            # the intent cannot be cleared: it stays on disk
+    monkeypatch.undo()
+    assert json.loads((d / TOPIC_CONFIGS_FILE).read_text())["deleting"] == ["again"]
+    manager.create_topic("again", 1)
+    assert "deleting" not in json.loads((d / TOPIC_CONFIGS_FILE).read_text())
+    append(manager, "again", 0, 2)
+    manager.shutdown()
+    assert values(started([d]), "again", 0) == [b"r-0-a", b"r-0-b", b"r-1-a", b"r-1-b"]
+
+
+def test_delete_topic_refused_whole_when_its_intent_cannot_be_written(tmp_path, monkeypatch):
+    d = tmp_path / "d"
+    manager = started([d])
+    manager.create_topic("stay", 2, {"retention.ms": "1000"})
+
+    def fail(self, overrides):
+        raise StorageError("Error while writing topic-configs.json: Read-only file system")
+    monkeypatch.setattr(LogManager, "_write_topic_configs", fail)
+    with pytest.raises(StorageError, match="Read-only file system"):
+        manager.delete_topic("stay")
+    monkeypatch.undo()
+    assert manager.partitions("stay") == [0, 1] and manager.topic_overrides("stay") == {"retention.ms": "1000"}
+    assert sorted(n for n in os.listdir(d) if n.startswith("stay")) == ["stay-0", "stay-1"]

@@ -143,3 +143,47 @@ def test_delete_records_moves_start_and_deletes_covered_segments(tmp_path):
     assert log.log_start_offset == target
     assert log.fetch_offset_by_timestamp(-2) == (target, -1)
     log.close()
+
+
+# ---- the planner the LogManager checkpoints from must agree with the Log, case by case
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.integers(1, 6), min_size=0, max_size=14),
+       gap_hours=st.lists(st.integers(0, 3), min_size=14, max_size=14),
+       retention_hours=st.one_of(st.just(-1), st.integers(0, 30)),
+       retention_bytes=st.one_of(st.just(-1), st.integers(0, 3000)),
+       start_fraction=st.floats(0, 1), policy=st.sampled_from(["delete", "compact", "compact,delete"]),
+       later_hours=st.integers(0, 40))
+# partial deletions by time, by size, and both on a compact,delete topic
+@example(batches=[6] * 14, gap_hours=[1] * 14, retention_hours=5, retention_bytes=-1, start_fraction=0.0,
+         policy="delete", later_hours=0)
+@example(batches=[6] * 14, gap_hours=[0] * 14, retention_hours=-1, retention_bytes=700, start_fraction=0.1,
+         policy="delete", later_hours=0)
+@example(batches=[6] * 14, gap_hours=[1] * 14, retention_hours=9, retention_bytes=1000, start_fraction=0.05,
+         policy="compact,delete", later_hours=1)
+def test_log_start_offset_after_retention_predicts_delete_old_segments(
+        tmp_path_factory, batches, gap_hours, retention_hours, retention_bytes, start_fraction, policy,
+        later_hours):
+    clock = ManualClock(T0)
+    retention_ms = -1 if retention_hours < 0 else retention_hours * HOUR
+    config = make_config(segment_bytes=300, retention_ms=retention_ms, retention_bytes=retention_bytes,
+                         cleanup_policy=policy, file_delete_delay_ms=1000)
+    log = Log.load(str(tmp_path_factory.mktemp("p") / "p-0"), config, clock=clock)
+    try:
+        for count, gap in zip(batches, gap_hours):
+            log.append_values([b"v%02d" % i for i in range(count)], [b"k%d" % i for i in range(count)])
+            clock.sleep(gap * HOUR)
+        log.maybe_increment_log_start_offset(int(log.log_end_offset * start_fraction))
+        clock.sleep(later_hours * HOUR)
+        planned = retention.log_start_offset_after_retention(
+            list(log.segments.values()), log.log_start_offset, log.log_end_offset,
+            delete_policy=config.delete, retention_bytes=config.retention_bytes,
+            retention_ms=config.retention_ms, now_ms=clock.milliseconds())
+        log.delete_old_segments()
+        assert planned == log.log_start_offset
+    finally:
+        log.close()

@@ -1,0 +1,373 @@
+"""Retention and deletion through a real mount: what goes, when, and what a crash at each step leaves.
+
+Steps too quick to hit with a live ``kill -9`` (between two segment renames,
+between two partition-dir renames) are reached by a real subprocess running
+the engine over the data dir that ``os._exit``s itself at that step (a
+monkeypatch in that subprocess only); the mount then starts over what it left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, kafka_records
+
+pytestmark = pytest.mark.mount
+
+FAST = {
+    "log.segment.bytes": "2048",
+    "log.initial.task.delay.ms": "0",
+    "log.retention.check.interval.ms": "100",
+    "log.segment.delete.delay.ms": "600",
+}
+
+
+def _wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.03)
+
+
+def _state(mount, topic: str = "t", partition: int = 0) -> dict:
+    return json.loads((mount / f"{topic}/{partition}/state").read_bytes())
+
+
+def _write(mount, topic: str, first: int, count: int, per_write: int = 20, partition: int = 0) -> None:
+    """Lines ``first .. first+count-1``, ``per_write`` lines per write() (each well under a segment)."""
+    fd = os.open(mount / f"{topic}/{partition}/append", os.O_WRONLY)
+    try:
+        for start in range(first, first + count, per_write):
+            end = min(start + per_write, first + count)
+            os.write(fd, b"".join(b"line-%06d\n" % i for i in range(start, end)))
+    finally:
+        os.close(fd)
+
+
+def _lines(first: int, last: int) -> bytes:
+    return b"".join(b"line-%06d\n" % i for i in range(first, last))
+
+
+def _files(path: Path) -> list[str]:
+    return sorted(os.listdir(path))
+
+
+def _log_bytes(pdir: Path, deleted: bool = True) -> int:
+    """Bytes of the .log files of a partition dir, with or without those renamed .deleted."""
+    total = 0
+    for entry in os.scandir(pdir):
+        if entry.name.endswith(".log") or (deleted and entry.name.endswith(".log.deleted")):
+            try:
+                total += entry.stat().st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def _deleted_fds(pid: int, data: Path) -> list[str]:
+    """Descriptors of the mount process on unlinked segment files of ``data``."""
+    out = []
+    fd_dir = f"/proc/{pid}/fd"
+    for fd in os.listdir(fd_dir):
+        try:
+            target = os.readlink(os.path.join(fd_dir, fd))
+        except OSError:
+            continue
+        if target.startswith(str(data)) and target.endswith("(deleted)") and ".log" in target:
+            out.append(target)
+    return out
+
+
+@pytest.fixture
+def tails():
+    """Starts ``tail -f`` readers; any still running at the end is stopped before the unmount."""
+    procs: list[subprocess.Popen] = []
+
+    def start(mount, path: str, out: Path) -> subprocess.Popen:
+        with open(out, "wb") as sink:
+            proc = subprocess.Popen(["tail", "-f", "-n", "+1", "-s", "0.05", str(mount / path)],
+                                    stdout=sink, stderr=subprocess.PIPE)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _stop_tail(proc: subprocess.Popen) -> bytes:
+    proc.terminate()
+    _, err = proc.communicate(timeout=10)
+    return err
+
+
+# --------------------------------------------------------------------------- retention by time and by size
+
+
+@pytest.mark.mount_options(FAST)
+def test_time_retention_deletes_only_expired_segments_through_deleted_files(mount, tails, tmp_path):
+    (mount / "t").mkdir()
+    (mount / "t/config").write_bytes(b"file.delete.delay.ms=1500\n")
+    tail = tails(mount, "t/0/records", tmp_path / "tail.out")
+    _write(mount, "t", 0, 400)                                      # old: ~8 segments
+    time.sleep(3.0)
+    phase_b = time.time() * 1000
+    _write(mount, "t", 400, 400)                                    # young
+    before = _state(mount)
+    expired = [s for s in before["segments"] if s["largest_timestamp"] < phase_b]
+    assert len(expired) >= 3 and len(expired) < len(before["segments"])
+    expected_start = before["segments"][len(expired)]["base_offset"]
+    reader = open(mount / "t/0/records", "rb")                      # opened before the deletion
+    head = reader.read(4096)
+
+    (mount / "t/config").write_bytes(b"retention.ms=2000\n")
+    _wait_for(lambda: _state(mount)["log_start_offset"] >= expected_start, what="time retention")
+    after = _state(mount)
+    assert after["log_start_offset"] == expected_start              # exactly the expired ones went
+    assert [s["base_offset"] for s in after["segments"]] == [s["base_offset"] for s in
+                                                            before["segments"][len(expired):]]
+    pdir = mount.partition_dir("t", 0)
+    deleted = [n for n in _files(pdir) if n.endswith(".deleted")]
+    assert {n.split(".")[0] for n in deleted} == {"%020d" % s["base_offset"] for s in expired}
+    assert after["pending_deletion"]["segments"] == len(expired)
+    assert after["pending_deletion"]["bytes"] == sum(s["size_bytes"] for s in expired)
+    # a file opened now starts at the new log start; the one opened before reads on, whole
+    assert (mount / "t/0/records").read_bytes().startswith(b"line-%06d\n" % expected_start)
+    assert head + reader.read() == _lines(0, 800)
+    reader.close()
+    _wait_for(lambda: not any(n.endswith(".deleted") for n in _files(pdir)), what=".deleted removal")
+    _wait_for(lambda: not _deleted_fds(mount.proc.pid, mount.data), what="unlinked segments released")
+
+    # then everything expires: the log rolls and keeps one empty active segment at the log end
+    _wait_for(lambda: _state(mount)["log_start_offset"] == 800, what="all segments expired")
+    final = _state(mount)
+    assert final["log_end_offset"] == 800 and [s["base_offset"] for s in final["segments"]] == [800]
+    assert (mount / "t/0/records").read_bytes() == b""
+    _write(mount, "t", 800, 20)
+    time.sleep(0.5)
+    assert _stop_tail(tail) == b""                                  # no "file truncated"
+    assert (tmp_path / "tail.out").read_bytes() == _lines(0, 820)   # no repeats, no gaps
+    stats = json.loads((mount / ".logfs/stats.json").read_bytes())
+    assert stats["tasks"]["kafka-log-retention"]["last_run_ms"] is not None
+    assert stats["tasks"]["kafka-delete-logs"]["runs"] > 0
+    assert stats["topics"]["t"]["partitions"]["0"]["log_start_offset"] == 800
+
+
+@pytest.mark.mount_options(FAST)
+def test_size_retention_follows_kafkas_diff_rule_and_bounds_disk_usage(mount, tails, tmp_path):
+    (mount / "s").mkdir()
+    _write(mount, "s", 0, 600)
+    before = _state(mount, "s")
+    limit = before["size_bytes"] - before["segments"][0]["size_bytes"] - before["segments"][1]["size_bytes"] + 100
+    # Kafka's rule: drop the oldest segments while what is left stays >= retention.bytes
+    diff, expect = before["size_bytes"] - limit, 0
+    for seg in before["segments"]:
+        if diff - seg["size_bytes"] < 0:
+            break
+        diff -= seg["size_bytes"]
+        expect += 1
+    assert expect == 1
+    (mount / "s/config").write_bytes(b"retention.bytes=%d\n" % limit)
+    _wait_for(lambda: _state(mount, "s")["num_segments"] == len(before["segments"]) - 1, what="size retention")
+    time.sleep(0.5)                                                  # further runs delete nothing more
+    after = _state(mount, "s")
+    assert after["segments"] == before["segments"][1:]
+    assert after["size_bytes"] >= limit
+
+    # continuous appends with retention.bytes=8192: the partition stays bounded on disk
+    (mount / "s/config").write_bytes(b"retention.bytes=8192\nfile.delete.delay.ms=200\n")
+    tail = tails(mount, "s/0/records", tmp_path / "tail.out")
+    pdir = mount.partition_dir("s", 0)
+    written, peak, first = 0, 0, 600
+    while written < 20 * 8192:
+        _write(mount, "s", first, 40)
+        first += 40
+        written += 40 * 12
+        peak = max(peak, _log_bytes(pdir, deleted=False))
+    # live segments stay near retention.bytes (what a 100 ms retention period lets through aside);
+    # .deleted ones add what arrives during file.delete.delay.ms and are checked once appends stop
+    assert peak < written / 4
+    _wait_for(lambda: _log_bytes(pdir) <= 8192 + 2048,
+              what="disk usage back under retention.bytes + one segment")
+    time.sleep(0.4)
+    assert _stop_tail(tail) == b""
+    got = (tmp_path / "tail.out").read_bytes().splitlines()
+    numbers = [int(line[5:]) for line in got]
+    assert numbers == list(range(numbers[0], first))                 # in order, no repeat, no gap
+    assert numbers[0] == after["log_start_offset"]                    # from the log start at its open
+
+
+@pytest.mark.mount_options({**FAST, "log.cleaner.enable": "true", "log.cleaner.backoff.ms": "100"})
+def test_compact_topics_skip_time_retention_and_compact_delete_does_both(mount):
+    for topic, policy in (("c", "compact"), ("cd", "compact,delete")):
+        (mount / topic).mkdir()
+        (mount / f"{topic}/config").write_bytes(b"cleanup.policy=%s\nretention.ms=500\nparse.key=true\n" % policy.encode())
+        fd = os.open(mount / f"{topic}/0/append", os.O_WRONLY)
+        for i in range(0, 300, 20):
+            os.write(fd, b"".join(b"k%d\tv%d\n" % (j % 7, j) for j in range(i, i + 20)))
+        os.close(fd)
+    # with a cleaner, compact,delete logs get their retention from the cleaner's rounds
+    _wait_for(lambda: _state(mount, "cd")["log_start_offset"] > 0, timeout=30, what="compact,delete retention")
+    time.sleep(1.0)
+    assert _state(mount, "c")["log_start_offset"] == 0              # compact only: never retained
+
+
+# --------------------------------------------------------------------------- DeleteRecords
+
+
+@pytest.mark.mount_options({**FAST, "log.segment.delete.delay.ms": "60000",
+                            "log.flush.start.offset.checkpoint.interval.ms": "3600000"})
+def test_delete_records_survives_kill_right_after_it_returns(mount):
+    (mount / "t").mkdir()
+    _write(mount, "t", 0, 500)
+    old_reader = open(mount / "t/0/records", "rb")
+    with pytest.raises(OSError) as exc:
+        (mount / "t/0/delete").write_bytes(b"before 501\n")
+    assert exc.value.errno == 22                                     # EINVAL beyond the log end
+    assert _state(mount)["log_start_offset"] == 0
+    (mount / "t/0/delete").write_bytes(b"before 333\n")
+    assert (mount / "t/0/records").read_bytes() == _lines(333, 500)  # at once, for every new view
+    assert _state(mount)["log_start_offset"] == 333
+    assert old_reader.read() == _lines(0, 500)                       # the reader opened before reads on
+    old_reader.close()
+    pdir = mount.partition_dir("t", 0)
+    assert any(n.endswith(".log.deleted") for n in _files(pdir))
+    mount.kill()                        # before the periodic checkpoint (1 h) and the file deletion (60 s)
+    mount.start()
+    assert _state(mount)["log_start_offset"] == 333
+    assert (mount / "t/0/records").read_bytes() == _lines(333, 500)
+    assert not any(n.endswith(".deleted") for n in _files(pdir))
+    with pytest.raises(FileNotFoundError):
+        (mount / "t/0/offset/100").read_bytes()
+    assert min(r.offset for r in kafka_records(pdir)) <= 333
+
+
+# --------------------------------------------------------------------------- kill -9 at each step
+
+
+@pytest.mark.mount_options({**FAST, "log.segment.delete.delay.ms": "60000"})
+def test_kill_while_segments_and_dirs_wait_for_removal(mount):
+    (mount / "t").mkdir()
+    (mount / "gone").mkdir()
+    _write(mount, "t", 0, 400)
+    _write(mount, "gone", 0, 100)
+    (mount / "t/config").write_bytes(b"retention.bytes=4096\n")
+    _wait_for(lambda: any(n.endswith(".deleted") for n in _files(mount.partition_dir("t", 0))),
+              what="segments renamed .deleted")
+    start = _wait_for(lambda: _state(mount)["log_start_offset"], what="log start moved")
+    os.rmdir(mount / "gone")
+    assert "gone" not in os.listdir(mount.path)
+    assert [n for n in _files(mount.data) if n.startswith("gone-0.") and n.endswith("-delete")]
+    (mount / "gone").mkdir()                                          # recreated at once, empty
+    assert (mount / "gone/0/records").read_bytes() == b""
+    _write(mount, "gone", 1000, 20)
+    mount.kill()                                                      # .deleted and -delete still on disk
+
+    mount.options["log.segment.delete.delay.ms"] = "300"
+    mount.start()
+    assert _state(mount)["log_start_offset"] >= start
+    assert (mount / "t/0/records").read_bytes().startswith(b"line-%06d\n" % _state(mount)["log_start_offset"])
+    assert not any(n.endswith(".deleted") for n in _files(mount.partition_dir("t", 0)))
+    assert (mount / "gone/0/records").read_bytes() == _lines(1000, 1020)   # the new topic, not the old
+    _wait_for(lambda: not any(n.endswith("-delete") for n in _files(mount.data)), what="-delete dir removal")
+
+
+_CRASHER = textwrap.dedent("""
+    import os, sys
+    sys.path.insert(0, {root!r})
+    from engine.config import BrokerConfig
+    from engine.log import Log
+    from engine.manager import LogManager
+    from engine.segment import LogSegment
+    from engine.topic import TopicPartition
+
+    step, data = sys.argv[1], sys.argv[2]
+    manager = LogManager(BrokerConfig.from_props({{"log.dirs": data, "log.segment.delete.delay.ms": "60000"}}))
+    manager.startup()
+    renames = []
+
+    def crash_after_first(real):
+        def wrapper(*args):
+            real(*args)
+            renames.append(args)
+            if len(renames) == 1:
+                os._exit(9)           # a crash between two renames
+        return wrapper
+
+    if step == "delete-records":
+        LogSegment.change_file_suffixes = crash_after_first(LogSegment.change_file_suffixes)
+        manager.delete_records(TopicPartition("t", 0), int(sys.argv[3]))
+    elif step == "retention":
+        LogSegment.change_file_suffixes = crash_after_first(LogSegment.change_file_suffixes)
+        manager.alter_topic_config("t", {{"retention.bytes": sys.argv[3]}})
+        manager.cleanup_logs()
+    elif step == "delete-topic":
+        Log.rename_dir = crash_after_first(Log.rename_dir)
+        manager.delete_topic("m")
+    sys.exit("the step was never reached")
+""").format(root=str(ROOT))
+
+
+def _crash_at(mount, step: str, *args: str) -> None:
+    result = subprocess.run([sys.executable, "-c", _CRASHER, step, str(mount.data), *args],
+                            capture_output=True, timeout=60)
+    assert result.returncode == 9, result.stderr.decode(errors="replace")
+
+
+@pytest.mark.mount_options({**FAST, "num.partitions": "3"})
+def test_crash_between_renames_never_resurrects(mount):
+    (mount / "t").mkdir()
+    (mount / "m").mkdir()
+    _write(mount, "t", 0, 600)
+    for p in range(3):
+        _write(mount, "m", 0, 50, partition=p)
+    segments = _state(mount)["segments"]
+    assert mount.stop() == 0
+
+    # DeleteRecords crashing after the first of several segment renames
+    target = segments[3]["base_offset"] + 5
+    _crash_at(mount, "delete-records", str(target))
+    pdir = mount.partition_dir("t", 0)
+    assert len([n for n in _files(pdir) if n.endswith(".log.deleted")]) == 1   # the others not renamed
+    mount.start()
+    assert _state(mount)["log_start_offset"] == target
+    assert (mount / "t/0/records").read_bytes() == _lines(target, 600)
+    _wait_for(lambda: _state(mount)["segments"][0]["base_offset"] == segments[3]["base_offset"],
+              what="retention finishing the deletion")
+    assert mount.stop() == 0
+
+    # retention crashing after the first rename
+    sizes = [s["size_bytes"] for s in segments[3:]]
+    limit = sum(sizes) - sizes[0] - sizes[1] - sizes[2]              # three more segments must go
+    _crash_at(mount, "retention", str(limit))
+    mount.start()
+    start = _state(mount)["log_start_offset"]
+    assert start == segments[6]["base_offset"]
+    assert (mount / "t/0/records").read_bytes() == _lines(start, 600)
+    with pytest.raises(FileNotFoundError):
+        (mount / f"t/0/offset/{segments[5]['base_offset']}").read_bytes()
+    assert mount.stop() == 0
+
+    # topic deletion crashing after the first partition dir rename
+    _crash_at(mount, "delete-topic")
+    live = [n for n in _files(mount.data) if n.startswith("m-") and not n.endswith("-delete")]
+    assert live == ["m-1", "m-2"]
+    mount.start()
+    assert "m" not in os.listdir(mount.path)
+    _wait_for(lambda: not any(n.startswith("m-") for n in _files(mount.data)), what="m-* removal")
+    (mount / "m").mkdir()
+    assert sorted(os.listdir(mount / "m")) == ["0", "1", "2", "append", "config", "delete"]
+    assert all((mount / f"m/{p}/records").read_bytes() == b"" for p in range(3))
