@@ -408,6 +408,12 @@ class Log:
         self._last_flush_time = clock.milliseconds()
         self._pending: list[_PendingDeletion] = list(loaded.pending_deletions)
         self._listeners: list[Callable[[], None]] = []
+        #: Called as ``fn(log, new_start)`` under the log's lock just before
+        #: the log start offset moves up, i.e. before any segment below it is
+        #: renamed ``.deleted``.  The LogManager writes the dir's
+        #: log-start-offset-checkpoint here, so no crash after the move can
+        #: bring deleted records back; if it raises, nothing moves.
+        self.before_log_start_offset_moves: Callable[["Log", int], None] | None = None
         self._closed = False
         self._end = LogOffsetMetadata(loaded.log_end_offset, 0, 0)
         self._update_log_end_offset(loaded.log_end_offset)
@@ -563,7 +569,6 @@ class Log:
         if config.compact and (keys is None or None in keys):
             raise InvalidRecordError(
                 f"Compacted topic cannot accept message without key in topic partition {self.topic_partition}.")
-        tp = self.topic_partition
         with self.lock:
             self._check_open()
             first = self._end.message_offset
@@ -1087,6 +1092,8 @@ class Log:
 
     def _increment_log_start_offset(self, new_start: int, reason: str) -> bool:
         if new_start > self._log_start_offset:
+            if self.before_log_start_offset_moves is not None:
+                self.before_log_start_offset_moves(self, new_start)
             self._log_start_offset = new_start
             logger.info(self._prefix + "Incremented log start offset to %d due to %s", new_start, reason)
             return True

@@ -53,10 +53,12 @@ engine starts no cleaner thread: the mount calls ``LogCleaner.clean_once``.
 Deletion and crashes.  Whatever a deletion hides must stay hidden after a
 ``kill -9`` at any point of it:
 
-* DeleteRecords (:meth:`delete_records`) and retention (:meth:`cleanup_logs`)
-  write the dir's ``log-start-offset-checkpoint`` with the new log start
-  offset *before* the first segment is renamed ``.deleted`` (under the log's
-  lock, so the offset written is the one reached).  A crash between two
+* Every move of a log start offset (DeleteRecords, retention, the cleaner's
+  retention of compacted logs) first writes the dir's
+  ``log-start-offset-checkpoint`` with the new offset, through the Log's
+  ``before_log_start_offset_moves`` hook, *before* the first segment is
+  renamed ``.deleted`` (under the log's lock, so the offset written is the one
+  reached).  A crash between two
   renames then restarts at that log start offset, and the segments left below
   it are deleted by the first retention run; ``.deleted`` files are removed by
   the LogLoader.  Without it a crash would bring back every record between the
@@ -109,7 +111,6 @@ from engine.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from engine import retention
 from engine.log import CLIENT_RECORD_DELETION, Log
 from engine.topic import (
     DELETE_DIR_SUFFIX,
@@ -357,9 +358,11 @@ class LogManager:
     def _load_log(self, path: str, tp: TopicPartition, had_clean_shutdown: bool,
                   recovery_point: int, log_start_offset: int) -> Log:
         logger.debug("Loading log %s", path)
-        return Log.load(path, self._config_for(tp.topic), log_start_offset=log_start_offset,
-                        recovery_point=recovery_point, had_clean_shutdown=had_clean_shutdown,
-                        clock=self.clock, topic_partition=tp, read_only=self.read_only)
+        log = Log.load(path, self._config_for(tp.topic), log_start_offset=log_start_offset,
+                       recovery_point=recovery_point, had_clean_shutdown=had_clean_shutdown,
+                       clock=self.clock, topic_partition=tp, read_only=self.read_only)
+        log.before_log_start_offset_moves = self._checkpoint_moving_log_start_offset
+        return log
 
     # ------------------------------------------------------------------ topic configs
 
@@ -579,6 +582,7 @@ class LogManager:
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise
+        log.before_log_start_offset_moves = self._checkpoint_moving_log_start_offset
         self._logs[tp] = log
         logger.info("Created log for partition %s in %s with properties %s", tp, path,
                     self._overrides.get(tp.topic, {}))
@@ -773,9 +777,8 @@ class LogManager:
                 raise InvalidRequestError(
                     f"Cannot delete records of {tp} before offset {offset}: it is beyond the log end offset "
                     f"{log.log_end_offset} (log start offset {log.log_start_offset})")
-            if offset > log.log_start_offset:
-                self._checkpoint_log_start_offsets_in_dir(os.path.dirname(log.dir), (log, offset))
-                log.maybe_increment_log_start_offset(offset, CLIENT_RECORD_DELETION)
+            # The Log calls _checkpoint_moving_log_start_offset before the start moves.
+            log.maybe_increment_log_start_offset(offset, CLIENT_RECORD_DELETION)
             return log.log_start_offset
 
     def _write_checkpoint(self, log_dir: str, name: str, offsets: Mapping[TopicPartition, int]) -> None:
@@ -808,7 +811,7 @@ class LogManager:
         try:
             for tp, log in deletable:
                 try:
-                    total += self.delete_old_segments(log)
+                    total += log.delete_old_segments()
                 except Exception:
                     logger.exception("Error during retention of %s", tp)
         finally:
@@ -817,27 +820,17 @@ class LogManager:
         logger.debug("Log cleanup completed. %d files deleted in %.3f seconds", total, time.monotonic() - started)
         return total
 
-    def delete_old_segments(self, log: Log) -> int:
-        """One log's retention, with its new log start offset checkpointed before any rename.
+    def _checkpoint_moving_log_start_offset(self, log: Log, new_start: int) -> None:
+        """Every Log's ``before_log_start_offset_moves``: checkpoint ``new_start`` before it takes effect.
 
-        Under the log's lock the outcome is fixed but for the clock: a segment
-        whose ``retention.ms`` runs out between the plan and the run is also
-        deleted, and is checkpointed right after.
+        Retention, DeleteRecords and the cleaner's retention of compacted logs
+        all move the log start offset through ``Log._increment_log_start_offset``
+        and only then rename segments ``.deleted``; writing the checkpoint here
+        means a crash between two renames (or right after a DeleteRecords
+        returns) never brings deleted records back.  A failed write raises
+        StorageError and the log start offset does not move.
         """
-        with log.lock:
-            config = log.config
-            before = log.log_start_offset
-            planned = retention.log_start_offset_after_retention(
-                list(log.segments.values()), before, log.log_end_offset, delete_policy=config.delete,
-                retention_bytes=config.retention_bytes, retention_ms=config.retention_ms,
-                now_ms=self.clock.milliseconds())
-            log_dir = os.path.dirname(log.dir)
-            if planned > before:
-                self._checkpoint_log_start_offsets_in_dir(log_dir, (log, planned))
-            deleted = log.delete_old_segments()
-            if log.log_start_offset > max(planned, before):
-                self._checkpoint_log_start_offsets_in_dir(log_dir)
-        return deleted
+        self._checkpoint_log_start_offsets_in_dir(os.path.dirname(log.dir), (log, new_start))
 
     def delete_expired_segment_files(self) -> int:
         """Remove ``.deleted`` segment files whose ``file.delete.delay.ms`` has passed."""

@@ -14,11 +14,10 @@ predicates exist, each a closure over what it needs:
 
 This module is pure policy: :class:`engine.log.Log` does the locking, the
 rolling, the renaming to ``.deleted`` and the queueing.
-:func:`log_start_offset_after_retention` runs the same predicates in the same
-order without touching the log, so :class:`engine.manager.LogManager` can
-checkpoint the log start offset a retention run is about to reach *before*
-the run renames the first segment: a crash between two renames then cannot
-bring back the records of the segments not renamed yet.
+The Log moves the log start offset *before* it renames any segment, through
+its ``before_log_start_offset_moves`` hook, where the LogManager checkpoints it:
+a crash between two renames then cannot bring back the records of the
+segments not renamed yet.
 """
 
 from __future__ import annotations
@@ -79,42 +78,6 @@ def deletable_segments(segments: Sequence[LogSegment], predicate: SegmentPredica
         else:
             break
     return deletable
-
-
-def log_start_offset_after_retention(segments: Sequence[LogSegment], log_start_offset: int,
-                                     log_end_offset: int, *, delete_policy: bool, retention_bytes: int,
-                                     retention_ms: int, now_ms: int) -> int:
-    """The log start offset ``Log.delete_old_segments`` would leave, computed without changing anything.
-
-    The same three passes in the same order as the Log: segments below the
-    log start offset, then (``delete`` in ``cleanup.policy``) the size breach
-    over what is left, then the time breach.  A pass that finds every segment
-    deletable makes the Log roll, leaving one empty segment at the log end,
-    after which nothing more can go.
-    """
-    remaining = list(segments)
-    start = log_start_offset
-
-    def apply(predicate: SegmentPredicate) -> None:
-        nonlocal remaining, start
-        deletable = deletable_segments(remaining, predicate, log_end_offset)
-        if not deletable:
-            return
-        if len(deletable) == len(remaining):
-            remaining = []                # rolled: only an empty active segment at the log end remains
-            start = max(start, log_end_offset)
-        else:
-            remaining = remaining[len(deletable):]
-            start = max(start, remaining[0].base_offset)
-
-    apply(log_start_offset_breached(log_start_offset))
-    if delete_policy:
-        size = sum(segment.size for segment in remaining)
-        if retention_bytes >= 0 and size >= retention_bytes:
-            apply(retention_size_breached(size, retention_bytes))
-        if retention_ms >= 0:
-            apply(retention_ms_breached(now_ms, retention_ms))
-    return start
 
 
 def describe_retention_ms(segments: Sequence[LogSegment], retention_ms: int) -> list[str]:

@@ -478,7 +478,7 @@ def test_retention_checkpoints_the_planned_log_start_before_renaming(tmp_path, m
             raise SystemExit("simulated crash between two renames")
     monkeypatch.setattr(LogSegment, "change_file_suffixes", crash_after_first_rename)
     with pytest.raises(SystemExit):
-        manager.delete_old_segments(log)
+        log.delete_old_segments()
     assert seen_at_rename == [segments[3].base_offset]
     monkeypatch.undo()
     # restart over the half-renamed state: segments 1 and 2 are still there, but hidden
