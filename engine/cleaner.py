@@ -164,6 +164,36 @@ class CleanerStats:
         return self.messages_read - self.messages_written
 
 
+@dataclass
+class CleanerTotals:
+    """Running sums over every finished clean of this cleaner (what the mount's metrics export).
+
+    Kafka exposes only last-run gauges; cumulative counters let a Prometheus
+    ``rate()`` show cleaning throughput and how much compaction removes.
+    """
+
+    runs: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_written: int = 0
+    segments_cleaned: int = 0
+    elapsed_secs: float = 0.0
+
+    def add(self, stats: CleanerStats) -> None:
+        self.runs += 1
+        self.bytes_read += stats.bytes_read
+        self.bytes_written += stats.bytes_written
+        self.records_read += stats.messages_read
+        self.records_written += stats.messages_written
+        self.segments_cleaned += stats.segments_cleaned
+        self.elapsed_secs += stats.elapsed_secs
+
+    @property
+    def records_dropped(self) -> int:
+        return self.records_read - self.records_written
+
+
 def _mb(size: float) -> float:
     return size / (1024 * 1024)
 
@@ -545,16 +575,23 @@ class LogCleaner:
     its OffsetMap of ``log.cleaner.dedupe.buffer.size / threads`` bytes), so the
     mount can run one trio task per worker, each calling ``clean_once`` in a
     worker thread; when every worker is busy the call returns None at once.
+
+    :meth:`shutdown` waits until every borrowed worker is back, as Kafka's
+    ``LogCleaner.shutdown`` joins its threads: the LogManager closes the logs
+    only after it returns, so no clean writes into a closed log.
     """
 
     def __init__(self, config: "BrokerConfig", log_dirs: Sequence[str], logs: Callable[[], Iterable["Log"]],
-                 clock: Clock = SYSTEM_CLOCK, *, sleep: Callable[[float], None] = time.sleep) -> None:
+                 clock: Clock = SYSTEM_CLOCK, *, sleep: Callable[[float], None] | None = None) -> None:
         self.config = config
         self.clock = clock
         self.manager = LogCleanerManager(log_dirs, logs, clock)
         # log.cleaner.threads=0 is valid in Kafka and means no cleaner workers at all.
         threads = int(config.log_cleaner_threads)
-        self.throttler = Throttler(float(config.log_cleaner_io_max_bytes_per_second), sleep=sleep)
+        #: set by shutdown(); a throttled worker sleeps on it so that shutdown wakes it at once
+        self._shutting_down = threading.Event()
+        throttle_sleep = sleep if sleep is not None else self._shutting_down.wait
+        self.throttler = Throttler(float(config.log_cleaner_io_max_bytes_per_second), sleep=throttle_sleep)
         per_thread = int(config.log_cleaner_dedupe_buffer_size) // max(threads, 1)
         map_memory = min(per_thread, _INT32_MAX)
         if per_thread > _INT32_MAX:
@@ -568,9 +605,13 @@ class LogCleaner:
             for i in range(threads)]
         self._idle = list(reversed(self.cleaners))
         self._lock = threading.Lock()
+        #: notified whenever a worker is returned to the idle list (shutdown waits on it)
+        self._worker_returned = threading.Condition(self._lock)
         self._running = True
         #: stats of the last clean, per worker id
         self.last_stats: dict[int, CleanerStats] = {}
+        #: sums over every finished clean (under self._lock)
+        self.totals = CleanerTotals()
 
     @classmethod
     def for_log_manager(cls, log_manager) -> "LogCleaner":
@@ -583,10 +624,33 @@ class LogCleaner:
     def running(self) -> bool:
         return self._running
 
-    def shutdown(self) -> None:
-        """Make every clean in progress abort at its next check; later clean_once calls do nothing."""
-        logger.info("Shutting down the log cleaner.")
-        self._running = False
+    def shutdown(self, timeout: float | None = None) -> bool:
+        """Abort every clean in progress and wait until its worker has stopped; True if all stopped.
+
+        A clean notices the shutdown at its next read (one I/O buffer at most)
+        and unwinds: its ``.cleaned`` segment is deleted and the old segments
+        stay, or, if the swap had already begun, ``replace_segments`` finishes
+        it.  Later ``clean_once`` calls do nothing.  Idempotent; must not be
+        called from a cleaner worker itself.
+        """
+        with self._lock:
+            first = self._running
+            self._running = False
+        if first:
+            logger.info("Shutting down the log cleaner.")
+        self._shutting_down.set()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._worker_returned:
+            while len(self._idle) < len(self.cleaners):
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    logger.warning("The log cleaner did not stop within %.1f s: %d worker(s) still cleaning",
+                                   timeout, len(self.cleaners) - len(self._idle))
+                    return False
+                self._worker_returned.wait(remaining)
+        if first:
+            logger.info("Shutdown of the log cleaner completed.")
+        return True
 
     def _check_done(self, tp: TopicPartition) -> None:
         if not self._running:
@@ -602,10 +666,10 @@ class LogCleaner:
         log dirty enough, every worker busy, or shut down): the caller then
         waits ``log.cleaner.backoff.ms`` before calling again.
         """
-        if not self._running:
-            return None
         with self._lock:
-            if not self._idle:
+            # Checked under the lock that shutdown() waits on: a worker is either
+            # borrowed before shutdown looks, or never after it.
+            if not self._running or not self._idle:
                 return None
             cleaner = self._idle.pop()
         try:
@@ -613,8 +677,9 @@ class LogCleaner:
             self.manager.maintain_uncleanable_partitions()
             return stats
         finally:
-            with self._lock:
+            with self._worker_returned:
                 self._idle.append(cleaner)
+                self._worker_returned.notify_all()
 
     def _clean_filthiest_log(self, cleaner: Cleaner) -> CleanerStats | None:
         stats = None
@@ -639,7 +704,9 @@ class LogCleaner:
         try:
             stats = cleaner.clean(cleanable)
             end_offset = stats.end_offset
-            self.last_stats[cleaner.id] = stats
+            with self._lock:
+                self.last_stats[cleaner.id] = stats
+                self.totals.add(stats)
             self._record_stats(cleaner.id, log.name, start_offset, end_offset, stats)
         except LogCleaningAbortedError:
             logger.info("Cleaner %d: Cleaning of log %s was aborted", cleaner.id, log.name)
@@ -724,10 +791,62 @@ class LogCleaner:
     def max_dirty_percent(self) -> int:
         return int(100 * self.manager.dirtiest_log_cleanable_ratio)
 
+    def _last_stats(self) -> list[CleanerStats]:
+        with self._lock:     # workers replace entries while a scrape iterates
+            return list(self.last_stats.values())
+
     @property
     def max_buffer_utilization_percent(self) -> int:
-        return int(100 * max((s.buffer_utilization for s in self.last_stats.values()), default=0.0))
+        return int(100 * max((s.buffer_utilization for s in self._last_stats()), default=0.0))
 
     @property
     def max_clean_time_secs(self) -> int:
-        return int(max((s.elapsed_secs for s in self.last_stats.values()), default=0.0))
+        return int(max((s.elapsed_secs for s in self._last_stats()), default=0.0))
+
+    @property
+    def time_since_last_run_ms(self) -> int:
+        return max(self.clock.milliseconds() - self.manager.time_of_last_run_ms, 0)
+
+    def metrics(self) -> dict:
+        """Kafka's ``kafka.log:type=LogCleaner`` gauges, the sums over all cleans, and each worker's last run.
+
+        One consistent snapshot for ``.logfs/stats.json`` and ``.logfs/metrics``.
+        """
+        with self._lock:
+            totals = CleanerTotals(**vars(self.totals))
+            last = dict(self.last_stats)
+            busy = len(self.cleaners) - len(self._idle)
+        return {
+            "threads": len(self.cleaners),
+            "busy_threads": busy,
+            "running": self._running,
+            "max_dirty_percent": self.max_dirty_percent,
+            "max_buffer_utilization_percent": int(100 * max((s.buffer_utilization for s in last.values()),
+                                                            default=0.0)),
+            "max_clean_time_secs": int(max((s.elapsed_secs for s in last.values()), default=0.0)),
+            "time_since_last_run_ms": self.time_since_last_run_ms,
+            "uncleanable_partitions": sum(len(self.manager.uncleanable_partitions(d))
+                                          for d in self.manager.log_dirs),
+            "totals": {**vars(totals), "elapsed_secs": round(totals.elapsed_secs, 6),
+                       "records_dropped": totals.records_dropped},
+            "last_run": {str(worker): _run_dict(s) for worker, s in sorted(last.items())},
+        }
+
+
+def _run_dict(stats: CleanerStats) -> dict:
+    """One clean's figures in the units an operator reads (bytes, records, seconds, MB/s)."""
+    tp = stats.topic_partition
+    return {
+        "topic_partition": None if tp is None else str(tp),
+        "first_dirty_offset": stats.first_dirty_offset,
+        "end_offset": stats.end_offset,
+        "bytes_read": stats.bytes_read,
+        "bytes_written": stats.bytes_written,
+        "records_read": stats.messages_read,
+        "records_written": stats.messages_written,
+        "records_dropped": stats.messages_dropped,
+        "segments_cleaned": stats.segments_cleaned,
+        "duration_secs": round(stats.elapsed_secs, 6),
+        "mb_per_sec": round(_mb(stats.bytes_read) / stats.elapsed_secs, 3),
+        "buffer_utilization": round(stats.buffer_utilization, 6),
+    }

@@ -5,7 +5,10 @@ per-partition figures are read from the engine at the moment a file is
 opened, so every file is a consistent snapshot of live objects and nothing is
 cached that could go stale.  Metric names follow what Kafka's JMX exporter
 produces for ``kafka.log:type=Log`` (``kafka_log_log_size`` ...), so existing
-dashboards apply.
+dashboards apply; the log cleaner's are Kafka's ``kafka.log:type=LogCleaner``
+and ``type=LogCleanerManager`` gauges under the names the Prometheus JMX
+exporter gives them (``kafka_log_LogCleanerManager_max_dirty_percent`` ...),
+plus ``logfs_cleaner_*`` counters summed over every clean.
 """
 
 from __future__ import annotations
@@ -97,8 +100,25 @@ def partition_state(manager: "LogManager", log: "Log") -> dict[str, Any]:
         "pending_deletion": {"segments": log.pending_deletion_segments,
                              "bytes": log.pending_deletion_bytes},
     }
-    # The log cleaner's fields (cleaner position, dirty ratio) are merged in here by its owner.
+    state.update(_cleaner_state(manager, log))
     return state
+
+
+#: the cleaner fields of ``state`` when the mount runs no cleaner (read-only, log.cleaner.enable=false)
+_NO_CLEANER_STATE: dict[str, Any] = {"cleaner_position": None, "dirty_ratio": None, "cleaning_state": None,
+                                     "uncleanable": False, "last_cleaning": None}
+
+
+def _cleaner_state(manager: "LogManager", log: "Log") -> dict[str, Any]:
+    """Cleaner position (first dirty offset), dirty ratio, cleaning state and the last clean of ``log``.
+
+    The keys are present for every partition, compacted or not, so readers
+    (Spark's source, jq scripts) never have to test for them.
+    """
+    cleaner = manager.cleaner
+    if cleaner is None:
+        return dict(_NO_CLEANER_STATE)
+    return cleaner.cleaner_state(log)
 
 
 def _logs(manager: "LogManager") -> list["Log"]:
@@ -118,6 +138,13 @@ def stats_json(manager: "LogManager", stats: MountStats) -> bytes:
         topic["size_bytes"] += size
         topic["records"] += lg.log_end_offset - lg.log_start_offset
     now = time.time_ns() // 1_000_000
+    cleaner = manager.cleaner
+    if cleaner is not None:
+        positions = cleaner.manager.all_cleaner_checkpoints()   # one read of each dir's checkpoint
+        for lg in _logs(manager):
+            if lg.config.compact:
+                tp = lg.topic_partition
+                topics[tp.topic]["partitions"][str(tp.partition)]["cleaner_position"] = positions.get(tp)
     doc = {
         "log_dirs": list(manager.log_dirs),
         "uptime_ms": now - stats.started_ms,
@@ -128,6 +155,7 @@ def stats_json(manager: "LogManager", stats: MountStats) -> bytes:
                     "batches": stats.append_batches},
         "views_open": stats.views_open,
         "tasks": {name: run.as_dict() for name, run in sorted(stats.tasks.items())},
+        "cleaner": None if cleaner is None else cleaner.metrics(),
     }
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
 
@@ -170,6 +198,64 @@ class _MountCollector:
             errors.add_metric([name], run.errors)
             last.add_metric([name], (run.last_duration_ms or 0.0) / 1000.0)
         yield from (runs, errors, last)
+        if self._manager.cleaner is not None:
+            yield from _cleaner_metrics(self._manager)
+
+
+def _cleaner_metrics(manager: "LogManager"):
+    """Kafka's LogCleaner/LogCleanerManager gauges, per-partition dirty ratios and cumulative counters."""
+    cleaner = manager.cleaner
+    m = cleaner.metrics()
+    totals = m["totals"]
+    last_runs = list(m["last_run"].values())
+    recopy = (100.0 * sum(r["bytes_written"] for r in last_runs) / max(sum(r["bytes_read"] for r in last_runs), 1)
+              if last_runs else 0.0)
+    yield GaugeMetricFamily("kafka_log_LogCleanerManager_max_dirty_percent",
+                            "Dirty ratio of the filthiest compacted log at the last check, in percent",
+                            value=m["max_dirty_percent"])
+    yield GaugeMetricFamily("kafka_log_LogCleanerManager_time_since_last_run_ms",
+                            "Milliseconds since the cleaner last looked for a log to clean",
+                            value=m["time_since_last_run_ms"])
+    yield GaugeMetricFamily("kafka_log_LogCleanerManager_uncleanable_partitions_count",
+                            "Partitions the cleaner gave up on after an unexpected failure",
+                            value=m["uncleanable_partitions"])
+    yield GaugeMetricFamily("kafka_log_LogCleaner_max_buffer_utilization_percent",
+                            "Offset map utilization of the last clean of each worker, maximum, in percent",
+                            value=m["max_buffer_utilization_percent"])
+    yield GaugeMetricFamily("kafka_log_LogCleaner_cleaner_recopy_percent",
+                            "Bytes written over bytes read by the last clean of each worker, in percent",
+                            value=round(recopy, 3))
+    yield GaugeMetricFamily("kafka_log_LogCleaner_max_clean_time_secs",
+                            "Duration of the longest last clean of the workers, in seconds",
+                            value=m["max_clean_time_secs"])
+    yield GaugeMetricFamily("kafka_log_LogCleaner_DeadThreadCount", "Cleaner workers that died (never: "
+                            "a failed clean marks its partition uncleanable instead)", value=0)
+    yield GaugeMetricFamily("logfs_cleaner_busy_threads", "Cleaner workers cleaning right now",
+                            value=m["busy_threads"])
+    for name, key, doc in (("logfs_cleaner_runs", "runs", "Cleans finished"),
+                           ("logfs_cleaner_bytes_read", "bytes_read", "Bytes of log read by the cleaner"),
+                           ("logfs_cleaner_bytes_written", "bytes_written", "Bytes of cleaned segments written"),
+                           ("logfs_cleaner_records_read", "records_read", "Records read by the cleaner"),
+                           ("logfs_cleaner_records_kept", "records_written", "Records copied into cleaned segments"),
+                           ("logfs_cleaner_records_dropped", "records_dropped",
+                            "Records removed by compaction (superseded, expired tombstones)"),
+                           ("logfs_cleaner_segments_cleaned", "segments_cleaned", "Segments replaced by cleans"),
+                           ("logfs_cleaner_seconds", "elapsed_secs", "Time spent cleaning")):
+        yield CounterMetricFamily(name, doc, value=totals[key])
+    labels = ["topic", "partition"]
+    ratio = GaugeMetricFamily("logfs_log_cleaner_dirty_ratio", "Dirty ratio of a compacted log", labels=labels)
+    position = GaugeMetricFamily("logfs_log_cleaner_position", "First dirty offset of a compacted log",
+                                 labels=labels)
+    positions = cleaner.manager.all_cleaner_checkpoints()
+    for lg in _logs(manager):
+        if not lg.config.compact:
+            continue
+        tp = lg.topic_partition
+        lv = [tp.topic, str(tp.partition)]
+        ratio.add_metric(lv, cleaner.manager.dirty_ratio(lg))
+        if tp in positions:
+            position.add_metric(lv, positions[tp])
+    yield from (ratio, position)
 
 
 def prometheus_metrics(manager: "LogManager", stats: MountStats) -> bytes:

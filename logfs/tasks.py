@@ -6,9 +6,16 @@ each is a trio task in the mount's nursery.  The jobs themselves are plain
 ``LogManager`` methods: they fsync, rename and unlink, so every run leaves the
 trio thread (``trio.to_thread.run_sync``) and FUSE requests keep flowing.
 
-All jobs are declared in one place, :func:`build_jobs`; a new periodic job (the
-log cleaner's, for one) is one more ``Job`` there.  A job whose interval is
-``Long.MAX_VALUE`` (or <= 0) never runs, as in Kafka.
+All jobs are declared in one place, :func:`build_jobs`.  A job whose interval
+is ``Long.MAX_VALUE`` (or <= 0) never runs, as in Kafka.
+
+The log cleaner is ``log.cleaner.threads`` jobs named like Kafka's
+``kafka-log-cleaner-thread-<i>`` threads, each calling
+``LogCleaner.clean_once``: again at once while it finds a log to clean, after
+``log.cleaner.backoff.ms`` when it finds none.  At unmount ``stop_jobs`` calls
+``LogCleaner.shutdown``, which makes a clean in progress abort at its next read
+and waits for it, and the nursery then waits for every worker thread, so no
+clean is writing ``.cleaned`` files when ``LogManager.shutdown`` closes the logs.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Job", "build_jobs", "run_jobs", "stop_jobs"]
+__all__ = ["Job", "build_jobs", "cleaner_jobs", "run_jobs", "stop_jobs"]
 
 LONG_MAX = 2**63 - 1
 #: the deletion job never waits longer than this between scans, whatever the delays
@@ -77,9 +84,30 @@ def build_jobs(manager: "LogManager") -> list[Job]:
             manager.checkpoint_log_start_offsets),
         Job("kafka-delete-logs", delete_interval, delete_renamed_files),
     ]
-    # Log cleaner workers (one Job per log.cleaner.threads, rerun_when=more work,
-    # stop=the cleaner's shutdown) are appended here by the cleaner's owner.
+    jobs += cleaner_jobs(manager)
     return jobs
+
+
+def cleaner_jobs(manager: "LogManager") -> list[Job]:
+    """One job per log cleaner worker; none when the manager has no cleaner.
+
+    ``LogManager.startup`` creates the cleaner only when ``log.cleaner.enable``
+    is true, the mount is writable and ``log.cleaner.threads`` > 0.  A backoff
+    of 0 would make an idle worker spin on the trio thread, hence at least 1 ms.
+    """
+    cleaner = manager.cleaner
+    if cleaner is None:
+        return []
+    cfg = manager.config
+    backoff_ms = max(int(cfg.log_cleaner_backoff_ms), 1)
+    return [Job(f"kafka-log-cleaner-thread-{i}", backoff_ms, cleaner.clean_once,
+                rerun_when=_cleaned_something, stop=cleaner.shutdown)
+            for i in range(int(cfg.log_cleaner_threads))]
+
+
+def _cleaned_something(result: Any) -> bool:
+    # clean_once returns the CleanerStats of a clean, or None when no log was dirty enough.
+    return result is not None
 
 
 async def _run_periodically(job: Job, initial_delay_ms: int, stats: "MountStats") -> None:

@@ -8,10 +8,15 @@ dirty log processed and the split between indexing and cleaning.
 
 ``mount``: latency of small appends through a real ``logfs mount`` (one
 ``write`` + ``flush`` per line on a file opened with ``open(..., "a")``), p50
-and p99, with the cleaner disabled and enabled (``log.cleaner.backoff.ms``
-small, a compacted topic being appended to, so the cleaner keeps working
-while the appends are measured).
+and p99, with the cleaner disabled and enabled.  The mount schedules the
+cleaner itself (``kafka-log-cleaner-thread-<i>`` tasks); with a short
+``log.cleaner.backoff.ms`` and a compacted topic being appended to, it keeps
+cleaning while the appends are measured, and its cleaning throughput is read
+from ``.logfs/stats.json`` (the cleaner's totals over the measured window).
 
+``all`` (the default) runs both and prints one table.
+
+    .venv/bin/python scripts/bench_cleaner.py all
     .venv/bin/python scripts/bench_cleaner.py engine --records 200000 --keys 10000
     .venv/bin/python scripts/bench_cleaner.py mount --lines 3000
 """
@@ -112,52 +117,6 @@ def _append_latencies(mnt: Path, topic: str, lines: int, keys: int) -> list[floa
     return latencies
 
 
-def _mount_integrates_cleaner() -> bool:
-    """Whether the mount already schedules the cleaner itself (then this script adds nothing)."""
-    for name in ("cli.py", "tasks.py"):
-        path = ROOT / "logfs" / name
-        if path.exists() and "LogCleaner" in path.read_text():
-            return True
-    return False
-
-
-def register_cleaner_with_mount() -> None:
-    """Schedule the cleaner through the mount's extension points (what the mount itself should do).
-
-    One job per ``log.cleaner.threads`` worker, named like Kafka's threads,
-    calling ``LogCleaner.clean_once`` in a worker thread: again at once while
-    it cleans something, after ``log.cleaner.backoff.ms`` when it returns None.
-    The partition ``state`` file gets the cleaner's position, dirty ratio and
-    last cleaning.
-    """
-    from engine.cleaner import LogCleaner
-    from logfs import stats, tasks
-
-    cleaners: list[LogCleaner] = []
-
-    def jobs(manager) -> list:
-        cfg = manager.config
-        if not cfg.log_cleaner_enable or cfg.log_cleaner_threads <= 0:
-            return []
-        cleaner = LogCleaner.for_log_manager(manager)
-        cleaners.append(cleaner)
-        return [tasks.Job(f"kafka-log-cleaner-thread-{i}", max(int(cfg.log_cleaner_backoff_ms), 1),
-                          cleaner.clean_once, rerun_when=lambda result: result is not None)
-                for i in range(cfg.log_cleaner_threads)]
-
-    tasks.JOB_FACTORIES.append(jobs)
-    stats.PARTITION_STATE_FIELDS.append(
-        lambda manager, log: cleaners[-1].cleaner_state(log) if cleaners else {})
-
-
-def _serve(argv: list[str]) -> int:
-    """``logfs mount`` with the cleaner registered (used until the mount schedules it itself)."""
-    from logfs.cli import main as logfs_main
-    if not _mount_integrates_cleaner():
-        register_cleaner_with_mount()
-    return logfs_main(argv)
-
-
 def bench_mount_once(cleaner_enabled: bool, lines: int, keys: int, backoff_ms: int) -> dict:
     base = Path(tempfile.mkdtemp(prefix="bench-cleaner-mount-"))
     data, mnt = base / "data", base / "mnt"
@@ -166,8 +125,7 @@ def bench_mount_once(cleaner_enabled: bool, lines: int, keys: int, backoff_ms: i
     options = {"log.cleaner.enable": str(cleaner_enabled).lower(), "log.cleaner.backoff.ms": str(backoff_ms),
                "log.segment.bytes": "16384", "log.cleaner.min.cleanable.ratio": "0.1",
                "log.initial.task.delay.ms": "100", "num.partitions": "1"}
-    python = ROOT / ".venv" / "bin" / "python"
-    cmd = [str(python), str(Path(__file__).resolve()), "_serve", "mount", str(mnt), "--data-dir", str(data)]
+    cmd = [str(ROOT / ".venv" / "bin" / "logfs"), "mount", str(mnt), "--data-dir", str(data)]
     for name, value in options.items():
         cmd += ["-o", f"{name}={value}"]
     log_file = open(base / "logfs.log", "wb")
@@ -182,12 +140,19 @@ def bench_mount_once(cleaner_enabled: bool, lines: int, keys: int, backoff_ms: i
         (mnt / topic).mkdir()
         (mnt / topic / "config").write_text("cleanup.policy=compact\nparse.key=true\n")
         _append_latencies(mnt, topic, min(lines, 500), keys)        # warm-up, makes segments to clean
+        before = _cleaner_totals(mnt)
         latencies = _append_latencies(mnt, topic, lines, keys)
+        after = _cleaner_totals(mnt)
         state = json.loads((mnt / topic / "0" / "state").read_text())
+        cleaned_bytes = after["bytes_read"] - before["bytes_read"]
+        clean_secs = after["elapsed_secs"] - before["elapsed_secs"]
         return {"cleaner_enabled": cleaner_enabled, "lines": lines,
                 "p50_ms": round(statistics.median(latencies), 3),
                 "p99_ms": round(_percentile(latencies, 0.99), 3),
                 "max_ms": round(max(latencies), 3),
+                "cleans_during": after["runs"] - before["runs"],
+                "cleaned_mb": round(cleaned_bytes / 2**20, 3),
+                "clean_mb_per_sec": round(cleaned_bytes / 2**20 / clean_secs, 2) if clean_secs > 0 else None,
                 "num_segments": state["num_segments"], "size_bytes": state["size_bytes"],
                 "cleaner": {k: state.get(k) for k in ("cleaner_position", "dirty_ratio", "last_cleaning")}}
     finally:
@@ -201,6 +166,15 @@ def bench_mount_once(cleaner_enabled: bool, lines: int, keys: int, backoff_ms: i
         shutil.rmtree(base, ignore_errors=True)
 
 
+def _cleaner_totals(mnt: Path) -> dict:
+    """The cleaner's running sums from .logfs/stats.json (zeros when the mount runs no cleaner)."""
+    doc = json.loads((mnt / ".logfs" / "stats.json").read_bytes())
+    cleaner = doc.get("cleaner")
+    if cleaner is None:
+        return {"runs": 0, "bytes_read": 0, "elapsed_secs": 0.0}
+    return cleaner["totals"]
+
+
 def bench_mount(lines: int, keys: int, backoff_ms: int) -> list[dict]:
     return [bench_mount_once(False, lines, keys, backoff_ms), bench_mount_once(True, lines, keys, backoff_ms)]
 
@@ -209,8 +183,8 @@ def bench_mount(lines: int, keys: int, backoff_ms: int) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["_serve"]:
-        return _serve(argv[1:])
+    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        argv = ["all", *argv]
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
     eng = sub.add_parser("engine", help="cleaning throughput of an engine-level log")
@@ -224,6 +198,12 @@ def main(argv: list[str] | None = None) -> int:
     mnt.add_argument("--lines", type=int, default=3000)
     mnt.add_argument("--keys", type=int, default=100)
     mnt.add_argument("--backoff-ms", type=int, default=50)
+    both = sub.add_parser("all", help="both, one table")
+    both.add_argument("--records", type=int, default=200_000)
+    both.add_argument("--keys", type=int, default=10_000)
+    both.add_argument("--lines", type=int, default=3000)
+    both.add_argument("--mount-keys", type=int, default=100)
+    both.add_argument("--backoff-ms", type=int, default=50)
     parser.add_argument("-v", "--verbose", action="store_true", help="show the cleaner's log lines")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
@@ -231,10 +211,33 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "engine":
         print(bench_engine(args.records, args.keys, args.batch, args.value_size, args.segment_bytes,
                            args.profile))
-    else:
+    elif args.what == "mount":
         for result in bench_mount(args.lines, args.keys, args.backoff_ms):
             print(result)
+    else:
+        engine = bench_engine(args.records, args.keys, 10, 100, 1 << 20, False)
+        mount = bench_mount(args.lines, args.mount_keys, args.backoff_ms)
+        print(_table(engine, mount, args))
     return 0
+
+
+def _table(engine: dict, mount: list[dict], args: argparse.Namespace) -> str:
+    """The figures as a markdown table."""
+    rows = [
+        ("engine: clean_once of a compacted log",
+         f"{engine['dirty_mb']} MB dirty ({engine['records']} records, {engine['keys']} keys)",
+         f"{engine['mb_per_sec']} MB/s ({engine['records_per_sec']} records/s; index {engine['index_secs']} s, "
+         f"copy {engine['copy_secs']} s)"),
+    ]
+    for result in mount:
+        label = "mount: appends, cleaner " + ("on" if result["cleaner_enabled"] else "off")
+        cleaning = (f"{result['cleans_during']} cleans, {result['cleaned_mb']} MB at {result['clean_mb_per_sec']} MB/s"
+                    if result["cleaner_enabled"] else "-")
+        rows.append((label, f"{result['lines']} single-line writes",
+                     f"p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms, max {result['max_ms']} ms; {cleaning}"))
+    lines = ["| run | workload | result |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
