@@ -134,6 +134,7 @@ def stats_json(manager: "LogManager", stats: MountStats) -> bytes:
         topic["partitions"][str(tp.partition)] = {
             "dir": lg.dir, "log_start_offset": lg.log_start_offset, "log_end_offset": lg.log_end_offset,
             "recovery_point": lg.recovery_point, "size_bytes": size, "num_segments": lg.num_segments,
+            "pending_deletion": {"segments": lg.pending_deletion_segments, "bytes": lg.pending_deletion_bytes},
         }
         topic["size_bytes"] += size
         topic["records"] += lg.log_end_offset - lg.log_start_offset
@@ -154,6 +155,7 @@ def stats_json(manager: "LogManager", stats: MountStats) -> bytes:
         "appends": {"records": stats.appended_records, "bytes": stats.appended_bytes,
                     "batches": stats.append_batches},
         "views_open": stats.views_open,
+        "pending_log_deletions": manager.pending_deletions(),
         "tasks": {name: run.as_dict() for name, run in sorted(stats.tasks.items())},
         "cleaner": None if cleaner is None else cleaner.metrics(),
     }
@@ -173,6 +175,11 @@ class _MountCollector:
         end = GaugeMetricFamily("kafka_log_log_logendoffset", "Log end offset", labels=labels)
         start = GaugeMetricFamily("kafka_log_log_logstartoffset", "Log start offset", labels=labels)
         segs = GaugeMetricFamily("kafka_log_log_numlogsegments", "Number of log segments", labels=labels)
+        pending_segs = GaugeMetricFamily("logfs_log_pending_deletion_segments",
+                                         "Segments renamed .deleted and waiting for file.delete.delay.ms",
+                                         labels=labels)
+        pending_bytes = GaugeMetricFamily("logfs_log_pending_deletion_bytes",
+                                          "Bytes of segments waiting for deletion", labels=labels)
         for lg in _logs(self._manager):
             tp = lg.topic_partition
             lv = [tp.topic, str(tp.partition)]
@@ -180,7 +187,12 @@ class _MountCollector:
             end.add_metric(lv, lg.log_end_offset)
             start.add_metric(lv, lg.log_start_offset)
             segs.add_metric(lv, lg.num_segments)
-        yield from (size, end, start, segs)
+            pending_segs.add_metric(lv, lg.pending_deletion_segments)
+            pending_bytes.add_metric(lv, lg.pending_deletion_bytes)
+        yield from (size, end, start, segs, pending_segs, pending_bytes)
+        yield GaugeMetricFamily("logfs_pending_log_deletions",
+                                "Partition directories renamed -delete and waiting for removal",
+                                value=len(self._manager.pending_deletions()))
         st = self._stats
         yield CounterMetricFamily("logfs_append_records", "Records appended through the mount",
                                   value=st.appended_records)

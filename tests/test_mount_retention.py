@@ -144,6 +144,11 @@ def test_time_retention_deletes_only_expired_segments_through_deleted_files(moun
     assert {n.split(".")[0] for n in deleted} == {"%020d" % s["base_offset"] for s in expired}
     assert after["pending_deletion"]["segments"] == len(expired)
     assert after["pending_deletion"]["bytes"] == sum(s["size_bytes"] for s in expired)
+    waiting = json.loads((mount / ".logfs/stats.json").read_bytes())["topics"]["t"]["partitions"]["0"]
+    if any(n.endswith(".deleted") for n in _files(pdir)):          # still inside file.delete.delay.ms
+        assert waiting["pending_deletion"]["segments"] > 0
+        assert b'logfs_log_pending_deletion_segments{partition="0",topic="t"}' in \
+            (mount / ".logfs/metrics").read_bytes()
     # a file opened now starts at the new log start; the one opened before reads on, whole
     assert (mount / "t/0/records").read_bytes().startswith(b"line-%06d\n" % expected_start)
     assert head + reader.read() == _lines(0, 800)
@@ -276,7 +281,10 @@ def test_kill_while_segments_and_dirs_wait_for_removal(mount):
     start = _wait_for(lambda: _state(mount)["log_start_offset"], what="log start moved")
     os.rmdir(mount / "gone")
     assert "gone" not in os.listdir(mount.path)
-    assert [n for n in _files(mount.data) if n.startswith("gone-0.") and n.endswith("-delete")]
+    queued = [n for n in _files(mount.data) if n.startswith("gone-0.") and n.endswith("-delete")]
+    assert queued
+    pending = json.loads((mount / ".logfs/stats.json").read_bytes())["pending_log_deletions"]
+    assert [os.path.basename(p) for p in pending] == queued
     (mount / "gone").mkdir()                                          # recreated at once, empty
     assert (mount / "gone/0/records").read_bytes() == b""
     _write(mount, "gone", 1000, 20)
