@@ -21,10 +21,21 @@ How positions map to records:
   from that log position and renders only a few batches.
 * Sequential reads continue from a cursor (the last rendered chunk and the log
   position after it) without any lookup.
+* A view follows the log across compaction and retention by *offset*: once
+  its last segment stops being active, it continues at that segment's next
+  offset in whatever segment of the log holds it now.  The cleaner may have
+  merged that segment with later ones into a cleaned segment starting at or
+  below that offset (even at the same base offset); the new slot then skips
+  the records below it, so a reader sees every record the log still holds
+  after what it read, in offset order, none twice and never part of one.  If
+  retention deleted the segments that followed, the view continues at the next
+  record that still exists.
 * Once the view has read past a slot its strong reference is dropped (a weak
   one is kept), so a long-running reader does not keep deleted data on disk;
   a backward read into a segment that still exists is served through the weak
-  reference.
+  reference, one into a released segment that is gone fails with
+  OffsetOutOfRangeError.  The sequential cursor never needs a released
+  segment: resting at the end of one, it moves on by the slot's final size.
 
 Sizes come from the view index totals, which count only complete batches, so a
 view never exposes part of a record that is still being appended.
@@ -76,7 +87,9 @@ class _Slot:
     def __init__(self, segment: LogSegment, start: int, skip: int) -> None:
         self.base_offset = segment.base_offset
         self.start = start              # view position of this slot's first byte
-        self.skip = skip                # rendering bytes of the segment before the view's anchor
+        # rendering bytes of the segment before the view's anchor, or before the
+        # record the view continues at when it resumes inside a cleaned segment
+        self.skip = skip
         self.final_size: int | None = None   # segment rendering size once it is inactive
         self.strong: LogSegment | None = segment
         try:
@@ -165,26 +178,51 @@ class LogView:
                 break
         return min(size, limit)
 
-    def _append_slot(self, segment: LogSegment) -> None:
+    def _append_slot(self, segment: LogSegment, skip: int = 0) -> None:
         last = self._slots[-1]
-        last_segment = last.segment()
         if last.final_size is None:
-            last.final_size = self._segment_size(last_segment)
-        self._slots.append(_Slot(segment, last.start + last.final_size - last.skip, 0))
+            last.final_size = self._segment_size(self._segment_of(last))
+        self._slots.append(_Slot(segment, last.start + last.final_size - last.skip, skip))
 
     def _refresh(self) -> None:
-        """Take in segments rolled since the view's last segment stopped being active."""
+        """Take in what the log holds after the view's last segment once that stopped being active.
+
+        The continuation is found by offset, not by base offset: the first
+        record the view has not rendered is the last segment's next offset,
+        and the view goes on with whatever segment of the log *now* holds it.
+        After a compaction that is a cleaned segment which may start at or
+        below that offset (the cleaner merges the view's old active segment
+        with later ones into one segment with the first one's base offset),
+        so the new slot skips the records below it: no record twice, and no
+        survivor of the merged segments missed.  When retention deleted the
+        segments that followed, the view continues at the log's first
+        segment, the next record that still exists.
+        """
         if self._single:
             return
         last = self._slots[-1]
         last_segment = last.segment()
-        if last_segment is not None and self.log.active_segment is last_segment:
+        log = self.log
+        segments = log.segments
+        active = segments.peekitem(-1)[1]
+        if last_segment is None or last_segment is active:
             return
-        for base, segment in self.log.segments.items():
-            if base > last.base_offset:
-                self._append_slot(segment)
-        if last.final_size is None and last_segment is not None and self.log.active_segment is not last_segment:
+        if last.final_size is None:
             last.final_size = self._segment_size(last_segment)
+        # An inactive segment never changes again (the cleaner writes new segment
+        # objects), so its next offset is final.
+        next_offset = last_segment.next_offset
+        values = segments.values()
+        first = max(segments.bisect_right(next_offset) - 1, 0)
+        for segment in values[first:]:
+            if segment is last_segment:
+                continue
+            if segment.base_offset < next_offset:
+                if segment is not active and segment.next_offset <= next_offset:
+                    continue                # wholly rendered already
+                self._append_slot(segment, self._size_before(segment, next_offset))
+            else:
+                self._append_slot(segment)
 
     def _slot_size(self, slot: _Slot) -> int:
         if slot.final_size is not None:
@@ -271,15 +309,26 @@ class LogView:
         chunk becomes the cursor for the next sequential read.
         """
         slot = self._slots[slot_index]
-        segment = self._segment_of(slot)
         slot_end = self._slot_size(slot)                    # complete batches only
-        seg_stop = min(stop - slot.start + slot.skip, slot_end)
         if render_pos >= slot_end:
+            # The cursor may rest at the end of a slot it has released (and whose
+            # segment is gone): moving on needs only the slot's final size.
             if slot_index + 1 < len(self._slots):
                 self._next = (slot_index + 1, 0, 0)
                 self._buf, self._buf_start = b"", position
                 return self._render_chunk(slot_index + 1, 0, 0, position, stop)
             return b""
+        segment = self._segment_of(slot)
+        if render_pos < slot.skip:
+            # entering a slot that starts inside its segment: go to the index floor of its first byte
+            index = segment.view_index
+            if self._text:
+                _, floor_log_pos, floor_pos, _ = index.floor_by_text(slot.skip)
+            else:
+                _, floor_log_pos, _, floor_pos = index.floor_by_json(slot.skip)
+            if floor_pos > render_pos:
+                log_pos, render_pos = floor_log_pos, floor_pos
+        seg_stop = min(stop - slot.start + slot.skip, slot_end)
         rendered: list[bytes] = []
         chunk_start = render_pos
         pos = render_pos
@@ -363,7 +412,12 @@ class LogView:
     # ------------------------------------------------------------------ memory
 
     def _release_read_past(self, position: int) -> None:
-        """Drop strong references to slots entirely before ``position``."""
+        """Drop strong references to slots entirely before ``position``.
+
+        The cursor may still name such a slot (a read that ended exactly at its
+        end): it only ever moves on from there, which needs the slot's final
+        size, never its segment (see _render_chunk).
+        """
         for slot in self._slots[:-1]:
             if slot.strong is None:
                 continue

@@ -295,3 +295,66 @@ def read_all_until(view: LogView, end: int, chunk: int) -> bytes:
         out.append(piece)
         pos += len(piece)
     return b"".join(out)
+
+
+def _compacted_log(tmp_path) -> Log:
+    # rolls only when the test says so; the cleaner may merge every cleanable segment into one
+    return make_log(tmp_path, segment_bytes=1 << 20, cleanup_policy="compact",
+                    min_cleanable_dirty_ratio="0.01", file_delete_delay_ms=200)
+
+
+def _clean_and_delete(tmp_path, log: Log) -> None:
+    """One run of the real LogCleaner, then file.delete.delay.ms passes and the .deleted files go."""
+    from engine.cleaner import LogCleaner
+    from engine.config import BrokerConfig
+
+    config = BrokerConfig.from_props({"log.dirs": str(tmp_path),
+                                      "log.cleaner.dedupe.buffer.size": str(1 << 20)})
+    assert LogCleaner(config, [str(tmp_path)], lambda: [log], log.clock).clean_once() is not None
+    log.clock.sleep(201)
+    assert log.delete_expired_segment_files() > 0
+    gc.collect()                      # the replaced segment objects are gone for good
+
+
+def test_cursor_resting_at_the_end_of_a_cleaned_away_segment_reads_on(tmp_path):
+    """The tail -f ENOENT: a read ends exactly at the end of a just-rolled segment, from the cursor's
+    chunk, so the view releases that segment; the cleaner replaces it and its files are deleted; the
+    next sequential read must go on to the next segment without needing the released one."""
+    log = _compacted_log(tmp_path)
+    for i in range(12):
+        log.append_values([b"a-%d" % i, b"b-%d" % i], [b"a", b"b"])
+    view = LogView(log, ViewFormat.TEXT)
+    end = view.size()
+    head = view.read(0, end - 3)          # renders whole batches: the chunk reaches the segment's end
+    log.roll()
+    assert view.read(end - 3, 100) == b"11\n"     # served from the chunk; the view ends with the segment
+    assert view.held_segments() == 1
+    _clean_and_delete(tmp_path, log)
+    log.append_values([b"after"], [b"c"])
+    assert view.read(end, 100) == b"after\n"
+    assert head + b"11\n" == b"".join(b"a-%d\nb-%d\n" % (i, i) for i in range(12))
+
+
+@pytest.mark.parametrize("fmt", list(ViewFormat))
+def test_view_continues_inside_a_cleaned_segment_that_merged_its_last_segment(tmp_path, fmt):
+    """The cleaner merges the view's last (formerly active) segment with the next one into a segment
+    with the same base offset: the view renders the survivors of the next one, none twice."""
+    log = _compacted_log(tmp_path)
+    for i in range(10):
+        log.append_values([b"first-%d" % i], [b"k%d" % (i % 3)])
+    view = LogView(log, fmt)
+    seen = read_all(view, 4096)
+    log.roll()
+    for i in range(10):
+        log.append_values([b"second-%d" % i], [b"k%d" % (i % 3)])
+    log.roll()
+    _clean_and_delete(tmp_path, log)
+    assert list(log.segments) == [0, 20]          # one cleaned segment at the old base offset
+    log.append_values([b"third"], [b"k0"])
+    rest = read_all_from(view, len(seen), 7)
+    expected_records = [r for r in log.read_records(10)]
+    assert [r.value for r in expected_records] == [b"second-7", b"second-8", b"second-9", b"third"]
+    if fmt is ViewFormat.TEXT:
+        assert rest == b"second-7\nsecond-8\nsecond-9\nthird\n"
+    else:
+        assert rest == render.render_jsonl(expected_records, TOPIC, 3, 1)
