@@ -14,9 +14,20 @@ cleaner itself (``kafka-log-cleaner-thread-<i>`` tasks); with a short
 cleaning while the appends are measured, and its cleaning throughput is read
 from ``.logfs/stats.json`` (the cleaner's totals over the measured window).
 
-``all`` (the default) runs both and prints one table.
+With ``--preload-mb`` (default 4) a second compacted topic is filled with
+that much keyed data first, in 1 MiB segments, so that a long, CPU-bound
+clean runs while the appends are measured: that is what shows the cleaner
+holding the GIL against the mount's trio thread.
+
+``gil``: how long another thread waits for the GIL while a clean runs (what
+the mount's trio thread sees): the main thread sleeps 1 ms in a loop during an
+engine-level ``clean_once`` in a worker thread and records how late it wakes
+up, with the cleaner's per-batch GIL yield (``Cleaner.gil_yield``) on and off.
+
+``all`` (the default) runs engine and mount and prints one table.
 
     .venv/bin/python scripts/bench_cleaner.py all
+    .venv/bin/python scripts/bench_cleaner.py gil
     .venv/bin/python scripts/bench_cleaner.py engine --records 200000 --keys 10000
     .venv/bin/python scripts/bench_cleaner.py mount --lines 3000
 """
@@ -26,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import shutil
 import statistics
 import subprocess
@@ -93,6 +103,55 @@ def bench_engine(records: int, keys: int, batch: int, value_size: int, segment_b
         shutil.rmtree(base, ignore_errors=True)
 
 
+# --------------------------------------------------------------------------------------- gil
+
+def bench_gil(records: int, keys: int, yield_gil: bool) -> dict:
+    """Wake-up delays of a thread sleeping 1 ms in a loop while a clean runs in another thread."""
+    import threading
+
+    from engine.cleaner import GilYield, LogCleaner
+    from engine.config import BrokerConfig, LogConfig
+    from engine.log import Log
+
+    base = Path(tempfile.mkdtemp(prefix="bench-cleaner-gil-"))
+    try:
+        config = LogConfig.from_props({"cleanup.policy": "compact", "segment.bytes": str(1 << 20)})
+        log = Log.load(str(base / "bench-0"), config)
+        for first in range(0, records, 10):
+            log.append_values([b"v" * 100] * 10, [b"key-%d" % ((first + i) % keys) for i in range(10)])
+        log.roll()
+        cleaner = LogCleaner(BrokerConfig.from_props({"log.dirs": str(base)}), [str(base)], lambda: [log])
+        if not yield_gil:
+            for worker in cleaner.cleaners:
+                worker.gil_yield = GilYield(float("inf"))
+        finished = threading.Event()
+        elapsed: list[float] = []
+
+        def clean() -> None:
+            started = time.perf_counter()
+            try:
+                cleaner.clean_once()
+            finally:
+                elapsed.append(time.perf_counter() - started)
+                finished.set()
+
+        worker_thread = threading.Thread(target=clean, name="kafka-log-cleaner-thread-0")
+        worker_thread.start()
+        delays = []
+        while not finished.is_set():
+            started = time.perf_counter()
+            time.sleep(0.001)
+            delays.append((time.perf_counter() - started - 0.001) * 1000)
+        worker_thread.join()
+        log.close()
+        return {"gil_yield": yield_gil, "clean_secs": round(elapsed[0], 3), "samples": len(delays),
+                "wakeup_delay_p50_ms": round(statistics.median(delays), 3),
+                "wakeup_delay_p99_ms": round(_percentile(delays, 0.99), 3),
+                "wakeup_delay_max_ms": round(max(delays), 3)}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 # ------------------------------------------------------------------------------------- mount
 
 def _percentile(samples: list[float], q: float) -> float:
@@ -117,7 +176,21 @@ def _append_latencies(mnt: Path, topic: str, lines: int, keys: int) -> list[floa
     return latencies
 
 
-def bench_mount_once(cleaner_enabled: bool, lines: int, keys: int, backoff_ms: int) -> dict:
+def _preload(mnt: Path, topic: str, megabytes: float, keys: int = 2000) -> None:
+    """Fill a compacted ``topic`` with ``megabytes`` of keyed lines, written 1 MiB at a time."""
+    (mnt / topic).mkdir()
+    (mnt / topic / "config").write_text("cleanup.policy=compact\nparse.key=true\nsegment.bytes=1048576\n")
+    line_size = len(b"key-0000\t") + 101
+    total = int(megabytes * 2**20) // line_size
+    with open(mnt / topic / "0" / "append", "ab") as f:
+        for first in range(0, total, 8192):
+            f.write(b"".join(b"key-%04d\t%s\n" % ((first + i) % keys, b"x" * 100)
+                             for i in range(min(8192, total - first))))
+            f.flush()
+
+
+def bench_mount_once(cleaner_enabled: bool, lines: int, keys: int, backoff_ms: int,
+                     preload_mb: float = 0.0) -> dict:
     base = Path(tempfile.mkdtemp(prefix="bench-cleaner-mount-"))
     data, mnt = base / "data", base / "mnt"
     data.mkdir()
@@ -140,13 +213,15 @@ def bench_mount_once(cleaner_enabled: bool, lines: int, keys: int, backoff_ms: i
         (mnt / topic).mkdir()
         (mnt / topic / "config").write_text("cleanup.policy=compact\nparse.key=true\n")
         _append_latencies(mnt, topic, min(lines, 500), keys)        # warm-up, makes segments to clean
+        if preload_mb > 0:
+            _preload(mnt, "bench-preload", preload_mb)
         before = _cleaner_totals(mnt)
         latencies = _append_latencies(mnt, topic, lines, keys)
         after = _cleaner_totals(mnt)
         state = json.loads((mnt / topic / "0" / "state").read_text())
         cleaned_bytes = after["bytes_read"] - before["bytes_read"]
         clean_secs = after["elapsed_secs"] - before["elapsed_secs"]
-        return {"cleaner_enabled": cleaner_enabled, "lines": lines,
+        return {"cleaner_enabled": cleaner_enabled, "lines": lines, "preload_mb": preload_mb,
                 "p50_ms": round(statistics.median(latencies), 3),
                 "p99_ms": round(_percentile(latencies, 0.99), 3),
                 "max_ms": round(max(latencies), 3),
@@ -175,8 +250,9 @@ def _cleaner_totals(mnt: Path) -> dict:
     return cleaner["totals"]
 
 
-def bench_mount(lines: int, keys: int, backoff_ms: int) -> list[dict]:
-    return [bench_mount_once(False, lines, keys, backoff_ms), bench_mount_once(True, lines, keys, backoff_ms)]
+def bench_mount(lines: int, keys: int, backoff_ms: int, preload_mb: float) -> list[dict]:
+    return [bench_mount_once(False, lines, keys, backoff_ms, preload_mb),
+            bench_mount_once(True, lines, keys, backoff_ms, preload_mb)]
 
 
 # -------------------------------------------------------------------------------------- main
@@ -198,12 +274,18 @@ def main(argv: list[str] | None = None) -> int:
     mnt.add_argument("--lines", type=int, default=3000)
     mnt.add_argument("--keys", type=int, default=100)
     mnt.add_argument("--backoff-ms", type=int, default=50)
-    both = sub.add_parser("all", help="both, one table")
+    mnt.add_argument("--preload-mb", type=float, default=4.0,
+                     help="MB of keyed data in a second compacted topic, cleaned during the measurement")
+    gil = sub.add_parser("gil", help="another thread's wait for the GIL during a clean, yield on and off")
+    gil.add_argument("--records", type=int, default=200_000)
+    gil.add_argument("--keys", type=int, default=10_000)
+    both = sub.add_parser("all", help="engine and mount, one table")
     both.add_argument("--records", type=int, default=200_000)
     both.add_argument("--keys", type=int, default=10_000)
     both.add_argument("--lines", type=int, default=3000)
     both.add_argument("--mount-keys", type=int, default=100)
     both.add_argument("--backoff-ms", type=int, default=50)
+    both.add_argument("--preload-mb", type=float, default=4.0)
     parser.add_argument("-v", "--verbose", action="store_true", help="show the cleaner's log lines")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
@@ -211,12 +293,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "engine":
         print(bench_engine(args.records, args.keys, args.batch, args.value_size, args.segment_bytes,
                            args.profile))
+    elif args.what == "gil":
+        for yield_gil in (False, True):
+            print(bench_gil(args.records, args.keys, yield_gil))
     elif args.what == "mount":
-        for result in bench_mount(args.lines, args.keys, args.backoff_ms):
+        for result in bench_mount(args.lines, args.keys, args.backoff_ms, args.preload_mb):
             print(result)
     else:
         engine = bench_engine(args.records, args.keys, 10, 100, 1 << 20, False)
-        mount = bench_mount(args.lines, args.mount_keys, args.backoff_ms)
+        mount = bench_mount(args.lines, args.mount_keys, args.backoff_ms, args.preload_mb)
         print(_table(engine, mount, args))
     return 0
 
@@ -233,7 +318,7 @@ def _table(engine: dict, mount: list[dict], args: argparse.Namespace) -> str:
         label = "mount: appends, cleaner " + ("on" if result["cleaner_enabled"] else "off")
         cleaning = (f"{result['cleans_during']} cleans, {result['cleaned_mb']} MB at {result['clean_mb_per_sec']} MB/s"
                     if result["cleaner_enabled"] else "-")
-        rows.append((label, f"{result['lines']} single-line writes",
+        rows.append((label, f"{result['lines']} single-line writes, {result['preload_mb']} MB compacted preload",
                      f"p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms, max {result['max_ms']} ms; {cleaning}"))
     lines = ["| run | workload | result |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]

@@ -112,3 +112,44 @@ def test_collisions_in_a_nearly_full_table_resolve_by_probing():
     assert m.size == 97
     assert all(m.get(b"key-%d" % i) == 1000 + i for i in range(97))
     assert m.collision_rate > 0
+
+
+# ----------------------------------------------------------------------- batched operations
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=6), st.integers(0, 2**40)), max_size=200),
+       st.integers(min_value=1, max_value=8), st.integers(min_value=0, max_value=40))
+def test_put_many_and_get_many_are_put_and_get_in_a_loop(ops, extra_slots, max_entries):
+    """Same slots (byte for byte), size, latest offset and stopping point as one put() per pair."""
+    distinct = len({k for k, _ in ops})
+    memory = (distinct + extra_slots) * BYTES_PER_ENTRY
+    one_by_one, batched = OffsetMap(memory, 1.0), OffsetMap(memory, 1.0)
+    keys, offsets = [k for k, _ in ops], [o for _, o in ops]
+    expected_done = 0
+    for key, offset in ops:
+        if one_by_one.size >= max_entries:
+            break
+        one_by_one.put(key, offset)
+        expected_done += 1
+    assert batched.put_many(keys, offsets, max_entries) == expected_done
+    assert bytes(batched._bytes) == bytes(one_by_one._bytes)
+    assert (batched.size, batched.latest_offset) == (one_by_one.size, one_by_one.latest_offset)
+    probes = keys + [b"\xff" * 7, b""]
+    assert batched.get_many(probes) == [one_by_one.get(k) for k in probes]
+
+
+def test_put_many_refuses_a_new_key_when_every_slot_is_taken():
+    m = OffsetMap(3 * BYTES_PER_ENTRY, load_factor=1.0)
+    with pytest.raises(OffsetMapFullError, match="full offset map, entries: 3, slots: 3"):
+        m.put_many([b"a", b"b", b"c", b"d"], [1, 2, 3, 4])
+    # what was put before the refusal stays, and lookups still work on a full map
+    assert m.size == 3 and m.latest_offset == 3
+    assert m.get_many([b"a", b"c", b"zz"]) == [1, 3, -1]
+
+
+def test_get_many_walks_collision_chains_of_a_full_table():
+    m = OffsetMap(31 * BYTES_PER_ENTRY, load_factor=1.0)
+    keys = [b"key-%d" % i for i in range(31)]
+    assert m.put_many(keys, list(range(500, 531))) == 31
+    assert m.collision_rate > 0
+    assert m.get_many(keys + [b"absent"]) == list(range(500, 531)) + [-1]
