@@ -52,8 +52,8 @@ from engine.cleaner_manager import (LastCleaning, LogCleanerManager, LogCleaning
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import CorruptRecordError, LogfsError
 from engine.offset_map import OffsetMap
-from engine.records import (COMPRESSION_CODEC_MASK, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, Record,
-                            decode_batch, encode_records, iter_batches, read_header, validate_batch)
+from engine.records import (LOG_OVERHEAD, BatchHeader, Record, decode_batch, decode_key_columns, encode_records,
+                            iter_batches, read_header, validate_batch)
 from engine.render import batch_view_sizes
 from engine.segment import CLEANED_FILE_SUFFIX, LogSegment, log_file_path, offset_index_file_path, \
     time_index_file_path
@@ -363,7 +363,7 @@ class Cleaner:
                     if header.is_control:
                         stats.map_messages_read += 1
                     else:
-                        batch_offsets, batch_keys, _ = _key_columns(chunk, pos, header)
+                        batch_offsets, batch_keys, _ = decode_key_columns(chunk, pos, header)
                         stats.map_messages_read += len(batch_offsets)
                         if header.base_offset < start or None in batch_keys:
                             pairs = [(o, k) for o, k in zip(batch_offsets, batch_keys)
@@ -595,7 +595,7 @@ class Cleaner:
         pause = self.gil_yield
         for pos, header in batches:
             if header.base_offset <= latest_offset and not header.is_control:
-                batch_columns = _key_columns(chunk, pos, header)
+                batch_columns = decode_key_columns(chunk, pos, header)
                 columns[pos] = batch_columns
                 keys += batch_columns[1]
                 pause()
@@ -674,95 +674,6 @@ def _retained(offsets: list[int], keys: list[bytes | None], tombstones: list[int
             if offsets[index] <= latest_offset:
                 retained[index] = False
     return retained
-
-
-def _varint_at(buf: bytes, pos: int) -> tuple[int, int]:
-    """The zig-zag varint at ``pos`` and the position after it."""
-    shift = raw = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint is longer than 10 bytes")
-
-
-def _key_columns(buf: bytes, pos: int, header: BatchHeader) -> tuple[list[int], list[bytes | None], list[int]]:
-    """(offsets, keys, indexes of null values) of the data batch at ``pos``.
-
-    All the cleaner needs to decide retention, read without building Records or
-    copying values: each record is skipped by its length after its key and the
-    first byte of its value length.  Compressed batches are decoded whole.
-    Called only on batches that ``iter_batches`` framed, so the batch is in ``buf``.
-    """
-    if header.attributes & COMPRESSION_CODEC_MASK:
-        records = decode_batch(buf, pos, header)
-        return ([r.offset for r in records], [r.key for r in records],
-                [i for i, r in enumerate(records) if r.value is None])
-    base_offset = header.base_offset
-    p = pos + HEADER_SIZE
-    stop = pos + header.batch_length + LOG_OVERHEAD
-    offsets: list[int] = []
-    keys: list[bytes | None] = []
-    tombstones: list[int] = []
-    add_offset = offsets.append
-    add_key = keys.append
-    varint = _varint_at
-    try:
-        for index in range(header.records_count):
-            b = buf[p]                      # record length; an odd zig-zag varint is negative
-            if b & 0x81 == 0:
-                record_end = p + 1 + (b >> 1)
-                p += 2                      # length, attributes
-            elif b & 1 == 0 and buf[p + 1] < 0x80:      # records of 64 to 8191 bytes
-                record_end = p + 2 + (((b & 0x7F) | (buf[p + 1] << 7)) >> 1)
-                p += 3
-            else:
-                length, p = varint(buf, p)
-                if length < 0:
-                    raise ValueError(f"invalid record length {length}")
-                record_end = p + length
-                p += 1
-            while buf[p] >= 0x80:           # timestamp delta: not needed
-                p += 1
-            b = buf[p + 1]                  # offset delta
-            if b < 0x80:
-                add_offset(base_offset + ((b >> 1) ^ -(b & 1)))
-                p += 2
-            else:
-                delta, p = varint(buf, p + 1)
-                add_offset(base_offset + delta)
-            b = buf[p]                      # key length, key
-            if b == 1:
-                add_key(None)
-                p += 1
-            elif b < 0x80 and not b & 1:
-                p += 1
-                key_end = p + (b >> 1)
-                add_key(buf[p:key_end])
-                p = key_end
-            else:
-                length, p = varint(buf, p)
-                if length < 0:
-                    raise ValueError(f"invalid key length {length}")
-                key_end = p + length
-                add_key(buf[p:key_end])
-                p = key_end
-            if p >= record_end or record_end > stop:
-                raise ValueError(f"record at {p - pos} overruns its length or the batch")
-            if buf[p] == 1:                 # value length -1: a tombstone
-                tombstones.append(index)
-            p = record_end
-    except (IndexError, ValueError) as exc:
-        raise CorruptRecordError(f"Found invalid record structure in the batch at offset {base_offset}: {exc}",
-                                 position=pos) from None
-    if p != stop:
-        raise CorruptRecordError(f"Found invalid record structure in the batch at offset {base_offset}: "
-                                 f"{stop - p} bytes left after the last record", position=pos)
-    return offsets, keys, tombstones
 
 
 def _max_timestamp(records: list[Record]) -> tuple[int, int]:

@@ -1173,3 +1173,79 @@ def decode_columns(buf, pos: int = 0, header: BatchHeader | None = None) -> Batc
         offsets = range(offsets[0], offsets[0] + len(offsets))     # increasing, so gap-free
     return BatchColumns(offsets, timestamps, None if keys.count(None) == len(keys) else keys,
                         values, headers if any(headers) else None)
+
+
+def decode_key_columns(buf, pos: int, header: BatchHeader) -> tuple[list[int], list[bytes | None], list[int]]:
+    """(offsets, keys, indexes of null values) of the data batch at ``pos``: the log cleaner's view.
+
+    All the cleaner needs to build its offset map and decide retention, read
+    without building Records or copying values: each record is skipped by its
+    length after its key and the first byte of its value length.  Compressed
+    batches are decoded whole.  The batch must be framed (``iter_batches``),
+    so it is whole in ``buf``; a malformed record raises CorruptRecordError.
+    """
+    if header.attributes & COMPRESSION_CODEC_MASK:
+        records = decode_batch(buf, pos, header)
+        return ([r.offset for r in records], [r.key for r in records],
+                [i for i, r in enumerate(records) if r.value is None])
+    base_offset = header.base_offset
+    p = pos + HEADER_SIZE
+    stop = pos + header.batch_length + LOG_OVERHEAD
+    offsets: list[int] = []
+    keys: list[bytes | None] = []
+    tombstones: list[int] = []
+    add_offset = offsets.append
+    add_key = keys.append
+    varint = _read_varint
+    try:
+        for index in range(header.records_count):
+            b = buf[p]                      # record length; an odd zig-zag varint is negative
+            if b & 0x81 == 0:
+                record_end = p + 1 + (b >> 1)
+                p += 2                      # length, attributes
+            elif b & 1 == 0 and buf[p + 1] < 0x80:      # records of 64 to 8191 bytes
+                record_end = p + 2 + (((b & 0x7F) | (buf[p + 1] << 7)) >> 1)
+                p += 3
+            else:
+                length, p = varint(buf, p)
+                if length < 0:
+                    raise ValueError(f"invalid record length {length}")
+                record_end = p + length
+                p += 1
+            while buf[p] >= 0x80:           # timestamp delta: not needed
+                p += 1
+            b = buf[p + 1]                  # offset delta
+            if b < 0x80:
+                add_offset(base_offset + ((b >> 1) ^ -(b & 1)))
+                p += 2
+            else:
+                delta, p = varint(buf, p + 1)
+                add_offset(base_offset + delta)
+            b = buf[p]                      # key length, key
+            if b == 1:
+                add_key(None)
+                p += 1
+            elif b < 0x80 and not b & 1:
+                p += 1
+                key_end = p + (b >> 1)
+                add_key(buf[p:key_end])
+                p = key_end
+            else:
+                length, p = varint(buf, p)
+                if length < 0:
+                    raise ValueError(f"invalid key length {length}")
+                key_end = p + length
+                add_key(buf[p:key_end])
+                p = key_end
+            if p >= record_end or record_end > stop:
+                raise ValueError(f"record at {p - pos} overruns its length or the batch")
+            if buf[p] == 1:                 # value length -1: a tombstone
+                tombstones.append(index)
+            p = record_end
+    except (IndexError, ValueError) as exc:
+        raise CorruptRecordError(f"Found invalid record structure in the batch at offset {base_offset}: {exc}",
+                                 position=pos) from None
+    if p != stop:
+        raise CorruptRecordError(f"Found invalid record structure in the batch at offset {base_offset}: "
+                                 f"{stop - p} bytes left after the last record", position=pos)
+    return offsets, keys, tombstones

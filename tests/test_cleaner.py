@@ -14,16 +14,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from engine.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
-from engine.cleaner import Cleaner, CleanerStats, GilYield, LogCleaner, Throttler, _key_columns
+from engine.cleaner import Cleaner, CleanerStats, GilYield, LogCleaner, Throttler
 from engine.cleaner_manager import (LOG_CLEANING_ABORTED, LogCleanerManager, LogCleaningPaused, LogToClean,
                                     cleanable_offsets)
 from engine.clock import ManualClock
 from engine.config import BrokerConfig, LogConfig
 from engine.log import Log
 from engine.offset_map import BYTES_PER_ENTRY, OffsetMap
-from engine.errors import CorruptRecordError
-from engine.records import (HEADER_SIZE, Compression, Record, TimestampType, decode_batch, encode_records,
-                            iter_batches, read_header)
+from engine.records import Compression, Record, TimestampType, encode_records, iter_batches
 from engine.segment import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, LogSegment
 from engine.topic import TopicPartition
 
@@ -627,44 +625,7 @@ def test_largest_dirty_ratio_wins(tmp_path):
         log.close()
 
 
-# ------------------------------------------------------------------- fast paths of the cleaner
-
-record_strategy = st.tuples(
-    st.integers(1, 300),                                        # offset gap from the previous record
-    st.integers(-5000, 5000),                                   # timestamp delta
-    st.one_of(st.none(), st.binary(max_size=80)),               # key (up to 2-byte varint lengths)
-    st.one_of(st.none(), st.binary(max_size=9000)),             # value (records of 1 to 3 length bytes)
-    st.lists(st.tuples(st.text(max_size=4), st.one_of(st.none(), st.binary(max_size=4))), max_size=2))
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(record_strategy, min_size=1, max_size=12), st.sampled_from(list(Compression)[:3]),
-       st.integers(0, 2**40))
-def test_key_columns_read_what_decode_batch_reads(specs, compression, base_offset):
-    """Offsets, keys and tombstones of any batch, uncompressed or not, equal the full decoder's."""
-    records, offset = [], base_offset
-    for gap, ts, key, value, headers in specs:
-        offset += gap
-        records.append(Record(offset, 1_600_000_000_000 + ts, key, value, tuple(headers)))
-    batch = b"junk" + encode_records(records, compression=compression)
-    header = read_header(batch, 4)
-    offsets, keys, tombstones = _key_columns(batch, 4, header)
-    decoded = decode_batch(batch, 4, header)
-    assert offsets == [r.offset for r in decoded] == [r.offset for r in records]
-    assert keys == [r.key for r in decoded]
-    assert tombstones == [i for i, r in enumerate(decoded) if r.value is None]
-
-
-def test_key_columns_refuse_a_record_that_overruns_its_length():
-    batch = bytearray(encode_records([Record(0, 0, b"key", b"value"), Record(1, 0, b"k2", b"v2")]))
-    batch[HEADER_SIZE + 4] = 0x7E            # first key length 3 -> 63: past its record's end
-    with pytest.raises(CorruptRecordError, match="invalid record structure in the batch at offset 0"):
-        _key_columns(bytes(batch), 0, read_header(batch))
-    batch = bytearray(encode_records([Record(0, 0, b"key", b"value")]))
-    batch[HEADER_SIZE] = 0x03                # record length -2
-    with pytest.raises(CorruptRecordError, match="invalid record structure"):
-        _key_columns(bytes(batch), 0, read_header(batch))
-
+# ------------------------------------------------------------------- offset map filling
 
 def test_map_filling_up_inside_one_read_chunk_stops_at_the_same_record(tmp_path):
     """A chunk holding the whole dirty section: the map stops where a record-by-record build would."""

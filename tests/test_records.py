@@ -16,7 +16,7 @@ import pytest
 from crc32c import crc32c
 from hypothesis import given, settings, strategies as st
 from kafka.codec import snappy_encode
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from engine.errors import CorruptRecordError, InvalidConfigError, InvalidRecordError

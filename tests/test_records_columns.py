@@ -1,4 +1,4 @@
-"""engine.records.decode_columns: the same records as decode_batch, as parallel columns."""
+"""engine.records.decode_columns and decode_key_columns: the same records as decode_batch, as columns."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from hypothesis import given, settings, strategies as st
 
 from engine.errors import CorruptRecordError
 from engine.records import (
-    HEADER_SIZE, Compression, Record, TimestampType, decode_batch, decode_columns, encode_records,
-    encode_values,
+    HEADER_SIZE, Compression, Record, TimestampType, decode_batch, decode_columns, decode_key_columns,
+    encode_records, encode_values, read_header,
 )
 
 TS = 1_700_000_000_000
@@ -77,3 +77,42 @@ def test_corrupt_records_section_raises_like_decode_batch() -> None:
         decode_batch(bytes(batch))
     with pytest.raises(CorruptRecordError):
         decode_columns(bytes(batch))
+
+
+# ---- decode_key_columns: what the log cleaner reads of a batch
+
+key_column_records = st.tuples(
+    st.integers(1, 300),                                        # offset gap from the previous record
+    st.integers(-5000, 5000),                                   # timestamp delta
+    st.one_of(st.none(), st.binary(max_size=80)),               # key (up to 2-byte varint lengths)
+    st.one_of(st.none(), st.binary(max_size=9000)),             # value (records of 1 to 3 length bytes)
+    st.lists(st.tuples(st.text(max_size=4), st.one_of(st.none(), st.binary(max_size=4))), max_size=2))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(key_column_records, min_size=1, max_size=12), st.sampled_from(list(Compression)[:3]),
+       st.integers(0, 2**40))
+def test_key_columns_read_what_decode_batch_reads(specs, compression, base_offset):
+    """Offsets, keys and tombstones of any batch, uncompressed or not, equal the full decoder's."""
+    records, offset = [], base_offset
+    for gap, ts, key, value, headers in specs:
+        offset += gap
+        records.append(Record(offset, 1_600_000_000_000 + ts, key, value, tuple(headers)))
+    batch = b"junk" + encode_records(records, compression=compression)
+    header = read_header(batch, 4)
+    offsets, keys, tombstones = decode_key_columns(batch, 4, header)
+    decoded = decode_batch(batch, 4, header)
+    assert offsets == [r.offset for r in decoded] == [r.offset for r in records]
+    assert keys == [r.key for r in decoded]
+    assert tombstones == [i for i, r in enumerate(decoded) if r.value is None]
+
+
+def test_key_columns_refuse_a_record_that_overruns_its_length():
+    batch = bytearray(encode_records([Record(0, 0, b"key", b"value"), Record(1, 0, b"k2", b"v2")]))
+    batch[HEADER_SIZE + 4] = 0x7E            # first key length 3 -> 63: past its record's end
+    with pytest.raises(CorruptRecordError, match="invalid record structure in the batch at offset 0"):
+        decode_key_columns(bytes(batch), 0, read_header(batch))
+    batch = bytearray(encode_records([Record(0, 0, b"key", b"value")]))
+    batch[HEADER_SIZE] = 0x03                # record length -2
+    with pytest.raises(CorruptRecordError, match="invalid record structure"):
+        decode_key_columns(bytes(batch), 0, read_header(batch))
