@@ -115,6 +115,8 @@ class AbstractIndex:
     """
 
     entry_size: int = 0
+    #: byte offset of the 4-byte relative offset inside an entry
+    _relative_offset_field: int = 0
     _kind = "index"
 
     def __init__(self, path: str, base_offset: int, max_index_size: int = -1, writable: bool = True) -> None:
@@ -290,6 +292,29 @@ class AbstractIndex:
     def truncate(self) -> None:
         """Remove all entries."""
         self._truncate_to_entries(0)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry for an offset >= ``offset`` (log truncation).
+
+        Both layouts keep their entries ordered by relative offset (the time
+        index because it only appends increasing timestamps for increasing
+        offsets), so one search over the offset field serves both.
+        """
+        field = self._relative_offset_field
+        with self._lock:
+            entries = self._entries
+            relative = offset - self.base_offset
+            slot = -1
+            if entries:
+                slot = _search(self._mapped(), entries, relative, _I32.unpack_from, self.entry_size, field,
+                               self._warm_entries, False)
+            if slot < 0:
+                new_entries = 0
+            elif _I32.unpack_from(self._mapped(), slot * self.entry_size + field)[0] == relative:
+                new_entries = slot
+            else:
+                new_entries = slot + 1
+            self._truncate_to_entries(new_entries)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -477,21 +502,6 @@ class OffsetIndex(AbstractIndex):
         relative, position = _OFFSET_ENTRY.unpack_from(mm, slot * 8)
         return (self.base_offset + relative, position)
 
-    def truncate_to(self, offset: int) -> None:
-        """Remove every entry for an offset >= ``offset`` (log truncation)."""
-        with self._lock:
-            entries = self._entries
-            relative = offset - self.base_offset
-            slot = -1
-            if entries:
-                slot = _search(self._mapped(), entries, relative, _I32.unpack_from, 8, 0, self._warm_entries, False)
-            if slot < 0:
-                new_entries = 0
-            elif _I32.unpack_from(self._mapped(), slot * 8)[0] == relative:
-                new_entries = slot
-            else:
-                new_entries = slot + 1
-            self._truncate_to_entries(new_entries)
 
 
 class TimeIndex(AbstractIndex):
@@ -504,6 +514,7 @@ class TimeIndex(AbstractIndex):
     """
 
     entry_size = 12
+    _relative_offset_field = 8
     _kind = "time index"
 
     def __init__(self, path: str, base_offset: int, max_index_size: int = -1, writable: bool = True) -> None:
@@ -629,18 +640,3 @@ class TimeIndex(AbstractIndex):
         timestamp, relative = _TIME_ENTRY.unpack_from(self._mapped(), n * 12)
         return (timestamp, self.base_offset + relative)
 
-    def truncate_to(self, offset: int) -> None:
-        """Remove every entry pointing at an offset >= ``offset``."""
-        with self._lock:
-            entries = self._entries
-            relative = offset - self.base_offset
-            slot = -1
-            if entries:
-                slot = _search(self._mapped(), entries, relative, _I32.unpack_from, 12, 8, self._warm_entries, False)
-            if slot < 0:
-                new_entries = 0
-            elif _I32.unpack_from(self._mapped(), slot * 12 + 8)[0] == relative:
-                new_entries = slot
-            else:
-                new_entries = slot + 1
-            self._truncate_to_entries(new_entries)
