@@ -13,7 +13,9 @@ pair in one Spark session:
 - ``text``: ``spark.read.text`` on ``MOUNT/<topic>/*/records`` vs the local copy;
 - ``json``: ``spark.read.json`` (explicit schema) on ``MOUNT/<topic>/*/segments/*.jsonl``
   vs the local JSON-lines copy;
-- ``logfs source``: ``format("logfs")`` vs ``spark.read.json`` on the local copy.
+- ``logfs source``: ``format("logfs")`` (raw segment files decoded in the Spark
+  workers, the default ``readFormat=segments``) vs ``spark.read.json`` on the local copy;
+- ``logfs jsonl``: the same with ``readFormat=jsonl`` (the mount renders ``from/<N>.jsonl``).
 
 Each job sums the value lengths (so every byte is read and parsed) and checks
 the record count.  After one untimed warm-up round of all jobs, every job runs
@@ -123,15 +125,19 @@ def main(argv: list[str] | None = None) -> int:
         return lambda: tuple(spark.read.schema(JSON_SCHEMA).json(path)
                              .agg(F.count(F.lit(1)), F.sum(F.length("value"))).first())
 
-    def source_job():
-        df = (spark.read.format("logfs").option("path", mount).option("subscribe", topic)
-              .option("minPartitions", str(spark.sparkContext.defaultParallelism)).load())
-        return tuple(df.agg(F.count(F.lit(1)), F.sum(F.length("value"))).first())
+    def source_job(read_format: str):
+        def job():
+            df = (spark.read.format("logfs").option("path", mount).option("subscribe", topic)
+                  .option("readFormat", read_format)
+                  .option("minPartitions", str(spark.sparkContext.defaultParallelism)).load())
+            return tuple(df.agg(F.count(F.lit(1)), F.sum(F.length("value"))).first())
+        return job
 
     jobs = [
         ("text", text_job(text_dir), text_job(os.path.join(mount, topic, "*", "records"))),
         ("json", json_job(json_dir), json_job(os.path.join(mount, topic, "*", "segments", "*.jsonl"))),
-        ("logfs source", json_job(json_dir), source_job),
+        ("logfs source", json_job(json_dir), source_job("segments")),
+        ("logfs jsonl", json_job(json_dir), source_job("jsonl")),
     ]
     expected = (n, n * args.value_bytes)
     rows = []

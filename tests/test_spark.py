@@ -177,6 +177,14 @@ def test_source_returns_what_was_appended_with_kafka_columns(spark, mount, read_
     assert sorted((r.partition, r.offset) for r in split_rows) == sorted((r.partition, r.offset) for r in rows)
     assert all(r.headers == [] for r in split_rows)
 
+    # The JSON-lines view (readFormat=jsonl), rendered by the mount, gives the same columns.
+    jsonl = _source(spark, mount, "kv", readFormat="jsonl").selectExpr(
+        "key", "value", "partition", "offset", "unix_millis(timestamp) AS ts", "timestampType").collect()
+    assert sorted(map(tuple, jsonl)) == sorted((r.key, r.value, r.partition, r.offset, r.ts, r.timestampType)
+                                               for r in rows)
+    with pytest.raises(Exception, match="readFormat"):
+        _source(spark, mount, "kv", readFormat="avro").collect()
+
 
 def test_source_starting_and_ending_offsets(spark, mount):
     _make_topic(mount, "range", 2)
@@ -222,6 +230,136 @@ def test_source_data_loss_below_log_start_offset(spark, mount):
     rows = _source(spark, mount, "trimmed", startingOffsets='{"trimmed":{"0":10}}',
                    failOnDataLoss="false").select("offset").collect()
     assert sorted(r.offset for r in rows) == list(range(start, 200))
+
+
+#: Small segments, a fast cleaner and retention, so segment files change within seconds.
+CHURN_OPTIONS = {
+    "log.segment.bytes": "4096",
+    "log.index.interval.bytes": "512",
+    "log.initial.task.delay.ms": "0",
+    "log.retention.check.interval.ms": "100",
+    "log.cleaner.backoff.ms": "50",
+    "num.partitions": "1",
+}
+
+
+def _segment_bases(mount, topic: str) -> list[int]:
+    return [s["base_offset"] for s in state(str(mount.path), topic, 0)["segments"]]
+
+
+@pytest.mark.mount_options(CHURN_OPTIONS)
+def test_source_reads_across_retention_and_compaction_replacing_segments(mount, monkeypatch, caplog):
+    mp = str(mount.path)
+    _make_topic(mount, "churn", 1, config="parse.key=true\nmin.cleanable.dirty.ratio=0.1\n")
+    written = {}
+    for round_ in range(60):                       # 1200 records, 20 keys, one batch per round
+        lines = [b"k%02d\tv%03d-%02d-%s" % (k, round_, k, b"y" * 20) for k in range(20)]
+        append_lines(mp, "churn", lines, chunk=20)
+        for line in lines:
+            written[len(written)] = tuple(line.split(b"\t"))
+    planned_bases = _segment_bases(mount, "churn")
+    assert len(planned_bases) > 8
+
+    # Reads smaller than a batch (batches span reads) and one Arrow batch per read, so the
+    # tasks below can be paused with a segment open, as if Spark were slow to pull rows.
+    monkeypatch.setattr(logfs_spark, "_SEGMENT_READ_BYTES", 1000)
+    monkeypatch.setattr(logfs_spark, "_FLUSH_RECORDS", 1)
+    tasks = {}
+    for fail_on_data_loss in ("false", "true"):
+        reader = logfs_spark.LogfsBatchReader(logfs_spark.SourceOptions.parse(
+            {"path": mp, "subscribe": "churn", "startingOffsets": "earliest", "failOnDataLoss": fail_on_data_loss}))
+        (rng,) = reader.partitions()
+        assert (rng.from_offset, rng.until_offset) == (0, 1200)
+        task = iter(reader.read(rng))
+        first = next(task).to_pylist()
+        assert first and first[0]["offset"] == 0
+        tasks[fail_on_data_loss] = (task, first)
+
+    # Between planning and reading: DeleteRecords below 500 (retention deletes the segments
+    # under it), then compaction rewrites the segments above and, as segment.bytes is
+    # raised, merges them (Kafka groups segments whose sizes add up to segment.bytes).
+    with open(mount / "churn" / "0" / "delete", "w") as f:
+        f.write("before 500\n")
+    wait_until(lambda: _segment_bases(mount, "churn")[0] > 0, 30, "segments below the log start to go")
+    with open(mount / "churn" / "config", "w") as f:
+        f.write("cleanup.policy=compact\nsegment.bytes=1048576\n")
+    wait_until(lambda: (s := state(mp, "churn", 0))["last_cleaning"] and s["cleaning_state"] is None,
+               60, "a clean to complete")
+    assert {b for b in planned_bases if b >= 500} - set(_segment_bases(mount, "churn")), \
+        "the cleaner merged no segment at or above the log start"
+
+    caplog.set_level("INFO", logger="logfs.spark")
+    task, first = tasks["false"]
+    rows = first + [row for batch in task for row in batch.to_pylist()]
+    offsets = [r["offset"] for r in rows]
+    assert all(a < b for a, b in zip(offsets, offsets[1:])), "an offset was emitted twice or out of order"
+    for r in rows:
+        assert (r["key"], r["value"]) == written[r["offset"]], f"offset {r['offset']} is not what was written"
+    # Below the new log start only the rest of the segment that was open when it was deleted.
+    assert [o for o in offsets if o < 500] == list(range(planned_bases[1]))
+    above = [r for r in rows if r["offset"] >= 500]
+    latest = {}
+    for offset, (key, _) in written.items():
+        latest[key] = offset
+    assert set(latest.values()) <= set(offsets), "the latest record of a key was not read"
+    assert len(above) < 700, "the compacted segments were not read"
+    assert "listing the segments of churn-0 again" in caplog.text
+    assert "skipping them (failOnDataLoss=false)" in caplog.text
+
+    strict, _ = tasks["true"]
+    with pytest.raises(logfs_spark.OffsetOutOfRangeError, match=r"were deleted .* failOnDataLoss=false"):
+        for _ in strict:
+            pass
+
+
+def test_source_fails_on_a_corrupt_stored_batch_naming_the_file(spark, mount):
+    from engine.records import HEADER_SIZE, iter_batches
+
+    _make_topic(mount, "bad", 1)
+    _fill(mount, "bad", 1, 300, chunk=50)
+    log_file = mount.partition_dir("bad", 0) / ("0" * 20 + ".log")
+    data = log_file.read_bytes()
+    positions = [pos for pos, _ in iter_batches(data)]
+    assert len(positions) == 6
+    corrupt_at = positions[3]
+    with open(log_file, "r+b") as f:                # one flipped bit inside the records
+        f.seek(corrupt_at + HEADER_SIZE + 5)
+        byte = f.read(1)
+        f.seek(corrupt_at + HEADER_SIZE + 5)
+        f.write(bytes([byte[0] ^ 0x10]))
+
+    with pytest.raises(Exception) as failure:
+        _source(spark, mount, "bad").collect()
+    message = str(failure.value)
+    assert "Record batch is corrupt" in message
+    assert f"bad/0/segments/{'0' * 20}.log, position {corrupt_at}" in message
+    # Records before the corrupt batch are still readable; the range ending there does not touch it.
+    rows = _source(spark, mount, "bad", endingOffsets='{"bad":{"0":150}}').select("offset").collect()
+    assert sorted(r.offset for r in rows) == list(range(150))
+
+
+@pytest.mark.mount_options({"log.index.interval.bytes": "512"})
+def test_segment_reader_skips_by_index_and_rescans_when_the_index_is_stale(mount, monkeypatch, caplog):
+    _make_topic(mount, "idx", 1)
+    appended = _fill(mount, "idx", 1, 3000, chunk=50)[0]
+    opts = logfs_spark.SourceOptions.parse({"path": str(mount.path), "subscribe": "idx"})
+    rng = logfs_spark.OffsetRangePartition("idx", 0, 2345, 2400)
+    index = str(mount / "idx" / "0" / "segments" / ("0" * 20 + ".index"))
+    position = logfs_spark.index_position(index, 0, 2345)
+    assert position > 0, "the sparse index gave no position to start from"
+
+    def read() -> list[dict]:
+        return [r for b in logfs_spark.SegmentRangeReader(opts, rng).batches() for r in b.to_pylist()]
+
+    rows = read()
+    assert [r["offset"] for r in rows] == list(range(2345, 2400))
+    assert [r["value"] for r in rows] == appended[2345:2400]
+    # An index that points into the middle of a batch (a segment swapped by the cleaner
+    # between opening the .log and reading its .index) is detected, and the log scanned.
+    caplog.set_level("INFO", logger="logfs.spark")
+    monkeypatch.setattr(logfs_spark, "index_position", lambda *args: position + 7)
+    assert read() == rows
+    assert "does not match its log" in caplog.text
 
 
 # ------------------------------------------------------------------------------------ streaming
