@@ -210,3 +210,8 @@ def read_kafka():
 
 if str(ROOT) not in sys.path:  # tests import engine/logfs from the work tree
     sys.path.insert(0, str(ROOT))
+# ... and so do the processes they start (`logfs mount`, Spark's Python workers):
+# PYTHONPATH comes before the editable install's finder, so a second work tree
+# (git worktree) sharing one .venv tests its own code.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(ROOT)])
