@@ -11,23 +11,41 @@ before, and a dirty head.  One round of cleaning:
 3. copies each group into ONE new segment named after the group's first
    segment with the suffix ``.cleaned``, keeping a record only if no later
    record of its key exists in the map; a tombstone (null value) is kept until
-   the *delete horizon* and dropped after; keyless records are dropped;
+   its batch's *delete horizon* has passed and dropped after; keyless records
+   are dropped;
 4. swaps the new segment in with ``Log.replace_segments`` (``.cleaned`` ->
    ``.swap`` -> final name, old segments -> ``.deleted``), so that a crash at
    any point leaves either the old segments or the new one, never a mix;
 5. checkpoints the end of the mapped range as the new first dirty offset.
 
 Records keep their offsets, order, timestamps and headers; a batch that loses
-no record is copied byte for byte, otherwise its survivors are re-encoded as
-one batch with the source batch's compression and timestamp type.  Each new
-segment keeps the modification time of the last segment it replaces, because
-that time decides when its tombstones pass the delete horizon.
+no record and needs no delete horizon is copied byte for byte, otherwise its
+survivors are re-written as the same batch (base and last offset, producer id,
+epoch and sequence, codec, timestamp type, transactional and control flags:
+:func:`~engine.records.rebuild_batch`).  Each new segment keeps the
+modification time of the last segment it replaces, as Kafka's does.
 
-The delete horizon is Kafka's (pre-v2-horizon) rule: ``delete.retention.ms``
-before the last-modified time of the last segment of the clean section.  A
-tombstone therefore survives the first clean that sees it and is dropped by a
-later one once the clean section has moved ``delete.retention.ms`` past it, so a
-consumer that reads the log within that time still sees the deletion.
+The delete horizon is KIP-534's (Kafka 3.1+, KAFKA-8522): the first clean that
+retains a tombstone, or a transaction marker whose transaction has no record
+left, re-writes its batch with the *delete horizon* -- the time of that clean
+plus ``delete.retention.ms`` -- in the batch's base timestamp and attribute
+bit 6.  A later clean drops the tombstone (the marker: the whole control batch)
+once its time is at or past that horizon.  A consumer that reads the log
+within ``delete.retention.ms`` of the first clean therefore still sees the
+deletion, and a tombstone on a topic that keeps being written expires after
+``delete.retention.ms`` instead of riding along in every re-cleaned segment
+(the legacy rule, ``delete.retention.ms`` before the last modified time of the
+clean section, kept refreshing with each clean).  Kafka keeps the legacy
+horizon only for batches older than magic 2, which logfs neither writes nor
+reads, so here it only appears in the log lines, as in Kafka's.
+
+Transactions: logfs keeps no transaction index, so the cleaner does not drop
+the records of aborted transactions (Kafka's cleaner does); it tracks, per
+producer, whether a transactional data batch was read since that producer's
+last marker, and a marker is eligible for its delete horizon only when none
+was (Kafka's rule for commit markers, and for abort markers once their
+aborted records are gone).  Removing a marker earlier would change what a
+``read_committed`` reader sees.
 
 The engine starts no threads: :meth:`LogCleaner.clean_once` does one unit of
 work (clean the filthiest log, then retention of compacted logs) and returns,
@@ -52,8 +70,8 @@ from engine.cleaner_manager import (LastCleaning, LogCleanerManager, LogCleaning
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import CorruptRecordError, LogfsError
 from engine.offset_map import OffsetMap
-from engine.records import (LOG_OVERHEAD, BatchHeader, Record, decode_batch, decode_key_columns, encode_records,
-                            iter_batches, read_header, validate_batch)
+from engine.records import (LOG_OVERHEAD, BatchHeader, Record, decode_batch, decode_key_columns, iter_batches,
+                            read_header, rebuild_batch, validate_batch)
 from engine.render import batch_view_sizes
 from engine.segment import CLEANED_FILE_SUFFIX, LogSegment, log_file_path, offset_index_file_path, \
     time_index_file_path
@@ -171,6 +189,10 @@ class CleanerStats:
     buffer_utilization: float = 0.0
     segments_cleaned: int = 0
     groups: int = 0
+    #: batches given a delete horizon (KIP-534) by this clean
+    horizons_set: int = 0
+    #: tombstones and transaction markers dropped because their delete horizon had passed
+    deletes_expired: int = 0
 
     def read_messages(self, count: int, size: int) -> None:
         self.messages_read += count
@@ -214,9 +236,13 @@ class CleanerTotals:
     records_written: int = 0
     segments_cleaned: int = 0
     elapsed_secs: float = 0.0
+    horizons_set: int = 0
+    deletes_expired: int = 0
 
     def add(self, stats: CleanerStats) -> None:
         self.runs += 1
+        self.horizons_set += stats.horizons_set
+        self.deletes_expired += stats.deletes_expired
         self.bytes_read += stats.bytes_read
         self.bytes_written += stats.bytes_written
         self.records_read += stats.messages_read
@@ -275,9 +301,10 @@ class Cleaner:
         return self.do_clean(cleanable, self.clock.milliseconds())
 
     def do_clean(self, cleanable: LogToClean, current_time_ms: int) -> CleanerStats:
+        """Clean at ``current_time_ms``: the time compared with, and used to set, delete horizons."""
         log = cleanable.log
         self._info("Beginning cleaning of log %s", log.name)
-        # Tombstones may be dropped from segments last modified before this.
+        # Kafka's horizon for batches older than magic 2 (none here): logged as Kafka logs it.
         clean_section = log_segments(log, 0, cleanable.first_dirty_offset)
         delete_horizon_ms = (clean_section[-1].last_modified - log.config.delete_retention_ms
                              if clean_section else 0)
@@ -298,8 +325,10 @@ class Cleaner:
         groups = self.group_segments_by_size(log_segments(log, 0, end_offset), log.config.segment_bytes,
                                              log.config.segment_index_bytes,
                                              cleanable.first_uncleanable_offset)
+        transactions = CleanedTransactions()    # carried from group to group, as Kafka does
         for group in groups:
-            self.clean_segments(log, group, self.offset_map, stats, delete_horizon_ms)
+            self.clean_segments(log, group, self.offset_map, stats, delete_horizon_ms, current_time_ms,
+                                transactions)
             stats.groups += 1
             stats.segments_cleaned += len(group)
         stats.buffer_utilization = self.offset_map.utilization
@@ -453,8 +482,18 @@ class Cleaner:
     # -- phase 3: copying --------------------------------------------------------------------
 
     def clean_segments(self, log: "Log", segments: Sequence[LogSegment], offset_map: OffsetMap,
-                       stats: CleanerStats, delete_horizon_ms: int) -> None:
-        """Clean a group of segments into one ``.cleaned`` segment and swap it in."""
+                       stats: CleanerStats, delete_horizon_ms: int, current_time_ms: int | None = None,
+                       transactions: "CleanedTransactions | None" = None) -> None:
+        """Clean a group of segments into one ``.cleaned`` segment and swap it in.
+
+        ``delete_horizon_ms`` is Kafka's legacy horizon (logged only);
+        ``current_time_ms`` the clean's time, which KIP-534 horizons are
+        compared with and set from.
+        """
+        if current_time_ms is None:
+            current_time_ms = self.clock.milliseconds()
+        if transactions is None:
+            transactions = CleanedTransactions()
         base_offset = segments[0].base_offset
         _delete_cleaned_files(log.dir, base_offset)
         cleaned = LogSegment.open(log.dir, base_offset, log.config, log.clock, file_suffix=CLEANED_FILE_SUFFIX,
@@ -466,7 +505,8 @@ class Cleaner:
                            "from the segment last modified time of %d,%s deletes.", segment, log.name,
                            base_offset, delete_horizon_ms, segment.last_modified,
                            "retaining" if retain_deletes else "discarding")
-                self.clean_into(log, segment, cleaned, offset_map, retain_deletes, stats)
+                self.clean_into(log, segment, cleaned, offset_map, retain_deletes, stats,
+                                current_time_ms=current_time_ms, transactions=transactions)
             cleaned.on_becoming_inactive_segment()
             cleaned.flush()         # on disk before it may replace anything
             # The replaced segments' age decides when tombstones in it pass the delete horizon.
@@ -485,8 +525,14 @@ class Cleaner:
             raise
 
     def clean_into(self, log: "Log", source: LogSegment, dest: LogSegment, offset_map: OffsetMap,
-                   retain_deletes: bool, stats: CleanerStats) -> None:
+                   retain_deletes: bool, stats: CleanerStats, *, current_time_ms: int | None = None,
+                   transactions: "CleanedTransactions | None" = None) -> None:
         """Copy the records of ``source`` that must survive into ``dest``, batch by batch.
+
+        ``retain_deletes`` is Kafka's legacy flag for batches older than magic
+        2 and has no effect on v2 batches: a tombstone or marker is kept while
+        its batch has no delete horizon or ``current_time_ms`` is before it,
+        and the first clean that keeps one sets the horizon (KIP-534).
 
         Per read chunk: validate every batch, read the keys and offsets of those
         in the mapped range, look up their distinct keys in the map at once
@@ -499,6 +545,10 @@ class Cleaner:
         topic, partition = tp.topic, tp.partition
         latest_offset = offset_map.latest_offset
         interval = max(log.config.index_interval_bytes, 1)
+        now = self.clock.milliseconds() if current_time_ms is None else current_time_ms
+        new_horizon = now + log.config.delete_retention_ms
+        if transactions is None:
+            transactions = CleanedTransactions()
         pause = self.gil_yield
         position = 0
         end = source.size
@@ -527,35 +577,58 @@ class Cleaner:
                     pause()
                     size = header.batch_length + LOG_OVERHEAD
                     if header.is_control:
-                        # No transactions here: markers are kept, like tombstones, until the horizon.
-                        stats.read_messages(1, size)
-                        if not retain_deletes:
+                        stats.read_messages(header.records_count, size)
+                        # A marker whose transaction has no record left may go once its horizon passed.
+                        can_discard = transactions.on_control_batch(header)
+                        horizon = header.delete_horizon_ms
+                        if header.records_count == 0:
+                            continue            # emptied by an earlier clean
+                        if can_discard and horizon is not None and horizon <= now:
+                            stats.deletes_expired += 1
                             continue
-                        out, text_size, json_size = chunk[pos:pos + size], 0, 0
+                        if can_discard and horizon is None:
+                            kept = decode_batch(chunk, pos, header, include_control=True)
+                            out = rebuild_batch(header, kept, delete_horizon_ms=new_horizon)
+                            stats.horizons_set += 1
+                        else:
+                            out = chunk[pos:pos + size]
+                        text_size = json_size = 0
                         last_offset = header.last_offset
-                        stats.recopy_messages(1, size)
+                        stats.recopy_messages(header.records_count, len(out))
                         max_ts, max_ts_offset = header.max_timestamp, header.last_offset
                     else:
+                        transactions.on_data_batch(header)
+                        horizon = header.delete_horizon_ms
+                        # KIP-534: tombstones stay until the batch's horizon (none yet: until set).
+                        batch_retains_deletes = horizon is None or now < horizon
                         batch_columns = columns.get(pos)
-                        if batch_columns is None:       # beyond the mapped range: untouched
+                        if batch_columns is None:       # beyond the mapped range: every record stays
                             records = decode_batch(chunk, pos, header)
                             stats.read_messages(len(records), size)
                             retained = None
+                            has_tombstone = any(r.value is None for r in records)
                         else:
-                            retained = _retained(*batch_columns, latest_of, latest_offset, retain_deletes,
+                            retained = _retained(*batch_columns, latest_of, latest_offset, batch_retains_deletes,
                                                  stats)
                             stats.read_messages(len(retained), size)
+                            if not batch_retains_deletes:
+                                stats.deletes_expired += _expired_tombstones(*batch_columns, retained, latest_of,
+                                                                             latest_offset)
                             if True not in retained:
                                 continue
                             records = decode_batch(chunk, pos, header)
-                        if retained is None or False not in retained:
+                            has_tombstone = any(retained[i] for i in batch_columns[2])
+                        set_horizon = has_tombstone and horizon is None
+                        if (retained is None or False not in retained) and not set_horizon:
                             kept = records
                             out = chunk[pos:pos + size]         # nothing removed: the original bytes
                             last_offset = header.last_offset
                         else:
-                            kept = list(compress(records, retained))
-                            out = encode_records(kept, compression=header.compression,
-                                                 timestamp_type=header.timestamp_type)
+                            kept = records if retained is None else list(compress(records, retained))
+                            if set_horizon:
+                                horizon = new_horizon
+                                stats.horizons_set += 1
+                            out = rebuild_batch(header, kept, delete_horizon_ms=horizon)
                             last_offset = kept[-1].offset
                         stats.recopy_messages(len(kept), len(out))
                         text_size, json_size = batch_view_sizes(kept, topic, partition,
@@ -648,6 +721,34 @@ class Cleaner:
         self._read_buffer_size = self.io_buffer_size
 
 
+class CleanedTransactions:
+    """Which transaction markers a clean may expire (the part of Kafka's ``CleanedTransactionMetadata`` logfs needs).
+
+    Kafka reads aborted transactions from the ``.txnindex`` and drops their
+    records; logfs keeps no transaction index and drops no aborted record, so
+    every transactional data batch counts as a transaction still holding
+    records.  A marker (commit or abort) may be given a delete horizon, and
+    later be removed, only if no data batch of its producer was read since that
+    producer's previous marker in this clean: its records are all gone.
+    """
+
+    __slots__ = ("_open",)
+
+    def __init__(self) -> None:
+        self._open: set[int] = set()
+
+    def on_data_batch(self, header: BatchHeader) -> None:
+        if header.is_transactional:
+            self._open.add(header.producer_id)
+
+    def on_control_batch(self, header: BatchHeader) -> bool:
+        """True if the marker's transaction has no record left in the log."""
+        if header.producer_id in self._open:
+            self._open.discard(header.producer_id)
+            return False
+        return True
+
+
 #: the map offset given to keyless records in the copy pass: above every real offset
 _NEVER_RETAINED = 1 << 63
 
@@ -674,6 +775,13 @@ def _retained(offsets: list[int], keys: list[bytes | None], tombstones: list[int
             if offsets[index] <= latest_offset:
                 retained[index] = False
     return retained
+
+
+def _expired_tombstones(offsets: list[int], keys: list[bytes | None], tombstones: list[int], retained: list[bool],
+                        latest_of: dict, latest_offset: int) -> int:
+    """Tombstones of one batch that were the latest of their key and go only because of their horizon."""
+    return sum(1 for i in tombstones
+               if not retained[i] and offsets[i] <= latest_offset and offsets[i] >= latest_of[keys[i]])
 
 
 def _max_timestamp(records: list[Record]) -> tuple[int, int]:
@@ -982,6 +1090,8 @@ def _run_dict(stats: CleanerStats) -> dict:
         "records_written": stats.messages_written,
         "records_dropped": stats.messages_dropped,
         "segments_cleaned": stats.segments_cleaned,
+        "horizons_set": stats.horizons_set,
+        "deletes_expired": stats.deletes_expired,
         "duration_secs": round(stats.elapsed_secs, 6),
         "mb_per_sec": round(_mb(stats.bytes_read) / stats.elapsed_secs, 3),
         "buffer_utilization": round(stats.buffer_utilization, 6),

@@ -352,16 +352,19 @@ def _decompress(codec: int, data) -> bytes:
 # ---------------------------------------------------------------------------
 
 def _assemble(base_offset: int, attributes: int, last_offset_delta: int, base_timestamp: int,
-              max_timestamp: int, count: int, records: bytes, compression: int) -> bytes:
+              max_timestamp: int, count: int, records: bytes, compression: int,
+              producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+              base_sequence: int = NO_SEQUENCE,
+              partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH) -> bytes:
     """Wrap a records section in its header: compress, CRC32C, lengths."""
     if compression:
         records = _compress(compression, records)
         attributes |= compression
     tail = _CRC_COVERED_HEADER.pack(attributes, last_offset_delta, base_timestamp, max_timestamp,
-                                    NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, count)
+                                    producer_id, producer_epoch, base_sequence, count)
     crc = _crc32c(records, _crc32c(tail))
     prefix = _PREFIX.pack(base_offset, _EMPTY_BATCH_LENGTH + len(records),
-                          NO_PARTITION_LEADER_EPOCH, MAGIC, crc)
+                          partition_leader_epoch, MAGIC, crc)
     return b"".join((prefix, tail, records))
 
 
@@ -527,6 +530,60 @@ def encode_records(records: Sequence[Record], *, compression: Compression = Comp
     max_timestamp = max(r.timestamp for r in records)
     return _assemble(base_offset, attributes, last_delta, base_timestamp, max_timestamp,
                      len(records), body, int(compression))
+
+
+def rebuild_batch(header: BatchHeader, records: Sequence[Record], *,
+                  delete_horizon_ms: int | None = None) -> bytes:
+    """``records`` (a subset of the batch ``header`` heads, in order) as that batch again.
+
+    The log cleaner's re-write of a batch that lost records or gains a delete
+    horizon, as Kafka's ``MemoryRecords.buildRetainedRecordsInto`` does it: the
+    base offset and last offset delta, producer id, epoch and base sequence,
+    partition leader epoch, codec, timestamp type and the transactional and
+    control flags stay the original's (an idempotent producer's sequence and the
+    log end offset must survive compaction), only the records and the
+    timestamps change.
+
+    With ``delete_horizon_ms`` (KIP-534) the base timestamp holds the delete
+    horizon and attribute bit 6 says so; every record's timestamp delta is then
+    relative to the horizon (it may be negative), so readers that compute
+    ``baseTimestamp + delta`` -- Kafka's, kafka-python's and ours -- read the
+    same timestamps.  Without it the base timestamp is the first record's.  The
+    max timestamp is the largest record timestamp, or for LogAppendTime the
+    original's (the broker's time, which readers give every record).
+    """
+    if not records:
+        raise InvalidRecordError("A record batch must hold at least one record")
+    base_offset = header.base_offset
+    if delete_horizon_ms is None:
+        base_timestamp = records[0].timestamp
+        attributes = header.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)
+    else:
+        base_timestamp = delete_horizon_ms
+        attributes = (header.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)
+                      | DELETE_HORIZON_FLAG_MASK)
+    previous = base_offset - 1
+    offset_deltas = []
+    for record in records:
+        if record.offset <= previous or record.offset > header.last_offset:
+            raise InvalidRecordError(f"Record offset {record.offset} is out of order or outside the batch "
+                                     f"[{base_offset}, {header.last_offset}]")
+        previous = record.offset
+        offset_deltas.append(record.offset - base_offset)
+    timestamp_deltas = [record.timestamp - base_timestamp for record in records]
+    keys = [r.key for r in records]
+    values = [r.value for r in records]
+    _check_bytes(keys, "key")
+    _check_bytes(values, "value")
+    body = _encode_general(offset_deltas, timestamp_deltas, keys, values, [r.headers for r in records])
+    if header.attributes & TIMESTAMP_TYPE_MASK:
+        max_timestamp = header.max_timestamp
+    else:
+        max_timestamp = max(r.timestamp for r in records)
+    return _assemble(base_offset, attributes, header.last_offset_delta, base_timestamp, max_timestamp,
+                     len(records), body, header.attributes & COMPRESSION_CODEC_MASK,
+                     header.producer_id, header.producer_epoch, header.base_sequence,
+                     header.partition_leader_epoch)
 
 
 # ---------------------------------------------------------------------------
