@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="verify data directories offline (CRCs, indexes, checkpoints)")
     check.add_argument("dirs", nargs="+", metavar="DIR")
+
+    from logfs.to_kafka import add_parser as add_to_kafka_parser
+    add_to_kafka_parser(sub)
     return parser
 
 
@@ -210,7 +213,8 @@ def _check(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _configure_logging(getattr(args, "sub_log_level", None) or args.log_level)
-    handlers = {"mount": _mount, "umount": _umount, "dump-log": _dump_log, "check": _check}
+    handlers = {"mount": _mount, "umount": _umount, "dump-log": _dump_log, "check": _check,
+                "to-kafka": lambda args: args.handler(args)}
     try:
         return handlers[args.command](args)
     except BrokenPipeError:   # `logfs dump-log ... | head`

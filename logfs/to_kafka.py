@@ -1,0 +1,391 @@
+"""``logfs to-kafka``: hand a logfs data directory to an Apache Kafka broker (KRaft).
+
+A logfs data directory is already a Kafka ``log.dirs`` entry, byte for byte:
+segments, indexes and the ``recovery-point-offset-checkpoint`` /
+``log-start-offset-checkpoint`` / ``cleaner-offset-checkpoint`` files.  What a
+KRaft broker needs beyond that lives in its metadata quorum, not in the data:
+
+* every topic must exist in the KRaft metadata, with the same partition count,
+  its partitions assigned to the broker that will serve the data;
+* every partition directory must carry ``partition.metadata`` with the topic ID
+  the controller assigned -- a log whose topic ID is missing or unknown is a
+  *stray* to a KRaft broker, which renames it ``-stray`` and serves nothing
+  from it (``LogManager.isStrayKraftReplica``);
+* the log dir itself must be formatted (``meta.properties``: cluster.id,
+  node.id, directory.id) and hold the broker's checkpoints, including the high
+  watermark (``replication-offset-checkpoint``).
+
+Topic IDs cannot be chosen by a client (CreateTopics has no topic ID), so the
+procedure lets the broker create the topics first and adopts its IDs:
+
+1. ``logfs to-kafka plan DATA_DIR`` prints a shell script of
+   ``kafka-topics.sh --create`` commands: the same topics and partition counts,
+   every partition assigned to the target broker (``--replica-assignment``),
+   and the topic configuration overrides carried over (Kafka's topic config
+   names; logfs's line-parsing settings ``parse.key``, ``key.separator`` and
+   ``null.marker`` are not Kafka topic configs and are left out).  Run it
+   against the running broker, which creates empty partition directories with
+   their ``partition.metadata``.
+2. Stop the broker cleanly.
+3. ``logfs to-kafka adopt DATA_DIR --broker-log-dir LOG_DIR`` moves (or with
+   ``--copy`` copies) each logfs partition directory over the broker's empty
+   one, after writing into it the ``partition.metadata`` the broker created,
+   and merges the partitions' log start offsets, recovery points, cleaner
+   offsets and high watermarks (= log end offsets: everything logfs stored is
+   committed) into the broker log dir's checkpoint files.
+4. Start the broker: it loads the logs (clean shutdown, no recovery), and
+   serves every record at its offset from the same log start offsets.
+
+Everything is checked before anything is written: the logfs dirs must have been
+shut down cleanly (a mount unmounted, not killed), the broker must be stopped
+(its ``.kafka_cleanshutdown`` present and its ``.lock`` free), and each
+partition must exist in the broker's log dir with no record in it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shlex
+import shutil
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from engine.checkpoint import (CLEAN_SHUTDOWN_FILE, CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
+                               RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile)
+from engine.errors import LogfsError
+from engine.topic import TopicPartition
+
+logger = logging.getLogger(__name__)
+
+#: Kafka's high watermark checkpoint (ReplicaManager), which logfs has no use for.
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+#: Kafka's file of a partition's topic ID (PartitionMetadataFile).
+PARTITION_METADATA_FILE = "partition.metadata"
+META_PROPERTIES = "meta.properties"
+LOCK_FILE = ".lock"
+
+#: The topic-level overrides logfs shares with Kafka, by name.
+KAFKA_TOPIC_CONFIGS = frozenset({
+    "cleanup.policy", "retention.ms", "retention.bytes", "segment.bytes", "segment.ms", "segment.index.bytes",
+    "index.interval.bytes", "flush.messages", "flush.ms", "delete.retention.ms", "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms", "max.message.bytes", "file.delete.delay.ms", "compression.type",
+})
+#: Kafka 4 refuses ``segment.bytes`` below 1 MiB (KIP-1030); logfs accepts Kafka 3's minimum.
+KAFKA4_MIN_SEGMENT_BYTES = 1024 * 1024
+
+
+class MigrationError(LogfsError):
+    """The data or the broker is not in a state the procedure can proceed from; nothing was changed."""
+
+
+@dataclass
+class PartitionState:
+    """What Kafka must know of one logfs partition."""
+
+    topic_partition: TopicPartition
+    dir: str
+    log_start_offset: int
+    log_end_offset: int
+    recovery_point: int
+    cleaner_offset: int | None
+
+
+@dataclass
+class TopicState:
+    name: str
+    partitions: int
+    #: the overrides Kafka gets, Kafka's names
+    configs: dict[str, str] = field(default_factory=dict)
+    #: what the plan says about configs it left out or changed
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DataDirState:
+    topics: dict[str, TopicState]
+    partitions: list[PartitionState]
+
+
+# ------------------------------------------------------------------------------ reading logfs's data
+
+def _check_unlocked(log_dir: str, owner: str, stack: ExitStack) -> None:
+    """Hold ``log_dir/.lock`` for the duration (if the file exists): refuse a dir a process serves."""
+    path = os.path.join(log_dir, LOCK_FILE)
+    if not os.path.exists(path):
+        return
+    fd = os.open(path, os.O_RDWR)
+    stack.callback(os.close, fd)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raise MigrationError(f"{log_dir} is locked by a running process: stop the {owner} first") from None
+
+
+def inspect(data_dirs: Sequence[str]) -> DataDirState:
+    """Topics, partitions, offsets and overrides of logfs data dirs that were shut down cleanly.
+
+    The logs are loaded read-only (nothing is written): the figures are
+    exactly what a mount of these dirs would serve.
+    """
+    from engine.config import BrokerConfig
+    from engine.manager import LogManager
+
+    dirs = [os.path.abspath(d) for d in data_dirs]
+    for d in dirs:
+        if not os.path.isdir(d):
+            raise MigrationError(f"{d} is not a directory")
+        if not os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_FILE)):
+            raise MigrationError(f"{d} was not shut down cleanly (no {CLEAN_SHUTDOWN_FILE}): mount it with "
+                                 f"`logfs mount` and unmount it, so that it is recovered and checkpointed, first")
+    config = BrokerConfig.from_props({"log.dirs": ",".join(dirs), "log.cleaner.enable": "false"})
+    manager = LogManager(config, read_only=True)
+    manager.startup()
+    try:
+        topics: dict[str, TopicState] = {}
+        partitions: list[PartitionState] = []
+        cleaner_offsets: dict[TopicPartition, int] = {}
+        for d in dirs:
+            path = os.path.join(d, CLEANER_OFFSET_CHECKPOINT)
+            if os.path.exists(path):
+                cleaner_offsets.update(OffsetCheckpointFile(path).read())
+        for topic in sorted(manager.topics()):
+            numbers = sorted(manager.partitions(topic))
+            if numbers != list(range(len(numbers))):
+                raise MigrationError(f"Topic {topic} has partitions {numbers}: Kafka needs 0..n-1")
+            state = TopicState(topic, len(numbers))
+            for name, value in sorted(manager.topic_overrides(topic).items()):
+                if name not in KAFKA_TOPIC_CONFIGS:
+                    state.notes.append(f"{name}={value} is a logfs mount setting, not a Kafka topic config: "
+                                       f"left out")
+                elif name == "segment.bytes" and int(value) < KAFKA4_MIN_SEGMENT_BYTES:
+                    state.configs[name] = str(KAFKA4_MIN_SEGMENT_BYTES)
+                    state.notes.append(f"segment.bytes={value} is below Kafka 4's minimum: set to "
+                                       f"{KAFKA4_MIN_SEGMENT_BYTES} (existing segments keep their size)")
+                else:
+                    state.configs[name] = value
+            topics[topic] = state
+            for number in numbers:
+                tp = TopicPartition(topic, number)
+                log = manager.get_log(tp)
+                partitions.append(PartitionState(tp, os.path.abspath(log.dir), log.log_start_offset,
+                                                 log.log_end_offset, min(log.recovery_point, log.log_end_offset),
+                                                 cleaner_offsets.get(tp)))
+        return DataDirState(topics, partitions)
+    finally:
+        manager.shutdown()
+
+
+# ------------------------------------------------------------------------------ step 1: the plan
+
+def plan_script(state: DataDirState, *, node_id: int, bootstrap_server: str,
+                kafka_topics: str = "kafka-topics.sh") -> str:
+    """A shell script creating every topic of ``state`` on broker ``node_id``, one kafka-topics command each."""
+    lines = ["#!/bin/sh",
+             "# logfs to-kafka, step 1 of 3: create the topics of the logfs data dir on the broker.",
+             f"# Every partition is assigned to node.id {node_id}, the broker that will serve the data;",
+             "# add replicas later with kafka-reassign-partitions.sh.",
+             "set -e"]
+    for topic in state.topics.values():
+        for note in topic.notes:
+            lines.append(f"# {topic.name}: {note}")
+        cmd = [*shlex.split(kafka_topics), "--bootstrap-server", bootstrap_server, "--create", "--topic", topic.name,
+               "--replica-assignment", ",".join([str(node_id)] * topic.partitions)]
+        for name, value in topic.configs.items():
+            cmd += ["--config", f"{name}={value}"]
+        lines.append(" ".join(shlex.quote(part) for part in cmd))
+    return "\n".join(lines) + "\n"
+
+
+def plan_json(state: DataDirState, *, node_id: int) -> str:
+    """The same plan as JSON: for admin clients (CreateTopics with replica assignments and configs)."""
+    doc = {"node_id": node_id,
+           "topics": [{"name": t.name, "partitions": t.partitions,
+                       "replica_assignment": {str(p): [node_id] for p in range(t.partitions)},
+                       "configs": t.configs, "notes": t.notes} for t in state.topics.values()],
+           "partitions": [{"topic": p.topic_partition.topic, "partition": p.topic_partition.partition,
+                           "log_start_offset": p.log_start_offset, "log_end_offset": p.log_end_offset}
+                          for p in state.partitions]}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+# ------------------------------------------------------------------------------ step 3: adoption
+
+def read_topic_id(partition_dir: str) -> str:
+    """The ``topic_id`` of a ``partition.metadata`` file (``version: 0`` / ``topic_id: <base64 uuid>``)."""
+    path = os.path.join(partition_dir, PARTITION_METADATA_FILE)
+    fields = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            name, sep, value = line.partition(":")
+            if sep:
+                fields[name.strip()] = value.strip()
+    if fields.get("version") != "0" or not fields.get("topic_id"):
+        raise MigrationError(f"{path} is not a version 0 partition.metadata file")
+    return fields["topic_id"]
+
+
+def _write_file(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(path))
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _has_records(partition_dir: str) -> bool:
+    return any(name.endswith(".log") and os.path.getsize(os.path.join(partition_dir, name)) > 0
+               for name in os.listdir(partition_dir))
+
+
+@dataclass
+class Adoption:
+    """What ``adopt`` did, per partition: (topic-partition, topic ID, log start, log end)."""
+
+    broker_log_dir: str
+    partitions: list[tuple[TopicPartition, str, int, int]]
+
+
+def adopt(data_dirs: Sequence[str], broker_log_dir: str, *, copy: bool = False) -> Adoption:
+    """Put the logfs partitions into a stopped broker's log dir (step 3 of the procedure).
+
+    Checks everything first and raises MigrationError naming every problem,
+    with nothing changed; then, per partition: ``partition.metadata`` with the
+    broker's topic ID into the logfs partition dir (or its copy), the broker's
+    empty partition dir removed, the logfs one renamed (or copied) in its
+    place; last, the broker dir's checkpoints merged.  A crash in between
+    leaves each partition either the broker's empty one or the logfs one with
+    its topic ID, and running ``adopt`` again finishes the job.
+    """
+    broker_dir = os.path.abspath(broker_log_dir)
+    with ExitStack() as stack:
+        for d in data_dirs:
+            _check_unlocked(os.path.abspath(d), "logfs mount", stack)
+        state = inspect(data_dirs)
+        problems = []
+        if not os.path.exists(os.path.join(broker_dir, META_PROPERTIES)):
+            problems.append(f"{broker_dir} has no {META_PROPERTIES}: it is not a formatted Kafka log dir")
+        if not os.path.exists(os.path.join(broker_dir, CLEAN_SHUTDOWN_FILE)):
+            problems.append(f"{broker_dir} has no {CLEAN_SHUTDOWN_FILE}: stop the broker cleanly first")
+        if problems:
+            raise MigrationError("; ".join(problems))
+        _check_unlocked(broker_dir, "Kafka broker", stack)
+        topic_ids: dict[TopicPartition, str] = {}
+        for p in state.partitions:
+            target = os.path.join(broker_dir, p.topic_partition.dir_name)
+            if not os.path.isdir(target):
+                problems.append(f"{p.topic_partition} does not exist in {broker_dir}: create its topic with "
+                                f"the plan (`logfs to-kafka plan`) and let the broker start it")
+                continue
+            try:
+                topic_ids[p.topic_partition] = read_topic_id(target)
+            except (OSError, MigrationError) as exc:
+                problems.append(f"{p.topic_partition} in {broker_dir} has no topic ID: {exc}")
+                continue
+            if _has_records(target):
+                problems.append(f"{target} holds records already: refusing to replace it")
+            if not copy and os.stat(p.dir).st_dev != os.stat(broker_dir).st_dev:
+                problems.append(f"{p.dir} and {broker_dir} are on different filesystems: use --copy")
+        if problems:
+            raise MigrationError("; ".join(problems))
+
+        # Checkpoints first: a partition moved in is never loaded without its log start offset.
+        _merge_checkpoint(broker_dir, RECOVERY_POINT_CHECKPOINT,
+                          {p.topic_partition: p.recovery_point for p in state.partitions})
+        _merge_checkpoint(broker_dir, LOG_START_OFFSET_CHECKPOINT,
+                          {p.topic_partition: p.log_start_offset for p in state.partitions})
+        _merge_checkpoint(broker_dir, REPLICATION_OFFSET_CHECKPOINT,
+                          {p.topic_partition: p.log_end_offset for p in state.partitions})
+        _merge_checkpoint(broker_dir, CLEANER_OFFSET_CHECKPOINT,
+                          {p.topic_partition: p.cleaner_offset for p in state.partitions
+                           if p.cleaner_offset is not None},
+                          drop=[p.topic_partition for p in state.partitions])
+        for p in state.partitions:
+            tp = p.topic_partition
+            target = os.path.join(broker_dir, tp.dir_name)
+            metadata = f"version: 0\ntopic_id: {topic_ids[tp]}\n".encode()
+            if copy:
+                source = os.path.join(broker_dir, f"{tp.dir_name}.logfs-adopt")
+                shutil.rmtree(source, ignore_errors=True)
+                shutil.copytree(p.dir, source)
+            else:
+                source = p.dir
+            # The topic ID goes in before the dir does: Kafka treats a log without one as a stray.
+            _write_file(os.path.join(source, PARTITION_METADATA_FILE), metadata)
+            shutil.rmtree(target)
+            os.rename(source, target)
+            _fsync_dir(broker_dir)
+            logger.info("Adopted %s into %s with topic ID %s (log start %d, log end %d)", tp, target,
+                        topic_ids[tp], p.log_start_offset, p.log_end_offset)
+        return Adoption(broker_dir, [(p.topic_partition, topic_ids[p.topic_partition], p.log_start_offset,
+                                      p.log_end_offset) for p in state.partitions])
+
+
+def _merge_checkpoint(log_dir: str, name: str, offsets: dict[TopicPartition, int],
+                      drop: Iterable[TopicPartition] = ()) -> None:
+    """Replace the entries of ``offsets`` (and remove those of ``drop``) in a checkpoint of ``log_dir``."""
+    path = os.path.join(log_dir, name)
+    current = OffsetCheckpointFile(path).read() if os.path.exists(path) else {}
+    for tp in drop:
+        current.pop(tp, None)
+    current.update(offsets)
+    OffsetCheckpointFile(path).write(current)
+
+
+# ------------------------------------------------------------------------------ the command line
+
+def add_parser(sub) -> None:
+    """Register ``logfs to-kafka plan|adopt`` on the ``logfs`` command's subparsers."""
+    parser = sub.add_parser("to-kafka", help="hand a logfs data directory to an Apache Kafka (KRaft) broker",
+                            description="Move a logfs data directory to Kafka: `plan` creates the topics, "
+                                        "`adopt` moves the data into the stopped broker's log dir.")
+    steps = parser.add_subparsers(dest="step", required=True)
+    plan = steps.add_parser("plan", help="print the kafka-topics.sh commands that create the topics")
+    plan.add_argument("data_dirs", nargs="+", metavar="DATA_DIR")
+    plan.add_argument("--node-id", type=int, default=1, help="node.id of the broker that will serve the data")
+    plan.add_argument("--bootstrap-server", default="localhost:9092")
+    plan.add_argument("--kafka-topics", default="kafka-topics.sh",
+                      help="the kafka-topics command line to print (split like a shell does)")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON instead of a shell script")
+    adopt_ = steps.add_parser("adopt", help="move (or copy) the partitions into the stopped broker's log dir")
+    adopt_.add_argument("data_dirs", nargs="+", metavar="DATA_DIR")
+    adopt_.add_argument("--broker-log-dir", required=True, metavar="DIR",
+                        help="the broker's log.dirs entry where the plan's topics were created")
+    adopt_.add_argument("--copy", action="store_true", help="copy the partitions, leaving the logfs dir as it was")
+    parser.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    import sys
+    # The read-only load of the data dirs is an implementation detail here: only warnings matter.
+    logging.getLogger("engine").setLevel(max(logging.WARNING, logging.getLogger().getEffectiveLevel()))
+    try:
+        if args.step == "plan":
+            state = inspect(args.data_dirs)
+            if args.json:
+                sys.stdout.write(plan_json(state, node_id=args.node_id))
+            else:
+                sys.stdout.write(plan_script(state, node_id=args.node_id, bootstrap_server=args.bootstrap_server,
+                                             kafka_topics=args.kafka_topics))
+            return 0
+        adoption = adopt(args.data_dirs, args.broker_log_dir, copy=args.copy)
+    except (LogfsError, OSError) as exc:
+        logger.error("logfs to-kafka %s: %s", args.step, exc)
+        return 1
+    for tp, topic_id, start, end in adoption.partitions:
+        print(f"{tp} topic_id={topic_id} log_start_offset={start} log_end_offset={end}")
+    print(f"Adopted {len(adoption.partitions)} partitions into {adoption.broker_log_dir}: start the broker.")
+    return 0
