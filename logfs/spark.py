@@ -43,6 +43,20 @@ Options (names and meaning as Spark's Kafka source):
   streaming query it applies only when the query starts without a checkpoint.
 - ``endingOffsets`` (batch only): ``latest`` (default) or JSON as above
   (-1 latest; -2 is refused, as by Kafka).
+- ``startingTimestamp`` (epoch ms, every subscribed partition) or
+  ``startingOffsetsByTimestamp`` (JSON ``{"t":{"0":1700000000000}}`` naming
+  every subscribed partition): start each partition at the earliest offset
+  whose timestamp is at or after the given one, as Kafka's ``offsetsForTimes``
+  finds it (the partition's ``since/<T>`` view).  A partition with no such
+  record fails the query, or with ``startingOffsetsByTimestampStrategy=latest``
+  starts at its log end.  Precedence as in Kafka: ``startingTimestamp``, then
+  ``startingOffsetsByTimestamp``, then ``startingOffsets``.  For a streaming
+  query they apply only when it starts without a checkpoint.
+- ``endingTimestamp`` / ``endingOffsetsByTimestamp`` (batch only): end each
+  partition before the earliest offset whose timestamp is at or after the
+  given one (exclusive, like ``endingOffsets``), or at the log end when there
+  is none.  Precedence: ``endingTimestamp``, ``endingOffsetsByTimestamp``,
+  ``endingOffsets``.
 - ``failOnDataLoss`` (default true): fail when a requested offset is below the
   log start offset because retention or DeleteRecords removed it; false skips
   to the log start offset with a warning.
@@ -300,6 +314,17 @@ class SourceOptions:
     starting_offsets: str | None
     ending_offsets: str | None
     read_format: str = "segments"
+    #: Kafka's timestamp options, parsed: one timestamp for all partitions, or one per partition
+    starting_timestamp: int | None = None
+    starting_offsets_by_timestamp: Mapping[tuple[str, int], int] | None = None
+    starting_offsets_by_timestamp_strategy: str = "error"
+    ending_timestamp: int | None = None
+    ending_offsets_by_timestamp: Mapping[tuple[str, int], int] | None = None
+
+    @property
+    def has_ending_options(self) -> bool:
+        return bool(self.ending_offsets) or self.ending_timestamp is not None \
+            or self.ending_offsets_by_timestamp is not None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
@@ -348,7 +373,64 @@ class SourceOptions:
             starting_offsets=options.get("startingOffsets"),
             ending_offsets=options.get("endingOffsets"),
             read_format=_read_format_option(options),
+            starting_timestamp=_timestamp_option(options, "startingTimestamp"),
+            starting_offsets_by_timestamp=_timestamps_by_partition(options, "startingOffsetsByTimestamp"),
+            starting_offsets_by_timestamp_strategy=_strategy_option(options),
+            ending_timestamp=_timestamp_option(options, "endingTimestamp"),
+            ending_offsets_by_timestamp=_timestamps_by_partition(options, "endingOffsetsByTimestamp"),
         )
+
+
+STARTING_BY_TIMESTAMP_STRATEGIES = ("error", "latest")
+
+
+def _timestamp_option(options: Mapping[str, str], name: str) -> int | None:
+    raw = options.get(name)
+    if raw is None or not str(raw).strip():
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise InvalidConfigError(f"Invalid value {raw!r} for option {name}: expected epoch milliseconds") from None
+    if value < 0:
+        raise InvalidConfigError(f"Invalid value {value} for option {name}: a timestamp must be >= 0")
+    return value
+
+
+def _timestamps_by_partition(options: Mapping[str, str], name: str) -> dict[tuple[str, int], int] | None:
+    raw = options.get(name)
+    if raw is None or not str(raw).strip():
+        return None
+    try:
+        parsed = orjson.loads(str(raw))
+    except orjson.JSONDecodeError as exc:
+        raise InvalidConfigError(f"Invalid value for option {name}: {raw!r} is not JSON like "
+                                 f'{{"topic":{{"0":1700000000000}}}} ({exc})') from None
+    if not isinstance(parsed, dict) or not parsed:
+        raise InvalidConfigError(f"Invalid value for option {name}: expected a JSON object of topics, got {raw!r}")
+    result: dict[tuple[str, int], int] = {}
+    for topic, partitions in parsed.items():
+        if not isinstance(partitions, dict):
+            raise InvalidConfigError(f"Invalid value for option {name}: topic {topic!r} must map partitions "
+                                     "to timestamps")
+        for partition, timestamp in partitions.items():
+            if not str(partition).isdigit() or isinstance(timestamp, bool) or not isinstance(timestamp, int) \
+                    or timestamp < 0:
+                raise InvalidConfigError(f"Invalid value for option {name}: {topic}-{partition} -> "
+                                         f"{timestamp!r} is not a partition number mapped to epoch milliseconds")
+            result[(str(topic), int(partition))] = timestamp
+    return result
+
+
+def _strategy_option(options: Mapping[str, str]) -> str:
+    raw = options.get("startingOffsetsByTimestampStrategy")
+    if raw is None:
+        return STARTING_BY_TIMESTAMP_STRATEGIES[0]
+    text = str(raw).strip().lower()
+    if text not in STARTING_BY_TIMESTAMP_STRATEGIES:
+        raise InvalidConfigError(f"Invalid value {raw!r} for option startingOffsetsByTimestampStrategy: "
+                                 f"expected one of {STARTING_BY_TIMESTAMP_STRATEGIES}")
+    return text
 
 
 # --------------------------------------------------------------------------------------
@@ -456,6 +538,77 @@ def _resolve(spec: OffsetSpec, name: str, tps: Sequence[tuple[str, int]],
         else:
             resolved[tp] = wanted
     return resolved
+
+
+def offset_for_time(mount: str, topic: str, partition: int, timestamp: int) -> int | None:
+    """Kafka's ``offsetsForTimes`` for one partition: the earliest offset whose timestamp is >= ``timestamp``.
+
+    Read through the mount: the first line of ``since/<T>.jsonl``, a view that
+    the mount positions with the time index as Kafka's ListOffsets does.  None
+    when no record has such a timestamp (the view is empty).
+    """
+    path = os.path.join(mount, topic, str(partition), "since", f"{timestamp}.jsonl")
+    try:
+        with open(path, "rb") as f:
+            first = f.readline()
+    except FileNotFoundError:
+        raise UnknownTopicOrPartitionError(f"No partition {topic}-{partition} under {mount}") from None
+    if not first:
+        return None
+    return int(orjson.loads(first)["offset"])
+
+
+def _timestamp_targets(name: str, single: int | None, by_partition: Mapping[tuple[str, int], int] | None,
+                       tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int] | None:
+    """The timestamp to look up per partition, or None when neither timestamp option is given."""
+    if single is not None:
+        return {tp: single for tp in tps}
+    if by_partition is None:
+        return None
+    missing = sorted(set(tps) - set(by_partition))
+    if missing:
+        raise InvalidConfigError(f"Option {name} must specify every subscribed partition; missing "
+                                 + ", ".join(f"{t}-{p}" for t, p in missing))
+    unknown = sorted(set(by_partition) - set(tps))
+    if unknown:
+        raise UnknownTopicOrPartitionError(f"Option {name} names partitions that are not subscribed or do not "
+                                           "exist: " + ", ".join(f"{t}-{p}" for t, p in unknown))
+    return dict(by_partition)
+
+
+def starting_offsets(opts: SourceOptions, spec: OffsetSpec, tps: Sequence[tuple[str, int]],
+                     bounds: Mapping[tuple[str, int], tuple[int, int]]) -> dict[tuple[str, int], int]:
+    """Where each partition starts: by timestamp when a timestamp option is given, else ``startingOffsets``."""
+    name = "startingTimestamp" if opts.starting_timestamp is not None else "startingOffsetsByTimestamp"
+    targets = _timestamp_targets(name, opts.starting_timestamp, opts.starting_offsets_by_timestamp, tps)
+    if targets is None:
+        return _resolve(spec, "startingOffsets", tps, bounds, opts.fail_on_data_loss)
+    result = {}
+    for tp, timestamp in targets.items():
+        found = offset_for_time(opts.mount, *tp, timestamp)
+        if found is None:
+            if opts.starting_offsets_by_timestamp_strategy == "error":
+                raise OffsetOutOfRangeError(
+                    f"No offset matched from request of topic-partition {tp[0]}-{tp[1]} and timestamp "
+                    f"{timestamp} ({name}); set startingOffsetsByTimestampStrategy=latest to start at the "
+                    "log end instead", log_start_offset=bounds[tp][0], log_end_offset=bounds[tp][1])
+            found = bounds[tp][1]
+        result[tp] = found
+    return result
+
+
+def ending_offsets(opts: SourceOptions, spec: OffsetSpec, tps: Sequence[tuple[str, int]],
+                   bounds: Mapping[tuple[str, int], tuple[int, int]]) -> dict[tuple[str, int], int]:
+    """Where each partition ends (exclusive): by timestamp when a timestamp option is given, else ``endingOffsets``."""
+    name = "endingTimestamp" if opts.ending_timestamp is not None else "endingOffsetsByTimestamp"
+    targets = _timestamp_targets(name, opts.ending_timestamp, opts.ending_offsets_by_timestamp, tps)
+    if targets is None:
+        return _resolve(spec, "endingOffsets", tps, bounds, opts.fail_on_data_loss)
+    result = {}
+    for tp, timestamp in targets.items():
+        found = offset_for_time(opts.mount, *tp, timestamp)
+        result[tp] = bounds[tp][1] if found is None else found
+    return result
 
 
 # --------------------------------------------------------------------------------------
@@ -1057,8 +1210,8 @@ class LogfsBatchReader(DataSourceReader):
         opts = self.opts
         tps = _topic_partitions(opts, must_exist=True)
         bounds = {tp: offset_bounds(opts.mount, *tp) for tp in tps}
-        starts = _resolve(self.starting, "startingOffsets", tps, bounds, opts.fail_on_data_loss)
-        untils = _resolve(self.ending, "endingOffsets", tps, bounds, opts.fail_on_data_loss)
+        starts = starting_offsets(opts, self.starting, tps, bounds)
+        untils = ending_offsets(opts, self.ending, tps, bounds)
         for tp in tps:
             if untils[tp] < starts[tp]:
                 raise InvalidConfigError(
@@ -1085,8 +1238,9 @@ class LogfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """
 
     def __init__(self, opts: SourceOptions) -> None:
-        if opts.ending_offsets:
-            raise InvalidConfigError("endingOffsets is not valid for streaming queries on logfs")
+        if opts.has_ending_options:
+            raise InvalidConfigError("endingOffsets, endingTimestamp and endingOffsetsByTimestamp are not "
+                                     "valid for streaming queries on logfs")
         self.opts = opts
         self.starting = OffsetSpec.parse("startingOffsets", opts.starting_offsets, LATEST)
         self._available_now_target: dict[tuple[str, int], int] | None = None
@@ -1098,7 +1252,7 @@ class LogfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         tps = _topic_partitions(self.opts, must_exist=False)
         bounds = {tp: offset_bounds(self.opts.mount, *tp) for tp in tps}
-        offsets = _resolve(self.starting, "startingOffsets", tps, bounds, self.opts.fail_on_data_loss)
+        offsets = starting_offsets(self.opts, self.starting, tps, bounds)
         log.info("[logfs source] Initial offsets %s", offsets)
         return _as_offsets(offsets.items())
 
