@@ -1,0 +1,231 @@
+"""logfs -> Kafka: a data directory written through a mount is served by a real Apache Kafka broker.
+
+The procedure is the documented one (README, "Moving to Kafka"), run for real:
+``logfs to-kafka plan`` prints kafka-topics commands, which Kafka's own
+TopicCommand runs against a single-node KRaft broker; the broker is stopped
+cleanly; ``logfs to-kafka adopt`` moves the partitions into its log dir; the
+broker is started again.  kafka-python, as a consumer of that broker, must
+then read every partition from the same log start offset to the same log end
+offset, with the same offsets, keys, values, timestamps and timestamp types
+the mount showed in ``records.jsonl``: nothing lost, nothing renumbered.
+
+The data covers several topics and partitions, every ``compression.type``, a
+compacted topic after our cleaner ran (gaps, a tombstone with its KIP-534
+delete horizon), a topic whose log start moved by retention and one moved by
+``before N`` (DeleteRecords) inside a segment.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import LOGFS, Mount
+from tests.kafka_broker import java_command, kafka_broker  # noqa: F401  (the module's broker fixture)
+
+pytestmark = pytest.mark.mount
+
+KAFKA_BROKER_OPTIONS = {"log.cleaner.enable": "true"}
+
+MOUNT_OPTIONS = {
+    "log.cleaner.backoff.ms": "50",
+    "log.initial.task.delay.ms": "0",
+    "num.partitions": "1",
+}
+
+CODECS = ("gzip", "snappy", "lz4", "zstd")
+
+
+def _logfs(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(LOGFS), *args], capture_output=True, timeout=300)
+    if check and result.returncode != 0:
+        raise AssertionError(f"logfs {' '.join(args)} exited {result.returncode}:\n"
+                             f"{result.stderr.decode(errors='replace')}")
+    return result
+
+
+def _append(mount: Mount, path: str, lines: list[bytes]) -> None:
+    fd = os.open(mount / path, os.O_WRONLY)
+    try:
+        os.write(fd, b"".join(line + b"\n" for line in lines))
+    finally:
+        os.close(fd)
+
+
+def _field(row: dict, name: str) -> bytes | None:
+    value = row[name]
+    if value is None:
+        return None
+    if row.get(f"{name}Encoding") == "base64":
+        return base64.b64decode(value)
+    return value.encode()
+
+
+def _mount_view(mount: Mount, topic: str, partition: int) -> tuple[int, int, list[tuple]]:
+    """(log start, log end, records) of one partition as the mount shows them."""
+    state = json.loads((mount / f"{topic}/{partition}/state").read_bytes())
+    rows = [json.loads(line) for line in (mount / f"{topic}/{partition}/records.jsonl").read_bytes().splitlines()]
+    records = [(r["offset"], _field(r, "key"), _field(r, "value"), r["timestamp"], r["timestampType"],
+                [(h["key"], _field(h, "value")) for h in r.get("headers", [])]) for r in rows]
+    return state["log_start_offset"], state["log_end_offset"], records
+
+
+def _wait_for(predicate, what: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while not (result := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+    return result
+
+
+def _consume(bootstrap: str, topic: str, partition: int) -> tuple[int, int, list[tuple]]:
+    """(beginning offset, end offset, records) of one partition read from the broker by kafka-python."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    tp = TopicPartition(topic, partition)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                             fetch_max_wait_ms=100)
+    try:
+        consumer.assign([tp])
+        begin = consumer.beginning_offsets([tp])[tp]
+        end = consumer.end_offsets([tp])[tp]
+        consumer.seek(tp, begin)
+        records = []
+        deadline = time.monotonic() + 60
+        while consumer.position(tp) < end:
+            assert time.monotonic() < deadline, f"{topic}-{partition}: stuck at {consumer.position(tp)} of {end}"
+            for batch in consumer.poll(timeout_ms=500).values():
+                records += [(r.offset, r.key, r.value, r.timestamp, r.timestamp_type,
+                             [(k, v) for k, v in (r.headers or [])]) for r in batch]
+        return begin, end, records
+    finally:
+        consumer.close()
+
+
+def _write_data(mount: Mount) -> None:
+    """Topics of every kind the procedure must carry over, written through the mount."""
+    # Several partitions, unkeyed lines spread over them, small segments: many segments each.
+    (mount / "events").mkdir()
+    (mount / "events/config").write_text("segment.bytes=2048\n")
+    for p in (1, 2):
+        (mount / f"events/{p}").mkdir()
+    for round in range(20):
+        _append(mount, "events/append", [b"event %d-%d %s" % (round, i, b"x" * (i % 7)) for i in range(30)])
+    _append(mount, "events/2/append", [bytes(range(1, 10)) + b"\xff\xfe not utf-8"])
+
+    # One topic per codec, keyed lines (parse.key) with a tab.
+    for codec in CODECS:
+        topic = f"codec-{codec}"
+        (mount / topic).mkdir()
+        (mount / f"{topic}/config").write_text(f"compression.type={codec}\nparse.key=true\nsegment.bytes=4096\n")
+        for round in range(10):
+            _append(mount, f"{topic}/0/append", [b"k%d\t%s value %d %s" % (i, codec.encode(), round, b"y" * i)
+                                                 for i in range(25)])
+
+    # A compacted topic cleaned by our cleaner, with a tombstone that keeps its delete horizon.
+    (mount / "table").mkdir()
+    (mount / "table/config").write_text("cleanup.policy=compact\nparse.key=true\nnull.marker=NULL\n"
+                                        "segment.bytes=2048\nmin.cleanable.dirty.ratio=0.01\n"
+                                        "delete.retention.ms=86400000\n")
+    for round in range(15):
+        _append(mount, "table/0/append", [b"row%d\tversion %d of row %d" % (i, round, i) for i in range(12)])
+    (mount / "table/0/delete").write_bytes(b"key row3\n")
+    _append(mount, "table/0/append", [b"row5\tNULL"])
+    for round in range(15, 30):           # more updates, so the tombstones are cleaned past
+        _append(mount, "table/0/append", [b"row%d\tversion %d of row %d" % (i, round, i) for i in range(12)
+                                          if i not in (3, 5)])
+
+    # Log start moved by retention (whole segments) and by DeleteRecords inside a segment.
+    (mount / "retained").mkdir()
+    (mount / "retained/config").write_text("segment.bytes=1024\n")
+    for round in range(30):
+        _append(mount, "retained/0/append", [b"old %d-%d" % (round, i) for i in range(10)])
+    (mount / "deleted").mkdir()
+    (mount / "deleted/config").write_text("segment.bytes=4096\n")
+    for round in range(10):
+        _append(mount, "deleted/0/append", [b"line %d-%d" % (round, i) for i in range(10)])
+    (mount / "deleted/0/delete").write_bytes(b"before 37\n")
+
+
+def test_a_logfs_data_dir_is_served_by_kafka_after_the_procedure(kafka_broker, logfs_mount, tmp_path):
+    mount = logfs_mount(MOUNT_OPTIONS)
+    _write_data(mount)
+    (mount / "retained/config").write_text("segment.bytes=1024\nretention.bytes=3000\n")
+    _wait_for(lambda: json.loads((mount / "retained/0/state").read_bytes())["log_start_offset"] > 0,
+              "retention to move the log start of 'retained'")
+
+    def table_cleaned() -> bool:
+        state = json.loads((mount / "table/0/state").read_bytes())
+        rows = [json.loads(line) for line in (mount / "table/0/records.jsonl").read_bytes().splitlines()]
+        tombstones = [r for r in rows if r["key"] in ("row3", "row5")]
+        return (state["cleaner_position"] or 0) > max(r["offset"] for r in tombstones) \
+            and all(r["value"] is None for r in tombstones)
+    _wait_for(table_cleaned, "the cleaner to compact 'table' past its tombstones")
+
+    topics = {"events": 3, **{f"codec-{c}": 1 for c in CODECS}, "table": 1, "retained": 1, "deleted": 1}
+    expected = {(t, p): _mount_view(mount, t, p) for t, n in topics.items() for p in range(n)}
+    assert expected[("deleted", 0)][0] == 37 and expected[("retained", 0)][0] > 0
+    table = expected[("table", 0)][2]
+    assert [r[0] for r in table] != list(range(table[0][0], table[0][0] + len(table))), "no gaps: not cleaned"
+    assert mount.stop() == 0
+
+    # Step 1: the plan, run by Kafka's own kafka-topics (TopicCommand) against the broker.
+    kafka_topics = shlex.join(java_command("org.apache.kafka.tools.TopicCommand",
+                                           jvm_opts=["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]))
+    plan = _logfs("to-kafka", "plan", str(mount.data), "--node-id", "1",
+                  "--bootstrap-server", kafka_broker.bootstrap, "--kafka-topics", kafka_topics).stdout.decode()
+    assert "segment.bytes=4096 is below Kafka 4's minimum" in plan
+    assert "parse.key=true is a logfs mount setting" in plan
+    script = tmp_path / "create-topics.sh"
+    script.write_text(plan)
+    run = subprocess.run(["sh", str(script)], capture_output=True, timeout=600)
+    assert run.returncode == 0, run.stderr.decode(errors="replace")[-3000:]
+    kafka_broker.wait_for(lambda: all((kafka_broker.log_dir / f"{t}-{p}" / "partition.metadata").exists()
+                                      for t, p in expected), "the broker to create every partition")
+
+    # Step 2: stop the broker; step 3: adopt; step 4: start it again.
+    kafka_broker.stop()     # SIGTERM: the JVM's exit status is 143 after a clean shutdown
+    assert (kafka_broker.log_dir / ".kafka_cleanshutdown").exists()
+    adopted = _logfs("to-kafka", "adopt", str(mount.data), "--broker-log-dir", str(kafka_broker.log_dir))
+    assert f"Adopted {len(expected)} partitions" in adopted.stdout.decode()
+    kafka_broker.start()
+
+    for (topic, partition), (start, end, records) in sorted(expected.items()):
+        begin, stop, consumed = _consume(kafka_broker.bootstrap, topic, partition)
+        assert (begin, stop) == (start, end), f"{topic}-{partition}: log start/end offsets differ"
+        assert consumed == records, f"{topic}-{partition}: records differ"
+    # Kafka loaded the logs as they were: no stray log, no recovery of the adopted partitions.
+    log = (kafka_broker.base / "broker.log").read_text(errors="replace")
+    assert "stray" not in log.lower()
+
+
+def test_adopt_refuses_what_it_cannot_carry_over_and_changes_nothing(logfs_mount, tmp_path):
+    mount = logfs_mount(MOUNT_OPTIONS)
+    (mount / "t").mkdir()
+    _append(mount, "t/0/append", [b"a", b"b"])
+    broker_dir = tmp_path / "broker-logs"
+    broker_dir.mkdir()
+
+    # A data dir that is still mounted has no clean-shutdown marker.
+    result = _logfs("to-kafka", "adopt", str(mount.data), "--broker-log-dir", str(broker_dir), check=False)
+    assert result.returncode == 1 and b"was not shut down cleanly" in result.stderr
+    assert mount.stop() == 0
+    before = {p: p.read_bytes() for p in mount.data.rglob("*") if p.is_file()}
+
+    # Not a formatted Kafka log dir; then a formatted one where the topic was never created.
+    result = _logfs("to-kafka", "adopt", str(mount.data), "--broker-log-dir", str(broker_dir), check=False)
+    assert result.returncode == 1 and b"not a formatted Kafka log dir" in result.stderr
+    (broker_dir / "meta.properties").write_text("version=1\ncluster.id=x\nnode.id=1\n")
+    (broker_dir / ".kafka_cleanshutdown").write_text('{"version":0,"brokerEpoch":1}')
+    result = _logfs("to-kafka", "adopt", str(mount.data), "--broker-log-dir", str(broker_dir), check=False)
+    assert result.returncode == 1 and b"t-0 does not exist in" in result.stderr
+    assert {p: p.read_bytes() for p in mount.data.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in broker_dir.iterdir()) == [".kafka_cleanshutdown", "meta.properties"]
