@@ -29,7 +29,8 @@ format name and ``path`` changed::
 
 Schema (Kafka's): ``key binary, value binary, topic string, partition int,
 offset long, timestamp timestamp, timestampType int`` and, with
-``includeHeaders=true``, ``headers array<struct<key: string, value: binary>>``.
+``includeHeaders=true``, ``headers array<struct<key: string, value: binary>>``
+(null for a record without headers, as in Spark's Kafka source).
 
 Options (names and meaning as Spark's Kafka source):
 
@@ -694,8 +695,8 @@ def _decode_headers(headers: "pa.Array") -> "pa.Array":
     import pyarrow as pa
     out = []
     for row in headers.to_pylist():
-        if row is None:
-            out.append([])
+        if not row:             # Spark's Kafka source: null, not [], for a record without headers
+            out.append(None)
             continue
         decoded = []
         for h in row:
@@ -968,10 +969,11 @@ class _ColumnBuilder:
         elif self.any_key:
             self.keys.extend([None] * count)
         if self.include_headers:
+            # Spark's Kafka source gives null, not [], for a record without headers.
             if columns.headers is None:
-                self.headers.extend([] for _ in range(count))
+                self.headers.extend([None] * count)
             else:
-                self.headers.extend([{"key": k, "value": v} for k, v in record]
+                self.headers.extend([{"key": k, "value": v} for k, v in record] if record else None
                                     for record in columns.headers[lo:hi])
 
     def flush(self) -> "pa.RecordBatch | None":
@@ -1495,3 +1497,29 @@ def append_rows(df: "DataFrame", mount: str, topic: str, column: str = "value", 
         separator=separator, null_marker=null_marker, chunk_bytes=chunk_bytes, counter=counter))
     log.info("[logfs sink] Appended %d records to topic %s through %s", counter.value, topic, path)
     return int(counter.value)
+
+
+# --------------------------------------------------------------------------------------
+# Spark's own Kafka source, for side-by-side runs
+# --------------------------------------------------------------------------------------
+
+def spark_kafka_jars() -> list[str]:
+    """The jars of Spark's ``kafka`` source (spark-sql-kafka-0-10) that ``scripts/setup.sh`` fetched.
+
+    For ``spark.jars`` when a job (a test, ``scripts/bench_spark.py``) reads a
+    Kafka broker with ``format("kafka")`` beside the mount.  They live in a
+    cache outside the repo (``$LOGFS_SPARK_KAFKA_JARS``, else
+    ``~/.cache/logfs/spark-sql-kafka-<version>/jars``); a missing install is an
+    error naming the set-up step.
+    """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "scripts", "spark-kafka", "pom.xml"), encoding="utf-8") as f:
+        match = re.search(r"<spark.kafka.version>([^<]+)</spark.kafka.version>", f.read())
+    if match is None:
+        raise StorageError("scripts/spark-kafka/pom.xml names no spark.kafka.version")
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    jars = os.environ.get("LOGFS_SPARK_KAFKA_JARS") or os.path.join(
+        cache, "logfs", f"spark-sql-kafka-{match.group(1)}", "jars")
+    if not os.path.exists(os.path.join(jars, ".complete")):
+        raise StorageError(f"Spark's Kafka source is not in {jars}: run scripts/setup.sh")
+    return sorted(os.path.join(jars, name) for name in os.listdir(jars) if name.endswith(".jar"))

@@ -57,3 +57,22 @@ if [ ! -f "$kafka_libs/.complete" ]; then
         -DincludeScope=runtime -DoutputDirectory="$kafka_libs"
     touch "$kafka_libs/.complete"
 fi
+
+# --- Spark's own Kafka source (spark-sql-kafka-0-10), for the side-by-side tests of
+# the logfs source and scripts/bench_spark.py: its jars (without what PySpark ships)
+# come from Maven Central through scripts/spark-kafka/pom.xml, once, into a cache
+# outside the repo; logfs.spark_kafka finds them there (or in $LOGFS_SPARK_KAFKA_JARS).
+spark_kafka_version=$(sed -n 's:.*<spark.kafka.version>\(.*\)</spark.kafka.version>.*:\1:p' scripts/spark-kafka/pom.xml)
+spark_kafka_jars=${LOGFS_SPARK_KAFKA_JARS:-${XDG_CACHE_HOME:-$HOME/.cache}/logfs/spark-sql-kafka-$spark_kafka_version/jars}
+if [ ! -f "$spark_kafka_jars/.complete" ]; then
+    command -v mvn >/dev/null 2>&1 || {
+        SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+        $SUDO apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq maven >/dev/null
+    }
+    echo "setup: fetching spark-sql-kafka-0-10 $spark_kafka_version from Maven Central into $spark_kafka_jars"
+    mkdir -p "$spark_kafka_jars"
+    mvn -q -B -f scripts/spark-kafka/pom.xml dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$spark_kafka_jars"
+    touch "$spark_kafka_jars/.complete"
+fi
