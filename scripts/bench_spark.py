@@ -17,6 +17,15 @@ pair in one Spark session:
   workers, the default ``readFormat=segments``) vs ``spark.read.json`` on the local copy;
 - ``logfs jsonl``: the same with ``readFormat=jsonl`` (the mount renders ``from/<N>.jsonl``).
 
+With ``--kafka BOOTSTRAP`` (a running broker) or ``--kafka-broker`` (a throwaway
+single-node KRaft broker started from the jars ``scripts/setup.sh`` fetched), the
+same values are also produced to a Kafka topic of the same name and partition
+count (kafka-python, unless it already holds N records), and the run adds:
+
+- ``kafka source``: Spark's own ``format("kafka")`` (spark-sql-kafka-0-10) reading
+  the broker vs ``format("logfs")`` reading the mount, in the same session;
+  ``ratio`` is then Kafka time / logfs time.
+
 Each job sums the value lengths (so every byte is read and parsed) and checks
 the record count.  After one untimed warm-up round of all jobs, every job runs
 ``--repeat`` times and the best time is kept, so both sides are measured warm.  ``ratio`` is local time / mount time:
@@ -26,16 +35,18 @@ the record count.  After one untimed warm-up round of all jobs, every job runs
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import shutil
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from logfs.spark import list_partitions, offset_bounds, spark_session  # noqa: E402
+from logfs.spark import list_partitions, offset_bounds, spark_kafka_jars, spark_session  # noqa: E402
 
 JSON_SCHEMA = ("topic STRING, partition INT, offset BIGINT, timestamp BIGINT, timestampType INT, "
                "key STRING, value STRING")
@@ -77,6 +88,54 @@ def copy_views(mount: str, topic: str, workdir: str) -> tuple[str, str, float]:
     return text_dir, json_dir, time.perf_counter() - started
 
 
+def fill_kafka(bootstrap: str, topic: str, partitions: int, count: int, value_bytes: int) -> float | None:
+    """Create ``topic`` on the broker and produce the bench's values to it, unless it holds ``count`` already.
+
+    Returns the seconds producing took, or None when the topic was already filled.
+    """
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, partitions, 1)])
+    except TopicAlreadyExistsError:
+        pass
+    finally:
+        admin.close()
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        deadline = time.monotonic() + 60
+        while True:         # the new topic's leaders may take a moment
+            try:
+                ends, begins = consumer.end_offsets(tps), consumer.beginning_offsets(tps)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        have = sum(ends[tp] - begins[tp] for tp in tps)
+    finally:
+        consumer.close()
+    if have == count:
+        return None
+    if have:
+        raise SystemExit(f"Kafka topic {topic} holds {have} records, not {count}; pick another --topic")
+    pad = b"x" * max(0, value_bytes - 10)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=20, batch_size=1 << 20,
+                             max_request_size=8 << 20)
+    started = time.perf_counter()
+    try:
+        for i in range(count):
+            producer.send(topic, value=b"%010d%s" % (i, pad), partition=i % partitions)
+        producer.flush()
+    finally:
+        producer.close()
+    return time.perf_counter() - started
+
+
 def timed(job, repeat: int) -> tuple[float, tuple]:
     best, result = float("inf"), None
     for _ in range(repeat):
@@ -95,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--workdir", help="where the local copies go (default: a temporary directory)")
+    kafka = parser.add_mutually_exclusive_group()
+    kafka.add_argument("--kafka", metavar="BOOTSTRAP", help="also time Spark's kafka source on this broker")
+    kafka.add_argument("--kafka-broker", action="store_true",
+                       help="also time Spark's kafka source on a throwaway single-node broker started here")
     args = parser.parse_args(argv)
     mount, n = args.mount, args.records
     topic = args.topic or f"bench-{n}x{args.value_bytes}"
@@ -114,7 +177,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"copied records + records.jsonl ({copied / 1e6:.0f} MB) to {workdir} in {copy_seconds:.2f} s "
           f"({copied / 1e6 / copy_seconds:.0f} MB/s plain reads through the mount)")
 
-    spark = spark_session(args.master, "logfs-bench", {"spark.driver.memory": "2g"})
+    broker = None
+    bootstrap = args.kafka
+    if args.kafka_broker:
+        from tests.kafka_broker import KafkaBroker
+        broker = KafkaBroker(Path(workdir) / "kafka")
+        atexit.register(broker.stop)        # whatever happens next, the JVM does not outlive the bench
+        broker.start()
+        bootstrap = broker.bootstrap
+        print(f"started a KRaft broker at {bootstrap} (log.dirs {broker.log_dir})")
+    if bootstrap:
+        seconds = fill_kafka(bootstrap, topic, len(list_partitions(mount, topic)), n, args.value_bytes)
+        if seconds is not None:
+            print(f"produced {n:,} records to Kafka topic {topic} with kafka-python in {seconds:.2f} s")
+
+    conf = {"spark.driver.memory": "2g"}
+    if bootstrap:
+        conf["spark.jars"] = ",".join(spark_kafka_jars())
+    spark = spark_session(args.master, "logfs-bench", conf)
     spark.sparkContext.setLogLevel("ERROR")
     from pyspark.sql import functions as F
 
@@ -133,12 +213,19 @@ def main(argv: list[str] | None = None) -> int:
             return tuple(df.agg(F.count(F.lit(1)), F.sum(F.length("value"))).first())
         return job
 
+    def kafka_job():
+        df = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+              .option("minPartitions", str(spark.sparkContext.defaultParallelism)).load())
+        return tuple(df.agg(F.count(F.lit(1)), F.sum(F.length("value"))).first())
+
     jobs = [
         ("text", text_job(text_dir), text_job(os.path.join(mount, topic, "*", "records"))),
         ("json", json_job(json_dir), json_job(os.path.join(mount, topic, "*", "segments", "*.jsonl"))),
         ("logfs source", json_job(json_dir), source_job("segments")),
         ("logfs jsonl", json_job(json_dir), source_job("jsonl")),
     ]
+    if bootstrap:
+        jobs.append(("kafka source", kafka_job, source_job("segments")))
     expected = (n, n * args.value_bytes)
     rows = []
     try:
@@ -158,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
 
     print(f"\nSpark ({args.master}) reading {n:,} records x {args.value_bytes} bytes, best of {args.repeat}:")
-    print(f"{'job':<14}{'local s':>9}{'mount s':>9}{'local rec/s':>14}{'mount rec/s':>14}{'ratio':>8}")
+    print(f"{'job':<14}{'local s':>9}{'mount s':>9}{'local rec/s':>14}{'mount rec/s':>14}{'ratio':>8}"
+          + ("   (kafka source: 'local' is Spark's kafka source on the broker)" if bootstrap else ""))
     for name, local_s, mount_s in rows:
         print(f"{name:<14}{local_s:>9.2f}{mount_s:>9.2f}{n / local_s:>14,.0f}{n / mount_s:>14,.0f}"
               f"{local_s / mount_s:>8.2f}")
