@@ -252,6 +252,10 @@ def _cleaner_metrics(manager: "LogManager"):
                            ("logfs_cleaner_records_dropped", "records_dropped",
                             "Records removed by compaction (superseded, expired tombstones)"),
                            ("logfs_cleaner_segments_cleaned", "segments_cleaned", "Segments replaced by cleans"),
+                           ("logfs_cleaner_delete_horizons_set", "horizons_set",
+                            "Batches given a KIP-534 delete horizon by a clean"),
+                           ("logfs_cleaner_deletes_expired", "deletes_expired",
+                            "Tombstones and transaction markers dropped once their delete horizon passed"),
                            ("logfs_cleaner_seconds", "elapsed_secs", "Time spent cleaning")):
         yield CounterMetricFamily(name, doc, value=totals[key])
     labels = ["topic", "partition"]

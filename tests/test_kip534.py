@@ -323,6 +323,8 @@ def test_a_tombstone_expires_in_a_mount_under_continuous_writes(mount):
         _wait_for(tombstone_gone, "the tombstone to expire")
         assert time.monotonic() - written >= retention_ms / 1000, "dropped before delete.retention.ms"
         assert _cleaner_totals(mount)["deletes_expired"] >= 1
+        metrics = (mount / ".logfs/metrics").read_text()
+        assert "logfs_cleaner_deletes_expired_total" in metrics and "logfs_cleaner_delete_horizons_set_total" in metrics
     finally:
         os.close(fd)
     latest = {r["key"]: r["value"] for r in _rows(mount)}
