@@ -74,6 +74,8 @@ KAFKA_TOPIC_CONFIGS = frozenset({
     "index.interval.bytes", "flush.messages", "flush.ms", "delete.retention.ms", "min.cleanable.dirty.ratio",
     "min.compaction.lag.ms", "max.message.bytes", "file.delete.delay.ms", "compression.type",
 })
+#: Where both Kafka and logfs keep consumer groups' committed offsets, in Kafka's record format.
+GROUP_METADATA_TOPIC = "__consumer_offsets"
 #: Kafka 4 refuses ``segment.bytes`` below 1 MiB (KIP-1030); logfs accepts Kafka 3's minimum.
 KAFKA4_MIN_SEGMENT_BYTES = 1024 * 1024
 
@@ -167,6 +169,9 @@ def inspect(data_dirs: Sequence[str]) -> DataDirState:
                                        f"{KAFKA4_MIN_SEGMENT_BYTES} (existing segments keep their size)")
                 else:
                     state.configs[name] = value
+            if topic == GROUP_METADATA_TOPIC:
+                state.notes.append(f"consumer group offsets: the broker's offsets.topic.num.partitions must be "
+                                   f"{len(numbers)}, so that each group maps to the partition holding its commits")
             topics[topic] = state
             for number in numbers:
                 tp = TopicPartition(topic, number)
