@@ -142,3 +142,81 @@ def test_kafkas_dump_log_reads_the_horizons_our_cleaner_writes(tmp_path):
     assert [line for line in ours.splitlines() if line.startswith("baseOffset:")] == batch_lines
     assert sum(f"deleteHorizonMs: OptionalLong[{expected_horizon}]" in line for line in batch_lines) == 1
     assert "isvalid: true" in batch_lines[-1]
+
+
+def _markers(partition_dir: Path) -> list[tuple[int, int | None, bool]]:
+    """(offset, delete horizon, is_commit) of every transaction marker in the dir's segments."""
+    out = []
+    for path in sorted(partition_dir.glob("*.log")):
+        data = path.read_bytes()
+        for pos, header in iter_batches(data):
+            if header.is_control:
+                validate_batch(data, pos)
+                record = decode_batch(data, pos, header, include_control=True)[0]
+                out.append((header.base_offset, header.delete_horizon_ms, record.key[-1] == 1))
+    return out
+
+
+def test_transaction_markers_get_a_horizon_once_their_records_are_gone(kafka_broker, tmp_path):
+    """Markers written by a real transactional producer, then cleaned by ours (the broker never cleans them).
+
+    A committed transaction whose records later values supersede: the clean
+    that removes the records keeps the marker, the next one gives it a horizon,
+    the first clean at the horizon drops it.  An aborted transaction's records
+    stay (logfs keeps no transaction index and drops no aborted record), so its
+    marker stays too: removing it would expose the aborted records.
+    """
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    topic = "txn"
+    kafka_broker.create_topic(topic, 1, {"cleanup.policy": "delete"})
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, transactional_id="kip534-txn")
+    plain = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, key=b"k1", value=b"committed 1")
+        producer.send(topic, key=b"k2", value=b"committed 2")
+        producer.commit_transaction()
+        producer.begin_transaction()
+        producer.send(topic, key=b"k9", value=b"aborted").get(timeout=30)   # in the log before the abort
+        producer.abort_transaction()
+        plain.send(topic, key=b"k1", value=b"later 1").get(timeout=30)
+        plain.send(topic, key=b"k2", value=b"later 2").get(timeout=30)
+    finally:
+        producer.close()
+        plain.close()
+    consumer = KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, enable_auto_commit=False)
+    tp = TopicPartition(topic, 0)
+    end = consumer.end_offsets([tp])[tp]
+    consumer.close()
+    kafka_broker.stop()
+    copy = tmp_path / f"{topic}-0"
+    shutil.copytree(kafka_broker.log_dir / f"{topic}-0", copy)
+    kafka_broker.start()
+
+    clock = ManualClock()
+    log = Log.load(str(copy), LogConfig.from_props({"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
+                                                    "delete.retention.ms": "60000"}), clock=clock)
+    try:
+        assert log.log_end_offset == end
+        commit, abort = [m for m in _markers(copy)]
+        assert commit[2] and not abort[2] and commit[1] is None and abort[1] is None
+        log.roll()
+        _clean(log)             # removes the superseded committed records; their marker stays, no horizon
+        assert [(o, h) for o, h, _ in _markers(copy)] == [(commit[0], None), (abort[0], None)]
+        assert [r.key for r in log.read_records(log.log_start_offset)] == [b"k9", b"k1", b"k2"]
+        log.append_values([b"x"], [b"k3"])
+        log.roll()
+        clock.sleep(1000)
+        _clean(log)             # the committed transaction has no record left: its marker gets a horizon
+        horizon = clock.milliseconds() + 60000
+        assert [(o, h) for o, h, _ in _markers(copy)] == [(commit[0], horizon), (abort[0], None)]
+        log.append_values([b"y"], [b"k3"])
+        log.roll()
+        clock.now = horizon
+        _clean(log)             # at the horizon the commit marker goes; the abort marker guards k9
+        assert [(o, h) for o, h, _ in _markers(copy)] == [(abort[0], None)]
+        assert [r.key for r in log.read_records(log.log_start_offset)] == [b"k9", b"k1", b"k2", b"k3"]
+    finally:
+        log.close()
