@@ -276,10 +276,13 @@ def adopt(data_dirs: Sequence[str], broker_log_dir: str, *, copy: bool = False) 
     its topic ID, and running ``adopt`` again finishes the job.
     """
     broker_dir = os.path.abspath(broker_log_dir)
+    # The read-only load refuses a dir a logfs mount holds; the locks taken after it (POSIX
+    # record locks, which closing any descriptor of the file in this process would drop)
+    # keep a mount or a broker from starting on the dirs while they are being changed.
+    state = inspect(data_dirs)
     with ExitStack() as stack:
         for d in data_dirs:
             _check_unlocked(os.path.abspath(d), "logfs mount", stack)
-        state = inspect(data_dirs)
         problems = []
         if not os.path.exists(os.path.join(broker_dir, META_PROPERTIES)):
             problems.append(f"{broker_dir} has no {META_PROPERTIES}: it is not a formatted Kafka log dir")
