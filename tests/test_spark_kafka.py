@@ -190,3 +190,24 @@ def test_streaming_available_now(both, tmp_path):
         results[fmt] = sorted(spark.sql(f"select * from stream_{fmt}").collect(),
                               key=lambda r: (r.topic, r.partition, r.offset))
     assert results["logfs"] == results["kafka"] and results["kafka"]
+
+
+def test_timestamp_options_are_validated_with_a_clear_error(tmp_path):
+    from engine.errors import InvalidConfigError, UnknownTopicOrPartitionError
+    from logfs.spark import LogfsStreamReader, SourceOptions, _timestamp_targets
+
+    base = {"path": str(tmp_path), "subscribe": "a"}
+    for name, value, message in (
+            ("startingTimestamp", "yesterday", "option startingTimestamp: expected epoch milliseconds"),
+            ("endingTimestamp", "-5", "option endingTimestamp: a timestamp must be >= 0"),
+            ("startingOffsetsByTimestamp", '{"a":{"0":"noon"}}', "is not a partition number mapped to epoch"),
+            ("endingOffsetsByTimestamp", "[1]", "expected a JSON object of topics"),
+            ("startingOffsetsByTimestampStrategy", "earliest", "expected one of ('error', 'latest')")):
+        with pytest.raises(InvalidConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            SourceOptions.parse({**base, name: value})
+    with pytest.raises(InvalidConfigError, match="not valid for streaming"):
+        LogfsStreamReader(SourceOptions.parse({**base, "endingTimestamp": "1"}))
+    with pytest.raises(InvalidConfigError, match="must specify every subscribed partition; missing a-1"):
+        _timestamp_targets("startingOffsetsByTimestamp", None, {("a", 0): 5}, [("a", 0), ("a", 1)])
+    with pytest.raises(UnknownTopicOrPartitionError, match="not subscribed or do not exist: b-0"):
+        _timestamp_targets("endingOffsetsByTimestamp", None, {("a", 0): 5, ("b", 0): 1}, [("a", 0)])
