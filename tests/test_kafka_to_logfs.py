@@ -310,6 +310,24 @@ def test_clean_broker_dir_mounts_read_only_with_every_view_as_consumed(scenario:
     assert hash_tree(log_dir) == before, "a read-only mount changed the broker's data directory"
 
 
+def test_read_committed_mount_hides_aborted_transactions_as_a_read_committed_consumer(scenario: Scenario):
+    """-o isolation.level=read_committed: every view equals a read_committed consumer's records."""
+    before = hash_tree(scenario.broker.log_dir)
+    m = _mount(scenario.broker, "mnt-committed", {"isolation.level": "read_committed"})
+    try:
+        assert "isolation.level=read_committed" in (m.path / ".logfs" / "config").read_text().splitlines()
+        _check_all_views(m, {"txn": scenario.committed["txn"],
+                             # no transactions there: read_committed sees what read_uncommitted sees
+                             "codecs": scenario.uncommitted["codecs"]})
+        hidden = {r.offset for r in scenario.uncommitted["txn"][0]} - {r.offset for r in scenario.committed["txn"][0]}
+        for offset in sorted(hidden)[:5]:
+            with pytest.raises(FileNotFoundError):
+                (m.path / "txn" / "0" / "offset" / str(offset)).read_bytes()
+    finally:
+        assert m.stop() == 0, m.log()
+    assert hash_tree(scenario.broker.log_dir) == before
+
+
 def test_consumer_offsets_topic_mounts_as_a_topic(scenario: Scenario):
     """The broker-written __consumer_offsets topic (50 partitions) reads as any topic."""
     expected = scenario.uncommitted["__consumer_offsets"]
