@@ -123,7 +123,9 @@ def _dump_log_file(path: str, print_data_log: bool, out: TextIO, err: TextIO) ->
                 problems += 1
                 records = []
             for record in records:
-                if last_offset != -1 and record.offset != last_offset + 1:
+                # As DumpLogSegments: the first record is compared with -1 too, so a
+                # segment that does not start at offset 0 reports "-1 is followed by N".
+                if record.offset != last_offset + 1:
                     non_consecutive.append((last_offset, record.offset))
                 last_offset = record.offset
                 line = [f"| offset: {record.offset} {timestamp_type}: {record.timestamp} "
