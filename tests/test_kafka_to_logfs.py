@@ -18,14 +18,17 @@ import json
 import os
 import random
 import struct
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
-from tests.conftest import Mount, kafka_records
-from tests.kafka_broker import KafkaBroker, Seen, consume_all, hash_tree, kafka_broker, seen_from_json  # noqa: F401
+from tests.conftest import LOGFS, Mount, kafka_records
+from tests.kafka_broker import (  # noqa: F401 (kafka_broker is a fixture)
+    KafkaBroker, Seen, consume_all, hash_tree, kafka_broker, run_tool, seen_from_json,
+)
 
 pytestmark = pytest.mark.mount
 
@@ -326,6 +329,24 @@ def test_read_committed_mount_hides_aborted_transactions_as_a_read_committed_con
     finally:
         assert m.stop() == 0, m.log()
     assert hash_tree(scenario.broker.log_dir) == before
+
+
+def test_logfs_dump_log_prints_what_kafka_dump_log_prints_for_broker_files(scenario: Scenario, tmp_path: Path):
+    """Broker-written segments: transaction markers, KIP-534 horizons, producer ids, headers, binary payloads."""
+    log_dir = scenario.broker.log_dir
+    files = [str(log_dir / f"{topic}-{p}" / name)
+             for topic in ("codecs", "txn", "compacted", "appendtime") for p in scenario.topics[topic]
+             for name in sorted(os.listdir(log_dir / f"{topic}-{p}"))
+             if name.endswith((".log", ".index", ".timeindex"))]
+    kafka = run_tool("org.apache.kafka.tools.DumpLogSegments", "--deep-iteration", "--print-data-log",
+                     "--files", ",".join(files), base=tmp_path)
+    ours = subprocess.run([str(LOGFS), "dump-log", *files, "--print-data-log"], capture_output=True, timeout=300)
+    kafka_lines = kafka.stdout.decode().splitlines()
+    assert any("endTxnMarker: ABORT" in line for line in kafka_lines)
+    assert any("deleteHorizonMs: OptionalLong[" in line for line in kafka_lines)
+    for k, o in zip(kafka_lines, ours.stdout.decode().splitlines()):
+        assert o == k
+    assert len(ours.stdout.decode().splitlines()) == len(kafka_lines)
 
 
 def test_consumer_offsets_topic_mounts_as_a_topic(scenario: Scenario):

@@ -61,6 +61,9 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         m.sh("mkdir keyed && printf 'parse.key=true\\n' > keyed/config")
         m.sh("for i in $(seq 1 300); do printf 'k%d\\tvalue %d\\n' $((i % 17)) $i; done >> keyed/append")
         m.sh("echo 'before 40' > keyed/0/delete")
+        # values that are not UTF-8: Java's replacement of malformed bytes is what kafka-dump-log prints
+        m.sh("mkdir binary && printf '\\xed\\xa0\\x80 surrogate\\n\\xed\\xb0t\\n\\xe0\\x80x\\n\\xf0\\x90\\x80\\n"
+             "\\xff\\xfe\\xc0\\xaf\\n\\xed\\xa0\\n\\xe2\\x82\\n' >> binary/0/append")
         # a compacted topic that our cleaner compacts, with tombstones
         m.sh("mkdir compacted && printf 'cleanup.policy=compact\\nparse.key=true\\nnull.marker=NULL\\n"
              "min.cleanable.dirty.ratio=0.1\\nsegment.bytes=4096\\ncompression.type=lz4\\n' > compacted/config")
