@@ -69,14 +69,21 @@ def java_command(main_class: str, *args: str, jvm_opts: list[str] | None = None,
     return [*cmd, "-cp", str(kafka_libs() / "*"), main_class, *args]
 
 
+#: A short-lived tool starts fastest with the client compiler only and a small serial heap.
+TOOL_JVM_OPTS = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+
+
 def run_tool(main_class: str, *args: str, timeout: float = 300.0, check: bool = True,
-             base: Path | None = None) -> subprocess.CompletedProcess:
-    """Run one of Kafka's command-line tools (DumpLogSegments, ProducerPerformance, ...) to completion."""
+             base: Path | None = None, jvm_opts: list[str] | None = None) -> subprocess.CompletedProcess:
+    """Run one of Kafka's command-line tools (DumpLogSegments, ProducerPerformance, ...) to completion.
+
+    ``jvm_opts`` defaults to TOOL_JVM_OPTS; a benchmark passes JVM_OPTS (full JIT).
+    """
     log4j = None
     if base is not None:   # tools log to stderr by default; keep only warnings, in a file
         log4j = base / "tool-log4j2.properties"
         log4j.write_text(LOG4J2.format(log=base / "tool.log", level="WARN"))
-    cmd = java_command(main_class, *args, jvm_opts=["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"],
+    cmd = java_command(main_class, *args, jvm_opts=TOOL_JVM_OPTS if jvm_opts is None else jvm_opts,
                        log4j_config=log4j)
     result = subprocess.run(cmd, capture_output=True, timeout=timeout)
     if check and result.returncode != 0:
