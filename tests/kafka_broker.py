@@ -171,6 +171,8 @@ class KafkaBroker:
             if self.proc is None or self.proc.poll() is not None:
                 raise RuntimeError(f"Kafka broker exited with {self.proc and self.proc.returncode}:\n{self.log()}")
             try:
+                # the listener first (cheap), so kafka-python's reconnect backoff never delays the start
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000)
                 try:
                     admin.describe_cluster()
