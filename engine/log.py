@@ -450,9 +450,9 @@ class LogLoader:
                            " in memory (read-only)" if self.read_only else "")
             self._recover_segment(segment, truncate=is_last)
 
-    def _recover_segment(self, segment: LogSegment, truncate: bool = True) -> int:
+    def _recover_segment(self, segment: LogSegment, truncate: bool = True, report: bool = True) -> int:
         try:
-            return segment.recover(truncate=truncate, in_memory=self.read_only)
+            return segment.recover(truncate=truncate, in_memory=self.read_only, report=report)
         except (LogfsError, OSError) as exc:
             if self.read_only:
                 raise self._needs_recovery(f"recovering {segment.log_path} failed ({exc})") from exc
@@ -505,14 +505,12 @@ class LogLoader:
         try:
             segment.validate_tail()
         except CorruptRecordError as exc:
+            truncated = self._recover_segment(segment, report=False)
             logger.warning(self._prefix + "The active segment %s is damaged despite the clean shutdown marker "
-                           "(%s at byte %d): recovering it%s", segment.log_path, exc.detail, exc.position,
-                           " in memory (read-only)" if self.read_only else "")
-            truncated = self._recover_segment(segment)
-            if truncated > 0:
-                logger.warning(self._prefix + "Corruption found in segment %d, truncating to offset %d%s",
-                               segment.base_offset, segment.next_offset,
-                               " (in memory: read-only)" if self.read_only else "")
+                           "(%s at byte %d): recovered it as after a crash, %d invalid bytes %s, log end offset %d",
+                           segment.log_path, exc.detail, exc.position, truncated,
+                           "left out in memory (read-only)" if self.read_only else "truncated",
+                           segment.next_offset)
 
     def _delete_segments_if_log_start_greater_than_log_end(self) -> int | None:
         if not self.segments:

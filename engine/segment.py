@@ -727,7 +727,7 @@ class LogSegment:
                                     f"next offset {next_offset}", pos)
             next_offset = header.next_offset
 
-    def recover(self, truncate: bool = True, in_memory: bool = False) -> int:
+    def recover(self, truncate: bool = True, in_memory: bool = False, report: bool = True) -> int:
         """Validate every batch, truncate at the first invalid one, rebuild the indexes.
 
         Returns the number of invalid bytes found at the end.  Beyond Kafka's
@@ -741,6 +741,7 @@ class LogSegment:
         segment recovers only with ``in_memory=True``: its indexes are rebuilt
         in anonymous maps and the invalid tail is left out of :attr:`size`,
         never cut from the file.
+        ``report=False`` leaves the WARNING about invalid messages to the caller.
         """
         if not in_memory:
             self._check_writable("recover")
@@ -784,7 +785,7 @@ class LogSegment:
                 next_offset = last_offset + 1
         except CorruptRecordError as exc:
             damage = exc
-            if truncate:
+            if truncate and report:
                 log.warning("Found invalid messages in log segment %s at byte offset %d: %s",
                             self.log_path, valid_bytes, exc.detail)
         truncated = file_size - valid_bytes
