@@ -402,7 +402,9 @@ class LogLoader:
         last_base = max([b for b in bases if b not in hidden] + list(swapped), default=None)
         for name in files:
             path = os.path.join(self.dir, name)
-            if name.endswith((INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX)):
+            # Kafka's .txnindex and .snapshot files are left alone, orphaned or not (they
+            # are Kafka's, logfs writes neither); only our own orphaned indexes go.
+            if name.endswith((INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)):
                 try:
                     offset = offset_from_file_name(name)
                 except ValueError:
