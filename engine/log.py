@@ -600,6 +600,9 @@ class Log:
         start = time.monotonic()
         dir = os.path.abspath(dir)
         tp = topic_partition or topic_partition_of_dir(dir)
+        if os.path.islink(dir):
+            raise UnsafeFileError(f"Partition directory {dir} is a symbolic link: logfs never follows links in a "
+                                  "log directory", paths=[dir])
         if read_only:
             if not os.path.isdir(dir):
                 raise StorageError(f"Log directory {dir} does not exist (opened read-only)")

@@ -328,9 +328,11 @@ class LogManager:
                 if entry.name == KRAFT_METADATA_DIR:
                     continue      # Kafka's KRaft metadata log: not a topic, never touched (as Kafka's LogManager)
                 if entry.is_symlink() and entry.is_dir():
+                    name = entry.name
+                    if name.endswith(DELETE_DIR_SUFFIX) and "." in name:
+                        name = name[:name.rindex(".")]
                     try:
-                        tp = parse_topic_partition_dir(entry.name.split(".", 1)[0]
-                                                       if entry.name.endswith(DELETE_DIR_SUFFIX) else entry.name)
+                        tp = parse_topic_partition_dir(name)
                     except InvalidTopicError:
                         continue
                     logger.error("Partition directory %s is a symbolic link: logfs never follows links in a log "
