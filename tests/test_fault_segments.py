@@ -293,3 +293,49 @@ def test_data_is_private_on_disk_by_default(logfs_mount, umask, dir_mode, file_m
     for path in paths:
         mode = stat.S_IMODE(os.lstat(path).st_mode)
         assert mode == (dir_mode if path.is_dir() else file_mode), f"{path}: {oct(mode)}"
+
+
+# --------------------------------------------------------------------------- multi-batch writes and crashes
+
+
+@pytest.mark.parametrize("cut", ["between batches", "inside a batch"])
+def test_a_split_write_cut_by_a_crash_leaves_a_prefix_of_whole_batches(logfs_mount, cut):
+    """The README's contract for a write larger than a segment: across a crash, a prefix of whole batches.
+
+    A crash during such a write leaves on disk the batches written before it,
+    and maybe part of the next one.  Every such state is made here from the
+    files of a real split write (later segments removed, the next one cut) and
+    mounted: the records are a prefix of whole batches, contiguous, and the
+    next append continues right after them.
+    """
+    m = logfs_mount({"log.segment.bytes": "4096", "log.index.interval.bytes": "256"})
+    (m / "t").mkdir()
+    lines = [b"%04d-" % i + b"v" * 90 for i in range(200)]               # ~19 KB: about 6 batches
+    first, last = _append_with_offsets(m, "t/0/append", lines)
+    assert (first, last) == (0, 199)
+    m.kill()
+    pdir = m.partition_dir("t", 0)
+    segments = _segments(pdir)
+    assert len(segments) >= 4                      # one batch per segment: each fills one
+    keep = len(segments) // 2
+    for segment in segments[keep + 1:]:
+        for suffix in (".log", ".index", ".timeindex"):
+            segment.with_suffix(suffix).unlink(missing_ok=True)
+    partial = segments[keep]
+    if cut == "between batches":
+        partial.unlink()
+        partial.with_suffix(".index").unlink(missing_ok=True)
+        partial.with_suffix(".timeindex").unlink(missing_ok=True)
+    else:
+        with open(partial, "r+b") as f:
+            f.truncate(partial.stat().st_size // 2)
+    survivors = int(partial.name.split(".")[0])     # the base offset of the cut batch
+
+    m.start()
+    try:
+        assert (m / "t/0/records").read_bytes() == b"".join(line + b"\n" for line in lines[:survivors])
+        again, _ = _append_with_offsets(m, "t/0/append", [b"next"])
+        assert again == survivors
+    finally:
+        assert m.stop() == 0
+    assert [r.offset for r in kafka_records(pdir)] == list(range(survivors + 1))
