@@ -989,7 +989,8 @@ def _atomic_write(path: str, data: bytes) -> None:
     """Write ``path`` as tmp + fsync + rename + fsync of the directory."""
     tmp = path + ".tmp"
     try:
-        with open(tmp, "wb") as f:
+        # never through a link planted under the temporary name (issue 9)
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666), "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -339,3 +339,24 @@ def test_a_split_write_cut_by_a_crash_leaves_a_prefix_of_whole_batches(logfs_mou
     finally:
         assert m.stop() == 0
     assert [r.offset for r in kafka_records(pdir)] == list(range(survivors + 1))
+
+
+def test_links_planted_under_temporary_names_are_not_written_through(logfs_mount, tmp_path):
+    """Checkpoints, topic configs and the shutdown marker are written as ``<name>.tmp`` then renamed."""
+    m = logfs_mount(SMALL_SEGMENTS)
+    _fill(m, "t", 50)
+    assert m.stop() == 0
+    target = tmp_path / "passwd"
+    target.write_bytes(b"root:x:0:0:root:/root:/bin/bash\n")
+    before = _fingerprint(target)
+    for name in ("recovery-point-offset-checkpoint.tmp", "log-start-offset-checkpoint.tmp",
+                 "topic-configs.json.tmp", ".kafka_cleanshutdown.tmp"):
+        (m.data / name).symlink_to(target)
+    m.start()
+    try:
+        (m / "t/config").write_bytes(b"retention.ms=86400000\n")
+    except OSError:
+        pass                                       # refusing is fine; writing through the link is not
+    _fill(m, "t", 20)
+    m.stop()
+    assert _fingerprint(target) == before
