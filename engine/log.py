@@ -177,10 +177,11 @@ class LogLoader:
                 "it) and mount again.", paths=unsafe)
         return sorted(names)
 
-    def _open(self, base_offset: int, suffix: str = "", exists: bool = True) -> LogSegment:
+    def _open(self, base_offset: int, suffix: str = "", exists: bool = True,
+              read_only: bool | None = None) -> LogSegment:
         return LogSegment.open(self.dir, base_offset, self.config, self.clock, file_suffix=suffix,
                                file_already_exists=exists, topic_partition=self.topic_partition,
-                               read_only=self.read_only)
+                               read_only=self.read_only if read_only is None else read_only)
 
     def _needs_recovery(self, reason: str) -> ReadOnlyError:
         """The error of a read-only load that cannot go on without writing to ``self.dir``."""
@@ -300,7 +301,7 @@ class LogLoader:
         first = base if first is None else first
         before = [b for b in bases if b < base]
         if before:
-            previous = self._open(before[-1])
+            previous = self._open(before[-1], read_only=True)       # looking creates nothing
             try:
                 previous_end = previous.next_offset
             finally:
@@ -310,7 +311,7 @@ class LogLoader:
                                          f"{before[-1]} it does not replace", path=segment.log_path, position=0)
         replaced = [b for b in bases if base <= b < next_offset]
         if replaced:
-            last = self._open(replaced[-1])
+            last = self._open(replaced[-1], read_only=True)
             try:
                 replaced_end = last.next_offset
             finally:
@@ -338,7 +339,9 @@ class LogLoader:
             if not path[:-len(SWAP_FILE_SUFFIX)].endswith(LOG_FILE_SUFFIX):
                 continue
             base = offset_from_file_name(path)
-            segment = self._open(base, SWAP_FILE_SUFFIX)
+            # Opened read-only to validate: a missing .index.swap is not created empty
+            # (the loader rebuilds it after the rename, or in memory when read-only).
+            segment = self._open(base, SWAP_FILE_SUFFIX, read_only=True)
             try:
                 first, next_offset = self._validate_swap(segment, bases, accepted)
             except (CorruptRecordError, StorageError) as exc:
@@ -355,7 +358,7 @@ class LogLoader:
                 self._swapped_in_memory = getattr(self, "_swapped_in_memory", {})
                 self._swapped_in_memory[base] = (segment, next_offset)
             else:
-                segment.close()
+                segment.close_handlers()
         if self.read_only:
             return              # _load_segment_files puts them in place of their range
         for path, base, next_offset in installed:
