@@ -27,12 +27,12 @@ those whose ``file.delete.delay.ms`` elapsed.  The segment object keeps its
 .log descriptor open, so a view that still holds it reads on.
 
 Read-only logs (``Log.load(read_only=True)``, a ``--read-only`` mount) perform
-no write at all, not even the ones recovery would make: the loader accepts
-only a directory that was shut down cleanly and whose segments need nothing
-(no interrupted swap, no missing or corrupt index), opens the segments
-read-only and leaves stray ``.deleted``/``.cleaned`` files alone.  Anything
-else is refused with ReadOnlyError, since repairing it means writing; every
-mutator of a read-only Log raises ReadOnlyError too.
+no write at all, not even the ones recovery would make: the loader runs the
+same recovery in memory (torn tails left out of segment sizes, indexes rebuilt
+in anonymous maps, a valid ``.swap`` swapped in the segment map only, stray
+``.deleted``/``.cleaned`` files left alone), so a copy of a live broker's
+directory mounts without a clean-shutdown marker; every mutator of a
+read-only Log raises ReadOnlyError.
 """
 
 from __future__ import annotations
@@ -114,6 +114,13 @@ class LoadedLog(NamedTuple):
 _SEGMENT_FILE_SUFFIXES = tuple(
     kind + extra for kind in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX)
     for extra in ("", DELETED_FILE_SUFFIX, CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX))
+
+
+#: The files of a segment logfs writes itself (and so may delete when a .swap replaces it);
+#: Kafka's .txnindex and .snapshot files are never deleted.
+_OWN_SEGMENT_FILE_SUFFIXES = tuple(
+    kind + extra for kind in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)
+    for extra in ("", DELETED_FILE_SUFFIX, CLEANED_FILE_SUFFIX))
 
 
 class LogLoader:
@@ -370,7 +377,7 @@ class LogLoader:
                     offset = offset_from_file_name(name)
                 except ValueError:
                     continue
-                if base <= offset < next_offset and name.endswith(_SEGMENT_FILE_SUFFIXES):
+                if base <= offset < next_offset and name.endswith(_OWN_SEGMENT_FILE_SUFFIXES):
                     logger.info(self._prefix + "Deleting segment files %s that is compacted but has not "
                                 "been deleted yet.", name)
                     _unlink_quietly(os.path.join(self.dir, name))
@@ -596,9 +603,8 @@ class Log:
              topic_partition: TopicPartition | None = None, read_only: bool = False) -> Log:
         """Open (creating if needed) the log in ``dir``, running Kafka's LogLoader over it.
 
-        With ``read_only`` nothing is created or repaired: the directory must
-        exist and have been shut down cleanly, else ReadOnlyError says to
-        recover it read-write first.
+        With ``read_only`` nothing is created or repaired on disk: the directory
+        must exist, and whatever recovery it needs happens in memory.
         """
         start = time.monotonic()
         dir = os.path.abspath(dir)

@@ -71,8 +71,8 @@ Deletion and crashes.  Whatever a deletion hides must stay hidden after a
   renames never resurrects a topic with some of its partitions.
 
 Read-only mode (``--read-only``) writes nothing to the log dirs, not even
-recovery: a dir that was not shut down cleanly is refused with ReadOnlyError
-(recovering it would write), the clean-shutdown marker stays in place, logs
+recovery: a dir that was not shut down cleanly is recovered in memory by the
+LogLoader, the clean-shutdown marker stays in place, logs
 are loaded with ``Log.load(read_only=True)``, there is no cleaner, the
 periodic jobs do nothing and every other mutator raises ReadOnlyError.
 """

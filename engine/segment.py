@@ -934,7 +934,7 @@ class LogSegment:
 
     @property
     def deleted(self) -> bool:
-        return not any(os.path.exists(p) for p in
+        return not any(os.path.lexists(p) for p in
                        (self.log_path, self.offset_index.path, self.time_index.path))
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
