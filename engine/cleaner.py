@@ -513,8 +513,7 @@ class Cleaner:
                     try:
                         validate_batch(chunk, pos)
                     except CorruptRecordError as exc:
-                        raise CorruptRecordError(str(exc).split(" (file ")[0], path=source.log_path,
-                                                 position=position + pos) from None
+                        raise exc.at(source.log_path, position + pos) from None
                     batches.append((pos, header))
                 columns, latest_of = self._key_lookup(chunk, batches, offset_map, latest_offset)
                 # One append per retained batch: LogSegment.append indexes the position it

@@ -410,7 +410,7 @@ class LogView:
             except CorruptRecordError as exc:
                 position = log_pos + (exc.position if exc.position >= 0 else rel)
                 raise CorruptRecordError(
-                    f"{str(exc).split(' (file ')[0]} while rendering the view of partition "
+                    f"{exc.detail} while rendering the view of partition "
                     f"{self.log.topic_partition}", path=segment.log_path, position=position) from None
             if end == 0:
                 needed = _records.read_header(data, 0).size
