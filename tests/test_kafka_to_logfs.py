@@ -313,8 +313,13 @@ def test_the_data_is_what_the_scenario_promises(scenario: Scenario):
     assert any(scenario.uncommitted["__consumer_offsets"].values())
     for name in ("meta.properties", "__cluster_metadata-0", "bootstrap.checkpoint"):
         assert (log_dir / name).exists(), name
+    # Kafka's own files the mount must tolerate and leave alone
     assert any(n.endswith(".snapshot") for n in os.listdir(log_dir / "txn-0"))
+    assert any(n.endswith(".txnindex") for p in (0, 1) for n in os.listdir(log_dir / f"txn-{p}"))
     assert (log_dir / "txn-0" / "partition.metadata").exists()
+    assert (log_dir / "txn-0" / "leader-epoch-checkpoint").exists()
+    assert (log_dir / "__cluster_metadata-0" / "quorum-state").exists()
+    assert (log_dir / "replication-offset-checkpoint").exists()
     # the open transaction holds a read_committed consumer at its first offset (the last stable offset)
     assert [r.value for r in scenario.committed["txn-open"][0]] == [b"committed before"]
     assert any(r.value == b"plain 4" for r in scenario.uncommitted["txn-open"][0])
