@@ -129,7 +129,8 @@ class OffsetCheckpointFile:
         data = ("\n".join(lines) + "\n").encode("utf-8")
         with self._lock:
             try:
-                fd = os.open(self.temp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                # never through a link planted under the temporary name (issue 9)
+                fd = os.open(self.temp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
                 try:
                     view = memoryview(data)
                     while view:

@@ -485,6 +485,8 @@ _BROKER_KEYS = (
               "compression.type default."),
     ConfigKey("log.initial.task.delay.ms", _L, 30_000, AtLeast(0),
               "Delay before the first run of each background job."),
+    ConfigKey("isolation.level", _S, "read_uncommitted", ValidString("read_uncommitted", "read_committed"),
+              "The consumer setting, for every view: read_committed hides aborted transactions."),
 )
 
 #: Broker-level name -> key.
@@ -540,6 +542,7 @@ class BrokerConfig:
     num_recovery_threads_per_data_dir: int = 1
     compression_type: str = DEFAULT_COMPRESSION_TYPE
     log_initial_task_delay_ms: int = 30_000
+    isolation_level: str = "read_uncommitted"
     def __post_init__(self) -> None:
         if self.log_dirs is None:
             object.__setattr__(self, "log_dirs", [self.log_dir])

@@ -80,11 +80,17 @@ class CorruptRecordError(LogfsError):
     errno = _errno.EIO
 
     def __init__(self, message: str, *, path: str | None = None, position: int = -1) -> None:
+        #: what is wrong, without where (``path``/``position`` say where)
+        self.detail = message
         if path is not None:
             message = f"{message} (file {path}, position {position})"
         super().__init__(message)
         self.path = path
         self.position = position
+
+    def at(self, path: str, position: int, context: str = "") -> "CorruptRecordError":
+        """The same damage located in ``path`` at byte ``position`` (for a caller that knows the file)."""
+        return CorruptRecordError(self.detail + context, path=path, position=position)
 
 
 class CorruptIndexError(LogfsError):
@@ -115,3 +121,17 @@ class StorageError(LogfsError):
     """Kafka's KafkaStorageException: an I/O error on a log directory."""
 
     errno = _errno.EIO
+
+
+class UnsafeFileError(StorageError):
+    """A file or directory in a log dir is a symbolic link or not a regular file.
+
+    logfs never follows a link or writes through one: a data directory copied
+    from someone else may hold links to anything, and the mount may run as
+    root.  ``paths`` names every offending entry; the partition holding them is
+    not loaded and nothing in it is touched.
+    """
+
+    def __init__(self, message: str, *, paths: list[str]) -> None:
+        super().__init__(message)
+        self.paths = list(paths)

@@ -31,11 +31,12 @@ import errno as _errno
 import logging
 import mmap
 import os
+import stat
 import struct
 import threading
 
 from engine.errors import (CorruptIndexError, InvalidConfigError, InvalidRequestError, LogDirFullError,
-                           LogfsError, StorageError)
+                           LogfsError, StorageError, UnsafeFileError)
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,38 @@ WARM_SECTION_BYTES = 8192
 
 _INT32_MAX = 2**31 - 1
 _PAGE_SIZE = mmap.PAGESIZE
+
+#: Flags of every open of a segment or index file: never through a symbolic link
+#: (a planted ``00000000000000000100.index -> /etc/passwd`` must not be written),
+#: never blocking on a FIFO, never inherited by a child process.
+SAFE_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_regular_file(path: str, flags: int, mode: int = 0o600) -> int:
+    """``os.open`` that refuses symbolic links and anything but a regular file.
+
+    ``O_NOFOLLOW`` makes the kernel refuse a link in the last component
+    (ELOOP); the ``fstat`` after the open refuses a FIFO, a device or a
+    directory of the same name.  Raises :class:`UnsafeFileError` naming the
+    file, or the ``OSError`` of the open for anything else (ENOENT, EACCES...).
+    """
+    try:
+        fd = os.open(path, flags | SAFE_OPEN_FLAGS, mode)
+    except OSError as exc:
+        if exc.errno == _errno.ELOOP:
+            raise UnsafeFileError(f"{path} is a symbolic link: logfs never follows links in a log directory",
+                                  paths=[path]) from None
+        raise
+    try:
+        st = os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise UnsafeFileError(f"{path} is not a regular file (mode {stat.filemode(st.st_mode)})", paths=[path])
+    return fd
+
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -119,15 +152,28 @@ class AbstractIndex:
     _relative_offset_field: int = 0
     _kind = "index"
 
-    def __init__(self, path: str, base_offset: int, max_index_size: int = -1, writable: bool = True) -> None:
+    def __init__(self, path: str, base_offset: int, max_index_size: int = -1, writable: bool = True,
+                 in_memory: bool = False) -> None:
         self.path = os.fspath(path)
         self.base_offset = base_offset
         self.max_index_size = max_index_size
-        self.writable = writable
+        # An in-memory index (a read-only mount rebuilding a missing or damaged
+        # index) takes entries like a writable one but never opens its file.
+        self._in_memory = in_memory
+        self.writable = writable or in_memory
         self._lock = threading.RLock()
         self._mmap: mmap.mmap | None = None
         self._closed = False
         self._warm_entries = WARM_SECTION_BYTES // self.entry_size
+        if in_memory:
+            rounded = self._round_down(max_index_size)
+            if rounded < self.entry_size:
+                raise InvalidConfigError(f"Invalid max index size {max_index_size} for {self.path}")
+            self._mmap = mmap.mmap(-1, rounded)
+            self.length = rounded
+            self.max_entries = rounded // self.entry_size
+            self._entries = 0
+            return
         newly_created = self._create_if_missing()
         self._map_file()
         # A new file has no entries; an existing one is assumed full of valid ones
@@ -139,7 +185,7 @@ class AbstractIndex:
 
     def _create_if_missing(self) -> bool:
         """Kafka's ``createNewFile`` + preallocation; True if this call created the file."""
-        if os.path.exists(self.path):
+        if os.path.lexists(self.path):      # a dangling link is not "missing": _map_file refuses it
             return False
         if not self.writable:
             raise CorruptIndexError(f"{self._kind.capitalize()} file {self.path} does not exist "
@@ -150,7 +196,7 @@ class AbstractIndex:
                 f"Invalid max index size {self.max_index_size} for {self.path}: "
                 f"it must hold at least one {self.entry_size}-byte entry")
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | SAFE_OPEN_FLAGS, 0o666)
         except FileExistsError:
             return False       # created concurrently: open it as an existing index
         try:
@@ -161,7 +207,10 @@ class AbstractIndex:
         return True
 
     def _map_file(self) -> None:
-        fd = os.open(self.path, os.O_RDWR if self.writable else os.O_RDONLY)
+        try:
+            fd = open_regular_file(self.path, os.O_RDWR if self.writable else os.O_RDONLY)
+        except FileNotFoundError as exc:
+            raise CorruptIndexError(f"{self._kind.capitalize()} file {self.path} does not exist") from exc
         try:
             length = os.fstat(fd).st_size
             # mmap cannot map zero bytes: an empty index (trimmed with no entries)
@@ -190,8 +239,10 @@ class AbstractIndex:
         end = position + self.entry_size - 1
         if position and (end // _PAGE_SIZE) == ((position - 1) // _PAGE_SIZE):
             return
+        if self._in_memory:
+            return
         try:
-            fd = os.open(self.path, os.O_RDWR)
+            fd = open_regular_file(self.path, os.O_RDWR)
         except OSError as exc:
             raise StorageError(f"Error while appending to index {self.path}: {exc}") from exc
         try:
@@ -215,6 +266,16 @@ class AbstractIndex:
     @property
     def entries(self) -> int:
         return self._entries
+
+    @property
+    def in_memory(self) -> bool:
+        """True when the entries live only in memory (nothing of it is ever written to its file)."""
+        return self._in_memory
+
+    def entries_bytes(self) -> bytes:
+        """The valid entries as stored (a copy)."""
+        mm = self._mmap
+        return bytes(mm[:self._entries * self.entry_size]) if mm is not None and self._entries else b""
 
     @property
     def size_in_bytes(self) -> int:
@@ -251,9 +312,20 @@ class AbstractIndex:
                 raise InvalidRequestError(
                     f"Cannot resize {self._kind} {self.path} to {rounded} bytes: "
                     f"it holds {self._entries} entries of {self.entry_size} bytes")
+            if self._in_memory:
+                # A copy into a new anonymous map: the old one is dropped, not closed (see below).
+                mm = mmap.mmap(-1, rounded) if rounded else None
+                if mm is not None and self._mmap is not None:
+                    keep = self._entries * self.entry_size
+                    mm[:keep] = self._mmap[:keep]
+                self._mmap = mm
+                self.length = rounded
+                self.max_entries = rounded // self.entry_size
+                self._closed = False
+                return True
             if not self.writable:
                 raise InvalidRequestError(f"Cannot resize {self._kind} {self.path}: opened read-only")
-            fd = os.open(self.path, os.O_RDWR)
+            fd = open_regular_file(self.path, os.O_RDWR)
             try:
                 os.ftruncate(fd, rounded)
                 # The old mapping is dropped, not closed: a lock-free reader may
@@ -322,13 +394,13 @@ class AbstractIndex:
         """Write dirty pages of the mapping to disk (Kafka's ``mmap.force``)."""
         with self._lock:
             mm = self._mmap
-            if mm is not None and self.writable:
+            if mm is not None and self.writable and not self._in_memory:
                 mm.flush()
 
     def close(self) -> None:
         """Trim to the valid entries and release the mapping (a clean shutdown)."""
         with self._lock:
-            if self.writable and not self._closed:
+            if self.writable and not self._closed and not self._in_memory:
                 self.trim_to_valid_size()
             self.close_handler()
 
@@ -341,6 +413,8 @@ class AbstractIndex:
     def delete_if_exists(self) -> bool:
         """Release the mapping and unlink the file; False if it was already gone."""
         self.close_handler()
+        if self._in_memory:
+            return False
         try:
             os.unlink(self.path)
         except FileNotFoundError:
@@ -378,8 +452,9 @@ class OffsetIndex(AbstractIndex):
     entry_size = 8
     _kind = "index"
 
-    def __init__(self, path: str, base_offset: int, max_index_size: int = -1, writable: bool = True) -> None:
-        super().__init__(path, base_offset, max_index_size, writable)
+    def __init__(self, path: str, base_offset: int, max_index_size: int = -1, writable: bool = True,
+                 in_memory: bool = False) -> None:
+        super().__init__(path, base_offset, max_index_size, writable, in_memory)
         self._last_offset = self._read_last_offset()
         logger.debug("Loaded index file %s with maxEntries = %d, maxIndexSize = %d, entries = %d, "
                      "lastOffset = %d, file position = %d", self.path, self.max_entries, max_index_size,
@@ -517,8 +592,9 @@ class TimeIndex(AbstractIndex):
     _relative_offset_field = 8
     _kind = "time index"
 
-    def __init__(self, path: str, base_offset: int, max_index_size: int = -1, writable: bool = True) -> None:
-        super().__init__(path, base_offset, max_index_size, writable)
+    def __init__(self, path: str, base_offset: int, max_index_size: int = -1, writable: bool = True,
+                 in_memory: bool = False) -> None:
+        super().__init__(path, base_offset, max_index_size, writable, in_memory)
         self._last_entry = self._read_last_entry()
         logger.debug("Loaded index file %s with maxEntries = %d, maxIndexSize = %d, entries = %d, "
                      "lastOffset = %d, file position = %d", self.path, self.max_entries, max_index_size,

@@ -71,8 +71,8 @@ Deletion and crashes.  Whatever a deletion hides must stay hidden after a
   renames never resurrects a topic with some of its partitions.
 
 Read-only mode (``--read-only``) writes nothing to the log dirs, not even
-recovery: a dir that was not shut down cleanly is refused with ReadOnlyError
-(recovering it would write), the clean-shutdown marker stays in place, logs
+recovery: a dir that was not shut down cleanly is recovered in memory by the
+LogLoader, the clean-shutdown marker stays in place, logs
 are loaded with ``Log.load(read_only=True)``, there is no cleaner, the
 periodic jobs do nothing and every other mutator raises ReadOnlyError.
 """
@@ -90,6 +90,7 @@ import uuid
 from collections import deque
 from typing import Mapping, NamedTuple
 
+from engine import transactions
 from engine.checkpoint import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
@@ -110,6 +111,7 @@ from engine.errors import (
     StorageError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
+    UnsafeFileError,
 )
 from engine.log import CLIENT_RECORD_DELETION, Log
 from engine.topic import (
@@ -122,6 +124,8 @@ from engine.topic import (
 logger = logging.getLogger(__name__)
 
 TOPIC_CONFIGS_FILE = "topic-configs.json"
+#: Kafka's KRaft metadata log directory (``__cluster_metadata-0``): skipped like Kafka's LogManager does
+KRAFT_METADATA_DIR = "__cluster_metadata-0"
 _TOPIC_CONFIGS_VERSION = 1
 
 
@@ -148,6 +152,7 @@ class LogManager:
         self.clock = clock
         self.read_only = read_only
         self.log_dirs: list[str] = [os.path.abspath(d) for d in config.log_dirs]
+        transactions.set_isolation_level(self.log_dirs, config.isolation_level)
         self.default_config: LogConfig = config.log_config()
         self._lock = threading.RLock()
         self._logs: dict[TopicPartition, Log] = {}
@@ -168,6 +173,8 @@ class LogManager:
         self.load_seconds = 0.0
         self._started = False
         self._shut_down = False
+        #: topics with a partition dir holding a link or special file: not loaded, never touched
+        self._unsafe_topics: set[str] = set()
 
     # ------------------------------------------------------------------ startup
 
@@ -222,11 +229,8 @@ class LogManager:
                     log_dir, LOG_START_OFFSET_CHECKPOINT,
                     "resetting to the base offset of the first segment")
                 to_load = self._partition_dirs(log_dir)
-                if self.read_only and to_load and not clean:
-                    raise ReadOnlyError(
-                        f"Log directory {log_dir} was not shut down cleanly (no {CLEAN_SHUTDOWN_FILE} file) and "
-                        f"recovering its {len(to_load)} logs would write to it: mount it read-write once to "
-                        f"recover it (or run `logfs check {log_dir}`), then mount it read-only.")
+                # Read-only without a marker (a copy of a live broker's log.dirs): the
+                # LogLoader recovers in memory, writing nothing (engine/log.py).
                 if not to_load:
                     logger.info("No logs found to be loaded in %s", log_dir)
                 elif clean:
@@ -248,6 +252,12 @@ class LogManager:
             for path, future in jobs:
                 try:
                     log = future.result()
+                except UnsafeFileError as exc:
+                    # A link or special file where a segment belongs: that partition is left
+                    # alone (not loaded, nothing touched), and so is its topic (see below).
+                    logger.error("%s", exc)
+                    self._unsafe_topics.add(parse_topic_partition_dir(os.path.basename(path)).topic)
+                    continue
                 except BaseException as exc:      # keep waiting for the others, then re-raise
                     logger.error("There was an error in one of the threads during logs loading: %s", exc)
                     failure = failure or exc
@@ -267,6 +277,9 @@ class LogManager:
         finally:
             for pool in pools:
                 pool.shutdown(wait=True)
+        # A topic missing a partition would map keys to the wrong partitions: not served at all.
+        for tp in [tp for tp in loaded if tp.topic in self._unsafe_topics]:
+            loaded.pop(tp).close()
         with self._lock:
             self._logs.update(loaded)
             # overrides of topics that no longer have a partition (a deletion that crashed
@@ -314,6 +327,21 @@ class LogManager:
         now = self.clock.milliseconds()
         with os.scandir(log_dir) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
+                if entry.name == KRAFT_METADATA_DIR:
+                    continue      # Kafka's KRaft metadata log: not a topic, never touched (as Kafka's LogManager)
+                if entry.is_symlink() and entry.is_dir():
+                    name = entry.name
+                    if name.endswith(DELETE_DIR_SUFFIX) and "." in name:
+                        name = name[:name.rindex(".")]
+                    try:
+                        tp = parse_topic_partition_dir(name)
+                    except InvalidTopicError:
+                        continue
+                    logger.error("Partition directory %s is a symbolic link: logfs never follows links in a log "
+                                 "dir; topic %s is not served and nothing in it is touched. Replace the link by "
+                                 "the directory it points to and mount again.", entry.path, tp.topic)
+                    self._unsafe_topics.add(tp.topic)
+                    continue
                 if not entry.is_dir(follow_symlinks=False):
                     continue                      # checkpoints, markers, topic configs, stray files
                 if entry.name.endswith(DELETE_DIR_SUFFIX):
@@ -340,6 +368,12 @@ class LogManager:
                     continue
                 found.append((entry.path, tp))
         return found
+
+    def _check_not_unsafe(self, topic: str) -> None:
+        """StorageError for a topic left unloaded because of a link or special file in its dirs."""
+        if topic in self._unsafe_topics:
+            raise StorageError(f"Topic {topic} exists on disk but is not served: a partition directory of it holds "
+                               "a symbolic link or special file (see the ERROR at mount)")
 
     def _queue_found_deletion(self, path: str, now: int) -> None:
         with self._lock:
@@ -514,6 +548,7 @@ class LogManager:
         """Create ``topic`` with ``num_partitions`` (default ``num.partitions``) partitions."""
         self._check_writable(f"create topic {topic}")
         validate_topic_name(topic)
+        self._check_not_unsafe(topic)
         count = self.config.num_partitions if num_partitions is None else num_partitions
         if not isinstance(count, int) or count < 1:
             raise InvalidPartitionError(f"Number of partitions must be at least 1, got {count!r}")
@@ -956,7 +991,8 @@ def _atomic_write(path: str, data: bytes) -> None:
     """Write ``path`` as tmp + fsync + rename + fsync of the directory."""
     tmp = path + ".tmp"
     try:
-        with open(tmp, "wb") as f:
+        # never through a link planted under the temporary name (issue 9)
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666), "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -39,9 +39,10 @@ from typing import Iterator, NamedTuple
 
 from engine import records as _records
 from engine.clock import SYSTEM_CLOCK, Clock
-from engine.errors import CorruptRecordError, InvalidRequestError, LogDirFullError, ReadOnlyError, StorageError
-from engine.index import OffsetIndex, TimeIndex
-from engine.records import (HEADER_SIZE, LOG_OVERHEAD, TIMESTAMP_TYPE_MASK, BatchHeader, read_header,
+from engine.errors import (CorruptIndexError, CorruptRecordError, InvalidRequestError, LogDirFullError, ReadOnlyError,
+                           StorageError, UnsafeFileError)
+from engine.index import OffsetIndex, TimeIndex, open_regular_file
+from engine.records import (HEADER_SIZE, LOG_OVERHEAD, MAGIC, TIMESTAMP_TYPE_MASK, BatchHeader, read_header,
                             validate_batch)
 from engine.render import columns_view_sizes
 from engine.topic import DELETE_DIR_SUFFIX, TopicPartition, parse_topic_partition_dir
@@ -63,6 +64,10 @@ _UNKNOWN = object()          # "not loaded yet" for lazily read fields
 # Header-only scans (offset translation) read this much at a time: a few batches
 # of a typical index interval without dragging whole large batches in.
 _HEADER_SCAN_CHUNK = 16 * 1024
+# How many offset index entries besides the first and the last are checked
+# against the .log at load (one header read each): enough to catch an index
+# that does not belong to its log without reading the whole index.
+_INDEX_SAMPLES = 16
 # Full scans (recovery, view index rebuild) read big sequential chunks.
 _BODY_SCAN_CHUNK = 4 * 1024 * 1024
 
@@ -146,9 +151,13 @@ class LogSegment:
         self._topic_partition = topic_partition
         self._preallocated = preallocate and not file_already_exists and not read_only
         # Read-only: no O_CREAT either, a missing .log is an error rather than a new file.
-        flags = (os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT) | getattr(os, "O_CLOEXEC", 0)
+        # Never through a link, never anything but a regular file (engine.index.open_regular_file);
+        # permissions come from the process umask (private by default, see logfs.cli).
+        flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
         try:
-            fd = os.open(self.log_path, flags, 0o644)
+            fd = open_regular_file(self.log_path, flags, 0o666)
+        except UnsafeFileError:
+            raise
         except OSError as exc:
             raise StorageError(f"Could not open log file {self.log_path}: {exc.strerror}") from exc
         self._fd = fd
@@ -161,10 +170,11 @@ class LogSegment:
                 self._size = 0
             else:
                 self._size = os.fstat(fd).st_size
-            self.offset_index = OffsetIndex(offset_index_file_path(dir, base_offset, file_suffix),
-                                            base_offset, self.max_index_size, writable=not read_only)
-            self.time_index = TimeIndex(time_index_file_path(dir, base_offset, file_suffix),
-                                        base_offset, self.max_index_size, writable=not read_only)
+            #: True when an index file of a read-only segment is missing: an empty
+            #: in-memory index stands in for it until recover() fills it
+            self.indexes_missing = False
+            self.offset_index = self._open_index(OffsetIndex, offset_index_file_path(dir, base_offset, file_suffix))
+            self.time_index = self._open_index(TimeIndex, time_index_file_path(dir, base_offset, file_suffix))
         except BaseException:
             self._fd_finalizer()
             raise
@@ -178,6 +188,12 @@ class LogSegment:
         # kept up to date by append(); one loaded from disk builds it by one scan.
         self._view_index: ViewIndex | None = (
             None if self._size else ViewIndex(base_offset, self.index_interval_bytes))
+
+    def _open_index(self, kind, path: str):
+        if self.read_only and not os.path.lexists(path):
+            self.indexes_missing = True
+            return kind(path, self.base_offset, self.max_index_size, in_memory=True)
+        return kind(path, self.base_offset, self.max_index_size, writable=not self.read_only)
 
     @classmethod
     def open(cls, dir: str, base_offset: int, config, clock: Clock = SYSTEM_CLOCK, *,
@@ -228,15 +244,29 @@ class LogSegment:
         return nxt
 
     def read_next_offset(self) -> int:
-        """Kafka's readNextOffset: from the last offset index entry, walk to the last batch."""
+        """Kafka's readNextOffset: from the last offset index entry, walk to the last batch.
+
+        Damage on the way (a sealed segment cut mid-batch) does not fail the
+        caller here: the offset after the last whole batch is returned and the
+        damage logged once; reads that reach it fail with CorruptRecordError.
+        """
         size = self._size
         _, position = self.offset_index.lookup(self.offset_index.last_offset)
         if position > size:
             position = 0
         last: BatchHeader | None = None
-        for _, header in self._headers(position, size):
-            last = header
+        try:
+            for _, header in self._headers(position, size):
+                last = header
+        except CorruptRecordError as exc:
+            self._log_damage_once(exc)
         return last.next_offset if last is not None else self.base_offset
+
+    def _log_damage_once(self, exc: CorruptRecordError) -> None:
+        if not getattr(self, "_damage_logged", False):
+            self._damage_logged = True
+            log.error("Log segment %s is damaged at byte %d: %s; reads reaching it fail with EIO",
+                      exc.path or self.log_path, exc.position, exc.detail)
 
     def _can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= _INT32_MAX
@@ -273,10 +303,13 @@ class LogSegment:
     def set_last_modified(self, ms: int) -> None:
         self._check_writable("set the modification time of")
         ns = ms * 1_000_000
-        os.utime(self._fd if self._fd >= 0 else self.log_path, ns=(ns, ns))
+        if self._fd >= 0:
+            os.utime(self._fd, ns=(ns, ns))
+        else:
+            os.utime(self.log_path, ns=(ns, ns), follow_symlinks=False)
         for path in (self.offset_index.path, self.time_index.path):
-            if os.path.exists(path):
-                os.utime(path, ns=(ns, ns))
+            if os.path.lexists(path):
+                os.utime(path, ns=(ns, ns), follow_symlinks=False)
 
     def _first_batch_timestamp(self) -> int | None:
         ts = self._rolling_based_timestamp
@@ -392,8 +425,38 @@ class LogSegment:
         except OSError as exc:
             raise StorageError(f"I/O error reading {self.log_path} at {position}: {exc.strerror}") from exc
 
-    def _headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
-        """Shallow walk of batch headers in [start, end); stops at a torn tail."""
+    def _damaged(self, detail: str, position: int) -> CorruptRecordError:
+        return CorruptRecordError(detail, path=self.log_path, position=position)
+
+    def _check_header(self, header: BatchHeader, pos: int, end: int, strict: bool) -> bool:
+        """Framing of one batch header at ``pos`` of a walk ending at ``end``; False at a torn tail.
+
+        ``strict`` walks end at a boundary the segment published (its size, or
+        a log end position): every batch before it is whole, so one crossing it
+        is damage (a file cut mid-batch, a damaged length field), never a
+        batch still being written.  Only recovery walks are not strict.
+        """
+        if header.batch_length < _MIN_BATCH_LENGTH:
+            raise self._damaged(f"Record batch size {header.batch_length + LOG_OVERHEAD} is smaller than the "
+                                f"minimum allowed ({HEADER_SIZE})", pos)
+        if header.magic != MAGIC:
+            raise self._damaged(f"Record batch has magic {header.magic}, only magic {MAGIC} is supported", pos)
+        if pos + LOG_OVERHEAD + header.batch_length > end:
+            if strict:
+                raise self._damaged(
+                    f"Record batch of {header.batch_length + LOG_OVERHEAD} bytes runs past the end of the "
+                    f"valid data at byte {end} (the file is cut short or the batch length is damaged)", pos)
+            return False
+        return True
+
+    def _short(self, pos: int, end: int, strict: bool) -> None:
+        """A walk found fewer bytes than a header where its end says there is a batch."""
+        if strict:
+            raise self._damaged(f"The {end - pos} bytes up to the segment's valid size {end} do not hold "
+                                "a whole record batch (the file is cut short or damaged)", pos)
+
+    def _headers(self, start: int, end: int, strict: bool = True) -> Iterator[tuple[int, BatchHeader]]:
+        """Shallow walk of batch headers in [start, end); see _check_header for ``strict``."""
         fd = self._fd
         pos = start
         buf = b""
@@ -404,19 +467,18 @@ class LogSegment:
                 buf = os.pread(fd, min(_HEADER_SCAN_CHUNK, end - pos), pos)
                 buf_start, off = pos, 0
                 if len(buf) < HEADER_SIZE:
+                    self._short(pos, end, strict)
                     return
             header = read_header(buf, off)
-            if header.batch_length < _MIN_BATCH_LENGTH:
-                raise CorruptRecordError(
-                    f"Record batch size {header.batch_length + LOG_OVERHEAD} is smaller than the "
-                    f"minimum allowed ({HEADER_SIZE})", path=self.log_path, position=pos)
-            nxt = pos + LOG_OVERHEAD + header.batch_length
-            if nxt > end:
+            if not self._check_header(header, pos, end, strict):
                 return
             yield pos, header
-            pos = nxt
+            pos += LOG_OVERHEAD + header.batch_length
+        if pos < end:
+            self._short(pos, end, strict)
 
-    def _batches_with_bytes(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
+    def _batches_with_bytes(self, start: int, end: int,
+                            strict: bool = True) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
         """Walk whole batches in [start, end): (position, header, buffer, offset in buffer)."""
         fd = self._fd
         pos = start
@@ -428,22 +490,22 @@ class LogSegment:
                 buf = os.pread(fd, min(_BODY_SCAN_CHUNK, end - pos), pos)
                 buf_start, off = pos, 0
                 if len(buf) < HEADER_SIZE:
+                    self._short(pos, end, strict)
                     return
             header = read_header(buf, off)
-            if header.batch_length < _MIN_BATCH_LENGTH:
-                raise CorruptRecordError(
-                    f"Record batch size {header.batch_length + LOG_OVERHEAD} is smaller than the "
-                    f"minimum allowed ({HEADER_SIZE})", path=self.log_path, position=pos)
-            size = LOG_OVERHEAD + header.batch_length
-            if pos + size > end:
+            if not self._check_header(header, pos, end, strict):
                 return
+            size = LOG_OVERHEAD + header.batch_length
             if off + size > len(buf):
                 buf = os.pread(fd, max(size, min(_BODY_SCAN_CHUNK, end - pos)), pos)
                 buf_start, off = pos, 0
                 if len(buf) < size:
+                    self._short(pos, end, strict)
                     return
             yield pos, header, buf, off
             pos += size
+        if pos < end:
+            self._short(pos, end, strict)
 
     def batches(self, start_position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of every batch from ``start_position`` up to the current size."""
@@ -456,13 +518,47 @@ class LogSegment:
         return self._batches_with_bytes(start_position, end)
 
     def translate_offset(self, offset: int, starting_position: int = 0) -> LogOffsetPosition | None:
-        """The first batch whose last offset is >= ``offset`` (index lookup, then a short scan)."""
-        _, position = self.offset_index.lookup(offset)
-        for pos, header in self._headers(max(position, starting_position), self._size):
-            last = header.base_offset + header.last_offset_delta
-            if last >= offset:
-                return LogOffsetPosition(last, pos, LOG_OVERHEAD + header.batch_length)
+        """The first batch whose last offset is >= ``offset`` (index lookup, then a short scan).
+
+        The index is checked against the log on the way: the batch at an
+        entry's position starts at or below the entry's offset.  An entry that
+        lands inside a batch, beyond the file or on a batch above the wanted
+        offset means the index does not belong to this log: it is logged at
+        ERROR once and the walk starts over from ``starting_position`` (never a
+        wrong answer, only a slower one); see check_index_against_log.
+        """
+        size = self._size
+        index_offset, position = self.offset_index.lookup(offset)
+        start = max(position, starting_position)
+        first = True
+        try:
+            for pos, header in self._headers(start, size):
+                if first and position > starting_position and header.base_offset > index_offset:
+                    raise self._damaged(f"the batch at the index position starts at offset {header.base_offset}, "
+                                        f"above the index entry's offset {index_offset}", pos)
+                first = False
+                last = header.base_offset + header.last_offset_delta
+                if last >= offset:
+                    return LogOffsetPosition(last, pos, LOG_OVERHEAD + header.batch_length)
+        except CorruptRecordError as exc:
+            if not first or position <= starting_position:
+                raise                       # damage in the .log itself: EIO with file and position
+            self._distrust_index(exc, index_offset, position)
+            for pos, header in self._headers(starting_position, size):
+                last = header.base_offset + header.last_offset_delta
+                if last >= offset:
+                    return LogOffsetPosition(last, pos, LOG_OVERHEAD + header.batch_length)
         return None
+
+    def _distrust_index(self, exc: CorruptRecordError, index_offset: int, position: int) -> None:
+        """An index entry disagrees with the log: log once, then serve by scanning (rebuilt at next load)."""
+        if not getattr(self, "_index_distrusted", False):
+            self._index_distrusted = True
+            log.error("Offset index %s disagrees with log %s: its entry (offset %d, position %d) does not "
+                      "point at a batch holding that offset (%s); reading this segment without it",
+                      self.offset_index.path, self.log_path, index_offset, position, exc.detail)
+        # Reads of this segment scan from the start from now on.
+        self.offset_index = _ScanOnlyIndex(self.offset_index)
 
     def read(self, start_offset: int, max_size: int, max_position: int | None = None,
              min_one_message: bool = False) -> FetchDataInfo | None:
@@ -503,16 +599,14 @@ class LogSegment:
         try:
             return _records.decode_batch(buf, off, header)
         except CorruptRecordError as exc:
-            raise CorruptRecordError(str(exc).split(" (file ")[0], path=self.log_path,
-                                     position=position) from None
+            raise exc.at(self.log_path, position) from None
 
     def validate_and_decode(self, buf, off: int, header: BatchHeader, position: int) -> list:
         """CRC-check then decode one batch; CorruptRecordError names this file and position."""
         try:
             validate_batch(buf, off)
         except CorruptRecordError as exc:
-            raise CorruptRecordError(str(exc).split(" (file ")[0], path=self.log_path,
-                                     position=position) from None
+            raise exc.at(self.log_path, position) from None
         return self._decode(buf, off, header, position)
 
     # ------------------------------------------------------------- view index
@@ -542,8 +636,7 @@ class LogSegment:
             try:
                 columns = decode_columns(buf, off, header)
             except CorruptRecordError as exc:
-                raise CorruptRecordError(str(exc).split(" (file ")[0], path=self.log_path,
-                                         position=pos) from None
+                raise exc.at(self.log_path, pos) from None
             timestamp_type = 1 if header.attributes & TIMESTAMP_TYPE_MASK else 0
             text_size, json_size = columns_view_sizes(columns, topic, partition, timestamp_type)
             vi.append_scanned(header.base_offset, pos, LOG_OVERHEAD + header.batch_length,
@@ -555,25 +648,123 @@ class LogSegment:
         self.offset_index.sanity_check()
         self.time_index.sanity_check()
 
-    def recover(self) -> int:
+    def check_index_against_log(self) -> None:
+        """Raise CorruptIndexError if the indexes disagree with the .log (checked cheaply at load).
+
+        Kafka's sanity check only looks at the index file itself; an index that
+        passes it can still point into the middle of batches (a damaged or
+        foreign file), and every lookup through it then misses.  Here the first,
+        the last and ``_INDEX_SAMPLES`` entries in between are checked: entries
+        increase in offset and position, and the batch at an entry's position is
+        a batch header whose base offset is at or below the entry's offset.  The
+        last time index entry must name an offset of this segment.  A few
+        header reads per segment; the loader rebuilds an index that fails.
+        """
+        index = self.offset_index
+        entries = index.entries
+        size = self._size
+        if entries:
+            step = max(1, entries // (_INDEX_SAMPLES + 1))
+            slots = sorted({0, entries - 1, *range(step, entries - 1, step)})
+            previous: tuple[int, int] | None = None
+            previous_slot = -1
+            for slot in slots:
+                offset, position = index.entry(slot)
+                if slot != previous_slot + 1 and slot > 0:
+                    previous = index.entry(slot - 1)
+                if previous is not None and (offset <= previous[0] or position <= previous[1]):
+                    raise CorruptIndexError(
+                        f"Index file {index.path} entry {slot} (offset {offset}, position {position}) does not "
+                        f"follow entry {slot - 1} (offset {previous[0]}, position {previous[1]})")
+                self._check_entry(index.path, slot, offset, position, size)
+                previous, previous_slot = (offset, position), slot
+        ts_entries = self.time_index.entries
+        if ts_entries:
+            _, first_offset = self.time_index.entry(0)
+            _, last_offset = self.time_index.last_entry
+            if first_offset < self.base_offset or last_offset >= self.next_offset:
+                raise CorruptIndexError(
+                    f"Time index file {self.time_index.path} names offsets {first_offset}..{last_offset}, "
+                    f"outside the segment's offsets {self.base_offset}..{self.next_offset - 1}")
+
+    def _check_entry(self, path: str, slot: int, offset: int, position: int, size: int) -> None:
+        problem = None
+        if position + HEADER_SIZE > size:
+            problem = f"its position is beyond the {size} bytes of the log"
+        else:
+            header = read_header(self.read_bytes(position, HEADER_SIZE), 0)
+            if header.magic != MAGIC or header.batch_length < _MIN_BATCH_LENGTH:
+                problem = "its position is not the start of a record batch"
+            elif position + LOG_OVERHEAD + header.batch_length > size:
+                problem = "the batch at its position runs past the end of the log"
+            elif not header.base_offset <= offset:
+                problem = f"the batch at its position starts at offset {header.base_offset}"
+        if problem is not None:
+            raise CorruptIndexError(f"Index file {path} entry {slot} (offset {offset}, position {position}) "
+                                    f"disagrees with log {self.log_path}: {problem}")
+
+    def validate_tail(self) -> None:
+        """CRC-check the batches after the last offset index entry; CorruptRecordError if any fails.
+
+        Where the next append goes must be readable: a clean-shutdown marker
+        lets the loader skip recovery, but an active segment cut short or
+        damaged after the shutdown would take appends behind a torn batch that
+        no reader can get past.  The tail is at most ``index.interval.bytes``
+        plus one batch, so this costs one read.
+        """
+        index_offset, position = self.offset_index.lookup(self.offset_index.last_offset)
+        size = self._size
+        if position > size:
+            raise self._damaged(f"the last offset index entry points at byte {position}, beyond the end", size)
+        next_offset = index_offset if position else self.base_offset
+        for pos, header, buf, off in self._batches_with_bytes(position, size):
+            try:
+                validate_batch(buf, off)
+            except CorruptRecordError as exc:
+                raise exc.at(self.log_path, pos) from None
+            if pos > position and header.base_offset < next_offset:
+                raise self._damaged(f"Batch base offset {header.base_offset} is below the previous batch's "
+                                    f"next offset {next_offset}", pos)
+            next_offset = header.next_offset
+
+    def recover(self, truncate: bool = True, in_memory: bool = False, report: bool = True) -> int:
         """Validate every batch, truncate at the first invalid one, rebuild the indexes.
 
-        Returns the number of bytes truncated.  Beyond Kafka's ensureValid (size,
-        magic, CRC32C), a batch must not go back in offsets: the base offset is
-        outside the CRC, so this is the only check that catches a flipped bit there.
+        Returns the number of invalid bytes found at the end.  Beyond Kafka's
+        ensureValid (size, magic, CRC32C), a batch must not go back in offsets:
+        the base offset is outside the CRC, so this is the only check that
+        catches a flipped bit there.
+
+        ``truncate=False`` leaves the .log as it is: a sealed segment whose
+        index is rebuilt keeps its bytes after damage (reads reaching it fail
+        with EIO rather than the bytes silently going away).  A read-only
+        segment recovers only with ``in_memory=True``: its indexes are rebuilt
+        in anonymous maps and the invalid tail is left out of :attr:`size`,
+        never cut from the file.
+        ``report=False`` leaves the WARNING about invalid messages to the caller.
         """
-        self._check_writable("recover")
-        self.offset_index.truncate()
-        self.offset_index.resize(self.max_index_size)
-        self.time_index.truncate()
-        self.time_index.resize(self.max_index_size)
+        if not in_memory:
+            self._check_writable("recover")
+        if in_memory:
+            self.offset_index = OffsetIndex(self.offset_index.path, self.base_offset, self.max_index_size,
+                                            in_memory=True)
+            self.time_index = TimeIndex(self.time_index.path, self.base_offset, self.max_index_size,
+                                        in_memory=True)
+        else:
+            self.offset_index.truncate()
+            self.offset_index.resize(self.max_index_size)
+            self.time_index.truncate()
+            self.time_index.resize(self.max_index_size)
         file_size = os.fstat(self._fd).st_size
+        if self._preallocated:
+            file_size = min(file_size, self._size)
         valid_bytes = 0
         last_index_entry = 0
         max_ts = (-1, -1)
         next_offset = self.base_offset
+        damage: CorruptRecordError | None = None
         try:
-            for pos, header, buf, off in self._batches_with_bytes(0, file_size):
+            for pos, header, buf, off in self._batches_with_bytes(0, file_size, strict=False):
                 validate_batch(buf, off)
                 if header.base_offset < next_offset:
                     raise CorruptRecordError(
@@ -593,18 +784,30 @@ class LogSegment:
                 valid_bytes += LOG_OVERHEAD + header.batch_length
                 next_offset = last_offset + 1
         except CorruptRecordError as exc:
-            log.warning("Found invalid messages in log segment %s at byte offset %d: %s",
-                        self.log_path, valid_bytes, exc)
+            damage = exc
+            if truncate and report:
+                log.warning("Found invalid messages in log segment %s at byte offset %d: %s",
+                            self.log_path, valid_bytes, exc.detail)
         truncated = file_size - valid_bytes
-        if truncated > 0:
+        if truncated > 0 and not truncate:
+            log.error("Log segment %s is damaged at byte %d of %d (%s): its index is rebuilt up to there and "
+                      "the bytes after it are kept; reads reaching them fail with EIO", self.log_path,
+                      valid_bytes, file_size, damage.detail if damage else "a batch runs past the end of the file")
+        elif truncated > 0 and in_memory:
+            log.info("Ignoring %d invalid bytes at the end of segment %s (read-only: recovered in memory, "
+                     "the file is not changed)", truncated, self.log_path)
+        elif truncated > 0:
             log.debug("Truncated %d invalid bytes at the end of segment %s during recovery",
                       truncated, self.log_path)
             self._truncate_file(valid_bytes)
-        self._size = valid_bytes
-        self.offset_index.trim_to_valid_size()
+        self._size = valid_bytes if truncate else file_size
+        if not in_memory:
+            self.offset_index.trim_to_valid_size()
         if max_ts[0] >= 0:
             self.time_index.maybe_append(max_ts[0], max_ts[1], skip_full_check=True)
-        self.time_index.trim_to_valid_size()
+        if not in_memory:
+            self.time_index.trim_to_valid_size()
+        self.indexes_missing = False
         self._max_timestamp_and_offset = max_ts if max_ts[0] >= 0 else (-1, self.base_offset)
         self._bytes_since_last_index_entry = valid_bytes - last_index_entry
         self._next_offset = next_offset
@@ -731,7 +934,7 @@ class LogSegment:
 
     @property
     def deleted(self) -> bool:
-        return not any(os.path.exists(p) for p in
+        return not any(os.path.lexists(p) for p in
                        (self.log_path, self.offset_index.path, self.time_index.path))
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
@@ -772,3 +975,25 @@ class LogSegment:
             modified = -1
         return (f"LogSegment(baseOffset={self.base_offset}, size={self._size}, "
                 f"lastModifiedTime={modified}, largestRecordTimestamp={largest})")
+
+
+class _ScanOnlyIndex:
+    """An offset index found to disagree with its log, kept only for what is written to it.
+
+    Lookups answer "from the start of the segment" so every reader scans the
+    .log instead of trusting a wrong position; appends, truncation and closing
+    still reach the file.  The next load checks the index against the log and
+    rebuilds it (LogLoader).
+    """
+
+    def __init__(self, index: OffsetIndex) -> None:
+        self._index = index.__dict__.get("_index", index)
+
+    def lookup(self, target_offset: int) -> tuple[int, int]:
+        return (self._index.base_offset, 0)
+
+    def fetch_upper_bound_offset(self, fetch_position: int, fetch_size: int) -> None:
+        return None
+
+    def __getattr__(self, name: str):
+        return getattr(self._index, name)

@@ -13,6 +13,7 @@ instead of opening them through the live classes, which may resize or truncate.
 
 from __future__ import annotations
 
+import codecs
 import logging
 import os
 import struct
@@ -61,9 +62,28 @@ def _java_bool(flag: bool) -> str:
     return "true" if flag else "false"
 
 
+def _java_replace(exc: UnicodeDecodeError) -> tuple[str, int]:
+    """Replace malformed UTF-8 as Java's decoder does (``new String(bytes, UTF_8)``).
+
+    Java and Python both put one U+FFFD per maximal malformed subpart, except
+    for UTF-8-encoded surrogates (lead byte ED, second byte A0-BF), which
+    Python splits byte by byte and Java takes as one unit: three bytes when
+    complete, else the lead and its continuation byte.
+    """
+    data, start = exc.object, exc.start
+    if data[start] == 0xED and start + 1 < len(data) and 0xA0 <= data[start + 1] <= 0xBF:
+        if start + 2 < len(data) and 0x80 <= data[start + 2] <= 0xBF:
+            return "\ufffd", start + 3
+        return "\ufffd", start + 2
+    return "\ufffd", exc.end
+
+
+codecs.register_error("logfs-java-replace", _java_replace)
+
+
 def _text(data: bytes) -> str:
-    """What Kafka's StringDecoder prints: UTF-8, malformed bytes replaced."""
-    return data.decode("utf-8", "replace")
+    """What Kafka's StringDecoder prints: UTF-8, malformed bytes replaced as Java replaces them."""
+    return data.decode("utf-8", "logfs-java-replace")
 
 
 # ---------------------------------------------------------------------------
@@ -123,7 +143,9 @@ def _dump_log_file(path: str, print_data_log: bool, out: TextIO, err: TextIO) ->
                 problems += 1
                 records = []
             for record in records:
-                if last_offset != -1 and record.offset != last_offset + 1:
+                # As DumpLogSegments: the first record is compared with -1 too, so a
+                # segment that does not start at offset 0 reports "-1 is followed by N".
+                if record.offset != last_offset + 1:
                     non_consecutive.append((last_offset, record.offset))
                 last_offset = record.offset
                 line = [f"| offset: {record.offset} {timestamp_type}: {record.timestamp} "

@@ -37,6 +37,13 @@ def _configure_logging(level: str) -> None:
                         stream=sys.stderr)
 
 
+def _octal(text: str) -> int:
+    """An umask in octal, 000 to 777."""
+    if not text or len(text) > 4 or any(c not in "01234567" for c in text):
+        raise argparse.ArgumentTypeError(f"invalid umask {text!r}: three octal digits, e.g. 077 or 022")
+    return int(text, 8)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="logfs", description="Kafka's log storage, mounted as a filesystem.")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
@@ -55,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="serve in the foreground (the only mode; accepted for familiarity)")
     mount.add_argument("--page-cache", action="store_true",
                        help="serve views through the kernel page cache instead of direct I/O")
+    mount.add_argument("--data-umask", type=_octal, default=0o077, metavar="OCTAL",
+                       help="umask for the files and dirs logfs creates in the data dirs (default 077: "
+                            "private, 0700 dirs and 0600 files; 022 gives 0755/0644)")
     mount.add_argument("--log-level", dest="sub_log_level", default=None, help=argparse.SUPPRESS)
 
     umount = sub.add_parser("umount", help="unmount a logfs mount")
@@ -121,8 +131,12 @@ def _mount(args: argparse.Namespace) -> int:
     except (LogfsError, OSError) as exc:
         log.error("Invalid configuration: %s", exc)
         return 2
+    # Everything the engine creates (data dirs, partition dirs, segments, indexes,
+    # checkpoints) gets its mode from this one umask: the data is as private as the mount.
+    os.umask(args.data_umask)
     for d in config.log_dirs:
-        os.makedirs(d, exist_ok=True)
+        if not args.read_only:            # read-only writes nothing, not even a missing dir
+            os.makedirs(d, exist_ok=True)
 
     manager = LogManager(config, read_only=args.read_only)
     stats = MountStats()

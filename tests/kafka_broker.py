@@ -69,14 +69,21 @@ def java_command(main_class: str, *args: str, jvm_opts: list[str] | None = None,
     return [*cmd, "-cp", str(kafka_libs() / "*"), main_class, *args]
 
 
+#: A short-lived tool starts fastest with the client compiler only and a small serial heap.
+TOOL_JVM_OPTS = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+
+
 def run_tool(main_class: str, *args: str, timeout: float = 300.0, check: bool = True,
-             base: Path | None = None) -> subprocess.CompletedProcess:
-    """Run one of Kafka's command-line tools (DumpLogSegments, ProducerPerformance, ...) to completion."""
+             base: Path | None = None, jvm_opts: list[str] | None = None) -> subprocess.CompletedProcess:
+    """Run one of Kafka's command-line tools (DumpLogSegments, ProducerPerformance, ...) to completion.
+
+    ``jvm_opts`` defaults to TOOL_JVM_OPTS; a benchmark passes JVM_OPTS (full JIT).
+    """
     log4j = None
     if base is not None:   # tools log to stderr by default; keep only warnings, in a file
         log4j = base / "tool-log4j2.properties"
         log4j.write_text(LOG4J2.format(log=base / "tool.log", level="WARN"))
-    cmd = java_command(main_class, *args, jvm_opts=["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"],
+    cmd = java_command(main_class, *args, jvm_opts=TOOL_JVM_OPTS if jvm_opts is None else jvm_opts,
                        log4j_config=log4j)
     result = subprocess.run(cmd, capture_output=True, timeout=timeout)
     if check and result.returncode != 0:
@@ -164,6 +171,8 @@ class KafkaBroker:
             if self.proc is None or self.proc.poll() is not None:
                 raise RuntimeError(f"Kafka broker exited with {self.proc and self.proc.returncode}:\n{self.log()}")
             try:
+                # the listener first (cheap), so kafka-python's reconnect backoff never delays the start
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000)
                 try:
                     admin.describe_cluster()
@@ -250,3 +259,77 @@ def kafka_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     finally:
         if broker.proc is not None:
             broker.stop()
+
+
+# --------------------------------------------------------------------------- reading and comparing
+
+
+class Seen(tuple):
+    """One record as a consumer sees it: (offset, timestamp, timestamp_type, key, value, headers)."""
+
+    __slots__ = ()
+
+    def __new__(cls, offset: int, timestamp: int, timestamp_type: int, key: bytes | None,
+                value: bytes | None, headers: tuple[tuple[str, bytes | None], ...]) -> "Seen":
+        return tuple.__new__(cls, (offset, timestamp, timestamp_type, key, value, tuple(headers)))
+
+    offset = property(lambda self: self[0])
+    value = property(lambda self: self[4])
+
+
+def consume_all(bootstrap: str, topic: str, *, isolation_level: str = "read_uncommitted",
+                timeout: float = 60.0) -> dict[int, list[Seen]]:
+    """Every record of every partition of ``topic``, read by a kafka-python consumer from the broker.
+
+    Reads from the log start to the end offsets the broker reports for this
+    isolation level (the last stable offset for read_committed).
+    """
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation_level,
+                             enable_auto_commit=False, fetch_max_wait_ms=100)
+    try:
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning()
+        ends = consumer.end_offsets(partitions)
+        out: dict[int, list[Seen]] = {tp.partition: [] for tp in partitions}
+        deadline = time.monotonic() + timeout
+        while any(consumer.position(tp) < ends[tp] for tp in partitions):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"consumer did not reach the end offsets {ends} of {topic}")
+            for tp, records in consumer.poll(timeout_ms=500).items():
+                out[tp.partition] += [Seen(r.offset, r.timestamp, r.timestamp_type, r.key, r.value,
+                                           tuple((k, v) for k, v in (r.headers or ()))) for r in records]
+        return out
+    finally:
+        consumer.close()
+
+
+def hash_tree(root: Path) -> dict[str, tuple]:
+    """Every entry under ``root``: (kind, size, mtime, SHA-256 of a file's bytes). Any write changes it."""
+    import hashlib
+
+    out: dict[str, tuple] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            st = path.lstat()
+            rel = str(path.relative_to(root))
+            if path.is_file():
+                out[rel] = ("f", st.st_size, st.st_mtime_ns, hashlib.sha256(path.read_bytes()).hexdigest())
+            else:
+                out[rel] = ("d", st.st_mtime_ns)
+    return out
+
+
+def seen_from_json(row: dict) -> Seen:
+    """A records.jsonl row of the mount, decoded back to bytes (README: base64 for non-UTF-8)."""
+    def field(value, encoding):
+        if value is None:
+            return None
+        return base64.b64decode(value) if encoding == "base64" else value.encode()
+
+    headers = tuple((h["key"], field(h["value"], h.get("valueEncoding"))) for h in row.get("headers", ()))
+    return Seen(row["offset"], row["timestamp"], row["timestampType"], field(row["key"], row.get("keyEncoding")),
+                field(row["value"], row.get("valueEncoding")), headers)

@@ -48,6 +48,7 @@ KAFKA_BROKER_DEFAULTS = {
     "num.recovery.threads.per.data.dir": 1,
     "compression.type": "producer",
     "log.initial.task.delay.ms": 30000,
+    "isolation.level": "read_uncommitted",
     "log.dir": "./data",
     "log.dirs": ["./data"],
 }

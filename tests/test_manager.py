@@ -372,31 +372,40 @@ def test_read_only_mode_writes_nothing(tmp_path):
         LogManager(broker([tmp_path / "missing"]), read_only=True).startup()
 
 
-def test_read_only_refuses_an_unclean_dir_and_writes_nothing(tmp_path):
+def _all_values(manager) -> dict:
+    return {(topic, p): [r.value for r in (lambda log: log.read_records(log.log_start_offset))(
+                manager.get_log(TopicPartition(topic, p)))]
+            for topic in manager.topics() for p in manager.partitions(topic)}
+
+
+def test_read_only_recovers_an_unclean_dir_in_memory_and_writes_nothing(tmp_path):
+    """Issue 12: a dir without the marker (a copy of a live broker's log.dirs) mounts read-only."""
     dirs = [tmp_path / "a", tmp_path / "b"]
     _populated(dirs, ManualClock())
+    clean = started(dirs, read_only=True)
+    expected = _all_values(clean)
+    clean.shutdown()
     os.unlink(dirs[1] / CLEAN_SHUTDOWN_FILE)          # as after a crash
     before = _snapshot(tmp_path)
-    with pytest.raises(ReadOnlyError) as info:
-        started(dirs, read_only=True)
-    message = str(info.value)
-    assert str(dirs[1]) in message and "not shut down cleanly" in message
-    assert "mount it read-write once to recover it" in message and "logfs check" in message
+    manager = started(dirs, read_only=True)
+    assert _all_values(manager) == expected
+    manager.shutdown()
     assert _snapshot(tmp_path) == before
-    # Read-write recovers it; after a clean shutdown read-only works again.
-    recovered = started(dirs)
-    recovered.shutdown()
-    started(dirs, read_only=True).shutdown()
+    started(dirs).shutdown()                           # read-write recovers it on disk
 
 
-def test_read_only_refuses_a_clean_dir_with_a_missing_index(tmp_path):
+def test_read_only_rebuilds_a_missing_index_in_memory(tmp_path):
     d = tmp_path / "d"
     _populated([d], ManualClock())
+    clean = started([d], read_only=True)
+    expected = _all_values(clean)
+    clean.shutdown()
     index = next(p for p in sorted((d / "t-0").iterdir()) if p.name.endswith(".index"))
     index.unlink()
     before = _snapshot(tmp_path)
-    with pytest.raises(ReadOnlyError, match=f"{index}.* is missing.*read-write"):
-        started([d], read_only=True)
+    manager = started([d], read_only=True)
+    assert _all_values(manager) == expected
+    manager.shutdown()
     assert _snapshot(tmp_path) == before
 
 

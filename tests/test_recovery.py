@@ -6,6 +6,7 @@ import os
 import random
 import shutil
 import tempfile
+import pytest
 
 from hypothesis import given, settings, strategies as st, HealthCheck
 
@@ -199,6 +200,62 @@ def test_deleted_and_cleaned_files_removed_and_swap_completed(tmp_path):
     expected = keep + [r for r in records if r.offset >= segments[2].base_offset]
     assert loaded.read_records(0) == expected
     loaded.close()
+
+
+def _tree(path: str) -> dict:
+    return {n: (open(os.path.join(path, n), "rb").read(), os.stat(os.path.join(path, n)).st_mtime_ns)
+            for n in sorted(os.listdir(path))}
+
+
+@pytest.mark.parametrize("old_segments_left", [True, False])
+def test_a_valid_swap_is_completed_in_memory_read_only_and_on_disk_read_write(tmp_path, old_segments_left):
+    """Both crash points of replace_segments: before and after the old segments were renamed .deleted."""
+    path = str(tmp_path / "t-0")
+    log, records = build_log(path)
+    segments = list(log.segments.values())
+    keep = [r for r in records if r.offset < segments[2].base_offset and r.offset % 2 == 0]
+    log.close()
+    with open(os.path.join(path, "%020d.log.swap" % segments[0].base_offset), "wb") as f:
+        f.write(encode_records(keep))
+    if not old_segments_left:
+        for segment in segments[:2]:
+            for p in (segment.log_path, segment.offset_index.path, segment.time_index.path):
+                os.rename(p, p + ".deleted")
+    expected = keep + [r for r in records if r.offset >= segments[2].base_offset]
+    before = _tree(path)
+    ro = reload(path, had_clean_shutdown=True, read_only=True)
+    assert ro.read_records(0) == expected
+    assert segments[1].base_offset not in ro.segments
+    ro.close()
+    assert _tree(path) == before
+    rw = reload(path, had_clean_shutdown=True)
+    assert rw.read_records(0) == expected
+    assert rw.segments[segments[0].base_offset].time_index.entries >= 1     # rebuilt, not created empty
+    rw.close()
+    assert not any(n.endswith((".swap", ".deleted")) for n in os.listdir(path))
+
+
+@pytest.mark.parametrize("content", ["garbage", "offsets beyond the replaced segments", "a copy from below"])
+def test_an_invalid_swap_is_not_installed(tmp_path, content, caplog):
+    path = str(tmp_path / "t-0")
+    log, records = build_log(path)
+    segments = list(log.segments.values())
+    log.close()
+    swap = os.path.join(path, "%020d.log.swap" % segments[2].base_offset)
+    if content == "garbage":
+        data = os.urandom(5000)
+    elif content == "offsets beyond the replaced segments":
+        end = records[-1].offset + 1                         # a cleaner never writes past what it read
+        data = encode_records([r for r in records if r.offset >= segments[2].base_offset]
+                              + [Record(end + i, T0, b"k", b"v", ()) for i in range(5)])
+    else:
+        data = open(segments[0].log_path, "rb").read()
+    open(swap, "wb").write(data)
+    loaded = reload(path, had_clean_shutdown=True)
+    assert loaded.read_records(0) == records
+    loaded.close()
+    assert open(swap, "rb").read() == data                    # left for the operator
+    assert [r.levelname for r in caplog.records if swap in r.getMessage()] == ["ERROR"]
 
 
 def test_log_start_offset_checkpoint(tmp_path):

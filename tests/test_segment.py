@@ -242,3 +242,115 @@ def test_descriptor_closes_on_close_and_on_garbage_collection(tmp_path):
     seg.close()
     with pytest.raises(Exception):
         seg.read_bytes(0, 10)         # never another file's reused descriptor
+
+
+# ---- damage: strict walkers, indexes checked against the log, in-memory recovery (issue 9/12)
+
+
+def _reopen(tmp_path, **kw) -> LogSegment:
+    return LogSegment.open(str(tmp_path / "t-0"), 0, make_config(index_interval_bytes=1000), ManualClock(),
+                           file_already_exists=True, **kw)
+
+
+def test_a_segment_cut_mid_batch_raises_with_file_and_position_as_fields(segment, tmp_path):
+    from engine.errors import CorruptRecordError
+    batches = fill(segment, 20)
+    segment.close()
+    cut_at = batches[12][1]
+    with open(segment.log_path, "r+b") as f:
+        f.truncate(cut_at + 30)
+    seg = _reopen(tmp_path)
+    try:
+        with pytest.raises(CorruptRecordError) as info:
+            all_records(seg)
+        assert info.value.path == seg.log_path and info.value.position == cut_at
+        assert "(file " not in info.value.detail
+        assert seg.read(45, 1 << 20).records            # before the damage: served
+        with pytest.raises(CorruptRecordError):
+            seg.translate_offset(125)                   # at the damage: never "no such offset"
+        # Rebuilding the indexes of a sealed segment keeps its bytes (truncate=False)
+        size = os.path.getsize(seg.log_path)
+        assert seg.recover(truncate=False) == size - cut_at
+        assert os.path.getsize(seg.log_path) == size and seg.next_offset == 120
+        with pytest.raises(CorruptRecordError):
+            all_records(seg)
+    finally:
+        seg.close()
+
+
+def test_a_damaged_length_field_is_damage_not_a_torn_tail(segment, tmp_path):
+    from engine.errors import CorruptRecordError
+    batches = fill(segment, 20)
+    segment.close()
+    with open(segment.log_path, "r+b") as f:
+        f.seek(batches[5][1] + 8)
+        f.write((10**6).to_bytes(4, "big"))
+    seg = _reopen(tmp_path)
+    try:
+        with pytest.raises(CorruptRecordError) as info:
+            list(seg.batches(0))
+        assert info.value.position == batches[5][1]
+    finally:
+        seg.close()
+
+
+def test_an_index_that_points_between_batches_fails_the_check_and_lookups_do_not_trust_it(segment, tmp_path):
+    from engine.errors import CorruptIndexError
+    fill(segment, 60, value_size=60)
+    segment.close()
+    index_path = segment.offset_index.path
+    raw = bytearray(open(index_path, "rb").read())
+    assert len(raw) >= 5 * 8
+    raw[len(raw) - 1] += 5                       # the last entry's position moves into its batch
+    open(index_path, "wb").write(bytes(raw))
+    seg = _reopen(tmp_path)
+    try:
+        seg.sanity_check()                       # Kafka's own check passes...
+        with pytest.raises(CorruptIndexError, match="disagrees with log"):
+            seg.check_index_against_log()        # ...ours does not
+        # A reader meeting the bad entry falls back to scanning: right answer, never ENOENT
+        last_entry_offset = seg.offset_index.last_offset
+        found = seg.translate_offset(last_entry_offset)
+        assert found is not None and found.offset >= last_entry_offset
+        assert [r.offset for r in all_records(seg)] == list(range(600))
+    finally:
+        seg.close()
+
+
+def test_read_only_recovery_is_in_memory_and_writes_nothing(segment, tmp_path):
+    fill(segment, 30)
+    segment.close()
+    with open(segment.log_path, "ab") as f:
+        f.write(b"\0" * 7 + b"\x09" + b"\0\0\x01\0" + b"torn")
+    os.unlink(segment.offset_index.path)
+    files = {p: (open(p, "rb").read(), os.stat(p).st_mtime_ns) for p in
+             (segment.log_path, segment.time_index.path)}
+    seg = _reopen(tmp_path, read_only=True)
+    try:
+        assert seg.indexes_missing and seg.offset_index.in_memory
+        assert seg.recover(in_memory=True) == 16
+        assert seg.size == os.path.getsize(seg.log_path) - 16 and seg.next_offset == 300
+        assert seg.offset_index.entries > 0 and seg.translate_offset(155).offset == 159
+        assert [r.offset for r in all_records(seg)] == list(range(300))
+    finally:
+        seg.close()
+    assert not os.path.exists(segment.offset_index.path)
+    assert {p: (open(p, "rb").read(), os.stat(p).st_mtime_ns) for p in files} == files
+
+
+def test_segment_files_are_never_opened_through_a_link(tmp_path):
+    from engine.errors import UnsafeFileError
+    (tmp_path / "t-0").mkdir()
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"precious\n")
+    (tmp_path / "t-0" / "00000000000000000000.index").symlink_to(outside)
+    with pytest.raises(UnsafeFileError) as info:
+        LogSegment.open(str(tmp_path / "t-0"), 0, make_config(), ManualClock())
+    assert info.value.paths == [str(tmp_path / "t-0" / "00000000000000000000.index")]
+    (tmp_path / "t-0" / "00000000000000000100.log").symlink_to(outside)
+    with pytest.raises(UnsafeFileError):
+        LogSegment.open(str(tmp_path / "t-0"), 100, make_config(), ManualClock())
+    os.mkfifo(tmp_path / "t-0" / "00000000000000000200.log")
+    with pytest.raises(UnsafeFileError, match="not a regular file"):
+        LogSegment.open(str(tmp_path / "t-0"), 200, make_config(), ManualClock())
+    assert outside.read_bytes() == b"precious\n"
