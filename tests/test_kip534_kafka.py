@@ -120,28 +120,46 @@ def test_horizons_written_by_kafkas_cleaner_are_read_and_honoured(kafka_broker, 
 
 
 def test_kafkas_dump_log_reads_the_horizons_our_cleaner_writes(tmp_path):
+    """Kafka's DumpLogSegments on segments our cleaner re-wrote: same batch lines, sane indexes.
+
+    The first batch loses its last record (its last offset stays the
+    original's, as Kafka keeps it), the second gets a delete horizon; every
+    batch is indexed (index.interval.bytes=1), so ``--index-sanity-check`` and
+    the index dump check each entry against the batch at its position.
+    """
     clock = ManualClock()
     d = tmp_path / "ours-0"
     d.mkdir()
     log = Log.load(str(d), LogConfig.from_props({"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
-                                                 "delete.retention.ms": "60000"}), clock=clock)
+                                                 "delete.retention.ms": "60000", "index.interval.bytes": "1"}),
+                   clock=clock)
     try:
-        log.append_values([b"v1", b"v2"], [b"a", b"b"])
+        log.append_values([b"v2", b"v1"], [b"b", b"a"])
         log.append_values([None, b"v3"], [b"a", b"c"])
+        log.append_values([b"v4"], [b"d"])
         log.roll()
         _clean(log)
-        segment = Path(next(iter(log.segments.values())).log_path)
+        segment = next(iter(log.segments.values()))
+        files = [segment.log_path, segment.offset_index.path, segment.time_index.path]
     finally:
         log.close()
     expected_horizon = clock.milliseconds() + 60000
     theirs = run_tool("org.apache.kafka.tools.DumpLogSegments", "--deep-iteration", "--print-data-log", "--files",
-                      str(segment), base=tmp_path).stdout.decode()
-    ours = subprocess.run([str(LOGFS), "dump-log", "--print-data-log", str(segment)], capture_output=True,
+                      files[0], base=tmp_path).stdout.decode()
+    ours = subprocess.run([str(LOGFS), "dump-log", "--print-data-log", files[0]], capture_output=True,
                           check=True).stdout.decode()
     batch_lines = [line for line in theirs.splitlines() if line.startswith("baseOffset:")]
     assert [line for line in ours.splitlines() if line.startswith("baseOffset:")] == batch_lines
+    assert batch_lines[0].startswith("baseOffset: 0 lastOffset: 1 count: 1 ")
     assert sum(f"deleteHorizonMs: OptionalLong[{expected_horizon}]" in line for line in batch_lines) == 1
-    assert "isvalid: true" in batch_lines[-1]
+    assert all("isvalid: true" in line for line in batch_lines)
+    for index in files[1:]:
+        checked = run_tool("org.apache.kafka.tools.DumpLogSegments", "--index-sanity-check", "--files", index,
+                           base=tmp_path)
+        assert b"passed sanity check" in checked.stdout, checked.stdout.decode()
+        dumped = run_tool("org.apache.kafka.tools.DumpLogSegments", "--files", index, base=tmp_path)
+        text = (dumped.stdout + dumped.stderr).decode()
+        assert "mismatch" not in text.lower() and "offset:" in text, text
 
 
 def _markers(partition_dir: Path) -> list[tuple[int, int | None, bool]]:
