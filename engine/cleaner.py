@@ -39,13 +39,18 @@ clean section, kept refreshing with each clean).  Kafka keeps the legacy
 horizon only for batches older than magic 2, which logfs neither writes nor
 reads, so here it only appears in the log lines, as in Kafka's.
 
-Transactions: logfs keeps no transaction index, so the cleaner does not drop
-the records of aborted transactions (Kafka's cleaner does); it tracks, per
-producer, whether a transactional data batch was read since that producer's
-last marker, and a marker is eligible for its delete horizon only when none
-was (Kafka's rule for commit markers, and for abort markers once their
-aborted records are gone).  Removing a marker earlier would change what a
-``read_committed`` reader sees.
+Transactions (in a Kafka broker's data; logfs writes none): as Kafka's
+cleaner, the batches of aborted transactions neither enter the offset map (an
+aborted record never supersedes a committed one) nor survive a clean.  Kafka
+finds them in its ``.txnindex`` files; here :mod:`engine.transactions` derives
+the same list from the markers, walking the log incrementally across cleans.
+A marker is eligible for its delete horizon only when no data batch of its
+producer was read since that producer's previous marker in the clean (Kafka's
+``CleanedTransactionMetadata``): a commit marker stays while its transaction
+has records, an abort marker until the clean after the one that removed its
+aborted records.  Removing a marker earlier would change what a
+``read_committed`` reader sees.  A transaction with no marker at all (a broker
+stopped mid-transaction) is cleaned like plain records.
 
 The engine starts no threads: :meth:`LogCleaner.clean_once` does one unit of
 work (clean the filthiest log, then retention of compacted logs) and returns,
@@ -56,10 +61,12 @@ returns None.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import ge
@@ -76,6 +83,7 @@ from engine.render import batch_view_sizes
 from engine.segment import CLEANED_FILE_SUFFIX, LogSegment, log_file_path, offset_index_file_path, \
     time_index_file_path
 from engine.topic import TopicPartition
+from engine.transactions import AbortedTxn, TransactionState
 
 if TYPE_CHECKING:   # pragma: no cover
     from engine.config import BrokerConfig
@@ -193,6 +201,8 @@ class CleanerStats:
     horizons_set: int = 0
     #: tombstones and transaction markers dropped because their delete horizon had passed
     deletes_expired: int = 0
+    #: records of aborted transactions dropped
+    aborted_records_removed: int = 0
 
     def read_messages(self, count: int, size: int) -> None:
         self.messages_read += count
@@ -238,11 +248,13 @@ class CleanerTotals:
     elapsed_secs: float = 0.0
     horizons_set: int = 0
     deletes_expired: int = 0
+    aborted_records_removed: int = 0
 
     def add(self, stats: CleanerStats) -> None:
         self.runs += 1
         self.horizons_set += stats.horizons_set
         self.deletes_expired += stats.deletes_expired
+        self.aborted_records_removed += stats.aborted_records_removed
         self.bytes_read += stats.bytes_read
         self.bytes_written += stats.bytes_written
         self.records_read += stats.messages_read
@@ -288,6 +300,8 @@ class Cleaner:
         self.check_done = check_done
         self._read_buffer_size = self.io_buffer_size
         self._prefix = f"Cleaner {id}: "
+        #: each log's walk of its transaction markers, continued at the next clean of the log
+        self._transaction_states: "weakref.WeakKeyDictionary[Log, TransactionState]" = weakref.WeakKeyDictionary()
         #: called once per batch in the inner loops, so that appends are not starved of the GIL
         self.gil_yield = GilYield()
 
@@ -313,7 +327,9 @@ class Cleaner:
 
         self._info("Building offset map for %s...", log.name)
         upper_bound_offset = cleanable.first_uncleanable_offset
-        self.build_offset_map(log, cleanable.first_dirty_offset, upper_bound_offset, self.offset_map, stats)
+        aborted = self.aborted_transactions(log)
+        self.build_offset_map(log, cleanable.first_dirty_offset, upper_bound_offset, self.offset_map, stats,
+                              aborted)
         # An empty dirty section maps nothing (latest offset -1): never move the checkpoint back.
         end_offset = max(self.offset_map.latest_offset + 1, cleanable.first_dirty_offset)
         stats.index_done()
@@ -328,7 +344,7 @@ class Cleaner:
         transactions = CleanedTransactions()    # carried from group to group, as Kafka does
         for group in groups:
             self.clean_segments(log, group, self.offset_map, stats, delete_horizon_ms, current_time_ms,
-                                transactions)
+                                transactions, aborted)
             stats.groups += 1
             stats.segments_cleaned += len(group)
         stats.buffer_utilization = self.offset_map.utilization
@@ -336,15 +352,25 @@ class Cleaner:
         stats.all_done()
         return stats
 
+    def aborted_transactions(self, log: "Log") -> "AbortedTransactions":
+        """The aborted transactions of ``log`` as of now (Kafka's ``collectAbortedTransactions``)."""
+        state = self._transaction_states.get(log)
+        if state is None:
+            state = self._transaction_states[log] = TransactionState(log)
+        return AbortedTransactions(state.aborted_transactions())
+
     # -- phase 1: the offset map ------------------------------------------------------------
 
     def build_offset_map(self, log: "Log", start: int, end: int, offset_map: OffsetMap,
-                         stats: CleanerStats) -> None:
+                         stats: CleanerStats, aborted: "AbortedTransactions | None" = None) -> None:
         """Map key -> latest offset for ``[start, end)``, stopping when the map reaches its capacity.
 
         On return ``offset_map.latest_offset + 1`` is where cleaning must stop:
-        every record below it has been seen by the map.
+        every record below it has been seen by the map.  The records of aborted
+        transactions are left out, as Kafka leaves them out.
         """
+        if aborted is None:
+            aborted = self.aborted_transactions(log)
         offset_map.clear()
         dirty = log_segments(log, start, end)
         self._info("Building offset map for log %s for %d segments in offset range [%d, %d).",
@@ -352,14 +378,15 @@ class Cleaner:
         next_starts = [s.base_offset for s in dirty[1:]] + [end]
         for index, (segment, next_start) in enumerate(zip(dirty, next_starts)):
             self.check_done(log.topic_partition)
-            if self._build_offset_map_for_segment(log, segment, offset_map, start, next_start, stats):
+            if self._build_offset_map_for_segment(log, segment, offset_map, start, next_start, stats, aborted):
                 logger.debug("%sOffset map is full, %d segments fully mapped, segment with base offset %d "
                              "is partially mapped", self._prefix, index, segment.base_offset)
                 break
         self._info("Offset map for log %s complete.", log.name)
 
     def _build_offset_map_for_segment(self, log: "Log", segment: LogSegment, offset_map: OffsetMap,
-                                      start: int, next_segment_start: int, stats: CleanerStats) -> bool:
+                                      start: int, next_segment_start: int, stats: CleanerStats,
+                                      aborted: "AbortedTransactions") -> bool:
         """Add the keys of one segment; True if the map filled up before its end.
 
         Works a read chunk at a time: the keys and offsets of every batch in the
@@ -391,6 +418,8 @@ class Cleaner:
                         continue
                     if header.is_control:
                         stats.map_messages_read += 1
+                    elif aborted.contains(header):
+                        stats.map_messages_read += header.records_count     # never supersedes anything
                     else:
                         batch_offsets, batch_keys, _ = decode_key_columns(chunk, pos, header)
                         stats.map_messages_read += len(batch_offsets)
@@ -483,7 +512,8 @@ class Cleaner:
 
     def clean_segments(self, log: "Log", segments: Sequence[LogSegment], offset_map: OffsetMap,
                        stats: CleanerStats, delete_horizon_ms: int, current_time_ms: int | None = None,
-                       transactions: "CleanedTransactions | None" = None) -> None:
+                       transactions: "CleanedTransactions | None" = None,
+                       aborted: "AbortedTransactions | None" = None) -> None:
         """Clean a group of segments into one ``.cleaned`` segment and swap it in.
 
         ``delete_horizon_ms`` is Kafka's legacy horizon (logged only);
@@ -506,7 +536,7 @@ class Cleaner:
                            base_offset, delete_horizon_ms, segment.last_modified,
                            "retaining" if retain_deletes else "discarding")
                 self.clean_into(log, segment, cleaned, offset_map, retain_deletes, stats,
-                                current_time_ms=current_time_ms, transactions=transactions)
+                                current_time_ms=current_time_ms, transactions=transactions, aborted=aborted)
             cleaned.on_becoming_inactive_segment()
             cleaned.flush()         # on disk before it may replace anything
             # The replaced segments' age decides when tombstones in it pass the delete horizon.
@@ -526,7 +556,8 @@ class Cleaner:
 
     def clean_into(self, log: "Log", source: LogSegment, dest: LogSegment, offset_map: OffsetMap,
                    retain_deletes: bool, stats: CleanerStats, *, current_time_ms: int | None = None,
-                   transactions: "CleanedTransactions | None" = None) -> None:
+                   transactions: "CleanedTransactions | None" = None,
+                   aborted: "AbortedTransactions | None" = None) -> None:
         """Copy the records of ``source`` that must survive into ``dest``, batch by batch.
 
         ``retain_deletes`` is Kafka's legacy flag for batches older than magic
@@ -548,6 +579,8 @@ class Cleaner:
         new_horizon = now + log.config.delete_retention_ms
         if transactions is None:
             transactions = CleanedTransactions()
+        if aborted is None:
+            aborted = self.aborted_transactions(log)
         pause = self.gil_yield
         position = 0
         end = source.size
@@ -594,6 +627,11 @@ class Cleaner:
                         max_ts, max_ts_offset = header.max_timestamp, header.last_offset
                     else:
                         transactions.on_data_batch(header)
+                        if aborted.contains(header):
+                            # An aborted transaction's records go at the first clean, as in Kafka.
+                            stats.read_messages(header.records_count, size)
+                            stats.aborted_records_removed += header.records_count
+                            continue
                         horizon = header.delete_horizon_ms
                         # KIP-534: tombstones stay until the batch's horizon (none yet: until set).
                         batch_retains_deletes = horizon is None or now < horizon
@@ -701,15 +739,36 @@ class Cleaner:
         self._read_buffer_size = self.io_buffer_size
 
 
-class CleanedTransactions:
-    """Which transaction markers a clean may expire (the part of Kafka's ``CleanedTransactionMetadata`` logfs needs).
+class AbortedTransactions:
+    """Which data batches belong to aborted transactions: per producer, sorted ranges first offset .. marker."""
 
-    Kafka reads aborted transactions from the ``.txnindex`` and drops their
-    records; logfs keeps no transaction index and drops no aborted record, so
-    every transactional data batch counts as a transaction still holding
-    records.  A marker (commit or abort) may be given a delete horizon, and
-    later be removed, only if no data batch of its producer was read since that
-    producer's previous marker in this clean: its records are all gone.
+    __slots__ = ("_firsts", "_lasts")
+
+    def __init__(self, aborted: Iterable[AbortedTxn] = ()) -> None:
+        ranges: dict[int, list[tuple[int, int]]] = {}
+        for txn in aborted:
+            ranges.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+        self._firsts = {pid: [first for first, _ in sorted(r)] for pid, r in ranges.items()}
+        self._lasts = {pid: [last for _, last in sorted(r)] for pid, r in ranges.items()}
+
+    def contains(self, header: BatchHeader) -> bool:
+        """True for a transactional data batch inside one of its producer's aborted transactions."""
+        if not header.is_transactional or header.is_control:
+            return False
+        firsts = self._firsts.get(header.producer_id)
+        if firsts is None:
+            return False
+        i = bisect.bisect_right(firsts, header.base_offset) - 1
+        return i >= 0 and header.base_offset <= self._lasts[header.producer_id][i]
+
+
+class CleanedTransactions:
+    """Which transaction markers a clean may expire (Kafka's ``CleanedTransactionMetadata``, by producer).
+
+    A marker (commit or abort) may be given a delete horizon, and later be
+    removed, only if no data batch of its producer -- kept or, for an aborted
+    transaction, dropped by this clean -- was read since that producer's
+    previous marker in this clean: its transaction has no record left.
     """
 
     __slots__ = ("_open",)
@@ -1072,6 +1131,7 @@ def _run_dict(stats: CleanerStats) -> dict:
         "segments_cleaned": stats.segments_cleaned,
         "horizons_set": stats.horizons_set,
         "deletes_expired": stats.deletes_expired,
+        "aborted_records_removed": stats.aborted_records_removed,
         "duration_secs": round(stats.elapsed_secs, 6),
         "mb_per_sec": round(_mb(stats.bytes_read) / stats.elapsed_secs, 3),
         "buffer_utilization": round(stats.buffer_utilization, 6),

@@ -175,14 +175,16 @@ def _markers(partition_dir: Path) -> list[tuple[int, int | None, bool]]:
     return out
 
 
-def test_transaction_markers_get_a_horizon_once_their_records_are_gone(kafka_broker, tmp_path):
-    """Markers written by a real transactional producer, then cleaned by ours (the broker never cleans them).
+def test_transactions_are_cleaned_as_kafka_cleans_them(kafka_broker, tmp_path):
+    """A real transactional producer's data, cleaned by ours (the broker's topic is not compacted).
 
-    A committed transaction whose records later values supersede: the clean
-    that removes the records keeps the marker, the next one gives it a horizon,
-    the first clean at the horizon drops it.  An aborted transaction's records
-    stay (logfs keeps no transaction index and drops no aborted record), so its
-    marker stays too: removing it would expose the aborted records.
+    The aborted transaction updates a key the committed one wrote: its record
+    must not supersede the committed value (it never enters the offset map),
+    and the first clean removes it.  The abort marker stays through that clean
+    (its transaction still had a batch), gets a horizon at the next one and
+    goes at the horizon.  The commit marker stays while its transaction has a
+    record left.  kafka-python, as a read_committed and a read_uncommitted
+    consumer of the broker, saw what the cleaned log keeps.
     """
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
@@ -197,17 +199,31 @@ def test_transaction_markers_get_a_horizon_once_their_records_are_gone(kafka_bro
         producer.send(topic, key=b"k2", value=b"committed 2")
         producer.commit_transaction()
         producer.begin_transaction()
-        producer.send(topic, key=b"k9", value=b"aborted").get(timeout=30)   # in the log before the abort
+        producer.send(topic, key=b"k1", value=b"aborted 1")
+        producer.send(topic, key=b"k9", value=b"aborted 9").get(timeout=30)   # in the log before the abort
         producer.abort_transaction()
-        plain.send(topic, key=b"k1", value=b"later 1").get(timeout=30)
         plain.send(topic, key=b"k2", value=b"later 2").get(timeout=30)
     finally:
         producer.close()
         plain.close()
-    consumer = KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, enable_auto_commit=False)
     tp = TopicPartition(topic, 0)
-    end = consumer.end_offsets([tp])[tp]
-    consumer.close()
+    committed_view = {}
+    for isolation in ("read_committed", "read_uncommitted"):
+        consumer = KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, enable_auto_commit=False,
+                                 isolation_level=isolation)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        end = consumer.end_offsets([tp])[tp]
+        rows = []
+        deadline = time.monotonic() + 60
+        while consumer.position(tp) < end:
+            assert time.monotonic() < deadline
+            for batch in consumer.poll(timeout_ms=500).values():
+                rows += [(r.key, r.value) for r in batch]
+        consumer.close()
+        committed_view[isolation] = rows
+    assert (b"k1", b"aborted 1") in committed_view["read_uncommitted"]
+    assert (b"k1", b"aborted 1") not in committed_view["read_committed"]
     kafka_broker.stop()
     copy = tmp_path / f"{topic}-0"
     shutil.copytree(kafka_broker.log_dir / f"{topic}-0", copy)
@@ -217,24 +233,27 @@ def test_transaction_markers_get_a_horizon_once_their_records_are_gone(kafka_bro
     log = Log.load(str(copy), LogConfig.from_props({"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
                                                     "delete.retention.ms": "60000"}), clock=clock)
     try:
-        assert log.log_end_offset == end
-        commit, abort = [m for m in _markers(copy)]
+        commit, abort = _markers(copy)
         assert commit[2] and not abort[2] and commit[1] is None and abort[1] is None
         log.roll()
-        _clean(log)             # removes the superseded committed records; their marker stays, no horizon
+        _clean(log)             # aborted records gone; k1's committed value kept; both markers, no horizon
+        assert [(r.key, r.value) for r in log.read_records(log.log_start_offset)] == \
+            [(b"k1", b"committed 1"), (b"k2", b"later 2")]
+        assert [(k, v) for k, v in committed_view["read_committed"] if (k, v) != (b"k2", b"committed 2")] == \
+            [(b"k1", b"committed 1"), (b"k2", b"later 2")]
         assert [(o, h) for o, h, _ in _markers(copy)] == [(commit[0], None), (abort[0], None)]
-        assert [r.key for r in log.read_records(log.log_start_offset)] == [b"k9", b"k1", b"k2"]
         log.append_values([b"x"], [b"k3"])
         log.roll()
         clock.sleep(1000)
-        _clean(log)             # the committed transaction has no record left: its marker gets a horizon
+        _clean(log)             # the aborted transaction has no record left: its marker gets a horizon
         horizon = clock.milliseconds() + 60000
-        assert [(o, h) for o, h, _ in _markers(copy)] == [(commit[0], horizon), (abort[0], None)]
+        assert [(o, h) for o, h, _ in _markers(copy)] == [(commit[0], None), (abort[0], horizon)]
         log.append_values([b"y"], [b"k3"])
         log.roll()
         clock.now = horizon
-        _clean(log)             # at the horizon the commit marker goes; the abort marker guards k9
-        assert [(o, h) for o, h, _ in _markers(copy)] == [(abort[0], None)]
-        assert [r.key for r in log.read_records(log.log_start_offset)] == [b"k9", b"k1", b"k2", b"k3"]
+        _clean(log)             # at the horizon the abort marker goes; k1's transaction keeps its marker
+        assert [(o, h) for o, h, _ in _markers(copy)] == [(commit[0], None)]
+        assert [(r.key, r.value) for r in log.read_records(log.log_start_offset)] == \
+            [(b"k1", b"committed 1"), (b"k2", b"later 2"), (b"k3", b"y")]
     finally:
         log.close()
