@@ -256,6 +256,8 @@ def _cleaner_metrics(manager: "LogManager"):
                             "Batches given a KIP-534 delete horizon by a clean"),
                            ("logfs_cleaner_deletes_expired", "deletes_expired",
                             "Tombstones and transaction markers dropped once their delete horizon passed"),
+                           ("logfs_cleaner_aborted_records_removed", "aborted_records_removed",
+                            "Records of aborted transactions removed by cleans"),
                            ("logfs_cleaner_seconds", "elapsed_secs", "Time spent cleaning")):
         yield CounterMetricFamily(name, doc, value=totals[key])
     labels = ["topic", "partition"]
