@@ -23,7 +23,6 @@ import os
 import shlex
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
@@ -219,6 +218,10 @@ def test_adopt_refuses_what_it_cannot_carry_over_and_changes_nothing(logfs_mount
     assert result.returncode == 1 and b"was not shut down cleanly" in result.stderr
     assert mount.stop() == 0
     before = {p: p.read_bytes() for p in mount.data.rglob("*") if p.is_file()}
+    plan = json.loads(_logfs("to-kafka", "plan", "--json", "--node-id", "3", str(mount.data)).stdout)
+    assert plan["topics"] == [{"name": "t", "partitions": 1, "replica_assignment": {"0": [3]}, "configs": {},
+                               "notes": []}]
+    assert plan["partitions"] == [{"topic": "t", "partition": 0, "log_start_offset": 0, "log_end_offset": 2}]
 
     # Not a formatted Kafka log dir; then a formatted one where the topic was never created.
     result = _logfs("to-kafka", "adopt", str(mount.data), "--broker-log-dir", str(broker_dir), check=False)
