@@ -680,12 +680,21 @@ class LogSegment:
                 previous, previous_slot = (offset, position), slot
         ts_entries = self.time_index.entries
         if ts_entries:
-            _, first_offset = self.time_index.entry(0)
-            _, last_offset = self.time_index.last_entry
-            if first_offset < self.base_offset or last_offset >= self.next_offset:
-                raise CorruptIndexError(
-                    f"Time index file {self.time_index.path} names offsets {first_offset}..{last_offset}, "
-                    f"outside the segment's offsets {self.base_offset}..{self.next_offset - 1}")
+            # Sampled the same way: offsets of this segment, timestamps increasing, offsets not decreasing.
+            step = max(1, ts_entries // (_INDEX_SAMPLES + 1))
+            next_offset = self.next_offset
+            previous_entry: tuple[int, int] | None = None
+            for slot in sorted({0, ts_entries - 1, *range(step, ts_entries - 1, step)}):
+                timestamp, offset = self.time_index.entry(slot)
+                if slot > 0:
+                    previous_entry = self.time_index.entry(slot - 1)
+                if not self.base_offset <= offset < next_offset or (
+                        previous_entry is not None
+                        and (timestamp <= previous_entry[0] or offset < previous_entry[1])):
+                    raise CorruptIndexError(
+                        f"Time index file {self.time_index.path} entry {slot} (timestamp {timestamp}, offset "
+                        f"{offset}) disagrees with log {self.log_path} (offsets {self.base_offset}.."
+                        f"{next_offset - 1}) or with the entry before it {previous_entry}")
 
     def _check_entry(self, path: str, slot: int, offset: int, position: int, size: int) -> None:
         problem = None
