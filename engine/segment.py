@@ -67,7 +67,7 @@ _HEADER_SCAN_CHUNK = 16 * 1024
 # How many offset index entries besides the first and the last are checked
 # against the .log at load (one header read each): enough to catch an index
 # that does not belong to its log without reading the whole index.
-_INDEX_SAMPLES = 16
+_INDEX_SAMPLES = 8
 # Full scans (recovery, view index rebuild) read big sequential chunks.
 _BODY_SCAN_CHUNK = 4 * 1024 * 1024
 
