@@ -612,18 +612,39 @@ class LogSegment:
     # ------------------------------------------------------------- view index
     @property
     def view_index(self) -> ViewIndex:
-        """The segment's view index, caught up to the current size (one scan when loaded from disk)."""
+        """The segment's view index, caught up to the current size (one scan when loaded from disk).
+
+        CorruptRecordError (file, position) if the segment is damaged before
+        its size: a view never ends silently at damage.
+        """
+        vi, damage = self.view_index_and_damage()
+        if damage is not None:
+            raise damage
+        return vi
+
+    def view_index_and_damage(self) -> tuple[ViewIndex, CorruptRecordError | None]:
+        """The view index caught up as far as the log is whole, and the damage that stopped it (or None).
+
+        For a reader that serves the good bytes before damage and then fails
+        (the index covers exactly the whole batches before the damage).  The
+        partial index is kept, so asking again costs one header read, not a
+        rescan of the segment.
+        """
         vi = self._view_index
         size = self._size
         if vi is not None and vi.log_size >= size:
-            return vi
+            return vi, None
         with self._view_lock:
             vi = self._view_index
             if vi is None:
                 vi = ViewIndex(self.base_offset, self.index_interval_bytes)
-            self._catch_up_view_index(vi, self._size)
+            damage = None
+            try:
+                self._catch_up_view_index(vi, self._size)
+            except CorruptRecordError as exc:
+                damage = exc
             self._view_index = vi
-            return vi
+            return vi, damage
 
     def _catch_up_view_index(self, vi: ViewIndex, end: int) -> None:
         # Sizes come from the columns (no Record objects) and, for every batch
