@@ -55,8 +55,8 @@ from engine.records import HEADER_SIZE, Compression, Record, decode_batch, encod
 from engine.render import appended_view_sizes
 from engine.segment import (CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
                             SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX, FetchDataInfo,
-                            LogSegment, filename_prefix_from_offset, log_file_path, offset_from_file_name, offset_index_file_path,
-                            time_index_file_path, topic_partition_of_dir)
+                            LogSegment, filename_prefix_from_offset, log_file_path, offset_from_file_name,
+                            offset_index_file_path, time_index_file_path, topic_partition_of_dir)
 from engine.topic import DELETE_DIR_SUFFIX, TopicPartition
 
 logger = logging.getLogger(__name__)
