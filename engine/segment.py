@@ -184,6 +184,8 @@ class LogSegment:
         self._max_timestamp_and_offset: object = _UNKNOWN     # (timestamp, offset) once read
         self._rolling_based_timestamp: object = _UNKNOWN if self._size else None
         self._view_lock = threading.Lock()
+        self._damage_logged = False      # read_next_offset logs damage once per segment
+        self._index_distrusted = False   # translate_offset found the offset index wrong (logged once)
         # A segment created in this process starts with an exact, empty view index
         # kept up to date by append(); one loaded from disk builds it by one scan.
         self._view_index: ViewIndex | None = (
@@ -263,7 +265,7 @@ class LogSegment:
         return last.next_offset if last is not None else self.base_offset
 
     def _log_damage_once(self, exc: CorruptRecordError) -> None:
-        if not getattr(self, "_damage_logged", False):
+        if not self._damage_logged:
             self._damage_logged = True
             log.error("Log segment %s is damaged at byte %d: %s; reads reaching it fail with EIO",
                       exc.path or self.log_path, exc.position, exc.detail)
@@ -552,7 +554,7 @@ class LogSegment:
 
     def _distrust_index(self, exc: CorruptRecordError, index_offset: int, position: int) -> None:
         """An index entry disagrees with the log: log once, then serve by scanning (rebuilt at next load)."""
-        if not getattr(self, "_index_distrusted", False):
+        if not self._index_distrusted:
             self._index_distrusted = True
             log.error("Offset index %s disagrees with log %s: its entry (offset %d, position %d) does not "
                       "point at a batch holding that offset (%s); reading this segment without it",
