@@ -154,8 +154,9 @@ def _mount(args: argparse.Namespace) -> int:
     options |= {"fsname=logfs", "subtype=logfs"}
     if args.allow_other:
         options.add("allow_other")
-    if args.read_only:
-        options.add("ro")
+    # --read-only is enforced by logfs, not by the kernel's "ro" flag: with
+    # "ro" the kernel answers EROFS itself and the mount could not log what
+    # was refused (SPEC.md section 7: every refusal names its cause in the log).
 
     jobs = [] if args.read_only else build_jobs(manager)
 

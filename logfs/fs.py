@@ -158,6 +158,11 @@ class _RecursiveRemovals:
             self._listed.clear()
 
 
+def describe(node: Node) -> str:
+    fn = getattr(node, "describe", None)
+    return fn() if fn is not None else type(node).__name__
+
+
 class _Inode:
     __slots__ = ("node", "nlookup", "nopen")
 
@@ -267,8 +272,6 @@ class LogfsOperations(pyfuse3.Operations):
             attr.st_nlink = 1
             attr.st_size = node.size()
             attr.st_blocks = node.blocks()
-        if self.read_only:
-            attr.st_mode &= ~0o222
         attr.st_uid = self._uid
         attr.st_gid = self._gid
         attr.st_blksize = BLOCK_SIZE
@@ -284,9 +287,9 @@ class LogfsOperations(pyfuse3.Operations):
             self._drop(ino, 1)
             raise
 
-    def _check_writable(self) -> None:
+    def _check_writable(self, what: str = "change the mount") -> None:
         if self.read_only:
-            raise ReadOnlyError("The mount is read-only")
+            raise ReadOnlyError(f"Cannot {what}: the mount is read-only (--read-only)")
 
     # ------------------------------------------------------------------ names
 
@@ -309,11 +312,11 @@ class LogfsOperations(pyfuse3.Operations):
     async def setattr(self, inode: int, attr, fields, fh, ctx) -> pyfuse3.EntryAttributes:
         node = self._node(inode)
         if fields.update_mode or fields.update_uid or fields.update_gid:
-            self._check_writable()
+            self._check_writable(f"change the attributes of {describe(node)}")
             raise NotPermittedError("Modes and owners of the mount are fixed")
         if fields.update_size:
             # O_TRUNC of a control or append file: accepted, appends only ever append.
-            self._check_writable()
+            self._check_writable(f"change the attributes of {describe(node)}")
             if node.is_dir or not getattr(node, "writable", False):
                 raise AccessDeniedError("Cannot truncate a read-only view")
         # Times are not stored: touch is accepted and changes nothing.
@@ -321,7 +324,7 @@ class LogfsOperations(pyfuse3.Operations):
 
     @_translating
     async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx) -> pyfuse3.EntryAttributes:
-        self._check_writable()
+        self._check_writable(f"create directory {os.fsdecode(name)!r}")
         parent = self._node(parent_inode)
         if not isinstance(parent, Directory):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
@@ -330,7 +333,7 @@ class LogfsOperations(pyfuse3.Operations):
 
     @_translating
     async def rmdir(self, parent_inode: int, name: bytes, ctx) -> None:
-        self._check_writable()
+        self._check_writable(f"remove directory {os.fsdecode(name)!r}")
         parent = self._node(parent_inode)
         if not isinstance(parent, Directory):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
@@ -346,12 +349,12 @@ class LogfsOperations(pyfuse3.Operations):
         await trio.to_thread.run_sync(parent.rmdir, decoded)
 
     async def _fixed(self, *args) -> None:
-        self._check_writable()
+        self._check_writable("create, remove, link or rename files")
         raise NotPermittedError("The namespace is fixed: files cannot be created, removed, linked or renamed")
 
     @_translating
     async def unlink(self, parent_inode, name, ctx) -> None:
-        self._check_writable()
+        self._check_writable(f"remove {os.fsdecode(name)!r}")
         parent = self._node(parent_inode)
         topic = getattr(parent, "topic", None)
         if topic is not None and self._removals.removing(getattr(ctx, "pid", 0), topic):
@@ -388,7 +391,7 @@ class LogfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         write = (flags & os.O_ACCMODE) != os.O_RDONLY
         if write:
-            self._check_writable()
+            self._check_writable(f"open {describe(node)} for writing")
         handle = node.open(write)
         fh = self._next_fh
         self._next_fh += 1
