@@ -474,7 +474,8 @@ class ViewIdentity:
 
     ``is_current`` is O(1) while the log's segment map is the object it saw
     last (the map is replaced, copy-on-write, at every roll, deletion and
-    swap) and O(segments covered) once after each change.
+    swap) and O(segments covered) once after each change.  The map is held
+    weakly too: it holds every segment it lists.
     """
 
     __slots__ = ("log", "start_offset", "_single", "_seen", "_covered", "_current")
@@ -484,7 +485,9 @@ class ViewIdentity:
         self.start_offset = start_offset
         self._single = segment is not None
         segments = log.segments
-        self._seen = segments
+        # weakly: the map is replaced at every change and holds its segments,
+        # deleted ones included, which must not stay open because of a name
+        self._seen = weakref.ref(segments)
         if segment is not None:
             covered = [segment]
         else:
@@ -503,7 +506,7 @@ class ViewIdentity:
             self._current = False
             return False
         segments = log.segments
-        if segments is self._seen:
+        if segments is self._seen():
             return True
         for base, ref in self._covered:
             seg = ref()
@@ -516,7 +519,7 @@ class ViewIdentity:
             values = segments.values()
             for seg in values[segments.bisect_right(last_base):]:
                 self._covered.append((seg.base_offset, weakref.ref(seg)))
-        self._seen = segments
+        self._seen = weakref.ref(segments)
         return True
 
     def segment(self) -> LogSegment | None:
