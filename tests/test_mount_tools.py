@@ -365,6 +365,28 @@ def test_refusals_are_logged_once_each_naming_the_cause(mount):
     assert " loaded 0 logs from " in log.splitlines()[0]
 
 
+def test_numbers_of_thousands_of_digits_are_einval_with_one_log_line(mount):
+    _topic(mount, records=5)
+    huge = "1" * 5000                      # int() refuses more than 4,300 digits: never EIO
+    for path, data in (("t/0/delete", f"before {huge}\n"), ("t/config", f"retention.ms={huge}\n")):
+        fd = os.open(mount / path, os.O_WRONLY)
+        try:
+            with pytest.raises(OSError) as info:
+                os.write(fd, data.encode())
+            assert info.value.errno == errno.EINVAL, path
+        finally:
+            os.close(fd)
+    with pytest.raises(OSError) as info:
+        os.mkdir(mount / "t" / ("2" * 250))
+    assert info.value.errno == errno.EINVAL
+    assert (mount / "t/0/records").read_bytes() == _lines(1, 5)
+    assert mount.stop() == 0
+    log = mount.log()
+    assert "Traceback" not in log and "unexpected error" not in log
+    assert log.count("(5007 characters)") == 1 and log.count("(5000 characters)") == 1
+    assert log.count("(250 characters)") == 1
+
+
 def test_cli_version_log_level_help_and_umount_messages(tmp_path):
     out = subprocess.run([str(LOGFS), "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.startswith("logfs ")
