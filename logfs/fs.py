@@ -318,7 +318,7 @@ class LogfsOperations(pyfuse3.Operations):
             # O_TRUNC of a control or append file: accepted, appends only ever append.
             self._check_writable(f"change the attributes of {describe(node)}")
             if node.is_dir or not getattr(node, "writable", False):
-                raise AccessDeniedError("Cannot truncate a read-only view")
+                raise AccessDeniedError(f"Cannot truncate {describe(node)}: it is read-only")
         # Times are not stored: touch is accepted and changes nothing.
         return self._attr(inode, node)
 
