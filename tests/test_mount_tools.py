@@ -143,6 +143,25 @@ def test_tail_F_and_tail_f_follow_appends_rolls_and_idle_pauses(mount, tmp_path)
         assert err.read_bytes() == b"", (mode, err.read_bytes())   # no "replaced", no "truncated"
 
 
+def test_less_follow_mode_shows_appends(mount, tmp_path):
+    _topic(mount, records=5)
+    out = tmp_path / "less.out"
+    # less +F needs a terminal: script(1) gives it a pty and copies the screen to out
+    proc = subprocess.Popen(["script", "-qfec", "less +F records", "/dev/null"], cwd=mount / "t/0",
+                            stdout=open(out, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "TERM": "dumb", "LESS": ""}, start_new_session=True)
+    try:
+        _wait_for(lambda: b"Waiting for data" in out.read_bytes(), what="less +F to follow")
+        time.sleep(0.5)             # an idle pause while less polls the file
+        _append(mount / "t/0/append", b"appended while less follows\n")
+        _wait_for(lambda: b"appended while less follows" in out.read_bytes(), what="less +F to show the append")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    screen = out.read_bytes()
+    assert screen.count(b"line-5") == 1 and b"truncated" not in screen and b"replaced" not in screen
+
+
 def test_tail_f_reads_on_across_a_deletion_and_tail_F_sees_a_new_file(mount, tmp_path):
     _topic(mount, records=20)
     out, err = tmp_path / "f.out", tmp_path / "f.err"
