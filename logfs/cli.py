@@ -202,11 +202,12 @@ def _startup_summary_first():
     Loading logs one line per partition (Kafka's LogLoader messages); an
     operator reads the outcome first, then the details, which follow with their
     own timestamps.  A WARNING or worse is not held back: it flushes what is
-    held at once, so a slow or failing recovery shows while it happens.
+    held at once, so a failing recovery shows while it happens.
     """
     root = logging.getLogger()
     targets = list(root.handlers)
-    held = logging.handlers.MemoryHandler(capacity=1 << 30, flushLevel=logging.WARNING)
+    # at most 10,000 lines held (a few MB): a larger load writes them as they come
+    held = logging.handlers.MemoryHandler(capacity=10_000, flushLevel=logging.WARNING)
     held.setTarget(_Fanout(targets))
     for handler in targets:
         root.removeHandler(handler)
