@@ -46,7 +46,7 @@ import trio
 
 from engine.errors import LogfsError, OffsetOutOfRangeError, ReadOnlyError
 from logfs.namespace import (AccessDeniedError, Directory, FileNode, Handle, MalformedNameError, Namespace, Node,
-                             NotPermittedError, RootDir)
+                             NotPermittedError, RootDir, TopicDir)
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +125,8 @@ class _RecursiveRemovals:
     A recursive removal lists a directory before it unlinks its entries and
     removes the directory last.  The files of a topic cannot be removed one by
     one (EPERM), and ``rm`` never removes a directory after failing on one of
-    its entries, so for a process that listed the topic's directory (or one
-    below it) unlinking and rmdir inside the topic are accepted without
+    its entries, so for a process that listed the topic's directory,
+    unlinking and rmdir inside the topic are accepted without
     effect; its final rmdir of the topic directory deletes the topic.  Any
     other process gets EPERM as before.  Entries expire after five minutes.
     """
@@ -451,9 +451,10 @@ class LogfsOperations(pyfuse3.Operations):
         node = self._node(inode)
         if not isinstance(node, Directory):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
-        topic = getattr(node, "topic", None)
-        if topic is not None and not self.read_only:
-            self._removals.listed(getattr(ctx, "pid", 0), topic)
+        if isinstance(node, TopicDir) and not self.read_only:
+            # a recursive removal of the topic starts by listing the topic directory
+            # (rm -rf of a partition directory alone stays refused: partitions cannot go)
+            self._removals.listed(getattr(ctx, "pid", 0), node.topic)
         fh = self._next_fh
         self._next_fh += 1
         # Names are snapshotted at opendir so start_id indexes a stable list.
