@@ -11,7 +11,6 @@ tests/test_readme_spark.py.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
