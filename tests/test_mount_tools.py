@@ -167,15 +167,24 @@ def test_tail_f_reads_on_across_a_deletion_and_tail_F_sees_a_new_file(mount, tmp
     out, err = tmp_path / "f.out", tmp_path / "f.err"
     proc = subprocess.Popen(["tail", "-n", "+1", "-f", "-s", "0.1", "records"], cwd=mount / "t/0",
                             stdout=open(out, "wb"), stderr=open(err, "wb"))
+    out_F, err_F = tmp_path / "F.out", tmp_path / "F.err"
+    proc_F = subprocess.Popen(["tail", "-n", "+1", "-F", "-s", "0.1", "--max-unchanged-stats=2", "records"],
+                              cwd=mount / "t/0", stdout=open(out_F, "wb"), stderr=open(err_F, "wb"))
     try:
         _wait_for(lambda: out.read_bytes() == _lines(1, 20), what="tail -f")
+        _wait_for(lambda: out_F.read_bytes() == _lines(1, 20), what="tail -F")
         (mount / "t/0/delete").write_bytes(b"before 10\n")
         _append(mount / "t/0/append", _lines(21, 30))
         _wait_for(lambda: out.read_bytes() == _lines(1, 30), what="tail -f after the deletion")
+        # tail -F follows the name: a new file, printed from its start (the new log start)
+        _wait_for(lambda: out_F.read_bytes().endswith(_lines(11, 30)) and b"replaced" in err_F.read_bytes(),
+                  what="tail -F to follow the new file")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=10)
+        for p in (proc, proc_F):
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=10)
     assert err.read_bytes() == b""
+    assert out_F.read_bytes().startswith(_lines(1, 20))
     # the name now shows the records from the new log start (a new file, as after a log rotation)
     assert (mount / "t/0/records").read_bytes() == _lines(11, 30)
 
