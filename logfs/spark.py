@@ -94,7 +94,8 @@ again: delivery is at least once.
 
 Worker processes must import this module and pyarrow: run Spark with
 ``PYSPARK_PYTHON`` pointing at the interpreter where logfs is installed;
-:func:`spark_session` does that for local sessions.
+:func:`register` switches a local session's workers to the current interpreter
+when theirs cannot import logfs, and fails at once, saying so, otherwise.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ import math
 import os
 import re
 import struct
+import subprocess
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
@@ -1200,9 +1202,53 @@ class LogfsDataSource(DataSource):
         return LogfsStreamReader(SourceOptions.parse(self.options))
 
 
+#: What a Spark Python worker must import to run the logfs source.
+_WORKER_IMPORTS = "import logfs.spark, engine.records, cramjam, crc32c, pyarrow"
+
+
 def register(spark: "SparkSession") -> None:
-    """Make ``spark.read.format("logfs")`` and ``readStream.format("logfs")`` available."""
+    """Make ``spark.read.format("logfs")`` and ``readStream.format("logfs")`` available.
+
+    The source runs in Spark's Python workers, which Spark starts with the
+    interpreter it was given (``PYSPARK_PYTHON``/``spark.pyspark.python``,
+    default ``python3``); that interpreter must import logfs and its
+    dependencies (cramjam, crc32c, pyarrow).  When it cannot and the session
+    runs locally, its workers are switched to this interpreter (the one that
+    imported logfs); otherwise this fails at once saying what to set, rather
+    than failing later in every task with ModuleNotFoundError.
+    """
+    _ensure_worker_python(spark.sparkContext)
     spark.dataSource.register(LogfsDataSource)
+
+
+def _worker_python_ok(executable: str) -> bool:
+    if os.path.realpath(executable) == os.path.realpath(sys.executable):
+        return True
+    try:
+        result = subprocess.run([executable, "-c", _WORKER_IMPORTS], capture_output=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0
+
+
+def _ensure_worker_python(sc: Any) -> None:
+    current = getattr(sc, "pythonExec", None) or os.environ.get("PYSPARK_PYTHON", "python3")
+    if _worker_python_ok(current):
+        return
+    if str(sc.master).startswith("local"):
+        log.info("Spark's Python workers would run %s, which cannot import logfs; "
+                    "using %s for them (set PYSPARK_PYTHON to choose)", current, sys.executable)
+        # Functions registered from now on (this data source included) carry the
+        # interpreter of sc.pythonExec; later SparkContexts read PYSPARK_PYTHON.
+        sc.pythonExec = sys.executable
+        sc.pythonVer = "%d.%d" % sys.version_info[:2]
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        return
+    raise RuntimeError(
+        f"Spark's Python workers run {current!r}, which cannot import logfs and its dependencies "
+        f"({_WORKER_IMPORTS[len('import '):]}). Start the SparkSession with PYSPARK_PYTHON (or "
+        f"spark.pyspark.python) set to an interpreter where logfs is installed, e.g. {sys.executable}, "
+        "on every worker, then call logfs.spark.register(spark) again.")
 
 
 def spark_session(master: str = "local[2]", app_name: str = "logfs",
