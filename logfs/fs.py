@@ -262,7 +262,11 @@ class LogfsOperations(pyfuse3.Operations):
 
     @_translating
     async def unlink(self, parent_inode, name, ctx) -> None:
-        await self._fixed()
+        self._check_writable()
+        unlink = getattr(self._node(parent_inode), "unlink", None)   # groups/<group> (issue 13)
+        if unlink is None:
+            await self._fixed()
+        await trio.to_thread.run_sync(unlink, os.fsdecode(name))
 
     @_translating
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx) -> None:

@@ -693,10 +693,15 @@ class TopicDir(Directory):
 
     def names(self) -> list[str]:
         parts = self.ns.manager.partitions(self.topic)
-        return ["append", "config", "delete"] + [str(p) for p in sorted(parts)]
+        from logfs.groups import TOPIC_NAMES
+        return ["append", "config", "delete"] + TOPIC_NAMES + [str(p) for p in sorted(parts)]
 
     def lookup(self, name: str) -> Node:
         self.ns.require_topic(self.topic)
+        from logfs.groups import topic_entry   # groups/, append.jsonl (issue 13)
+        extra = topic_entry(self.ns, self.topic, name)
+        if extra is not None:
+            return extra
         if name == "append":
             return self.ns.stable(AppendFile, self.topic, None)
         if name == "config":
@@ -736,11 +741,16 @@ class PartitionDir(Directory):
         return ("partition", self.tp)
 
     def names(self) -> list[str]:
-        return list(self._NAMES)
+        from logfs.groups import PARTITION_NAMES
+        return list(self._NAMES) + PARTITION_NAMES
 
     def lookup(self, name: str) -> Node:
         target = self.ns.log(self.tp)
         ns = self.ns
+        from logfs.groups import partition_entry   # consume/, append.jsonl (issue 13)
+        extra = partition_entry(ns, self.tp, name)
+        if extra is not None:
+            return extra
         if name == "records":
             return ns.view(name, target, "text")
         if name == "records.jsonl":
@@ -881,6 +891,8 @@ class Namespace:
         self._stable: dict[tuple, Node] = {}
         self.root = RootDir(self)
         self._stable[self.root.key] = self.root
+        from logfs import groups   # loads __consumer_offsets: committed offsets (issue 13)
+        groups.install(self)
 
     # ---- helpers used by nodes
 
@@ -925,6 +937,8 @@ class Namespace:
         self.require_topic(topic)
         self.manager.delete_topic(topic)
         self._routers.pop(topic, None)
+        if not self.read_only:
+            self.group_coordinator.on_topic_deleted(topic)   # Kafka drops a deleted topic's commits
         # Stable nodes of the topic resolve it by name; drop them so a topic of
         # the same name created later starts from fresh objects.
         for key in list(self._stable):   # list(): a snapshot, lookups may add keys meanwhile
