@@ -271,6 +271,11 @@ class GroupMetadataManager:
         """Replay every partition of ``__consumer_offsets`` (Kafka's loadGroupsAndOffsets)."""
         started = time.monotonic()
         partitions = self.manager.partitions(GROUP_METADATA_TOPIC_NAME)
+        if partitions and not self.manager.read_only \
+                and not self.manager.topic_config(GROUP_METADATA_TOPIC_NAME).compact:
+            # a copy of a broker's log.dirs carries no topic config (it lives in the cluster metadata)
+            self.manager.alter_topic_config(GROUP_METADATA_TOPIC_NAME, {"cleanup.policy": "compact"})
+            logger.info("Set cleanup.policy=compact on %s, as Kafka creates it", GROUP_METADATA_TOPIC_NAME)
         with self._lock:
             self._offsets.clear()
             self._by_topic.clear()
@@ -399,11 +404,12 @@ class GroupMetadataManager:
                             self.num_partitions)
             except TopicExistsError:
                 pass
-        count = len(self.manager.partitions(topic))
-        target = self.manager.get_log(TopicPartition(topic, partition_for(group, count)))
-        if target is None:
-            raise InvalidRequestError(f"Partition {partition_for(group, count)} of {topic} is missing")
-        return target
+        # A broker's copy may hold only the partitions that broker hosted: the partition count is
+        # the configured one (or more, if the topic has more), and a missing partition is created.
+        count = max(self.num_partitions, max(self.manager.partitions(topic)) + 1)
+        tp = TopicPartition(topic, partition_for(group, count))
+        target = self.manager.get_log(tp)
+        return target if target is not None else self.manager.create_missing_partition(tp)
 
     def commit(self, group: str, offsets: Mapping[TopicPartition, int], *, metadata: str = "") -> None:
         """Commit ``offsets`` for ``group``: one batch of OffsetCommit records, all or nothing."""
