@@ -286,7 +286,12 @@ class LogfsOperations(pyfuse3.Operations):
 
     @_translating
     async def create(self, parent_inode, name, mode, flags, ctx):
-        await self._fixed()
+        self._check_writable()
+        create = getattr(self._node(parent_inode), "create", None)   # groups/<new group> (issue 13)
+        if create is None:
+            await self._fixed()
+        attr = self._entry(create(os.fsdecode(name)))
+        return await self.open(attr.st_ino, flags, ctx), attr
 
     # ------------------------------------------------------------------ files
 

@@ -3,9 +3,9 @@
 The committed offsets live in ``__consumer_offsets`` (engine.consumer_offsets,
 loaded at mount start); this module gives them their files:
 
-* ``<topic>/groups/`` lists the groups with a committed offset on the topic.
-  ``groups/<group>`` (any group id can be looked up, like ``from/<N>``, so
-  ``echo ... > groups/new`` works) reads ``<partition> <committed> <log end
+* ``<topic>/groups/`` holds a file per group with a committed offset on the
+  topic (``echo ... > groups/new`` creates one: the group exists once a commit
+  is applied).  ``groups/<group>`` reads ``<partition> <committed> <log end
   offset> <lag>`` for every partition (``-1`` and the lag from the log start
   where the group has no commit).  Written lines, applied together when the
   file is closed (as an edited file would be; Kafka's
@@ -150,6 +150,15 @@ class GroupsDir(Directory):
         return coordinator(self.ns).groups(self.topic)
 
     def lookup(self, name: str) -> Node:
+        self.ns.require_topic(self.topic)
+        if not coordinator(self.ns).committed_offsets(name, self.topic):
+            # only groups with commits exist: `cat t/*/records` must not find a group named "records"
+            raise NoSuchNameError(f"Group {name!r} has no committed offsets on topic {self.topic}")
+        return self.ns.stable(GroupFile, self.topic, name)
+
+    def create(self, name: str) -> Node:
+        """``echo '0 5' > groups/<new group>``: the group exists once what is written is applied."""
+        self.ns.check_writable()
         self.ns.require_topic(self.topic)
         _check_group_name(name)
         return self.ns.stable(GroupFile, self.topic, name)
