@@ -106,12 +106,26 @@ def _int_member(obj: dict, name: str, minimum: int) -> int | None:
     return value
 
 
+#: members of a line that needs no decoding beyond UTF-8 (the common export line)
+_PLAIN_MEMBERS = frozenset(("topic", "partition", "offset", "timestamp", "timestampType", "key", "value"))
+_LONG_MAX = 2**63 - 1
+
+
 def parse_jsonl_line(line: bytes) -> JsonRecord:
     """One line -> JsonRecord; ValueError saying what is wrong."""
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"not JSON: {exc}") from None
+    if type(obj) is dict and obj.keys() <= _PLAIN_MEMBERS:
+        # fast path: no encodings, no headers; every member's type checked inline
+        key, value = obj.get("key"), obj.get("value")
+        timestamp, partition = obj.get("timestamp"), obj.get("partition")
+        if (key is None or type(key) is str) and (value is None or type(value) is str) \
+                and (timestamp is None or (type(timestamp) is int and -1 <= timestamp <= _LONG_MAX)) \
+                and (partition is None or (type(partition) is int and 0 <= partition <= _LONG_MAX)):
+            return JsonRecord(None if key is None else key.encode(), None if value is None else value.encode(),
+                              (), timestamp, partition)
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     return JsonRecord(

@@ -145,12 +145,14 @@ class JsonlAppender(Handle):
     # ------------------------------------------------------------------ internals
 
     def _append(self, lines: list[bytes], nbytes: int) -> None:
-        numbered = [(n, line) for n, line in enumerate(lines) if line.strip()]
         first_number = self._lines_done + 1
-        parsed: list[JsonRecord] = []
-        # parse per line so the error names the line's number in the stream
-        for n, line in numbered:
-            parsed.extend(parse_jsonl_lines([line], first_number + n, self._name))
+        numbered = [(n, line) for n, line in enumerate(lines) if line.strip()]
+        if len(numbered) == len(lines):            # no blank line: numbers follow positions
+            parsed = parse_jsonl_lines(lines, first_number, self._name)
+        else:                                      # per line, so an error names its number in the stream
+            parsed = []
+            for n, line in numbered:
+                parsed.extend(parse_jsonl_lines([line], first_number + n, self._name))
         if parsed:
             if self._partition is not None:
                 self._append_to(self._partition, parsed, None)
