@@ -72,7 +72,7 @@ class ConsumerView(LogView):
             target = position - slot.start + slot.skip
             index = segment.view_index
             if self._text:
-                _, log_pos, _, pos = index.floor_by_text(target)
+                _, log_pos, pos, _ = index.floor_by_text(target)
             else:
                 _, log_pos, _, pos = index.floor_by_json(target)
             last = None
