@@ -488,6 +488,8 @@ _BROKER_KEYS = (
     # The group coordinator's (GroupCoordinatorConfig) settings for __consumer_offsets.
     ConfigKey("offsets.topic.num.partitions", _I, 50, AtLeast(1), "Partitions of __consumer_offsets."),
     ConfigKey("offsets.topic.segment.bytes", _I, 100 * 1024 * 1024, AtLeast(1), "segment.bytes of __consumer_offsets."),
+    ConfigKey("isolation.level", _S, "read_uncommitted", ValidString("read_uncommitted", "read_committed"),
+              "The consumer setting, for every view: read_committed hides aborted transactions."),
 )
 
 #: Broker-level name -> key.
@@ -545,6 +547,7 @@ class BrokerConfig:
     log_initial_task_delay_ms: int = 30_000
     offsets_topic_num_partitions: int = 50
     offsets_topic_segment_bytes: int = 100 * 1024 * 1024
+    isolation_level: str = "read_uncommitted"
     def __post_init__(self) -> None:
         if self.log_dirs is None:
             object.__setattr__(self, "log_dirs", [self.log_dir])

@@ -70,7 +70,7 @@ class ConsumerView(LogView):
             if segment is None:        # released and deleted: position is at its end
                 return min(self._released_next.get(slot.base_offset, self.end_offset), self.end_offset)
             target = position - slot.start + slot.skip
-            index = segment.view_index
+            index = self._view_index(segment)      # read_committed: aborted batches render nothing
             if self._text:
                 _, log_pos, pos, _ = index.floor_by_text(target)
             else:

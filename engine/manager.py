@@ -90,6 +90,7 @@ import uuid
 from collections import deque
 from typing import Mapping, NamedTuple
 
+from engine import transactions
 from engine.checkpoint import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
@@ -148,6 +149,7 @@ class LogManager:
         self.clock = clock
         self.read_only = read_only
         self.log_dirs: list[str] = [os.path.abspath(d) for d in config.log_dirs]
+        transactions.set_isolation_level(self.log_dirs, config.isolation_level)
         self.default_config: LogConfig = config.log_config()
         self._lock = threading.RLock()
         self._logs: dict[TopicPartition, Log] = {}
