@@ -434,7 +434,8 @@ def _topic_partitions(opts: SourceOptions, *, must_exist: bool) -> list[tuple[st
         topics = list(opts.subscribe)
     else:
         pattern = re.compile(opts.subscribe_pattern or "")
-        topics = [t for t in list_topics(opts.mount) if pattern.fullmatch(t)]
+        # as a Kafka consumer (exclude.internal.topics=true), a pattern never matches __consumer_offsets
+        topics = [t for t in list_topics(opts.mount) if pattern.fullmatch(t) and t != "__consumer_offsets"]
     result = []
     for topic in topics:
         partitions = list_partitions(opts.mount, topic)
