@@ -376,7 +376,9 @@ class ConsumeFile(FileNode):
         leases.acquire(self.group, self.tp)
         try:
             if self._view is not None and coordinator(self.ns).committed(self.group, self.tp) != self._from:
-                self.close()       # committed since the lookup: start from the new position
+                # committed since the view was anchored (by a previous opening whose release is still on
+                # its way): start from the new position; that opening's handle closes the old view
+                self._view = None
             view = self.view
         except BaseException:
             leases.release(self.group, self.tp)
@@ -395,7 +397,7 @@ class ConsumeFile(FileNode):
 class ConsumeHandle(ViewHandle):
     """Reads of a consumer view; closing it commits what the reader was given."""
 
-    __slots__ = ("_node", "_expected", "_given", "_leased", "_lock")
+    __slots__ = ("_node", "_expected", "_given", "_flushed_at", "_leased", "_lock")
     blocking = True    # the commit appends to __consumer_offsets, which may create the topic
 
     def __init__(self, node: ConsumeFile, view: ConsumerView, committed: int | None) -> None:
@@ -403,6 +405,7 @@ class ConsumeHandle(ViewHandle):
         self._node = node
         self._expected = committed
         self._given = 0
+        self._flushed_at = 0         # _given at the last commit: a flush with nothing new read commits nothing
         self._leased = True
         self._lock = threading.Lock()
 
@@ -419,8 +422,9 @@ class ConsumeHandle(ViewHandle):
         with self._lock:
             node = self._node
             try:
-                if self._given > 0 and not node.ns.read_only:
+                if self._given > self._flushed_at and not node.ns.read_only:
                     self._commit(self._view.next_offset_at(self._given))
+                    self._flushed_at = self._given
             finally:
                 if self._leased:
                     self._leased = False
@@ -439,5 +443,11 @@ class ConsumeHandle(ViewHandle):
         store.commit(node.group, {node.tp: offset})
         self._expected = offset
 
-    # the node owns the view: logfs.fs closes it (detach) once no handle of the inode is open
-    release = flush
+    def release(self) -> None:
+        try:
+            self.flush()
+        finally:
+            # the node owns its current view (logfs.fs closes it once no handle of the inode is open);
+            # one the node re-anchored away from is this handle's to close
+            if self._node._view is not self._view:
+                self._view.close()
