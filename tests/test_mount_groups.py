@@ -300,3 +300,12 @@ def test_read_only_mount_shows_commits_and_commits_nothing(logfs_mount):
     assert ro.sh("cat t/0/consume/g").stdout == b"2\n3\n"
     assert group_rows(ro, "t", "g") == [[0, 1, 3, 2]]
     assert ro.sh("echo '0 2' > t/groups/g", check=False).returncode != 0
+
+
+@pytest.mark.mount_options(OPTIONS)
+def test_a_commit_below_the_log_start_reads_from_the_log_start(mount):
+    mount.sh("mkdir t && seq 1 6 > t/0/append && echo '0 1' > t/groups/g")
+    mount.sh("echo 'before 4' > t/0/delete")                     # DeleteRecords: 1-4 are gone
+    assert group_rows(mount, "t", "g") == [[0, 1, 6, 2]]         # lag: what a read would return
+    assert mount.sh("cat t/0/consume/g").stdout == b"5\n6\n"
+    assert group_rows(mount, "t", "g") == [[0, 6, 6, 0]]
