@@ -317,9 +317,10 @@ class GroupMetadataManager:
                     if record.offset < start or record.offset >= end or record.key is None:
                         continue
                     try:
-                        version, key = decode_key(record.key)
-                        if not isinstance(key, OffsetCommitKey):
+                        _, decoded = decode_key(record.key)
+                        if not isinstance(decoded, OffsetCommitKey):
                             continue       # group metadata and the newer consumer-protocol records
+                        key = decoded
                         value = None if record.value is None else decode_offset_commit_value(record.value)
                     except (ValueError, UnicodeDecodeError) as exc:
                         skipped += 1

@@ -295,7 +295,7 @@ class GroupCommandHandle(Handle):
         for verb, arg in actions:
             if verb == "commit":
                 partition, offset = arg  # type: ignore[misc]
-                offsets[partition] = offset
+                offsets[int(partition)] = int(offset)
                 continue
             for p in partitions:
                 target = manager.get_log(TopicPartition(node.topic, p))
