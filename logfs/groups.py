@@ -340,9 +340,10 @@ class ConsumeDir(Directory):
 
 
 class ConsumeFile(FileNode):
-    """``consume/<group>[.jsonl]``: a fresh node per lookup, like the other views."""
+    """``consume/<group>[.jsonl]``: a fresh node per lookup (each opening reads from a new position)."""
 
     stable = False
+    transient = True     # the same, in the node model where views are reused while unchanged (tools branch)
 
     def __init__(self, ns: "Namespace", tp: TopicPartition, group: str, fmt: ViewFormat, name: str) -> None:
         super().__init__(ns)
