@@ -50,7 +50,7 @@ import time
 from typing import TYPE_CHECKING, Iterable, Mapping, NamedTuple
 
 from engine import records as _records
-from engine.errors import InvalidRequestError, LogfsError, TopicExistsError
+from engine.errors import CorruptRecordError, InvalidRequestError, LogfsError, TopicExistsError
 from engine.topic import TopicPartition
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -313,7 +313,14 @@ class GroupMetadataManager:
                             for key, value in entries:
                                 self._apply(key, value)
                     continue
-                for record in segment.validate_and_decode(buf, off, header, pos):
+                try:
+                    records = segment.validate_and_decode(buf, off, header, pos)
+                except CorruptRecordError as exc:
+                    # one bad batch must not keep the mount (or the other groups) from starting:
+                    # its commits are lost, as Kafka's loader would fail only that partition
+                    logger.error("Skipping a corrupt batch of %s while loading committed offsets: %s", tp, exc)
+                    continue
+                for record in records:
                     if record.offset < start or record.offset >= end or record.key is None:
                         continue
                     try:
