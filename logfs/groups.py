@@ -72,6 +72,10 @@ TOPIC_NAMES = ["append.jsonl", "groups"]
 PARTITION_NAMES = ["append.jsonl", "consume"]
 
 
+#: longest line a groups/<group> file takes (a command is a few dozen bytes)
+_MAX_LINE = 4096
+
+
 class GroupBusyError(LogfsError):
     """A second opening of one group's partition while the first is open (one consumer per partition)."""
 
@@ -229,6 +233,10 @@ class GroupCommandHandle(Handle):
                 self._failed = True
                 raise
             self._actions.extend(a for a in parsed if a is not None)
+            if len(rest) > _MAX_LINE:
+                self._failed = True
+                raise InvalidRequestError(f"A line of more than {_MAX_LINE} bytes written to "
+                                          f"{self._node.describe()}: not a group command")
             self._partial = rest
         return len(data)
 
