@@ -220,6 +220,9 @@ def test_one_reader_per_group_and_partition(mount):
         with pytest.raises(OSError) as exc:
             open(path, "rb")
         assert exc.value.errno == errno.EBUSY
+        with pytest.raises(OSError) as exc:
+            open(mount / "t/0/consume/g.jsonl", "rb")                      # the JSON rendering too
+        assert exc.value.errno == errno.EBUSY
         assert mount.sh("cat t/0/consume/other").stdout == b"1\n2\n3\n"   # another group is independent
         assert first.read() == b"1\n2\n3\n"
     with open(path, "rb") as again:                                         # free after close
