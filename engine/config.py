@@ -508,6 +508,11 @@ _BROKER_KEYS = (
               "compression.type default."),
     ConfigKey("log.initial.task.delay.ms", _L, 30_000, AtLeast(0),
               "Delay before the first run of each background job."),
+    # The group coordinator's (GroupCoordinatorConfig) settings for __consumer_offsets.
+    ConfigKey("offsets.topic.num.partitions", _I, 50, AtLeast(1), "Partitions of __consumer_offsets."),
+    ConfigKey("offsets.topic.segment.bytes", _I, 100 * 1024 * 1024, AtLeast(1), "segment.bytes of __consumer_offsets."),
+    ConfigKey("isolation.level", _S, "read_uncommitted", ValidString("read_uncommitted", "read_committed"),
+              "The consumer setting, for every view: read_committed hides aborted transactions."),
 )
 
 #: Broker-level name -> key.
@@ -563,6 +568,9 @@ class BrokerConfig:
     num_recovery_threads_per_data_dir: int = 1
     compression_type: str = DEFAULT_COMPRESSION_TYPE
     log_initial_task_delay_ms: int = 30_000
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_segment_bytes: int = 100 * 1024 * 1024
+    isolation_level: str = "read_uncommitted"
     def __post_init__(self) -> None:
         if self.log_dirs is None:
             object.__setattr__(self, "log_dirs", [self.log_dir])

@@ -58,6 +58,7 @@ from crc32c import crc32c as _crc32c
 
 from engine import records as _records
 from engine import render
+from engine import transactions
 from engine.errors import CorruptRecordError, InvalidRequestError, OffsetOutOfRangeError, StorageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,6 +73,8 @@ logger = logging.getLogger(__name__)
 _MIN_LOG_CHUNK = 256 * 1024
 #: Where the part of a batch its CRC32C covers starts (the attributes field).
 _CRC_COVERED_FROM = _records.ATTRIBUTES_OFFSET
+#: What a hidden batch (an aborted transaction's, under read_committed) renders from.
+_NO_COLUMNS = _records.BatchColumns([], [], None, [], None)
 
 
 class ViewFormat(Enum):
@@ -124,6 +127,8 @@ class LogView:
         self._buf = b""
         self._buf_start = 0
         self._next: tuple[int, int, int] | None = None
+        # isolation.level=read_committed: batches of aborted transactions render nothing
+        self._txn = transactions.read_committed_state(log)
 
         if segment is not None:
             # segments/<base>.jsonl starts at the log start when DeleteRecords or
@@ -154,8 +159,11 @@ class LogView:
 
     # ------------------------------------------------------------------ sizes
 
+    def _view_index(self, segment: LogSegment):
+        return segment.view_index if self._txn is None else self._txn.view_index(segment)
+
     def _segment_size(self, segment: LogSegment) -> int:
-        index = segment.view_index
+        index = self._view_index(segment)
         return index.text_size if self._text else index.json_size
 
     def _size_before(self, segment: LogSegment, start_offset: int) -> int:
@@ -166,7 +174,7 @@ class LogView:
         """
         if start_offset <= segment.base_offset:
             return 0
-        index = segment.view_index
+        index = self._view_index(segment)
         offset, log_pos, text_pos, json_pos = index.floor_by_offset(start_offset)
         size = text_pos if self._text else json_pos
         limit = self._segment_size(segment)
@@ -294,7 +302,7 @@ class LogView:
         slot = self._slots[slot_index]
         segment = self._segment_of(slot)
         target = position - slot.start + slot.skip
-        index = segment.view_index
+        index = self._view_index(segment)
         if self._text:
             _, log_pos, render_pos, _ = index.floor_by_text(target)
         else:
@@ -330,7 +338,7 @@ class LogView:
         segment = self._segment_of(slot)
         if render_pos < slot.skip:
             # entering a slot that starts inside its segment: go to the index floor of its first byte
-            index = segment.view_index
+            index = self._view_index(segment)
             if self._text:
                 _, floor_log_pos, floor_pos, _ = index.floor_by_text(slot.skip)
             else:
@@ -417,6 +425,9 @@ class LogView:
                     # of validate_batch, which runs only to word the error
                     if _crc32c(view[rel + _CRC_COVERED_FROM:end]) != header.crc:
                         _records.validate_batch(data, rel)
+                    if self._txn is not None and self._txn.hides(header):
+                        yield header, (_NO_COLUMNS if full else b""), log_pos + end
+                        continue
                     yield header, decode(data, rel, header), log_pos + end
             except CorruptRecordError as exc:
                 position = log_pos + (exc.position if exc.position >= 0 else rel)
@@ -541,7 +552,8 @@ def _prefix_of(columns: BatchColumns, n: int) -> BatchColumns:
 def record_at(log: Log, offset: int) -> Record:
     """The record stored at exactly ``offset`` (``offset/<N>``); OffsetOutOfRangeError if none."""
     found = log.read_records(offset, 1)
-    if not found or found[0].offset != offset:
+    txn = transactions.read_committed_state(log)
+    if not found or found[0].offset != offset or (txn is not None and txn.hides_offset(offset)):
         raise OffsetOutOfRangeError(
             f"No record at offset {offset} in partition {log.topic_partition} "
             f"(log start offset {log.log_start_offset}, log end offset {log.log_end_offset})",

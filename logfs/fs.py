@@ -356,6 +356,10 @@ class LogfsOperations(pyfuse3.Operations):
     async def unlink(self, parent_inode, name, ctx) -> None:
         self._check_writable(f"remove {os.fsdecode(name)!r}")
         parent = self._node(parent_inode)
+        unlink = getattr(parent, "unlink", None)   # groups/<group> (issue 13)
+        if unlink is not None:
+            await trio.to_thread.run_sync(unlink, os.fsdecode(name))
+            return
         topic = getattr(parent, "topic", None)
         if topic is not None and self._removals.removing(getattr(ctx, "pid", 0), topic):
             return    # part of `rm -r` of the topic (see _RecursiveRemovals)
@@ -380,7 +384,12 @@ class LogfsOperations(pyfuse3.Operations):
 
     @_translating
     async def create(self, parent_inode, name, mode, flags, ctx):
-        await self._fixed()
+        self._check_writable()
+        create = getattr(self._node(parent_inode), "create", None)   # groups/<new group> (issue 13)
+        if create is None:
+            await self._fixed()
+        attr = self._entry(create(os.fsdecode(name)))
+        return await self.open(attr.st_ino, flags, ctx), attr
 
     # ------------------------------------------------------------------ files
 

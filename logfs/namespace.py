@@ -913,10 +913,15 @@ class TopicDir(Directory):
 
     def names(self) -> list[str]:
         parts = self.ns.manager.partitions(self.topic)
-        return ["append", "config", "delete"] + [str(p) for p in sorted(parts)]
+        from logfs.groups import TOPIC_NAMES
+        return ["append", "config", "delete"] + TOPIC_NAMES + [str(p) for p in sorted(parts)]
 
     def lookup(self, name: str) -> Node:
         self.ns.require_topic(self.topic)
+        from logfs.groups import topic_entry   # groups/, append.jsonl (issue 13)
+        extra = topic_entry(self.ns, self.topic, name)
+        if extra is not None:
+            return extra
         if name == "append":
             return self.ns.stable(AppendFile, self.topic, None)
         if name == "config":
@@ -971,10 +976,15 @@ class PartitionDir(Directory):
         return ("topic", self.tp.topic)
 
     def names(self) -> list[str]:
-        return list(self._ENTRIES)
+        from logfs.groups import PARTITION_NAMES   # consume/, append.jsonl (issue 13)
+        return list(self._ENTRIES) + PARTITION_NAMES
 
     def lookup(self, name: str) -> Node:
         target = self.ns.log(self.tp)
+        from logfs.groups import partition_entry
+        extra = partition_entry(self.ns, self.tp, name)
+        if extra is not None:
+            return extra
         method = self._ENTRIES.get(name)
         if method is None:
             raise NoSuchNameError(f"No file {name!r} in partition {self.tp}")
@@ -1154,6 +1164,8 @@ class Namespace:
         self._retired: collections.OrderedDict[tuple, Node] = collections.OrderedDict()
         self.root = RootDir(self)
         self._nodes[self.root.key] = self.root
+        from logfs import groups   # loads __consumer_offsets: committed offsets (issue 13)
+        groups.install(self)
 
     # ---- helpers used by nodes
 
@@ -1238,6 +1250,8 @@ class Namespace:
         self.require_topic(topic)
         self.manager.delete_topic(topic)
         self._routers.pop(topic, None)
+        if not self.read_only:
+            self.group_coordinator.on_topic_deleted(topic)   # Kafka drops a deleted topic's commits
         # Stable nodes of the topic resolve it by name; drop them so a topic of
         # the same name created later starts from fresh objects.
         for key in list(self._nodes):   # list(): a snapshot, lookups may add keys meanwhile

@@ -52,6 +52,12 @@ Options (names and meaning as Spark's Kafka source):
   micro-batch spread over partitions in proportion to their lag.
 - ``includeHeaders`` (default false).
 - ``readFormat`` (logfs only): ``segments`` (default) or ``jsonl``, see below.
+- ``group`` (logfs only, instead of ``startingOffsets``): start from the
+  consumer group's committed offsets (``MOUNT/<topic>/groups/<group>``), as a
+  Kafka consumer of that group would; a partition without a commit, or whose
+  commit is outside [log start, log end], starts at its log start (as
+  ``consume/<group>`` does).  The source does not commit: write
+  ``<partition> <offset>`` lines to ``groups/<group>`` when the job is done.
 
 How records travel: each Spark task reads one offset range ``[from, until)`` of one
 partition.  Offsets come from ``MOUNT/<topic>/<p>/state`` (``log_start_offset``,
@@ -218,6 +224,37 @@ def _int_option(options: Mapping[str, str], name: str, minimum: int = 1) -> int 
 READ_FORMATS = ("segments", "jsonl")
 
 
+def _group_option(options: Mapping[str, str]) -> str | None:
+    group = options.get("group")
+    if group is None:
+        return None
+    if not group or "/" in group or group in (".", ".."):
+        raise InvalidConfigError(f"Invalid value {group!r} for option group: not a consumer group id")
+    if options.get("startingOffsets"):
+        raise InvalidConfigError("Options group and startingOffsets cannot be used together")
+    return group
+
+
+def group_offsets(mount: str, group: str, tps: Sequence[tuple[str, int]],
+                  bounds: Mapping[tuple[str, int], tuple[int, int]]) -> dict[tuple[str, int], int]:
+    """Where ``group`` resumes on each partition: its committed offset, else the log start offset."""
+    committed: dict[tuple[str, int], int] = {}
+    for topic in sorted({t for t, _ in tps}):
+        try:
+            with open(os.path.join(mount, topic, "groups", group), "rb") as f:
+                rows = [line.split() for line in f.read().splitlines()]
+        except FileNotFoundError:       # no commit on this topic
+            continue
+        committed.update({(topic, int(row[0])): int(row[1]) for row in rows})
+    out = {}
+    for tp in tps:
+        start, end = bounds[tp]
+        offset = committed.get(tp, -1)
+        out[tp] = offset if start <= offset <= end else start
+    log.info("[logfs source] Group %s resumes at %s", group, out)
+    return out
+
+
 def _read_format_option(options: Mapping[str, str]) -> str:
     raw = options.get("readFormat")
     if raw is None:
@@ -302,6 +339,7 @@ class SourceOptions:
     starting_offsets: str | None
     ending_offsets: str | None
     read_format: str = "segments"
+    group: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
@@ -350,6 +388,7 @@ class SourceOptions:
             starting_offsets=options.get("startingOffsets"),
             ending_offsets=options.get("endingOffsets"),
             read_format=_read_format_option(options),
+            group=_group_option(options),
         )
 
 
@@ -397,7 +436,8 @@ def _topic_partitions(opts: SourceOptions, *, must_exist: bool) -> list[tuple[st
         topics = list(opts.subscribe)
     else:
         pattern = re.compile(opts.subscribe_pattern or "")
-        topics = [t for t in list_topics(opts.mount) if pattern.fullmatch(t)]
+        # as a Kafka consumer (exclude.internal.topics=true), a pattern never matches __consumer_offsets
+        topics = [t for t in list_topics(opts.mount) if pattern.fullmatch(t) and t != "__consumer_offsets"]
     result = []
     for topic in topics:
         partitions = list_partitions(opts.mount, topic)
@@ -1059,7 +1099,8 @@ class LogfsBatchReader(DataSourceReader):
         opts = self.opts
         tps = _topic_partitions(opts, must_exist=True)
         bounds = {tp: offset_bounds(opts.mount, *tp) for tp in tps}
-        starts = _resolve(self.starting, "startingOffsets", tps, bounds, opts.fail_on_data_loss)
+        starts = group_offsets(opts.mount, opts.group, tps, bounds) if opts.group else \
+            _resolve(self.starting, "startingOffsets", tps, bounds, opts.fail_on_data_loss)
         untils = _resolve(self.ending, "endingOffsets", tps, bounds, opts.fail_on_data_loss)
         for tp in tps:
             if untils[tp] < starts[tp]:
@@ -1100,7 +1141,8 @@ class LogfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         tps = _topic_partitions(self.opts, must_exist=False)
         bounds = {tp: offset_bounds(self.opts.mount, *tp) for tp in tps}
-        offsets = _resolve(self.starting, "startingOffsets", tps, bounds, self.opts.fail_on_data_loss)
+        offsets = group_offsets(self.opts.mount, self.opts.group, tps, bounds) if self.opts.group else \
+            _resolve(self.starting, "startingOffsets", tps, bounds, self.opts.fail_on_data_loss)
         log.info("[logfs source] Initial offsets %s", offsets)
         return _as_offsets(offsets.items())
 

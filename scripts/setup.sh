@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs whatever is missing for logfs on a fresh Debian machine: the FUSE 3
 # library and headers pyfuse3 builds against, a Java runtime for Spark, and the
-# Python packages in .venv. Safe to run again: each step is skipped when done.
+# Python packages in .venv; and Apache Kafka's jars for the Kafka tests (below).
+# Safe to run again: each step is skipped when done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,4 +33,29 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q -e ".[test,spark]"
     touch "$stamp"
+fi
+
+# --- Apache Kafka, for the tests against a real broker and scripts/bench_kafka.py.
+# The released jars (broker, KRaft storage tool, DumpLogSegments, the perf tools)
+# come from Maven Central through our recipe scripts/kafka/pom.xml, once, into a
+# cache outside the repo; tests/kafka_broker.py finds them there (or in
+# $LOGFS_KAFKA_LIBS).
+kafka_version=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' scripts/kafka/pom.xml)
+kafka_libs=${LOGFS_KAFKA_LIBS:-${XDG_CACHE_HOME:-$HOME/.cache}/logfs/kafka-$kafka_version/libs}
+if [ ! -f "$kafka_libs/.complete" ]; then
+    need_apt=()
+    command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
+    command -v javac >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
+    if [ ${#need_apt[@]} -gt 0 ]; then
+        echo "setup: installing system packages: ${need_apt[*]}"
+        SUDO=""
+        [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+        $SUDO apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    fi
+    echo "setup: fetching Apache Kafka $kafka_version from Maven Central into $kafka_libs"
+    mkdir -p "$kafka_libs"
+    mvn -q -B -f scripts/kafka/pom.xml dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$kafka_libs"
+    touch "$kafka_libs/.complete"
 fi

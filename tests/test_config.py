@@ -48,6 +48,9 @@ KAFKA_BROKER_DEFAULTS = {
     "num.recovery.threads.per.data.dir": 1,
     "compression.type": "producer",
     "log.initial.task.delay.ms": 30000,
+    "isolation.level": "read_uncommitted",
+    "offsets.topic.num.partitions": 50,
+    "offsets.topic.segment.bytes": 104857600,
     "log.dir": "./data",
     "log.dirs": ["./data"],
 }

@@ -26,11 +26,12 @@ def _json_lines(data: bytes) -> list[dict]:
 @pytest.mark.mount_options({"num.partitions": "2"})
 def test_topic_partition_layout_and_views_match_kafka(mount):
     mount.sh("mkdir t")
-    assert sorted(os.listdir(mount / "t")) == ["0", "1", "append", "config", "delete"]
+    assert sorted(os.listdir(mount / "t")) == ["0", "1", "append", "append.jsonl", "config", "delete", "groups"]
     mount.sh("mkdir t/2")
     assert "2" in os.listdir(mount / "t")
     assert sorted(os.listdir(mount / "t/0")) == sorted(
-        ["append", "records", "records.jsonl", "offset", "from", "since", "segments", "state", "delete"])
+        ["append", "append.jsonl", "consume", "records", "records.jsonl", "offset", "from", "since", "segments",
+         "state", "delete"])
 
     mount.sh("for i in $(seq 1 100); do echo line-$i; done > t/0/append")
     mount.sh("printf 'a\\nb\\n' >> t/0/append && echo 'héllo \"q\"' >> t/0/append")

@@ -1,0 +1,229 @@
+"""Aborted transactions, for ``isolation.level=read_committed`` views.
+
+A transactional producer's records are stored in transactional batches tagged
+with its producer id; the transaction ends with a control batch (a marker) of
+that producer: COMMIT or ABORT.  A read_committed consumer skips the batches of
+aborted transactions.  Kafka's broker hands it the list of aborted
+transactions of the fetched range (from the ``.txnindex`` files the producer
+state manager writes), and the consumer drops a producer's transactional
+batches from the transaction's first offset up to its ABORT marker
+(``AbortedTxn``: producer id, first offset, last offset).
+
+Here the same list is built per log from the log itself, as Kafka's
+``ProducerStateManager`` builds it while appending: walking the batch headers
+in offset order, a producer's first transactional batch after its previous
+marker opens its ongoing transaction; its next marker ends it, and an ABORT
+marker makes ``[first offset, marker offset]`` an aborted range.  The walk is
+incremental: the state remembers the next offset and the position it reached
+and continues there when the log grew.
+
+A transaction still open at the end of the log (a broker that stopped before
+the coordinator wrote its marker) is treated as aborted: a read_committed
+consumer would not see its records until a marker exists, and with no broker
+behind the data none ever will.  (Kafka also holds back every later record
+behind the last stable offset; a mount of a stopped broker's data shows those.)
+
+:func:`set_isolation_level` is called by the LogManager for its log dirs;
+:func:`read_committed_state` gives the views the state of a log under
+read_committed (None under read_uncommitted, the default).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import struct
+import threading
+import weakref
+from typing import TYPE_CHECKING, NamedTuple
+
+from engine import records as _records
+from engine.errors import CorruptRecordError
+from engine.render import columns_view_sizes
+from engine.viewindex import ViewIndex
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.log import Log
+    from engine.records import BatchHeader
+    from engine.segment import LogSegment
+
+logger = logging.getLogger(__name__)
+
+READ_UNCOMMITTED = "read_uncommitted"
+READ_COMMITTED = "read_committed"
+ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
+
+#: ControlRecordType of a marker's key (version int16, type int16).
+ABORT = 0
+COMMIT = 1
+
+#: log dir (absolute) -> isolation level of the views of its logs
+_levels: dict[str, str] = {}
+_states: "weakref.WeakKeyDictionary[Log, TransactionState]" = weakref.WeakKeyDictionary()
+_states_lock = threading.Lock()
+
+
+class AbortedTxn(NamedTuple):
+    """Kafka's AbortedTxn: a producer's aborted transaction, first offset to its ABORT marker."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+
+def set_isolation_level(log_dirs: list[str], level: str) -> None:
+    """The isolation level of every view of the logs in ``log_dirs`` (the broker's ``isolation.level``)."""
+    if level not in ISOLATION_LEVELS:
+        raise ValueError(f"Unknown isolation level {level!r}")
+    for d in log_dirs:
+        _levels[os.path.abspath(d)] = level
+
+
+def read_committed_state(log: Log) -> TransactionState | None:
+    """The aborted-transaction state of ``log`` when its views are read_committed, else None."""
+    if _levels.get(os.path.dirname(os.path.abspath(log.dir))) != READ_COMMITTED:
+        return None
+    with _states_lock:
+        state = _states.get(log)
+        if state is None:
+            state = _states[log] = TransactionState(log)
+        return state
+
+
+def marker_type(buf, off: int, header: BatchHeader) -> int:
+    """COMMIT or ABORT: the type field of a control batch's (only) record key."""
+    records = _records.decode_batch(buf, off, header, include_control=True)
+    if not records or records[0].key is None or len(records[0].key) < 4:
+        raise CorruptRecordError(f"Control batch at offset {header.base_offset} has no valid marker key")
+    _version, kind = struct.unpack_from(">hh", records[0].key)
+    return kind
+
+
+class TransactionState:
+    """Aborted transactions of one log, and read_committed view indexes of its segments.
+
+    Thread-safe: views of one log are read from several threads.
+    """
+
+    def __init__(self, log: Log) -> None:
+        self._log = weakref.ref(log)
+        self._lock = threading.RLock()
+        self._next_offset = 0                   # the walk has seen every batch below this offset
+        self._segment: weakref.ref | None = None
+        self._position = 0                      # where the walk goes on in self._segment
+        self._ongoing: dict[int, list[tuple[int, int]]] = {}   # producer id -> its open batches
+        self.aborted: list[AbortedTxn] = []
+        # (base offset, last offset) of the batches of aborted transactions, sorted
+        self._hidden_bases: list[int] = []
+        self._hidden_lasts: list[int] = []
+        self._view_indexes: weakref.WeakKeyDictionary[LogSegment, ViewIndex] = weakref.WeakKeyDictionary()
+
+    # ------------------------------------------------------------------ the walk
+
+    def _catch_up(self) -> None:
+        log = self._log()
+        if log is None:
+            return
+        segments = log.segments
+        values = segments.values()
+        first = max(segments.bisect_right(self._next_offset) - 1, 0)
+        current = self._segment() if self._segment is not None else None
+        for segment in list(values[first:]):
+            start = self._position if segment is current else 0
+            for pos, header, buf, off in segment.batches_with_bytes(start):
+                if header.next_offset > self._next_offset:
+                    self._observe(header, buf, off)
+                    self._next_offset = header.next_offset
+                self._position = pos + header.size
+                self._segment = weakref.ref(segment)
+            current = None
+
+    def _observe(self, header: BatchHeader, buf, off: int) -> None:
+        if not header.is_transactional:
+            return
+        pid = header.producer_id
+        if header.is_control:
+            batches = self._ongoing.pop(pid, [])
+            if marker_type(buf, off, header) == ABORT:
+                first = batches[0][0] if batches else header.base_offset
+                self.aborted.append(AbortedTxn(pid, first, header.base_offset))
+                for base, last in batches:
+                    self._hide(base, last)
+            return
+        self._ongoing.setdefault(pid, []).append((header.base_offset, header.last_offset))
+
+    def _hide(self, base: int, last: int) -> None:
+        i = bisect.bisect_left(self._hidden_bases, base)
+        self._hidden_bases.insert(i, base)
+        self._hidden_lasts.insert(i, last)
+
+    def _open_hidden(self, base_offset: int) -> bool:
+        """A batch of a transaction that has no marker yet (see the module doc)."""
+        for batches in self._ongoing.values():
+            for base, _ in batches:
+                if base == base_offset:
+                    return True
+        return False
+
+    # ------------------------------------------------------------------ queries
+
+    def hides(self, header: BatchHeader) -> bool:
+        """True when a read_committed consumer does not see the records of this batch."""
+        if not header.is_transactional or header.is_control:
+            return False
+        with self._lock:
+            if header.next_offset > self._next_offset:
+                self._catch_up()
+            i = bisect.bisect_right(self._hidden_bases, header.base_offset) - 1
+            if i >= 0 and self._hidden_bases[i] == header.base_offset:
+                return True
+            return self._open_hidden(header.base_offset)
+
+    def hides_offset(self, offset: int) -> bool:
+        """True when the record at ``offset`` belongs to an aborted (or unfinished) transaction."""
+        with self._lock:
+            if offset >= self._next_offset:
+                self._catch_up()
+            i = bisect.bisect_right(self._hidden_bases, offset) - 1
+            if i >= 0 and offset <= self._hidden_lasts[i]:
+                return True
+            return any(base <= offset <= last for batches in self._ongoing.values() for base, last in batches)
+
+    def aborted_transactions(self) -> list[AbortedTxn]:
+        """Every aborted transaction of the log, in marker order (what ``.txnindex`` files list)."""
+        with self._lock:
+            self._catch_up()
+            return list(self.aborted)
+
+    # ------------------------------------------------------------------ view sizes
+
+    def view_index(self, segment: LogSegment) -> ViewIndex:
+        """The segment's view index with the batches of aborted transactions rendering nothing.
+
+        Built like ``LogSegment.view_index`` (one scan, then caught up as the
+        segment grows), from the same column sizes.
+        """
+        with self._lock:
+            vi = self._view_indexes.get(segment)
+            if vi is None:
+                vi = self._view_indexes[segment] = ViewIndex(segment.base_offset, segment.index_interval_bytes)
+            size = segment.size
+            if vi.log_size >= size:
+                return vi
+            tp = segment.topic_partition
+            for pos, header, buf, off in segment.batches_with_bytes(vi.log_size, size):
+                if self.hides(header):
+                    text_size = json_size = count = 0
+                else:
+                    try:
+                        columns = _records.decode_columns(buf, off, header)
+                    except CorruptRecordError as exc:
+                        raise CorruptRecordError(str(exc).split(" (file ")[0], path=segment.log_path,
+                                                 position=pos) from None
+                    text_size, json_size = columns_view_sizes(columns, tp.topic, tp.partition,
+                                                              int(header.timestamp_type))
+                    count = len(columns.values)
+                vi.append_scanned(header.base_offset, pos, header.size, text_size, json_size,
+                                  header.next_offset, count)
+            return vi
