@@ -43,10 +43,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import InvalidConfigError
+from engine.numbers import parse_canonical_int
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ConfigType", "ConfigKey", "LogConfig", "BrokerConfig", "TOPIC_CONFIG_NAMES", "TOPIC_CONFIG_KEYS",
+           "validate_topic_overrides",
            "BROKER_CONFIG_NAMES", "BROKER_CONFIG_KEYS", "parse_properties", "format_properties", "DEFAULT_LOG_DIR"]
 
 LONG_MAX = 2**63 - 1
@@ -82,9 +84,8 @@ CLEANUP_POLICIES = ("compact", "delete")
 #: Kafka's ``BrokerCompressionType`` names.
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
-_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+\Z")
 # Java's Double.parseDouble: decimal or exponent forms, an optional d/f suffix, NaN, Infinity.
-_JAVA_DOUBLE = re.compile(r"[+-]?(NaN|Infinity|((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)[fFdD]?)\Z")
+_JAVA_DOUBLE = re.compile(r"[+-]?(NaN|Infinity|((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)[fFdD]?)\Z", re.ASCII)
 _LIST_SEPARATOR = re.compile(r"\s*,\s*")
 
 
@@ -98,7 +99,13 @@ def _show(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(map(str, value)) + "]"
-    return str(value)
+    text = str(value)
+    if len(text) > _SHOWN_CHARS:    # a 5,000-digit value stays one readable log line
+        return f"{text[:_SHOWN_CHARS]}... ({len(text)} characters)"
+    return text
+
+
+_SHOWN_CHARS = 64
 
 
 # -- validators ------------------------------------------------------------------------------
@@ -242,10 +249,12 @@ class ConfigKey:
                 return float(trimmed.rstrip("fFdD").replace("Infinity", "inf"))
             raise _config_error(name, text, "Not a number of type DOUBLE")
         limit = INT_MAX if kind is ConfigType.INT else LONG_MAX
-        if _JAVA_INTEGER.match(trimmed):
-            number = int(trimmed)
-            if -limit - 1 <= number <= limit:
-                return number
+        # One spelling per number (engine.numbers): no '+', no leading zeros, ASCII
+        # digits only, and never more digits than a long has (int() of 4,300+ digits
+        # would raise ValueError, not a config error).
+        number = parse_canonical_int(trimmed, minimum=-limit - 1, maximum=limit)
+        if number is not None:
+            return number
         raise _config_error(name, text, f"Not a number of type {kind.value}")
 
     def check_typed(self, value: Any) -> Any:
@@ -356,6 +365,20 @@ _TOPIC_KEYS = (
 #: Topic-level name -> key.
 TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {key.name: key for key in _TOPIC_KEYS}
 TOPIC_CONFIG_NAMES: frozenset[str] = frozenset(TOPIC_CONFIG_KEYS)
+
+
+def validate_topic_overrides(updates: Mapping[str, str | None]) -> None:
+    """InvalidConfigError naming the first unknown name or invalid value (None removes an override).
+
+    Checks each value on its own; the combination is checked when the overrides
+    are applied (``LogManager.alter_topic_config``), which is all or nothing.
+    """
+    for name, value in updates.items():
+        key = TOPIC_CONFIG_KEYS.get(name)
+        if key is None:
+            raise InvalidConfigError(f"Unknown topic config name: {_show(name)}")
+        if value is not None:
+            key.parse(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -485,6 +508,9 @@ _BROKER_KEYS = (
               "compression.type default."),
     ConfigKey("log.initial.task.delay.ms", _L, 30_000, AtLeast(0),
               "Delay before the first run of each background job."),
+    # The group coordinator's (GroupCoordinatorConfig) settings for __consumer_offsets.
+    ConfigKey("offsets.topic.num.partitions", _I, 50, AtLeast(1), "Partitions of __consumer_offsets."),
+    ConfigKey("offsets.topic.segment.bytes", _I, 100 * 1024 * 1024, AtLeast(1), "segment.bytes of __consumer_offsets."),
     ConfigKey("isolation.level", _S, "read_uncommitted", ValidString("read_uncommitted", "read_committed"),
               "The consumer setting, for every view: read_committed hides aborted transactions."),
 )
@@ -542,6 +568,8 @@ class BrokerConfig:
     num_recovery_threads_per_data_dir: int = 1
     compression_type: str = DEFAULT_COMPRESSION_TYPE
     log_initial_task_delay_ms: int = 30_000
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_segment_bytes: int = 100 * 1024 * 1024
     isolation_level: str = "read_uncommitted"
     def __post_init__(self) -> None:
         if self.log_dirs is None:

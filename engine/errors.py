@@ -88,7 +88,7 @@ class CorruptRecordError(LogfsError):
         self.path = path
         self.position = position
 
-    def at(self, path: str, position: int, context: str = "") -> "CorruptRecordError":
+    def at(self, path: str, position: int, context: str = "") -> CorruptRecordError:
         """The same damage located in ``path`` at byte ``position`` (for a caller that knows the file)."""
         return CorruptRecordError(self.detail + context, path=path, position=position)
 

@@ -55,8 +55,8 @@ from engine.records import HEADER_SIZE, Compression, Record, decode_batch, encod
 from engine.render import appended_view_sizes
 from engine.segment import (CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
                             SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX, FetchDataInfo,
-                            LogSegment, filename_prefix_from_offset, log_file_path, offset_from_file_name, offset_index_file_path,
-                            time_index_file_path, topic_partition_of_dir)
+                            LogSegment, filename_prefix_from_offset, log_file_path, offset_from_file_name,
+                            offset_index_file_path, time_index_file_path, topic_partition_of_dir)
 from engine.topic import DELETE_DIR_SUFFIX, TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -159,6 +159,8 @@ class LogLoader:
         self.recovery_point_checkpoint = recovery_point_checkpoint
         self.segments = SortedDict()
         self.pending: list[_PendingDeletion] = []
+        #: read-only: valid .swap segments by base offset, with their next offset (installed in memory)
+        self._swapped_in_memory: dict[int, tuple[LogSegment, int]] = {}
         self._prefix = f"[LogLoader partition={topic_partition}, dir={os.path.dirname(dir)}] "
 
     def _files(self) -> list[str]:
@@ -362,7 +364,6 @@ class LogLoader:
             accepted.append((first, next_offset))
             installed.append((path, base, next_offset))
             if self.read_only:
-                self._swapped_in_memory = getattr(self, "_swapped_in_memory", {})
                 self._swapped_in_memory[base] = (segment, next_offset)
             else:
                 segment.close_handlers()
@@ -399,7 +400,7 @@ class LogLoader:
     def _load_segment_files(self) -> None:
         files = self._files()
         bases = self._segment_bases()
-        swapped: dict = getattr(self, "_swapped_in_memory", {})
+        swapped = self._swapped_in_memory
         # Segments a read-only load sees replaced by a valid .swap (in memory only).
         hidden = {b for b in bases for base, (_, nxt) in swapped.items() if base <= b < nxt}
         # Without a clean shutdown, _recover_log rebuilds the indexes of every segment from

@@ -604,6 +604,16 @@ class LogManager:
                     f"Cannot add partition {partition} to topic {topic}: the next partition is {len(current)}")
             return self._create_log(TopicPartition(topic, partition), self._config_for(topic))
 
+    def create_missing_partition(self, tp: TopicPartition) -> Log:
+        """The log of ``tp``, created if its topic exists without it (a copy of one broker's log.dirs
+        holds only the partitions that broker hosted: the group coordinator fills the gaps it writes to)."""
+        self._check_writable(f"create partition {tp}")
+        with self._lock:
+            if not self.partitions(tp.topic):
+                raise UnknownTopicOrPartitionError(f"Topic {tp.topic} does not exist")
+            existing = self._logs.get(tp)
+            return existing if existing is not None else self._create_log(tp, self._config_for(tp.topic))
+
     def _create_log(self, tp: TopicPartition, config: LogConfig) -> Log:
         """Create the partition dir in the emptiest log dir and register the log (under _lock)."""
         parent = self._next_log_dir()

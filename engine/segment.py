@@ -67,7 +67,7 @@ _HEADER_SCAN_CHUNK = 16 * 1024
 # How many offset index entries besides the first and the last are checked
 # against the .log at load (one header read each): enough to catch an index
 # that does not belong to its log without reading the whole index.
-_INDEX_SAMPLES = 16
+_INDEX_SAMPLES = 8
 # Full scans (recovery, view index rebuild) read big sequential chunks.
 _BODY_SCAN_CHUNK = 4 * 1024 * 1024
 
@@ -184,6 +184,8 @@ class LogSegment:
         self._max_timestamp_and_offset: object = _UNKNOWN     # (timestamp, offset) once read
         self._rolling_based_timestamp: object = _UNKNOWN if self._size else None
         self._view_lock = threading.Lock()
+        self._damage_logged = False      # read_next_offset logs damage once per segment
+        self._index_distrusted = False   # translate_offset found the offset index wrong (logged once)
         # A segment created in this process starts with an exact, empty view index
         # kept up to date by append(); one loaded from disk builds it by one scan.
         self._view_index: ViewIndex | None = (
@@ -263,7 +265,7 @@ class LogSegment:
         return last.next_offset if last is not None else self.base_offset
 
     def _log_damage_once(self, exc: CorruptRecordError) -> None:
-        if not getattr(self, "_damage_logged", False):
+        if not self._damage_logged:
             self._damage_logged = True
             log.error("Log segment %s is damaged at byte %d: %s; reads reaching it fail with EIO",
                       exc.path or self.log_path, exc.position, exc.detail)
@@ -552,7 +554,7 @@ class LogSegment:
 
     def _distrust_index(self, exc: CorruptRecordError, index_offset: int, position: int) -> None:
         """An index entry disagrees with the log: log once, then serve by scanning (rebuilt at next load)."""
-        if not getattr(self, "_index_distrusted", False):
+        if not self._index_distrusted:
             self._index_distrusted = True
             log.error("Offset index %s disagrees with log %s: its entry (offset %d, position %d) does not "
                       "point at a batch holding that offset (%s); reading this segment without it",
@@ -612,18 +614,39 @@ class LogSegment:
     # ------------------------------------------------------------- view index
     @property
     def view_index(self) -> ViewIndex:
-        """The segment's view index, caught up to the current size (one scan when loaded from disk)."""
+        """The segment's view index, caught up to the current size (one scan when loaded from disk).
+
+        CorruptRecordError (file, position) if the segment is damaged before
+        its size: a view never ends silently at damage.
+        """
+        vi, damage = self.view_index_and_damage()
+        if damage is not None:
+            raise damage
+        return vi
+
+    def view_index_and_damage(self) -> tuple[ViewIndex, CorruptRecordError | None]:
+        """The view index caught up as far as the log is whole, and the damage that stopped it (or None).
+
+        For a reader that serves the good bytes before damage and then fails
+        (the index covers exactly the whole batches before the damage).  The
+        partial index is kept, so asking again costs one header read, not a
+        rescan of the segment.
+        """
         vi = self._view_index
         size = self._size
         if vi is not None and vi.log_size >= size:
-            return vi
+            return vi, None
         with self._view_lock:
             vi = self._view_index
             if vi is None:
                 vi = ViewIndex(self.base_offset, self.index_interval_bytes)
-            self._catch_up_view_index(vi, self._size)
+            damage = None
+            try:
+                self._catch_up_view_index(vi, self._size)
+            except CorruptRecordError as exc:
+                damage = exc
             self._view_index = vi
-            return vi
+            return vi, damage
 
     def _catch_up_view_index(self, vi: ViewIndex, end: int) -> None:
         # Sizes come from the columns (no Record objects) and, for every batch
@@ -680,12 +703,21 @@ class LogSegment:
                 previous, previous_slot = (offset, position), slot
         ts_entries = self.time_index.entries
         if ts_entries:
-            _, first_offset = self.time_index.entry(0)
-            _, last_offset = self.time_index.last_entry
-            if first_offset < self.base_offset or last_offset >= self.next_offset:
-                raise CorruptIndexError(
-                    f"Time index file {self.time_index.path} names offsets {first_offset}..{last_offset}, "
-                    f"outside the segment's offsets {self.base_offset}..{self.next_offset - 1}")
+            # Sampled the same way: offsets of this segment, timestamps increasing, offsets not decreasing.
+            step = max(1, ts_entries // (_INDEX_SAMPLES + 1))
+            next_offset = self.next_offset
+            previous_entry: tuple[int, int] | None = None
+            for slot in sorted({0, ts_entries - 1, *range(step, ts_entries - 1, step)}):
+                timestamp, offset = self.time_index.entry(slot)
+                if slot > 0:
+                    previous_entry = self.time_index.entry(slot - 1)
+                if not self.base_offset <= offset < next_offset or (
+                        previous_entry is not None
+                        and (timestamp <= previous_entry[0] or offset < previous_entry[1])):
+                    raise CorruptIndexError(
+                        f"Time index file {self.time_index.path} entry {slot} (timestamp {timestamp}, offset "
+                        f"{offset}) disagrees with log {self.log_path} (offsets {self.base_offset}.."
+                        f"{next_offset - 1}) or with the entry before it {previous_entry}")
 
     def _check_entry(self, path: str, slot: int, offset: int, position: int, size: int) -> None:
         problem = None

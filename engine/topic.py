@@ -6,6 +6,7 @@ import re
 from typing import NamedTuple
 
 from engine.errors import InvalidTopicError, InvalidPartitionError
+from engine.numbers import INT_MAX, parse_canonical_int
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -47,11 +48,11 @@ def validate_topic_name(name: str) -> str:
 
 def parse_partition(text: str) -> int:
     """Parse a partition number as it appears in a path or directory name."""
-    if not text.isdigit() or (len(text) > 1 and text[0] == "0"):
-        raise InvalidPartitionError(f"Invalid partition number {text!r}")
-    value = int(text)
-    if value > 2**31 - 1:
-        raise InvalidPartitionError(f"Partition number {value} out of range")
+    value = parse_canonical_int(text, maximum=INT_MAX)
+    if value is None:   # '03', '٣' (str.isdigit() accepts other scripts' digits), too big
+        shown = text if len(text) <= 40 else f"{text[:40]}... ({len(text)} characters)"
+        raise InvalidPartitionError(
+            f"Invalid partition number {shown!r}: expected 0 to {INT_MAX} in ASCII digits, no leading zero")
     return value
 
 

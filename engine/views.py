@@ -131,8 +131,12 @@ class LogView:
         self._txn = transactions.read_committed_state(log)
 
         if segment is not None:
+            # segments/<base>.jsonl starts at the log start when DeleteRecords or
+            # retention moved it inside this segment: what is deleted is not shown.
+            start = segment.base_offset if start_offset is None else max(start_offset, segment.base_offset)
+            self.start_offset = start
             self._slots = [_Slot(segment, 0, 0)]
-            self.start_offset = segment.base_offset
+            self._slots[0].skip = self._size_before(segment, start)
             return
         segments = log.segments
         log_start = log.log_start_offset
@@ -264,11 +268,16 @@ class LogView:
             stop = min(position + size, end)
             out = []
             while position < stop:
-                piece = self._read_from_cursor(position, stop)
-                if not piece:
-                    piece = self._render_at(position, stop)
+                try:
+                    piece = self._read_from_cursor(position, stop)
                     if not piece:
+                        piece = self._render_at(position, stop)
+                except CorruptRecordError:
+                    if out:          # the good bytes first; the next read at the bad batch fails
                         break
+                    raise
+                if not piece:
+                    break
                 out.append(piece)
                 position += len(piece)
             self._release_read_past(position)
@@ -343,7 +352,20 @@ class LogView:
         next_log_pos = log_pos
         want = seg_stop - render_pos
 
-        for header, batch, log_pos_after in self._batches(segment, log_pos, full=not self._text, hint=want):
+        batches = self._batches(segment, log_pos, full=not self._text, hint=want)
+        while True:
+            try:
+                item = next(batches, None)
+            except CorruptRecordError:
+                # Serve the whole batches before the damaged one (`cat` prints
+                # them); the cursor stops at the damaged batch, so the next read
+                # there raises again and the reader gets EIO at that position.
+                if pos > position - slot.start + slot.skip:    # some bytes at `position` rendered
+                    break
+                raise
+            if item is None:
+                break
+            header, batch, log_pos_after = item
             if self._text:
                 piece = batch
             else:
@@ -448,6 +470,75 @@ class LogView:
                 slot.strong = None
             self._buf = b""
             self._next = None
+
+
+class ViewIdentity:
+    """What the bytes of a view depend on, so the mount can keep one inode per rendering.
+
+    A rendering from ``start_offset`` is the same file for as long as no
+    record it covers is deleted or rewritten: appends and rolls only add bytes
+    at its end.  It stops being the same file when the log start moves past
+    ``start_offset`` (retention, DeleteRecords) or when a segment it covers
+    leaves the log or is replaced by another object (retention, the cleaner's
+    swap).  The identity holds only weak references, so a name that was looked
+    up but is not open pins nothing on disk.
+
+    ``is_current`` is O(1) while the log's segment map is the object it saw
+    last (the map is replaced, copy-on-write, at every roll, deletion and
+    swap) and O(segments covered) once after each change.  The map is held
+    weakly too: it holds every segment it lists.
+    """
+
+    __slots__ = ("log", "start_offset", "_single", "_seen", "_covered", "_current")
+
+    def __init__(self, log: Log, start_offset: int, segment: LogSegment | None = None) -> None:
+        self.log = log
+        self.start_offset = start_offset
+        self._single = segment is not None
+        segments = log.segments
+        # weakly: the map is replaced at every change and holds its segments,
+        # deleted ones included, which must not stay open because of a name
+        self._seen = weakref.ref(segments)
+        if segment is not None:
+            covered = [segment]
+        else:
+            values = segments.values()
+            first = max(segments.bisect_right(start_offset) - 1, 0)
+            covered = list(values[first:])
+        self._covered: list[tuple[int, weakref.ref]] = [(seg.base_offset, weakref.ref(seg)) for seg in covered]
+        self._current = True
+
+    def is_current(self) -> bool:
+        """Whether a view anchored now at ``start_offset`` renders the same bytes (plus appends)."""
+        if not self._current:
+            return False
+        log = self.log
+        if log.log_start_offset > self.start_offset:
+            self._current = False
+            return False
+        segments = log.segments
+        if segments is self._seen():
+            return True
+        for base, ref in self._covered:
+            seg = ref()
+            if seg is None or segments.get(base) is not seg:
+                self._current = False
+                return False
+        if not self._single and self._covered:
+            # rolled since: the new segments are part of this rendering from now on
+            last_base = self._covered[-1][0]
+            values = segments.values()
+            for seg in values[segments.bisect_right(last_base):]:
+                self._covered.append((seg.base_offset, weakref.ref(seg)))
+        self._seen = weakref.ref(segments)
+        return True
+
+    def segment(self) -> LogSegment | None:
+        """The segment of a single-segment identity (None once it is gone)."""
+        return self._covered[0][1]() if self._covered else None
+
+    def last_segment(self) -> LogSegment | None:
+        return self._covered[-1][1]() if self._covered else None
 
 
 def _prefix_of(columns: BatchColumns, n: int) -> BatchColumns:

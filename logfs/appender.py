@@ -50,6 +50,16 @@ __all__ = ["LineAppender"]
 
 _NEWLINE = b"\n"
 _LONG_MAX = 2**63 - 1
+#: Bytes of a refused request kept to recognise the writer's retry of it.
+_RETRY_PREFIX = 64 * 1024
+#: Most framing one unkeyed record adds to its value: the 61-byte batch header and the record's varints.
+_BATCH_OVERHEAD = 128
+
+
+class _RetriedRecordTooLarge(RecordTooLargeError):
+    """EMSGSIZE for a retry of a refused request: logged at the first refusal only."""
+
+    quiet = True
 
 
 class LineAppender:
@@ -80,6 +90,10 @@ class LineAppender:
         self._router = router
         self._stats = stats
         self._partial = b""
+        # the first bytes of the request refused for an oversized record, to know its retry
+        self._rejected: bytes | None = None
+        self._retries_refused = 0
+        self._skip_to_newline = False
         self._replies = bytearray()
         self._reply_pos = 0
         self._written: dict[int, "Log"] = {}   # partition -> log, for fsync
@@ -87,19 +101,87 @@ class LineAppender:
     # ------------------------------------------------------------------ FUSE-facing
 
     def write(self, offset: int, data: bytes) -> int:
-        """Append the complete lines of ``partial + data``; the offset is ignored."""
-        buf = self._partial + data if self._partial else data
+        """Append the complete lines of ``partial + data``; the offset is ignored.
+
+        A record over ``max.message.bytes`` fails the request that reveals it
+        with EMSGSIZE and appends nothing of that request.  The kernel splits a
+        ``write(2)`` into requests of at most 1 MiB, so a long line usually
+        spans requests: its head is buffered (the limit is 1 MiB + 12 by
+        default) and the request carrying the rest fails.  The kernel then
+        reports the bytes before that request as written, and writers retry
+        the rest (stdio, coreutils' full_write, Python's buffered files): that
+        retry, recognised by its bytes, fails with EMSGSIZE too, which is the
+        error the writer sees.  A writer that keeps the refused bytes and sends
+        them once more (Python's buffered file does, at close) has seen the
+        error: that second retry drops the rest of the oversized line and
+        appends what follows it.  The oversized record is dropped whole (its
+        buffered head included) and nothing else; a write that is not a retry
+        starts afresh, so the descriptor stays usable.
+        """
+        total = len(data)
+        if self._skip_to_newline:
+            data = self._skip_line_rest(data)
+        if data and self._rejected is not None:
+            data = self._check_retry(data)
+        if not data:
+            return total
+        partial = self._partial
+        buf = partial + data if partial else data
         lines = buf.split(_NEWLINE)
         rest = lines.pop()
-        if lines:
-            self._append_lines(lines, len(data))
-        elif len(rest) > self._config().max_message_bytes:
+        limit = self._config().max_message_bytes
+        if partial and lines and len(lines[0]) > limit:
+            self._reject(data, len(lines[0]), limit, drop_partial=True)
+        if len(rest) > limit:
             # A line that can never fit: refuse it now rather than buffer without bound.
-            raise RecordTooLargeError(
-                f"A line of at least {len(rest)} bytes exceeds max.message.bytes="
-                f"{self._config().max_message_bytes} of topic {self._topic}")
+            self._reject(data, len(rest), limit, drop_partial=not lines)
+        if lines:
+            try:
+                self._append_lines(lines, len(data))
+            except RecordTooLargeError:
+                # Framing overhead can push a line just under the limit over it;
+                # if that line began in an earlier request, drop its head with it.
+                if partial and len(lines[0]) > limit - _BATCH_OVERHEAD:
+                    self._partial = b""
+                    self._rejected = bytes(data[:_RETRY_PREFIX])
+                raise
         self._partial = rest
-        return len(data)
+        return total
+
+    def _reject(self, data: bytes, length: int, limit: int, *, drop_partial: bool) -> None:
+        if drop_partial:
+            self._partial = b""
+        self._rejected = bytes(data[:_RETRY_PREFIX])
+        raise RecordTooLargeError(
+            f"A line of at least {length} bytes written to {self._describe()} exceeds max.message.bytes="
+            f"{limit} of topic {self._topic}; the line is dropped, nothing else")
+
+    def _check_retry(self, data: bytes) -> bytes:
+        """The writer's retry of the request that carried an oversized record: refused once, then dropped.
+
+        Returns what of ``data`` is left to append (all of it when it is not a retry).
+        """
+        rejected, self._rejected = self._rejected, None
+        n = min(len(rejected), len(data))   # type: ignore[arg-type]
+        if not n or data[:n] != rejected[:n]:  # type: ignore[index]
+            self._retries_refused = 0
+            return data
+        if self._retries_refused == 0:
+            self._rejected = rejected
+            self._retries_refused = 1
+            raise _RetriedRecordTooLarge(
+                f"The rest of an oversized line written to {self._describe()} was refused again")
+        self._retries_refused = 0
+        self._skip_to_newline = True
+        return self._skip_line_rest(data)
+
+    def _skip_line_rest(self, data: bytes) -> bytes:
+        """Drop the rest of a refused line: ``data`` up to and including its first newline."""
+        end = data.find(_NEWLINE)
+        if end < 0:
+            return b""
+        self._skip_to_newline = False
+        return data[end + 1:]
 
     def read(self, offset: int, size: int) -> bytes:
         """The offset replies, read as a stream (writes move the file position)."""

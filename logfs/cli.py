@@ -11,8 +11,10 @@ down cleanly (flush, checkpoints, clean-shutdown marker) before unmounting.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import logging
+import logging.handlers
 import os
 import signal
 import stat
@@ -44,8 +46,19 @@ def _octal(text: str) -> int:
     return int(text, 8)
 
 
+def version() -> str:
+    """The installed logfs version (pyproject.toml), or 'unknown' when run from an uninstalled tree."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as _version
+    try:
+        return _version("logfs")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="logfs", description="Kafka's log storage, mounted as a filesystem.")
+    parser.add_argument("--version", action="version", version=f"logfs {version()}")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -65,7 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     mount.add_argument("--data-umask", type=_octal, default=0o077, metavar="OCTAL",
                        help="umask for the files and dirs logfs creates in the data dirs (default 077: "
                             "private, 0700 dirs and 0600 files; 022 gives 0755/0644)")
-    mount.add_argument("--log-level", dest="sub_log_level", default=None, help=argparse.SUPPRESS)
+    mount.add_argument("--log-level", dest="sub_log_level", default=None, metavar="LEVEL",
+                       help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
     umount = sub.add_parser("umount", help="unmount a logfs mount")
     umount.add_argument("mountpoint")
@@ -118,7 +132,7 @@ def _mount(args: argparse.Namespace) -> int:
         is_dir = stat.S_ISDIR(os.stat(mountpoint).st_mode)
     except OSError as exc:
         if exc.errno == errno.ENOTCONN:   # the FUSE connection of a logfs that died is still mounted
-            log.error("Mount point %s is a stale mount of a logfs that died: run 'fusermount3 -uz %s' first",
+            log.error("Mount point %s is a stale mount of a logfs that died: run 'logfs umount %s' first",
                       mountpoint, mountpoint)
         else:
             log.error("Mount point %s cannot be used: %s", mountpoint, exc.strerror)
@@ -141,12 +155,15 @@ def _mount(args: argparse.Namespace) -> int:
     manager = LogManager(config, read_only=args.read_only)
     stats = MountStats()
     started = time.monotonic()
-    try:
-        manager.startup()
-    except (LogfsError, OSError) as exc:
-        log.error("Log manager failed to start: %s", exc)
-        return 1
-    stats.load_ms = (time.monotonic() - started) * 1000   # the manager logs "Loaded N logs in X ms"
+    with _startup_summary_first() as summary:
+        try:
+            manager.startup()
+        except (LogfsError, OSError) as exc:
+            log.error("Log manager failed to start: %s", exc)
+            return 1
+        stats.load_ms = (time.monotonic() - started) * 1000
+        summary(f"logfs {version()} loaded {manager.loaded_logs} logs from {','.join(config.log_dirs)} "
+                f"in {round(stats.load_ms)} ms{', read-only' if args.read_only else ''}")
 
     namespace = Namespace(manager, stats, read_only=args.read_only, views_direct_io=not args.page_cache)
     ops = LogfsOperations(namespace)
@@ -154,8 +171,9 @@ def _mount(args: argparse.Namespace) -> int:
     options |= {"fsname=logfs", "subtype=logfs"}
     if args.allow_other:
         options.add("allow_other")
-    if args.read_only:
-        options.add("ro")
+    # --read-only is enforced by logfs, not by the kernel's "ro" flag: with
+    # "ro" the kernel answers EROFS itself and the mount could not log what
+    # was refused (SPEC.md section 7: every refusal names its cause in the log).
 
     jobs = [] if args.read_only else build_jobs(manager)
 
@@ -194,6 +212,53 @@ def _mount(args: argparse.Namespace) -> int:
     return status
 
 
+@contextlib.contextmanager
+def _startup_summary_first():
+    """Hold the lines logged while the logs load, so the summary is the mount's first line.
+
+    Loading logs one line per partition (Kafka's LogLoader messages); an
+    operator reads the outcome first, then the details, which follow with their
+    own timestamps.  A WARNING or worse is not held back: it flushes what is
+    held at once, so a failing recovery shows while it happens.
+    """
+    root = logging.getLogger()
+    targets = list(root.handlers)
+    # at most 10,000 lines held (a few MB): a larger load writes them as they come
+    held = logging.handlers.MemoryHandler(capacity=10_000, flushLevel=logging.WARNING)
+    held.setTarget(_Fanout(targets))
+    for handler in targets:
+        root.removeHandler(handler)
+    root.addHandler(held)
+    summary_line: list[str] = []
+
+    def summary(line: str) -> None:
+        summary_line.append(line)
+
+    try:
+        yield summary
+    finally:
+        root.removeHandler(held)
+        for handler in targets:
+            root.addHandler(handler)
+        if summary_line:
+            log.info("%s", summary_line[0])
+        held.flush()
+        held.close()
+
+
+class _Fanout(logging.Handler):
+    """The real handlers, behind the MemoryHandler of _startup_summary_first."""
+
+    def __init__(self, targets: list[logging.Handler]) -> None:
+        super().__init__()
+        self.targets = targets
+
+    def emit(self, record: logging.LogRecord) -> None:
+        for handler in self.targets:
+            if record.levelno >= handler.level:
+                handler.handle(record)
+
+
 async def _watch_signals() -> None:
     import pyfuse3
     import trio
@@ -205,9 +270,42 @@ async def _watch_signals() -> None:
             return
 
 
+def _mounted_fuse(path: str) -> bool:
+    """Whether ``path`` is a mount point in /proc/self/mountinfo (works on a dead FUSE mount too)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            points = {line.split()[4].replace("\\040", " ") for line in f if len(line.split()) > 4}
+    except OSError:
+        return True     # cannot tell: let fusermount3 decide
+    return path in points
+
+
 def _umount(args: argparse.Namespace) -> int:
-    result = subprocess.run(["fusermount3", "-u", args.mountpoint])
-    return result.returncode
+    path = os.path.abspath(args.mountpoint)
+    if not _mounted_fuse(path):
+        if not os.path.isdir(path):
+            print(f"logfs umount: {args.mountpoint}: no such directory", file=sys.stderr)
+            return 1
+        print(f"logfs umount: {args.mountpoint} is not mounted", file=sys.stderr)
+        return 1
+    result = subprocess.run(["fusermount3", "-u", path], capture_output=True, text=True)
+    if result.returncode == 0:
+        return 0
+    message = result.stderr.strip()
+    if "busy" in message.lower():
+        print(f"logfs umount: {args.mountpoint} is busy: a process has a file or its working directory "
+              "in it (see `fuser -vm`); close it and try again", file=sys.stderr)
+    elif "not connected" in message.lower() or "Transport endpoint" in message:
+        # the logfs process died (kill -9): detach the dead connection
+        result = subprocess.run(["fusermount3", "-uz", path], capture_output=True, text=True)
+        if result.returncode == 0:
+            print(f"logfs umount: {args.mountpoint} was a stale mount of a logfs that died; detached it",
+                  file=sys.stderr)
+            return 0
+        print(f"logfs umount: {result.stderr.strip()}", file=sys.stderr)
+    else:
+        print(f"logfs umount: {message}", file=sys.stderr)
+    return result.returncode or 1
 
 
 def _dump_log(args: argparse.Namespace) -> int:

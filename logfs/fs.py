@@ -3,13 +3,21 @@
 Everything a name means lives in ``logfs.namespace``; this module only maps it
 onto FUSE:
 
-* an inode table: stable nodes keep one inode for their lifetime, fresh nodes
-  (views) get a new inode at every lookup and are released by ``forget``; a
-  view's ``LogView`` lives while the file is open (see ``_idle_attr``);
+* an inode table: one inode per node object, for as long as the kernel
+  remembers it (lookup counts, ``forget``) or a handle is open.  The namespace
+  returns the same node for a name while it is the same file (see
+  ``logfs.namespace``), so one path is one inode; a forgotten content node
+  leaves the namespace's table too, so lookups cost no memory over time;
 * attributes: entry and attribute timeouts are 0, because sizes grow with every
-  append and deleted topics must vanish at once;
+  append and deleted topics must vanish at once (the kernel asks again at every
+  path walk and ``fstat``); ``st_blocks`` is what a file stores (``du``);
 * errno translation: an ``engine.errors.LogfsError`` becomes
-  ``FUSEError(exc.errno)`` and a log line naming the cause (SPEC.md section 7).
+  ``FUSEError(exc.errno)`` and one log line naming the cause (SPEC.md section
+  7), the same refusal repeated within a minute (a tool polling a bad name)
+  logged once;
+* ``rm -r`` of a topic: a process that listed a topic's directories may unlink
+  and rmdir what is inside without effect, so its final rmdir of the topic
+  directory deletes the topic as ``rmdir`` alone does (see ``_RecursiveRemovals``).
 
 Views are served with ``direct_io``: measured with scripts/bench_mount.py
 (30 MB, two runs each) ``cat records`` gave 256k/287k records/s direct against
@@ -30,13 +38,15 @@ import functools
 import logging
 import os
 import stat
+import time
 from typing import Any, Callable
 
 import pyfuse3
 import trio
 
-from engine.errors import LogfsError, ReadOnlyError
-from logfs.namespace import AccessDeniedError, Directory, FileNode, Handle, Namespace, Node, NotPermittedError
+from engine.errors import LogfsError, OffsetOutOfRangeError, ReadOnlyError
+from logfs.namespace import (AccessDeniedError, Directory, FileNode, Handle, MalformedNameError, Namespace, Node,
+                             NotPermittedError, RootDir, TopicDir)
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +58,45 @@ __all__ = ["LogfsOperations"]
 BLOCK_SIZE = 1 << 20
 
 # errnos that are part of normal operation (shells probe names, tools test for files)
-_QUIET_ERRNOS = frozenset({errno.ENOENT})
+_QUIET_ERRNOS = frozenset({errno.ENOENT, errno.ESTALE})
+
+
+class _RefusalLog:
+    """Each refusal logged once per minute: a name polled by ``tail -F`` must not flood the log."""
+
+    _WINDOW_S = 60.0
+    _MAX_REMEMBERED = 1024
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+
+    def log(self, level: int, message: str, *args) -> None:
+        text = message % args
+        now = time.monotonic()
+        seen = self._last.get(text)
+        if seen is not None and now - seen < self._WINDOW_S:
+            return
+        if len(self._last) >= self._MAX_REMEMBERED:
+            self._last.clear()
+        self._last[text] = now
+        log.log(level, "%s", text)
+
+
+_refusals = _RefusalLog()
+
+
+def _level_of(exc: LogfsError) -> int:
+    if getattr(exc, "quiet", False):
+        return logging.DEBUG
+    if isinstance(exc, (MalformedNameError, OffsetOutOfRangeError)):
+        return logging.INFO        # a name a user typed (since/notatime, offset/007, from/99999)
+    if exc.errno in _QUIET_ERRNOS:
+        return logging.DEBUG
+    return logging.WARNING
 
 
 def _translating(op: Callable) -> Callable:
-    """Turn engine and OS exceptions into FUSEError, logging the cause."""
+    """Turn engine and OS exceptions into FUSEError, logging the cause once."""
 
     @functools.wraps(op)
     async def wrapper(self, *args):
@@ -61,18 +105,62 @@ def _translating(op: Callable) -> Callable:
         except pyfuse3.FUSEError:
             raise
         except LogfsError as exc:
-            level = logging.DEBUG if exc.errno in _QUIET_ERRNOS else logging.WARNING
-            log.log(level, "%s failed (%s): %s", op.__name__, errno.errorcode.get(exc.errno, exc.errno), exc)
+            code = errno.errorcode.get(exc.errno, exc.errno)
+            _refusals.log(_level_of(exc), "%s failed (%s): %s", op.__name__, code, exc)
             raise pyfuse3.FUSEError(exc.errno) from None
         except OSError as exc:
             code = exc.errno or errno.EIO
-            log.warning("%s failed (%s): %s", op.__name__, errno.errorcode.get(code, code), exc)
+            _refusals.log(logging.WARNING, "%s failed (%s): %s", op.__name__, errno.errorcode.get(code, code), exc)
             raise pyfuse3.FUSEError(code) from None
         except Exception:
             log.exception("%s failed with an unexpected error", op.__name__)
             raise pyfuse3.FUSEError(errno.EIO) from None
 
     return wrapper
+
+
+class _RecursiveRemovals:
+    """Which processes are removing a topic recursively (``rm -r``, ``shutil.rmtree``, ``find -delete``).
+
+    A recursive removal lists a directory before it unlinks its entries and
+    removes the directory last.  The files of a topic cannot be removed one by
+    one (EPERM), and ``rm`` never removes a directory after failing on one of
+    its entries, so for a process that listed the topic's directory,
+    unlinking and rmdir inside the topic are accepted without
+    effect; its final rmdir of the topic directory deletes the topic.  Any
+    other process gets EPERM as before.  Entries expire after five minutes.
+    """
+
+    _TTL_S = 300.0
+    _MAX = 1024
+
+    def __init__(self) -> None:
+        self._listed: dict[tuple[int, str], float] = {}
+
+    def listed(self, pid: int, topic: str) -> None:
+        if len(self._listed) >= self._MAX:
+            self._expire()
+        self._listed[(pid, topic)] = time.monotonic()
+
+    def removing(self, pid: int, topic: str) -> bool:
+        seen = self._listed.get((pid, topic))
+        return seen is not None and time.monotonic() - seen < self._TTL_S
+
+    def done(self, pid: int, topic: str) -> None:
+        self._listed.pop((pid, topic), None)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for key, seen in list(self._listed.items()):
+            if now - seen >= self._TTL_S:
+                del self._listed[key]
+        if len(self._listed) >= self._MAX:
+            self._listed.clear()
+
+
+def describe(node: Node) -> str:
+    fn = getattr(node, "describe", None)
+    return fn() if fn is not None else type(node).__name__
 
 
 class _Inode:
@@ -105,13 +193,17 @@ class LogfsOperations(pyfuse3.Operations):
         self.read_only = namespace.read_only
         self._inodes: dict[int, _Inode] = {pyfuse3.ROOT_INODE: _Inode(namespace.root)}
         self._inodes[pyfuse3.ROOT_INODE].nlookup = 1
-        self._stable_inodes: dict[tuple, int] = {namespace.root.key: pyfuse3.ROOT_INODE}
+        # node object -> its inode; the _Inode entry holds the node, so an id is
+        # never reused while it is a key here
+        self._inode_of: dict[int, int] = {id(namespace.root): pyfuse3.ROOT_INODE}
+        namespace.root.ino = pyfuse3.ROOT_INODE
         self._next_inode = pyfuse3.ROOT_INODE + 1
         self._handles: dict[int, tuple[int, Handle]] = {}
         self._dir_handles: dict[int, _DirHandle] = {}
         self._next_fh = 1
         self._uid = os.getuid()
         self._gid = os.getgid()
+        self._removals = _RecursiveRemovals()
 
     # ------------------------------------------------------------------ inode table
 
@@ -123,17 +215,21 @@ class LogfsOperations(pyfuse3.Operations):
 
     def _remember(self, node: Node) -> int:
         """The inode of ``node``, its lookup count raised by one."""
-        if node.stable:
-            ino = self._stable_inodes.get(node.key)
-            if ino is not None and self._inodes[ino].node is node:
-                self._inodes[ino].nlookup += 1
-                return ino
-        ino = self._next_inode
-        self._next_inode += 1
+        ino = self._inode_of.get(id(node))
+        if ino is not None:
+            self._inodes[ino].nlookup += 1
+            return ino
+        # A node forgotten by the kernel and looked up again keeps its number
+        # (numbers are never given to another node), so an unchanged file keeps
+        # its inode even across cache eviction.
+        ino = getattr(node, "ino", None)
+        if ino is None:
+            ino = self._next_inode
+            self._next_inode += 1
+            node.ino = ino
         entry = self._inodes[ino] = _Inode(node)
         entry.nlookup = 1
-        if node.stable:
-            self._stable_inodes[node.key] = ino
+        self._inode_of[id(node)] = ino
         return ino
 
     def _drop(self, ino: int, nlookup: int) -> None:
@@ -148,14 +244,17 @@ class LogfsOperations(pyfuse3.Operations):
             return
         del self._inodes[ino]
         node = entry.node
-        if node.stable:
-            if self._stable_inodes.get(node.key) == ino:
-                del self._stable_inodes[node.key]
-        else:
+        del self._inode_of[id(node)]
+        if node.transient:
             try:
                 node.close()
             except Exception:
                 log.exception("Closing %s failed", node)
+        self.ns.forgotten(node)
+
+    def inodes_known(self) -> int:
+        """Inodes the kernel may still name (for tests and stats)."""
+        return len(self._inodes)
 
     def _attr(self, ino: int, node: Node) -> pyfuse3.EntryAttributes:
         attr = pyfuse3.EntryAttributes()
@@ -167,16 +266,15 @@ class LogfsOperations(pyfuse3.Operations):
             attr.st_mode = stat.S_IFDIR | node.mode
             attr.st_nlink = 2
             attr.st_size = 0
+            attr.st_blocks = 0
         else:
             attr.st_mode = stat.S_IFREG | node.mode
             attr.st_nlink = 1
             attr.st_size = node.size()
-        if self.read_only:
-            attr.st_mode &= ~0o222
+            attr.st_blocks = node.blocks()
         attr.st_uid = self._uid
         attr.st_gid = self._gid
         attr.st_blksize = BLOCK_SIZE
-        attr.st_blocks = (attr.st_size + 511) // 512
         mtime = node.mtime_ns()
         attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = mtime
         return attr
@@ -184,29 +282,14 @@ class LogfsOperations(pyfuse3.Operations):
     def _entry(self, node: Node) -> pyfuse3.EntryAttributes:
         ino = self._remember(node)
         try:
-            return self._idle_attr(ino, node)
+            return self._attr(ino, node)
         except BaseException:
             self._drop(ino, 1)
             raise
 
-    def _idle_attr(self, ino: int, node: Node) -> pyfuse3.EntryAttributes:
-        """Attributes, then let go of what only open handles need.
-
-        The kernel keeps an inode cached long after the lookup or stat that made
-        it; a view anchored for it would pin the segments it covers (deleted
-        ones included) until memory pressure evicts the inode.  So a view lives
-        while its file is open, and a stat only anchors one for the moment it
-        takes to measure it.
-        """
-        attr = self._attr(ino, node)
-        entry = self._inodes.get(ino)
-        if entry is not None and entry.nopen == 0:
-            node.detach()
-        return attr
-
-    def _check_writable(self) -> None:
+    def _check_writable(self, what: str = "change the mount") -> None:
         if self.read_only:
-            raise ReadOnlyError("The mount is read-only")
+            raise ReadOnlyError(f"Cannot {what}: the mount is read-only (--read-only)")
 
     # ------------------------------------------------------------------ names
 
@@ -223,25 +306,25 @@ class LogfsOperations(pyfuse3.Operations):
 
     @_translating
     async def getattr(self, inode: int, ctx: Any = None) -> pyfuse3.EntryAttributes:
-        return self._idle_attr(inode, self._node(inode))
+        return self._attr(inode, self._node(inode))
 
     @_translating
     async def setattr(self, inode: int, attr, fields, fh, ctx) -> pyfuse3.EntryAttributes:
         node = self._node(inode)
         if fields.update_mode or fields.update_uid or fields.update_gid:
-            self._check_writable()
+            self._check_writable(f"change the attributes of {describe(node)}")
             raise NotPermittedError("Modes and owners of the mount are fixed")
         if fields.update_size:
             # O_TRUNC of a control or append file: accepted, appends only ever append.
-            self._check_writable()
+            self._check_writable(f"change the attributes of {describe(node)}")
             if node.is_dir or not getattr(node, "writable", False):
-                raise AccessDeniedError("Cannot truncate a read-only view")
+                raise AccessDeniedError(f"Cannot truncate {describe(node)}: it is read-only")
         # Times are not stored: touch is accepted and changes nothing.
         return self._attr(inode, node)
 
     @_translating
     async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx) -> pyfuse3.EntryAttributes:
-        self._check_writable()
+        self._check_writable(f"create directory {os.fsdecode(name)!r}")
         parent = self._node(parent_inode)
         if not isinstance(parent, Directory):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
@@ -250,19 +333,38 @@ class LogfsOperations(pyfuse3.Operations):
 
     @_translating
     async def rmdir(self, parent_inode: int, name: bytes, ctx) -> None:
-        self._check_writable()
+        self._check_writable(f"remove directory {os.fsdecode(name)!r}")
         parent = self._node(parent_inode)
         if not isinstance(parent, Directory):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
-        await trio.to_thread.run_sync(parent.rmdir, os.fsdecode(name))
+        decoded = os.fsdecode(name)
+        pid = getattr(ctx, "pid", 0)
+        if isinstance(parent, RootDir):
+            await trio.to_thread.run_sync(parent.rmdir, decoded)
+            self._removals.done(pid, decoded)
+            return
+        topic = getattr(parent, "topic", None)
+        if topic is not None and self._removals.removing(pid, topic):
+            return    # part of `rm -r` of the topic: its rmdir of the topic deletes it
+        await trio.to_thread.run_sync(parent.rmdir, decoded)
 
     async def _fixed(self, *args) -> None:
-        self._check_writable()
+        self._check_writable("create, remove, link or rename files")
         raise NotPermittedError("The namespace is fixed: files cannot be created, removed, linked or renamed")
 
     @_translating
     async def unlink(self, parent_inode, name, ctx) -> None:
-        await self._fixed()
+        self._check_writable(f"remove {os.fsdecode(name)!r}")
+        parent = self._node(parent_inode)
+        unlink = getattr(parent, "unlink", None)   # groups/<group> (issue 13)
+        if unlink is not None:
+            await trio.to_thread.run_sync(unlink, os.fsdecode(name))
+            return
+        topic = getattr(parent, "topic", None)
+        if topic is not None and self._removals.removing(getattr(ctx, "pid", 0), topic):
+            return    # part of `rm -r` of the topic (see _RecursiveRemovals)
+        raise NotPermittedError(f"Cannot remove {os.fsdecode(name)!r}: the files of a topic cannot be removed "
+                                "one by one (rmdir or rm -r the topic directory deletes the topic)")
 
     @_translating
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx) -> None:
@@ -282,7 +384,12 @@ class LogfsOperations(pyfuse3.Operations):
 
     @_translating
     async def create(self, parent_inode, name, mode, flags, ctx):
-        await self._fixed()
+        self._check_writable()
+        create = getattr(self._node(parent_inode), "create", None)   # groups/<new group> (issue 13)
+        if create is None:
+            await self._fixed()
+        attr = self._entry(create(os.fsdecode(name)))
+        return await self.open(attr.st_ino, flags, ctx), attr
 
     # ------------------------------------------------------------------ files
 
@@ -293,7 +400,7 @@ class LogfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         write = (flags & os.O_ACCMODE) != os.O_RDONLY
         if write:
-            self._check_writable()
+            self._check_writable(f"open {describe(node)} for writing")
         handle = node.open(write)
         fh = self._next_fh
         self._next_fh += 1
@@ -353,10 +460,14 @@ class LogfsOperations(pyfuse3.Operations):
         node = self._node(inode)
         if not isinstance(node, Directory):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
+        if isinstance(node, TopicDir) and not self.read_only:
+            # a recursive removal of the topic starts by listing the topic directory
+            # (rm -rf of a partition directory alone stays refused: partitions cannot go)
+            self._removals.listed(getattr(ctx, "pid", 0), node.topic)
         fh = self._next_fh
         self._next_fh += 1
         # Names are snapshotted at opendir so start_id indexes a stable list.
-        self._dir_handles[fh] = _DirHandle(inode, node.names())
+        self._dir_handles[fh] = _DirHandle(inode, [".", ".."] + node.names())
         return fh
 
     @_translating
@@ -365,15 +476,32 @@ class LogfsOperations(pyfuse3.Operations):
         parent = self._node(dh.inode)
         for i in range(start_id, len(dh.names)):
             name = dh.names[i]
+            if i < 2:
+                # "." and "..": the kernel takes no lookup reference for them
+                ino = dh.inode if i == 0 else self._parent_inode(parent)
+                attr = self._attr(ino, parent if i == 0 else self._node(ino))
+                if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, i + 1):
+                    return
+                continue
             try:
                 node = parent.lookup(name)   # type: ignore[attr-defined]
             except LogfsError:
                 continue   # vanished since opendir (deleted topic, retained segment)
             ino = self._remember(node)
-            attr = self._idle_attr(ino, node)
+            try:
+                attr = self._attr(ino, node)
+            except LogfsError:
+                self._drop(ino, 1)
+                continue
             if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, i + 1):
                 self._drop(ino, 1)
                 return
+
+    def _parent_inode(self, node: Node) -> int:
+        parent_key = getattr(node, "parent_key", None)
+        parent = self.ns.known_node(parent_key) if parent_key is not None else None
+        ino = self._inode_of.get(id(parent)) if parent is not None else None
+        return ino if ino is not None else pyfuse3.ROOT_INODE
 
     async def releasedir(self, fh: int) -> None:
         self._dir_handles.pop(fh, None)
@@ -410,7 +538,7 @@ class LogfsOperations(pyfuse3.Operations):
                 log.error("Closing %s at shutdown failed: %s", type(handle).__name__, exc)
         self._handles.clear()
         for entry in self._inodes.values():
-            if not entry.node.stable:
+            if entry.node.transient:
                 try:
                     entry.node.close()
                 except Exception:

@@ -67,6 +67,12 @@ Options (names and meaning as Spark's Kafka source):
   micro-batch spread over partitions in proportion to their lag.
 - ``includeHeaders`` (default false).
 - ``readFormat`` (logfs only): ``segments`` (default) or ``jsonl``, see below.
+- ``group`` (logfs only, instead of ``startingOffsets``): start from the
+  consumer group's committed offsets (``MOUNT/<topic>/groups/<group>``), as a
+  Kafka consumer of that group would; a partition without a commit, or whose
+  commit is outside [log start, log end], starts at its log start (as
+  ``consume/<group>`` does).  The source does not commit: write
+  ``<partition> <offset>`` lines to ``groups/<group>`` when the job is done.
 
 How records travel: each Spark task reads one offset range ``[from, until)`` of one
 partition.  Offsets come from ``MOUNT/<topic>/<p>/state`` (``log_start_offset``,
@@ -109,7 +115,8 @@ again: delivery is at least once.
 
 Worker processes must import this module and pyarrow: run Spark with
 ``PYSPARK_PYTHON`` pointing at the interpreter where logfs is installed;
-:func:`spark_session` does that for local sessions.
+:func:`register` switches a local session's workers to the current interpreter
+when theirs cannot import logfs, and fails at once, saying so, otherwise.
 """
 
 from __future__ import annotations
@@ -123,6 +130,7 @@ import math
 import os
 import re
 import struct
+import subprocess
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
@@ -231,6 +239,37 @@ def _int_option(options: Mapping[str, str], name: str, minimum: int = 1) -> int 
 READ_FORMATS = ("segments", "jsonl")
 
 
+def _group_option(options: Mapping[str, str]) -> str | None:
+    group = options.get("group")
+    if group is None:
+        return None
+    if not group or "/" in group or group in (".", ".."):
+        raise InvalidConfigError(f"Invalid value {group!r} for option group: not a consumer group id")
+    if options.get("startingOffsets"):
+        raise InvalidConfigError("Options group and startingOffsets cannot be used together")
+    return group
+
+
+def group_offsets(mount: str, group: str, tps: Sequence[tuple[str, int]],
+                  bounds: Mapping[tuple[str, int], tuple[int, int]]) -> dict[tuple[str, int], int]:
+    """Where ``group`` resumes on each partition: its committed offset, else the log start offset."""
+    committed: dict[tuple[str, int], int] = {}
+    for topic in sorted({t for t, _ in tps}):
+        try:
+            with open(os.path.join(mount, topic, "groups", group), "rb") as f:
+                rows = [line.split() for line in f.read().splitlines()]
+        except FileNotFoundError:       # no commit on this topic
+            continue
+        committed.update({(topic, int(row[0])): int(row[1]) for row in rows})
+    out = {}
+    for tp in tps:
+        start, end = bounds[tp]
+        offset = committed.get(tp, -1)
+        out[tp] = offset if start <= offset <= end else start
+    log.info("[logfs source] Group %s resumes at %s", group, out)
+    return out
+
+
 def _read_format_option(options: Mapping[str, str]) -> str:
     raw = options.get("readFormat")
     if raw is None:
@@ -326,6 +365,7 @@ class SourceOptions:
     def has_ending_options(self) -> bool:
         return bool(self.ending_offsets) or self.ending_timestamp is not None \
             or self.ending_offsets_by_timestamp is not None
+    group: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
@@ -379,6 +419,7 @@ class SourceOptions:
             starting_offsets_by_timestamp_strategy=_strategy_option(options),
             ending_timestamp=_timestamp_option(options, "endingTimestamp"),
             ending_offsets_by_timestamp=_timestamps_by_partition(options, "endingOffsetsByTimestamp"),
+            group=_group_option(options),
         )
 
 
@@ -478,7 +519,8 @@ def _topic_partitions(opts: SourceOptions, *, must_exist: bool) -> list[tuple[st
         topics = list(opts.subscribe)
     else:
         pattern = re.compile(opts.subscribe_pattern or "")
-        topics = [t for t in list_topics(opts.mount) if pattern.fullmatch(t)]
+        # as a Kafka consumer (exclude.internal.topics=true), a pattern never matches __consumer_offsets
+        topics = [t for t in list_topics(opts.mount) if pattern.fullmatch(t) and t != "__consumer_offsets"]
     result = []
     for topic in topics:
         partitions = list_partitions(opts.mount, topic)
@@ -1212,7 +1254,8 @@ class LogfsBatchReader(DataSourceReader):
         opts = self.opts
         tps = _topic_partitions(opts, must_exist=True)
         bounds = {tp: offset_bounds(opts.mount, *tp) for tp in tps}
-        starts = starting_offsets(opts, self.starting, tps, bounds)
+        starts = group_offsets(opts.mount, opts.group, tps, bounds) if opts.group else \
+            starting_offsets(opts, self.starting, tps, bounds)
         untils = ending_offsets(opts, self.ending, tps, bounds)
         for tp in tps:
             if untils[tp] < starts[tp]:
@@ -1254,7 +1297,8 @@ class LogfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         tps = _topic_partitions(self.opts, must_exist=False)
         bounds = {tp: offset_bounds(self.opts.mount, *tp) for tp in tps}
-        offsets = starting_offsets(self.opts, self.starting, tps, bounds)
+        offsets = group_offsets(self.opts.mount, self.opts.group, tps, bounds) if self.opts.group else \
+            starting_offsets(self.opts, self.starting, tps, bounds)
         log.info("[logfs source] Initial offsets %s", offsets)
         return _as_offsets(offsets.items())
 
@@ -1356,9 +1400,53 @@ class LogfsDataSource(DataSource):
         return LogfsStreamReader(SourceOptions.parse(self.options))
 
 
+#: What a Spark Python worker must import to run the logfs source.
+_WORKER_IMPORTS = "import logfs.spark, engine.records, cramjam, crc32c, pyarrow"
+
+
 def register(spark: "SparkSession") -> None:
-    """Make ``spark.read.format("logfs")`` and ``readStream.format("logfs")`` available."""
+    """Make ``spark.read.format("logfs")`` and ``readStream.format("logfs")`` available.
+
+    The source runs in Spark's Python workers, which Spark starts with the
+    interpreter it was given (``PYSPARK_PYTHON``/``spark.pyspark.python``,
+    default ``python3``); that interpreter must import logfs and its
+    dependencies (cramjam, crc32c, pyarrow).  When it cannot and the session
+    runs locally, its workers are switched to this interpreter (the one that
+    imported logfs); otherwise this fails at once saying what to set, rather
+    than failing later in every task with ModuleNotFoundError.
+    """
+    _ensure_worker_python(spark.sparkContext)
     spark.dataSource.register(LogfsDataSource)
+
+
+def _worker_python_ok(executable: str) -> bool:
+    if os.path.realpath(executable) == os.path.realpath(sys.executable):
+        return True
+    try:
+        result = subprocess.run([executable, "-c", _WORKER_IMPORTS], capture_output=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0
+
+
+def _ensure_worker_python(sc: Any) -> None:
+    current = getattr(sc, "pythonExec", None) or os.environ.get("PYSPARK_PYTHON", "python3")
+    if _worker_python_ok(current):
+        return
+    if str(sc.master).startswith("local"):
+        log.info("Spark's Python workers would run %s, which cannot import logfs; "
+                    "using %s for them (set PYSPARK_PYTHON to choose)", current, sys.executable)
+        # Functions registered from now on (this data source included) carry the
+        # interpreter of sc.pythonExec; later SparkContexts read PYSPARK_PYTHON.
+        sc.pythonExec = sys.executable
+        sc.pythonVer = "%d.%d" % sys.version_info[:2]
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        return
+    raise RuntimeError(
+        f"Spark's Python workers run {current!r}, which cannot import logfs and its dependencies "
+        f"({_WORKER_IMPORTS[len('import '):]}). Start the SparkSession with PYSPARK_PYTHON (or "
+        f"spark.pyspark.python) set to an interpreter where logfs is installed, e.g. {sys.executable}, "
+        "on every worker, then call logfs.spark.register(spark) again.")
 
 
 def spark_session(master: str = "local[2]", app_name: str = "logfs",

@@ -63,6 +63,8 @@ class MountStats:
     views_open: int = 0
     load_ms: float = 0.0
     tasks: dict[str, TaskRun] = field(default_factory=dict)
+    #: the group coordinator's offsets store (engine.consumer_offsets), set by logfs.groups at mount start
+    groups: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record_append(self, records: int, nbytes: int) -> None:
@@ -158,6 +160,7 @@ def stats_json(manager: "LogManager", stats: MountStats) -> bytes:
         "pending_log_deletions": manager.pending_deletions(),
         "tasks": {name: run.as_dict() for name, run in sorted(stats.tasks.items())},
         "cleaner": None if cleaner is None else cleaner.metrics(),
+        "consumer_groups": _consumer_groups(stats.groups),
     }
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
 
@@ -212,6 +215,8 @@ class _MountCollector:
         yield from (runs, errors, last)
         if self._manager.cleaner is not None:
             yield from _cleaner_metrics(self._manager)
+        if st.groups is not None:
+            yield from _consumer_group_metrics(st.groups)
 
 
 def _cleaner_metrics(manager: "LogManager"):
@@ -274,6 +279,40 @@ def _cleaner_metrics(manager: "LogManager"):
         if tp in positions:
             position.add_metric(lv, positions[tp])
     yield from (ratio, position)
+
+
+def _consumer_groups(store) -> dict[str, Any]:
+    """group -> topic -> {"lag": total, "partitions": {p: {committed, log_end_offset, lag}}} (issue 13)."""
+    if store is None:
+        return {}
+    out: dict[str, Any] = {}
+    for topic, groups in sorted(store.all_groups().items()):
+        for group in sorted(groups):
+            rows = store.lag(group, topic)
+            out.setdefault(group, {})[topic] = {
+                "lag": sum(r.lag for r in rows),
+                "partitions": {str(r.partition): {"committed": r.committed, "log_end_offset": r.log_end_offset,
+                                                  "lag": r.lag} for r in rows},
+            }
+    return out
+
+
+def _consumer_group_metrics(store):
+    """kafka_exporter's consumer group gauges (kafka_consumergroup_*), from the committed offsets."""
+    labels = ["consumergroup", "topic", "partition"]
+    current = GaugeMetricFamily("kafka_consumergroup_current_offset",
+                                "Committed offset of a consumer group on a partition (-1: none)", labels=labels)
+    lag = GaugeMetricFamily("kafka_consumergroup_lag", "Records between a group's committed offset and the log end",
+                            labels=labels)
+    lag_sum = GaugeMetricFamily("kafka_consumergroup_lag_sum", "A consumer group's lag over a topic",
+                                labels=["consumergroup", "topic"])
+    for group, topics in sorted(_consumer_groups(store).items()):
+        for topic, doc in sorted(topics.items()):
+            for p, row in doc["partitions"].items():
+                current.add_metric([group, topic, p], row["committed"])
+                lag.add_metric([group, topic, p], row["lag"])
+            lag_sum.add_metric([group, topic], doc["lag"])
+    yield from (current, lag, lag_sum)
 
 
 def prometheus_metrics(manager: "LogManager", stats: MountStats) -> bytes:

@@ -12,7 +12,7 @@ topics.  With the mount up (``scripts/run.sh`` mounts ``./mnt``)::
 
     # continuous: per-minute windows, resumable from its checkpoint
     .venv/bin/python scripts/pipeline.py --mount ./mnt --source events \\
-        --sink events-by-type --stream --checkpoint ./checkpoints/events-by-type
+        --sink events-by-type --stream
 
     cat mnt/events-by-type/*/records
 
@@ -20,7 +20,9 @@ Batch mode aggregates the whole source topic once and appends one record per
 type (a snapshot, tagged with the source offsets it covers).  Stream mode
 aggregates per ``--window`` of the records' timestamps and, after each
 micro-batch, appends the windows that changed (Spark's update output mode); a
-restarted query resumes from ``--checkpoint`` without reading a record twice.
+restarted query resumes from ``--checkpoint`` without reading a record twice
+(default: a directory per mount, source and sink under ``$XDG_STATE_HOME/logfs``,
+``~/.local/state/logfs`` when unset, never the current directory).
 Appends to the sink are at least once: a micro-batch replayed after a crash
 appends its results again, tagged with the same ``batch`` number.
 """
@@ -146,6 +148,13 @@ def run_stream(spark, args) -> None:
         print(f"Stopped after batch {progress['batchId']}; source offsets {progress['sources'][0]['endOffset']}")
 
 
+def default_checkpoint(mount: str, source: str, sink: str) -> str:
+    """Where a stream keeps its checkpoint unless told: per user, per mount, never in the cwd."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    mount_id = os.path.abspath(mount).strip("/").replace("/", "_") or "root"
+    return os.path.join(state, "logfs", "pipeline", mount_id, f"{source}-to-{sink}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mount", required=True, help="logfs mount point")
@@ -156,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="first append N sample events to the source topic")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--stream", action="store_true", help="run as a Structured Streaming query")
-    parser.add_argument("--checkpoint", help="streaming checkpoint directory "
-                        "(default ./checkpoints/<source>-to-<sink>)")
+    parser.add_argument("--checkpoint", help="streaming checkpoint directory (default "
+                        "$XDG_STATE_HOME/logfs/pipeline/<mount>/<source>-to-<sink>)")
     parser.add_argument("--starting-offsets", default="earliest",
                         help="streaming start when there is no checkpoint yet (earliest, latest or JSON)")
     parser.add_argument("--window", default="1 minute")
@@ -175,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     ensure_topic(args.mount, args.sink)
     if args.generate:
         generate_events(args.mount, args.source, args.generate, args.seed)
-    args.checkpoint = args.checkpoint or os.path.join("checkpoints", f"{args.source}-to-{args.sink}")
+    args.checkpoint = args.checkpoint or default_checkpoint(args.mount, args.source, args.sink)
 
     started = time.monotonic()
     spark = spark_session(args.master, f"logfs-pipeline-{args.source}-to-{args.sink}")

@@ -5,11 +5,48 @@
 # `logfs mount` (e.g. -o num.partitions=3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+usage() {
+    cat <<'EOF'
+usage: scripts/run.sh [LOGFS MOUNT OPTIONS ...]
+
+Installs what is missing (scripts/setup.sh), then serves logfs in the
+foreground at ./mnt with its data in ./data until Ctrl-C (or `logfs umount mnt`
+from another shell), which shuts it down cleanly.  Arguments go to
+`logfs mount mnt --data-dir data`, for example:
+
+  scripts/run.sh -o num.partitions=3 -o log.retention.hours=1
+  scripts/run.sh --read-only
+
+A mount left behind by a logfs that was killed (kill -9: "Transport endpoint
+is not connected") is detached first.  A mount served by a running logfs is
+left alone: unmount it first.
+EOF
+    if [ -x .venv/bin/logfs ]; then
+        echo
+        .venv/bin/logfs mount --help
+    fi
+}
+
+for arg in "$@"; do
+    case "$arg" in
+        -h|--help) usage; exit 0 ;;
+    esac
+done
+
 bash scripts/setup.sh
-mkdir -p mnt data
-if mountpoint -q mnt; then
-    echo "run: ./mnt is still mounted (a previous run was killed?); unmounting it first"
-    fusermount3 -u mnt || fusermount3 -uz mnt
+
+# A FUSE mount whose process died answers every stat with ENOTCONN, so check
+# /proc/self/mountinfo (which needs no stat) before touching ./mnt.
+mnt="$PWD/mnt"
+if awk -v m="$mnt" '$5 == m { found = 1 } END { exit !found }' /proc/self/mountinfo; then
+    if stat -- "$mnt" >/dev/null 2>&1; then
+        echo "run: $mnt is already mounted by a running logfs; unmount it first (.venv/bin/logfs umount mnt)" >&2
+        exit 1
+    fi
+    echo "run: $mnt is a stale mount of a logfs that was killed; detaching it"
+    fusermount3 -uz "$mnt"
 fi
-echo "run: mounting logfs at $PWD/mnt with data in $PWD/data (Ctrl-C to unmount)"
+mkdir -p mnt data
+echo "run: mounting logfs at $mnt with data in $PWD/data (Ctrl-C to unmount)"
 exec .venv/bin/logfs mount mnt --data-dir data "$@"

@@ -12,6 +12,8 @@ pkg-config --exists fuse3 2>/dev/null || need_apt+=(libfuse3-dev)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v mountpoint >/dev/null 2>&1 || need_apt+=(util-linux)
+command -v rsync >/dev/null 2>&1 || need_apt+=(rsync)      # the conformance tests run the everyday tools
+command -v less >/dev/null 2>&1 || need_apt+=(less)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing system packages: ${need_apt[*]}"
     SUDO=""

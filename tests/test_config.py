@@ -49,6 +49,8 @@ KAFKA_BROKER_DEFAULTS = {
     "compression.type": "producer",
     "log.initial.task.delay.ms": 30000,
     "isolation.level": "read_uncommitted",
+    "offsets.topic.num.partitions": 50,
+    "offsets.topic.segment.bytes": 104857600,
     "log.dir": "./data",
     "log.dirs": ["./data"],
 }
@@ -154,7 +156,7 @@ def test_unknown_topic_name_refused():
 
 def test_topic_values_parse_like_configdef():
     config = LogConfig.from_props({
-        "segment.bytes": " 14 ", "retention.ms": "-1", "retention.bytes": "+500",
+        "segment.bytes": " 14 ", "retention.ms": "-1", "retention.bytes": "500",
         "min.cleanable.dirty.ratio": "1", "cleanup.policy": "compact , delete",
         "compression.type": " zstd", "parse.key": "TRUE", "key.separator": " : ", "null.marker": "<null>",
         "flush.messages": str(LONG_MAX),
@@ -167,6 +169,16 @@ def test_topic_values_parse_like_configdef():
     assert config.null_marker == "<null>" and config.flush_messages == LONG_MAX
     assert LogConfig.from_props({"cleanup.policy": ""}).cleanup_policy == ()
     assert LogConfig.from_props({"min.cleanable.dirty.ratio": ".25"}).min_cleanable_dirty_ratio == 0.25
+
+
+@pytest.mark.parametrize("value", ["+500", "0500", "00", "-0", "\u0665\u0660\u0660", "1" * 5000, "9" * 20, " - 1"])
+def test_integer_values_have_one_spelling(value):
+    # One canonical spelling per number (engine.numbers): Kafka's Long.parseLong
+    # would take "+500" and "0500"; a mount path or marker never does, and
+    # config values follow the same rule.  5,000 digits is EINVAL, not a ValueError.
+    with pytest.raises(InvalidConfigError) as info:
+        LogConfig.from_props({"retention.bytes": value})
+    assert "retention.bytes" in str(info.value) and len(str(info.value)) < 300
 
 
 def test_overrides_layer_on_defaults():

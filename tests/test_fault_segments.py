@@ -230,6 +230,9 @@ def test_damage_in_a_sealed_segment_is_eio_never_a_silent_gap(logfs_mount, damag
         # what is before and after the damage is still served
         assert m.sh("cat t/0/offset/5").stdout == b"t-5\n"
         assert m.sh(f"cat t/0/offset/{first_offset_of_next}").stdout == b"t-%d\n" % first_offset_of_next
+        assert m.sh(f"cat t/0/from/{first_offset_of_next}").stdout == b"".join(
+            b"t-%d\n" % i for i in range(first_offset_of_next, 600))
+        assert (m / f"t/0/segments/{sealed.name}").read_bytes() == sealed.read_bytes()
     finally:
         assert m.stop() == 0
     named = [line for line in m.log().splitlines() if str(sealed) in line and f"position {damaged_at}" in line]

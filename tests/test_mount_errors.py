@@ -99,7 +99,14 @@ def test_read_only_mount_gives_erofs(logfs_mount):
     assert _errno_of(os.mkdir, ro / "u") == errno.EROFS
     assert _errno_of(os.rmdir, ro / "t") == errno.EROFS
     assert _errno_of(_write, ro / "t/delete", b"topic\n") == errno.EROFS
+    assert _errno_of(os.truncate, ro / "t/0/append", 0) == errno.EROFS
+    assert _errno_of(os.unlink, ro / "t/0/records") == errno.EROFS
     assert ro.stop() == 0
+    # each refusal is one log line naming it (the kernel's "ro" flag would answer
+    # EROFS without asking the mount, so nothing would be logged)
+    refusals = [line for line in ro.log().splitlines() if "(EROFS)" in line]
+    assert len(refusals) == 7, refusals
+    assert sum("mkdir failed" in line for line in refusals) == 1
 
 
 @pytest.mark.mount_options({"log.segment.bytes": "1000"})

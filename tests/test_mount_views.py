@@ -26,11 +26,12 @@ def _json_lines(data: bytes) -> list[dict]:
 @pytest.mark.mount_options({"num.partitions": "2"})
 def test_topic_partition_layout_and_views_match_kafka(mount):
     mount.sh("mkdir t")
-    assert sorted(os.listdir(mount / "t")) == ["0", "1", "append", "config", "delete"]
+    assert sorted(os.listdir(mount / "t")) == ["0", "1", "append", "append.jsonl", "config", "delete", "groups"]
     mount.sh("mkdir t/2")
     assert "2" in os.listdir(mount / "t")
     assert sorted(os.listdir(mount / "t/0")) == sorted(
-        ["append", "records", "records.jsonl", "offset", "from", "since", "segments", "state", "delete"])
+        ["append", "append.jsonl", "consume", "records", "records.jsonl", "offset", "from", "since", "segments",
+         "state", "delete"])
 
     mount.sh("for i in $(seq 1 100); do echo line-$i; done > t/0/append")
     mount.sh("printf 'a\\nb\\n' >> t/0/append && echo 'héllo \"q\"' >> t/0/append")
@@ -62,14 +63,17 @@ def test_topic_partition_layout_and_views_match_kafka(mount):
     assert state["num_segments"] == len(state["segments"]) >= 1
     assert state["dir"] == str(mount.partition_dir("t", 0))
 
-    # segments/: the raw files are the bytes on disk.
+    # segments/: the raw files are the bytes on disk, up to their used size (the
+    # active segment's indexes are preallocated; what follows the entries is zeros).
     seg_names = sorted(os.listdir(mount / "t/0/segments"))
     assert seg_names == ["00000000000000000000.index", "00000000000000000000.jsonl",
                          "00000000000000000000.log", "00000000000000000000.timeindex"]
     for suffix in (".log", ".index", ".timeindex"):
         through = (mount / f"t/0/segments/00000000000000000000{suffix}").read_bytes()
         on_disk = (mount.partition_dir("t", 0) / f"00000000000000000000{suffix}").read_bytes()
-        assert through == on_disk, suffix
+        assert through == on_disk[:len(through)] and not on_disk[len(through):].strip(b"\0"), suffix
+        assert os.stat(mount / f"t/0/segments/00000000000000000000{suffix}").st_size == len(through)
+    assert len((mount / "t/0/segments/00000000000000000000.timeindex").read_bytes()) % 12 == 0
     assert (mount / "t/0/segments/00000000000000000000.jsonl").read_bytes() == jl
 
     rows_by_offset = {r["offset"]: r for r in rows}

@@ -167,3 +167,92 @@ def test_read_only_mount_of_an_unclean_dir_recovers_in_memory_and_writes_nothing
         assert rw.stop() == 0
     after = fingerprint(data)
     assert {k: after.get(k) for k in kafka_files} == kafka_files
+
+
+# --------------------------------------------------------------------------- property: read-only == read-write recovery
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from engine.clock import ManualClock  # noqa: E402
+from engine.config import LogConfig  # noqa: E402
+from engine.errors import CorruptRecordError  # noqa: E402
+from engine.log import Log  # noqa: E402
+
+_CONFIG = LogConfig.from_props({"segment.bytes": "1000", "index.interval.bytes": "150"})
+_T0 = 1_700_000_000_000
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "t-0"
+    clock = ManualClock(_T0)
+    log = Log.load(str(path), _CONFIG, clock=clock)
+    for i in range(40):
+        log.append_values([b"%d-%d" % (i, j) * (1 + j % 3) for j in range(1 + i % 4)])
+        clock.sleep(7)
+    log.flush()
+    log.close()
+    return path
+
+
+def _outcome(log: Log) -> tuple:
+    """What a reader gets: offsets, then every record from the log start or the damage that stops it."""
+    try:
+        records = [(r.offset, r.timestamp, r.value) for r in log.read_records(log.log_start_offset)]
+        return log.log_start_offset, log.log_end_offset, records
+    except CorruptRecordError as exc:
+        return log.log_start_offset, log.log_end_offset, ("EIO", os.path.basename(exc.path), exc.position)
+
+
+_DAMAGE = st.tuples(
+    st.sampled_from(["truncate log", "flip log byte", "delete index", "delete time index", "flip index byte",
+                     "append junk"]),
+    st.integers(min_value=0, max_value=10_000),      # which segment (modulo)
+    st.integers(min_value=0, max_value=100_000),     # where in the file (modulo its size)
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(damages=st.lists(_DAMAGE, min_size=1, max_size=3), clean=st.booleans(), recovery_point=st.integers(0, 60))
+def test_read_only_load_serves_what_read_write_recovery_leaves_and_writes_nothing(template, tmp_path_factory,
+                                                                                 damages, clean, recovery_point):
+    import shutil
+    base = tmp_path_factory.mktemp("case")
+    ro_dir, rw_dir = base / "ro" / "t-0", base / "rw" / "t-0"
+    shutil.copytree(template, ro_dir)
+    logs = sorted(ro_dir.glob("*.log"))
+    for kind, which, where in damages:
+        segment = logs[which % len(logs)]
+        target = {"delete index": segment.with_suffix(".index"), "delete time index": segment.with_suffix(".timeindex"),
+                  "flip index byte": segment.with_suffix(".index")}.get(kind, segment)
+        if not target.exists():
+            continue
+        size = target.stat().st_size
+        if kind.startswith("delete"):
+            target.unlink()
+        elif kind == "truncate log":
+            os.truncate(target, where % (size + 1))
+        elif kind == "append junk":
+            with open(target, "ab") as f:
+                f.write(b"\x00\x00\x00\x00\x00\x00\x00\x05\x00\x00\x00\x30" + bytes(where % 50))
+        elif size:
+            with open(target, "r+b") as f:
+                f.seek(where % size)
+                byte = f.read(1)
+                f.seek(where % size)
+                f.write(bytes([byte[0] ^ 0x41]))
+    shutil.copytree(ro_dir, rw_dir)
+    before = fingerprint(ro_dir)
+    clock = ManualClock(_T0 + 10_000_000)
+    kw = dict(had_clean_shutdown=clean, recovery_point=recovery_point, clock=clock)
+    ro = Log.load(str(ro_dir), _CONFIG, read_only=True, **kw)
+    try:
+        seen = _outcome(ro)
+    finally:
+        ro.close()
+    assert fingerprint(ro_dir) == before
+    rw = Log.load(str(rw_dir), _CONFIG, **kw)
+    try:
+        assert seen == _outcome(rw)
+    finally:
+        rw.close()

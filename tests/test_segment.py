@@ -266,6 +266,10 @@ def test_a_segment_cut_mid_batch_raises_with_file_and_position_as_fields(segment
         assert info.value.path == seg.log_path and info.value.position == cut_at
         assert "(file " not in info.value.detail
         assert seg.read(45, 1 << 20).records            # before the damage: served
+        vi, damage = seg.view_index_and_damage()        # views: the good bytes, then the error
+        assert vi.log_size == cut_at and damage.position == cut_at and damage.path == seg.log_path
+        with pytest.raises(CorruptRecordError):
+            seg.view_index
         with pytest.raises(CorruptRecordError):
             seg.translate_offset(125)                   # at the damage: never "no such offset"
         # Rebuilding the indexes of a sealed segment keeps its bytes (truncate=False)
@@ -354,3 +358,24 @@ def test_segment_files_are_never_opened_through_a_link(tmp_path):
     with pytest.raises(UnsafeFileError, match="not a regular file"):
         LogSegment.open(str(tmp_path / "t-0"), 200, make_config(), ManualClock())
     assert outside.read_bytes() == b"precious\n"
+
+
+def test_a_time_index_naming_offsets_outside_its_segment_fails_the_check(tmp_path):
+    from engine.errors import CorruptIndexError
+    (tmp_path / "t-0").mkdir()
+    seg = LogSegment.open(str(tmp_path / "t-0"), 0, make_config(index_interval_bytes=100), ManualClock())
+    fill(seg, 40)
+    seg.close()
+    path = seg.time_index.path
+    raw = bytearray(open(path, "rb").read())
+    entries = len(raw) // 12
+    assert entries >= 3
+    raw[(entries // 2) * 12 + 8:(entries // 2) * 12 + 12] = (10_000).to_bytes(4, "big")   # offset 10000
+    open(path, "wb").write(bytes(raw))
+    seg = _reopen(tmp_path)
+    try:
+        seg.sanity_check()                                   # Kafka's check looks at the last entry only
+        with pytest.raises(CorruptIndexError, match="Time index"):
+            seg.check_index_against_log()
+    finally:
+        seg.close()

@@ -1,0 +1,462 @@
+"""Consumer groups in the mount: ``<topic>/groups/`` and ``<topic>/<p>/consume/``.
+
+The committed offsets live in ``__consumer_offsets`` (engine.consumer_offsets,
+loaded at mount start); this module gives them their files:
+
+* ``<topic>/groups/`` holds a file per group with a committed offset on the
+  topic (``echo ... > groups/new`` creates one: the group exists once a commit
+  is applied).  ``groups/<group>`` reads ``<partition> <committed> <log end
+  offset> <lag>`` for every partition (``-1`` and the lag from the log start
+  where the group has no commit).  Written lines, applied together when the
+  file is closed (as an edited file would be; Kafka's
+  ``kafka-consumer-groups.sh --reset-offsets --execute``):
+
+  - ``<partition> <offset>``: commit ``offset`` (0 .. log end offset);
+  - ``reset earliest`` / ``reset latest``: every partition to its log start /
+    log end offset;
+  - ``reset <offset>``: every partition to ``offset``, clamped to each
+    partition's [log start, log end] as kafka-consumer-groups' ``--to-offset``;
+  - ``reset <ISO 8601>`` or ``reset @<epoch ms>``: every partition to its first
+    offset with a timestamp at or after that time (the log end when none), as
+    ``--to-datetime`` (a bare number is an offset, hence the ``@``).
+
+  A bad line fails the ``write()`` carrying it with EINVAL and nothing written
+  through that opening is applied.  ``rm groups/<group>`` deletes the group's
+  commits on the topic (tombstones, Kafka's OffsetDelete).
+* ``<topic>/<p>/consume/<group>`` (text) and ``consume/<group>.jsonl`` read the
+  records from the group's committed offset (the log start when it has none,
+  or when it is below the log start or beyond the log end) to the log end
+  offset at open.  Closing the file commits the offset of the first record
+  the reader was not wholly given.  A partition is read by one opening per
+  group at a time, as Kafka assigns a partition to one consumer of a group: a
+  second ``open()`` while the first is open fails with EBUSY.  The commit is
+  fenced: it applies only if the committed offset is still the one this
+  opening started from (a ``groups/`` write meanwhile wins).  On a read-only
+  mount the files read the same and commit nothing.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from engine.consume import ConsumerView, open_consumer_view
+from engine.consumer_offsets import GroupMetadataManager
+from engine.errors import InvalidRequestError, LogfsError
+from engine.topic import TopicPartition
+from engine.views import ViewFormat
+from logfs.namespace import (
+    RW_MODE,
+    BytesHandle,
+    Directory,
+    FileNode,
+    Handle,
+    NoSuchNameError,
+    Node,
+    ViewHandle,
+    parse_timestamp,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from logfs.namespace import Namespace
+
+log = logging.getLogger(__name__)
+
+__all__ = ["install", "coordinator", "topic_entry", "partition_entry", "TOPIC_NAMES", "PARTITION_NAMES",
+           "GroupsDir", "GroupFile", "ConsumeDir", "ConsumeFile", "GroupBusyError"]
+
+#: names this module (and logfs.jsonl_append) add to a topic directory and a partition directory
+TOPIC_NAMES = ["append.jsonl", "groups"]
+PARTITION_NAMES = ["append.jsonl", "consume"]
+
+
+#: longest line a groups/<group> file takes (a command is a few dozen bytes)
+_MAX_LINE = 4096
+
+
+class GroupBusyError(LogfsError):
+    """A second opening of one group's partition while the first is open (one consumer per partition)."""
+
+    errno = _errno.EBUSY
+
+
+def install(ns: "Namespace") -> None:
+    """Load the committed offsets at mount start and hand them to the stats files."""
+    ns.group_coordinator = GroupMetadataManager(ns.manager).load()
+    ns.group_leases = _Leases()
+    ns.stats.groups = ns.group_coordinator
+
+
+def coordinator(ns: "Namespace") -> GroupMetadataManager:
+    return ns.group_coordinator
+
+
+def topic_entry(ns: "Namespace", topic: str, name: str) -> Node | None:
+    """``<topic>/groups`` and ``<topic>/append.jsonl``; None for other names."""
+    if name == "groups":
+        return ns.stable(GroupsDir, topic)
+    if name == "append.jsonl":
+        from logfs.jsonl_append import JsonlAppendFile
+        return ns.stable(JsonlAppendFile, topic, None)
+    return None
+
+
+def partition_entry(ns: "Namespace", tp: TopicPartition, name: str) -> Node | None:
+    """``<topic>/<p>/consume`` and ``<topic>/<p>/append.jsonl``; None for other names."""
+    if name == "consume":
+        return ns.stable(ConsumeDir, tp)
+    if name == "append.jsonl":
+        from logfs.jsonl_append import JsonlAppendFile
+        return ns.stable(JsonlAppendFile, tp.topic, tp.partition)
+    return None
+
+
+def _check_group_name(group: str) -> None:
+    if not group or group in (".", ".."):
+        raise NoSuchNameError(f"Invalid consumer group id {group!r}")
+
+
+class _Leases:
+    """Which (group, partition) is being consumed by an open file."""
+
+    def __init__(self) -> None:
+        self._held: set[tuple[str, TopicPartition]] = set()
+        self._lock = threading.Lock()
+
+    def acquire(self, group: str, tp: TopicPartition) -> None:
+        with self._lock:
+            if (group, tp) in self._held:
+                raise GroupBusyError(
+                    f"Partition {tp} is already being consumed by group {group} (one reader per group and "
+                    "partition, as Kafka assigns a partition to one consumer of a group)")
+            self._held.add((group, tp))
+
+    def release(self, group: str, tp: TopicPartition) -> None:
+        with self._lock:
+            self._held.discard((group, tp))
+
+
+# --------------------------------------------------------------------------- groups/
+
+
+class GroupsDir(Directory):
+    def __init__(self, ns: "Namespace", topic: str) -> None:
+        super().__init__(ns)
+        self.topic = topic
+
+    @property
+    def key(self) -> tuple:
+        return ("groups", self.topic)
+
+    def names(self) -> list[str]:
+        return coordinator(self.ns).groups(self.topic)
+
+    def lookup(self, name: str) -> Node:
+        self.ns.require_topic(self.topic)
+        if not coordinator(self.ns).committed_offsets(name, self.topic):
+            # only groups with commits exist: `cat t/*/records` must not find a group named "records"
+            raise NoSuchNameError(f"Group {name!r} has no committed offsets on topic {self.topic}")
+        return self.ns.stable(GroupFile, self.topic, name)
+
+    def create(self, name: str) -> Node:
+        """``echo '0 5' > groups/<new group>``: the group exists once what is written is applied."""
+        self.ns.check_writable()
+        self.ns.require_topic(self.topic)
+        _check_group_name(name)
+        return self.ns.stable(GroupFile, self.topic, name)
+
+    def unlink(self, name: str) -> None:
+        """``rm groups/<group>``: tombstones for the group's commits on this topic."""
+        self.ns.check_writable()
+        self.ns.require_topic(self.topic)
+        if coordinator(self.ns).delete_group_offsets(name, self.topic) == 0:
+            raise NoSuchNameError(f"Group {name!r} has no committed offsets on topic {self.topic}")
+
+
+class GroupFile(FileNode):
+    writable = True
+    mode = RW_MODE
+
+    def __init__(self, ns: "Namespace", topic: str, group: str) -> None:
+        super().__init__(ns)
+        self.topic = topic
+        self.group = group
+
+    @property
+    def key(self) -> tuple:
+        return ("group", self.topic, self.group)
+
+    def describe(self) -> str:
+        return f"{self.topic}/groups/{self.group}"
+
+    def render(self) -> bytes:
+        self.ns.require_topic(self.topic)
+        rows = coordinator(self.ns).lag(self.group, self.topic)
+        return "".join(f"{r.partition} {r.committed} {r.log_end_offset} {r.lag}\n" for r in rows).encode()
+
+    def size(self) -> int:
+        return len(self.render())
+
+    def open(self, write: bool) -> Handle:
+        content = self.render()
+        if not write:
+            return BytesHandle(content)
+        self.ns.check_writable()
+        return GroupCommandHandle(self, content)
+
+
+class GroupCommandHandle(Handle):
+    """Lines written to ``groups/<group>``: validated per write, applied together at close."""
+
+    blocking = True
+
+    def __init__(self, node: GroupFile, content: bytes) -> None:
+        self._node = node
+        self._content = content
+        self._partial = b""
+        self._actions: list[tuple[str, object]] = []
+        self._failed = False
+        self._lock = threading.Lock()
+
+    def read(self, offset: int, size: int) -> bytes:
+        return self._content[offset:offset + size]
+
+    def write(self, offset: int, data: bytes) -> int:
+        with self._lock:
+            lines = (self._partial + data).split(b"\n")
+            rest = lines.pop()
+            try:
+                parsed = [self._parse(line) for line in lines]
+            except LogfsError:
+                self._failed = True
+                raise
+            self._actions.extend(a for a in parsed if a is not None)
+            if len(rest) > _MAX_LINE:
+                self._failed = True
+                raise InvalidRequestError(f"A line of more than {_MAX_LINE} bytes written to "
+                                          f"{self._node.describe()}: not a group command")
+            self._partial = rest
+        return len(data)
+
+    def flush(self) -> None:
+        with self._lock:
+            rest, self._partial = self._partial, b""
+            if rest.strip():
+                try:
+                    action = self._parse(rest)
+                except LogfsError:
+                    self._failed = True
+                    raise
+                if action is not None:
+                    self._actions.append(action)
+            actions, self._actions = self._actions, []
+            if self._failed:
+                if actions:
+                    log.warning("Not applying %d lines written to %s: an earlier line was refused",
+                                len(actions), self._node.describe())
+                return
+            if actions:
+                self._apply(actions)
+
+    release = flush
+
+    def _parse(self, raw: bytes) -> tuple[str, object] | None:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line or line.startswith("#"):
+            return None
+        words = line.split()
+        node = self._node
+        ns = node.ns
+        if words[0] == "reset" and len(words) == 2:
+            spec = words[1]
+            if spec in ("earliest", "latest"):
+                return ("reset", spec)
+            if spec.isdigit() and spec.isascii():
+                return ("reset-offset", int(spec))
+            when = parse_timestamp(spec[1:]) if spec.startswith("@") and spec[1:].isdigit() else \
+                (None if spec.isdigit() else parse_timestamp(spec))
+            if when is not None:
+                return ("reset-time", when)
+        elif len(words) == 2 and all(w.isdigit() and w.isascii() for w in words):
+            partition, offset = int(words[0]), int(words[1])
+            target = ns.manager.get_log(TopicPartition(node.topic, partition))
+            if target is None:
+                raise InvalidRequestError(
+                    f"Invalid line {line!r} for {node.describe()}: topic {node.topic} has no partition {partition}")
+            end = target.log_end_offset
+            if offset > end:
+                raise InvalidRequestError(
+                    f"Invalid line {line!r} for {node.describe()}: offset {offset} is beyond the log end "
+                    f"offset {end} of {node.topic}-{partition}")
+            return ("commit", (partition, offset))
+        raise InvalidRequestError(
+            f"Invalid line {line!r} for {node.describe()}: expected '<partition> <offset>' or "
+            "'reset earliest|latest|<offset>|<ISO 8601>|@<epoch ms>'")
+
+    def _apply(self, actions: list[tuple[str, object]]) -> None:
+        node = self._node
+        manager = node.ns.manager
+        partitions = sorted(manager.partitions(node.topic))
+        offsets: dict[int, int] = {}
+        for verb, arg in actions:
+            if verb == "commit":
+                partition, offset = arg  # type: ignore[misc]
+                offsets[int(partition)] = int(offset)
+                continue
+            for p in partitions:
+                target = manager.get_log(TopicPartition(node.topic, p))
+                if target is None:
+                    continue
+                start, end = target.log_start_offset, target.log_end_offset
+                if verb == "reset":
+                    offsets[p] = start if arg == "earliest" else end
+                elif verb == "reset-offset":
+                    offsets[p] = min(max(int(arg), start), end)  # type: ignore[call-overload]
+                else:
+                    found = target.fetch_offset_by_timestamp(int(arg))  # type: ignore[call-overload]
+                    offsets[p] = end if found is None else found[0]
+        coordinator(node.ns).commit(node.group, {TopicPartition(node.topic, p): o for p, o in offsets.items()})
+
+
+# --------------------------------------------------------------------------- consume/
+
+
+class ConsumeDir(Directory):
+    def __init__(self, ns: "Namespace", tp: TopicPartition) -> None:
+        super().__init__(ns)
+        self.tp = tp
+
+    @property
+    def key(self) -> tuple:
+        return ("consume", self.tp)
+
+    def names(self) -> list[str]:
+        return coordinator(self.ns).groups(self.tp.topic)
+
+    def lookup(self, name: str) -> Node:
+        self.ns.log(self.tp)
+        group, fmt = (name[:-6], ViewFormat.JSONL) if name.endswith(".jsonl") else (name, ViewFormat.TEXT)
+        _check_group_name(group)
+        node = ConsumeFile(self.ns, self.tp, group, fmt, name)
+        node.view          # anchor now: the size the kernel sees is this moment's
+        return node
+
+    def fsync(self) -> None:
+        self.ns.log(self.tp).flush()
+
+
+class ConsumeFile(FileNode):
+    """``consume/<group>[.jsonl]``: a fresh node per lookup (each opening reads from a new position)."""
+
+    stable = False
+    transient = True     # the same, in the node model where views are reused while unchanged (tools branch)
+
+    def __init__(self, ns: "Namespace", tp: TopicPartition, group: str, fmt: ViewFormat, name: str) -> None:
+        super().__init__(ns)
+        self.tp = tp
+        self.group = group
+        self.format = fmt
+        self.name = name
+        self._view: ConsumerView | None = None
+        self._from: int | None = None         # the committed offset the view was anchored at
+
+    @property
+    def key(self) -> tuple:
+        return ("consume", id(self))
+
+    def describe(self) -> str:
+        return f"{self.tp.topic}/{self.tp.partition}/consume/{self.name}"
+
+    @property
+    def view(self) -> ConsumerView:
+        if self._view is None:
+            self._from = coordinator(self.ns).committed(self.group, self.tp)
+            self._view = open_consumer_view(self.ns.log(self.tp), self.format, self._from)
+        return self._view
+
+    def size(self) -> int:
+        return self.view.size()
+
+    def open(self, write: bool) -> Handle:
+        self._refuse_write(write)
+        leases = self.ns.group_leases
+        leases.acquire(self.group, self.tp)
+        try:
+            if self._view is not None and coordinator(self.ns).committed(self.group, self.tp) != self._from:
+                # committed since the view was anchored (by a previous opening whose release is still on
+                # its way): start from the new position; that opening's handle closes the old view
+                self._view = None
+            view = self.view
+        except BaseException:
+            leases.release(self.group, self.tp)
+            raise
+        return ConsumeHandle(self, view, self._from)
+
+    def detach(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        view, self._view = self._view, None
+        if view is not None:
+            view.close()
+
+
+class ConsumeHandle(ViewHandle):
+    """Reads of a consumer view; closing it commits what the reader was given."""
+
+    __slots__ = ("_node", "_expected", "_given", "_flushed_at", "_leased", "_lock")
+    blocking = True    # the commit appends to __consumer_offsets, which may create the topic
+
+    def __init__(self, node: ConsumeFile, view: ConsumerView, committed: int | None) -> None:
+        super().__init__(view, node.ns.views_direct_io)
+        self._node = node
+        self._expected = committed
+        self._given = 0
+        self._flushed_at = 0         # _given at the last commit: a flush with nothing new read commits nothing
+        self._leased = True
+        self._lock = threading.Lock()
+
+    def read(self, offset: int, size: int) -> bytes:
+        data = self._view.read(offset, size)
+        end = offset + len(data)
+        with self._lock:             # large reads run in worker threads
+            if end > self._given:
+                self._given = end
+        return data
+
+    def flush(self) -> None:
+        """close(): commit the position, and let another opening of the group's partition in."""
+        with self._lock:
+            node = self._node
+            try:
+                if self._given > self._flushed_at and not node.ns.read_only:
+                    self._commit(self._view.next_offset_at(self._given))
+                    self._flushed_at = self._given
+            finally:
+                if self._leased:
+                    self._leased = False
+                    node.ns.group_leases.release(node.group, node.tp)
+
+    def _commit(self, offset: int) -> None:
+        node = self._node
+        store = coordinator(node.ns)
+        current = store.committed(node.group, node.tp)
+        if current != self._expected:
+            log.warning("Not committing offset %d for group %s on %s: the group's committed offset moved to %s "
+                        "while %s was open", offset, node.group, node.tp, current, node.describe())
+            return
+        if offset == current:
+            return
+        store.commit(node.group, {node.tp: offset})
+        self._expected = offset
+
+    def release(self) -> None:
+        try:
+            self.flush()
+        finally:
+            # the node owns its current view (logfs.fs closes it once no handle of the inode is open);
+            # one the node re-anchored away from is this handle's to close
+            if self._node._view is not self._view:
+                self._view.close()

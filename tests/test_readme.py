@@ -1,0 +1,92 @@
+"""The README's console blocks run as written, against a real mount laid out as scripts/run.sh lays it out.
+
+Each ```console block of README.md is one shell session: ``$ `` lines are
+commands, the lines after one are its expected output.  Output is compared
+token by token (``ls`` prints columns on a terminal and one name per line
+into a pipe) with JSON timestamps masked; a command shown without output is
+only required to succeed.  ``tail -f`` is stopped with SIGINT after two
+seconds, as a reader would press Ctrl-C.  Blocks that need Spark are run by
+tests/test_readme_spark.py.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, Mount
+
+pytestmark = pytest.mark.mount
+
+_TIMESTAMP = re.compile(rb'"timestamp":\d+')
+
+
+def console_blocks(text: str) -> list[list[tuple[str, list[str]]]]:
+    """[[(command, expected output lines), ...] per ```console block]."""
+    blocks = []
+    for body in re.findall(r"```console\n(.*?)```", text, re.S):
+        commands: list[tuple[str, list[str]]] = []
+        for line in body.splitlines():
+            if line.startswith("$ "):
+                commands.append((line[2:], []))
+            elif commands:
+                commands[-1][1].append(line)
+        blocks.append(commands)
+    return blocks
+
+
+def _normalise(data: bytes) -> list[bytes]:
+    return _TIMESTAMP.sub(b'"timestamp":T', data).split()
+
+
+def _run_block(cwd: Path, commands: list[tuple[str, list[str]]]) -> None:
+    shell = subprocess.Popen(["bash", "--norc", "--noprofile"], cwd=cwd, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        for command, expected in commands:
+            run = command
+            if re.search(r"\btail\b[^|;]*\s-f\b", command):
+                run = f"timeout -s INT 2 {command}\n_rc=$?; [ $_rc -eq 124 ] || [ $_rc -eq 0 ]"
+            marker = "__README_DONE__"
+            shell.stdin.write(f"{run}\necho {marker} $?\n".encode())
+            shell.stdin.flush()
+            out = b""
+            while True:
+                line = shell.stdout.readline()
+                if not line:
+                    raise AssertionError(f"shell ended during {command!r}")
+                if line.startswith(marker.encode()):
+                    status = int(line.split()[1])
+                    break
+                out += line
+            assert status == 0, f"{command!r} exited {status}:\n{out.decode(errors='replace')}"
+            if expected:
+                assert _normalise(out) == _normalise("\n".join(expected).encode()), \
+                    f"{command!r} printed:\n{out.decode(errors='replace')}"
+    finally:
+        shell.stdin.close()
+        shell.wait(timeout=30)
+
+
+def _spark_block(commands) -> bool:
+    return any("pipeline.py" in c or "pyspark" in c for c, _ in commands)
+
+
+def test_readme_console_blocks_run_as_written(tmp_path):
+    # the layout scripts/run.sh makes: ./mnt, ./data and the .venv with the logfs command
+    root = tmp_path / "project"
+    m = Mount(root, {}).start()
+    (root / ".venv").symlink_to(ROOT / ".venv")
+    (root / "scripts").symlink_to(ROOT / "scripts")
+    try:
+        blocks = [b for b in console_blocks((ROOT / "README.md").read_text()) if not _spark_block(b)]
+        assert len(blocks) >= 2
+        for commands in blocks:
+            starts_outside = commands[0][0].split("#")[0].strip() == "cd mnt"
+            _run_block(root if starts_outside else m.path, commands)
+    finally:
+        assert m.stop() == 0, m.log()
+    assert "Traceback" not in m.log()
