@@ -146,7 +146,9 @@ class KafkaBroker:
     def format(self) -> None:
         """``kafka-storage.sh format``: meta.properties and the bootstrap metadata in the log dir."""
         self.config_file.write_text("".join(f"{k}={v}\n" for k, v in self.properties.items()))
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cluster_id = "-"
+        while cluster_id.startswith("-"):   # as Kafka's Uuid.randomUuid: "-..." would parse as an option
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         run_tool("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config_file),
                  "--ignore-formatted", base=self.base)
 
