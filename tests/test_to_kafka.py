@@ -9,7 +9,9 @@ then read every partition from the same log start offset to the same log end
 offset, with the same offsets, keys, values, timestamps and timestamp types
 the mount showed in ``records.jsonl``: nothing lost, nothing renumbered.
 
-The data covers several topics and partitions, every ``compression.type``, a
+The data covers several topics and partitions, every ``compression.type``,
+records imported through ``append.jsonl`` (CreateTime timestamps, headers, null
+keys and values, bytes that are not UTF-8), a
 compacted topic after our cleaner ran (gaps, a tombstone with its KIP-534
 delete horizon), a topic whose log start moved by retention and one moved by
 ``before N`` (DeleteRecords) inside a segment.
@@ -129,6 +131,22 @@ def _write_data(mount: Mount) -> None:
             _append(mount, f"{topic}/0/append", [b"k%d\t%s value %d %s" % (i, codec.encode(), round, b"y" * i)
                                                  for i in range(25)])
 
+    # JSON lines in: CreateTime timestamps, headers, null keys and values, bytes that are not UTF-8.
+    (mount / "imported").mkdir()
+    lines = []
+    an_hour_ago = int(time.time() * 1000) - 3_600_000     # within retention.ms, which applies to CreateTime
+    for i in range(40):
+        row = {"key": None if i % 5 == 0 else f"key {i}", "value": None if i % 7 == 3 else f"value {i}",
+               "timestamp": an_hour_ago + 1000 * i}
+        if i % 3 == 0:
+            row["headers"] = [{"key": "trace", "value": f"t{i}"}, {"key": "empty", "value": None},
+                              {"key": "bin", "value": base64.b64encode(bytes([255, i])).decode(),
+                               "valueEncoding": "base64"}]
+        if i % 4 == 1:
+            row["value"], row["valueEncoding"] = base64.b64encode(b"\x00\xff raw " + bytes([i])).decode(), "base64"
+        lines.append(json.dumps(row).encode())
+    _append(mount, "imported/0/append.jsonl", lines)
+
     # A compacted topic cleaned by our cleaner, with a tombstone that keeps its delete horizon.
     (mount / "table").mkdir()
     (mount / "table/config").write_text("cleanup.policy=compact\nparse.key=true\nnull.marker=NULL\n"
@@ -169,11 +187,14 @@ def test_a_logfs_data_dir_is_served_by_kafka_after_the_procedure(kafka_broker, l
             and all(r["value"] is None for r in tombstones)
     _wait_for(table_cleaned, "the cleaner to compact 'table' past its tombstones")
 
-    topics = {"events": 3, **{f"codec-{c}": 1 for c in CODECS}, "table": 1, "retained": 1, "deleted": 1}
+    topics = {"events": 3, **{f"codec-{c}": 1 for c in CODECS}, "imported": 1, "table": 1, "retained": 1,
+              "deleted": 1}
     expected = {(t, p): _mount_view(mount, t, p) for t, n in topics.items() for p in range(n)}
     assert expected[("deleted", 0)][0] == 37 and expected[("retained", 0)][0] > 0
     table = expected[("table", 0)][2]
     assert [r[0] for r in table] != list(range(table[0][0], table[0][0] + len(table))), "no gaps: not cleaned"
+    imported = expected[("imported", 0)][2]
+    assert {r[4] for r in imported} == {0} and any(r[5] for r in imported) and any(r[1] is None for r in imported)
     assert mount.stop() == 0
 
     # Step 1: the plan, run by Kafka's own kafka-topics (TopicCommand) against the broker.
