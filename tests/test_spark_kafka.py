@@ -16,6 +16,7 @@ an error, never a skip.  One Spark session and one broker for the module.
 from __future__ import annotations
 
 import json
+import random
 import shlex
 import subprocess
 import time
@@ -65,6 +66,14 @@ def both(kafka_broker, tmp_path_factory):
             last = max(json.loads(line)["timestamp"]
                        for p in range(3) for line in (mount / f"a/{p}/records.jsonl").read_bytes().splitlines())
         (mount / "gone/0/delete").write_bytes(b"before 12\n")
+        # CreateTime records out of timestamp order, with headers, through append.jsonl.
+        (mount / "h").mkdir()
+        an_hour_ago = int(time.time() * 1000) - 3_600_000    # within retention.ms
+        shuffled = random.Random(534).sample(range(40), 40)
+        _append(mount, "h/0/append.jsonl", [json.dumps(
+            {"key": f"k{i}", "value": f"v{i}", "timestamp": an_hour_ago + 1000 * t,
+             **({"headers": [{"key": "n", "value": str(i)}, {"key": "null", "value": None}]} if i % 2 else {})}
+        ).encode() for i, t in enumerate(shuffled)])
         assert mount.stop() == 0
 
         kafka_topics = shlex.join(java_command("org.apache.kafka.tools.TopicCommand",
@@ -77,7 +86,7 @@ def both(kafka_broker, tmp_path_factory):
         run = subprocess.run(["sh", str(script)], capture_output=True, timeout=600)
         assert run.returncode == 0, run.stderr.decode(errors="replace")[-3000:]
         kafka_broker.wait_for(lambda: all((kafka_broker.log_dir / d / "partition.metadata").exists()
-                                          for d in ("a-0", "a-1", "a-2", "b-0", "gone-0")), "the partitions")
+                                          for d in ("a-0", "a-1", "a-2", "b-0", "gone-0", "h-0")), "the partitions")
         kafka_broker.stop()
         _logfs("to-kafka", "adopt", "--copy", str(mount.data), "--broker-log-dir", str(kafka_broker.log_dir))
         kafka_broker.start()
@@ -211,3 +220,16 @@ def test_timestamp_options_are_validated_with_a_clear_error(tmp_path):
         _timestamp_targets("startingOffsetsByTimestamp", None, {("a", 0): 5}, [("a", 0), ("a", 1)])
     with pytest.raises(UnknownTopicOrPartitionError, match="not subscribed or do not exist: b-0"):
         _timestamp_targets("endingOffsetsByTimestamp", None, {("a", 0): 5, ("b", 0): 1}, [("a", 0)])
+
+
+def test_headers_and_out_of_order_create_times(both):
+    rows = _same(both, {"subscribe": "h", "includeHeaders": "true"})
+    assert {r.timestampType for r in rows} == {0}
+    assert sum(r.headers is not None for r in rows) == 20
+    timestamps = sorted(int(r.timestamp.timestamp() * 1000) for r in rows)
+    # Kafka's offsetsForTimes over timestamps that go back and forth: same answer from both.
+    for t in (timestamps[0], timestamps[7], timestamps[19] + 1, timestamps[33], timestamps[-1]):
+        _same(both, {"subscribe": "h", "startingTimestamp": str(t)})
+        _same(both, {"subscribe": "h", "endingTimestamp": str(t)})
+        _same(both, {"subscribe": "h", "startingOffsetsByTimestamp": json.dumps({"h": {"0": t}}),
+                     "endingOffsetsByTimestamp": json.dumps({"h": {"0": timestamps[-1] + 1}})})
