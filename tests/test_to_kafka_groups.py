@@ -1,9 +1,9 @@
 """logfs -> Kafka with consumer groups: offsets committed through a mount reach a Kafka consumer.
 
-Needs logfs's consumer groups (``MOUNT/<topic>/groups/<group>``, the ``groups``
-branch): the commits live in ``__consumer_offsets`` in Kafka's record format,
-so the documented procedure (``logfs to-kafka plan`` / ``adopt``) carries them
-like any topic, and the broker's group coordinator loads them.
+Offsets committed through ``MOUNT/<topic>/groups/<group>`` live in
+``__consumer_offsets`` in Kafka's record format, so the documented procedure
+(``logfs to-kafka plan`` / ``adopt``) carries them like any topic, and the
+broker's group coordinator loads them.
 """
 
 from __future__ import annotations
