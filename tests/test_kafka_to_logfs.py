@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import struct
 import subprocess
 import time
@@ -360,6 +361,30 @@ def test_read_committed_mount_hides_aborted_transactions_as_a_read_committed_con
     finally:
         assert m.stop() == 0, m.log()
     assert hash_tree(scenario.broker.log_dir) == before
+
+
+def test_read_committed_views_follow_appends_to_a_copy_mounted_read_write(scenario: Scenario, tmp_path: Path):
+    """The aborted-transaction walk is incremental: records appended through the mount show up after it."""
+    copy = tmp_path / "data"
+    shutil.copytree(scenario.broker.log_dir, copy)
+    m = Mount(tmp_path, {"isolation.level": "read_committed"})
+    m.start()
+    try:
+        before = scenario.committed["txn"][0]
+        opened = open(m.path / "txn" / "0" / "records.jsonl", "rb")   # a view opened before the appends
+        assert _read_jsonl(m.path / "txn" / "0" / "records.jsonl") == before
+        log_end = json.loads((m.path / "txn" / "0" / "state").read_bytes())["log_end_offset"]
+        m.sh("printf 'appended 1\\nappended 2\\n' >> txn/0/append")
+        rows = _read_jsonl(m.path / "txn" / "0" / "records.jsonl")
+        assert rows[:len(before)] == before
+        assert [r.value for r in rows[len(before):]] == [b"appended 1", b"appended 2"]
+        assert [r.offset for r in rows[len(before):]] == [log_end, log_end + 1]
+        assert [seen_from_json(json.loads(line)) for line in opened.read().splitlines()] == rows
+        opened.close()
+        last = rows[-1].offset
+        assert (m.path / "txn" / "0" / "offset" / str(last)).read_bytes() == b"appended 2\n"
+    finally:
+        assert m.stop() == 0, m.log()
 
 
 def test_logfs_dump_log_prints_what_kafka_dump_log_prints_for_broker_files(scenario: Scenario, tmp_path: Path):
