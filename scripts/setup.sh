@@ -53,7 +53,7 @@ if [ ! -f "$kafka_libs/.complete" ]; then
     fi
     echo "setup: fetching Apache Kafka $kafka_version from Maven Central into $kafka_libs"
     mkdir -p "$kafka_libs"
-    mvn -q -B -f scripts/kafka/pom.xml dependency:copy-dependencies \
+    mvn -q -B -Dstyle.color=never -f scripts/kafka/pom.xml dependency:copy-dependencies \
         -DincludeScope=runtime -DoutputDirectory="$kafka_libs"
     touch "$kafka_libs/.complete"
 fi
