@@ -26,6 +26,10 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
+from engine import transactions
+from engine.config import BrokerConfig
+from engine.manager import LogManager
+from engine.topic import TopicPartition
 from tests.conftest import LOGFS, Mount, kafka_records
 from tests.kafka_broker import (  # noqa: F401 (kafka_broker is a fixture)
     KafkaBroker, Seen, consume_all, hash_tree, kafka_broker, run_tool, seen_from_json,
@@ -387,19 +391,44 @@ def test_read_committed_views_follow_appends_to_a_copy_mounted_read_write(scenar
         assert m.stop() == 0, m.log()
 
 
+def test_aborted_transactions_are_those_the_broker_indexed(scenario: Scenario):
+    """engine/transactions derives from the markers what Kafka wrote to its .txnindex files."""
+    log_dir = scenario.broker.log_dir
+    before = hash_tree(log_dir)
+    manager = LogManager(BrokerConfig(log_dirs=[str(log_dir)], isolation_level="read_committed"), read_only=True)
+    manager.startup()
+    try:
+        for p in scenario.topics["txn"]:
+            pdir = log_dir / f"txn-{p}"
+            indexed = []
+            for name in sorted(n for n in os.listdir(pdir) if n.endswith(".txnindex")):
+                raw = (pdir / name).read_bytes()
+                for i in range(0, len(raw), 34):   # version, producer id, first, last, last stable offset
+                    _, producer_id, first, last, _ = struct.unpack_from(">hqqqq", raw, i)
+                    indexed.append((producer_id, first, last))
+            state = transactions.read_committed_state(manager.get_log(TopicPartition("txn", p)))
+            assert indexed and [tuple(a) for a in state.aborted_transactions()] == indexed
+    finally:
+        manager.shutdown()
+    assert hash_tree(log_dir) == before
+
+
 def test_logfs_dump_log_prints_what_kafka_dump_log_prints_for_broker_files(scenario: Scenario, tmp_path: Path):
-    """Broker-written segments: transaction markers, KIP-534 horizons, producer ids, headers, binary payloads."""
+    """Broker-written files: transaction markers, KIP-534 horizons, producer ids, headers, binary payloads,
+    and the broker's aborted-transaction indexes and producer-state snapshots."""
     log_dir = scenario.broker.log_dir
     files = [str(log_dir / f"{topic}-{p}" / name)
              for topic in ("codecs", "txn", "compacted", "appendtime") for p in scenario.topics[topic]
              for name in sorted(os.listdir(log_dir / f"{topic}-{p}"))
-             if name.endswith((".log", ".index", ".timeindex"))]
+             if name.endswith((".log", ".index", ".timeindex", ".txnindex", ".snapshot"))]
     kafka = run_tool("org.apache.kafka.tools.DumpLogSegments", "--deep-iteration", "--print-data-log",
                      "--files", ",".join(files), base=tmp_path)
     ours = subprocess.run([str(LOGFS), "dump-log", *files, "--print-data-log"], capture_output=True, timeout=300)
     kafka_lines = kafka.stdout.decode().splitlines()
     assert any("endTxnMarker: ABORT" in line for line in kafka_lines)
     assert any("deleteHorizonMs: OptionalLong[" in line for line in kafka_lines)
+    assert any(line.startswith("version: 0 producerId: ") for line in kafka_lines)       # .txnindex
+    assert any(line.startswith("producerId: ") for line in kafka_lines)                  # .snapshot
     for k, o in zip(kafka_lines, ours.stdout.decode().splitlines()):
         assert o == k
     assert len(ours.stdout.decode().splitlines()) == len(kafka_lines)
