@@ -304,30 +304,30 @@ def test_the_data_is_what_the_scenario_promises(scenario: Scenario):
     """The broker wrote what the other tests rely on: every codec, markers, KIP-534 horizons, gaps."""
     log_dir = scenario.broker.log_dir
     codecs = {p: {attrs & 0x7 for _, attrs in _batches(log_dir / f"codecs-{p}")} for p in range(len(CODECS))}
-    assert codecs == {0: {0}, 1: {1}, 2: {2}, 3: {3}, 4: {4}}
+    assert codecs == {0: {0}, 1: {1}, 2: {2}, 3: {3}, 4: {4}}, codecs
     txn = _batches(log_dir / "txn-0") + _batches(log_dir / "txn-1")
     assert any(a & CONTROL_FLAG for _, a in txn) and any(a & TRANSACTIONAL_FLAG and not a & CONTROL_FLAG
-                                                         for _, a in txn)
-    assert len(scenario.committed["txn"][0]) < len(scenario.uncommitted["txn"][0])
+                                                         for _, a in txn), txn
+    assert len(scenario.committed["txn"][0]) < len(scenario.uncommitted["txn"][0]), "nothing aborted in txn-0"
     compacted = scenario.uncommitted["compacted"][0]
     offsets = [r.offset for r in compacted]
     assert offsets[-1] - offsets[0] + 1 > len(offsets), "Kafka's cleaner left no gaps"
     assert any(r.value is None for r in compacted), "no tombstone survived (delete.retention.ms is a day)"
     assert any(a & DELETE_HORIZON_FLAG for _, a in _batches(log_dir / "compacted-0")), \
         "Kafka's cleaner wrote no delete horizon"
-    assert any(scenario.uncommitted["__consumer_offsets"].values())
+    assert any(scenario.uncommitted["__consumer_offsets"].values()), "no group commit in __consumer_offsets"
     for name in ("meta.properties", "__cluster_metadata-0", "bootstrap.checkpoint"):
         assert (log_dir / name).exists(), name
     # Kafka's own files the mount must tolerate and leave alone
-    assert any(n.endswith(".snapshot") for n in os.listdir(log_dir / "txn-0"))
-    assert any(n.endswith(".txnindex") for p in (0, 1) for n in os.listdir(log_dir / f"txn-{p}"))
-    assert (log_dir / "txn-0" / "partition.metadata").exists()
-    assert (log_dir / "txn-0" / "leader-epoch-checkpoint").exists()
+    files = {p: sorted(os.listdir(log_dir / f"txn-{p}")) for p in (0, 1)}
+    assert any(n.endswith(".snapshot") for n in files[0]), files
+    assert any(n.endswith(".txnindex") for p in (0, 1) for n in files[p]), files
+    assert "partition.metadata" in files[0] and "leader-epoch-checkpoint" in files[0], files
     assert (log_dir / "__cluster_metadata-0" / "quorum-state").exists()
     assert (log_dir / "replication-offset-checkpoint").exists()
     # the open transaction holds a read_committed consumer at its first offset (the last stable offset)
-    assert [r.value for r in scenario.committed["txn-open"][0]] == [b"committed before"]
-    assert any(r.value == b"plain 4" for r in scenario.uncommitted["txn-open"][0])
+    assert [r.value for r in scenario.committed["txn-open"][0]] == [b"committed before"], scenario.committed
+    assert any(r.value == b"plain 4" for r in scenario.uncommitted["txn-open"][0]), scenario.uncommitted["txn-open"]
 
 
 def test_clean_broker_dir_mounts_read_only_with_every_view_as_consumed(scenario: Scenario):
