@@ -498,7 +498,6 @@ class Cleaner:
         tp = log.topic_partition
         topic, partition = tp.topic, tp.partition
         latest_offset = offset_map.latest_offset
-        interval = max(log.config.index_interval_bytes, 1)
         pause = self.gil_yield
         position = 0
         end = source.size
@@ -517,11 +516,9 @@ class Cleaner:
                         raise exc.at(source.log_path, position + pos) from None
                     batches.append((pos, header))
                 columns, latest_of = self._key_lookup(chunk, batches, offset_map, latest_offset)
-                # Retained batches are gathered into appends of about index.interval.bytes, so
-                # the new segment's offset and view indexes are as dense as an appended one's.
-                pending: list[bytes] = []
-                pending_size = pending_text = pending_json = 0
-                pending_last = pending_max_ts = pending_max_ts_offset = -1
+                # One append per retained batch: LogSegment.append indexes the position it
+                # writes at under the batch's last offset, which is what Kafka's index holds
+                # (DumpLogSegments checks every entry against the batch found there).
                 for pos, header in batches:
                     pause()
                     size = header.batch_length + LOG_OVERHEAD
@@ -560,22 +557,7 @@ class Cleaner:
                         text_size, json_size = batch_view_sizes(kept, topic, partition,
                                                                 int(header.timestamp_type))
                         max_ts, max_ts_offset = _max_timestamp(kept)
-                    pending.append(out)
-                    pending_size += len(out)
-                    pending_text += text_size
-                    pending_json += json_size
-                    pending_last = last_offset
-                    if max_ts > pending_max_ts:
-                        pending_max_ts, pending_max_ts_offset = max_ts, max_ts_offset
-                    if pending_size >= interval:
-                        self._append(dest, pending, pending_last, pending_max_ts, pending_max_ts_offset,
-                                     pending_text, pending_json)
-                        pending = []
-                        pending_size = pending_text = pending_json = 0
-                        pending_max_ts = pending_max_ts_offset = -1
-                if pending:
-                    self._append(dest, pending, pending_last, pending_max_ts, pending_max_ts_offset,
-                                 pending_text, pending_json)
+                    self._append(dest, out, last_offset, max_ts, max_ts_offset, text_size, json_size)
                 position += consumed
                 if consumed == 0:
                     self._grow_buffers_or_fail(source, position, chunk, log.config.max_message_bytes)
@@ -604,10 +586,9 @@ class Cleaner:
         latest_of[None] = _NEVER_RETAINED
         return columns, latest_of
 
-    def _append(self, dest: LogSegment, batches: list[bytes], largest_offset: int, max_timestamp: int,
+    def _append(self, dest: LogSegment, data: bytes, largest_offset: int, max_timestamp: int,
                 offset_of_max_timestamp: int, text_size: int, json_size: int) -> None:
         # `dest` is not in the log yet: nobody else sees it until replace_segments, so no lock.
-        data = batches[0] if len(batches) == 1 else b"".join(batches)
         dest.append(largest_offset, max_timestamp, offset_of_max_timestamp, data,
                     text_size=text_size, json_size=json_size)
         self.throttler.maybe_throttle(len(data))

@@ -40,6 +40,7 @@ from operator import add, itemgetter
 from typing import Iterator, NamedTuple, Sequence
 
 import cramjam
+import lz4.frame
 from crc32c import crc32c as _crc32c
 
 from engine.errors import CorruptRecordError, InvalidConfigError, InvalidRecordError
@@ -327,9 +328,11 @@ def _compress(codec: int, data: bytes) -> bytes:
     if codec == Compression.SNAPPY:
         return _snappy_compress_xerial(data)
     if codec == Compression.LZ4:
-        # cramjam writes the LZ4 frame format with independent blocks, which is
-        # what Kafka's KafkaLZ4BlockInputStream reads for magic 2.
-        return bytes(cramjam.lz4.compress(data))
+        # The LZ4 frame as Kafka's Lz4BlockOutputStream writes it: independent
+        # 64 KB blocks, no content size.  Kafka's reader refuses linked blocks
+        # ("Dependent block stream is unsupported"), which cramjam writes.
+        return lz4.frame.compress(data, block_linked=False, store_size=False,
+                                  block_size=lz4.frame.BLOCKSIZE_MAX64KB)
     if codec == Compression.ZSTD:
         return bytes(cramjam.zstd.compress(data, level=_ZSTD_LEVEL))
     raise InvalidRecordError(f"Unknown compression codec id {codec}")

@@ -69,14 +69,21 @@ def java_command(main_class: str, *args: str, jvm_opts: list[str] | None = None,
     return [*cmd, "-cp", str(kafka_libs() / "*"), main_class, *args]
 
 
+#: A short-lived tool starts fastest with the client compiler only and a small serial heap.
+TOOL_JVM_OPTS = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+
+
 def run_tool(main_class: str, *args: str, timeout: float = 300.0, check: bool = True,
-             base: Path | None = None) -> subprocess.CompletedProcess:
-    """Run one of Kafka's command-line tools (DumpLogSegments, ProducerPerformance, ...) to completion."""
+             base: Path | None = None, jvm_opts: list[str] | None = None) -> subprocess.CompletedProcess:
+    """Run one of Kafka's command-line tools (DumpLogSegments, ProducerPerformance, ...) to completion.
+
+    ``jvm_opts`` defaults to TOOL_JVM_OPTS; a benchmark passes JVM_OPTS (full JIT).
+    """
     log4j = None
     if base is not None:   # tools log to stderr by default; keep only warnings, in a file
         log4j = base / "tool-log4j2.properties"
         log4j.write_text(LOG4J2.format(log=base / "tool.log", level="WARN"))
-    cmd = java_command(main_class, *args, jvm_opts=["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"],
+    cmd = java_command(main_class, *args, jvm_opts=TOOL_JVM_OPTS if jvm_opts is None else jvm_opts,
                        log4j_config=log4j)
     result = subprocess.run(cmd, capture_output=True, timeout=timeout)
     if check and result.returncode != 0:
@@ -164,6 +171,8 @@ class KafkaBroker:
             if self.proc is None or self.proc.poll() is not None:
                 raise RuntimeError(f"Kafka broker exited with {self.proc and self.proc.returncode}:\n{self.log()}")
             try:
+                # the listener first (cheap), so kafka-python's reconnect backoff never delays the start
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000)
                 try:
                     admin.describe_cluster()
@@ -233,10 +242,6 @@ class KafkaBroker:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what}:\n{self.log()[-3000:]}")
             time.sleep(0.1)
-
-
-def start_broker(base: Path, overrides: dict[str, str] | None = None) -> KafkaBroker:
-    return KafkaBroker(base, overrides).start()
 
 
 @pytest.fixture(scope="module")
