@@ -1,8 +1,9 @@
 """Offline tools behind ``logfs dump-log`` and ``logfs check``.
 
 ``dump_log`` prints what Kafka's ``kafka-dump-log.sh`` (``DumpLogSegments``)
-prints for ``.log``, ``.index`` and ``.timeindex`` files, line for line, so an
-operator can diff our segments against a broker's.  ``check_dirs`` is the
+prints for ``.log``, ``.index`` and ``.timeindex`` files, and for a broker's
+``.txnindex`` (aborted transactions) and ``.snapshot`` (producer state) files,
+line for line, so an operator can diff our segments against a broker's.  ``check_dirs`` is the
 verification a broker does implicitly at startup, made explicit and read-only:
 every batch's framing and CRC, offsets that only grow, index entries that point
 at batch starts, time indexes that only grow, and checkpoints that parse and
@@ -19,6 +20,8 @@ import os
 import struct
 import sys
 from typing import NamedTuple, TextIO
+
+from crc32c import crc32c
 
 from engine.errors import CorruptCheckpointError, CorruptRecordError, InvalidTopicError
 from engine.records import (
@@ -39,6 +42,10 @@ CHECKPOINT_FILES = ("recovery-point-offset-checkpoint", "log-start-offset-checkp
 
 _OFFSET_ENTRY = struct.Struct(">ii")      # relative offset, position
 _TIME_ENTRY = struct.Struct(">qi")        # timestamp, relative offset
+_TXN_ENTRY = struct.Struct(">hqqqq")      # version, producer id, first, last, last stable offset
+#: ProducerStateManager's snapshot: version, CRC32C, then an array of producer entries
+_SNAPSHOT_HEADER = struct.Struct(">hIi")
+_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")   # id, epoch, last seq, last offset, delta, time, coord epoch, txn first
 _CONTROL_KEY = struct.Struct(">hh")       # version, type
 _END_TXN_VALUE = struct.Struct(">hi")     # version, coordinator epoch
 _TIMESTAMP_TYPE_NAMES = {TimestampType.CREATE_TIME: "CreateTime",
@@ -254,6 +261,42 @@ def _dump_time_index_file(path: str, out: TextIO, err: TextIO) -> int:
     return len(problems)
 
 
+def _dump_txn_index_file(path: str, out: TextIO, err: TextIO) -> int:
+    """A ``.txnindex``: the aborted transactions Kafka's producer state manager recorded."""
+    raw = _read_file(path)
+    for i in range(len(raw) // _TXN_ENTRY.size):
+        version, producer_id, first, last, last_stable = _TXN_ENTRY.unpack_from(raw, i * _TXN_ENTRY.size)
+        out.write(f"version: {version} producerId: {producer_id} firstOffset: {first} "
+                  f"lastOffset: {last} lastStableOffset: {last_stable}\n")
+    if len(raw) % _TXN_ENTRY.size:
+        err.write(f"Found {len(raw) % _TXN_ENTRY.size} trailing bytes in {path}\n")
+        return 1
+    return 0
+
+
+def _dump_producer_snapshot(path: str, out: TextIO, err: TextIO) -> int:
+    """A ``.snapshot``: Kafka's producer state (one line per producer), CRC-checked first."""
+    raw = _read_file(path)
+    if len(raw) < _SNAPSHOT_HEADER.size:
+        err.write(f"Snapshot {path} is too short ({len(raw)} bytes)\n")
+        return 1
+    version, crc, count = _SNAPSHOT_HEADER.unpack_from(raw)
+    if crc32c(raw[6:]) != crc:
+        err.write(f"Snapshot is corrupt: CRC mismatch in {path}\n")
+        return 1
+    position = _SNAPSHOT_HEADER.size
+    for _ in range(count):
+        (producer_id, epoch, last_sequence, last_offset, offset_delta, timestamp, coordinator_epoch,
+         txn_first) = _SNAPSHOT_ENTRY.unpack_from(raw, position)
+        position += _SNAPSHOT_ENTRY.size
+        first_txn = "OptionalLong.empty" if txn_first < 0 else f"OptionalLong[{txn_first}]"
+        out.write(f"producerId: {producer_id} producerEpoch: {epoch} coordinatorEpoch: {coordinator_epoch} "
+                  f"currentTxnFirstOffset: {first_txn} lastTimestamp: {timestamp} "
+                  f"firstSequence: {last_sequence - offset_delta} lastSequence: {last_sequence} "
+                  f"lastOffset: {last_offset} offsetDelta: {offset_delta} timestamp: {timestamp}\n")
+    return 0
+
+
 def dump_log(paths: list[str], print_data_log: bool, out: TextIO, err: TextIO | None = None) -> int:
     """Print each file as kafka-dump-log.sh does; returns the number of problems seen.
 
@@ -272,6 +315,10 @@ def dump_log(paths: list[str], print_data_log: bool, out: TextIO, err: TextIO | 
                 problems += _dump_index_file(path, out, err)
             elif path.endswith(TIME_INDEX_FILE_SUFFIX):
                 problems += _dump_time_index_file(path, out, err)
+            elif path.endswith(".txnindex"):
+                problems += _dump_txn_index_file(path, out, err)
+            elif path.endswith(".snapshot"):
+                problems += _dump_producer_snapshot(path, out, err)
             else:
                 err.write(f"Ignoring unknown file {path}\n")
         except BrokenPipeError:

@@ -113,6 +113,7 @@ class TransactionState:
         self._segment: weakref.ref | None = None
         self._position = 0                      # where the walk goes on in self._segment
         self._ongoing: dict[int, list[tuple[int, int]]] = {}   # producer id -> its open batches
+        self._open_bases: set[int] = set()      # base offsets of the batches in self._ongoing
         self.aborted: list[AbortedTxn] = []
         # (base offset, last offset) of the batches of aborted transactions, sorted
         self._hidden_bases: list[int] = []
@@ -145,6 +146,7 @@ class TransactionState:
         pid = header.producer_id
         if header.is_control:
             batches = self._ongoing.pop(pid, [])
+            self._open_bases.difference_update(base for base, _ in batches)
             if marker_type(buf, off, header) == ABORT:
                 first = batches[0][0] if batches else header.base_offset
                 self.aborted.append(AbortedTxn(pid, first, header.base_offset))
@@ -152,6 +154,7 @@ class TransactionState:
                     self._hide(base, last)
             return
         self._ongoing.setdefault(pid, []).append((header.base_offset, header.last_offset))
+        self._open_bases.add(header.base_offset)
 
     def _hide(self, base: int, last: int) -> None:
         i = bisect.bisect_left(self._hidden_bases, base)
@@ -160,11 +163,7 @@ class TransactionState:
 
     def _open_hidden(self, base_offset: int) -> bool:
         """A batch of a transaction that has no marker yet (see the module doc)."""
-        for batches in self._ongoing.values():
-            for base, _ in batches:
-                if base == base_offset:
-                    return True
-        return False
+        return base_offset in self._open_bases
 
     # ------------------------------------------------------------------ queries
 

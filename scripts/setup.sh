@@ -55,8 +55,13 @@ if [ ! -f "$kafka_libs/.complete" ]; then
     fi
     echo "setup: fetching Apache Kafka $kafka_version from Maven Central into $kafka_libs"
     mkdir -p "$kafka_libs"
-    mvn -q -B -f scripts/kafka/pom.xml dependency:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory="$kafka_libs"
+    # quiet mvn still prints colour resets: show its output only when it fails
+    if ! mvn_out=$(mvn -q -B -f scripts/kafka/pom.xml dependency:copy-dependencies \
+            -DincludeScope=runtime -DoutputDirectory="$kafka_libs" 2>&1); then
+        echo "$mvn_out" >&2
+        echo "setup: could not fetch Apache Kafka from Maven Central" >&2
+        exit 1
+    fi
     touch "$kafka_libs/.complete"
 fi
 

@@ -246,10 +246,6 @@ class KafkaBroker:
             time.sleep(0.1)
 
 
-def start_broker(base: Path, overrides: dict[str, str] | None = None) -> KafkaBroker:
-    return KafkaBroker(base, overrides).start()
-
-
 @pytest.fixture(scope="module")
 def kafka_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """One broker per test module. Options: a module-level ``KAFKA_BROKER_OPTIONS`` dict of server.properties."""

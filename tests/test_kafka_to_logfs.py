@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import struct
 import subprocess
 import time
@@ -25,6 +26,10 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
+from engine import transactions
+from engine.config import BrokerConfig
+from engine.manager import LogManager
+from engine.topic import TopicPartition
 from tests.conftest import LOGFS, Mount, kafka_records
 from tests.kafka_broker import (  # noqa: F401 (kafka_broker is a fixture)
     KafkaBroker, Seen, consume_all, hash_tree, kafka_broker, run_tool, seen_from_json,
@@ -299,30 +304,30 @@ def test_the_data_is_what_the_scenario_promises(scenario: Scenario):
     """The broker wrote what the other tests rely on: every codec, markers, KIP-534 horizons, gaps."""
     log_dir = scenario.broker.log_dir
     codecs = {p: {attrs & 0x7 for _, attrs in _batches(log_dir / f"codecs-{p}")} for p in range(len(CODECS))}
-    assert codecs == {0: {0}, 1: {1}, 2: {2}, 3: {3}, 4: {4}}
+    assert codecs == {0: {0}, 1: {1}, 2: {2}, 3: {3}, 4: {4}}, codecs
     txn = _batches(log_dir / "txn-0") + _batches(log_dir / "txn-1")
     assert any(a & CONTROL_FLAG for _, a in txn) and any(a & TRANSACTIONAL_FLAG and not a & CONTROL_FLAG
-                                                         for _, a in txn)
-    assert len(scenario.committed["txn"][0]) < len(scenario.uncommitted["txn"][0])
+                                                         for _, a in txn), txn
+    assert len(scenario.committed["txn"][0]) < len(scenario.uncommitted["txn"][0]), "nothing aborted in txn-0"
     compacted = scenario.uncommitted["compacted"][0]
     offsets = [r.offset for r in compacted]
     assert offsets[-1] - offsets[0] + 1 > len(offsets), "Kafka's cleaner left no gaps"
     assert any(r.value is None for r in compacted), "no tombstone survived (delete.retention.ms is a day)"
     assert any(a & DELETE_HORIZON_FLAG for _, a in _batches(log_dir / "compacted-0")), \
         "Kafka's cleaner wrote no delete horizon"
-    assert any(scenario.uncommitted["__consumer_offsets"].values())
+    assert any(scenario.uncommitted["__consumer_offsets"].values()), "no group commit in __consumer_offsets"
     for name in ("meta.properties", "__cluster_metadata-0", "bootstrap.checkpoint"):
         assert (log_dir / name).exists(), name
     # Kafka's own files the mount must tolerate and leave alone
-    assert any(n.endswith(".snapshot") for n in os.listdir(log_dir / "txn-0"))
-    assert any(n.endswith(".txnindex") for p in (0, 1) for n in os.listdir(log_dir / f"txn-{p}"))
-    assert (log_dir / "txn-0" / "partition.metadata").exists()
-    assert (log_dir / "txn-0" / "leader-epoch-checkpoint").exists()
+    files = {p: sorted(os.listdir(log_dir / f"txn-{p}")) for p in (0, 1)}
+    assert any(n.endswith(".snapshot") for n in files[0]), files
+    assert any(n.endswith(".txnindex") for p in (0, 1) for n in files[p]), files
+    assert "partition.metadata" in files[0] and "leader-epoch-checkpoint" in files[0], files
     assert (log_dir / "__cluster_metadata-0" / "quorum-state").exists()
     assert (log_dir / "replication-offset-checkpoint").exists()
     # the open transaction holds a read_committed consumer at its first offset (the last stable offset)
-    assert [r.value for r in scenario.committed["txn-open"][0]] == [b"committed before"]
-    assert any(r.value == b"plain 4" for r in scenario.uncommitted["txn-open"][0])
+    assert [r.value for r in scenario.committed["txn-open"][0]] == [b"committed before"], scenario.committed
+    assert any(r.value == b"plain 4" for r in scenario.uncommitted["txn-open"][0]), scenario.uncommitted["txn-open"]
 
 
 def test_clean_broker_dir_mounts_read_only_with_every_view_as_consumed(scenario: Scenario):
@@ -362,19 +367,68 @@ def test_read_committed_mount_hides_aborted_transactions_as_a_read_committed_con
     assert hash_tree(scenario.broker.log_dir) == before
 
 
+def test_read_committed_views_follow_appends_to_a_copy_mounted_read_write(scenario: Scenario, tmp_path: Path):
+    """The aborted-transaction walk is incremental: records appended through the mount show up after it."""
+    copy = tmp_path / "data"
+    shutil.copytree(scenario.broker.log_dir, copy)
+    m = Mount(tmp_path, {"isolation.level": "read_committed"})
+    m.start()
+    try:
+        before = scenario.committed["txn"][0]
+        opened = open(m.path / "txn" / "0" / "records.jsonl", "rb")   # a view opened before the appends
+        assert _read_jsonl(m.path / "txn" / "0" / "records.jsonl") == before
+        log_end = json.loads((m.path / "txn" / "0" / "state").read_bytes())["log_end_offset"]
+        m.sh("printf 'appended 1\\nappended 2\\n' >> txn/0/append")
+        rows = _read_jsonl(m.path / "txn" / "0" / "records.jsonl")
+        assert rows[:len(before)] == before
+        assert [r.value for r in rows[len(before):]] == [b"appended 1", b"appended 2"]
+        assert [r.offset for r in rows[len(before):]] == [log_end, log_end + 1]
+        assert [seen_from_json(json.loads(line)) for line in opened.read().splitlines()] == rows
+        opened.close()
+        last = rows[-1].offset
+        assert (m.path / "txn" / "0" / "offset" / str(last)).read_bytes() == b"appended 2\n"
+    finally:
+        assert m.stop() == 0, m.log()
+
+
+def test_aborted_transactions_are_those_the_broker_indexed(scenario: Scenario):
+    """engine/transactions derives from the markers what Kafka wrote to its .txnindex files."""
+    log_dir = scenario.broker.log_dir
+    before = hash_tree(log_dir)
+    manager = LogManager(BrokerConfig(log_dirs=[str(log_dir)], isolation_level="read_committed"), read_only=True)
+    manager.startup()
+    try:
+        for p in scenario.topics["txn"]:
+            pdir = log_dir / f"txn-{p}"
+            indexed = []
+            for name in sorted(n for n in os.listdir(pdir) if n.endswith(".txnindex")):
+                raw = (pdir / name).read_bytes()
+                for i in range(0, len(raw), 34):   # version, producer id, first, last, last stable offset
+                    _, producer_id, first, last, _ = struct.unpack_from(">hqqqq", raw, i)
+                    indexed.append((producer_id, first, last))
+            state = transactions.read_committed_state(manager.get_log(TopicPartition("txn", p)))
+            assert indexed and [tuple(a) for a in state.aborted_transactions()] == indexed
+    finally:
+        manager.shutdown()
+    assert hash_tree(log_dir) == before
+
+
 def test_logfs_dump_log_prints_what_kafka_dump_log_prints_for_broker_files(scenario: Scenario, tmp_path: Path):
-    """Broker-written segments: transaction markers, KIP-534 horizons, producer ids, headers, binary payloads."""
+    """Broker-written files: transaction markers, KIP-534 horizons, producer ids, headers, binary payloads,
+    and the broker's aborted-transaction indexes and producer-state snapshots."""
     log_dir = scenario.broker.log_dir
     files = [str(log_dir / f"{topic}-{p}" / name)
              for topic in ("codecs", "txn", "compacted", "appendtime") for p in scenario.topics[topic]
              for name in sorted(os.listdir(log_dir / f"{topic}-{p}"))
-             if name.endswith((".log", ".index", ".timeindex"))]
+             if name.endswith((".log", ".index", ".timeindex", ".txnindex", ".snapshot"))]
     kafka = run_tool("org.apache.kafka.tools.DumpLogSegments", "--deep-iteration", "--print-data-log",
                      "--files", ",".join(files), base=tmp_path)
     ours = subprocess.run([str(LOGFS), "dump-log", *files, "--print-data-log"], capture_output=True, timeout=300)
     kafka_lines = kafka.stdout.decode().splitlines()
     assert any("endTxnMarker: ABORT" in line for line in kafka_lines)
     assert any("deleteHorizonMs: OptionalLong[" in line for line in kafka_lines)
+    assert any(line.startswith("version: 0 producerId: ") for line in kafka_lines)       # .txnindex
+    assert any(line.startswith("producerId: ") for line in kafka_lines)                  # .snapshot
     for k, o in zip(kafka_lines, ours.stdout.decode().splitlines()):
         assert o == k
     assert len(ours.stdout.decode().splitlines()) == len(kafka_lines)
