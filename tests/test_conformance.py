@@ -195,9 +195,9 @@ def test_directories(m, tmp_path):
     # ls -la: . and .. first, then the entries
     names = [line.split()[-1] for line in _run(m, "ls -la t/0").stdout.decode().splitlines()[1:]]
     assert names[:2] == [".", ".."]
-    assert sorted(names[2:]) == sorted(["append", "records", "records.jsonl", "offset", "from", "since",
-                                        "segments", "state", "delete"])
-    for sub in ("offset", "from", "since"):
+    assert sorted(names[2:]) == sorted(["append", "append.jsonl", "records", "records.jsonl", "offset", "from",
+                                        "since", "segments", "state", "delete", "consume"])
+    for sub in ("offset", "from", "since", "consume"):
         assert os.listdir(m / "t/0" / sub) == []          # addressed by name only
     found = set(_run(m, "find t -type f").stdout.decode().split())
     assert {"t/append", "t/config", "t/delete", "t/0/records", f"t/0/segments/{first}.log"} <= found
