@@ -1609,5 +1609,5 @@ def spark_kafka_jars() -> list[str]:
     jars = os.environ.get("LOGFS_SPARK_KAFKA_JARS") or os.path.join(
         cache, "logfs", f"spark-sql-kafka-{match.group(1)}", "jars")
     if not os.path.exists(os.path.join(jars, ".complete")):
-        raise StorageError(f"Spark's Kafka source is not in {jars}: run scripts/setup.sh")
+        raise StorageError(f"Spark's Kafka source is not in {jars}: run scripts/setup-kafka.sh")
     return sorted(os.path.join(jars, name) for name in os.listdir(jars) if name.endswith(".jar"))

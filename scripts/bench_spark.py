@@ -18,7 +18,7 @@ pair in one Spark session:
 - ``logfs jsonl``: the same with ``readFormat=jsonl`` (the mount renders ``from/<N>.jsonl``).
 
 With ``--kafka BOOTSTRAP`` (a running broker) or ``--kafka-broker`` (a throwaway
-single-node KRaft broker started from the jars ``scripts/setup.sh`` fetched), the
+single-node KRaft broker started from the jars ``scripts/setup-kafka.sh`` fetched), the
 same values are also produced to a Kafka topic of the same name and partition
 count (kafka-python, unless it already holds N records), and the run adds:
 

@@ -4,7 +4,7 @@
 # tests at all (its exit code 5).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh || exit 1
+bash scripts/setup.sh && bash scripts/setup-kafka.sh || exit 1
 .venv/bin/python -m pytest -q tests "$@"
 status=$?
 if [ "$status" -eq 5 ]; then

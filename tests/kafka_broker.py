@@ -1,6 +1,6 @@
 """A real Apache Kafka broker for the tests: single-node KRaft (broker and controller in one JVM).
 
-The jars are the released ones ``scripts/setup.sh`` fetches from Maven Central
+The jars are the released ones ``scripts/setup-kafka.sh`` fetches from Maven Central
 into ``~/.cache/logfs/kafka-<version>/libs`` (or ``$LOGFS_KAFKA_LIBS``).  The
 broker listens on 127.0.0.1 on free ports, keeps its ``log.dirs`` in a temporary
 directory, and stops cleanly (SIGTERM, which writes ``.kafka_cleanshutdown``) or
@@ -51,12 +51,12 @@ def kafka_version() -> str:
 
 
 def kafka_libs() -> Path:
-    """The directory of Kafka's jars; fails (never skips) when scripts/setup.sh has not fetched them."""
+    """The directory of Kafka's jars; fails (never skips) when scripts/setup-kafka.sh has not fetched them."""
     env = os.environ.get("LOGFS_KAFKA_LIBS")
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     libs = Path(env) if env else cache / "logfs" / f"kafka-{kafka_version()}" / "libs"
     if not (libs / ".complete").exists():
-        raise RuntimeError(f"Apache Kafka's jars are not in {libs}: run scripts/setup.sh")
+        raise RuntimeError(f"Apache Kafka's jars are not in {libs}: run scripts/setup-kafka.sh")
     return libs
 
 

@@ -432,7 +432,7 @@ def _scripts_tree(tmp_path: Path) -> Path:
     """A copy of the project root's scripts with the shared .venv, so run.sh mounts tmp_path/mnt."""
     root = tmp_path / "root"
     (root / "scripts").mkdir(parents=True)
-    for name in ("run.sh", "setup.sh"):
+    for name in ("run.sh", "setup.sh", "apt-install.sh"):
         shutil.copy(ROOT / "scripts" / name, root / "scripts" / name)
     (root / ".venv").symlink_to(ROOT / ".venv")
     (root / "pyproject.toml").symlink_to(ROOT / "pyproject.toml")

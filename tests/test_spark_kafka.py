@@ -9,7 +9,7 @@ rows -- including Kafka's timestamp options, where the broker answers from our
 ``.timeindex`` files and the logfs source from the mount's ``since/<T>`` view.
 
 Spark's Kafka source is ``spark-sql-kafka-0-10`` from Maven Central
-(``scripts/setup.sh``, ``scripts/spark-kafka/pom.xml``); a missing install is
+(``scripts/setup-kafka.sh``, ``scripts/spark-kafka/pom.xml``); a missing install is
 an error, never a skip.  One Spark session and one broker for the module.
 """
 
