@@ -10,13 +10,26 @@ position -- all in Kafka's format::
     orders 0 1234       <- topic, partition, offset
     orders 1 987
 
-A checkpoint is replaced atomically (write ``<file>.tmp``, fsync, rename over,
-fsync the directory), so a crash leaves either the old or the new file, never a
-torn one; a stale ``.tmp`` from a crash is simply overwritten by the next write.
+A checkpoint is replaced atomically and keeps its previous generation beside
+it, by :func:`write_keeping_previous`: the new content is written over
+``<file>.prev`` (which holds the generation before the current one), fsynced,
+then the two names are exchanged in one step (``renameat2(RENAME_EXCHANGE)``)
+and the directory fsynced.  A crash leaves either the old or the new file,
+never a torn one, and ``<file>.prev`` is one generation older.
+
+Why in place rather than a fresh ``.tmp`` (Kafka's way): the blocks of
+``.prev`` are already allocated, so a write no longer than them needs no new
+space, and a checkpoint can still be written on a full disk.  That matters
+because deleting data (retention, DeleteRecords, topic deletion) writes a
+checkpoint or the topic configs *before* it deletes anything, so a full disk
+would otherwise make it impossible to free space.  A crash during the in-place
+write tears only ``.prev``, which nothing reads while the current file is
+sound.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno as _errno
 import logging
 import os
@@ -30,7 +43,8 @@ from engine.topic import TopicPartition
 logger = logging.getLogger(__name__)
 
 __all__ = ["RECOVERY_POINT_CHECKPOINT", "LOG_START_OFFSET_CHECKPOINT", "CLEANER_OFFSET_CHECKPOINT",
-           "CLEAN_SHUTDOWN_FILE", "CHECKPOINT_VERSION", "OffsetCheckpointFile"]
+           "CLEAN_SHUTDOWN_FILE", "CHECKPOINT_VERSION", "PREVIOUS_SUFFIX", "OffsetCheckpointFile",
+           "write_keeping_previous"]
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
@@ -39,6 +53,8 @@ CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 
 CHECKPOINT_VERSION = 0
+#: Suffix of the previous generation kept beside a checkpoint or ``topic-configs.json``.
+PREVIOUS_SUFFIX = ".prev"
 
 # Java's Integer.parseInt / Long.parseLong accept an optional sign and ASCII digits only.
 _JAVA_INT = re.compile(r"[+-]?[0-9]+\Z")
@@ -51,6 +67,9 @@ class OffsetCheckpointFile:
 
     def __init__(self, path: str) -> None:
         self.path = os.fspath(path)
+        #: the previous generation, overwritten in place by the next write (see the module docstring)
+        self.previous_path = self.path + PREVIOUS_SUFFIX
+        #: the temporary file of earlier versions (and Kafka): removed by the next write
         self.temp_path = self.path + ".tmp"
         self._lock = threading.Lock()
 
@@ -129,21 +148,67 @@ class OffsetCheckpointFile:
         data = ("\n".join(lines) + "\n").encode("utf-8")
         with self._lock:
             try:
-                fd = os.open(self.temp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view):]
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.replace(self.temp_path, self.path)
-                _fsync_dir(os.path.dirname(self.path) or ".")
+                write_keeping_previous(self.path, data)
             except OSError as exc:
                 if exc.errno == _errno.ENOSPC:
                     raise LogDirFullError(f"No space left to write checkpoint file {self.path}") from exc
                 raise StorageError(f"Error while writing to checkpoint file {self.path}: {exc}") from exc
+            try:
+                os.unlink(self.temp_path)
+            except OSError:
+                pass
         logger.debug("Wrote %d entries to checkpoint file %s", len(offsets), self.path)
+
+
+_RENAME_EXCHANGE = 2        # linux/fs.h
+_AT_FDCWD = -100
+_libc = ctypes.CDLL(None, use_errno=True)
+_renameat2 = getattr(_libc, "renameat2", None)
+#: False once the file system of some path refused RENAME_EXCHANGE (then: plain rename, no .prev kept)
+_exchange_supported = _renameat2 is not None
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Atomically swap the names ``a`` and ``b`` (both exist); False where the kernel or fs cannot."""
+    global _exchange_supported
+    if not _exchange_supported:
+        return False
+    result = _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (_errno.EINVAL, _errno.ENOSYS, _errno.EOPNOTSUPP):
+        logger.warning("renameat2(RENAME_EXCHANGE) is not supported for %s (%s): files are replaced "
+                       "without keeping their previous generation", b, os.strerror(err))
+        _exchange_supported = False
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
+def write_keeping_previous(path: str, data: bytes, previous: str | None = None, mode: int = 0o600) -> None:
+    """Replace ``path`` by ``data`` atomically, keeping the replaced content as ``previous``.
+
+    ``previous`` (default ``path + ".prev"``) is overwritten in place, fsynced,
+    and swapped with ``path`` by one ``renameat2(RENAME_EXCHANGE)``; the
+    directory is then fsynced.  Needs no new disk blocks when ``data`` fits in
+    the blocks ``previous`` already has, so it works on a full disk for files
+    whose size barely changes.  Links are never followed (``O_NOFOLLOW``).
+    Raises OSError (ENOSPC included); ``path`` is intact whenever it raises.
+    """
+    previous = path + PREVIOUS_SUFFIX if previous is None else previous
+    fd = os.open(previous, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        view = memoryview(data)
+        position = 0
+        while position < len(data):
+            position += os.pwrite(fd, view[position:], position)
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if not os.path.lexists(path) or not _exchange(previous, path):
+        os.replace(previous, path)
+    _fsync_dir(os.path.dirname(path) or ".")
 
 
 def _fsync_dir(path: str) -> None:

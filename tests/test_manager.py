@@ -45,6 +45,11 @@ def started(dirs, clock=None, read_only=False, **props) -> LogManager:
     return manager
 
 
+def crashed(manager: LogManager) -> None:
+    """The process of ``manager`` died without shutting down: the OS drops its log dir locks."""
+    manager._unlock_log_dirs()
+
+
 def append(manager: LogManager, topic: str, partition: int, count: int, tag: bytes = b"r") -> None:
     log = manager.get_log(TopicPartition(topic, partition))
     for i in range(count):
@@ -94,7 +99,7 @@ def test_create_topic_validation_leaves_nothing(tmp_path):
     with pytest.raises(InvalidConfigError, match="no.such.config"):
         manager.create_topic("u", 2, {"no.such.config": "1"})
     assert manager.topics() == ["t"]
-    assert sorted(os.listdir(tmp_path / "d")) == [f"t-{p}" for p in range(3)]
+    assert sorted(n for n in os.listdir(tmp_path / "d") if n != ".lock") == [f"t-{p}" for p in range(3)]
 
 
 def test_add_partition_only_next_number(tmp_path):
@@ -144,6 +149,7 @@ def test_unclean_reload_keeps_every_record_and_corrupt_checkpoint_means_full_rec
     # crash: no shutdown; then damage the checkpoint
     (d / RECOVERY_POINT_CHECKPOINT).write_text("0\n5\nt 0 1\n")
     with caplog.at_level(logging.WARNING, logger="engine.manager"):
+        crashed(manager)
         again = started([d])
     assert "recovery-point-offset-checkpoint" in caplog.text
     assert again.had_clean_shutdown == {str(d): False}
@@ -160,6 +166,7 @@ def test_missing_checkpoint_and_torn_tail_recovered(tmp_path):
     log = manager.get_log(TopicPartition("t", 0))
     with open(log.active_segment.log_path, "ab") as f:
         f.write(b"\x00\x00\x00\x00\x00\x00\x00\x63\x00\x00\x01")    # torn batch header
+    crashed(manager)
     again = started([d])
     assert values(again, "t", 0) == expected
     assert again.get_log(TopicPartition("t", 0)).log_end_offset == 20
@@ -447,6 +454,7 @@ def test_delete_records_checkpoints_the_log_start_before_renaming_and_refuses_be
     assert _checkpointed_start(d, tp) == target
     assert manager.delete_records(tp, 1) == target      # never backwards
     # a crash now (no shutdown): the next start hides the records below it
+    crashed(manager)
     again = started([d])
     relog = again.get_log(tp)
     assert relog.log_start_offset == target
@@ -482,6 +490,7 @@ def test_retention_checkpoints_the_planned_log_start_before_renaming(tmp_path, m
     assert seen_at_rename == [segments[3].base_offset]
     monkeypatch.undo()
     # restart over the half-renamed state: segments 1 and 2 are still there, but hidden
+    crashed(manager)
     again = started([d], clock=clock)
     relog = again.get_log(tp)
     assert relog.log_start_offset == segments[3].base_offset
@@ -513,6 +522,7 @@ def test_interrupted_topic_deletion_is_finished_at_startup(tmp_path, monkeypatch
     assert live == ["half-2", "half-3"]                               # the crash left two partitions
     assert json.loads((d1 / TOPIC_CONFIGS_FILE).read_text())["deleting"] == ["half"]
 
+    crashed(manager)
     again = started([d1, d2], log_segment_delete_delay_ms=1000)
     assert again.topics() == ["other"]                                # never resurrected, not even in part
     assert len(again.pending_deletions()) == 4
