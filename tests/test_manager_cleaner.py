@@ -14,6 +14,8 @@ import threading
 
 import pytest
 
+from engine.errors import StorageError
+
 from engine.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from engine.cleaner_manager import LOG_CLEANING_ABORTED, LogCleaningPaused
 from engine.clock import ManualClock
@@ -254,7 +256,8 @@ def test_retention_failure_still_resumes_cleaning(tmp_path):
         raise OSError("disk gone")
 
     log.delete_old_segments = failing
-    assert manager.cleanup_logs() == 0
+    with pytest.raises(StorageError, match="retention failed for 1 item.*disk gone"):
+        manager.cleanup_logs()            # the run counts as failed (issue 9)
     assert manager.cleaner.manager.cleaning_state(log.topic_partition) is None
     manager.shutdown()
 
