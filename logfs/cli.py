@@ -119,7 +119,8 @@ def _mount(args: argparse.Namespace) -> int:
         log.error("Invalid configuration: %s", exc)
         return 2
     for d in config.log_dirs:
-        os.makedirs(d, exist_ok=True)
+        if not args.read_only:         # a read-only mount creates nothing
+            os.makedirs(d, exist_ok=True)
 
     manager = LogManager(config, read_only=args.read_only)
     stats = MountStats()

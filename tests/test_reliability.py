@@ -1,0 +1,224 @@
+"""Issue 9, manager side: one owner per data dir, damaged metadata never deletes data, long topic names.
+
+Each test reproduces a finding of the black-box probe through real mounts:
+a second ``logfs mount`` on a data dir in use, a corrupt ``topic-configs.json``,
+a ``log-start-offset-checkpoint`` beyond the log end, ``rmdir`` of a topic whose
+``-delete`` name would pass 255 bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import LOGFS, Mount, kafka_records
+
+pytestmark = pytest.mark.mount
+
+
+def _wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.03)
+
+
+def _state(mount: Mount, topic: str, partition: int = 0) -> dict:
+    return json.loads((mount / f"{topic}/{partition}/state").read_bytes())
+
+
+def _append_acknowledged(path: Path, lines: list[bytes]) -> list[tuple[int, int]]:
+    """Write each line as one batch through an fd opened read-write, fsync, and read back the offsets."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        for line in lines:
+            os.write(fd, line + b"\n")
+        os.fsync(fd)
+        acks = os.read(fd, 1 << 20).decode().split("\n")
+    finally:
+        os.close(fd)
+    return [tuple(int(x) for x in ack.split()[-2:]) for ack in acks if ack]
+
+
+def _mount_cmd(mountpoint: Path, data: Path, *extra: str) -> list[str]:
+    return [str(LOGFS), "mount", str(mountpoint), "--data-dir", str(data), *extra]
+
+
+def _tree(path: Path) -> dict[str, tuple[int, int]]:
+    """Name -> (size, mtime_ns) of everything under ``path``."""
+    out = {}
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            full = os.path.join(root, name)
+            st = os.lstat(full)
+            out[os.path.relpath(full, path)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+# --------------------------------------------------------------------------- one owner per data dir
+
+
+def test_second_mount_on_a_data_dir_in_use_is_refused_and_touches_nothing(logfs_mount, tmp_path):
+    first = logfs_mount()
+    (first / "t").mkdir()
+    append = first / "t/0/append"
+    acked = _append_acknowledged(append, [b"before-%d" % i for i in range(50)])
+    held = os.open(append, os.O_WRONLY)          # a file open on the first mount, as in the finding
+    try:
+        second_mnt = tmp_path / "second"
+        second_mnt.mkdir()
+        before = _tree(first.data / "t-0")
+        for extra in ((), ("--read-only",)):
+            result = subprocess.run(_mount_cmd(second_mnt, first.data, *extra), capture_output=True,
+                                    timeout=60, cwd=tmp_path)
+            log = result.stderr.decode()
+            assert result.returncode != 0, log
+            assert f"Failed to acquire lock on file .lock in {first.data}" in log
+            assert "Loading logs" not in log and "Recover" not in log
+            assert subprocess.run(["mountpoint", "-q", str(second_mnt)]).returncode != 0
+        # the refused mounts read no segment and wrote nothing in the partition
+        after = _tree(first.data / "t-0")
+        assert after == before
+        os.write(held, b"".join(b"after-%d\n" % i for i in range(50)))
+        os.fsync(held)
+    finally:
+        os.close(held)
+    acked += _append_acknowledged(append, [b"last"])
+    assert first.stop() == 0
+    records = kafka_records(first.data / "t-0")
+    values = [r.value for r in records]
+    assert values == [b"before-%d" % i for i in range(50)] + [b"after-%d" % i for i in range(50)] + [b"last"]
+    assert [r.offset for r in records] == list(range(101))
+    assert acked[0] == (0, 0) and acked[-1] == (100, 100)
+
+
+def test_read_only_mounts_share_a_dir_and_exclude_a_writer(logfs_mount, tmp_path):
+    writer = logfs_mount()
+    (writer / "t").mkdir()
+    _append_acknowledged(writer / "t/0/append", [b"x"])
+    assert writer.stop() == 0
+    lock = writer.data / ".lock"
+    assert lock.exists()
+    lock.unlink()                 # a data dir copied without .lock: read-only must not create it
+    first_ro = Mount(tmp_path / "ro1", read_only=True)
+    first_ro.data = writer.data
+    first_ro.start()
+    second_ro = Mount(tmp_path / "ro2", read_only=True)
+    second_ro.data = writer.data
+    names = sorted(os.listdir(writer.data))
+    try:
+        second_ro.start()         # readers share the dir
+        assert (second_ro / "t/0/records").read_bytes() == b"x\n"
+        assert sorted(os.listdir(writer.data)) == names        # no .lock, nothing created
+        rw_mnt = tmp_path / "rw"
+        rw_mnt.mkdir()
+        result = subprocess.run(_mount_cmd(rw_mnt, writer.data), capture_output=True, timeout=60, cwd=tmp_path)
+        assert result.returncode != 0
+        assert f"Failed to acquire lock on file .lock in {writer.data}" in result.stderr.decode()
+        assert "Loading logs" not in result.stderr.decode()
+    finally:
+        second_ro.stop()
+        first_ro.stop()
+    # and a read-only mount over the dir whose .lock now exists takes a shared lock on it
+    ro = Mount(tmp_path / "ro3", read_only=True)
+    ro.data = writer.data
+    ro.start()
+    try:
+        result = subprocess.run(_mount_cmd(tmp_path / "rw", writer.data), capture_output=True, timeout=60,
+                                cwd=tmp_path)
+        assert result.returncode != 0 and "Failed to acquire lock" in result.stderr.decode()
+    finally:
+        ro.stop()
+
+
+# --------------------------------------------------------------------------- topic configs
+
+
+@pytest.mark.mount_options({"log.retention.ms": "200", "log.cleaner.enable": "false", "log.segment.bytes": "1024"})
+def test_corrupt_topic_configs_load_the_previous_generation_and_never_fall_back_to_delete(mount, caplog):
+    (mount / "c").mkdir()
+    (mount / "c/config").write_bytes(b"cleanup.policy=compact\nparse.key=true\n")
+    (mount / "c/config").write_bytes(b"min.cleanable.dirty.ratio=0.9\n")     # two generations on disk
+    fd = os.open(mount / "c/0/append", os.O_WRONLY)
+    for i in range(0, 200, 20):
+        os.write(fd, b"".join(b"k%d\tv%d\n" % (j, j) for j in range(i, i + 20)))
+    os.fsync(fd)
+    os.close(fd)
+    assert mount.stop() == 0
+    configs = mount.data / "topic-configs.json"
+    previous = mount.data / "topic-configs.json.prev"
+    assert json.loads(previous.read_text())["topics"]["c"]["cleanup.policy"] == "compact"
+    configs.write_bytes(b'{"version": 1, "generation": 9, "topics": {"c": {"cleanup.po')   # torn
+    mount.start()
+    log = mount.log()
+    assert "topic-configs.json is corrupt" in log and "loading the previous generation" in log
+    assert b"cleanup.policy=compact" in (mount / "c/config").read_bytes()
+    # retention (200 ms for delete topics) has run several times and deleted nothing
+    deadline_runs = json.loads((mount / ".logfs/stats.json").read_bytes())["tasks"]["kafka-log-retention"]["runs"]
+    _wait_for(lambda: json.loads((mount / ".logfs/stats.json").read_bytes())["tasks"]["kafka-log-retention"]["runs"]
+              >= deadline_runs + 3, what="three retention runs")
+    assert _state(mount, "c")["log_start_offset"] == 0
+    assert len((mount / "c/0/records").read_bytes().splitlines()) == 200
+    assert mount.stop() == 0
+
+    # neither generation readable: refuse to start, say how to repair, delete nothing
+    configs.write_bytes(b"garbage")
+    previous.write_bytes(b"{}")
+    result = subprocess.run(_mount_cmd(mount.path, mount.data), capture_output=True, timeout=60, cwd=mount.base)
+    err = result.stderr.decode()
+    assert result.returncode != 0
+    assert "Refusing to start" in err and "restore topic-configs.json from a backup" in err
+    assert len(kafka_records(mount.data / "c-0")) == 200
+
+
+# --------------------------------------------------------------------------- log start checkpoint
+
+
+@pytest.mark.mount_options({"log.segment.bytes": "4096"})
+def test_log_start_checkpoint_beyond_the_log_end_keeps_every_segment(mount):
+    (mount / "t").mkdir()
+    fd = os.open(mount / "t/0/append", os.O_WRONLY)
+    for i in range(0, 3000, 100):
+        os.write(fd, b"".join(b"r%d\n" % j for j in range(i, i + 100)))
+    os.close(fd)
+    (mount / "t/0/delete").write_bytes(b"before 10\n")
+    assert mount.stop() == 0
+    segments = sorted(p.name for p in (mount.data / "t-0").iterdir() if p.name.endswith(".log"))
+    assert len(segments) > 3
+    (mount.data / "log-start-offset-checkpoint").write_text("0\n1\nt 0 999999999\n")
+    mount.start()
+    assert "The checkpointed log start offset 999999999 is beyond the log end offset 3000" in mount.log()
+    state = _state(mount, "t")
+    assert state["log_start_offset"] == 0 and state["log_end_offset"] == 3000
+    assert (mount / "t/0/offset/2999").read_bytes() == b"r2999\n"
+    assert len((mount / "t/0/records").read_bytes().splitlines()) == 3000
+    assert sorted(p.name for p in (mount.data / "t-0").iterdir() if p.name.endswith(".log")) == segments
+
+
+# --------------------------------------------------------------------------- long topic names
+
+
+@pytest.mark.parametrize("length", [214, 249])
+def test_rmdir_of_a_long_topic_name_succeeds_and_a_quick_restart_finishes_the_deletion(logfs_mount, length):
+    mount = logfs_mount({"log.segment.delete.delay.ms": "60000"})
+    topic = ("t" * length)
+    (mount / topic).mkdir()
+    _append_acknowledged(mount / f"{topic}/0/append", [b"a", b"b"])
+    os.rmdir(mount / topic)                                   # was EIO: the -delete name passed 255 bytes
+    assert topic not in os.listdir(mount.path)
+    deleting = [n for n in os.listdir(mount.data) if n.endswith("-delete")]
+    assert len(deleting) == 1 and all(len(n) <= 255 for n in deleting)
+    assert mount.stop() == 0                                  # well within file.delete.delay.ms
+    mount.options["log.segment.delete.delay.ms"] = "100"
+    mount.start()
+    _wait_for(lambda: not any(n.endswith("-delete") for n in os.listdir(mount.data)), what="-delete dirs removed")
+    (mount / topic).mkdir()                                   # the name is free again, the topic empty
+    assert (mount / f"{topic}/0/records").read_bytes() == b""
