@@ -70,6 +70,25 @@ Deletion and crashes.  Whatever a deletion hides must stay hidden after a
   partition dirs renamed and queued instead of loaded, so a crash between two
   renames never resurrects a topic with some of its partitions.
 
+A full disk.  Deleting data must work when the disk is full, and every
+deletion writes first (the log-start-offset checkpoint, or the topic configs
+with the deletion intent).  Deleting first and checkpointing after would not
+be safe: a crash between the two would bring back the records between the
+first remaining segment's base offset and the new log start (DeleteRecords in
+the middle of a segment), and the start observed before the crash would go
+back.  So the order stays, and the writes are made so they need no new disk
+blocks: ``write_keeping_previous`` (engine.checkpoint) writes the new content
+in place over the file's previous generation (``.prev``), fsyncs it, and swaps
+the two names with one ``renameat2(RENAME_EXCHANGE)``.  The blocks of ``.prev``
+are already allocated and a checkpoint or config file barely changes size, so
+this succeeds on a full disk; the crash guarantees are those of a rename (the
+current file is intact until the swap, and the swap is atomic).  Startup makes
+sure ``topic-configs.json`` and its ``.prev`` exist while there is room; the
+checkpoints have a ``.prev`` from their second periodic write on.  When a
+write still needs more room than that, it fails with ENOSPC and nothing is
+deleted (never EIO).  The space itself comes back when the ``.deleted``
+files and ``-delete`` dirs are removed, ``file.delete.delay.ms`` later.
+
 Read-only mode (``--read-only``) writes nothing to the log dirs, not even
 recovery: a dir that was not shut down cleanly is refused with ReadOnlyError
 (recovering it would write), the clean-shutdown marker stays in place, logs
@@ -195,6 +214,7 @@ class LogManager:
             self._load_topic_configs()
             self._load_logs()
             self._finish_interrupted_topic_deletions()
+            self._ensure_topic_configs_generations()
         except BaseException:
             self._unlock_log_dirs()
             raise
@@ -580,6 +600,29 @@ class LogManager:
             self._deleting_topics = set(deleting)
         logger.info("Loaded config overrides of %d topics from %s (generation %d)", len(topics), path, rank[0])
 
+    def _ensure_topic_configs_generations(self) -> None:
+        """Have ``topic-configs.json`` and its ``.prev`` in every dir from the start.
+
+        Deleting a topic writes the configs before anything else; on a full
+        disk that write only succeeds in place over an existing ``.prev``
+        (see ``write_keeping_previous``), so both files are made while there
+        is room.  A failure here is not fatal: only a later full disk needs them.
+        """
+        if self.read_only:
+            return
+        for _ in range(2):
+            missing = [d for d in self.log_dirs
+                       if not (os.path.exists(os.path.join(d, TOPIC_CONFIGS_FILE))
+                               and os.path.exists(os.path.join(d, TOPIC_CONFIGS_FILE + PREVIOUS_SUFFIX)))]
+            if not missing:
+                return
+            try:
+                with self._lock:
+                    self._write_topic_configs(self._overrides)
+            except LogfsError as exc:
+                logger.warning("Could not write %s at startup: %s", TOPIC_CONFIGS_FILE, exc)
+                return
+
     def _write_topic_configs(self, overrides: Mapping[str, Mapping[str, str]]) -> None:
         """Write ``overrides`` to every log dir, keeping the previous generation as ``.prev``.
 
@@ -751,9 +794,14 @@ class LogManager:
         try:
             os.mkdir(path)
         except OSError as exc:
-            raise StorageError(f"Error while creating log for {tp} in dir {parent}: {exc.strerror}") from exc
+            error = LogDirFullError if exc.errno == errno.ENOSPC else StorageError
+            raise error(f"Error while creating log for {tp} in dir {parent}: {exc.strerror}") from exc
         try:
             log = Log.load(path, config, clock=self.clock)
+        except OSError as exc:
+            shutil.rmtree(path, ignore_errors=True)
+            error = LogDirFullError if exc.errno == errno.ENOSPC else StorageError
+            raise error(f"Error while creating log for {tp} in dir {parent}: {exc.strerror}") from exc
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise
