@@ -222,3 +222,100 @@ def test_rmdir_of_a_long_topic_name_succeeds_and_a_quick_restart_finishes_the_de
     _wait_for(lambda: not any(n.endswith("-delete") for n in os.listdir(mount.data)), what="-delete dirs removed")
     (mount / topic).mkdir()                                   # the name is free again, the topic empty
     assert (mount / f"{topic}/0/records").read_bytes() == b""
+
+
+# --------------------------------------------------------------------------- logfs check
+
+
+def _check(*dirs: Path) -> tuple[int, list[str]]:
+    result = subprocess.run([str(LOGFS), "check", *map(str, dirs)], capture_output=True, timeout=120)
+    return result.returncode, result.stdout.decode().splitlines()
+
+
+def _write_batches(mount: Mount, topic: str, count: int, per_batch: int = 10) -> None:
+    fd = os.open(mount / f"{topic}/0/append", os.O_WRONLY)
+    for i in range(0, count, per_batch):
+        os.write(fd, b"".join(b"%s-%06d\n" % (topic.encode(), j) for j in range(i, i + per_batch)))
+    os.close(fd)
+
+
+def _batch_positions(log: Path) -> list[tuple[int, int]]:
+    from engine.records import read_header
+    data = log.read_bytes()
+    out, position = [], 0
+    while position < len(data):
+        header = read_header(data, position)
+        out.append((position, header.size))
+        position += header.size
+    return out
+
+
+def test_check_covers_topics_starting_with_a_dot(mount):
+    (mount / ".internal").mkdir()
+    _write_batches(mount, ".internal", 100)
+    assert mount.stop() == 0
+    assert _check(mount.data) == (0, [])
+    log = mount.data / ".internal-0" / "00000000000000000000.log"
+    position, size = _batch_positions(log)[3]
+    raw = bytearray(log.read_bytes())
+    raw[position + size - 2] ^= 0xFF                          # a record byte: the CRC fails
+    log.write_bytes(bytes(raw))
+    code, lines = _check(mount.data)
+    assert code == 1 and len(lines) == 1, lines
+    assert f"{log}, position {position}" in lines[0] and "crc" in lines[0]
+
+
+def test_check_reports_one_bad_batch_once_not_the_rest_of_the_segment(mount):
+    (mount / "t").mkdir()
+    _write_batches(mount, "t", 3000)                          # one segment of 300 batches
+    assert mount.stop() == 0
+    log = mount.data / "t-0" / "00000000000000000000.log"
+    positions = _batch_positions(log)
+    position, size = positions[100]
+    raw = bytearray(log.read_bytes())
+    raw[position + size - 5] ^= 0x01
+    log.write_bytes(bytes(raw))
+    code, lines = _check(mount.data)
+    assert code == 1 and len(lines) == 1, lines               # was "... bytes unreadable" + every later index entry
+    assert f"position {position}" in lines[0] and "offsets 1000..1009" in lines[0]
+    # a length field that breaks the framing: the rest is unreadable, said once, no index entries after it
+    raw[position + 8:position + 12] = (10 ** 6).to_bytes(4, "big")
+    log.write_bytes(bytes(raw))
+    code, lines = _check(mount.data)
+    assert code == 1 and len(lines) == 1, lines
+    assert f"position {position}" in lines[0] and "cannot be framed" in lines[0]
+
+
+def test_check_of_empty_partitions_after_a_crash_is_clean(logfs_mount):
+    mount = logfs_mount()
+    for topic in ("a", "b"):
+        (mount / topic).mkdir()
+    _write_batches(mount, "b", 50)
+    mount.kill()                                              # active indexes stay preallocated, zero-filled
+    index = mount.data / "a-0" / "00000000000000000000.index"
+    assert index.stat().st_size > 0 and not index.read_bytes().strip(b"\0")
+    assert _check(mount.data) == (0, [])
+    mount.start()
+    assert mount.stop() == 0
+    assert _check(mount.data) == (0, [])
+
+
+def test_check_reports_a_swap_file_the_next_mount_would_install(mount):
+    (mount / "t").mkdir()
+    (mount / "t/config").write_bytes(b"segment.bytes=4096\n")
+    _write_batches(mount, "t", 1000)
+    assert mount.stop() == 0
+    pdir = mount.data / "t-0"
+    segments = sorted(p for p in pdir.iterdir() if p.name.endswith(".log"))
+    assert len(segments) > 3
+    garbage = segments[2].with_name(segments[2].name + ".swap")
+    garbage.write_bytes(os.urandom(5000))
+    code, lines = _check(mount.data)
+    assert code == 1 and len(lines) == 1 and str(garbage) in lines[0], lines
+    garbage.unlink()
+    other = segments[2].with_name(segments[2].name + ".swap")
+    other.write_bytes(segments[1].read_bytes())               # another segment's content
+    code, lines = _check(mount.data)
+    assert code == 1 and str(other) in lines[0] and "holds another segment" in lines[0], lines
+    other.unlink()
+    assert _check(mount.data) == (0, [])
