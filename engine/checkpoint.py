@@ -34,6 +34,7 @@ import errno as _errno
 import logging
 import os
 import re
+import stat
 import threading
 from collections.abc import Mapping
 
@@ -44,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["RECOVERY_POINT_CHECKPOINT", "LOG_START_OFFSET_CHECKPOINT", "CLEANER_OFFSET_CHECKPOINT",
            "CLEAN_SHUTDOWN_FILE", "CHECKPOINT_VERSION", "PREVIOUS_SUFFIX", "OffsetCheckpointFile",
-           "write_keeping_previous"]
+           "read_no_follow", "write_keeping_previous"]
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
@@ -85,8 +86,7 @@ class OffsetCheckpointFile:
         """
         with self._lock:
             try:
-                with open(self.path, "rb") as f:
-                    raw = f.read()
+                raw = read_no_follow(self.path)
             except FileNotFoundError:
                 return {}
             except OSError as exc:
@@ -196,6 +196,7 @@ def write_keeping_previous(path: str, data: bytes, previous: str | None = None, 
     Raises OSError (ENOSPC included); ``path`` is intact whenever it raises.
     """
     previous = path + PREVIOUS_SUFFIX if previous is None else previous
+    _remove_planted_link(previous)
     fd = os.open(previous, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         view = memoryview(data)
@@ -209,6 +210,37 @@ def write_keeping_previous(path: str, data: bytes, previous: str | None = None, 
     if not os.path.lexists(path) or not _exchange(previous, path):
         os.replace(previous, path)
     _fsync_dir(os.path.dirname(path) or ".")
+
+
+def read_no_follow(path: str) -> bytes:
+    """The bytes of the regular file ``path``; a link or other non-regular file is an OSError (ELOOP, ...)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(_errno.EINVAL, "not a regular file", path)
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _remove_planted_link(path: str) -> None:
+    """A symlink (or fifo, socket, device) where the previous generation goes is removed, never followed.
+
+    Only the entry in our own directory goes; whatever it points at is not
+    touched.  A directory there is left alone, and the write then fails.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return
+    logger.error("Removing %s, which is not a regular file (mode %o) and is in the way of a checkpoint "
+                 "write; what it points at is not touched", path, st.st_mode)
+    os.unlink(path)
 
 
 def _fsync_dir(path: str) -> None:

@@ -117,6 +117,7 @@ from engine.checkpoint import (
     PREVIOUS_SUFFIX,
     RECOVERY_POINT_CHECKPOINT,
     OffsetCheckpointFile,
+    read_no_follow,
     write_keeping_previous,
 )
 from engine.cleaner import LogCleaner
@@ -428,7 +429,7 @@ class LogManager:
         path = os.path.join(log_dir, name)
         try:
             return OffsetCheckpointFile(path).read()
-        except (CorruptCheckpointError, OSError, ValueError) as exc:
+        except (LogfsError, OSError, ValueError) as exc:     # corrupt, unreadable, a planted link
             error = exc
         previous = path + PREVIOUS_SUFFIX
         if os.path.lexists(previous):
@@ -437,7 +438,7 @@ class LogManager:
                 logger.error("Error occurred while reading %s file of directory %s, using its previous "
                              "generation %s: %s", name, log_dir, previous, error)
                 return offsets
-            except (CorruptCheckpointError, OSError, ValueError):
+            except (LogfsError, OSError, ValueError):
                 pass
         logger.error("Error occurred while reading %s file of directory %s, %s: %s",
                      name, log_dir, fallback, error)
@@ -513,8 +514,7 @@ class LogManager:
     @staticmethod
     def _read_topic_configs_file(path: str) -> tuple[tuple[int, int], dict, list]:
         """Parse one copy; raises FileNotFoundError, or ValueError/OSError saying what is wrong."""
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_no_follow(path)           # a planted symlink is an error, never followed
         try:
             doc = json.loads(raw)
         except (UnicodeDecodeError, RecursionError) as exc:

@@ -134,25 +134,22 @@ def test_deleting_data_works_on_a_full_disk_and_frees_it(full_mount, small_fs):
 
 
 def test_failed_task_runs_count_as_errors(full_mount, tmp_path):
-    """A checkpoint that cannot be written (a link planted as its previous generation) fails each run."""
+    """A checkpoint that cannot be written (a directory planted as its previous generation) fails each run."""
     m = full_mount
     (m / "t").mkdir()
     (m / "t/0/append").write_bytes(b"a\n")
     job = "kafka-log-start-offset-checkpoint"
     previous = m.data / "log-start-offset-checkpoint.prev"
     _wait_for(lambda: previous.exists(), what="two checkpoint runs")
-    victim = tmp_path / "victim"
-    victim.write_bytes(b"not logfs data\n")
     previous.unlink()
-    previous.symlink_to(victim)
+    previous.mkdir()
     record = _wait_for(lambda: (r := _stats(m)["tasks"][job])["errors"] >= 2 and r, what="failed runs counted")
     assert "log-start-offset-checkpoint" in record["last_error"]
     metrics = (m / ".logfs/metrics").read_text()
     assert any(line.startswith(f'logfs_task_errors_total{{task="{job}"}}') and float(line.split()[-1]) >= 2
                for line in metrics.splitlines()), metrics
-    assert victim.read_bytes() == b"not logfs data\n"          # the link was not followed
     assert m.log().count(f"Scheduled task '{job}' failed") >= 2 and "Traceback" not in m.log()
-    previous.unlink()
+    previous.rmdir()
     runs = _stats(m)["tasks"][job]["runs"]
     _wait_for(lambda: (r := _stats(m)["tasks"][job])["runs"] > runs + 1 and r["last_error"] is None,
-              what="a successful run once the link is gone")
+              what="a successful run once the directory is gone")

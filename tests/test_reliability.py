@@ -319,3 +319,50 @@ def test_check_reports_a_swap_file_the_next_mount_would_install(mount):
     assert code == 1 and str(other) in lines[0] and "holds another segment" in lines[0], lines
     other.unlink()
     assert _check(mount.data) == (0, [])
+
+
+# --------------------------------------------------------------------------- access by other users
+
+
+def _as_nobody(*cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd],
+                          capture_output=True, timeout=60)
+
+
+def test_other_users_are_refused_without_allow_other_and_nothing_outside_the_data_dir_is_touched():
+    import tempfile
+    base = Path(tempfile.mkdtemp(prefix="logfs-access-"))
+    try:
+        os.chmod(base, 0o755)                 # other users can reach the mount point, not more
+        m = Mount(base / "m")
+        os.chmod(m.base, 0o755)
+        m.log_file.touch()                    # the test's own log of the mount, not the mount's doing
+        (base / "bystander").write_bytes(b"not logfs\n")
+        os.symlink(base / "bystander", m.base / "link-next-to-the-data")
+        outside_before = {k: v for k, v in _tree(base).items()
+                          if not k.startswith(("m/data", "m/logfs.log", "m/mnt"))}
+        m.start()
+        try:
+            (m / "t").mkdir()
+            (m / "t/0/append").write_bytes(b"secret\n")
+            denied = _as_nobody("cat", str(m / "t/0/records"))
+            assert denied.returncode != 0 and b"Permission denied" in denied.stderr, denied
+            assert _as_nobody("ls", str(m.path)).returncode != 0
+            assert _as_nobody("sh", "-c", f"echo x > {m / 't/0/append'}").returncode != 0
+        finally:
+            assert m.stop() == 0
+        m.extra_args = ["--allow-other"]
+        m.start()
+        try:
+            allowed = _as_nobody("cat", str(m / "t/0/records"))
+            assert allowed.returncode == 0 and allowed.stdout == b"secret\n", allowed
+        finally:
+            assert m.stop() == 0
+        assert (m.data / "t-0").is_dir()
+        outside_after = {k: v for k, v in _tree(base).items()
+                         if not k.startswith(("m/data", "m/logfs.log", "m/mnt"))}
+        assert outside_after == outside_before
+    finally:
+        subprocess.run(["fusermount3", "-uz", str(base / "m" / "mnt")], capture_output=True)
+        import shutil
+        shutil.rmtree(base, ignore_errors=True)
