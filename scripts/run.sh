@@ -6,10 +6,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-mkdir -p mnt data
-if mountpoint -q mnt; then
-    echo "run: ./mnt is still mounted (a previous run was killed?); unmounting it first"
-    fusermount3 -u mnt || fusermount3 -uz mnt
+if grep -q " $PWD/mnt fuse" /proc/mounts; then
+    if stat mnt >/dev/null 2>&1; then
+        # a live logfs serves ./mnt: never unmount it under its users
+        echo "run: ./mnt is served by a running logfs; unmount it first (fusermount3 -u mnt)" >&2
+        exit 1
+    fi
+    echo "run: ./mnt is a stale mount of a logfs that died; detaching it first"
+    fusermount3 -uz mnt
 fi
+mkdir -p mnt data
 echo "run: mounting logfs at $PWD/mnt with data in $PWD/data (Ctrl-C to unmount)"
 exec .venv/bin/logfs mount mnt --data-dir data "$@"
