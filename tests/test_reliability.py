@@ -139,6 +139,64 @@ def test_read_only_mounts_share_a_dir_and_exclude_a_writer(logfs_mount, tmp_path
         ro.stop()
 
 
+#: What Kafka's LogManager does with each log dir's .lock (kafka.utils.FileLock): FileChannel.tryLock.
+JAVA_LOCKER = """
+import java.io.File;
+import java.nio.channels.FileChannel;
+import java.nio.channels.FileLock;
+import java.nio.file.StandardOpenOption;
+
+public class Locker {
+    public static void main(String[] args) throws Exception {
+        FileChannel channel = FileChannel.open(new File(args[0]).toPath(),
+            StandardOpenOption.CREATE, StandardOpenOption.READ, StandardOpenOption.WRITE);
+        FileLock lock = channel.tryLock();
+        System.out.println(lock == null ? "busy" : "locked");
+        System.out.flush();
+        System.in.read();
+    }
+}
+"""
+
+
+def test_logfs_and_a_kafka_broker_exclude_each_other(tmp_path):
+    """Java's FileChannel.tryLock (a broker's lock) and the mount's lock conflict, both ways."""
+    source = tmp_path / "Locker.java"
+    source.write_text(JAVA_LOCKER)
+    data = tmp_path / "data"
+    data.mkdir()
+
+    def java_lock() -> subprocess.Popen:
+        return subprocess.Popen(["java", str(source), str(data / ".lock")], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE)
+
+    broker = java_lock()
+    try:
+        assert broker.stdout.readline() == b"locked\n"
+        mnt = tmp_path / "mnt"
+        mnt.mkdir()
+        for extra in ((), ("--read-only",)):
+            result = subprocess.run(_mount_cmd(mnt, data, *extra), capture_output=True, timeout=60, cwd=tmp_path)
+            assert result.returncode != 0
+            assert f"Failed to acquire lock on file .lock in {data}" in result.stderr.decode()
+        assert sorted(os.listdir(data)) == [".lock"]
+    finally:
+        broker.stdin.close()
+        broker.wait(timeout=60)
+    m = Mount(tmp_path / "m")
+    m.data = data
+    m.start()                                   # the broker is gone: logfs owns the dir now
+    try:
+        broker = java_lock()
+        try:
+            assert broker.stdout.readline() == b"busy\n"
+        finally:
+            broker.stdin.close()
+            broker.wait(timeout=60)
+    finally:
+        assert m.stop() == 0
+
+
 # --------------------------------------------------------------------------- topic configs
 
 
