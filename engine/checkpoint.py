@@ -196,6 +196,23 @@ def write_keeping_previous(path: str, data: bytes, previous: str | None = None, 
     Raises OSError (ENOSPC included); ``path`` is intact whenever it raises.
     """
     previous = path + PREVIOUS_SUFFIX if previous is None else previous
+    with _path_lock(path):
+        _write_keeping_previous(path, data, previous, mode)
+
+
+_path_locks: dict[str, threading.Lock] = {}
+_path_locks_guard = threading.Lock()
+
+
+def _path_lock(path: str) -> threading.Lock:
+    """One writer at a time per file in this process: two interleaved in-place writes of ``.prev``
+    followed by two exchanges could leave the older content current."""
+    key = os.path.abspath(path)
+    with _path_locks_guard:
+        return _path_locks.setdefault(key, threading.Lock())
+
+
+def _write_keeping_previous(path: str, data: bytes, previous: str, mode: int) -> None:
     _remove_planted_link(previous)
     fd = os.open(previous, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:

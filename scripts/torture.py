@@ -564,6 +564,16 @@ class Torture:
         self.check_disk(views)
         return self.report()
 
+    def _background_work(self) -> dict[str, int]:
+        """What retention and the cleaner did meanwhile, counted from the mounts' log lines."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return {}
+        return {"compactions": text.count("Swapping in cleaned segment"),
+                "retention_deletions": text.count("Found deletable segments"),
+                "recoveries_of_unflushed_segments": text.count("Recovering unflushed segment")}
+
     def report(self) -> int:
         t = self.totals
         rec = sorted(t.recovery_s) or [0.0]
@@ -575,6 +585,7 @@ class Torture:
             "unacknowledged_batches_present": t.unacked_present, "unacknowledged_batches_absent": t.unacked_absent,
             "recovery_median_s": round(statistics.median(rec), 3), "recovery_max_s": round(rec[-1], 3),
             "faults": dict(sorted(t.faults.items())), "peak_rss_mib": round(t.peak_rss_kb / 1024, 1),
+            **self._background_work(),
             "failures": t.failures,
         }
         if self.args.json:
