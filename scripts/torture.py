@@ -329,6 +329,7 @@ class Torture:
             try:
                 state = json.loads((self.mnt / "r/0/state").read_bytes())
                 start, end = state["log_start_offset"], state["log_end_offset"]
+                part.max_start = max(part.max_start, start)       # observed: no crash may take it back
                 if end <= start:
                     continue
                 target = rng.randint(start, start + (end - start) // 3)
@@ -424,7 +425,9 @@ class Torture:
                     complete = len(present) == len(batch) and present == list(range(present[0],
                                                                                    present[0] + len(batch)))
                     # `before N` may cut a batch: then its tail is there, from the log start on
-                    cut = (present[0] == start and present == list(range(start, start + len(present)))
+                    view_first = min(by_offset) if by_offset else start
+                    cut = (present[0] in (start, view_first)
+                           and present == list(range(present[0], present[0] + len(present)))
                            and batch[-len(present):] == [by_offset[o] for o in present])
                     if not complete and not part.compacted and not cut:
                         t.partial_batches += 1
