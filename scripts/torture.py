@@ -510,13 +510,31 @@ class Torture:
             t.check_problems += max(1, len(problems))
             t.fail(f"logfs check after a clean shutdown: {problems[:5]}")
 
-    def damage(self) -> None:
-        """Self-test of the checks: chop acknowledged records off p/0's newest segment behind logfs' back."""
+    def damage(self) -> bool:
+        """Self-test of the checks: cut p/0's newest acknowledged record off its segment behind logfs' back.
+
+        Returns False when nothing is acknowledged yet (try again after the next crash).
+        """
+        part = self.parts["p/0"]
+        if not part.acked:
+            return False
+        target = max(part.acked)
         pdir = self.data / "p-0"
-        newest = max((pdir / n for n in os.listdir(pdir) if n.endswith(".log")), key=lambda p: p.name)
-        size = newest.stat().st_size
-        os.truncate(newest, max(0, size - 2000))
-        self.totals.faults["damage-truncated-segment"] += 1
+        bases = sorted(int(n[:-4]) for n in os.listdir(pdir) if n.endswith(".log") and n[:-4].isdigit())
+        base = max(b for b in bases if b <= target)
+        path = pdir / f"{base:020d}.log"
+        data = path.read_bytes()
+        position = 0
+        while position + 61 <= len(data):
+            first = int.from_bytes(data[position:position + 8], "big")
+            size = 12 + int.from_bytes(data[position + 8:position + 12], "big")
+            last = first + int.from_bytes(data[position + 23:position + 27], "big")
+            if first <= target <= last:
+                os.truncate(path, position)
+                self.totals.faults["damage-truncated-segment"] += 1
+                return True
+            position += size
+        return False
 
     # ------------------------------------------------------------------ the run
 
@@ -547,7 +565,7 @@ class Torture:
                 self.kill()                         # in the middle of the traffic
                 self.totals.faults["kill-9"] += 1
                 self.end_traffic(threads)
-                if args.damage and cycle == 1:
+                if args.damage and not self.totals.faults["damage-truncated-segment"]:
                     self.damage()
             if self.rng.random() < args.startup_kill_rate:
                 # crash again during startup, i.e. during recovery of what the last crash left

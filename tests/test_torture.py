@@ -33,7 +33,7 @@ def test_torture_ci_defaults_lose_nothing():
 
 
 def test_torture_detects_acknowledged_records_lost_behind_its_back():
-    code, summary, output = _run("--cycles", "2", "--clean-every", "100", "--damage", "--startup-kill-rate", "0")
+    code, summary, output = _run("--cycles", "3", "--clean-every", "100", "--damage", "--startup-kill-rate", "0")
     assert code == 1, output
     assert summary["lost"] > 0, output
     assert summary["faults"]["damage-truncated-segment"] == 1
