@@ -244,7 +244,7 @@ def read_no_follow(path: str) -> bytes:
 
 
 def _remove_planted_link(path: str) -> None:
-    """A symlink (or fifo, socket, device) where the previous generation goes is removed, never followed.
+    """A symlink (fifo, socket, device, hard-linked file) where the previous generation goes is removed.
 
     Only the entry in our own directory goes; whatever it points at is not
     touched.  A directory there is left alone, and the write then fails.
@@ -253,10 +253,14 @@ def _remove_planted_link(path: str) -> None:
         st = os.lstat(path)
     except FileNotFoundError:
         return
-    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+    if stat.S_ISDIR(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1):
         return
-    logger.error("Removing %s, which is not a regular file (mode %o) and is in the way of a checkpoint "
-                 "write; what it points at is not touched", path, st.st_mode)
+    # A hard link (a data dir copied with `cp -al`) would make the in-place write
+    # change the other directory's file too: only the name here goes.
+    what = (f"has {st.st_nlink} hard links" if stat.S_ISREG(st.st_mode)
+            else f"is not a regular file (mode {st.st_mode:o})")
+    logger.error("Removing %s, which %s and is in the way of a checkpoint write; what it points at is not "
+                 "touched", path, what)
     os.unlink(path)
 
 

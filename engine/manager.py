@@ -124,7 +124,6 @@ from engine.cleaner import LogCleaner
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.config import TOPIC_CONFIG_NAMES, BrokerConfig, LogConfig
 from engine.errors import (
-    CorruptCheckpointError,
     InvalidConfigError,
     InvalidPartitionError,
     InvalidRequestError,
@@ -287,19 +286,20 @@ class LogManager:
             lock_path = os.path.join(log_dir, LOCK_FILE)
             try:
                 if self.read_only:
-                    try:
-                        fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-                    except FileNotFoundError:
-                        fd = None
-                    if fd is not None:
-                        fds.append(fd)
-                        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                    fcntl.flock(dir_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
                 else:
                     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-                    fds.append(fd)
-                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except FileNotFoundError:
+                fd = None                 # read-only and no .lock: only the flock below
+            except OSError as exc:        # a link planted as .lock (ELOOP), no permission, ...
+                raise StorageError(f"Failed to open the lock file {lock_path} of log directory {log_dir}: "
+                                   f"{exc.strerror or exc}") from exc
+            if fd is not None:
+                fds.append(fd)
+            try:
+                if fd is not None:
+                    fcntl.lockf(fd, (fcntl.LOCK_SH if self.read_only else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+                fcntl.flock(dir_fd, (fcntl.LOCK_SH if self.read_only else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             except OSError as exc:
                 if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                     raise StorageError(busy) from exc

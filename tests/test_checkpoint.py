@@ -176,3 +176,16 @@ def test_a_link_in_place_of_the_previous_generation_is_removed_not_followed(tmp_
     os.symlink(victim, f.path)
     with pytest.raises(StorageError):
         f.read()                                          # a link is never read either
+
+
+def test_a_hard_linked_previous_generation_is_not_written_through(tmp_path):
+    """A data dir copied with `cp -al` shares its files with the original: the in-place write must not."""
+    f = OffsetCheckpointFile(str(tmp_path / cp.RECOVERY_POINT_CHECKPOINT))
+    f.write({TopicPartition("t", 0): 1})
+    f.write({TopicPartition("t", 0): 2})
+    other = tmp_path / "original-copy.prev"
+    os.link(f.previous_path, other)
+    before = other.read_bytes()
+    f.write({TopicPartition("t", 0): 3})
+    assert other.read_bytes() == before
+    assert f.read() == {TopicPartition("t", 0): 3}

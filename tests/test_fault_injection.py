@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 
 import pytest
 
@@ -155,3 +154,20 @@ def test_missing_topic_configs_with_a_previous_generation_is_loaded(logfs_mount)
     _wait_for(lambda: json.loads((mount / ".logfs/stats.json").read_bytes())["tasks"]["kafka-log-retention"]["runs"]
               > runs + 2, what="retention runs")
     assert len(_values(mount, "c")) == 50
+
+
+def test_a_link_planted_as_the_lock_file_refuses_the_mount_and_is_not_followed(tmp_path):
+    import subprocess
+    from tests.conftest import LOGFS
+    data = tmp_path / "data"
+    data.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious\n")
+    (data / ".lock").symlink_to(victim)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    result = subprocess.run([str(LOGFS), "mount", str(mnt), "--data-dir", str(data)], capture_output=True,
+                            timeout=60)
+    assert result.returncode != 0
+    assert f"Failed to open the lock file {data / '.lock'}" in result.stderr.decode()
+    assert victim.read_bytes() == b"precious\n" and sorted(os.listdir(data)) == [".lock"]
