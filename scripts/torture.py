@@ -7,7 +7,8 @@ reads back the ``<first> <last>`` offsets of its batches: only then are those
 records *acknowledged*), followers tailing ``records.jsonl``, random readers
 of ``offset/N``, and DeleteRecords (``before N``), while retention and the
 log cleaner work on small segments.  Then it crashes the mount with SIGKILL at
-a random moment (sometimes during startup, i.e. during recovery), remounts,
+a random moment (sometimes during startup, i.e. during recovery, or during a
+clean shutdown), remounts,
 and checks through the views:
 
 * every acknowledged record at or above the log start is present, once, at its
@@ -561,6 +562,13 @@ class Torture:
                 self.stop()
                 self.totals.faults["clean-shutdown"] += 1
                 self.check_disk(views)
+            elif self.rng.random() < args.shutdown_kill_rate:
+                # SIGTERM starts a clean shutdown (flush, checkpoints, marker); crash in the middle of it
+                self.proc.send_signal(signal.SIGTERM)
+                time.sleep(self.rng.uniform(0.0, 0.3))
+                self.kill()
+                self.totals.faults["kill-9-during-shutdown"] += 1
+                self.end_traffic(threads)
             else:
                 self.kill()                         # in the middle of the traffic
                 self.totals.faults["kill-9"] += 1
@@ -633,6 +641,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clean-every", type=int, default=4, help="every N-th cycle ends in a clean shutdown")
     parser.add_argument("--startup-kill-rate", type=float, default=0.3,
                         help="probability of a second crash during the next startup")
+    parser.add_argument("--shutdown-kill-rate", type=float, default=0.2,
+                        help="probability that a crash cycle crashes during a clean shutdown instead")
     parser.add_argument("--segment-bytes", type=int, default=16384)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--work-dir", help="mount point and log live here (default: a new temp dir)")
