@@ -8,8 +8,7 @@ records *acknowledged*), followers tailing ``records.jsonl``, random readers
 of ``offset/N``, and DeleteRecords (``before N``), while retention and the
 log cleaner work on small segments.  Then it crashes the mount with SIGKILL at
 a random moment (sometimes during startup, i.e. during recovery, or during a
-clean shutdown), remounts,
-and checks through the views:
+clean shutdown), remounts, and checks through the views:
 
 * every acknowledged record at or above the log start is present, once, at its
   offset (compacted topic: the newest acknowledged record of each key is);
