@@ -185,7 +185,7 @@ def _exchange(a: str, b: str) -> bool:
     raise OSError(err, os.strerror(err), b)
 
 
-def write_keeping_previous(path: str, data: bytes, previous: str | None = None, mode: int = 0o600) -> None:
+def write_keeping_previous(path: str, data: bytes, previous: str | None = None, mode: int = 0o666) -> None:
     """Replace ``path`` by ``data`` atomically, keeping the replaced content as ``previous``.
 
     ``previous`` (default ``path + ".prev"``) is overwritten in place, fsynced,
@@ -193,6 +193,7 @@ def write_keeping_previous(path: str, data: bytes, previous: str | None = None, 
     directory is then fsynced.  Needs no new disk blocks when ``data`` fits in
     the blocks ``previous`` already has, so it works on a full disk for files
     whose size barely changes.  Links are never followed (``O_NOFOLLOW``).
+    ``mode`` is filtered by the process umask, like every file in a data dir.
     Raises OSError (ENOSPC included); ``path`` is intact whenever it raises.
     """
     previous = path + PREVIOUS_SUFFIX if previous is None else previous

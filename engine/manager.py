@@ -288,7 +288,7 @@ class LogManager:
                 if self.read_only:
                     fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
                 else:
-                    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
             except FileNotFoundError:
                 fd = None                 # read-only and no .lock: only the flock below
             except OSError as exc:        # a link planted as .lock (ELOOP), no permission, ...
