@@ -571,3 +571,24 @@ def test_delete_topic_refused_whole_when_its_intent_cannot_be_written(tmp_path, 
     monkeypatch.undo()
     assert manager.partitions("stay") == [0, 1] and manager.topic_overrides("stay") == {"retention.ms": "1000"}
     assert sorted(n for n in os.listdir(d) if n.startswith("stay")) == ["stay-0", "stay-1"]
+
+
+def test_topic_configs_unreadable_in_one_dir_are_taken_from_another(tmp_path, caplog):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = started(dirs)
+    manager.create_topic("c", 2, {"cleanup.policy": "compact"})
+    manager.alter_topic_config("c", {"min.cleanable.dirty.ratio": "0.3"})
+    manager.shutdown()
+    for name in (TOPIC_CONFIGS_FILE, TOPIC_CONFIGS_FILE + ".prev"):
+        (dirs[0] / name).write_bytes(b"{torn")
+    with caplog.at_level(logging.ERROR, logger="engine.manager"):
+        again = started(dirs)
+    assert again.topic_overrides("c") == {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.3"}
+    assert "in place of the corrupt copies" in caplog.text
+    again.shutdown()
+    # every copy unreadable: refused, with how to repair
+    for name in (TOPIC_CONFIGS_FILE, TOPIC_CONFIGS_FILE + ".prev"):
+        (dirs[1] / name).write_bytes(b"[]")
+        (dirs[0] / name).write_bytes(b"")
+    with pytest.raises(StorageError, match="Refusing to start.*restore topic-configs.json from a backup"):
+        started(dirs)
