@@ -98,6 +98,20 @@ class OffsetCheckpointFile:
                 f"Malformed checkpoint file [{self.path}]: not UTF-8 at byte {exc.start}") from exc
         return self._parse(text)
 
+    def _current_is_sound(self) -> bool:
+        """False when the current file exists but does not parse while ``.prev`` does (see write)."""
+        try:
+            self._parse(read_no_follow(self.path).decode("utf-8"))
+            return True
+        except FileNotFoundError:
+            return True
+        except (OSError, UnicodeDecodeError, CorruptCheckpointError):
+            try:
+                self._parse(read_no_follow(self.previous_path).decode("utf-8"))
+            except (OSError, UnicodeDecodeError, CorruptCheckpointError):
+                return True         # no good copy to protect: the usual way
+            return False
+
     def _malformed(self, number: int, line: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(f"Malformed line in checkpoint file [{self.path}] line {number}: {line!r}")
 
@@ -148,7 +162,7 @@ class OffsetCheckpointFile:
         data = ("\n".join(lines) + "\n").encode("utf-8")
         with self._lock:
             try:
-                write_keeping_previous(self.path, data)
+                write_keeping_previous(self.path, data, current_is_sound=self._current_is_sound())
             except OSError as exc:
                 if exc.errno == _errno.ENOSPC:
                     raise LogDirFullError(f"No space left to write checkpoint file {self.path}") from exc
@@ -185,7 +199,8 @@ def _exchange(a: str, b: str) -> bool:
     raise OSError(err, os.strerror(err), b)
 
 
-def write_keeping_previous(path: str, data: bytes, previous: str | None = None, mode: int = 0o666) -> None:
+def write_keeping_previous(path: str, data: bytes, previous: str | None = None, mode: int = 0o666,
+                           current_is_sound: bool = True) -> None:
     """Replace ``path`` by ``data`` atomically, keeping the replaced content as ``previous``.
 
     ``previous`` (default ``path + ".prev"``) is overwritten in place, fsynced,
@@ -194,11 +209,20 @@ def write_keeping_previous(path: str, data: bytes, previous: str | None = None, 
     the blocks ``previous`` already has, so it works on a full disk for files
     whose size barely changes.  Links are never followed (``O_NOFOLLOW``).
     ``mode`` is filtered by the process umask, like every file in a data dir.
+
+    ``current_is_sound=False`` says ``path`` is corrupt (its reader fell back
+    to ``previous``): then ``previous`` is the only good copy and must not be
+    written over, so the new content goes in place over ``path`` instead (a
+    crash in the middle leaves ``path`` as corrupt as it was, ``previous`` intact).
     Raises OSError (ENOSPC included); ``path`` is intact whenever it raises.
     """
     previous = path + PREVIOUS_SUFFIX if previous is None else previous
     with _path_lock(path):
-        _write_keeping_previous(path, data, previous, mode)
+        if current_is_sound:
+            _write_keeping_previous(path, data, previous, mode)
+        else:
+            _write_in_place(path, data, mode)
+            _fsync_dir(os.path.dirname(path) or ".")
 
 
 _path_locks: dict[str, threading.Lock] = {}
@@ -213,9 +237,10 @@ def _path_lock(path: str) -> threading.Lock:
         return _path_locks.setdefault(key, threading.Lock())
 
 
-def _write_keeping_previous(path: str, data: bytes, previous: str, mode: int) -> None:
-    _remove_planted_link(previous)
-    fd = os.open(previous, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+def _write_in_place(path: str, data: bytes, mode: int) -> None:
+    """Overwrite ``path`` from its start (reusing its blocks), trim it to ``data`` and fsync it."""
+    _remove_planted_link(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         view = memoryview(data)
         position = 0
@@ -225,6 +250,10 @@ def _write_keeping_previous(path: str, data: bytes, previous: str, mode: int) ->
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _write_keeping_previous(path: str, data: bytes, previous: str, mode: int) -> None:
+    _write_in_place(previous, data, mode)
     if not os.path.lexists(path) or not _exchange(previous, path):
         os.replace(previous, path)
     _fsync_dir(os.path.dirname(path) or ".")

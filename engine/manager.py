@@ -623,6 +623,20 @@ class LogManager:
                 logger.warning("Could not write %s at startup: %s", TOPIC_CONFIGS_FILE, exc)
                 return
 
+    def _topic_configs_sound(self, path: str) -> bool:
+        """False when ``path`` is corrupt and its ``.prev`` is the only good copy (never write over that)."""
+        try:
+            self._read_topic_configs_file(path)
+            return True
+        except FileNotFoundError:
+            return True
+        except (OSError, ValueError):
+            try:
+                self._read_topic_configs_file(path + PREVIOUS_SUFFIX)
+            except (OSError, ValueError):
+                return True
+            return False
+
     def _write_topic_configs(self, overrides: Mapping[str, Mapping[str, str]]) -> None:
         """Write ``overrides`` to every log dir, keeping the previous generation as ``.prev``.
 
@@ -640,7 +654,7 @@ class LogManager:
         for log_dir in self.log_dirs:
             path = os.path.join(log_dir, TOPIC_CONFIGS_FILE)
             try:
-                write_keeping_previous(path, data)
+                write_keeping_previous(path, data, current_is_sound=self._topic_configs_sound(path))
             except OSError as exc:
                 if exc.errno == errno.ENOSPC:
                     raise LogDirFullError(f"No space left in {log_dir} to write {TOPIC_CONFIGS_FILE}") from exc

@@ -189,3 +189,15 @@ def test_a_hard_linked_previous_generation_is_not_written_through(tmp_path):
     f.write({TopicPartition("t", 0): 3})
     assert other.read_bytes() == before
     assert f.read() == {TopicPartition("t", 0): 3}
+
+
+def test_a_corrupt_current_is_written_over_so_the_good_previous_generation_survives(tmp_path):
+    f = OffsetCheckpointFile(str(tmp_path / cp.LOG_START_OFFSET_CHECKPOINT))
+    f.write({TopicPartition("t", 0): 5})
+    f.write({TopicPartition("t", 0): 6})
+    with open(f.path, "w") as torn:
+        torn.write("0\n2\nt 0")
+    f.write({TopicPartition("t", 0): 7})
+    assert f.read() == {TopicPartition("t", 0): 7}
+    # the only good copy at the time of the write (.prev: 5) was not the one written over
+    assert OffsetCheckpointFile(f.previous_path).read() == {TopicPartition("t", 0): 5}

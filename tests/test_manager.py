@@ -592,3 +592,21 @@ def test_topic_configs_unreadable_in_one_dir_are_taken_from_another(tmp_path, ca
         (dirs[0] / name).write_bytes(b"")
     with pytest.raises(StorageError, match="Refusing to start.*restore topic-configs.json from a backup"):
         started(dirs)
+
+
+def test_a_config_write_after_a_corrupt_current_keeps_the_good_previous_generation(tmp_path):
+    d = tmp_path / "d"
+    manager = started([d])
+    manager.create_topic("c", 1, {"cleanup.policy": "compact"})
+    manager.alter_topic_config("c", {"retention.ms": "1000"})
+    manager.shutdown()
+    previous = (d / (TOPIC_CONFIGS_FILE + ".prev")).read_bytes()
+    (d / TOPIC_CONFIGS_FILE).write_bytes(b'{"version": 1, "gener')
+    again = started([d])                               # loads .prev (the generation before retention.ms)
+    assert again.topic_overrides("c") == {"cleanup.policy": "compact"}
+    again.alter_topic_config("c", {"segment.ms": "60000"})
+    # written over the corrupt file: the good previous generation was never at risk
+    assert (d / (TOPIC_CONFIGS_FILE + ".prev")).read_bytes() == previous
+    assert json.loads((d / TOPIC_CONFIGS_FILE).read_text())["topics"]["c"] == {
+        "cleanup.policy": "compact", "segment.ms": "60000"}
+    again.shutdown()
