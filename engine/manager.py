@@ -32,12 +32,17 @@ self-describing.  Format (UTF-8 JSON)::
      "deleting": ["payments"]}
 
 ``deleting`` (optional, absent when empty) lists topics whose deletion was
-started but whose partition dirs may not all be renamed yet.  ``topics`` maps a topic name to its overrides, Kafka topic-level names to
-string values exactly as a user would write them; topics without overrides are
-absent.  ``generation`` grows by one with every write; on load the copy with
-the highest ``(generation, written_ms)`` wins, so a dir that missed a write (a
-failed disk, a dir added later) is superseded.  Each copy is written atomically
-(temporary file, fsync, rename, fsync of the directory).
+started but whose partition dirs may not all be renamed yet.  ``topics`` maps
+a topic name to its overrides, Kafka topic-level names to string values
+exactly as a user would write them; topics without overrides are absent.
+``generation`` grows by one with every write; on load the copy with the
+highest ``(generation, written_ms)`` wins, so a dir that missed a write (a
+failed disk, a dir added later) is superseded.  Each copy is written
+atomically and keeps its previous generation as ``topic-configs.json.prev``
+(``write_keeping_previous``: in place over ``.prev``, fsync, swap of the two
+names, fsync of the directory); a corrupt copy is replaced by its previous
+generation at load (ERROR), and when no copy in any dir can be read startup
+is refused rather than falling back to broker defaults.
 
 The log cleaner (:class:`engine.cleaner.LogCleaner`) is created by
 :meth:`startup` when ``log.cleaner.enable`` is true and ``log.cleaner.threads``
