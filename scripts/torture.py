@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LOGFS = ROOT / ".venv" / "bin" / "logfs"
+#: ``python -m logfs`` with this interpreter: the work tree's code, whatever the venv's entry script is
+LOGFS = [sys.executable, "-m", "logfs"]
 
 #: topic -> (partitions, topic config lines): retention by size, by time, compaction
 TOPICS = {
@@ -143,7 +144,7 @@ class Torture:
     # ------------------------------------------------------------------ mount process
 
     def _spawn(self) -> None:
-        cmd = [str(LOGFS), "mount", str(self.mnt), "--data-dir", str(self.data)]
+        cmd = [*LOGFS, "mount", str(self.mnt), "--data-dir", str(self.data)]
         for name, value in {**BROKER, "log.segment.bytes": str(self.args.segment_bytes)}.items():
             cmd += ["-o", f"{name}={value}"]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -503,7 +504,7 @@ class Torture:
                 if missing:
                     t.disk_errors += 1
                     t.fail(f"{part.name}: {len(missing)} records of the view are not on disk, e.g. {missing[:3]}")
-        result = subprocess.run([str(LOGFS), "check", str(self.data)], capture_output=True, text=True,
+        result = subprocess.run([*LOGFS, "check", str(self.data)], capture_output=True, text=True,
                                 env=dict(os.environ, PYTHONPATH=str(ROOT)))
         problems = [line for line in result.stdout.splitlines() if line.strip()]
         if result.returncode != 0 or problems:
@@ -660,6 +661,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return torture.run()
     except Exception as exc:
+        import traceback
+        traceback.print_exc()
         print(f"torture aborted: {exc!r}; mount log: {torture.log_path}", file=sys.stderr)
         return 2
     finally:
