@@ -10,17 +10,31 @@ position -- all in Kafka's format::
     orders 0 1234       <- topic, partition, offset
     orders 1 987
 
-A checkpoint is replaced atomically (write ``<file>.tmp``, fsync, rename over,
-fsync the directory), so a crash leaves either the old or the new file, never a
-torn one; a stale ``.tmp`` from a crash is simply overwritten by the next write.
+A checkpoint is replaced atomically and keeps its previous generation beside
+it, by :func:`write_keeping_previous`: the new content is written over
+``<file>.prev`` (which holds the generation before the current one), fsynced,
+then the two names are exchanged in one step (``renameat2(RENAME_EXCHANGE)``)
+and the directory fsynced.  A crash leaves either the old or the new file,
+never a torn one, and ``<file>.prev`` is one generation older.
+
+Why in place rather than a fresh ``.tmp`` (Kafka's way): the blocks of
+``.prev`` are already allocated, so a write no longer than them needs no new
+space, and a checkpoint can still be written on a full disk.  That matters
+because deleting data (retention, DeleteRecords, topic deletion) writes a
+checkpoint or the topic configs *before* it deletes anything, so a full disk
+would otherwise make it impossible to free space.  A crash during the in-place
+write tears only ``.prev``, which nothing reads while the current file is
+sound.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno as _errno
 import logging
 import os
 import re
+import stat
 import threading
 from collections.abc import Mapping
 
@@ -30,7 +44,8 @@ from engine.topic import TopicPartition
 logger = logging.getLogger(__name__)
 
 __all__ = ["RECOVERY_POINT_CHECKPOINT", "LOG_START_OFFSET_CHECKPOINT", "CLEANER_OFFSET_CHECKPOINT",
-           "CLEAN_SHUTDOWN_FILE", "CHECKPOINT_VERSION", "OffsetCheckpointFile"]
+           "CLEAN_SHUTDOWN_FILE", "CHECKPOINT_VERSION", "PREVIOUS_SUFFIX", "OffsetCheckpointFile",
+           "read_no_follow", "write_keeping_previous"]
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
@@ -39,6 +54,8 @@ CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 
 CHECKPOINT_VERSION = 0
+#: Suffix of the previous generation kept beside a checkpoint or ``topic-configs.json``.
+PREVIOUS_SUFFIX = ".prev"
 
 # Java's Integer.parseInt / Long.parseLong accept an optional sign and ASCII digits only.
 _JAVA_INT = re.compile(r"[+-]?[0-9]+\Z")
@@ -51,6 +68,9 @@ class OffsetCheckpointFile:
 
     def __init__(self, path: str) -> None:
         self.path = os.fspath(path)
+        #: the previous generation, overwritten in place by the next write (see the module docstring)
+        self.previous_path = self.path + PREVIOUS_SUFFIX
+        #: the temporary file of earlier versions (and Kafka): removed by the next write
         self.temp_path = self.path + ".tmp"
         self._lock = threading.Lock()
 
@@ -66,8 +86,7 @@ class OffsetCheckpointFile:
         """
         with self._lock:
             try:
-                with open(self.path, "rb") as f:
-                    raw = f.read()
+                raw = read_no_follow(self.path)
             except FileNotFoundError:
                 return {}
             except OSError as exc:
@@ -78,6 +97,20 @@ class OffsetCheckpointFile:
             raise CorruptCheckpointError(
                 f"Malformed checkpoint file [{self.path}]: not UTF-8 at byte {exc.start}") from exc
         return self._parse(text)
+
+    def _current_is_sound(self) -> bool:
+        """False when the current file exists but does not parse while ``.prev`` does (see write)."""
+        try:
+            self._parse(read_no_follow(self.path).decode("utf-8"))
+            return True
+        except FileNotFoundError:
+            return True
+        except (OSError, UnicodeDecodeError, CorruptCheckpointError):
+            try:
+                self._parse(read_no_follow(self.previous_path).decode("utf-8"))
+            except (OSError, UnicodeDecodeError, CorruptCheckpointError):
+                return True         # no good copy to protect: the usual way
+            return False
 
     def _malformed(self, number: int, line: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(f"Malformed line in checkpoint file [{self.path}] line {number}: {line!r}")
@@ -129,22 +162,136 @@ class OffsetCheckpointFile:
         data = ("\n".join(lines) + "\n").encode("utf-8")
         with self._lock:
             try:
-                # never through a link planted under the temporary name (issue 9)
-                fd = os.open(self.temp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-                try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view):]
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.replace(self.temp_path, self.path)
-                _fsync_dir(os.path.dirname(self.path) or ".")
+                write_keeping_previous(self.path, data, current_is_sound=self._current_is_sound())
             except OSError as exc:
                 if exc.errno == _errno.ENOSPC:
                     raise LogDirFullError(f"No space left to write checkpoint file {self.path}") from exc
                 raise StorageError(f"Error while writing to checkpoint file {self.path}: {exc}") from exc
+            try:
+                os.unlink(self.temp_path)
+            except OSError:
+                pass
         logger.debug("Wrote %d entries to checkpoint file %s", len(offsets), self.path)
+
+
+_RENAME_EXCHANGE = 2        # linux/fs.h
+_AT_FDCWD = -100
+_libc = ctypes.CDLL(None, use_errno=True)
+_renameat2 = getattr(_libc, "renameat2", None)
+#: False once the file system of some path refused RENAME_EXCHANGE (then: plain rename, no .prev kept)
+_exchange_supported = _renameat2 is not None
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Atomically swap the names ``a`` and ``b`` (both exist); False where the kernel or fs cannot."""
+    global _exchange_supported
+    if not _exchange_supported:
+        return False
+    result = _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (_errno.EINVAL, _errno.ENOSYS, _errno.EOPNOTSUPP):
+        logger.warning("renameat2(RENAME_EXCHANGE) is not supported for %s (%s): files are replaced "
+                       "without keeping their previous generation", b, os.strerror(err))
+        _exchange_supported = False
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
+def write_keeping_previous(path: str, data: bytes, previous: str | None = None, mode: int = 0o666,
+                           current_is_sound: bool = True) -> None:
+    """Replace ``path`` by ``data`` atomically, keeping the replaced content as ``previous``.
+
+    ``previous`` (default ``path + ".prev"``) is overwritten in place, fsynced,
+    and swapped with ``path`` by one ``renameat2(RENAME_EXCHANGE)``; the
+    directory is then fsynced.  Needs no new disk blocks when ``data`` fits in
+    the blocks ``previous`` already has, so it works on a full disk for files
+    whose size barely changes.  Links are never followed (``O_NOFOLLOW``).
+    ``mode`` is filtered by the process umask, like every file in a data dir.
+
+    ``current_is_sound=False`` says ``path`` is corrupt (its reader fell back
+    to ``previous``): then ``previous`` is the only good copy and must not be
+    written over, so the new content goes in place over ``path`` instead (a
+    crash in the middle leaves ``path`` as corrupt as it was, ``previous`` intact).
+    Raises OSError (ENOSPC included); ``path`` is intact whenever it raises.
+    """
+    previous = path + PREVIOUS_SUFFIX if previous is None else previous
+    with _path_lock(path):
+        if current_is_sound:
+            _write_keeping_previous(path, data, previous, mode)
+        else:
+            _write_in_place(path, data, mode)
+            _fsync_dir(os.path.dirname(path) or ".")
+
+
+_path_locks: dict[str, threading.Lock] = {}
+_path_locks_guard = threading.Lock()
+
+
+def _path_lock(path: str) -> threading.Lock:
+    """One writer at a time per file in this process: two interleaved in-place writes of ``.prev``
+    followed by two exchanges could leave the older content current."""
+    key = os.path.abspath(path)
+    with _path_locks_guard:
+        return _path_locks.setdefault(key, threading.Lock())
+
+
+def _write_in_place(path: str, data: bytes, mode: int) -> None:
+    """Overwrite ``path`` from its start (reusing its blocks), trim it to ``data`` and fsync it."""
+    _remove_planted_link(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        view = memoryview(data)
+        position = 0
+        while position < len(data):
+            position += os.pwrite(fd, view[position:], position)
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_keeping_previous(path: str, data: bytes, previous: str, mode: int) -> None:
+    _write_in_place(previous, data, mode)
+    if not os.path.lexists(path) or not _exchange(previous, path):
+        os.replace(previous, path)
+    _fsync_dir(os.path.dirname(path) or ".")
+
+
+def read_no_follow(path: str) -> bytes:
+    """The bytes of the regular file ``path``; a link or other non-regular file is an OSError (ELOOP, ...)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(_errno.EINVAL, "not a regular file", path)
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _remove_planted_link(path: str) -> None:
+    """A symlink (fifo, socket, device, hard-linked file) where the previous generation goes is removed.
+
+    Only the entry in our own directory goes; whatever it points at is not
+    touched.  A directory there is left alone, and the write then fails.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1):
+        return
+    # A hard link (a data dir copied with `cp -al`) would make the in-place write
+    # change the other directory's file too: only the name here goes.
+    what = (f"has {st.st_nlink} hard links" if stat.S_ISREG(st.st_mode)
+            else f"is not a regular file (mode {st.st_mode:o})")
+    logger.error("Removing %s, which %s and is in the way of a checkpoint write; what it points at is not "
+                 "touched", path, what)
+    os.unlink(path)
 
 
 def _fsync_dir(path: str) -> None:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, Sequence
 
 from engine.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from engine.clock import SYSTEM_CLOCK, Clock
-from engine.errors import CorruptCheckpointError, LogfsError
+from engine.errors import LogfsError
 from engine.topic import TopicPartition
 
 if TYPE_CHECKING:   # pragma: no cover - imported for annotations only
@@ -257,7 +257,7 @@ class LogCleanerManager:
     def _read_checkpoint(self, checkpoint: OffsetCheckpointFile, log_dir: str) -> dict[TopicPartition, int]:
         try:
             return checkpoint.read()
-        except (CorruptCheckpointError, OSError) as exc:
+        except (LogfsError, OSError) as exc:       # corrupt, unreadable, a planted link
             # Losing the clean/dirty boundary only costs a full re-clean; never lose the log over it.
             logger.error("Failed to access checkpoint file %s in dir %s: %s",
                          CLEANER_OFFSET_CHECKPOINT, log_dir, exc)

@@ -531,17 +531,17 @@ class LogLoader:
         log_end = self.segments.peekitem(-1)[1].next_offset
         if log_end >= self.log_start_offset_checkpoint:
             return log_end
-        if self.read_only:
-            logger.error(self._prefix + "The checkpointed log start offset %d is beyond the log end offset %d; "
-                         "serving the segments from offset %d (read-only: nothing is deleted)",
-                         self.log_start_offset_checkpoint, log_end, self.segments.peekitem(0)[0])
-            self.log_start_offset_checkpoint = 0
-            return log_end
-        logger.warning(self._prefix + "Deleting all segments because logEndOffset (%d) is smaller than "
-                       "logStartOffset %d. This could happen if segment files were deleted from the file "
-                       "system.", log_end, self.log_start_offset_checkpoint)
-        self._remove_and_delete_segments(list(self.segments.values()))
-        return None
+        # Kafka deletes every segment here (a follower refetches them from the
+        # leader).  On a single node there is no leader: a start beyond the end
+        # can only be damage (a corrupt checkpoint, lost segment files), and
+        # deleting would lose every record.  Keep the data, start at the log's own start.
+        first_base = self.segments.peekitem(0)[0]
+        logger.error(self._prefix + "The checkpointed log start offset %d is beyond the log end offset %d: "
+                     "the log-start-offset-checkpoint or the segment files are damaged. Keeping every segment "
+                     "and starting the log at its first segment's base offset %d.",
+                     self.log_start_offset_checkpoint, log_end, first_base)
+        self.log_start_offset_checkpoint = first_base
+        return log_end
 
     def _remove_and_delete_segments(self, segments: Sequence[LogSegment]) -> None:
         if not segments:

@@ -32,12 +32,17 @@ self-describing.  Format (UTF-8 JSON)::
      "deleting": ["payments"]}
 
 ``deleting`` (optional, absent when empty) lists topics whose deletion was
-started but whose partition dirs may not all be renamed yet.  ``topics`` maps a topic name to its overrides, Kafka topic-level names to
-string values exactly as a user would write them; topics without overrides are
-absent.  ``generation`` grows by one with every write; on load the copy with
-the highest ``(generation, written_ms)`` wins, so a dir that missed a write (a
-failed disk, a dir added later) is superseded.  Each copy is written atomically
-(temporary file, fsync, rename, fsync of the directory).
+started but whose partition dirs may not all be renamed yet.  ``topics`` maps
+a topic name to its overrides, Kafka topic-level names to string values
+exactly as a user would write them; topics without overrides are absent.
+``generation`` grows by one with every write; on load the copy with the
+highest ``(generation, written_ms)`` wins, so a dir that missed a write (a
+failed disk, a dir added later) is superseded.  Each copy is written
+atomically and keeps its previous generation as ``topic-configs.json.prev``
+(``write_keeping_previous``: in place over ``.prev``, fsync, swap of the two
+names, fsync of the directory); a corrupt copy is replaced by its previous
+generation at load (ERROR), and when no copy in any dir can be read startup
+is refused rather than falling back to broker defaults.
 
 The log cleaner (:class:`engine.cleaner.LogCleaner`) is created by
 :meth:`startup` when ``log.cleaner.enable`` is true and ``log.cleaner.threads``
@@ -70,6 +75,25 @@ Deletion and crashes.  Whatever a deletion hides must stay hidden after a
   partition dirs renamed and queued instead of loaded, so a crash between two
   renames never resurrects a topic with some of its partitions.
 
+A full disk.  Deleting data must work when the disk is full, and every
+deletion writes first (the log-start-offset checkpoint, or the topic configs
+with the deletion intent).  Deleting first and checkpointing after would not
+be safe: a crash between the two would bring back the records between the
+first remaining segment's base offset and the new log start (DeleteRecords in
+the middle of a segment), and the start observed before the crash would go
+back.  So the order stays, and the writes are made so they need no new disk
+blocks: ``write_keeping_previous`` (engine.checkpoint) writes the new content
+in place over the file's previous generation (``.prev``), fsyncs it, and swaps
+the two names with one ``renameat2(RENAME_EXCHANGE)``.  The blocks of ``.prev``
+are already allocated and a checkpoint or config file barely changes size, so
+this succeeds on a full disk; the crash guarantees are those of a rename (the
+current file is intact until the swap, and the swap is atomic).  Startup makes
+sure ``topic-configs.json`` and its ``.prev`` exist while there is room; the
+checkpoints have a ``.prev`` from their second periodic write on.  When a
+write still needs more room than that, it fails with ENOSPC and nothing is
+deleted (never EIO).  The space itself comes back when the ``.deleted``
+files and ``-delete`` dirs are removed, ``file.delete.delay.ms`` later.
+
 Read-only mode (``--read-only``) writes nothing to the log dirs, not even
 recovery: a dir that was not shut down cleanly is recovered in memory by the
 LogLoader, the clean-shutdown marker stays in place, logs
@@ -80,6 +104,8 @@ periodic jobs do nothing and every other mutator raises ReadOnlyError.
 from __future__ import annotations
 
 import concurrent.futures
+import errno
+import fcntl
 import json
 import logging
 import os
@@ -94,18 +120,21 @@ from engine import transactions
 from engine.checkpoint import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
+    PREVIOUS_SUFFIX,
     RECOVERY_POINT_CHECKPOINT,
     OffsetCheckpointFile,
+    read_no_follow,
+    write_keeping_previous,
 )
 from engine.cleaner import LogCleaner
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.config import TOPIC_CONFIG_NAMES, BrokerConfig, LogConfig
 from engine.errors import (
-    CorruptCheckpointError,
     InvalidConfigError,
     InvalidPartitionError,
     InvalidRequestError,
     InvalidTopicError,
+    LogDirFullError,
     LogfsError,
     ReadOnlyError,
     StorageError,
@@ -117,6 +146,7 @@ from engine.log import CLIENT_RECORD_DELETION, Log
 from engine.topic import (
     DELETE_DIR_SUFFIX,
     TopicPartition,
+    delete_dir_name,
     parse_topic_partition_dir,
     validate_topic_name,
 )
@@ -127,6 +157,14 @@ TOPIC_CONFIGS_FILE = "topic-configs.json"
 #: Kafka's KRaft metadata log directory (``__cluster_metadata-0``): skipped like Kafka's LogManager does
 KRAFT_METADATA_DIR = "__cluster_metadata-0"
 _TOPIC_CONFIGS_VERSION = 1
+#: Kafka's ``LogManager.LockFileName``: held locked by the process that owns the log dir.
+LOCK_FILE = ".lock"
+
+#: Log dirs locked by this process (canonical paths).  POSIX record locks do not
+#: exclude two owners in one process (and closing any descriptor of the file
+#: drops them), so a second LogManager in the same process is refused here.
+_locked_in_process: set[str] = set()
+_locked_in_process_guard = threading.Lock()
 
 
 class _PendingDeletion(NamedTuple):
@@ -175,15 +213,23 @@ class LogManager:
         self._shut_down = False
         #: topics with a partition dir holding a link or special file: not loaded, never touched
         self._unsafe_topics: set[str] = set()
+        #: descriptors holding the log dir locks, released at the end of shutdown()
+        self._dir_locks: list[tuple[str, list[int]]] = []
 
     # ------------------------------------------------------------------ startup
 
     def startup(self) -> None:
         """Validate the log dirs, read topic configs and load every log."""
         self._create_and_validate_log_dirs()
-        self._load_topic_configs()
-        self._load_logs()
-        self._finish_interrupted_topic_deletions()
+        self._lock_log_dirs()
+        try:
+            self._load_topic_configs()
+            self._load_logs()
+            self._finish_interrupted_topic_deletions()
+            self._ensure_topic_configs_generations()
+        except BaseException:
+            self._unlock_log_dirs()
+            raise
         # Created after loading, as in Kafka: its first round must see every log.
         if self.config.log_cleaner_enable and not self.read_only and int(self.config.log_cleaner_threads) > 0:
             self.cleaner = LogCleaner.for_log_manager(self)
@@ -211,6 +257,85 @@ class LogManager:
             if not os.access(log_dir, mode):
                 kind = "readable" if self.read_only else "readable and writable"
                 raise StorageError(f"{log_dir} is not a {kind} log directory")
+
+    def _lock_log_dirs(self) -> None:
+        """Own every log dir before reading or writing anything in it (Kafka's ``lockLogDirs``).
+
+        Read-write: ``.lock`` is created and locked exclusively with a POSIX
+        record lock (``fcntl.lockf``), which is what Java's
+        ``FileChannel.tryLock`` takes on Linux, so a Kafka broker and logfs
+        exclude each other as two brokers do; the dir itself is also
+        ``flock``-ed exclusively (see below).  Read-only, nothing may be
+        created: an existing ``.lock`` is opened read-only and locked shared
+        (a writer's exclusive lock makes that fail), and the dir is
+        ``flock``-ed shared, so a logfs writer starting later fails on its
+        exclusive ``flock`` even when no ``.lock`` existed.  A Kafka broker
+        knows nothing of the ``flock``: it can start on a dir whose ``.lock``
+        did not exist when a read-only mount took it.
+
+        Raises StorageError naming the dir when another process (or another
+        LogManager of this process) holds it; nothing has been touched then.
+        """
+        try:
+            for log_dir in self.log_dirs:
+                self._dir_locks.append((log_dir, self._lock_log_dir(log_dir)))
+        except BaseException:
+            self._unlock_log_dirs()
+            raise
+
+    def _lock_log_dir(self, log_dir: str) -> list[int]:
+        canonical = os.path.realpath(log_dir)
+        busy = (f"Failed to acquire lock on file {LOCK_FILE} in {log_dir}. A Kafka instance or logfs mount "
+                "in another process or thread is using this directory.")
+        with _locked_in_process_guard:
+            if canonical in _locked_in_process:
+                raise StorageError(busy)
+            _locked_in_process.add(canonical)
+        fds: list[int] = []
+        try:
+            dir_fd = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fds.append(dir_fd)
+            lock_path = os.path.join(log_dir, LOCK_FILE)
+            try:
+                if self.read_only:
+                    fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                else:
+                    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+            except FileNotFoundError:
+                fd = None                 # read-only and no .lock: only the flock below
+            except OSError as exc:        # a link planted as .lock (ELOOP), no permission, ...
+                raise StorageError(f"Failed to open the lock file {lock_path} of log directory {log_dir}: "
+                                   f"{exc.strerror or exc}") from exc
+            if fd is not None:
+                fds.append(fd)
+            try:
+                if fd is not None:
+                    fcntl.lockf(fd, (fcntl.LOCK_SH if self.read_only else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+                fcntl.flock(dir_fd, (fcntl.LOCK_SH if self.read_only else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise StorageError(busy) from exc
+                raise StorageError(f"Failed to lock log directory {log_dir} ({lock_path}): "
+                                   f"{exc.strerror or exc}") from exc
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            with _locked_in_process_guard:
+                _locked_in_process.discard(canonical)
+            raise
+        logger.debug("Locked log directory %s%s", log_dir, " (shared, read-only)" if self.read_only else "")
+        return fds
+
+    def _unlock_log_dirs(self) -> None:
+        for log_dir, fds in self._dir_locks:
+            for fd in fds:
+                try:
+                    os.close(fd)          # closing drops both the record lock and the flock
+                except OSError:
+                    pass
+            with _locked_in_process_guard:
+                _locked_in_process.discard(os.path.realpath(log_dir))
+        self._dir_locks = []
 
     def _load_logs(self) -> None:
         logger.info("Loading logs from log dirs %s", self.log_dirs)
@@ -313,13 +438,29 @@ class LogManager:
         return True
 
     def _read_checkpoint(self, log_dir: str, name: str, fallback: str) -> dict[TopicPartition, int]:
+        """A dir's checkpoint; a corrupt one is replaced by its previous generation (``.prev``).
+
+        The previous generation holds offsets no newer than the lost ones: a
+        recovery point that is lower only means more recovery, and a log start
+        offset that is lower is still better than the first segment's base.
+        """
         path = os.path.join(log_dir, name)
         try:
             return OffsetCheckpointFile(path).read()
-        except (CorruptCheckpointError, OSError, ValueError) as exc:
-            logger.warning("Error occurred while reading %s file of directory %s, %s: %s",
-                           name, log_dir, fallback, exc)
-            return {}
+        except (LogfsError, OSError, ValueError) as exc:     # corrupt, unreadable, a planted link
+            error = exc
+        previous = path + PREVIOUS_SUFFIX
+        if os.path.lexists(previous):
+            try:
+                offsets = OffsetCheckpointFile(previous).read()
+                logger.error("Error occurred while reading %s file of directory %s, using its previous "
+                             "generation %s: %s", name, log_dir, previous, error)
+                return offsets
+            except (LogfsError, OSError, ValueError):
+                pass
+        logger.error("Error occurred while reading %s file of directory %s, %s: %s",
+                     name, log_dir, fallback, error)
+        return {}
 
     def _partition_dirs(self, log_dir: str) -> list[tuple[str, TopicPartition]]:
         """The ``<topic>-<partition>`` dirs to load; ``-delete`` dirs are queued for deletion."""
@@ -355,7 +496,7 @@ class LogManager:
                     continue
                 if tp.topic in self._deleting_topics and not self.read_only:
                     # The deletion of this topic was interrupted before this dir was renamed.
-                    path = os.path.join(log_dir, f"{tp.dir_name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+                    path = os.path.join(log_dir, delete_dir_name(tp.topic, tp.partition, uuid.uuid4().hex))
                     try:
                         os.rename(entry.path, path)
                         _fsync_dir(log_dir)
@@ -409,34 +550,82 @@ class LogManager:
                 self._topic_configs[topic] = config
             return config
 
+    @staticmethod
+    def _read_topic_configs_file(path: str) -> tuple[tuple[int, int], dict, list]:
+        """Parse one copy; raises FileNotFoundError, or ValueError/OSError saying what is wrong."""
+        raw = read_no_follow(path)           # a planted symlink is an error, never followed
+        try:
+            doc = json.loads(raw)
+        except (UnicodeDecodeError, RecursionError) as exc:
+            raise ValueError(f"not JSON: {exc}") from exc
+        if not isinstance(doc, dict) or doc.get("version") != _TOPIC_CONFIGS_VERSION:
+            raise ValueError(f"unsupported version {doc.get('version') if isinstance(doc, dict) else doc!r}")
+        topics = doc.get("topics")
+        if not isinstance(topics, dict) or not all(
+                isinstance(o, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in o.items())
+                for o in topics.values()):
+            raise ValueError("'topics' must map topic names to {name: string value} objects")
+        deleting = doc.get("deleting", [])
+        if not isinstance(deleting, list) or not all(isinstance(t, str) for t in deleting):
+            raise ValueError("'deleting' must be a list of topic names")
+        generation, written = doc.get("generation"), doc.get("written_ms", 0)
+        if type(generation) is not int or type(written) is not int:
+            raise ValueError("'generation' and 'written_ms' must be integers")
+        return (generation, written), topics, deleting
+
     def _load_topic_configs(self) -> None:
+        """Load the newest readable copy of ``topic-configs.json`` over all log dirs.
+
+        Each dir keeps the previous generation beside the current one
+        (``topic-configs.json.prev``).  A current copy that cannot be parsed is
+        an ERROR and the previous generation is used in its place.  Falling
+        back to the broker defaults instead would be silent data loss: a
+        compacted topic would become ``cleanup.policy=delete`` and retention
+        would delete its records.  So when some dir has a copy but no dir has
+        a readable one, startup is refused with how to repair it.
+        """
         best: tuple[tuple[int, int], str, dict, list] | None = None
+        unreadable: list[str] = []
         for log_dir in self.log_dirs:
             path = os.path.join(log_dir, TOPIC_CONFIGS_FILE)
+            previous = path + PREVIOUS_SUFFIX
+            loaded = None
             try:
-                with open(path, "rb") as f:
-                    doc = json.loads(f.read())
-                if not isinstance(doc, dict) or doc.get("version") != _TOPIC_CONFIGS_VERSION:
-                    raise ValueError(f"unsupported version {doc.get('version') if isinstance(doc, dict) else doc!r}")
-                topics = doc["topics"]
-                if not isinstance(topics, dict) or not all(
-                        isinstance(o, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in o.items())
-                        for o in topics.values()):
-                    raise ValueError("'topics' must map topic names to {name: string value} objects")
-                deleting = doc.get("deleting", [])
-                if not isinstance(deleting, list) or not all(isinstance(t, str) for t in deleting):
-                    raise ValueError("'deleting' must be a list of topic names")
-                rank = (int(doc["generation"]), int(doc.get("written_ms", 0)))
+                loaded = (*self._read_topic_configs_file(path), path)
             except FileNotFoundError:
+                if os.path.lexists(previous):
+                    logger.warning("Topic configs file %s is missing; loading the previous generation %s",
+                                   path, previous)
+            except (OSError, ValueError) as exc:
+                logger.error("Topic configs file %s is corrupt (%s); loading the previous generation %s",
+                             path, exc, previous)
+                unreadable.append(f"{path}: {exc}")
+            if loaded is None and os.path.lexists(previous):
+                try:
+                    loaded = (*self._read_topic_configs_file(previous), previous)
+                except (OSError, ValueError) as exc:
+                    logger.error("The previous generation %s of the topic configs is corrupt too: %s",
+                                 previous, exc)
+                    unreadable.append(f"{previous}: {exc}")
+            if loaded is None:
                 continue
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                logger.warning("Ignoring unreadable topic configs file %s: %s", path, exc)
-                continue
+            rank, topics, deleting, source = loaded
             if best is None or rank > best[0]:
-                best = (rank, path, topics, deleting)
+                best = (rank, source, topics, deleting)
         if best is None:
+            if unreadable:
+                raise StorageError(
+                    "No readable copy of the topic configs in log dirs " + ", ".join(self.log_dirs) + " ("
+                    + "; ".join(unreadable) + "). Refusing to start: the topics would fall back to the broker "
+                    f"defaults, and retention could delete the records of compacted topics. To repair, restore "
+                    f"{TOPIC_CONFIGS_FILE} from a backup (or fix the JSON by hand), or, to accept the broker "
+                    f"defaults for every topic, move {TOPIC_CONFIGS_FILE} and {TOPIC_CONFIGS_FILE}{PREVIOUS_SUFFIX} "
+                    "out of each log dir.")
             return
         rank, path, topics, deleting = best
+        if unreadable:
+            logger.error("Using the topic configs of %s (generation %d) in place of the corrupt copies; "
+                         "the next config change rewrites them", path, rank[0])
         configs = {}
         for topic, overrides in topics.items():
             try:
@@ -450,8 +639,50 @@ class LogManager:
             self._deleting_topics = set(deleting)
         logger.info("Loaded config overrides of %d topics from %s (generation %d)", len(topics), path, rank[0])
 
+    def _ensure_topic_configs_generations(self) -> None:
+        """Have ``topic-configs.json`` and its ``.prev`` in every dir from the start.
+
+        Deleting a topic writes the configs before anything else; on a full
+        disk that write only succeeds in place over an existing ``.prev``
+        (see ``write_keeping_previous``), so both files are made while there
+        is room.  A failure here is not fatal: only a later full disk needs them.
+        """
+        if self.read_only:
+            return
+        for _ in range(2):
+            missing = [d for d in self.log_dirs
+                       if not (os.path.exists(os.path.join(d, TOPIC_CONFIGS_FILE))
+                               and os.path.exists(os.path.join(d, TOPIC_CONFIGS_FILE + PREVIOUS_SUFFIX)))]
+            if not missing:
+                return
+            try:
+                with self._lock:
+                    self._write_topic_configs(self._overrides)
+            except LogfsError as exc:
+                logger.warning("Could not write %s at startup: %s", TOPIC_CONFIGS_FILE, exc)
+                return
+
+    def _topic_configs_sound(self, path: str) -> bool:
+        """False when ``path`` is corrupt and its ``.prev`` is the only good copy (never write over that)."""
+        try:
+            self._read_topic_configs_file(path)
+            return True
+        except FileNotFoundError:
+            return True
+        except (OSError, ValueError):
+            try:
+                self._read_topic_configs_file(path + PREVIOUS_SUFFIX)
+            except (OSError, ValueError):
+                return True
+            return False
+
     def _write_topic_configs(self, overrides: Mapping[str, Mapping[str, str]]) -> None:
-        """Write ``overrides`` to every log dir; raises StorageError naming the dir that failed."""
+        """Write ``overrides`` to every log dir, keeping the previous generation as ``.prev``.
+
+        Written in place over ``.prev`` and swapped in (``write_keeping_previous``),
+        so the intent of a topic deletion can be recorded on a full disk.
+        Raises LogDirFullError (ENOSPC) or StorageError naming the dir that failed.
+        """
         generation = self._config_generation + 1
         doc = {"version": _TOPIC_CONFIGS_VERSION, "generation": generation,
                "written_ms": self.clock.milliseconds(),
@@ -460,7 +691,13 @@ class LogManager:
             doc["deleting"] = sorted(self._deleting_topics)
         data = json.dumps(doc, indent=1, sort_keys=False).encode("utf-8") + b"\n"
         for log_dir in self.log_dirs:
-            _atomic_write(os.path.join(log_dir, TOPIC_CONFIGS_FILE), data)
+            path = os.path.join(log_dir, TOPIC_CONFIGS_FILE)
+            try:
+                write_keeping_previous(path, data, current_is_sound=self._topic_configs_sound(path))
+            except OSError as exc:
+                if exc.errno == errno.ENOSPC:
+                    raise LogDirFullError(f"No space left in {log_dir} to write {TOPIC_CONFIGS_FILE}") from exc
+                raise StorageError(f"Error while writing {path}: {exc.strerror or exc}") from exc
         self._config_generation = generation
 
     def topic_config(self, topic: str) -> LogConfig:
@@ -621,9 +858,14 @@ class LogManager:
         try:
             os.mkdir(path)
         except OSError as exc:
-            raise StorageError(f"Error while creating log for {tp} in dir {parent}: {exc.strerror}") from exc
+            error = LogDirFullError if exc.errno == errno.ENOSPC else StorageError
+            raise error(f"Error while creating log for {tp} in dir {parent}: {exc.strerror}") from exc
         try:
             log = Log.load(path, config, clock=self.clock)
+        except OSError as exc:
+            shutil.rmtree(path, ignore_errors=True)
+            error = LogDirFullError if exc.errno == errno.ENOSPC else StorageError
+            raise error(f"Error while creating log for {tp} in dir {parent}: {exc.strerror}") from exc
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise
@@ -711,7 +953,7 @@ class LogManager:
             # the partitions, which the next start renames from the intent.
             for tp, log in removed:
                 try:
-                    log.rename_dir(f"{tp.dir_name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+                    log.rename_dir(delete_dir_name(tp.topic, tp.partition, uuid.uuid4().hex))
                     logger.info("Log for partition %s is renamed to %s and is scheduled for deletion",
                                 tp, log.dir)
                 except (OSError, LogfsError) as exc:
@@ -743,6 +985,7 @@ class LogManager:
         if self.read_only:
             return
         now = self.clock.milliseconds()
+        failures: list[str] = []
         for log in self.all_logs():
             try:
                 since = now - log.last_flush_time
@@ -751,16 +994,23 @@ class LogManager:
                                  "time since last flush: %d", log.name, log.config.flush_ms,
                                  log.last_flush_time, since)
                     log.flush()
-            except Exception:
+            except Exception as exc:
                 logger.exception("Error flushing topic %s", log.topic_partition.topic)
+                failures.append(f"{log.topic_partition}: {exc}")
+        _raise_failures("flush", failures)
 
     def checkpoint_recovery_points(self) -> None:
         """Write each dir's ``recovery-point-offset-checkpoint`` (kafka-recovery-point-checkpoint)."""
         if self.read_only:
             return
+        failures = []
         for log_dir, logs in self.logs_by_dir().items():
-            self._write_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT,
-                                   {log.topic_partition: log.recovery_point for log in logs})
+            try:
+                self._write_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT,
+                                       {log.topic_partition: log.recovery_point for log in logs})
+            except LogfsError as exc:
+                failures.append(str(exc))
+        _raise_failures("recovery point checkpoint", failures)
 
     def checkpoint_log_start_offsets(self) -> None:
         """Write each dir's ``log-start-offset-checkpoint``.
@@ -770,11 +1020,14 @@ class LogManager:
         """
         if self.read_only:
             return
+        failures = []
         for log_dir in self.log_dirs:
             try:
                 self._checkpoint_log_start_offsets_in_dir(log_dir)
-            except StorageError as exc:
+            except LogfsError as exc:
                 logger.error("%s", exc)
+                failures.append(str(exc))
+        _raise_failures("log start offset checkpoint", failures)
 
     def _checkpoint_log_start_offsets_in_dir(self, log_dir: str, planned: tuple[Log, int] | None = None) -> None:
         """Write ``log_dir``'s log-start-offset checkpoint; raises StorageError.
@@ -796,6 +1049,8 @@ class LogManager:
                     offsets[log.topic_partition] = offset
             try:
                 OffsetCheckpointFile(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)).write(offsets)
+            except LogDirFullError:
+                raise                  # ENOSPC stays ENOSPC for the caller (`before N` on a full disk)
             except (OSError, LogfsError) as exc:
                 raise StorageError(f"Disk error while writing {LOG_START_OFFSET_CHECKPOINT} in dir {log_dir}: "
                                    f"{exc}") from exc
@@ -827,10 +1082,14 @@ class LogManager:
             return log.log_start_offset
 
     def _write_checkpoint(self, log_dir: str, name: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Write one checkpoint; logs and re-raises a failure (LogDirFullError or StorageError)."""
         try:
             OffsetCheckpointFile(os.path.join(log_dir, name)).write(offsets)
         except (OSError, LogfsError) as exc:
             logger.error("Disk error while writing %s in dir %s: %s", name, log_dir, exc)
+            if isinstance(exc, LogfsError):
+                raise
+            raise StorageError(f"Disk error while writing {name} in dir {log_dir}: {exc}") from exc
 
     def cleanup_logs(self) -> int:
         """Retention (kafka-log-retention); returns the number of segments deleted.
@@ -853,15 +1112,21 @@ class LogManager:
         else:
             deletable = [(log.topic_partition, log) for log in self.all_logs() if log.config.delete]
         total = 0
+        failures: list[str] = []
         try:
             for tp, log in deletable:
                 try:
                     total += log.delete_old_segments()
-                except Exception:
+                except LogfsError as exc:
+                    logger.error("Error during retention of %s: %s", tp, exc)
+                    failures.append(f"{tp}: {exc}")
+                except Exception as exc:
                     logger.exception("Error during retention of %s", tp)
+                    failures.append(f"{tp}: {exc}")
         finally:
             if cleaner is not None:
                 cleaner.resume_cleaning([tp for tp, _ in deletable])
+        _raise_failures("retention", failures, done=f"{total} segments deleted")
         logger.debug("Log cleanup completed. %d files deleted in %.3f seconds", total, time.monotonic() - started)
         return total
 
@@ -883,11 +1148,14 @@ class LogManager:
             return 0
         now = self.clock.milliseconds()
         total = 0
+        failures = []
         for log in self.all_logs():
             try:
                 total += log.delete_expired_segment_files(now)
-            except Exception:
+            except Exception as exc:
                 logger.exception("Error deleting segment files of %s", log.topic_partition)
+                failures.append(f"{log.topic_partition}: {exc}")
+        _raise_failures("deletion of segment files", failures, done=f"{total} segments deleted")
         return total
 
     def delete_logs(self) -> int:
@@ -903,6 +1171,7 @@ class LogManager:
             for pending in due:
                 self._logs_to_be_deleted.remove(pending)
         deleted = 0
+        failures: list[str] = []
         for pending in due:
             try:
                 if pending.log is not None:
@@ -916,8 +1185,10 @@ class LogManager:
             except (OSError, LogfsError) as exc:
                 logger.error("Exception while deleting %s in dir %s, will retry: %s",
                              pending.path, os.path.dirname(pending.path), exc)
+                failures.append(f"{pending.path}: {exc}")
                 with self._lock:
                     self._logs_to_be_deleted.append(pending)
+        _raise_failures("deletion of log directories", failures, done=f"{deleted} deleted")
         return deleted
 
     def pending_deletions(self) -> list[str]:
@@ -968,6 +1239,7 @@ class LogManager:
                     _atomic_write(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), b"")
                 except StorageError as exc:
                     logger.error("%s", exc)
+        self._unlock_log_dirs()
         logger.info("Shutdown complete.")
 
     def _check_writable(self, what: str) -> None:
@@ -975,6 +1247,24 @@ class LogManager:
             raise ReadOnlyError(f"Cannot {what}: the log manager is read-only")
         if self._shut_down:
             raise StorageError(f"Cannot {what}: the log manager is shut down")
+
+
+class TaskFailedError(StorageError):
+    """Some items of a periodic job failed (each was logged); the job counts as failed."""
+
+
+def _raise_failures(job: str, failures: list[str], done: str = "") -> None:
+    """Make a periodic job that failed for some logs fail as a whole, after it did what it could.
+
+    Each failure was logged where it happened; this only makes the run count
+    as an error in ``stats.json`` and the metrics.  ``done`` says what the run
+    achieved anyway.
+    """
+    if not failures:
+        return
+    more = f" and {len(failures) - 3} more" if len(failures) > 3 else ""
+    achieved = f" ({done})" if done else ""
+    raise TaskFailedError(f"{job} failed for {len(failures)} item(s){achieved}: {'; '.join(failures[:3])}{more}")
 
 
 def _moved_log_start_offsets(logs: list[Log]) -> dict[TopicPartition, int]:

@@ -951,18 +951,24 @@ class LogSegment:
     def delete_if_exists(self) -> None:
         """Unlink the three files; the .log descriptor stays open so open views read on."""
         self._check_writable("delete")
+        # One line per segment: a compaction or retention run deletes hundreds of
+        # segments, and a file already gone (an index never created, a crash
+        # between two unlinks) is what "if exists" means, not a failure.
+        deleted = []
         try:
             os.unlink(self.log_path)
-            log.info("Deleted log %s.", self.log_path)
+            deleted.append("log")
         except FileNotFoundError:
-            log.info("Failed to delete log %s because it does not exist.", self.log_path)
+            pass
         except OSError as exc:
             raise StorageError(f"Delete of log {self.log_path} failed: {exc.strerror}") from exc
         for kind, index in (("offset index", self.offset_index), ("time index", self.time_index)):
             if index.delete_if_exists():
-                log.info("Deleted %s %s.", kind, index.path)
-            else:
-                log.info("Failed to delete %s %s because it does not exist.", kind, index.path)
+                deleted.append(kind)
+        if deleted:
+            log.info("Deleted %s of segment %s.", ", ".join(deleted), self.log_path)
+        else:
+            log.debug("Segment %s was already deleted.", self.log_path)
 
     @property
     def deleted(self) -> bool:

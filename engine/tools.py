@@ -35,7 +35,8 @@ LOG_FILE_SUFFIX = ".log"
 INDEX_FILE_SUFFIX = ".index"
 TIME_INDEX_FILE_SUFFIX = ".timeindex"
 #: Suffixes of files in flight (asynchronous deletion, the cleaner's swap): the
-#: next startup finishes or rolls them back, so they are not checked.
+#: next startup finishes or rolls them back.  ``.swap`` files are checked all
+#: the same, since startup installs them in place of segments.
 IN_FLIGHT_SUFFIXES = (".deleted", ".cleaned", ".swap")
 CHECKPOINT_FILES = ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint",
                     "cleaner-offset-checkpoint")
@@ -352,7 +353,16 @@ class _Checker:
 
     # -- one segment -----------------------------------------------------------
 
-    def check_segment(self, log_path: str, expected_min_offset: int) -> tuple[SegmentSummary, dict[int, BatchHeader]]:
+    def check_segment(self, log_path: str, expected_min_offset: int, *, swap: bool = False
+                      ) -> tuple[SegmentSummary, dict[int, BatchHeader], int]:
+        """Check one segment file; returns its summary, batches by position and readable length.
+
+        A batch that fails its CRC (or does not decode) but whose framing holds
+        -- the next batch starts where its length says and is itself valid, or
+        it is the last one -- is one problem, and the check goes on after it.
+        Only a broken framing makes the rest of the file unreadable, reported
+        once; index entries pointing into that rest are not judged.
+        """
         base_offset = _base_offset_of(log_path)
         data = _read_file(log_path)
         batches: dict[int, BatchHeader] = {}
@@ -366,29 +376,39 @@ class _Checker:
                 header = validate_batch(data, position, path=log_path)
                 decode_values(data, position, header)
             except CorruptRecordError as exc:
-                self.problem(log_path, f"{exc}; {len(data) - position} bytes from here are unreadable",
+                header = _framed_header(data, position)
+                if header is None:
+                    self.problem(log_path, f"{exc}; the {len(data) - position} bytes from here cannot be framed "
+                                           "as record batches", position)
+                    break
+                self.problem(log_path, f"{exc} (batch of {header.size} bytes, offsets "
+                                       f"{header.base_offset}..{header.last_offset})", position)
+            if position == 0 and swap and header.base_offset < base_offset:
+                self.problem(log_path, f"first batch offset {header.base_offset} is below the base offset "
+                                       f"{base_offset} in the file name: this .swap holds another segment",
                              position)
-                break
             if header.base_offset < next_offset:
                 self.problem(log_path, f"batch base offset {header.base_offset} does not follow the "
                                        f"previous batch's last offset {next_offset - 1}", position)
             batches[position] = header
             next_offset = max(next_offset, header.next_offset)
             position += header.size
-        return SegmentSummary(base_offset, next_offset), batches
+        return SegmentSummary(base_offset, next_offset), batches, min(position, len(data))
 
     def check_offset_index(self, path: str, base_offset: int, batches: dict[int, BatchHeader],
-                           next_offset: int) -> None:
+                           next_offset: int, readable: int | None = None) -> None:
         raw = _read_file(path)
         if len(raw) % _OFFSET_ENTRY.size:
             self.problem(path, f"index file size {len(raw)} is not a multiple of {_OFFSET_ENTRY.size}")
         previous = -1
         for i in range(len(raw) // _OFFSET_ENTRY.size):
             relative, position = _OFFSET_ENTRY.unpack_from(raw, i * _OFFSET_ENTRY.size)
-            if i > 0 and relative == 0 and position == 0:
-                break                       # the zero-filled preallocated tail
+            if relative == 0 and position == 0 and (i > 0 or not batches):
+                break                       # the zero-filled preallocated tail (all of it: an empty segment)
             offset = base_offset + relative
             where = i * _OFFSET_ENTRY.size
+            if readable is not None and position >= readable:
+                continue                    # into the part of the log that cannot be framed: reported once
             if offset <= previous:
                 self.problem(path, f"index entry {i} offset {offset} is not larger than the previous "
                                    f"entry's {previous}", where)
@@ -402,7 +422,8 @@ class _Checker:
                                    f"position {position} (offsets {batch.base_offset}..{batch.last_offset})",
                              where)
 
-    def check_time_index(self, path: str, base_offset: int, next_offset: int, max_timestamp: int) -> None:
+    def check_time_index(self, path: str, base_offset: int, next_offset: int, max_timestamp: int,
+                         complete: bool = True) -> None:
         raw = _read_file(path)
         if len(raw) % _TIME_ENTRY.size:
             self.problem(path, f"time index file size {len(raw)} is not a multiple of {_TIME_ENTRY.size}")
@@ -410,9 +431,11 @@ class _Checker:
         previous_offset = base_offset
         for i in range(len(raw) // _TIME_ENTRY.size):
             timestamp, relative = _TIME_ENTRY.unpack_from(raw, i * _TIME_ENTRY.size)
-            if i > 0 and timestamp == 0 and relative == 0:
-                break
+            if timestamp == 0 and relative == 0 and (i > 0 or max_timestamp < 0):
+                break                       # the zero-filled preallocated tail (all of it: an empty segment)
             offset = base_offset + relative
+            if not complete and offset >= next_offset:
+                continue                    # indexes the part of the log that cannot be framed
             where = i * _TIME_ENTRY.size
             if timestamp <= previous_timestamp:
                 self.problem(path, f"time index entry {i} timestamp {timestamp} is not larger than the "
@@ -431,28 +454,45 @@ class _Checker:
 
     # -- one partition -----------------------------------------------------------
 
-    def check_partition(self, partition_dir: str) -> tuple[int, int]:
-        """Check every segment; returns (first segment base offset, log end offset)."""
-        logs = sorted((name for name in os.listdir(partition_dir)
+    def check_partition(self, partition_dir: str) -> tuple[int, int | None]:
+        """Check every segment and every ``.swap``; returns (first segment base offset, log end offset).
+
+        The log end offset is None when part of a segment cannot be framed:
+        checkpoints can then not be judged against it.
+        """
+        names = os.listdir(partition_dir)
+        logs = sorted((name for name in names
                        if name.endswith(LOG_FILE_SUFFIX) and name[:-len(LOG_FILE_SUFFIX)].isdigit()),
                       key=lambda name: int(name[:-len(LOG_FILE_SUFFIX)]))
         end_offset = 0
         first_offset = None
+        unframed = False
         for name in logs:
             log_path = os.path.join(partition_dir, name)
-            summary, batches = self.check_segment(log_path, end_offset)
+            summary, batches, readable = self.check_segment(log_path, end_offset)
+            complete = readable >= os.path.getsize(log_path)
+            unframed = unframed or not complete
             if first_offset is None:
                 first_offset = summary.base_offset
             stem = log_path[:-len(LOG_FILE_SUFFIX)]
             if os.path.exists(stem + INDEX_FILE_SUFFIX):
                 self.check_offset_index(stem + INDEX_FILE_SUFFIX, summary.base_offset, batches,
-                                        summary.next_offset)
+                                        summary.next_offset, readable)
             if os.path.exists(stem + TIME_INDEX_FILE_SUFFIX):
                 max_timestamp = max((h.max_timestamp for h in batches.values()), default=-1)
                 self.check_time_index(stem + TIME_INDEX_FILE_SUFFIX, summary.base_offset,
-                                      summary.next_offset, max_timestamp)
+                                      summary.next_offset, max_timestamp, complete)
             end_offset = max(end_offset, summary.next_offset)
-        return (first_offset or 0), end_offset
+        # A .swap is what the next mount installs in place of segments (the
+        # cleaner's crash-interrupted swap): it must be a sound segment.
+        swap_suffix = LOG_FILE_SUFFIX + ".swap"
+        for name in sorted(n for n in names if n.endswith(swap_suffix) and n[:-len(swap_suffix)].isdigit()):
+            path = os.path.join(partition_dir, name)
+            before = self.problems
+            summary, _, _ = self.check_segment(path, 0, swap=True)
+            if self.problems == before and summary.next_offset == summary.base_offset:
+                self.problem(path, "holds no record batch")
+        return (first_offset or 0), (None if unframed else end_offset)
 
     # -- one log dir -----------------------------------------------------------
 
@@ -460,21 +500,22 @@ class _Checker:
         if not os.path.isdir(log_dir):
             self.problem(log_dir, "is not a directory")
             return
-        ranges: dict[TopicPartition, tuple[int, int]] = {}
+        ranges: dict[TopicPartition, tuple[int, int | None]] = {}
         for name in sorted(os.listdir(log_dir)):
             path = os.path.join(log_dir, name)
-            if not os.path.isdir(path) or name.endswith(DELETE_DIR_SUFFIX) or name.startswith("."):
+            if not os.path.isdir(path) or name.endswith(DELETE_DIR_SUFFIX):
                 continue
             try:
-                tp = parse_topic_partition_dir(name)
+                tp = parse_topic_partition_dir(name)     # topics may start with '.' (".internal-0")
             except InvalidTopicError as exc:
-                self.problem(path, str(exc))
+                if not name.startswith("."):             # hidden non-topic dirs (.snapshot, ...) are not ours
+                    self.problem(path, str(exc))
                 continue
             ranges[tp] = self.check_partition(path)
         for checkpoint_name in CHECKPOINT_FILES:
             self.check_checkpoint(os.path.join(log_dir, checkpoint_name), ranges)
 
-    def check_checkpoint(self, path: str, ranges: dict[TopicPartition, tuple[int, int]]) -> None:
+    def check_checkpoint(self, path: str, ranges: dict[TopicPartition, tuple[int, int | None]]) -> None:
         if not os.path.exists(path):
             return
         try:
@@ -487,6 +528,8 @@ class _Checker:
                 self.problem(path, f"names partition {tp}, which has no directory in {os.path.dirname(path)}")
                 continue
             _, end_offset = ranges[tp]
+            if end_offset is None:
+                continue                      # its log end is unknown: the damage was reported already
             if not 0 <= offset <= end_offset:
                 self.problem(path, f"offset {offset} of {tp} is outside the log [0, {end_offset}]")
 
@@ -495,6 +538,24 @@ def _read_checkpoint(path: str) -> dict[TopicPartition, int]:
     """Read with engine.checkpoint when it is there (the parser the broker uses)."""
     from engine.checkpoint import OffsetCheckpointFile
     return OffsetCheckpointFile(path).read()
+
+
+def _framed_header(data: bytes, position: int) -> BatchHeader | None:
+    """The header at ``position`` if its length frames a batch: the file ends, or a valid batch follows."""
+    try:
+        header = read_header(data, position)
+    except CorruptRecordError:
+        return None
+    end = position + header.size
+    if header.batch_length < HEADER_SIZE - 12 or end > len(data) or header.records_count < 0:
+        return None
+    if end == len(data):
+        return header
+    try:
+        validate_batch(data, end)
+    except CorruptRecordError:
+        return None
+    return header
 
 
 def check_dirs(dirs: list[str], out: TextIO) -> int:

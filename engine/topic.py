@@ -17,6 +17,22 @@ _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 DELETE_DIR_SUFFIX = "-delete"
 
 
+#: Longest file name of common Linux file systems (NAME_MAX).
+MAX_FILE_NAME_LENGTH = 255
+
+
+def delete_dir_name(topic: str, partition: int, unique_id: str) -> str:
+    """``<topic>-<partition>.<id>-delete``, the topic cut short so it fits a file name.
+
+    As Kafka's ``UnifiedLog.logDeleteDirName``: a topic of up to 249
+    characters plus ``-<partition>.<32 hex digits>-delete`` can pass 255
+    bytes, so the topic prefix is cut; the name is only ever parsed as "a
+    directory to remove", never for its topic.
+    """
+    suffix = f"-{partition}.{unique_id}{DELETE_DIR_SUFFIX}"
+    return topic[:max(0, MAX_FILE_NAME_LENGTH - len(suffix))] + suffix
+
+
 class TopicPartition(NamedTuple):
     topic: str
     partition: int

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
+from engine.errors import LogfsError
+
 if TYPE_CHECKING:  # pragma: no cover
     from engine.manager import LogManager
     from logfs.stats import MountStats
@@ -69,7 +71,13 @@ def build_jobs(manager: "LogManager") -> list[Job]:
         # Partition dirs renamed -delete, then segments renamed .deleted whose
         # file.delete.delay.ms has passed: Kafka's "kafka-delete-logs" job plus
         # the per-segment delayed deletes Kafka schedules one by one.
-        return manager.delete_logs() + manager.delete_expired_segment_files()
+        # Both run even when the first fails; a failure of either fails the run.
+        try:
+            dirs = manager.delete_logs()
+        except Exception:
+            manager.delete_expired_segment_files()
+            raise
+        return dirs + manager.delete_expired_segment_files()
 
     # Deletion honours file.delete.delay.ms per segment inside the engine; this
     # is only how often it looks, so a short delay is not stretched by much.
@@ -121,6 +129,12 @@ async def _run_periodically(job: Job, initial_delay_ms: int, stats: "MountStats"
             # finish before the manager closes the logs under it.
             record.last_result = await trio.to_thread.run_sync(job.run)
             record.last_error = None
+        except LogfsError as exc:
+            # An expected failure (full disk, I/O error), already logged per item
+            # by the engine: one line, no traceback, and the run counts as an error.
+            record.errors += 1
+            record.last_error = f"{type(exc).__name__}: {exc}"
+            log.error("Scheduled task '%s' failed: %s", job.name, exc)
         except Exception as exc:  # a failed run is logged and retried next period, as Kafka does
             record.errors += 1
             record.last_error = f"{type(exc).__name__}: {exc}"

@@ -125,3 +125,79 @@ def test_refuses_topic_that_would_corrupt_the_format(tmp_path):
     with pytest.raises(InvalidRequestError):
         f.write({TopicPartition("a b", 0): 1})
     assert not os.path.exists(f.path)
+
+
+def test_each_write_keeps_the_previous_generation(tmp_path):
+    f = OffsetCheckpointFile(str(tmp_path / cp.LOG_START_OFFSET_CHECKPOINT))
+    f.write({TopicPartition("t", 0): 5})
+    assert not os.path.exists(f.previous_path)          # nothing came before the first
+    f.write({TopicPartition("t", 0): 6})
+    f.write({TopicPartition("t", 0): 7})
+    assert f.read() == {TopicPartition("t", 0): 7}
+    assert OffsetCheckpointFile(f.previous_path).read() == {TopicPartition("t", 0): 6}
+
+
+def test_writes_in_place_over_the_previous_generation_on_a_full_disk(tmp_path):
+    """On a full tmpfs a checkpoint of about the same size is still written; a bigger one gets ENOSPC."""
+    import subprocess
+    fs = tmp_path / "fs"
+    fs.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(fs)], check=True)
+    try:
+        f = OffsetCheckpointFile(str(fs / cp.LOG_START_OFFSET_CHECKPOINT))
+        f.write({TopicPartition("t", p): 1 for p in range(3)})
+        f.write({TopicPartition("t", p): 2 for p in range(3)})
+        with open(fs / "filler", "wb") as filler:
+            with pytest.raises(OSError) as full:
+                while True:
+                    filler.write(b"\0" * 65536)
+                    filler.flush()
+        assert full.value.errno == errno.ENOSPC
+        f.write({TopicPartition("t", p): 3 for p in range(3)})        # fits the blocks of .prev
+        assert f.read() == {TopicPartition("t", p): 3 for p in range(3)}
+        assert OffsetCheckpointFile(f.previous_path).read() == {TopicPartition("t", p): 2 for p in range(3)}
+        with pytest.raises(LogDirFullError):
+            f.write({TopicPartition("t" * 200, p): 4 for p in range(100)})   # needs new blocks
+        assert f.read() == {TopicPartition("t", p): 3 for p in range(3)}
+    finally:
+        subprocess.run(["umount", "-l", str(fs)], check=False)
+
+
+def test_a_link_in_place_of_the_previous_generation_is_removed_not_followed(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious\n")
+    f = OffsetCheckpointFile(str(tmp_path / cp.RECOVERY_POINT_CHECKPOINT))
+    f.write({TopicPartition("t", 0): 1})
+    os.symlink(victim, f.previous_path)
+    f.write({TopicPartition("t", 0): 2})
+    assert victim.read_bytes() == b"precious\n"
+    assert f.read() == {TopicPartition("t", 0): 2}
+    os.unlink(f.path)
+    os.symlink(victim, f.path)
+    with pytest.raises(StorageError):
+        f.read()                                          # a link is never read either
+
+
+def test_a_hard_linked_previous_generation_is_not_written_through(tmp_path):
+    """A data dir copied with `cp -al` shares its files with the original: the in-place write must not."""
+    f = OffsetCheckpointFile(str(tmp_path / cp.RECOVERY_POINT_CHECKPOINT))
+    f.write({TopicPartition("t", 0): 1})
+    f.write({TopicPartition("t", 0): 2})
+    other = tmp_path / "original-copy.prev"
+    os.link(f.previous_path, other)
+    before = other.read_bytes()
+    f.write({TopicPartition("t", 0): 3})
+    assert other.read_bytes() == before
+    assert f.read() == {TopicPartition("t", 0): 3}
+
+
+def test_a_corrupt_current_is_written_over_so_the_good_previous_generation_survives(tmp_path):
+    f = OffsetCheckpointFile(str(tmp_path / cp.LOG_START_OFFSET_CHECKPOINT))
+    f.write({TopicPartition("t", 0): 5})
+    f.write({TopicPartition("t", 0): 6})
+    with open(f.path, "w") as torn:
+        torn.write("0\n2\nt 0")
+    f.write({TopicPartition("t", 0): 7})
+    assert f.read() == {TopicPartition("t", 0): 7}
+    # the only good copy at the time of the write (.prev: 5) was not the one written over
+    assert OffsetCheckpointFile(f.previous_path).read() == {TopicPartition("t", 0): 5}

@@ -45,6 +45,11 @@ def started(dirs, clock=None, read_only=False, **props) -> LogManager:
     return manager
 
 
+def crashed(manager: LogManager) -> None:
+    """The process of ``manager`` died without shutting down: the OS drops its log dir locks."""
+    manager._unlock_log_dirs()
+
+
 def append(manager: LogManager, topic: str, partition: int, count: int, tag: bytes = b"r") -> None:
     log = manager.get_log(TopicPartition(topic, partition))
     for i in range(count):
@@ -94,7 +99,8 @@ def test_create_topic_validation_leaves_nothing(tmp_path):
     with pytest.raises(InvalidConfigError, match="no.such.config"):
         manager.create_topic("u", 2, {"no.such.config": "1"})
     assert manager.topics() == ["t"]
-    assert sorted(os.listdir(tmp_path / "d")) == [f"t-{p}" for p in range(3)]
+    assert sorted(n for n in os.listdir(tmp_path / "d") if not n.startswith((".lock", "topic-configs"))) == [
+        f"t-{p}" for p in range(3)]
 
 
 def test_add_partition_only_next_number(tmp_path):
@@ -144,6 +150,7 @@ def test_unclean_reload_keeps_every_record_and_corrupt_checkpoint_means_full_rec
     # crash: no shutdown; then damage the checkpoint
     (d / RECOVERY_POINT_CHECKPOINT).write_text("0\n5\nt 0 1\n")
     with caplog.at_level(logging.WARNING, logger="engine.manager"):
+        crashed(manager)
         again = started([d])
     assert "recovery-point-offset-checkpoint" in caplog.text
     assert again.had_clean_shutdown == {str(d): False}
@@ -160,6 +167,7 @@ def test_missing_checkpoint_and_torn_tail_recovered(tmp_path):
     log = manager.get_log(TopicPartition("t", 0))
     with open(log.active_segment.log_path, "ab") as f:
         f.write(b"\x00\x00\x00\x00\x00\x00\x00\x63\x00\x00\x01")    # torn batch header
+    crashed(manager)
     again = started([d])
     assert values(again, "t", 0) == expected
     assert again.get_log(TopicPartition("t", 0)).log_end_offset == 20
@@ -456,6 +464,7 @@ def test_delete_records_checkpoints_the_log_start_before_renaming_and_refuses_be
     assert _checkpointed_start(d, tp) == target
     assert manager.delete_records(tp, 1) == target      # never backwards
     # a crash now (no shutdown): the next start hides the records below it
+    crashed(manager)
     again = started([d])
     relog = again.get_log(tp)
     assert relog.log_start_offset == target
@@ -491,6 +500,7 @@ def test_retention_checkpoints_the_planned_log_start_before_renaming(tmp_path, m
     assert seen_at_rename == [segments[3].base_offset]
     monkeypatch.undo()
     # restart over the half-renamed state: segments 1 and 2 are still there, but hidden
+    crashed(manager)
     again = started([d], clock=clock)
     relog = again.get_log(tp)
     assert relog.log_start_offset == segments[3].base_offset
@@ -522,6 +532,7 @@ def test_interrupted_topic_deletion_is_finished_at_startup(tmp_path, monkeypatch
     assert live == ["half-2", "half-3"]                               # the crash left two partitions
     assert json.loads((d1 / TOPIC_CONFIGS_FILE).read_text())["deleting"] == ["half"]
 
+    crashed(manager)
     again = started([d1, d2], log_segment_delete_delay_ms=1000)
     assert again.topics() == ["other"]                                # never resurrected, not even in part
     assert len(again.pending_deletions()) == 4
@@ -569,3 +580,42 @@ def test_delete_topic_refused_whole_when_its_intent_cannot_be_written(tmp_path, 
     monkeypatch.undo()
     assert manager.partitions("stay") == [0, 1] and manager.topic_overrides("stay") == {"retention.ms": "1000"}
     assert sorted(n for n in os.listdir(d) if n.startswith("stay")) == ["stay-0", "stay-1"]
+
+
+def test_topic_configs_unreadable_in_one_dir_are_taken_from_another(tmp_path, caplog):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = started(dirs)
+    manager.create_topic("c", 2, {"cleanup.policy": "compact"})
+    manager.alter_topic_config("c", {"min.cleanable.dirty.ratio": "0.3"})
+    manager.shutdown()
+    for name in (TOPIC_CONFIGS_FILE, TOPIC_CONFIGS_FILE + ".prev"):
+        (dirs[0] / name).write_bytes(b"{torn")
+    with caplog.at_level(logging.ERROR, logger="engine.manager"):
+        again = started(dirs)
+    assert again.topic_overrides("c") == {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.3"}
+    assert "in place of the corrupt copies" in caplog.text
+    again.shutdown()
+    # every copy unreadable: refused, with how to repair
+    for name in (TOPIC_CONFIGS_FILE, TOPIC_CONFIGS_FILE + ".prev"):
+        (dirs[1] / name).write_bytes(b"[]")
+        (dirs[0] / name).write_bytes(b"")
+    with pytest.raises(StorageError, match="Refusing to start.*restore topic-configs.json from a backup"):
+        started(dirs)
+
+
+def test_a_config_write_after_a_corrupt_current_keeps_the_good_previous_generation(tmp_path):
+    d = tmp_path / "d"
+    manager = started([d])
+    manager.create_topic("c", 1, {"cleanup.policy": "compact"})
+    manager.alter_topic_config("c", {"retention.ms": "1000"})
+    manager.shutdown()
+    previous = (d / (TOPIC_CONFIGS_FILE + ".prev")).read_bytes()
+    (d / TOPIC_CONFIGS_FILE).write_bytes(b'{"version": 1, "gener')
+    again = started([d])                               # loads .prev (the generation before retention.ms)
+    assert again.topic_overrides("c") == {"cleanup.policy": "compact"}
+    again.alter_topic_config("c", {"segment.ms": "60000"})
+    # written over the corrupt file: the good previous generation was never at risk
+    assert (d / (TOPIC_CONFIGS_FILE + ".prev")).read_bytes() == previous
+    assert json.loads((d / TOPIC_CONFIGS_FILE).read_text())["topics"]["c"] == {
+        "cleanup.policy": "compact", "segment.ms": "60000"}
+    again.shutdown()

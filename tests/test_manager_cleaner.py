@@ -14,6 +14,8 @@ import threading
 
 import pytest
 
+from engine.errors import StorageError
+
 from engine.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from engine.cleaner_manager import LOG_CLEANING_ABORTED, LogCleaningPaused
 from engine.clock import ManualClock
@@ -254,10 +256,37 @@ def test_retention_failure_still_resumes_cleaning(tmp_path):
         raise OSError("disk gone")
 
     log.delete_old_segments = failing
-    assert manager.cleanup_logs() == 0
+    with pytest.raises(StorageError, match="retention failed for 1 item.*disk gone"):
+        manager.cleanup_logs()            # the run counts as failed (issue 9)
     assert manager.cleaner.manager.cleaning_state(log.topic_partition) is None
     manager.shutdown()
 
 
 if __name__ == "__main__":    # pragma: no cover
     pytest.main([__file__, "-q"])
+
+
+def test_deleting_hundreds_of_segments_logs_one_line_each_and_no_failures(tmp_path, caplog):
+    """Issue 9: one compaction logged 1,200 "Failed to delete ... because it does not exist" lines."""
+    import logging
+    clock = ManualClock()
+    d = tmp_path / "d"
+    manager = started([d], clock=clock, **{"log.segment.delete.delay.ms": "0"})
+    manager.create_topic("cmp", 1, COMPACT)
+    fill(manager, "cmp", 3000, 5)
+    log = manager.get_log(TopicPartition("cmp", 0))
+    replaced = len(log.segments) - 1
+    assert replaced > 100
+    with caplog.at_level(logging.DEBUG, logger="engine.segment"):
+        assert manager.cleaner.clean_once() is not None
+        clock.sleep(1)
+        for segment in [p.segment for p in log._pending][:50]:
+            os.unlink(segment.offset_index.path)        # an index already gone is no failure
+        assert manager.delete_expired_segment_files() >= replaced
+        manager.delete_topic("cmp")
+        clock.sleep(manager.default_config.file_delete_delay_ms)
+        assert manager.delete_logs() == 1
+    lines = [r for r in caplog.records if r.name == "engine.segment" and r.levelno >= logging.INFO]
+    assert not [r for r in lines if "Failed" in r.getMessage() or "does not exist" in r.getMessage()]
+    assert len([r for r in lines if r.getMessage().startswith("Deleted")]) <= replaced + len(log.segments) + 5
+    manager.shutdown()

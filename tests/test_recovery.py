@@ -268,10 +268,11 @@ def test_log_start_offset_checkpoint(tmp_path):
     assert loaded.log_start_offset == bases[1] + 1
     assert loaded.read_records(loaded.log_start_offset)[0].offset == bases[1] + 1
     loaded.close()
-    # a checkpoint beyond the log end: the files were lost; start over at the checkpoint
+    # a checkpoint beyond the log end is damage on a single node: every segment is kept (issue 9)
     beyond = reload(path, had_clean_shutdown=True, log_start_offset=end + 100)
-    assert beyond.log_start_offset == beyond.log_end_offset == end + 100
-    assert list(beyond.segments.keys()) == [end + 100]
-    assert beyond.pending_deletion_segments == len(bases)
+    assert beyond.log_start_offset == bases[0] and beyond.log_end_offset == end
+    assert list(beyond.segments.keys()) == bases
+    assert beyond.pending_deletion_segments == 0
+    assert beyond.read_records(0) == records
     beyond.close()
     shutil.rmtree(path)

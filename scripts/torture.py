@@ -1,0 +1,678 @@
+#!/usr/bin/env python3
+"""Torture harness: crash a live logfs mount over and over and check that nothing acknowledged is lost.
+
+Each cycle mounts the data dir, runs concurrent writers (each appends batches
+of unique lines through its own ``append`` fd opened read-write, fsyncs, and
+reads back the ``<first> <last>`` offsets of its batches: only then are those
+records *acknowledged*), followers tailing ``records.jsonl``, random readers
+of ``offset/N``, and DeleteRecords (``before N``), while retention and the
+log cleaner work on small segments.  Then it crashes the mount with SIGKILL at
+a random moment (sometimes during startup, i.e. during recovery, or during a
+clean shutdown), remounts, and checks through the views:
+
+* every acknowledged record at or above the log start is present, once, at its
+  offset (compacted topic: the newest acknowledged record of each key is);
+* batches written but never acknowledged are all there or not at all;
+* offsets increase, no value appears twice, the log start never goes back
+  (and never below an acknowledged ``before N``);
+* followers never saw an offset twice or out of order, random readers never
+  read a wrong value.
+
+Every ``--clean-every`` cycles (and at the end) the mount is instead shut down
+cleanly and the disk is checked with kafka-python (every batch's CRC), against
+the views read just before, and with ``logfs check`` (no problem allowed).
+
+Prints cycles, acknowledged, lost, duplicated, recovery time, faults injected
+by kind and the mount's peak memory; exits 1 if anything was lost, duplicated,
+misplaced or inconsistent.  The defaults run in well under a minute (CI);
+``--duration 3600`` runs for an hour.
+
+    .venv/bin/python scripts/torture.py                  # CI defaults
+    .venv/bin/python scripts/torture.py --duration 600 --writers 6 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import errno
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: ``python -m logfs`` with this interpreter: the work tree's code, whatever the venv's entry script is
+LOGFS = [sys.executable, "-m", "logfs"]
+
+#: topic -> (partitions, topic config lines): retention by size, by time, compaction
+TOPICS = {
+    "p": (2, b"retention.bytes=262144\n"),
+    "r": (1, b"retention.ms=4000\n"),
+    "c": (1, b"cleanup.policy=compact\nparse.key=true\nmin.cleanable.dirty.ratio=0.05\nsegment.bytes=8192\n"),
+}
+KEYS = 40                                  # distinct keys of the compacted topic
+
+BROKER = {
+    "num.partitions": "1",
+    "log.segment.bytes": "16384",
+    "log.initial.task.delay.ms": "100",
+    "log.retention.check.interval.ms": "250",
+    "log.segment.delete.delay.ms": "400",
+    "log.flush.offset.checkpoint.interval.ms": "500",
+    "log.flush.start.offset.checkpoint.interval.ms": "500",
+    "log.cleaner.backoff.ms": "250",
+    "log.cleaner.min.compaction.lag.ms": "0",
+}
+
+DEAD = {errno.ENOTCONN, errno.ECONNABORTED, errno.ENODEV, errno.EIO, errno.EBADF}
+
+
+def _is_mounted(path: Path) -> bool:
+    return subprocess.run(["mountpoint", "-q", str(path)]).returncode == 0
+
+
+@dataclass
+class Partition:
+    """What the harness knows of one partition."""
+
+    name: str                                            # "p/0"
+    acked: dict[int, str] = field(default_factory=dict)  # offset -> value, acknowledged by fsync
+    unacked: list[list[str]] = field(default_factory=list)   # batches written, never acknowledged
+    max_start: int = 0                                   # highest log start offset ever observed
+    deleted_before: int = 0                              # highest acknowledged `before N`
+    keys: dict[str, str] = field(default_factory=dict)   # value -> key (compacted topic)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def compacted(self) -> bool:
+        return self.name.startswith("c/")
+
+
+@dataclass
+class Totals:
+    cycles: int = 0
+    acknowledged: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    misplaced: int = 0
+    partial_batches: int = 0
+    start_went_back: int = 0
+    reader_errors: int = 0
+    follower_errors: int = 0
+    disk_errors: int = 0
+    check_problems: int = 0
+    retained: int = 0
+    unacked_present: int = 0
+    unacked_absent: int = 0
+    faults: collections.Counter = field(default_factory=collections.Counter)
+    recovery_s: list[float] = field(default_factory=list)
+    peak_rss_kb: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    def fail(self, message: str) -> None:
+        if len(self.failures) < 50:
+            self.failures.append(message)
+        print(f"  FAIL {message}", file=sys.stderr, flush=True)
+
+
+class Torture:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.rng = random.Random(args.seed)
+        self.work = Path(args.work_dir or tempfile.mkdtemp(prefix="logfs-torture-"))
+        self.mnt = self.work / "mnt"
+        self.data = Path(args.data_dir) if args.data_dir else self.work / "data"
+        self.log_path = self.work / "logfs.log"
+        self.mnt.mkdir(parents=True, exist_ok=True)
+        self.data.mkdir(parents=True, exist_ok=True)
+        self.proc: subprocess.Popen | None = None
+        self.totals = Totals()
+        self.parts = {f"{t}/{p}": Partition(f"{t}/{p}") for t, (n, _) in TOPICS.items() for p in range(n)}
+        self.seq = 0
+        self.seq_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ mount process
+
+    def _spawn(self) -> None:
+        cmd = [*LOGFS, "mount", str(self.mnt), "--data-dir", str(self.data)]
+        for name, value in {**BROKER, "log.segment.bytes": str(self.args.segment_bytes)}.items():
+            cmd += ["-o", f"{name}={value}"]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def start(self, timeout: float = 120.0) -> float:
+        """Mount; returns the seconds until the mount answered (recovery included)."""
+        started = time.monotonic()
+        self._spawn()
+        while not _is_mounted(self.mnt):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"logfs mount exited with {self.proc.returncode}; see {self.log_path}")
+            if time.monotonic() - started > timeout:
+                raise RuntimeError(f"logfs mount not ready after {timeout}s; see {self.log_path}")
+            time.sleep(0.01)
+        return time.monotonic() - started
+
+    def _note_memory(self) -> None:
+        try:
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    self.totals.peak_rss_kb = max(self.totals.peak_rss_kb, int(line.split()[1]))
+        except OSError:
+            pass
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self._note_memory()
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+            self.proc = None
+        subprocess.run(["fusermount3", "-uz", str(self.mnt)], capture_output=True)
+
+    def stop(self) -> None:
+        """Clean unmount; the mount flushes, checkpoints and writes its clean-shutdown marker."""
+        self._note_memory()
+        deadline = time.monotonic() + 120
+        while _is_mounted(self.mnt) and time.monotonic() < deadline:
+            if subprocess.run(["fusermount3", "-u", str(self.mnt)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        code = self.proc.wait(timeout=120)
+        self.proc = None
+        if code != 0:
+            self.totals.fail(f"clean shutdown exited with {code}")
+
+    # ------------------------------------------------------------------ setup
+
+    def create_topics(self) -> None:
+        for topic, (partitions, config) in TOPICS.items():
+            if not (self.mnt / topic).exists():
+                (self.mnt / topic).mkdir()
+                (self.mnt / topic / "config").write_bytes(config)
+            for p in range(1, partitions):
+                if not (self.mnt / topic / str(p)).exists():
+                    (self.mnt / topic / str(p)).mkdir()
+
+    # ------------------------------------------------------------------ traffic
+
+    def _next_seq(self) -> int:
+        with self.seq_lock:
+            self.seq += 1
+            return self.seq
+
+    def writer(self, wid: int, part: Partition, stop: threading.Event) -> None:
+        rng = random.Random(self.rng.random())
+        try:
+            fd = os.open(self.mnt / part.name / "append", os.O_RDWR)
+        except OSError:
+            return
+        written: list[list[str]] = []
+        replies = b""
+        try:
+            while not stop.is_set():
+                values = [f"w{wid}-{self._next_seq()}" for _ in range(rng.randint(1, 30))]
+                if part.compacted:
+                    keys = [f"k{rng.randrange(KEYS)}" for _ in values]
+                    with part.lock:
+                        part.keys.update(zip(values, keys))
+                    payload = "".join(f"{k}\t{v}\n" for k, v in zip(keys, values)).encode()
+                else:
+                    payload = "".join(f"{v}\n" for v in values).encode()
+                os.write(fd, payload)
+                written.append(values)
+                if rng.random() < 0.4:
+                    os.fsync(fd)
+                    while replies.count(b"\n") < len(written):
+                        chunk = os.read(fd, 65536)
+                        if not chunk:
+                            raise RuntimeError(f"{part.name}: {len(written)} batches but fewer offset replies")
+                        replies += chunk
+                    lines, replies = replies.split(b"\n"), b""
+                    acks = [tuple(map(int, line.split())) for line in lines if line]
+                    with part.lock:
+                        for values_, (first, last) in zip(written, acks):
+                            if last - first + 1 != len(values_):
+                                self.totals.fail(f"{part.name}: batch of {len(values_)} acknowledged as "
+                                                 f"{first}..{last}")
+                            for i, value in enumerate(values_):
+                                previous = part.acked.get(first + i)
+                                if previous is not None and previous != value:
+                                    self.totals.duplicated += 1
+                                    self.totals.fail(f"{part.name}: offset {first + i} acknowledged twice "
+                                                     f"({previous!r}, then {value!r})")
+                                part.acked[first + i] = value
+                            self.totals.acknowledged += len(values_)
+                    written = []
+        except OSError as exc:
+            if exc.errno not in DEAD:
+                self.totals.fail(f"{part.name}: writer {wid}: {exc}")
+        except RuntimeError as exc:
+            self.totals.fail(str(exc))
+        finally:
+            with part.lock:
+                part.unacked.extend(written)
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def follower(self, part: Partition, stop: threading.Event) -> None:
+        try:
+            f = open(self.mnt / part.name / "records.jsonl", "rb", buffering=0)
+        except OSError:
+            return
+        last, buffer = -1, b""
+        try:
+            while not stop.is_set():
+                chunk = f.read(1 << 16)
+                if not chunk:
+                    time.sleep(0.02)
+                    continue
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    offset = json.loads(line)["offset"]
+                    if offset <= last:
+                        self.totals.follower_errors += 1
+                        self.totals.fail(f"{part.name}: follower read offset {offset} after {last}")
+                    last = offset
+        except OSError:
+            pass
+        finally:
+            try:
+                f.close()
+            except OSError:
+                pass
+
+    def reader(self, stop: threading.Event) -> None:
+        rng = random.Random(self.rng.random())
+        plain = [p for p in self.parts.values() if not p.compacted]
+        while not stop.is_set():
+            part = rng.choice(plain)
+            with part.lock:
+                if not part.acked:
+                    offset = None
+                else:
+                    offset = rng.choice(list(part.acked)[-2000:])
+                    expected = part.acked[offset]
+            if offset is None:
+                time.sleep(0.02)
+                continue
+            try:
+                got = (self.mnt / part.name / "offset" / str(offset)).read_bytes()
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    continue                 # below the log start now (retention, DeleteRecords)
+                if exc.errno in DEAD:
+                    return
+                self.totals.reader_errors += 1
+                self.totals.fail(f"{part.name}: offset/{offset}: {exc}")
+                continue
+            if got != expected.encode() + b"\n":
+                self.totals.reader_errors += 1
+                self.totals.fail(f"{part.name}: offset/{offset} read {got[:60]!r}, acknowledged {expected!r}")
+
+    def deleter(self, stop: threading.Event) -> None:
+        """DeleteRecords on ``r/0`` now and then: once acknowledged, the log start never goes below it."""
+        rng = random.Random(self.rng.random())
+        part = self.parts["r/0"]
+        while not stop.wait(rng.uniform(0.2, 0.8)):
+            try:
+                state = json.loads((self.mnt / "r/0/state").read_bytes())
+                start, end = state["log_start_offset"], state["log_end_offset"]
+                part.max_start = max(part.max_start, start)       # observed: no crash may take it back
+                if end <= start:
+                    continue
+                target = rng.randint(start, start + (end - start) // 3)
+                (self.mnt / "r/0/delete").write_bytes(b"before %d\n" % target)
+            except OSError:
+                return
+            part.deleted_before = max(part.deleted_before, target)
+            self.totals.faults["delete-records"] += 1
+
+    def traffic(self, seconds: float) -> list[threading.Thread]:
+        stop = threading.Event()
+        targets = list(self.parts.values())
+        threads = [threading.Thread(target=self.writer, args=(i, targets[i % len(targets)], stop), daemon=True)
+                   for i in range(self.args.writers)]
+        threads += [threading.Thread(target=self.follower, args=(p, stop), daemon=True)
+                    for p in list(self.parts.values())[:self.args.followers]]
+        threads += [threading.Thread(target=self.reader, args=(stop,), daemon=True)
+                    for _ in range(self.args.readers)]
+        threads.append(threading.Thread(target=self.deleter, args=(stop,), daemon=True))
+        for t in threads:
+            t.start()
+        self._stop_event = stop
+        return threads
+
+    def end_traffic(self, threads: list[threading.Thread]) -> None:
+        self._stop_event.set()
+        for t in threads:
+            t.join(timeout=60)
+            if t.is_alive():
+                self.totals.fail(f"thread {t.name} still blocked 60 s after the traffic stopped")
+
+    # ------------------------------------------------------------------ checks
+
+    def read_view(self, part: Partition) -> tuple[int, list[tuple[int, str | None, str]]]:
+        """(log start offset, [(offset, key, value)]) of a partition, through the mount."""
+        with open(self.mnt / part.name / "records.jsonl", "rb") as f:
+            state = json.loads((self.mnt / part.name / "state").read_bytes())   # after the view is anchored
+            records = [json.loads(line) for line in f.read().splitlines()]
+        return state["log_start_offset"], [(r["offset"], r.get("key"), r["value"]) for r in records]
+
+    def check_views(self) -> dict[str, dict[int, str]]:
+        """The checks after a (re)mount, with no traffic; returns each partition's records by offset."""
+        snapshot = {}
+        seen_values: set[str] = set()
+        for part in self.parts.values():
+            start, records = self.read_view(part)
+            t = self.totals
+            if start < part.max_start:
+                t.start_went_back += 1
+                t.fail(f"{part.name}: log start {start} went back from {part.max_start}")
+            if start < part.deleted_before:
+                t.start_went_back += 1
+                t.fail(f"{part.name}: log start {start} below the acknowledged `before {part.deleted_before}`")
+            part.max_start = max(part.max_start, start)
+            by_offset: dict[int, str] = {}
+            at_value: dict[str, int] = {}
+            last = -1
+            for offset, key, value in records:
+                if offset <= last:
+                    t.misplaced += 1
+                    t.fail(f"{part.name}: offset {offset} after {last} in records.jsonl")
+                last = offset
+                if value in seen_values:
+                    t.duplicated += 1
+                    t.fail(f"{part.name}: value {value!r} present twice")
+                seen_values.add(value)
+                by_offset[offset] = value
+                at_value[value] = offset
+            snapshot[part.name] = by_offset
+            with part.lock:
+                # acknowledged records
+                if part.compacted:
+                    self._check_compacted(part, by_offset, start)
+                else:
+                    for offset, value in part.acked.items():
+                        if offset < start:
+                            continue
+                        got = by_offset.get(offset)
+                        if got == value:
+                            continue
+                        if value in at_value:
+                            t.misplaced += 1
+                            t.fail(f"{part.name}: acknowledged {value!r} at {at_value[value]}, not at {offset}")
+                        else:
+                            t.lost += 1
+                            t.fail(f"{part.name}: acknowledged record {offset} ({value!r}) lost")
+                # unacknowledged batches: all or nothing, contiguous
+                for batch in part.unacked:
+                    present = [at_value[v] for v in batch if v in at_value]
+                    if not present:
+                        t.unacked_absent += 1
+                        continue
+                    complete = len(present) == len(batch) and present == list(range(present[0],
+                                                                                   present[0] + len(batch)))
+                    # `before N` may cut a batch: then its tail is there, from the log start on
+                    view_first = min(by_offset) if by_offset else start
+                    cut = (present[0] in (start, view_first)
+                           and present == list(range(present[0], present[0] + len(present)))
+                           and batch[-len(present):] == [by_offset[o] for o in present])
+                    if not complete and not part.compacted and not cut:
+                        t.partial_batches += 1
+                        t.fail(f"{part.name}: unacknowledged batch of {len(batch)} half there: {present}")
+                    t.unacked_present += 1
+                    for value, offset in zip(batch, present) if complete else ():
+                        part.acked[offset] = value          # seen after recovery: held to it from now on
+                part.unacked = []
+                # records below the log start are gone by design (retention, DeleteRecords): stop tracking them
+                for offset in [o for o in part.acked if o < start]:
+                    del part.acked[offset]
+                    t.retained += 1
+        return snapshot
+
+    def _check_compacted(self, part: Partition, by_offset: dict[int, str], start: int) -> None:
+        """Compaction keeps the newest record of each key: the newest acknowledged one, or a later one."""
+        t = self.totals
+        for offset, value in by_offset.items():
+            expected = part.acked.get(offset)
+            if expected is not None and expected != value:
+                t.misplaced += 1
+                t.fail(f"{part.name}: offset {offset} holds {value!r}, acknowledged {expected!r}")
+        newest_acked: dict[str, int] = {}
+        for offset, value in part.acked.items():
+            key = part.keys[value]
+            newest_acked[key] = max(newest_acked.get(key, -1), offset)
+        newest_present: dict[str, int] = {}
+        for offset, value in by_offset.items():
+            key = part.keys.get(value)
+            if key is not None:
+                newest_present[key] = max(newest_present.get(key, -1), offset)
+        for key, offset in newest_acked.items():
+            if by_offset.get(offset) == part.acked[offset] or newest_present.get(key, -1) > offset or offset < start:
+                continue
+            t.lost += 1
+            t.fail(f"{part.name}: the newest acknowledged record of key {key} ({offset}) is gone")
+        # older records of a key may be compacted away: only the newest acknowledged ones stay tracked
+        keep = set(newest_acked.values())
+        for offset in [o for o in part.acked if o not in keep]:
+            del part.acked[offset]
+        live = set(part.acked.values()) | set(by_offset.values())
+        part.keys = {v: k for v, k in part.keys.items() if v in live}
+
+    def check_disk(self, views: dict[str, dict[int, str]]) -> None:
+        """After a clean shutdown: kafka-python decodes every batch (CRC), the disk matches the views."""
+        from kafka.record.memory_records import MemoryRecords
+
+        t = self.totals
+        for part in self.parts.values():
+            topic, p = part.name.split("/")
+            pdir = self.data / f"{topic}-{p}"
+            disk: dict[int, str] = {}
+            for name in sorted(os.listdir(pdir)):
+                if not name.endswith(".log"):
+                    continue
+                records = MemoryRecords((pdir / name).read_bytes())
+                while (batch := records.next_batch()) is not None:
+                    if not batch.validate_crc():
+                        t.disk_errors += 1
+                        t.fail(f"{pdir / name}: CRC mismatch at offset {batch.base_offset} (kafka-python)")
+                        continue
+                    for record in batch:
+                        disk[record.offset] = record.value.decode()
+            view = views[part.name]
+            start = min(view) if view else None
+            for offset, value in disk.items():
+                if start is not None and offset >= start and view.get(offset) != value:
+                    t.disk_errors += 1
+                    t.fail(f"{part.name}: disk has {value!r} at {offset}, the view had {view.get(offset)!r}")
+            if not part.compacted and view:
+                disk_start = min(disk) if disk else None
+                missing = [o for o in view if disk_start is not None and o >= disk_start and o not in disk]
+                if missing:
+                    t.disk_errors += 1
+                    t.fail(f"{part.name}: {len(missing)} records of the view are not on disk, e.g. {missing[:3]}")
+        result = subprocess.run([*LOGFS, "check", str(self.data)], capture_output=True, text=True,
+                                env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        problems = [line for line in result.stdout.splitlines() if line.strip()]
+        if result.returncode != 0 or problems:
+            t.check_problems += max(1, len(problems))
+            t.fail(f"logfs check after a clean shutdown: {problems[:5]}")
+
+    def damage(self) -> bool:
+        """Self-test of the checks: cut p/0's newest acknowledged record off its segment behind logfs' back.
+
+        Returns False when nothing is acknowledged yet (try again after the next crash).
+        """
+        part = self.parts["p/0"]
+        if not part.acked:
+            return False
+        target = max(part.acked)
+        pdir = self.data / "p-0"
+        bases = sorted(int(n[:-4]) for n in os.listdir(pdir) if n.endswith(".log") and n[:-4].isdigit())
+        base = max(b for b in bases if b <= target)
+        path = pdir / f"{base:020d}.log"
+        data = path.read_bytes()
+        position = 0
+        while position + 61 <= len(data):
+            first = int.from_bytes(data[position:position + 8], "big")
+            size = 12 + int.from_bytes(data[position + 8:position + 12], "big")
+            last = first + int.from_bytes(data[position + 23:position + 27], "big")
+            if first <= target <= last:
+                os.truncate(path, position)
+                self.totals.faults["damage-truncated-segment"] += 1
+                return True
+            position += size
+        return False
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> int:
+        args = self.args
+        deadline = time.monotonic() + args.duration if args.duration else None
+        self.start()
+        self.create_topics()
+        self.check_views()
+        cycle = 0
+        while True:
+            cycle += 1
+            if deadline is not None:
+                if time.monotonic() >= deadline:
+                    break
+            elif cycle > args.cycles:
+                break
+            clean = cycle % args.clean_every == 0
+            threads = self.traffic(args.cycle_seconds)
+            time.sleep(self.rng.uniform(0.2, args.cycle_seconds))
+            if clean:
+                self.end_traffic(threads)
+                views = self.check_views()
+                self.stop()
+                self.totals.faults["clean-shutdown"] += 1
+                self.check_disk(views)
+            elif self.rng.random() < args.shutdown_kill_rate:
+                # SIGTERM starts a clean shutdown (flush, checkpoints, marker); crash in the middle of it
+                self.proc.send_signal(signal.SIGTERM)
+                time.sleep(self.rng.uniform(0.0, 0.3))
+                self.kill()
+                self.totals.faults["kill-9-during-shutdown"] += 1
+                self.end_traffic(threads)
+            else:
+                self.kill()                         # in the middle of the traffic
+                self.totals.faults["kill-9"] += 1
+                self.end_traffic(threads)
+                if args.damage and not self.totals.faults["damage-truncated-segment"]:
+                    self.damage()
+            if self.rng.random() < args.startup_kill_rate:
+                # crash again during startup, i.e. during recovery of what the last crash left
+                self._spawn()
+                time.sleep(self.rng.uniform(0.0, max(0.05, statistics.median(self.totals.recovery_s or [0.5]))))
+                self.kill()
+                self.totals.faults["kill-9-during-startup"] += 1
+            self.totals.recovery_s.append(self.start())
+            self.check_views()
+            self.totals.cycles += 1
+            if args.verbose:
+                print(f"cycle {cycle}: acknowledged {self.totals.acknowledged}, lost {self.totals.lost}, "
+                      f"recovery {self.totals.recovery_s[-1]:.2f}s", flush=True)
+        views = self.check_views()
+        self.stop()
+        self.totals.faults["clean-shutdown"] += 1
+        self.check_disk(views)
+        return self.report()
+
+    def _background_work(self) -> dict[str, int]:
+        """What retention and the cleaner did meanwhile, counted from the mounts' log lines."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return {}
+        return {"compactions": text.count("Swapping in cleaned segment"),
+                "retention_deletions": text.count("Found deletable segments"),
+                "recoveries_of_unflushed_segments": text.count("Recovering unflushed segment")}
+
+    def report(self) -> int:
+        t = self.totals
+        rec = sorted(t.recovery_s) or [0.0]
+        summary = {
+            "cycles": t.cycles, "acknowledged": t.acknowledged, "lost": t.lost, "duplicated": t.duplicated,
+            "misplaced": t.misplaced, "partial_batches": t.partial_batches, "start_went_back": t.start_went_back,
+            "reader_errors": t.reader_errors, "follower_errors": t.follower_errors, "disk_errors": t.disk_errors,
+            "check_problems": t.check_problems, "retained_or_deleted": t.retained,
+            "unacknowledged_batches_present": t.unacked_present, "unacknowledged_batches_absent": t.unacked_absent,
+            "recovery_median_s": round(statistics.median(rec), 3), "recovery_max_s": round(rec[-1], 3),
+            "faults": dict(sorted(t.faults.items())), "peak_rss_mib": round(t.peak_rss_kb / 1024, 1),
+            **self._background_work(),
+            "failures": t.failures,
+        }
+        if self.args.json:
+            print(json.dumps(summary, indent=1))
+        else:
+            for name, value in summary.items():
+                if name != "failures":
+                    print(f"{name}: {value}")
+            for failure in t.failures:
+                print(f"failure: {failure}")
+        bad = (t.lost or t.duplicated or t.misplaced or t.partial_batches or t.start_went_back or t.reader_errors
+               or t.follower_errors or t.disk_errors or t.check_problems or t.failures)
+        return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cycles", type=int, default=12, help="crash cycles (default 12; ignored with --duration)")
+    parser.add_argument("--duration", type=float, default=0, help="run for this many seconds instead")
+    parser.add_argument("--cycle-seconds", type=float, default=1.5, help="longest traffic phase of a cycle")
+    parser.add_argument("--writers", type=int, default=4)
+    parser.add_argument("--followers", type=int, default=2)
+    parser.add_argument("--readers", type=int, default=2)
+    parser.add_argument("--clean-every", type=int, default=4, help="every N-th cycle ends in a clean shutdown")
+    parser.add_argument("--startup-kill-rate", type=float, default=0.3,
+                        help="probability of a second crash during the next startup")
+    parser.add_argument("--shutdown-kill-rate", type=float, default=0.2,
+                        help="probability that a crash cycle crashes during a clean shutdown instead")
+    parser.add_argument("--segment-bytes", type=int, default=16384)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--work-dir", help="mount point and log live here (default: a new temp dir)")
+    parser.add_argument("--data-dir", help="data dir (default: <work dir>/data)")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir afterwards")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--damage", action="store_true",
+                        help="self-test: truncate acknowledged records off a segment after the first crash; "
+                             "the run must then report them lost")
+    args = parser.parse_args(argv)
+    if args.seed is None:
+        args.seed = random.randrange(1 << 30)
+    print(f"seed: {args.seed}", flush=True)
+    torture = Torture(args)
+    try:
+        return torture.run()
+    except Exception as exc:
+        import traceback
+        traceback.print_exc()
+        print(f"torture aborted: {exc!r}; mount log: {torture.log_path}", file=sys.stderr)
+        return 2
+    finally:
+        if torture.proc is not None:
+            torture.kill()
+        if not args.keep and not args.work_dir:
+            shutil.rmtree(torture.work, ignore_errors=True)
+        elif args.keep:
+            print(f"work dir: {torture.work}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
