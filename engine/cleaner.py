@@ -70,7 +70,8 @@ import weakref
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import ge
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
 
 from engine.cleaner_manager import (LastCleaning, LogCleanerManager, LogCleaningAbortedError, LogToClean,
                                     log_segments)
@@ -301,7 +302,7 @@ class Cleaner:
         self._read_buffer_size = self.io_buffer_size
         self._prefix = f"Cleaner {id}: "
         #: each log's walk of its transaction markers, continued at the next clean of the log
-        self._transaction_states: "weakref.WeakKeyDictionary[Log, TransactionState]" = weakref.WeakKeyDictionary()
+        self._transaction_states: weakref.WeakKeyDictionary[Log, TransactionState] = weakref.WeakKeyDictionary()
         #: called once per batch in the inner loops, so that appends are not starved of the GIL
         self.gil_yield = GilYield()
 
@@ -352,7 +353,7 @@ class Cleaner:
         stats.all_done()
         return stats
 
-    def aborted_transactions(self, log: "Log") -> "AbortedTransactions":
+    def aborted_transactions(self, log: Log) -> AbortedTransactions:
         """The aborted transactions of ``log`` as of now (Kafka's ``collectAbortedTransactions``)."""
         state = self._transaction_states.get(log)
         if state is None:
@@ -361,8 +362,8 @@ class Cleaner:
 
     # -- phase 1: the offset map ------------------------------------------------------------
 
-    def build_offset_map(self, log: "Log", start: int, end: int, offset_map: OffsetMap,
-                         stats: CleanerStats, aborted: "AbortedTransactions | None" = None) -> None:
+    def build_offset_map(self, log: Log, start: int, end: int, offset_map: OffsetMap,
+                         stats: CleanerStats, aborted: AbortedTransactions | None = None) -> None:
         """Map key -> latest offset for ``[start, end)``, stopping when the map reaches its capacity.
 
         On return ``offset_map.latest_offset + 1`` is where cleaning must stop:
@@ -384,9 +385,9 @@ class Cleaner:
                 break
         self._info("Offset map for log %s complete.", log.name)
 
-    def _build_offset_map_for_segment(self, log: "Log", segment: LogSegment, offset_map: OffsetMap,
+    def _build_offset_map_for_segment(self, log: Log, segment: LogSegment, offset_map: OffsetMap,
                                       start: int, next_segment_start: int, stats: CleanerStats,
-                                      aborted: "AbortedTransactions") -> bool:
+                                      aborted: AbortedTransactions) -> bool:
         """Add the keys of one segment; True if the map filled up before its end.
 
         Works a read chunk at a time: the keys and offsets of every batch in the
@@ -510,10 +511,10 @@ class Cleaner:
 
     # -- phase 3: copying --------------------------------------------------------------------
 
-    def clean_segments(self, log: "Log", segments: Sequence[LogSegment], offset_map: OffsetMap,
+    def clean_segments(self, log: Log, segments: Sequence[LogSegment], offset_map: OffsetMap,
                        stats: CleanerStats, delete_horizon_ms: int, current_time_ms: int | None = None,
-                       transactions: "CleanedTransactions | None" = None,
-                       aborted: "AbortedTransactions | None" = None) -> None:
+                       transactions: CleanedTransactions | None = None,
+                       aborted: AbortedTransactions | None = None) -> None:
         """Clean a group of segments into one ``.cleaned`` segment and swap it in.
 
         ``delete_horizon_ms`` is Kafka's legacy horizon (logged only);
@@ -554,10 +555,10 @@ class Cleaner:
                                cleaned.log_path, exc)
             raise
 
-    def clean_into(self, log: "Log", source: LogSegment, dest: LogSegment, offset_map: OffsetMap,
+    def clean_into(self, log: Log, source: LogSegment, dest: LogSegment, offset_map: OffsetMap,
                    retain_deletes: bool, stats: CleanerStats, *, current_time_ms: int | None = None,
-                   transactions: "CleanedTransactions | None" = None,
-                   aborted: "AbortedTransactions | None" = None) -> None:
+                   transactions: CleanedTransactions | None = None,
+                   aborted: AbortedTransactions | None = None) -> None:
         """Copy the records of ``source`` that must survive into ``dest``, batch by batch.
 
         ``retain_deletes`` is Kafka's legacy flag for batches older than magic
@@ -864,7 +865,7 @@ class LogCleaner:
     only after it returns, so no clean writes into a closed log.
     """
 
-    def __init__(self, config: "BrokerConfig", log_dirs: Sequence[str], logs: Callable[[], Iterable["Log"]],
+    def __init__(self, config: BrokerConfig, log_dirs: Sequence[str], logs: Callable[[], Iterable[Log]],
                  clock: Clock = SYSTEM_CLOCK, *, sleep: Callable[[float], None] | None = None) -> None:
         self.config = config
         self.clock = clock
@@ -897,7 +898,7 @@ class LogCleaner:
         self.totals = CleanerTotals()
 
     @classmethod
-    def for_log_manager(cls, log_manager) -> "LogCleaner":
+    def for_log_manager(cls, log_manager) -> LogCleaner:
         """The cleaner of a LogManager's logs, with its broker config and clock."""
         return cls(log_manager.config, log_manager.log_dirs, log_manager.all_logs, log_manager.clock)
 
@@ -1066,7 +1067,7 @@ class LogCleaner:
     def pause_cleaning_for_non_compacted_partitions(self):
         return self.manager.pause_cleaning_for_non_compacted_partitions()
 
-    def cleaner_state(self, log: "Log") -> dict:
+    def cleaner_state(self, log: Log) -> dict:
         """The fields the mount's ``state`` file shows: cleaner position, dirty ratio, last cleaning."""
         return self.manager.cleaner_state(log)
 

@@ -26,7 +26,8 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable, Iterable, Sequence
 
 from engine.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from engine.clock import SYSTEM_CLOCK, Clock
@@ -73,7 +74,7 @@ class LogCleaningPaused:
 
 # -- segment ranges (Kafka's LocalLog.logSegments / nonActiveLogSegmentsFrom) ---------------
 
-def log_segments(log: "Log", from_offset: int, to_offset: int) -> list["LogSegment"]:
+def log_segments(log: Log, from_offset: int, to_offset: int) -> list[LogSegment]:
     """The segments that may hold offsets in ``[from_offset, to_offset)``, in offset order.
 
     As Kafka's ``logSegments(from, to)``: the segment whose base offset is the
@@ -90,7 +91,7 @@ def log_segments(log: "Log", from_offset: int, to_offset: int) -> list["LogSegme
     return [values[i] for i in range(lo, hi)]
 
 
-def non_active_segments_from(log: "Log", from_offset: int) -> list["LogSegment"]:
+def non_active_segments_from(log: Log, from_offset: int) -> list[LogSegment]:
     """Segments from the one holding ``from_offset`` up to, not including, the active segment."""
     segments = log.segments
     if not segments:
@@ -111,7 +112,7 @@ class OffsetsToClean(NamedTuple):
     force_update_checkpoint: bool = False
 
 
-def cleanable_offsets(log: "Log", last_clean_offset: int | None, now_ms: int) -> OffsetsToClean:
+def cleanable_offsets(log: Log, last_clean_offset: int | None, now_ms: int) -> OffsetsToClean:
     """Kafka's ``LogCleanerManager.cleanableOffsets``.
 
     The first dirty offset is the checkpointed one, reset to the log start offset
@@ -159,7 +160,7 @@ def cleanable_offsets(log: "Log", last_clean_offset: int | None, now_ms: int) ->
     return OffsetsToClean(first_dirty, max(first_dirty, first_uncleanable), force_update)
 
 
-def calculate_cleanable_bytes(log: "Log", first_dirty_offset: int, uncleanable_offset: int) -> tuple[int, int]:
+def calculate_cleanable_bytes(log: Log, first_dirty_offset: int, uncleanable_offset: int) -> tuple[int, int]:
     """(first uncleanable offset rounded to a segment boundary, cleanable bytes) - Kafka's helper.
 
     Cleaning works on whole segments, so the uncleanable offset is moved to the
@@ -177,7 +178,7 @@ class LogToClean:
     """A compacted log with its cleanable range and sizes (Kafka's ``LogToClean``)."""
 
     topic_partition: TopicPartition
-    log: "Log"
+    log: Log
     first_dirty_offset: int
     uncleanable_offset: int
     clean_bytes: int = field(init=False)
@@ -226,7 +227,7 @@ class LogCleanerManager:
     Kafka.
     """
 
-    def __init__(self, log_dirs: Sequence[str], logs: Callable[[], Iterable["Log"]],
+    def __init__(self, log_dirs: Sequence[str], logs: Callable[[], Iterable[Log]],
                  clock: Clock = SYSTEM_CLOCK) -> None:
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self._logs = logs
@@ -245,13 +246,13 @@ class LogCleanerManager:
 
     # -- logs and checkpoints ----------------------------------------------------------------
 
-    def _current_logs(self) -> dict[TopicPartition, "Log"]:
+    def _current_logs(self) -> dict[TopicPartition, Log]:
         # Never called with self._lock held: the LogManager takes its own lock to list its
         # logs, and it may hold that lock while it calls abort_cleaning (topic deletion).
         return {log.topic_partition: log for log in self._logs()}
 
     @staticmethod
-    def _parent_dir(log: "Log") -> str:
+    def _parent_dir(log: Log) -> str:
         return os.path.dirname(os.path.abspath(log.dir))
 
     def _read_checkpoint(self, checkpoint: OffsetCheckpointFile, log_dir: str) -> dict[TopicPartition, int]:
@@ -338,22 +339,22 @@ class LogCleanerManager:
                 ltc = LogToClean(tp, log, offsets.first_dirty_offset, offsets.first_uncleanable_dirty_offset)
                 if ltc.total_bytes > 0:
                     dirty_logs.append(ltc)
-            self.dirtiest_log_cleanable_ratio = max((l.cleanable_ratio for l in dirty_logs), default=0.0)
-            cleanable = [l for l in dirty_logs if l.cleanable_ratio > l.log.config.min_cleanable_dirty_ratio]
+            self.dirtiest_log_cleanable_ratio = max((ltc.cleanable_ratio for ltc in dirty_logs), default=0.0)
+            cleanable = [ltc for ltc in dirty_logs if ltc.cleanable_ratio > ltc.log.config.min_cleanable_dirty_ratio]
             if not cleanable:
                 return None
-            filthiest = max(cleanable, key=lambda l: l.cleanable_ratio)
+            filthiest = max(cleanable, key=lambda ltc: ltc.cleanable_ratio)
             self._in_progress[filthiest.topic_partition] = LOG_CLEANING_IN_PROGRESS
             return filthiest
 
-    def dirty_ratio(self, log: "Log", now_ms: int | None = None) -> float:
+    def dirty_ratio(self, log: Log, now_ms: int | None = None) -> float:
         """The log's current dirty ratio (0.0 for an empty log), for the mount's ``state``."""
         now = self.clock.milliseconds() if now_ms is None else now_ms
         offsets = cleanable_offsets(log, self.all_cleaner_checkpoints().get(log.topic_partition), now)
         return LogToClean(log.topic_partition, log, offsets.first_dirty_offset,
                           offsets.first_uncleanable_dirty_offset).cleanable_ratio
 
-    def cleaner_state(self, log: "Log") -> dict:
+    def cleaner_state(self, log: Log) -> dict:
         """The cleaner's view of one log: position (first dirty offset), dirty ratio, last cleaning."""
         tp = log.topic_partition
         with self._lock:
@@ -374,7 +375,7 @@ class LogCleanerManager:
 
     # -- retention of compacted logs ---------------------------------------------------------
 
-    def deletable_logs(self) -> list[tuple[TopicPartition, "Log"]]:
+    def deletable_logs(self) -> list[tuple[TopicPartition, Log]]:
         """Compacted logs not being cleaned, marked in progress for a retention pass by the cleaner.
 
         Retention of ``compact,delete`` logs (and log-start-offset cleanup of
@@ -395,7 +396,7 @@ class LogCleanerManager:
             for tp in partitions:
                 self._finish(tp)
 
-    def pause_cleaning_for_non_compacted_partitions(self) -> list[tuple[TopicPartition, "Log"]]:
+    def pause_cleaning_for_non_compacted_partitions(self) -> list[tuple[TopicPartition, Log]]:
         """Non-compacted logs not in progress, paused so that retention can work on them safely.
 
         The LogManager's retention pass uses this (and ``resume_cleaning``
@@ -510,7 +511,7 @@ class LogCleanerManager:
         with self._lock:
             return set(self._uncleanable.get(os.path.abspath(log_dir), ()))
 
-    def _is_uncleanable(self, log: "Log", tp: TopicPartition) -> bool:
+    def _is_uncleanable(self, log: Log, tp: TopicPartition) -> bool:
         with self._lock:
             return tp in self._uncleanable.get(self._parent_dir(log), ())
 

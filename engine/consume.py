@@ -30,7 +30,7 @@ __all__ = ["ConsumerView", "open_consumer_view"]
 class ConsumerView(LogView):
     """A LogView from ``start_offset`` up to ``end_offset`` (``limit`` bytes of rendering)."""
 
-    def __init__(self, log: "Log", fmt: ViewFormat, start_offset: int) -> None:
+    def __init__(self, log: Log, fmt: ViewFormat, start_offset: int) -> None:
         super().__init__(log, fmt, start_offset=start_offset)
         self.end_offset = start_offset
         self.limit = 0
@@ -92,7 +92,7 @@ class ConsumerView(LogView):
             return min(max(nxt, self.start_offset), self.end_offset)
 
 
-def open_consumer_view(log: "Log", fmt: ViewFormat, committed: int | None) -> ConsumerView:
+def open_consumer_view(log: Log, fmt: ViewFormat, committed: int | None) -> ConsumerView:
     """A view from ``committed`` (the log start when None, below the log start or beyond the log end,
     as a consumer resets with ``auto.offset.reset=earliest``) to the log end offset now."""
     with log.lock:          # appends hold it: the end offset and the size agree

@@ -47,7 +47,8 @@ import logging
 import struct
 import threading
 import time
-from typing import TYPE_CHECKING, Iterable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Iterable, Mapping
 
 from engine import records as _records
 from engine.errors import CorruptRecordError, InvalidRequestError, LogfsError, TopicExistsError
@@ -254,7 +255,7 @@ class GroupMetadataManager:
     always what replaying the topic gives.
     """
 
-    def __init__(self, manager: "LogManager") -> None:
+    def __init__(self, manager: LogManager) -> None:
         self.manager = manager
         self.num_partitions = int(getattr(manager.config, "offsets_topic_num_partitions", 50))
         self.segment_bytes = int(getattr(manager.config, "offsets_topic_segment_bytes", 100 * 1024 * 1024))
@@ -267,7 +268,7 @@ class GroupMetadataManager:
 
     # ------------------------------------------------------------------ loading
 
-    def load(self) -> "GroupMetadataManager":
+    def load(self) -> GroupMetadataManager:
         """Replay every partition of ``__consumer_offsets`` (Kafka's loadGroupsAndOffsets)."""
         started = time.monotonic()
         partitions = self.manager.partitions(GROUP_METADATA_TOPIC_NAME)
@@ -291,7 +292,7 @@ class GroupMetadataManager:
                         GROUP_METADATA_TOPIC_NAME, round(self.load_ms))
         return self
 
-    def _load_partition(self, target: "Log") -> None:
+    def _load_partition(self, target: Log) -> None:
         tp = target.topic_partition
         start = target.log_start_offset
         end = target.log_end_offset
@@ -400,7 +401,7 @@ class GroupMetadataManager:
 
     # ------------------------------------------------------------------ writing
 
-    def _offsets_log(self, group: str) -> "Log":
+    def _offsets_log(self, group: str) -> Log:
         """The group's partition of ``__consumer_offsets``, creating the topic on first use."""
         topic = GROUP_METADATA_TOPIC_NAME
         if not self.manager.partitions(topic):

@@ -28,7 +28,8 @@ import base64
 import binascii
 import logging
 import time
-from typing import TYPE_CHECKING, NamedTuple, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Sequence
 
 import orjson
 
@@ -168,7 +169,7 @@ def _codec(name: str) -> Compression:
     return Compression.from_name(name)
 
 
-def append_json_records(log: "Log", parsed: Sequence[JsonRecord], now_ms: int | None = None) -> tuple[int, int]:
+def append_json_records(log: Log, parsed: Sequence[JsonRecord], now_ms: int | None = None) -> tuple[int, int]:
     """Append ``parsed`` to ``log`` with their own timestamps (CreateTime) and headers, all or nothing.
 
     Records are packed into batches of at most ``max.message.bytes`` (a

@@ -43,7 +43,8 @@ import shutil
 import struct
 import threading
 import time
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple
+from collections.abc import Callable, Sequence
 
 from sortedcontainers import SortedDict
 
@@ -369,7 +370,7 @@ class LogLoader:
                 segment.close_handlers()
         if self.read_only:
             return              # _load_segment_files puts them in place of their range
-        for path, base, next_offset in installed:
+        for _path, base, next_offset in installed:
             # The segments the swap replaces were cleaned but not yet renamed .deleted.
             for name in self._files():
                 if name.endswith(SWAP_FILE_SUFFIX):
@@ -592,7 +593,7 @@ class Log:
         #: renamed ``.deleted``.  The LogManager writes the dir's
         #: log-start-offset-checkpoint here, so no crash after the move can
         #: bring deleted records back; if it raises, nothing moves.
-        self.before_log_start_offset_moves: Callable[["Log", int], None] | None = None
+        self.before_log_start_offset_moves: Callable[[Log, int], None] | None = None
         self._closed = False
         self._end = LogOffsetMetadata(loaded.log_end_offset, 0, 0)
         self._update_log_end_offset(loaded.log_end_offset)

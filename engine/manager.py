@@ -114,7 +114,8 @@ import threading
 import time
 import uuid
 from collections import deque
-from typing import Mapping, NamedTuple
+from typing import NamedTuple
+from collections.abc import Mapping
 
 from engine import transactions
 from engine.checkpoint import (
@@ -395,7 +396,7 @@ class LogManager:
                         "happened while broker was replacing current replica with future replica.")
                 loaded.setdefault(log.topic_partition, log)
             if failure is not None:
-                for path, future in jobs:
+                for _path, future in jobs:
                     if future.done() and future.exception() is None:
                         future.result().close()
                 raise failure

@@ -34,7 +34,7 @@ from array import array
 import struct
 import sys
 from operator import methodcaller
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from engine.errors import LogfsError
 

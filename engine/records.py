@@ -37,7 +37,8 @@ from bisect import bisect_left
 from enum import IntEnum
 from itertools import repeat
 from operator import add, itemgetter
-from typing import Iterator, NamedTuple, Sequence
+from typing import NamedTuple
+from collections.abc import Iterator, Sequence
 
 import cramjam
 import lz4.frame
@@ -93,7 +94,7 @@ class Compression(IntEnum):
     ZSTD = 4
 
     @classmethod
-    def from_name(cls, name: str) -> "Compression":
+    def from_name(cls, name: str) -> Compression:
         """Map a ``compression.type`` codec name to its id.
 
         ``uncompressed`` is Kafka's topic-level spelling of ``none``.  The topic
@@ -724,7 +725,7 @@ def _value_length_table() -> list[int | None]:
     so do the last entries, reached by the negative index of a too-short record.
     """
     table: list[int | None] = [None] * _TABLE_SIZE
-    table[5:69] = range(0, 64)
+    table[5:69] = range(64)
     table[70:8198] = range(64, 8192)
     table[8199:_TABLE_SIZE - 8] = range(8192, _TABLE_SIZE - 8 - 7)
     return table

@@ -30,7 +30,8 @@ from __future__ import annotations
 import base64
 from functools import lru_cache
 from itertools import repeat
-from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Iterable, Sequence
 
 import orjson
 

@@ -22,7 +22,8 @@ segments not renamed yet.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
 if TYPE_CHECKING:
     from engine.segment import LogSegment

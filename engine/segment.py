@@ -35,7 +35,8 @@ import logging
 import os
 import threading
 import weakref
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
+from collections.abc import Iterator
 
 from engine import records as _records
 from engine.clock import SYSTEM_CLOCK, Clock
@@ -796,7 +797,7 @@ class LogSegment:
         next_offset = self.base_offset
         damage: CorruptRecordError | None = None
         try:
-            for pos, header, buf, off in self._batches_with_bytes(0, file_size, strict=False):
+            for _pos, header, buf, off in self._batches_with_bytes(0, file_size, strict=False):
                 validate_batch(buf, off)
                 if header.base_offset < next_offset:
                     raise CorruptRecordError(

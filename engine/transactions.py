@@ -60,7 +60,7 @@ COMMIT = 1
 
 #: log dir (absolute) -> isolation level of the views of its logs
 _levels: dict[str, str] = {}
-_states: "weakref.WeakKeyDictionary[Log, TransactionState]" = weakref.WeakKeyDictionary()
+_states: weakref.WeakKeyDictionary[Log, TransactionState] = weakref.WeakKeyDictionary()
 _states_lock = threading.Lock()
 
 

@@ -52,7 +52,8 @@ import logging
 import threading
 import weakref
 from enum import Enum
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
 
 from crc32c import crc32c as _crc32c
 

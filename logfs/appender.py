@@ -31,7 +31,8 @@ appends from a worker thread (see ``blocking``).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from engine.errors import InvalidRecordError, LogfsError, RecordTooLargeError, UnknownTopicOrPartitionError
 from engine.partitioner import partition_for_key
@@ -82,8 +83,8 @@ class LineAppender:
         except LogfsError:
             return False
 
-    def __init__(self, manager: "LogManager", topic: str, partition: int | None,
-                 router: "TopicRouter", stats: "MountStats") -> None:
+    def __init__(self, manager: LogManager, topic: str, partition: int | None,
+                 router: TopicRouter, stats: MountStats) -> None:
         self._manager = manager
         self._topic = topic
         self._partition = partition
@@ -96,7 +97,7 @@ class LineAppender:
         self._skip_to_newline = False
         self._replies = bytearray()
         self._reply_pos = 0
-        self._written: dict[int, "Log"] = {}   # partition -> log, for fsync
+        self._written: dict[int, Log] = {}   # partition -> log, for fsync
 
     # ------------------------------------------------------------------ FUSE-facing
 
@@ -221,12 +222,12 @@ class LineAppender:
             return f"{self._topic}/append"
         return f"{self._topic}/{self._partition}/append"
 
-    def _config(self) -> "LogConfig":
+    def _config(self) -> LogConfig:
         if self._partition is None:
             return self._manager.topic_config(self._topic)
         return self._log(self._partition).config
 
-    def _log(self, partition: int) -> "Log":
+    def _log(self, partition: int) -> Log:
         target = self._manager.get_log(TopicPartition(self._topic, partition))
         if target is None:
             raise UnknownTopicOrPartitionError(f"No partition {self._topic}-{partition}")
@@ -261,7 +262,7 @@ class LineAppender:
             self._replies += b"%s %d %d\n" % (tag.encode(), first, last)
 
     def _append_to_topic(self, values: list[bytes | None], keys: list[bytes | None] | None,
-                         config: "LogConfig") -> None:
+                         config: LogConfig) -> None:
         num_partitions = len(self._manager.partitions(self._topic))
         if num_partitions == 0:
             raise UnknownTopicOrPartitionError(f"No topic {self._topic!r}")

@@ -21,7 +21,8 @@ import stat
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.config import BrokerConfig
@@ -96,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def broker_config(args: argparse.Namespace) -> "BrokerConfig":
+def broker_config(args: argparse.Namespace) -> BrokerConfig:
     """Kafka defaults, then the properties file (unknown names warned about and ignored,
     as Kafka does), then ``-o`` and ``--data-dir`` (unknown names refused)."""
     from engine.config import BrokerConfig

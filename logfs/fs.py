@@ -39,7 +39,8 @@ import logging
 import os
 import stat
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import pyfuse3
 import trio

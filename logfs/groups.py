@@ -82,18 +82,18 @@ class GroupBusyError(LogfsError):
     errno = _errno.EBUSY
 
 
-def install(ns: "Namespace") -> None:
+def install(ns: Namespace) -> None:
     """Load the committed offsets at mount start and hand them to the stats files."""
     ns.group_coordinator = GroupMetadataManager(ns.manager).load()
     ns.group_leases = _Leases()
     ns.stats.groups = ns.group_coordinator
 
 
-def coordinator(ns: "Namespace") -> GroupMetadataManager:
+def coordinator(ns: Namespace) -> GroupMetadataManager:
     return ns.group_coordinator
 
 
-def topic_entry(ns: "Namespace", topic: str, name: str) -> Node | None:
+def topic_entry(ns: Namespace, topic: str, name: str) -> Node | None:
     """``<topic>/groups`` and ``<topic>/append.jsonl``; None for other names."""
     if name == "groups":
         return ns.stable(GroupsDir, topic)
@@ -103,7 +103,7 @@ def topic_entry(ns: "Namespace", topic: str, name: str) -> Node | None:
     return None
 
 
-def partition_entry(ns: "Namespace", tp: TopicPartition, name: str) -> Node | None:
+def partition_entry(ns: Namespace, tp: TopicPartition, name: str) -> Node | None:
     """``<topic>/<p>/consume`` and ``<topic>/<p>/append.jsonl``; None for other names."""
     if name == "consume":
         return ns.stable(ConsumeDir, tp)
@@ -142,7 +142,7 @@ class _Leases:
 
 
 class GroupsDir(Directory):
-    def __init__(self, ns: "Namespace", topic: str) -> None:
+    def __init__(self, ns: Namespace, topic: str) -> None:
         super().__init__(ns)
         self.topic = topic
 
@@ -179,7 +179,7 @@ class GroupFile(FileNode):
     writable = True
     mode = RW_MODE
 
-    def __init__(self, ns: "Namespace", topic: str, group: str) -> None:
+    def __init__(self, ns: Namespace, topic: str, group: str) -> None:
         super().__init__(ns)
         self.topic = topic
         self.group = group
@@ -324,7 +324,7 @@ class GroupCommandHandle(Handle):
 
 
 class ConsumeDir(Directory):
-    def __init__(self, ns: "Namespace", tp: TopicPartition) -> None:
+    def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
         super().__init__(ns)
         self.tp = tp
 
@@ -340,7 +340,7 @@ class ConsumeDir(Directory):
         group, fmt = (name[:-6], ViewFormat.JSONL) if name.endswith(".jsonl") else (name, ViewFormat.TEXT)
         _check_group_name(group)
         node = ConsumeFile(self.ns, self.tp, group, fmt, name)
-        node.view          # anchor now: the size the kernel sees is this moment's
+        _ = node.view      # anchor now: the size the kernel sees is this moment's
         return node
 
     def fsync(self) -> None:
@@ -353,7 +353,7 @@ class ConsumeFile(FileNode):
     stable = False
     transient = True     # the same, in the node model where views are reused while unchanged (tools branch)
 
-    def __init__(self, ns: "Namespace", tp: TopicPartition, group: str, fmt: ViewFormat, name: str) -> None:
+    def __init__(self, ns: Namespace, tp: TopicPartition, group: str, fmt: ViewFormat, name: str) -> None:
         super().__init__(ns)
         self.tp = tp
         self.group = group

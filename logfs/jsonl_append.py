@@ -49,7 +49,7 @@ class JsonlAppendFile(FileNode):
     writable = True
     mode = RW_MODE
 
-    def __init__(self, ns: "Namespace", topic: str, partition: int | None) -> None:
+    def __init__(self, ns: Namespace, topic: str, partition: int | None) -> None:
         super().__init__(ns)
         self.topic = topic
         self.partition = partition
@@ -78,7 +78,7 @@ class JsonlAppender(Handle):
 
     offload_reads_from = None
 
-    def __init__(self, ns: "Namespace", topic: str, partition: int | None, name: str) -> None:
+    def __init__(self, ns: Namespace, topic: str, partition: int | None, name: str) -> None:
         self._ns = ns
         self._topic = topic
         self._partition = partition
@@ -87,7 +87,7 @@ class JsonlAppender(Handle):
         self._lines_done = 0          # complete lines appended through this opening (for error line numbers)
         self._replies = bytearray()
         self._reply_pos = 0
-        self._written: dict[int, "Log"] = {}
+        self._written: dict[int, Log] = {}
         self._lock = threading.Lock()
 
     @property

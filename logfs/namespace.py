@@ -42,7 +42,8 @@ import re
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
 
 import orjson
 
@@ -273,7 +274,7 @@ class ConfigEditHandle(Handle):
 
     blocking = True
 
-    def __init__(self, node: "TopicConfigFile", content: bytes) -> None:
+    def __init__(self, node: TopicConfigFile, content: bytes) -> None:
         self._node = node
         self._content = content
         self._partial = b""
@@ -337,7 +338,7 @@ class Node:
     #: the inode number logfs.fs gave this node (kept across the kernel's forget)
     ino: int | None = None
 
-    def __init__(self, ns: "Namespace") -> None:
+    def __init__(self, ns: Namespace) -> None:
         self.ns = ns
 
     @property
@@ -446,7 +447,7 @@ class MetricsFile(GeneratedFile):
 
 
 class StateFile(GeneratedFile):
-    def __init__(self, ns: "Namespace", tp: TopicPartition) -> None:
+    def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
         super().__init__(ns)
         self.tp = tp
 
@@ -468,7 +469,7 @@ class TopicConfigFile(GeneratedFile):
     writable = True
     mode = RW_MODE
 
-    def __init__(self, ns: "Namespace", topic: str) -> None:
+    def __init__(self, ns: Namespace, topic: str) -> None:
         super().__init__(ns)
         self.topic = topic
 
@@ -520,7 +521,7 @@ class TopicDeleteFile(FileNode):
     writable = True
     mode = WRITE_ONLY_MODE
 
-    def __init__(self, ns: "Namespace", topic: str) -> None:
+    def __init__(self, ns: Namespace, topic: str) -> None:
         super().__init__(ns)
         self.topic = topic
 
@@ -549,7 +550,7 @@ class PartitionDeleteFile(FileNode):
     writable = True
     mode = WRITE_ONLY_MODE
 
-    def __init__(self, ns: "Namespace", tp: TopicPartition) -> None:
+    def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
         super().__init__(ns)
         self.tp = tp
 
@@ -607,7 +608,7 @@ class AppendFile(FileNode):
     writable = True
     mode = RW_MODE
 
-    def __init__(self, ns: "Namespace", topic: str, partition: int | None) -> None:
+    def __init__(self, ns: Namespace, topic: str, partition: int | None) -> None:
         super().__init__(ns)
         self.topic = topic
         self.partition = partition
@@ -641,8 +642,8 @@ class ViewFile(FileNode):
 
     transient = True
 
-    def __init__(self, ns: "Namespace", tp: TopicPartition, name: str, target: "Log", fmt: str,
-                 start_offset: int, segment: "LogSegment | None" = None) -> None:
+    def __init__(self, ns: Namespace, tp: TopicPartition, name: str, target: Log, fmt: str,
+                 start_offset: int, segment: LogSegment | None = None) -> None:
         super().__init__(ns)
         self.tp = tp
         self.name = name
@@ -728,7 +729,7 @@ class RecordFile(FileNode):
 
     transient = True
 
-    def __init__(self, ns: "Namespace", tp: TopicPartition, offset: int, content: bytes,
+    def __init__(self, ns: Namespace, tp: TopicPartition, offset: int, content: bytes,
                  timestamp: int) -> None:
         super().__init__(ns)
         self.tp = tp
@@ -769,7 +770,7 @@ class SegmentFile(FileNode):
 
     transient = True
 
-    def __init__(self, ns: "Namespace", tp: TopicPartition, name: str, segment: "LogSegment",
+    def __init__(self, ns: Namespace, tp: TopicPartition, name: str, segment: LogSegment,
                  suffix: str) -> None:
         super().__init__(ns)
         self.tp = tp
@@ -786,10 +787,10 @@ class SegmentFile(FileNode):
     def describe(self) -> str:
         return f"{self.tp.topic}/{self.tp.partition}/segments/{self.name}"
 
-    def segment(self) -> "LogSegment | None":
+    def segment(self) -> LogSegment | None:
         return self._segment()
 
-    def is_current(self, segment: "LogSegment") -> bool:
+    def is_current(self, segment: LogSegment) -> bool:
         return self._segment() is segment
 
     def _used_size(self) -> int:
@@ -903,7 +904,7 @@ class BrokerDir(Directory):
 class TopicDir(Directory):
     parent_key = ("root",)
 
-    def __init__(self, ns: "Namespace", topic: str) -> None:
+    def __init__(self, ns: Namespace, topic: str) -> None:
         super().__init__(ns)
         self.topic = topic
 
@@ -962,7 +963,7 @@ class PartitionDir(Directory):
         "state": "_state", "delete": "_delete",
     }
 
-    def __init__(self, ns: "Namespace", tp: TopicPartition) -> None:
+    def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
         super().__init__(ns)
         self.tp = tp
         self.topic = tp.topic
@@ -990,31 +991,31 @@ class PartitionDir(Directory):
             raise NoSuchNameError(f"No file {name!r} in partition {self.tp}")
         return getattr(self, method)(target)
 
-    def _records(self, target: "Log") -> Node:
+    def _records(self, target: Log) -> Node:
         return self.ns.view(self.tp, "records", target, "text", start_offset=target.log_start_offset)
 
-    def _records_jsonl(self, target: "Log") -> Node:
+    def _records_jsonl(self, target: Log) -> Node:
         return self.ns.view(self.tp, "records.jsonl", target, "jsonl", start_offset=target.log_start_offset)
 
-    def _append(self, target: "Log") -> Node:
+    def _append(self, target: Log) -> Node:
         return self.ns.stable(AppendFile, self.tp.topic, self.tp.partition)
 
-    def _state(self, target: "Log") -> Node:
+    def _state(self, target: Log) -> Node:
         return self.ns.stable(StateFile, self.tp)
 
-    def _delete(self, target: "Log") -> Node:
+    def _delete(self, target: Log) -> Node:
         return self.ns.stable(PartitionDeleteFile, self.tp)
 
-    def _offset(self, target: "Log") -> Node:
+    def _offset(self, target: Log) -> Node:
         return self.ns.stable(OffsetDir, self.tp)
 
-    def _from(self, target: "Log") -> Node:
+    def _from(self, target: Log) -> Node:
         return self.ns.stable(FromDir, self.tp)
 
-    def _since(self, target: "Log") -> Node:
+    def _since(self, target: Log) -> Node:
         return self.ns.stable(SinceDir, self.tp)
 
-    def _segments(self, target: "Log") -> Node:
+    def _segments(self, target: Log) -> Node:
         return self.ns.stable(SegmentsDir, self.tp)
 
     def fsync(self) -> None:
@@ -1024,7 +1025,7 @@ class PartitionDir(Directory):
 class _PartitionSubDir(Directory):
     kind = ""
 
-    def __init__(self, ns: "Namespace", tp: TopicPartition) -> None:
+    def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
         super().__init__(ns)
         self.tp = tp
         self.topic = tp.topic
@@ -1152,7 +1153,7 @@ class TopicRouter:
 class Namespace:
     """The tree of SPEC.md section 4 over one ``LogManager``."""
 
-    def __init__(self, manager: "LogManager", stats: "_stats.MountStats", *, read_only: bool = False,
+    def __init__(self, manager: LogManager, stats: _stats.MountStats, *, read_only: bool = False,
                  views_direct_io: bool = True) -> None:
         self.manager = manager
         self.stats = stats
@@ -1189,8 +1190,8 @@ class Namespace:
         self._retired.pop(key, None)
         return node
 
-    def view(self, tp: TopicPartition, name: str, target: "Log", fmt: str, *, start_offset: int,
-             segment: "LogSegment | None" = None) -> Node:
+    def view(self, tp: TopicPartition, name: str, target: Log, fmt: str, *, start_offset: int,
+             segment: LogSegment | None = None) -> Node:
         """The view node of ``name``: one rendering from ``start_offset`` while nothing of it changed."""
         return self.content(
             ("view", tp, name),
@@ -1226,7 +1227,7 @@ class Namespace:
         """Nodes in the table (structural and content), for tests and stats."""
         return len(self._nodes)
 
-    def log(self, tp: TopicPartition) -> "Log":
+    def log(self, tp: TopicPartition) -> Log:
         target = self.manager.get_log(tp)
         if target is None:
             raise UnknownTopicOrPartitionError(f"No partition {tp}")
@@ -1306,7 +1307,7 @@ def parse_timestamp(text: str) -> int | None:
     except (ValueError, OverflowError):
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=_dt.timezone.utc)
+        when = when.replace(tzinfo=_dt.UTC)
     try:
         return int(when.timestamp() * 1000)
     except (OverflowError, OSError, ValueError):

@@ -133,7 +133,8 @@ import struct
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import orjson
 
@@ -292,7 +293,7 @@ class OffsetSpec:
     offsets: Mapping[tuple[str, int], int] | None = None
 
     @classmethod
-    def parse(cls, name: str, raw: str | None, default: int) -> "OffsetSpec":
+    def parse(cls, name: str, raw: str | None, default: int) -> OffsetSpec:
         if raw is None or not str(raw).strip():
             return cls(position=default)
         text = str(raw).strip()
@@ -368,7 +369,7 @@ class SourceOptions:
     group: str | None = None
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         mount = options.get("path")
         if not mount:
             raise InvalidConfigError("Option 'path' (the logfs mount point) is required")
@@ -705,7 +706,7 @@ _MAX_READ = 8 << 20
 _BYTES_PER_RECORD_GUESS = 256
 
 
-def _json_schema(include_headers: bool) -> "pa.Schema":
+def _json_schema(include_headers: bool) -> pa.Schema:
     import pyarrow as pa
     fields = [("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
               ("timestamp", pa.int64()), ("timestampType", pa.int32()),
@@ -717,7 +718,7 @@ def _json_schema(include_headers: bool) -> "pa.Schema":
     return pa.schema(fields)
 
 
-def _decode_bytes(text: "pa.Array", encoding: "pa.Array", what: str) -> "pa.Array":
+def _decode_bytes(text: pa.Array, encoding: pa.Array, what: str) -> pa.Array:
     """String column -> binary column, base64-decoding the rows the mount marked."""
     import pyarrow as pa
     binary = text.cast(pa.binary())
@@ -733,7 +734,7 @@ def _decode_bytes(text: "pa.Array", encoding: "pa.Array", what: str) -> "pa.Arra
     return pa.array(values, pa.binary())
 
 
-def _decode_headers(headers: "pa.Array") -> "pa.Array":
+def _decode_headers(headers: pa.Array) -> pa.Array:
     import pyarrow as pa
     out = []
     for row in headers.to_pylist():
@@ -750,7 +751,7 @@ def _decode_headers(headers: "pa.Array") -> "pa.Array":
     return pa.array(out, pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
 
 
-def _to_kafka_batch(table: "pa.Table", lo: int, hi: int, include_headers: bool) -> "pa.RecordBatch | None":
+def _to_kafka_batch(table: pa.Table, lo: int, hi: int, include_headers: bool) -> pa.RecordBatch | None:
     """Parsed JSON rows -> a RecordBatch of the Kafka schema, keeping offsets in [lo, hi)."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -821,12 +822,12 @@ class _ViewChunks:
 
         self._view = view
         self._wanted = records_wanted
-        self._queue: "queue.Queue[bytes | BaseException]" = queue.Queue(self._QUEUE_DEPTH)
+        self._queue: queue.Queue[bytes | BaseException] = queue.Queue(self._QUEUE_DEPTH)
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"logfs-read-{view.name}", daemon=True)
         self._thread.start()
 
-    def _put(self, item: "bytes | BaseException") -> bool:
+    def _put(self, item: bytes | BaseException) -> bool:
         import queue
         while not self._stopped.is_set():
             try:
@@ -870,7 +871,7 @@ class _ViewChunks:
         self._view.close()
 
 
-def read_range_jsonl(opts: SourceOptions, rng: OffsetRangePartition) -> Iterator["pa.RecordBatch"]:
+def read_range_jsonl(opts: SourceOptions, rng: OffsetRangePartition) -> Iterator[pa.RecordBatch]:
     """``readFormat=jsonl``: the records of one offset range from ``from/<N>.jsonl``.
 
     Reads the JSON-lines view in chunks cut at the last newline and parses each
@@ -995,7 +996,7 @@ class _ColumnBuilder:
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add(self, columns: "BatchColumns", lo: int, hi: int, timestamp_type: int) -> None:
+    def add(self, columns: BatchColumns, lo: int, hi: int, timestamp_type: int) -> None:
         """Records ``lo:hi`` of one decoded batch."""
         count = hi - lo
         whole = lo == 0 and hi == len(columns.values)
@@ -1018,7 +1019,7 @@ class _ColumnBuilder:
                 self.headers.extend([{"key": k, "value": v} for k, v in record] if record else None
                                     for record in columns.headers[lo:hi])
 
-    def flush(self) -> "pa.RecordBatch | None":
+    def flush(self) -> pa.RecordBatch | None:
         import pyarrow as pa
         count = len(self.offsets)
         if count == 0:
@@ -1040,7 +1041,7 @@ class _ColumnBuilder:
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
-def _headers_arrow_type() -> "pa.DataType":
+def _headers_arrow_type() -> pa.DataType:
     import pyarrow as pa
     return pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
@@ -1112,7 +1113,7 @@ class SegmentRangeReader:
         holding = bisect.bisect_right(bases, self.next_offset, lo=first) - 1
         return bases[max(holding, first)]
 
-    def batches(self) -> Iterator["pa.RecordBatch"]:
+    def batches(self) -> Iterator[pa.RecordBatch]:
         bases = self._list_segments()
         after: int | None = None       # base offset of the segment read to its end
         listing_is_fresh = True
@@ -1145,7 +1146,7 @@ class SegmentRangeReader:
         if last is not None:
             yield last
 
-    def _read_segment(self, segment: Any, path: str, base: int, start: int) -> Iterator["pa.RecordBatch"]:
+    def _read_segment(self, segment: Any, path: str, base: int, start: int) -> Iterator[pa.RecordBatch]:
         """Walk one ``.log`` from byte ``start``, adding the wanted records to the builder."""
         until = self.until_offset
         builder = self.builder
@@ -1220,7 +1221,7 @@ class SegmentRangeReader:
             raise _StaleIndex()
 
 
-def read_range(opts: SourceOptions, rng: OffsetRangePartition) -> Iterator["pa.RecordBatch"]:
+def read_range(opts: SourceOptions, rng: OffsetRangePartition) -> Iterator[pa.RecordBatch]:
     """Yield the records of one offset range as Arrow batches of the Kafka schema.
 
     ``readFormat=segments`` (the default) decodes the raw ``.log`` files in this
@@ -1268,7 +1269,7 @@ class LogfsBatchReader(DataSourceReader):
         # Spark needs at least one partition to plan a scan; an empty range reads nothing.
         return ranges or [OffsetRangePartition(tps[0][0] if tps else "", 0, 0, 0)]
 
-    def read(self, partition: InputPartition) -> Iterator["pa.RecordBatch"]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRangePartition)
         if partition.size <= 0:
             return iter(())
@@ -1352,7 +1353,7 @@ class LogfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return plan_ranges(starts, ended, min_partitions=self.opts.min_partitions,
                            max_records_per_partition=self.opts.max_records_per_partition)
 
-    def read(self, partition: InputPartition) -> Iterator["pa.RecordBatch"]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRangePartition)
         return read_range(self.opts, partition)
 
@@ -1404,7 +1405,7 @@ class LogfsDataSource(DataSource):
 _WORKER_IMPORTS = "import logfs.spark, engine.records, cramjam, crc32c, pyarrow"
 
 
-def register(spark: "SparkSession") -> None:
+def register(spark: SparkSession) -> None:
     """Make ``spark.read.format("logfs")`` and ``readStream.format("logfs")`` available.
 
     The source runs in Spark's Python workers, which Spark starts with the
@@ -1450,7 +1451,7 @@ def _ensure_worker_python(sc: Any) -> None:
 
 
 def spark_session(master: str = "local[2]", app_name: str = "logfs",
-                  config: Mapping[str, str] | None = None) -> "SparkSession":
+                  config: Mapping[str, str] | None = None) -> SparkSession:
     """A SparkSession whose Python workers can import logfs, with the source registered.
 
     Spark starts its Python workers with ``PYSPARK_PYTHON`` (default ``python3``),
@@ -1543,12 +1544,12 @@ def _append_partition(rows: Iterator[Any], *, path: str, value_index: int, key_i
 
 
 def _topic_config(mount: str, topic: str) -> dict[str, str]:
-    with open(os.path.join(mount, topic, "config"), "r", encoding="utf-8") as f:
+    with open(os.path.join(mount, topic, "config"), encoding="utf-8") as f:
         pairs = (line.split("=", 1) for line in f.read().splitlines() if "=" in line and not line.startswith("#"))
         return {name.strip(): value for name, value in pairs}
 
 
-def append_rows(df: "DataFrame", mount: str, topic: str, column: str = "value", *,
+def append_rows(df: DataFrame, mount: str, topic: str, column: str = "value", *,
                 key_column: str | None = None, chunk_bytes: int = 256 << 10) -> int:
     """Append one column of ``df`` to ``topic`` through ``MOUNT/<topic>/append``; return the count.
 

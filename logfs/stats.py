@@ -81,7 +81,7 @@ class MountStats:
             return run
 
 
-def partition_state(manager: "LogManager", log: "Log") -> dict[str, Any]:
+def partition_state(manager: LogManager, log: Log) -> dict[str, Any]:
     """The JSON of ``MOUNT/<topic>/<p>/state`` (Spark's data source relies on these names)."""
     segments = log.segments  # one copy-on-write reference: a consistent list
     tp = log.topic_partition
@@ -111,7 +111,7 @@ _NO_CLEANER_STATE: dict[str, Any] = {"cleaner_position": None, "dirty_ratio": No
                                      "uncleanable": False, "last_cleaning": None}
 
 
-def _cleaner_state(manager: "LogManager", log: "Log") -> dict[str, Any]:
+def _cleaner_state(manager: LogManager, log: Log) -> dict[str, Any]:
     """Cleaner position (first dirty offset), dirty ratio, cleaning state and the last clean of ``log``.
 
     The keys are present for every partition, compacted or not, so readers
@@ -123,11 +123,11 @@ def _cleaner_state(manager: "LogManager", log: "Log") -> dict[str, Any]:
     return cleaner.cleaner_state(log)
 
 
-def _logs(manager: "LogManager") -> list["Log"]:
+def _logs(manager: LogManager) -> list[Log]:
     return sorted(manager.all_logs(), key=lambda lg: (lg.topic_partition.topic, lg.topic_partition.partition))
 
 
-def stats_json(manager: "LogManager", stats: MountStats) -> bytes:
+def stats_json(manager: LogManager, stats: MountStats) -> bytes:
     topics: dict[str, Any] = {}
     for lg in _logs(manager):
         tp = lg.topic_partition
@@ -168,7 +168,7 @@ def stats_json(manager: "LogManager", stats: MountStats) -> bytes:
 class _MountCollector:
     """A prometheus_client collector reading the live figures at scrape time."""
 
-    def __init__(self, manager: "LogManager", stats: MountStats) -> None:
+    def __init__(self, manager: LogManager, stats: MountStats) -> None:
         self._manager = manager
         self._stats = stats
 
@@ -219,7 +219,7 @@ class _MountCollector:
             yield from _consumer_group_metrics(st.groups)
 
 
-def _cleaner_metrics(manager: "LogManager"):
+def _cleaner_metrics(manager: LogManager):
     """Kafka's LogCleaner/LogCleanerManager gauges, per-partition dirty ratios and cumulative counters."""
     cleaner = manager.cleaner
     m = cleaner.metrics()
@@ -315,7 +315,7 @@ def _consumer_group_metrics(store):
     yield from (current, lag, lag_sum)
 
 
-def prometheus_metrics(manager: "LogManager", stats: MountStats) -> bytes:
+def prometheus_metrics(manager: LogManager, stats: MountStats) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_MountCollector(manager, stats))
     return generate_latest(registry)

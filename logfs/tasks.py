@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 import trio
 
@@ -63,7 +64,7 @@ class Job:
         return 0 < self.interval_ms < LONG_MAX
 
 
-def build_jobs(manager: "LogManager") -> list[Job]:
+def build_jobs(manager: LogManager) -> list[Job]:
     """Every periodic job of the mount, with Kafka's scheduler names."""
     cfg = manager.config
 
@@ -96,7 +97,7 @@ def build_jobs(manager: "LogManager") -> list[Job]:
     return jobs
 
 
-def cleaner_jobs(manager: "LogManager") -> list[Job]:
+def cleaner_jobs(manager: LogManager) -> list[Job]:
     """One job per log cleaner worker; none when the manager has no cleaner.
 
     ``LogManager.startup`` creates the cleaner only when ``log.cleaner.enable``
@@ -118,7 +119,7 @@ def _cleaned_something(result: Any) -> bool:
     return result is not None
 
 
-async def _run_periodically(job: Job, initial_delay_ms: int, stats: "MountStats") -> None:
+async def _run_periodically(job: Job, initial_delay_ms: int, stats: MountStats) -> None:
     record = stats.task(job.name, job.interval_ms)
     await trio.sleep(max(0, initial_delay_ms) / 1000)
     while True:
@@ -149,7 +150,7 @@ async def _run_periodically(job: Job, initial_delay_ms: int, stats: "MountStats"
         await trio.sleep(job.interval_ms / 1000)
 
 
-def run_jobs(nursery: trio.Nursery, jobs: list[Job], initial_delay_ms: int, stats: "MountStats") -> None:
+def run_jobs(nursery: trio.Nursery, jobs: list[Job], initial_delay_ms: int, stats: MountStats) -> None:
     """Start every enabled job in ``nursery``; cancelling the nursery stops them."""
     for job in jobs:
         if not job.enabled:

@@ -52,7 +52,7 @@ import shlex
 import shutil
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from engine.checkpoint import (CLEAN_SHUTDOWN_FILE, CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
                                RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile)

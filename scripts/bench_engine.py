@@ -21,13 +21,14 @@ import os
 import sys
 import tempfile
 import time
-from typing import Callable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder  # noqa: E402
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from engine.records import decode_batch, decode_text, decode_values, encode_values, read_header  # noqa: E402
+from engine.records import decode_batch, decode_text, decode_values, encode_values, read_header
 
 TIMESTAMP = 1_700_000_000_000
 
@@ -119,7 +120,7 @@ def row_decode_kafka_python(encoded, size) -> Row:
         count = 0
         for batch in encoded:
             for record in DefaultRecordBatch(batch):
-                record.value
+                _ = record.value
                 count += 1
         return count
     n, s = timed(run)

@@ -46,7 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from logfs.spark import list_partitions, offset_bounds, spark_kafka_jars, spark_session  # noqa: E402
+from logfs.spark import list_partitions, offset_bounds, spark_kafka_jars, spark_session
 
 JSON_SCHEMA = ("topic STRING, partition INT, offset BIGINT, timestamp BIGINT, timestampType INT, "
                "key STRING, value STRING")
@@ -251,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<14}{local_s:>9.2f}{mount_s:>9.2f}{n / local_s:>14,.0f}{n / mount_s:>14,.0f}"
               f"{local_s / mount_s:>8.2f}")
     print(json.dumps({"records": n, "value_bytes": args.value_bytes,
-                      "results": {name: {"local_s": round(l, 3), "mount_s": round(m, 3), "ratio": round(l / m, 3)}
-                                  for name, l, m in rows}}))
+                      "results": {name: {"local_s": round(loc, 3), "mount_s": round(m, 3), "ratio": round(loc / m, 3)}
+                                  for name, loc, m in rows}}))
     if not args.workdir:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

@@ -27,9 +27,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from engine.config import LogConfig  # noqa: E402
-from engine.log import Log  # noqa: E402
-from engine.views import LogView, ViewFormat  # noqa: E402
+from engine.config import LogConfig
+from engine.log import Log
+from engine.views import LogView, ViewFormat
 
 READ_SIZE = 1 << 20
 
@@ -88,9 +88,9 @@ def main() -> None:
                         index = segment.view_index
                         # touch the column(s) this rendering needs
                         if columns == "json":
-                            index.json_size
+                            _ = index.json_size
                         else:
-                            index.text_size
+                            _ = index.text_size
                 finally:
                     log.close()
             return run
@@ -103,7 +103,7 @@ def main() -> None:
         try:
             for fmt in ViewFormat:
                 read_view(log, fmt)         # builds the view index once
-                seconds, size = best(lambda: read_view(log, fmt), args.repeat)
+                seconds, size = best(lambda fmt=fmt: read_view(log, fmt), args.repeat)
                 rows.append((f"read {fmt.value} view ({size / 1e6:.0f} MB)", seconds))
         finally:
             log.close()

@@ -39,7 +39,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from logfs.spark import append_rows, list_partitions, offset_bounds, spark_session  # noqa: E402
+from logfs.spark import append_rows, list_partitions, offset_bounds, spark_session
 
 log = logging.getLogger("pipeline")
 

@@ -388,7 +388,7 @@ class Torture:
             by_offset: dict[int, str] = {}
             at_value: dict[str, int] = {}
             last = -1
-            for offset, key, value in records:
+            for offset, _key, value in records:
                 if offset <= last:
                     t.misplaced += 1
                     t.fail(f"{part.name}: offset {offset} after {last} in records.jsonl")
