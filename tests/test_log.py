@@ -10,18 +10,15 @@ from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from engine.clock import ManualClock
-from engine.config import LogConfig
 from engine.errors import (CorruptRecordError, InvalidRecordError, LogDirFullError, OffsetOutOfRangeError,
                            ReadOnlyError, RecordTooLargeError)
 from engine.log import Log
 from engine.records import decode_batch, iter_batches
 from engine.segment import LogSegment
 
+from tests.helpers import make_config
+
 T0 = 1_700_000_000_000
-
-
-def make_config(**overrides) -> LogConfig:
-    return LogConfig.from_props({k.replace("_", "."): str(v) for k, v in overrides.items()})
 
 
 def open_log(tmp_path, clock=None, name="t-0", **overrides) -> Log:

@@ -9,16 +9,13 @@ import pytest
 from kafka.record import MemoryRecords
 
 from engine.clock import ManualClock
-from engine.config import LogConfig
 from engine.errors import LogDirFullError
 from engine.records import decode_batch, encode_records, encode_values, Record
 from engine.segment import LogSegment, FetchDataInfo
 
+from tests.helpers import make_config
+
 T0 = 1_700_000_000_000
-
-
-def make_config(**overrides) -> LogConfig:
-    return LogConfig.from_props({k.replace("_", "."): str(v) for k, v in overrides.items()})
 
 
 def fill(segment: LogSegment, batches: int, per_batch: int = 10, start: int = 0, ts: int = T0,
