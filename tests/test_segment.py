@@ -9,7 +9,7 @@ import pytest
 from kafka.record import MemoryRecords
 
 from engine.clock import ManualClock
-from engine.errors import LogDirFullError
+from engine.errors import LogDirFullError, StorageError
 from engine.records import decode_batch, encode_records, encode_values, Record
 from engine.segment import LogSegment, FetchDataInfo
 
@@ -237,7 +237,7 @@ def test_descriptor_closes_on_close_and_on_garbage_collection(tmp_path):
     seg = LogSegment.open(str(tmp_path), 5, make_config(), ManualClock())
     fill(seg, 1, start=5)
     seg.close()
-    with pytest.raises(Exception):
+    with pytest.raises(StorageError, match="Bad file descriptor"):
         seg.read_bytes(0, 10)         # never another file's reused descriptor
 
 
