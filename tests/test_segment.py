@@ -142,12 +142,13 @@ def test_recover_truncates_torn_tail_and_rebuilds_indexes(segment):
 
 def test_recover_truncates_at_crc_failure(segment):
     batches = fill(segment, 20)
+    size = segment.size
     with open(segment.log_path, "r+b") as f:
         f.seek(batches[12][1] + 70)
         byte = f.read(1)
         f.seek(batches[12][1] + 70)
         f.write(bytes([byte[0] ^ 0x10]))
-    assert segment.recover() > 0
+    assert segment.recover() == size - batches[12][1]      # the invalid bytes: batch 12 and all after it
     assert segment.next_offset == 120
     assert all_records(segment)[-1].offset == 119
 
