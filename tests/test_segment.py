@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 
@@ -233,8 +234,9 @@ def test_descriptor_closes_on_close_and_on_garbage_collection(tmp_path):
     seg.delete_if_exists()
     del seg
     gc.collect()
-    with pytest.raises(OSError):
+    with pytest.raises(OSError) as closed:
         os.fstat(fd)
+    assert closed.value.errno == errno.EBADF
     seg = LogSegment.open(str(tmp_path), 5, make_config(), ManualClock())
     fill(seg, 1, start=5)
     seg.close()
