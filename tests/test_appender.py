@@ -128,14 +128,16 @@ def test_a_line_without_separator_refuses_the_whole_write(manager):
     assert values(manager) == [b"v0", b"v3"]
 
 
-def test_a_partial_line_over_max_message_bytes_is_refused_before_it_is_buffered(manager):
+def test_a_line_over_max_message_bytes_is_dropped_whole_and_nothing_else(manager):
     manager.create_topic("t", 1, {"max.message.bytes": "1000"})
     a = appender(manager)
-    a.write(0, b"x" * 600)
-    with pytest.raises(RecordTooLargeError, match="A line of at least 1200 bytes exceeds max.message.bytes=1000"):
-        a.write(0, b"y" * 600)
-    a.write(0, b"\n")                                   # the first 600 bytes stay buffered
-    assert values(manager) == [b"x" * 600]
+    a.write(0, b"before\n" + b"x" * 600)               # the head of a long line is buffered
+    with pytest.raises(RecordTooLargeError, match="A line of at least 1200 bytes written to t/0/append exceeds "
+                                                  "max.message.bytes=1000 of topic t; the line is dropped"):
+        a.write(0, b"y" * 600)                           # refused before it is buffered without bound
+    a.write(0, b"after\n")                              # not a retry: the descriptor goes on
+    a.flush()
+    assert values(manager) == [b"before", b"after"]      # the oversized line, its buffered head included, is gone
 
 
 def test_unkeyed_writes_to_a_topic_go_round_robin_one_write_per_partition(manager):

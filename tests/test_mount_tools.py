@@ -420,11 +420,17 @@ def test_cli_version_log_level_help_and_umount_messages(tmp_path):
 
 
 def _scripts_tree(tmp_path: Path) -> Path:
-    """A copy of the project root's scripts with the shared .venv, so run.sh mounts tmp_path/mnt."""
+    """A copy of the project root's run.sh with the shared .venv, so run.sh mounts tmp_path/mnt.
+
+    setup.sh is a stub here: the real one, run from this copy with the shared
+    .venv, reinstalls the editable package from the copy whenever
+    pyproject.toml is newer than the venv's stamp, and leaves every work tree
+    sharing that .venv without a working ``logfs``.
+    """
     root = tmp_path / "root"
     (root / "scripts").mkdir(parents=True)
-    for name in ("run.sh", "setup.sh"):
-        shutil.copy(ROOT / "scripts" / name, root / "scripts" / name)
+    shutil.copy(ROOT / "scripts" / "run.sh", root / "scripts" / "run.sh")
+    (root / "scripts" / "setup.sh").write_text("#!/usr/bin/env bash\n# the installation is the shared .venv\n")
     (root / ".venv").symlink_to(ROOT / ".venv")
     (root / "pyproject.toml").symlink_to(ROOT / "pyproject.toml")
     return root
