@@ -396,5 +396,5 @@ def test_crash_between_renames_never_resurrects(mount):
     assert "m" not in os.listdir(mount.path)
     wait_for(lambda: not any(n.startswith("m-") for n in _files(mount.data)), what="m-* removal")
     (mount / "m").mkdir()
-    assert sorted(os.listdir(mount / "m")) == ["0", "1", "2", "append", "config", "delete"]
+    assert sorted(os.listdir(mount / "m")) == ["0", "1", "2", "append", "append.jsonl", "config", "delete", "groups"]
     assert all((mount / f"m/{p}/records").read_bytes() == b"" for p in range(3))
