@@ -34,7 +34,7 @@ def make_config(**overrides: object) -> LogConfig:
     return LogConfig.from_props({k.replace("_", "."): str(v) for k, v in overrides.items()})
 
 
-def wait_for(predicate: Callable[[], T], what: str, timeout: float = 20.0, interval: float = 0.05) -> T:
+def wait_for(predicate: Callable[[], T], what: str, timeout: float = 30.0, interval: float = 0.05) -> T:
     """Poll ``predicate`` until it returns something truthy, and return that; fail after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while True:
