@@ -216,14 +216,15 @@ def test_unkeyed_record_on_compacted_topic_is_refused_with_einval(mount):
 @pytest.mark.mount_options(CLEANER_OPTIONS)
 def test_tombstones_remove_keys_and_are_dropped_after_delete_retention(mount):
     retention_ms = 1500
-    # An hour of delete.retention.ms at first: the cleans past the tombstones must keep them, however
-    # long they take; then it is lowered to retention_ms and a later clean drops them.
+    # Two generations of tombstones.  The first is written under an hour of delete.retention.ms: the
+    # cleans past it must keep it, however long they take.  A clean stamps a tombstone batch with its
+    # delete horizon once (KIP-534), so the first generation stays when delete.retention.ms is then
+    # lowered to retention_ms; the second, written after that, is dropped once retention_ms has passed.
     _create_compacted_topic(mount, config=COMPACTED_TOPIC + "delete.retention.ms=3600000\n")
     for batch in _keyed_rounds(5, 20):
         _append(mount, batch)
     (mount / "t/0/delete").write_bytes(b"key k3\n")       # the delete file's tombstone marker
     _append(mount, ["k5\tNULL"])                          # null.marker: a null value
-    tombstoned_at = time.monotonic()
     tombstones = {r["offset"] for r in _rows(mount) if r["key"] in ("k3", "k5") and r["value"] is None}
     assert len(tombstones) == 2
     expected = {k: r["value"] for k, r in _latest(_rows(mount)).items() if k not in ("k3", "k5")}
@@ -251,19 +252,25 @@ def test_tombstones_remove_keys_and_are_dropped_after_delete_retention(mount):
     assert {k: v for k, v in ((k, r["value"]) for k, r in _latest(rows).items()) if k.startswith("k")} == \
         {**expected, **{k: None for k in ("k3", "k5") if k in _latest(rows)}}
 
-    # Once the cleaned section reaches delete.retention.ms past them, a later clean drops them.
+    # The second generation: once a clean is delete.retention.ms past its horizon, it is dropped.
     (mount / "t/config").write_text(f"delete.retention.ms={retention_ms}\n")
-    def tombstones_gone() -> bool:
+    (mount / "t/0/delete").write_bytes(b"key k7\n")
+    _append(mount, ["k9\tNULL"])
+    second_at = time.monotonic()
+    assert len({r["offset"] for r in _rows(mount) if r["key"] in ("k7", "k9") and r["value"] is None}) == 2
+    def second_generation_gone() -> bool:
         _append(mount, next(filler))
-        return not any(r["key"] in ("k3", "k5") for r in _rows(mount))
-    wait_for(tombstones_gone, "the tombstones to be dropped", timeout=30, interval=0.2)
-    assert time.monotonic() - tombstoned_at >= retention_ms / 1000, "tombstones dropped before delete.retention.ms"
+        return not any(r["key"] in ("k7", "k9") for r in _rows(mount))
+    wait_for(second_generation_gone, "the tombstones to be dropped", timeout=30, interval=0.2)
+    assert time.monotonic() - second_at >= retention_ms / 1000, "tombstones dropped before delete.retention.ms"
     rows = _rows(mount)
-    assert {k: r["value"] for k, r in _latest(rows).items() if k.startswith("k")} == expected
+    assert {r["offset"] for r in rows if r["key"] in ("k3", "k5")} == tombstones   # their horizon: an hour
+    assert {k: r["value"] for k, r in _latest(rows).items() if k.startswith("k")} == \
+        {**{k: v for k, v in expected.items() if k not in ("k7", "k9")}, "k3": None, "k5": None}
     final = _rows(mount)
     assert mount.stop() == 0
     assert [(r.offset, r.value) for r in kafka_records(mount.partition_dir("t", 0))] == \
-        [(r["offset"], r["value"].encode()) for r in final]
+        [(r["offset"], None if r["value"] is None else r["value"].encode()) for r in final]
 
 
 @pytest.mark.mount_options(CLEANER_OPTIONS)
