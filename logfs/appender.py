@@ -138,7 +138,8 @@ class LineAppender:
             self._reject(data, len(rest), limit, drop_partial=not lines)
         if lines:
             try:
-                self._append_lines(lines, len(data))
+                # the bytes of the lines appended, a partial line carried over from earlier requests included
+                self._append_lines(lines, len(buf) - len(rest))
             except RecordTooLargeError:
                 # Framing overhead can push a line just under the limit over it;
                 # if that line began in an earlier request, drop its head with it.
@@ -195,7 +196,7 @@ class LineAppender:
         """close(): the last line without a newline becomes a record."""
         if self._partial:
             rest = self._partial
-            self._append_lines([rest], 0)
+            self._append_lines([rest], len(rest))
             self._partial = b""
 
     def release(self) -> None:

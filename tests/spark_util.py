@@ -8,10 +8,11 @@ records are appended by writing lines to ``append`` files and read back through
 from __future__ import annotations
 
 import os
-import time
 from typing import Callable, Sequence
 
 import orjson
+
+from tests.helpers import wait_for
 
 
 def new_spark(app_name: str):
@@ -73,8 +74,5 @@ def records_jsonl(mount: str, topic: str) -> list[dict]:
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
+    """tests.helpers.wait_for with the argument order and the longer defaults of the Spark tests."""
+    wait_for(predicate, what, timeout=timeout, interval=0.2)

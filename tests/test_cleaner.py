@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from engine.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from engine.cleaner import Cleaner, CleanerStats, GilYield, LogCleaner, Throttler
-from engine.cleaner_manager import (LOG_CLEANING_ABORTED, LogCleanerManager, LogCleaningPaused, LogToClean,
-                                    cleanable_offsets)
+from engine.cleaner_manager import (LOG_CLEANING_ABORTED, LogCleanerManager, LogCleaningPaused, LogCleaningStateError,
+                                    LogToClean, cleanable_offsets)
 from engine.clock import ManualClock
 from engine.config import BrokerConfig, LogConfig
 from engine.log import Log
@@ -476,7 +476,7 @@ def test_pause_and_resume_counts(tmp_path):
     assert manager.cleaning_state(tp) == LogCleaningPaused(1)
     manager.resume_cleaning([tp])
     assert manager.cleaning_state(tp) is None
-    with pytest.raises(Exception, match="not paused"):
+    with pytest.raises(LogCleaningStateError, match="not paused"):
         manager.resume_cleaning([tp])
 
 

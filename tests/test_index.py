@@ -252,8 +252,38 @@ def test_lifecycle_rename_delete_closed(tmp_path):
         idx.lookup(2000)
 
 
-def test_warm_section_size():
-    assert WARM_SECTION_BYTES == 8192
+@pytest.mark.parametrize("first_hot", [0, 1, 2, 3, 700])
+def test_every_entry_around_the_warm_section_start_is_found(tmp_path, first_hot):
+    """Searches try the last WARM_SECTION_BYTES of entries first, then the cold head: each entry
+    where one ends and the other starts is found exactly by every search, from either side."""
+    n = first_hot + 1 + WARM_SECTION_BYTES // 8          # the warm section then starts at entry first_hot
+    entries = [(BASE + 3 * (i + 1), 10 * (i + 1)) for i in range(n)]
+    idx = fresh_offset_index(tmp_path)
+    for offset, position in entries:
+        idx.append(offset, position)
+    for i in sorted({0, n - 1, *range(max(0, first_hot - 3), min(n, first_hot + 4))}):
+        offset, position = entries[i]
+        below = entries[i - 1] if i else (BASE, 0)
+        assert (idx.lookup(offset - 1), idx.lookup(offset), idx.lookup(offset + 1)) == \
+            (below, entries[i], entries[i]), i
+        assert idx.fetch_upper_bound_offset(position - 1, 0) == entries[i], i
+        assert idx.fetch_upper_bound_offset(position, 1) == (entries[i + 1] if i + 1 < n else None), i
+
+    times = [(1_700_000_000_000 + 5 * i, BASE + 2 * i) for i in range(1 + first_hot + WARM_SECTION_BYTES // 12)]
+    t = TimeIndex(str(tmp_path / "00000000000000001000.timeindex"), BASE, MB)
+    for timestamp, offset in times:
+        t.maybe_append(timestamp, offset)
+    m = len(times)
+    for i in sorted({0, m - 1, *range(max(0, first_hot - 3), min(m, first_hot + 4))}):
+        timestamp, offset = times[i]
+        below = times[i - 1] if i else (-1, BASE)
+        assert (t.lookup(timestamp - 1), t.lookup(timestamp), t.lookup(timestamp + 1)) == \
+            (below, times[i], times[i]), i
+
+    idx.truncate_to(entries[first_hot][0])              # drops the entry at first_hot and after
+    assert idx.entries == first_hot and (first_hot == 0 or idx.last_offset == entries[first_hot - 1][0])
+    idx.close()
+    t.close()
 
 
 # -- TimeIndex ----------------------------------------------------------------------------------

@@ -16,12 +16,12 @@ import json
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import LOGFS, Mount
+from tests.helpers import wait_for
 from tests.kafka_broker import run_tool
 
 pytestmark = pytest.mark.mount
@@ -36,15 +36,6 @@ OPTIONS = {
     "num.partitions": "2",
 }
 CODECS = ["uncompressed", "gzip", "snappy", "lz4", "zstd", "producer"]
-
-
-def _wait_for(predicate, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-    return result
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +63,8 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
                  f">> compacted/0/append")
         m.sh("printf 'key3\\tNULL\\nkey4\\tNULL\\n' >> compacted/0/append")
         m.sh("for i in $(seq 1 80); do printf 'key%d\\tlast %d\\n' $((i % 20 + 5)) $i; done >> compacted/0/append")
-        _wait_for(lambda: json.loads((m.path / "compacted/0/state").read_bytes())["last_cleaning"],
-                  "the log cleaner to clean compacted-0")
+        wait_for(lambda: json.loads((m.path / "compacted/0/state").read_bytes())["last_cleaning"],
+                 "the log cleaner to clean compacted-0")
     finally:
         assert m.stop() == 0, m.log()
     return m.data

@@ -32,6 +32,7 @@ from engine.records import (DELETE_HORIZON_FLAG_MASK, Compression, Record, Times
                             decode_columns, encode_records, iter_batches, read_header, rebuild_batch,
                             validate_batch)
 from tests.conftest import Mount
+from tests.helpers import wait_for
 
 RETENTION_MS = 60_000
 
@@ -279,15 +280,6 @@ def _cleaner_totals(mount: Mount) -> dict:
     return json.loads((mount / ".logfs/stats.json").read_bytes())["cleaner"]["totals"]
 
 
-def _wait_for(predicate, what: str, timeout: float = 60.0, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-    return result
-
-
 @pytest.mark.mount
 @pytest.mark.mount_options(CLEANER_OPTIONS)
 def test_a_tombstone_expires_in_a_mount_under_continuous_writes(mount):
@@ -313,14 +305,14 @@ def test_a_tombstone_expires_in_a_mount_under_continuous_writes(mount):
         def horizon_set() -> bool:
             write_round()
             return _cleaner_totals(mount)["horizons_set"] >= 1
-        _wait_for(horizon_set, "a clean that sets the tombstone's delete horizon")
+        wait_for(horizon_set, "a clean that sets the tombstone's delete horizon", timeout=60, interval=0.1)
         rows = _rows(mount)
         assert [r["value"] for r in rows if r["key"] == "gone"] == [None], "the value was not compacted away"
 
         def tombstone_gone() -> bool:
             write_round()
             return not any(r["key"] == "gone" for r in _rows(mount))
-        _wait_for(tombstone_gone, "the tombstone to expire")
+        wait_for(tombstone_gone, "the tombstone to expire", timeout=60, interval=0.1)
         assert time.monotonic() - written >= retention_ms / 1000, "dropped before delete.retention.ms"
         assert _cleaner_totals(mount)["deletes_expired"] >= 1
         metrics = (mount / ".logfs/metrics").read_text()

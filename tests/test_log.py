@@ -10,18 +10,15 @@ from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from engine.clock import ManualClock
-from engine.config import LogConfig
 from engine.errors import (CorruptRecordError, InvalidRecordError, LogDirFullError, OffsetOutOfRangeError,
                            ReadOnlyError, RecordTooLargeError)
 from engine.log import Log
 from engine.records import decode_batch, iter_batches
 from engine.segment import LogSegment
 
+from tests.helpers import make_config
+
 T0 = 1_700_000_000_000
-
-
-def make_config(**overrides) -> LogConfig:
-    return LogConfig.from_props({k.replace("_", "."): str(v) for k, v in overrides.items()})
 
 
 def open_log(tmp_path, clock=None, name="t-0", **overrides) -> Log:
@@ -148,17 +145,18 @@ def test_truncate_to(tmp_path):
 def test_validation_refuses_without_appending(tmp_path):
     log = open_log(tmp_path, max_message_bytes=500)
     log.append_values([b"ok"])
-    with pytest.raises(RecordTooLargeError):
+    with pytest.raises(RecordTooLargeError, match="record at index 1 of the append to t-0 is 670 bytes"):
         log.append_values([b"small", b"x" * 600])
     log.append_values([b"y" * 200] * 5)          # a batch over the limit of records that each fit
     assert log.log_end_offset == 6
     compacted = open_log(tmp_path, name="c-0", cleanup_policy="compact")
-    with pytest.raises(InvalidRecordError):
+    no_key = "Compacted topic cannot accept message without key in topic partition c-0"
+    with pytest.raises(InvalidRecordError, match=no_key):
         compacted.append_values([b"v"])
-    with pytest.raises(InvalidRecordError):
+    with pytest.raises(InvalidRecordError, match=no_key):
         compacted.append_values([b"v", b"w"], [b"k", None])
     assert compacted.append_values([b"v"], [b"k"]) == (0, 0)
-    with pytest.raises(InvalidRecordError):
+    with pytest.raises(InvalidRecordError, match="Cannot append an empty batch to t-0"):
         log.append_values([])
     log.close()
     compacted.close()

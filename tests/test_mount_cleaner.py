@@ -34,11 +34,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
 from tests.conftest import LOGFS, ROOT, Mount, kafka_records
+from tests.helpers import CLEANER_TASK, mount_stats, wait_for, wait_for_task_runs
 
 pytestmark = pytest.mark.mount
 
@@ -58,17 +58,6 @@ COMPACTED_TOPIC = ("cleanup.policy=compact\nparse.key=true\nnull.marker=NULL\n"
 
 
 # --------------------------------------------------------------------------------- helpers
-
-def _wait_for(predicate: Callable[[], object], what: str, timeout: float = 20.0, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
 
 def _rows(mount: Mount, topic: str = "t", partition: int = 0) -> list[dict]:
     data = (mount / f"{topic}/{partition}/records.jsonl").read_bytes()
@@ -148,14 +137,15 @@ def test_compaction_runs_on_its_own_and_keeps_the_latest_value_of_each_key(mount
         _append(mount, batch)
     before = _rows(mount)
     assert len(before) == 600 and [r["offset"] for r in before] == list(range(600))
-    time.sleep(0.3)
+    wait_for_task_runs(mount, CLEANER_TASK, 2)        # the cleaner looked, twice, and found nothing to clean
     assert _state(mount)["last_cleaning"] is None and len(_rows(mount)) == 600, "a delete topic was cleaned"
+    assert mount_stats(mount)["cleaner"]["totals"]["runs"] == 0
     (mount / "t/config").write_text("cleanup.policy=compact\n")
 
-    _wait_for(lambda: (s := _state(mount))["last_cleaning"] and s, "the first clean")
+    wait_for(lambda: (s := _state(mount))["last_cleaning"] and s, "the first clean")
     # Until the dirty ratio drops below min.cleanable.dirty.ratio, more cleans may follow: wait
     # for the last, so that the views read below are of one and the same log.
-    _wait_for(lambda: (s := _state(mount))["dirty_ratio"] <= 0.1 and s["cleaning_state"] is None,
+    wait_for(lambda: (s := _state(mount))["dirty_ratio"] <= 0.1 and s["cleaning_state"] is None,
               "the cleaner to go idle")
     after = _rows(mount)
     original = {row["offset"]: row for row in before}
@@ -178,7 +168,7 @@ def test_compaction_runs_on_its_own_and_keeps_the_latest_value_of_each_key(mount
     text = (mount / "t/0/records").read_bytes().splitlines()
     assert text == [r["value"].encode() for r in _rows(mount)]
 
-    stats = json.loads((mount / ".logfs/stats.json").read_bytes())
+    stats = mount_stats(mount)
     cleaner = stats["cleaner"]
     assert cleaner["threads"] == 1 and cleaner["running"] is True
     assert cleaner["totals"]["runs"] >= 1 and cleaner["totals"]["records_dropped"] > 0
@@ -226,12 +216,15 @@ def test_unkeyed_record_on_compacted_topic_is_refused_with_einval(mount):
 @pytest.mark.mount_options(CLEANER_OPTIONS)
 def test_tombstones_remove_keys_and_are_dropped_after_delete_retention(mount):
     retention_ms = 1500
-    _create_compacted_topic(mount, config=COMPACTED_TOPIC + f"delete.retention.ms={retention_ms}\n")
+    # Two generations of tombstones.  The first is written under an hour of delete.retention.ms: the
+    # cleans past it must keep it, however long they take.  A clean stamps a tombstone batch with its
+    # delete horizon once (KIP-534), so the first generation stays when delete.retention.ms is then
+    # lowered to retention_ms; the second, written after that, is dropped once retention_ms has passed.
+    _create_compacted_topic(mount, config=COMPACTED_TOPIC + "delete.retention.ms=3600000\n")
     for batch in _keyed_rounds(5, 20):
         _append(mount, batch)
     (mount / "t/0/delete").write_bytes(b"key k3\n")       # the delete file's tombstone marker
     _append(mount, ["k5\tNULL"])                          # null.marker: a null value
-    tombstoned_at = time.monotonic()
     tombstones = {r["offset"] for r in _rows(mount) if r["key"] in ("k3", "k5") and r["value"] is None}
     assert len(tombstones) == 2
     expected = {k: r["value"] for k, r in _latest(_rows(mount)).items() if k not in ("k3", "k5")}
@@ -246,26 +239,38 @@ def test_tombstones_remove_keys_and_are_dropped_after_delete_retention(mount):
         _append(mount, next(filler))
         position = _state(mount)["cleaner_position"]
         return position is not None and position > max(tombstones)
-    _wait_for(cleaned_past_tombstones, "a clean past the tombstones", interval=0.1)
+    wait_for(cleaned_past_tombstones, "a clean past the tombstones", interval=0.1)
+    # ... and whole cleans after that one (each rewrites the cleaned section too) keep them as well.
+    cleans = mount_stats(mount)["cleaner"]["totals"]["runs"]
+    def cleaned_twice_more() -> bool:
+        _append(mount, next(filler))
+        return mount_stats(mount)["cleaner"]["totals"]["runs"] >= cleans + 2
+    wait_for(cleaned_twice_more, "two more cleans", interval=0.1)
     rows = _rows(mount)
-    if time.monotonic() - tombstoned_at < retention_ms / 1000:
-        assert {r["offset"] for r in rows if r["key"] in ("k3", "k5")} == tombstones
+    assert {r["offset"] for r in rows if r["key"] in ("k3", "k5")} == tombstones
     assert all(r["value"] is None for r in rows if r["key"] in ("k3", "k5"))
     assert {k: v for k, v in ((k, r["value"]) for k, r in _latest(rows).items()) if k.startswith("k")} == \
         {**expected, **{k: None for k in ("k3", "k5") if k in _latest(rows)}}
 
-    # Once the cleaned section reaches delete.retention.ms past them, a later clean drops them.
-    def tombstones_gone() -> bool:
+    # The second generation: once a clean is delete.retention.ms past its horizon, it is dropped.
+    (mount / "t/config").write_text(f"delete.retention.ms={retention_ms}\n")
+    (mount / "t/0/delete").write_bytes(b"key k7\n")
+    _append(mount, ["k9\tNULL"])
+    second_at = time.monotonic()
+    assert len({r["offset"] for r in _rows(mount) if r["key"] in ("k7", "k9") and r["value"] is None}) == 2
+    def second_generation_gone() -> bool:
         _append(mount, next(filler))
-        return not any(r["key"] in ("k3", "k5") for r in _rows(mount))
-    _wait_for(tombstones_gone, "the tombstones to be dropped", timeout=30, interval=0.2)
-    assert time.monotonic() - tombstoned_at >= retention_ms / 1000, "tombstones dropped before delete.retention.ms"
+        return not any(r["key"] in ("k7", "k9") for r in _rows(mount))
+    wait_for(second_generation_gone, "the tombstones to be dropped", timeout=30, interval=0.2)
+    assert time.monotonic() - second_at >= retention_ms / 1000, "tombstones dropped before delete.retention.ms"
     rows = _rows(mount)
-    assert {k: r["value"] for k, r in _latest(rows).items() if k.startswith("k")} == expected
+    assert {r["offset"] for r in rows if r["key"] in ("k3", "k5")} == tombstones   # their horizon: an hour
+    assert {k: r["value"] for k, r in _latest(rows).items() if k.startswith("k")} == \
+        {**{k: v for k, v in expected.items() if k not in ("k7", "k9")}, "k3": None, "k5": None}
     final = _rows(mount)
     assert mount.stop() == 0
     assert [(r.offset, r.value) for r in kafka_records(mount.partition_dir("t", 0))] == \
-        [(r["offset"], r["value"].encode()) for r in final]
+        [(r["offset"], None if r["value"] is None else r["value"].encode()) for r in final]
 
 
 @pytest.mark.mount_options(CLEANER_OPTIONS)
@@ -304,17 +309,18 @@ def test_readers_across_cleanings_see_a_consistent_stream(mount):
     drainer = threading.Thread(target=drain_tail, name="tail-drainer")
     reader.start()
     drainer.start()
-    runs_before = json.loads((mount / ".logfs/stats.json").read_bytes())["cleaner"]["totals"]["runs"]
+    runs_before = mount_stats(mount)["cleaner"]["totals"]["runs"]
     try:
-        for batch in _keyed_rounds(40, 20, start=5):
+        for round_, batch in enumerate(_keyed_rounds(40, 20, start=5)):
             _append(mount, batch)
-            time.sleep(0.03)
+            if round_ in (10, 30):       # cleans happen while the readers read, twice over
+                runs_before = wait_for(lambda: (n := mount_stats(mount)["cleaner"]["totals"]["runs"]) > runs_before
+                                       and n, "a clean while the readers read")
+            time.sleep(0.03)             # a steady producer: the readers interleave with the appends
         end = _state(mount)["log_end_offset"]
-        runs_after = json.loads((mount / ".logfs/stats.json").read_bytes())["cleaner"]["totals"]["runs"]
-        assert runs_after > runs_before, "no clean happened while the readers read"
-        _wait_for(lambda: loop_data.endswith(b"\n") and json.loads(bytes(loop_data).splitlines()[-1])["offset"]
+        wait_for(lambda: loop_data.endswith(b"\n") and json.loads(bytes(loop_data).splitlines()[-1])["offset"]
                   == end - 1, "the sequential reader to reach the log end")
-        _wait_for(lambda: tail_out.endswith(b"\n") and json.loads(bytes(tail_out).splitlines()[-1])["offset"]
+        wait_for(lambda: tail_out.endswith(b"\n") and json.loads(bytes(tail_out).splitlines()[-1])["offset"]
                   == end - 1, "tail -f to reach the log end")
     finally:
         stop.set()
@@ -452,7 +458,7 @@ def test_crash_during_cleaning_then_remount_recovers_a_correct_log(stage, unclea
     # Then the mount's own cleaner finishes the job on the recovered log.
     mount.options["log.cleaner.enable"] = "true"
     mount.start()
-    state = _wait_for(lambda: (s := _state(mount, "c"))["last_cleaning"] and s, "the clean after recovery")
+    state = wait_for(lambda: (s := _state(mount, "c"))["last_cleaning"] and s, "the clean after recovery")
     cleaned = _rows(mount, "c")
     _assert_consistent_subset(cleaned, original)
     _assert_latest_present_once(cleaned, written)

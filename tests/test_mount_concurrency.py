@@ -10,6 +10,7 @@ import time
 import pytest
 
 from tests.conftest import kafka_records
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.mount
 
@@ -66,23 +67,19 @@ def test_tail_f_follows_across_rolls_and_retention(mount):
         assert segments_before >= 4, "expected at least 3 rolls"
         # Retention now deletes the oldest segments under the running tail.
         (mount / "t/config").write_text("retention.bytes=4096\n")
-        deadline = time.monotonic() + 10
-        while len(list((mount / "t/0/segments").glob("*.log"))) >= segments_before:
-            assert time.monotonic() < deadline, "retention did not delete segments"
-            time.sleep(0.1)
+        wait_for(lambda: len(list((mount / "t/0/segments").glob("*.log"))) < segments_before,
+                 "retention to delete segments")
         more = [f"after-retention-{i}" for i in range(30)]
         mount.sh("cat >> t/0/append", input=("\n".join(more) + "\n").encode())
         expected += more
         want = ("\n".join(expected) + "\n").encode()
-        got = b""
-        deadline = time.monotonic() + 20
+        got = bytearray()
         os.set_blocking(tail.stdout.fileno(), False)
-        while len(got) < len(want) and time.monotonic() < deadline:
-            chunk = tail.stdout.read()
-            if chunk:
-                got += chunk
-            else:
-                time.sleep(0.05)
+
+        def read_tail() -> bool:
+            got.extend(tail.stdout.read() or b"")
+            return len(got) >= len(want)
+        wait_for(read_tail, "tail -f to reach the log end")
         assert got == want
     finally:
         tail.kill()

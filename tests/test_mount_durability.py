@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 
 from tests.conftest import kafka_records
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.mount
-
-
-def _wait_for(predicate, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.mark.mount_options({"log.segment.bytes": "8192"})
@@ -63,12 +56,12 @@ def test_deletion_paths(mount):
     # topic marker: gone from the namespace at once, files removed by the background task
     (mount / "a/delete").write_bytes(b"topic\n")
     assert "a" not in os.listdir(mount.path)
-    _wait_for(lambda: not any(n.startswith("a-") for n in os.listdir(mount.data)), what="a-*-delete removal")
+    wait_for(lambda: not any(n.startswith("a-") for n in os.listdir(mount.data)), what="a-*-delete removal")
 
     # rmdir of a topic: the same
     os.rmdir(mount / "b")
     assert not (mount / "b").exists()
-    _wait_for(lambda: not any(n.startswith("b-") for n in os.listdir(mount.data)), what="b-*-delete removal")
+    wait_for(lambda: not any(n.startswith("b-") for n in os.listdir(mount.data)), what="b-*-delete removal")
     (mount / "b").mkdir()                            # a topic of the same name starts empty
     assert (mount / "b/0/records").read_bytes() == b""
 
@@ -79,7 +72,7 @@ def test_deletion_paths(mount):
     state = json.loads((mount / "c/0/state").read_bytes())
     assert state["log_start_offset"] == 150
     assert len(os.listdir(mount / "c/0/segments")) < segments_before
-    _wait_for(lambda: not any(n.endswith(".deleted") for n in os.listdir(mount.partition_dir("c", 0))),
+    wait_for(lambda: not any(n.endswith(".deleted") for n in os.listdir(mount.partition_dir("c", 0))),
               what=".deleted segment files removal")
     with pytest.raises(FileNotFoundError):
         open(mount / "c/0/offset/10")

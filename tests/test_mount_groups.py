@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import wait_for
 from tests.test_consumer_offsets import batch, group_metadata_key, key_bytes, value_bytes
 
 pytestmark = pytest.mark.mount
@@ -160,8 +161,8 @@ def test_reset_commit_and_two_independent_groups(mount):
 
     # by time: the records at or after T
     last_ts = json.loads(lines(mount.sh("tail -n 1 t/1/records.jsonl").stdout)[0])["timestamp"]
-    while int(time.time() * 1000) <= last_ts:      # until the clock has passed the last append's millisecond
-        time.sleep(0.001)
+    wait_for(lambda: int(time.time() * 1000) > last_ts, "the clock to pass the last append's millisecond",
+             interval=0.001)
     mount.sh("echo late >> t/1/append")
     t_ms = json.loads(lines(mount.sh("tail -n 1 t/1/records.jsonl").stdout)[0])["timestamp"]
     mount.sh(f"echo 'reset @{t_ms}' > t/groups/a")

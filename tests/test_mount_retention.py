@@ -19,8 +19,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, kafka_records
+from tests.helpers import CLEANER_TASK, RETENTION_TASK, mount_stats, wait_for, wait_for_task_runs
 
 pytestmark = pytest.mark.mount
+
+#: how much older than the young records the old ones are in the time retention test
+AGE_GAP_MS = 3000
 
 FAST = {
     "log.segment.bytes": "2048",
@@ -28,16 +32,6 @@ FAST = {
     "log.retention.check.interval.ms": "100",
     "log.segment.delete.delay.ms": "600",
 }
-
-
-def _wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.03)
 
 
 def _state(mount, topic: str = "t", partition: int = 0) -> dict:
@@ -120,22 +114,37 @@ def _stop_tail(proc: subprocess.Popen) -> bytes:
 @pytest.mark.mount_options(FAST)
 def test_time_retention_deletes_only_expired_segments_through_deleted_files(mount, tails, tmp_path):
     (mount / "t").mkdir()
-    (mount / "t/config").write_bytes(b"file.delete.delay.ms=1500\n")
+    (mount / "t/config").write_bytes(b"file.delete.delay.ms=2000\n")
     tail = tails(mount, "t/0/records", tmp_path / "tail.out")
     _write(mount, "t", 0, 400)                                      # old: ~8 segments
-    time.sleep(3.0)
-    phase_b = time.time() * 1000
+    old_newest = _state(mount)["segments"][-1]["largest_timestamp"]
+    # The young records come AGE_GAP_MS after the newest old one (their timestamps are the mount's
+    # append time): retention.ms is placed inside that gap below.
+    wait_for(lambda: time.time() * 1000 > old_newest + AGE_GAP_MS, "the old records to age", timeout=30)
     _write(mount, "t", 400, 400)                                    # young
     before = _state(mount)
-    expired = [s for s in before["segments"] if s["largest_timestamp"] < phase_b]
+    expired = [s for s in before["segments"] if s["largest_timestamp"] <= old_newest]
     assert len(expired) >= 3 and len(expired) < len(before["segments"])
+    young_oldest = before["segments"][len(expired)]["largest_timestamp"]
+    assert young_oldest - old_newest >= AGE_GAP_MS
     expected_start = before["segments"][len(expired)]["base_offset"]
     reader = open(mount / "t/0/records", "rb")                      # opened before the deletion
     head = reader.read(4096)
 
-    (mount / "t/config").write_bytes(b"retention.ms=2000\n")
-    _wait_for(lambda: _state(mount)["log_start_offset"] >= expected_start, what="time retention")
+    # The horizon (now - retention.ms) just past the old records: they are expired from the first
+    # retention run on, while the young ones expire only young_oldest - old_newest (>= AGE_GAP_MS)
+    # later, which leaves a run due every 100 ms seconds of slack on a loaded machine.
+    retention_ms = int(time.time() * 1000) - old_newest - 200
+    (mount / "t/config").write_bytes(b"retention.ms=%d\n" % retention_ms)
+    wait_for(lambda: _state(mount)["log_start_offset"] >= expected_start, what="time retention")
     after = _state(mount)
+    # still inside file.delete.delay.ms: the segments wait as .deleted files, counted everywhere
+    waiting = mount_stats(mount)["topics"]["t"]["partitions"]["0"]
+    assert waiting["pending_deletion"] == after["pending_deletion"]
+    assert b'logfs_log_pending_deletion_segments{partition="0",topic="t"} %d.0' % len(expired) in \
+        (mount / ".logfs/metrics").read_bytes()
+    # The young segments are kept from here on, whatever the time the checks below take.
+    (mount / "t/config").write_bytes(b"retention.ms=3600000\n")
     assert after["log_start_offset"] == expected_start              # exactly the expired ones went
     assert [s["base_offset"] for s in after["segments"]] == [s["base_offset"] for s in
                                                             before["segments"][len(expired):]]
@@ -144,28 +153,24 @@ def test_time_retention_deletes_only_expired_segments_through_deleted_files(moun
     assert {n.split(".")[0] for n in deleted} == {"%020d" % s["base_offset"] for s in expired}
     assert after["pending_deletion"]["segments"] == len(expired)
     assert after["pending_deletion"]["bytes"] == sum(s["size_bytes"] for s in expired)
-    waiting = json.loads((mount / ".logfs/stats.json").read_bytes())["topics"]["t"]["partitions"]["0"]
-    if any(n.endswith(".deleted") for n in _files(pdir)):          # still inside file.delete.delay.ms
-        assert waiting["pending_deletion"]["segments"] > 0
-        assert b'logfs_log_pending_deletion_segments{partition="0",topic="t"}' in \
-            (mount / ".logfs/metrics").read_bytes()
     # a file opened now starts at the new log start; the one opened before reads on, whole
     assert (mount / "t/0/records").read_bytes().startswith(b"line-%06d\n" % expected_start)
     assert head + reader.read() == _lines(0, 800)
     reader.close()
-    _wait_for(lambda: not any(n.endswith(".deleted") for n in _files(pdir)), what=".deleted removal")
-    _wait_for(lambda: not _deleted_fds(mount.proc.pid, mount.data), what="unlinked segments released")
+    wait_for(lambda: not any(n.endswith(".deleted") for n in _files(pdir)), what=".deleted removal")
+    wait_for(lambda: not _deleted_fds(mount.proc.pid, mount.data), what="unlinked segments released")
 
     # then everything expires: the log rolls and keeps one empty active segment at the log end
-    _wait_for(lambda: _state(mount)["log_start_offset"] == 800, what="all segments expired")
+    (mount / "t/config").write_bytes(b"retention.ms=100\n")
+    wait_for(lambda: _state(mount)["log_start_offset"] == 800, what="all segments expired")
     final = _state(mount)
     assert final["log_end_offset"] == 800 and [s["base_offset"] for s in final["segments"]] == [800]
     assert (mount / "t/0/records").read_bytes() == b""
     _write(mount, "t", 800, 20)
-    time.sleep(0.5)
+    wait_for(lambda: len((tmp_path / "tail.out").read_bytes()) >= len(_lines(0, 820)), "tail -f to reach line 819")
     assert _stop_tail(tail) == b""                                  # no "file truncated"
     assert (tmp_path / "tail.out").read_bytes() == _lines(0, 820)   # no repeats, no gaps
-    stats = json.loads((mount / ".logfs/stats.json").read_bytes())
+    stats = mount_stats(mount)
     assert stats["tasks"]["kafka-log-retention"]["last_run_ms"] is not None
     assert stats["tasks"]["kafka-delete-logs"]["runs"] > 0
     assert stats["topics"]["t"]["partitions"]["0"]["log_start_offset"] == 800
@@ -186,8 +191,8 @@ def test_size_retention_follows_kafkas_diff_rule_and_bounds_disk_usage(mount, ta
         expect += 1
     assert expect == 1
     (mount / "s/config").write_bytes(b"retention.bytes=%d\n" % limit)
-    _wait_for(lambda: _state(mount, "s")["num_segments"] == len(before["segments"]) - 1, what="size retention")
-    time.sleep(0.5)                                                  # further runs delete nothing more
+    wait_for(lambda: _state(mount, "s")["num_segments"] == len(before["segments"]) - 1, what="size retention")
+    wait_for_task_runs(mount, RETENTION_TASK, 2)                     # further runs delete nothing more
     after = _state(mount, "s")
     assert after["segments"] == before["segments"][1:]
     assert after["size_bytes"] >= limit
@@ -196,21 +201,23 @@ def test_size_retention_follows_kafkas_diff_rule_and_bounds_disk_usage(mount, ta
     (mount / "s/config").write_bytes(b"retention.bytes=8192\nfile.delete.delay.ms=200\n")
     tail = tails(mount, "s/0/records", tmp_path / "tail.out")
     pdir = mount.partition_dir("s", 0)
-    written, peak, first = 0, 0, 600
+    written, first = 0, 600
     while written < 20 * 8192:
-        _write(mount, "s", first, 40)
-        first += 40
-        written += 40 * 12
-        peak = max(peak, _log_bytes(pdir, deleted=False))
-        # A steady producer, not a CPU race: on a loaded machine an unpaced loop can outrun
-        # several 100 ms retention runs, which says nothing about whether disk use is bounded.
-        time.sleep(0.01)
-    # live segments stay near retention.bytes (what a 100 ms retention period lets through aside);
-    # .deleted ones add what arrives during file.delete.delay.ms and are checked once appends stop
-    assert peak < written / 4
-    _wait_for(lambda: _log_bytes(pdir) <= 8192 + 2048,
-              what="disk usage back under retention.bytes + one segment")
-    time.sleep(0.4)
+        for _ in range(10):                                           # ~4.8 KB, several rolls
+            _write(mount, "s", first, 40)
+            first += 40
+            written += 40 * 12
+        # After a whole retention run with no append in between, Kafka's rule holds exactly:
+        # without its oldest segment the log would be under retention.bytes.  However fast the
+        # writes, the live segments are bounded by retention.bytes plus one segment.
+        wait_for_task_runs(mount, RETENTION_TASK)
+        live = _state(mount, "s")
+        assert live["size_bytes"] - live["segments"][0]["size_bytes"] < 8192, live["segments"]
+        assert _log_bytes(pdir, deleted=False) <= live["size_bytes"]     # a later run only removes more
+    # .deleted ones add what arrives during file.delete.delay.ms and go once appends stop
+    wait_for(lambda: _log_bytes(pdir) <= 8192 + 2048, what="disk usage back under retention.bytes + one segment")
+    wait_for(lambda: (tmp_path / "tail.out").read_bytes().endswith(b"line-%06d\n" % (first - 1)),
+             "tail -f to reach the log end")
     assert _stop_tail(tail) == b""
     got = (tmp_path / "tail.out").read_bytes().splitlines()
     numbers = [int(line[5:]) for line in got]
@@ -234,9 +241,12 @@ def test_compact_topics_skip_time_retention_and_compact_delete_does_both(mount):
             os.write(fd, b"".join(b"k%d\tv%d\n" % (j % 7, j) for j in range(i, i + 20)))
         os.close(fd)
     # with a cleaner, compact,delete logs get their retention from the cleaner's rounds
-    _wait_for(lambda: _state(mount, "cd")["log_start_offset"] > 0, timeout=30, what="compact,delete retention")
-    time.sleep(1.0)
+    wait_for(lambda: _state(mount, "cd")["log_start_offset"] > 0, timeout=30, what="compact,delete retention")
+    # whole runs of retention and of the cleaner after that: neither retains the compact-only log
+    wait_for_task_runs(mount, RETENTION_TASK, 2)
+    wait_for_task_runs(mount, CLEANER_TASK, 2)
     assert _state(mount, "c")["log_start_offset"] == 0              # compact only: never retained
+    assert _state(mount, "c")["segments"][0]["base_offset"] == 0
 
 
 # --------------------------------------------------------------------------- DeleteRecords
@@ -279,14 +289,14 @@ def test_kill_while_segments_and_dirs_wait_for_removal(mount):
     _write(mount, "t", 0, 400)
     _write(mount, "gone", 0, 100)
     (mount / "t/config").write_bytes(b"retention.bytes=4096\n")
-    _wait_for(lambda: any(n.endswith(".deleted") for n in _files(mount.partition_dir("t", 0))),
+    wait_for(lambda: any(n.endswith(".deleted") for n in _files(mount.partition_dir("t", 0))),
               what="segments renamed .deleted")
-    start = _wait_for(lambda: _state(mount)["log_start_offset"], what="log start moved")
+    start = wait_for(lambda: _state(mount)["log_start_offset"], what="log start moved")
     os.rmdir(mount / "gone")
     assert "gone" not in os.listdir(mount.path)
     queued = [n for n in _files(mount.data) if n.startswith("gone-0.") and n.endswith("-delete")]
-    assert queued
-    pending = json.loads((mount / ".logfs/stats.json").read_bytes())["pending_log_deletions"]
+    assert len(queued) == 1, _files(mount.data)
+    pending = mount_stats(mount)["pending_log_deletions"]
     assert [os.path.basename(p) for p in pending] == queued
     (mount / "gone").mkdir()                                          # recreated at once, empty
     assert (mount / "gone/0/records").read_bytes() == b""
@@ -299,7 +309,7 @@ def test_kill_while_segments_and_dirs_wait_for_removal(mount):
     assert (mount / "t/0/records").read_bytes().startswith(b"line-%06d\n" % _state(mount)["log_start_offset"])
     assert not any(n.endswith(".deleted") for n in _files(mount.partition_dir("t", 0)))
     assert (mount / "gone/0/records").read_bytes() == _lines(1000, 1020)   # the new topic, not the old
-    _wait_for(lambda: not any(n.endswith("-delete") for n in _files(mount.data)), what="-delete dir removal")
+    wait_for(lambda: not any(n.endswith("-delete") for n in _files(mount.data)), what="-delete dir removal")
 
 
 _CRASHER = textwrap.dedent("""
@@ -362,7 +372,7 @@ def test_crash_between_renames_never_resurrects(mount):
     mount.start()
     assert _state(mount)["log_start_offset"] == target
     assert (mount / "t/0/records").read_bytes() == _lines(target, 600)
-    _wait_for(lambda: _state(mount)["segments"][0]["base_offset"] == segments[3]["base_offset"],
+    wait_for(lambda: _state(mount)["segments"][0]["base_offset"] == segments[3]["base_offset"],
               what="retention finishing the deletion")
     assert mount.stop() == 0
 
@@ -384,7 +394,7 @@ def test_crash_between_renames_never_resurrects(mount):
     assert live == ["m-1", "m-2"]
     mount.start()
     assert "m" not in os.listdir(mount.path)
-    _wait_for(lambda: not any(n.startswith("m-") for n in _files(mount.data)), what="m-* removal")
+    wait_for(lambda: not any(n.startswith("m-") for n in _files(mount.data)), what="m-* removal")
     (mount / "m").mkdir()
     assert sorted(os.listdir(mount / "m")) == ["0", "1", "2", "append", "append.jsonl", "config", "delete", "groups"]
     assert all((mount / f"m/{p}/records").read_bytes() == b"" for p in range(3))

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import LOGFS, ROOT, Mount
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.mount
 
@@ -29,17 +30,6 @@ VIEW_PATHS = ["t/0/records", "t/0/records.jsonl", "t/0/offset/3", "t/0/from/5", 
               "t/0/since/0", "t/0/since/0.jsonl", "t/0/segments/00000000000000000000.log",
               "t/0/segments/00000000000000000000.index", "t/0/segments/00000000000000000000.timeindex",
               "t/0/segments/00000000000000000000.jsonl", "t/0/state", "t/config", ".logfs/config"]
-
-
-def _wait_for(condition, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def _append(path: Path, data: bytes) -> None:
@@ -124,14 +114,14 @@ def test_tail_F_and_tail_f_follow_appends_rolls_and_idle_pauses(mount, tmp_path)
         expected = _lines(1, 50)
         for round_ in range(6):
             for mode, (_, out, _) in followers.items():
-                _wait_for(lambda out=out: out.read_bytes() == expected, what=f"tail {mode} to catch up")
+                wait_for(lambda out=out: out.read_bytes() == expected, what=f"tail {mode} to catch up")
             time.sleep(0.8)     # the idle pause under test: 4 re-checks of the name
             first = 51 + round_ * 40
             for part in range(4):          # a roll every ~1000 bytes: several per round
                 _append(mount / "t/0/append", _lines(first + 10 * part, first + 10 * part + 9))
             expected += _lines(first, first + 39)
         for mode, (_, out, _) in followers.items():
-            _wait_for(lambda out=out: out.read_bytes() == expected, what=f"tail {mode} to catch up")
+            wait_for(lambda out=out: out.read_bytes() == expected, what=f"tail {mode} to catch up")
     finally:
         for proc, _, _ in followers.values():
             proc.send_signal(signal.SIGTERM)
@@ -151,10 +141,10 @@ def test_less_follow_mode_shows_appends(mount, tmp_path):
                             stdout=open(out, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             env={**os.environ, "TERM": "dumb", "LESS": ""}, start_new_session=True)
     try:
-        _wait_for(lambda: b"Waiting for data" in out.read_bytes(), what="less +F to follow")
+        wait_for(lambda: b"Waiting for data" in out.read_bytes(), what="less +F to follow")
         time.sleep(0.5)             # an idle pause while less polls the file
         _append(mount / "t/0/append", b"appended while less follows\n")
-        _wait_for(lambda: b"appended while less follows" in out.read_bytes(), what="less +F to show the append")
+        wait_for(lambda: b"appended while less follows" in out.read_bytes(), what="less +F to show the append")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
@@ -171,14 +161,14 @@ def test_tail_f_reads_on_across_a_deletion_and_tail_F_sees_a_new_file(mount, tmp
     proc_F = subprocess.Popen(["tail", "-n", "+1", "-F", "-s", "0.1", "--max-unchanged-stats=2", "records"],
                               cwd=mount / "t/0", stdout=open(out_F, "wb"), stderr=open(err_F, "wb"))
     try:
-        _wait_for(lambda: out.read_bytes() == _lines(1, 20), what="tail -f")
-        _wait_for(lambda: out_F.read_bytes() == _lines(1, 20), what="tail -F")
+        wait_for(lambda: out.read_bytes() == _lines(1, 20), what="tail -f")
+        wait_for(lambda: out_F.read_bytes() == _lines(1, 20), what="tail -F")
         (mount / "t/0/delete").write_bytes(b"before 10\n")
         _append(mount / "t/0/append", _lines(21, 30))
-        _wait_for(lambda: out.read_bytes() == _lines(1, 30), what="tail -f after the deletion")
+        wait_for(lambda: out.read_bytes() == _lines(1, 30), what="tail -f after the deletion")
         # tail -F follows the name: a new file, printed from its start (the new log start)
-        _wait_for(lambda: out_F.read_bytes().endswith(_lines(11, 30)) and b"replaced" in err_F.read_bytes(),
-                  what="tail -F to follow the new file")
+        wait_for(lambda: out_F.read_bytes().endswith(_lines(11, 30)) and b"replaced" in err_F.read_bytes(),
+                 what="tail -F to follow the new file")
     finally:
         for p in (proc, proc_F):
             p.send_signal(signal.SIGTERM)
@@ -193,7 +183,8 @@ def test_find_newer_and_mtimes_follow_appends(mount, tmp_path):
     _topic(mount, records=10)
     ref = tmp_path / "ref"
     ref.write_bytes(b"")
-    time.sleep(0.02)       # mtimes have millisecond resolution: the append must be later than ref
+    # mtimes have millisecond resolution: the append must come once the clock is past ref's
+    wait_for(lambda: time.time_ns() > ref.stat().st_mtime_ns + 1_000_000, "the clock to pass ref's mtime")
     assert mount.sh(f"find t/0 -maxdepth 1 -newer {ref} -name records").stdout == b""
     _append(mount / "t/0/append", b"later\n")
     assert mount.sh(f"find t/0 -maxdepth 1 -newer {ref} -name records").stdout == b"t/0/records\n"
@@ -429,11 +420,17 @@ def test_cli_version_log_level_help_and_umount_messages(tmp_path):
 
 
 def _scripts_tree(tmp_path: Path) -> Path:
-    """A copy of the project root's scripts with the shared .venv, so run.sh mounts tmp_path/mnt."""
+    """A copy of the project root's run.sh with the shared .venv, so run.sh mounts tmp_path/mnt.
+
+    setup.sh is a stub here: the real one, run from this copy with the shared
+    .venv, reinstalls the editable package from the copy whenever
+    pyproject.toml is newer than the venv's stamp, and leaves every work tree
+    sharing that .venv without a working ``logfs``.
+    """
     root = tmp_path / "root"
     (root / "scripts").mkdir(parents=True)
-    for name in ("run.sh", "setup.sh", "apt-install.sh"):
-        shutil.copy(ROOT / "scripts" / name, root / "scripts" / name)
+    shutil.copy(ROOT / "scripts" / "run.sh", root / "scripts" / "run.sh")
+    (root / "scripts" / "setup.sh").write_text("#!/usr/bin/env bash\n# the installation is the shared .venv\n")
     (root / ".venv").symlink_to(ROOT / ".venv")
     (root / "pyproject.toml").symlink_to(ROOT / "pyproject.toml")
     return root
@@ -460,8 +457,8 @@ def test_run_sh_detaches_a_killed_mount_and_mounts_again(tmp_path):
     proc = subprocess.Popen(["bash", "scripts/run.sh"], cwd=root, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_for(lambda: (root / "mnt/t").is_dir() if _stat_ok(root / "mnt") else False,
-                  timeout=60, what="run.sh to mount again")
+        wait_for(lambda: (root / "mnt/t").is_dir() if _stat_ok(root / "mnt") else False,
+                 timeout=60, what="run.sh to mount again")
         assert (root / "mnt/t/0/records").read_bytes() == b""
     finally:
         proc.send_signal(signal.SIGINT)

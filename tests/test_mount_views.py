@@ -15,6 +15,7 @@ import time
 import pytest
 
 from tests.conftest import kafka_records
+from tests.helpers import mount_stats, wait_for
 
 pytestmark = pytest.mark.mount
 
@@ -88,9 +89,9 @@ def test_topic_partition_layout_and_views_match_kafka(mount):
 def test_since_views_epoch_ms_and_iso(mount):
     (mount / "t").mkdir()
     mount.sh("echo old1 > t/0/append && echo old2 > t/0/append")
-    time.sleep(0.05)
-    cut = int(time.time() * 1000)
-    time.sleep(0.05)
+    # The cut is just after old2's append time; new1 is appended once the clock has passed it.
+    cut = _json_lines((mount / "t/0/records.jsonl").read_bytes())[-1]["timestamp"] + 1
+    wait_for(lambda: time.time() * 1000 >= cut + 1, "the clock to pass the cut")
     mount.sh("echo new1 > t/0/append && echo new2 > t/0/append")
     assert mount.sh(f"cat t/0/since/{cut}").stdout == b"new1\nnew2\n"
     iso = dt.datetime.fromtimestamp(cut / 1000, tz=dt.timezone.utc).isoformat()
@@ -177,12 +178,13 @@ def test_broker_files_stats_and_metrics(mount):
     config = (mount / ".logfs/config").read_text()
     assert f"log.dirs={mount.data}\n" in config and "log.segment.bytes=" in config
     assert os.stat(mount / ".logfs/config").st_size == len(config.encode())
-    time.sleep(1.0)   # let every periodic task run at least once
-    stats = json.loads((mount / ".logfs/stats.json").read_bytes())
+    tasks = ("kafka-log-retention", "kafka-log-flusher", "kafka-recovery-point-checkpoint",
+             "kafka-log-start-offset-checkpoint", "kafka-delete-logs")
+    stats = wait_for(lambda: all((s := mount_stats(mount))["tasks"].get(t, {}).get("runs") for t in tasks) and s,
+                     "every periodic task to run once")
     assert stats["topics"]["t"]["partitions"]["0"]["log_end_offset"] == 1000
     assert stats["appends"]["records"] == 1000
-    for task in ("kafka-log-retention", "kafka-log-flusher", "kafka-recovery-point-checkpoint",
-                 "kafka-log-start-offset-checkpoint", "kafka-delete-logs"):
+    for task in tasks:
         assert stats["tasks"][task]["runs"] >= 1, task
         assert stats["tasks"][task]["errors"] == 0, stats["tasks"][task]
     # Views live while open: stats and listings do not leave any anchored behind.

@@ -16,12 +16,12 @@ import hashlib
 import json
 import os
 import struct
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import Mount, kafka_records
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.mount
 
@@ -92,11 +92,9 @@ def _make_unclean_broker_like_dir(logfs_mount) -> Mount:
             os.close(fd)
             ends[f"{topic} {p}"] = json.loads((m / f"{topic}/{p}/state").read_bytes())["log_end_offset"]
     checkpoint = m.data / "recovery-point-offset-checkpoint"
-    deadline = time.monotonic() + 20
-    while not (checkpoint.exists()
-               and all(f"{tp} {end}" in checkpoint.read_text().splitlines() for tp, end in ends.items())):
-        assert time.monotonic() < deadline, "recovery points not checkpointed"
-        time.sleep(0.05)
+    wait_for(lambda: checkpoint.exists()
+             and all(f"{tp} {end}" in checkpoint.read_text().splitlines() for tp, end in ends.items()),
+             "recovery points to be checkpointed")
     m.kill()                                         # no clean-shutdown marker: recovery needed
     assert not (m.data / ".kafka_cleanshutdown").exists()
     return m

@@ -11,15 +11,12 @@ import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 from engine.clock import ManualClock
-from engine.config import LogConfig
 from engine.log import Log
 from engine.records import HEADER_SIZE, encode_records, Record
 
+from tests.helpers import make_config
+
 T0 = 1_700_000_000_000
-
-
-def make_config(**overrides) -> LogConfig:
-    return LogConfig.from_props({k.replace("_", "."): str(v) for k, v in overrides.items()})
 
 
 CONFIG = dict(segment_bytes=1000, index_interval_bytes=150)

@@ -8,16 +8,13 @@ import pytest
 
 from engine import retention
 from engine.clock import ManualClock
-from engine.config import LogConfig
 from engine.errors import InvalidRequestError, OffsetOutOfRangeError
 from engine.log import Log
 
+from tests.helpers import make_config
+
 T0 = 1_700_000_000_000
 HOUR = 3_600_000
-
-
-def make_config(**overrides) -> LogConfig:
-    return LogConfig.from_props({k.replace("_", "."): str(v) for k, v in overrides.items()})
 
 
 class FakeSegment:

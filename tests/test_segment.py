@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 
@@ -9,16 +10,13 @@ import pytest
 from kafka.record import MemoryRecords
 
 from engine.clock import ManualClock
-from engine.config import LogConfig
-from engine.errors import LogDirFullError
+from engine.errors import LogDirFullError, StorageError
 from engine.records import decode_batch, encode_records, encode_values, Record
 from engine.segment import LogSegment, FetchDataInfo
 
+from tests.helpers import make_config
+
 T0 = 1_700_000_000_000
-
-
-def make_config(**overrides) -> LogConfig:
-    return LogConfig.from_props({k.replace("_", "."): str(v) for k, v in overrides.items()})
 
 
 def fill(segment: LogSegment, batches: int, per_batch: int = 10, start: int = 0, ts: int = T0,
@@ -145,12 +143,13 @@ def test_recover_truncates_torn_tail_and_rebuilds_indexes(segment):
 
 def test_recover_truncates_at_crc_failure(segment):
     batches = fill(segment, 20)
+    size = segment.size
     with open(segment.log_path, "r+b") as f:
         f.seek(batches[12][1] + 70)
         byte = f.read(1)
         f.seek(batches[12][1] + 70)
         f.write(bytes([byte[0] ^ 0x10]))
-    assert segment.recover() > 0
+    assert segment.recover() == size - batches[12][1]      # the invalid bytes: batch 12 and all after it
     assert segment.next_offset == 120
     assert all_records(segment)[-1].offset == 119
 
@@ -235,12 +234,13 @@ def test_descriptor_closes_on_close_and_on_garbage_collection(tmp_path):
     seg.delete_if_exists()
     del seg
     gc.collect()
-    with pytest.raises(OSError):
+    with pytest.raises(OSError) as closed:
         os.fstat(fd)
+    assert closed.value.errno == errno.EBADF
     seg = LogSegment.open(str(tmp_path), 5, make_config(), ManualClock())
     fill(seg, 1, start=5)
     seg.close()
-    with pytest.raises(Exception):
+    with pytest.raises(StorageError, match="Bad file descriptor"):
         seg.read_bytes(0, 10)         # never another file's reused descriptor
 
 

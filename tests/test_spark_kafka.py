@@ -26,7 +26,8 @@ import pytest
 from logfs.spark import spark_kafka_jars
 from tests.conftest import Mount
 from tests.kafka_broker import java_command, kafka_broker  # noqa: F401  (the module's broker fixture)
-from tests.test_to_kafka import _append, _logfs, _wait_for
+from tests.helpers import wait_for
+from tests.test_to_kafka import _append, _logfs
 
 pytestmark = [pytest.mark.mount, pytest.mark.spark]
 
@@ -36,8 +37,8 @@ ROUNDS = 6
 
 def _wait_past(ms: int) -> int:
     """Wait for the wall clock to pass ``ms`` (so the next round gets a later LogAppendTime)."""
-    return _wait_for(lambda: (now := time.time_ns() // 1_000_000) > ms and now, f"the clock to pass {ms}",
-                     timeout=5)
+    return wait_for(lambda: (now := time.time_ns() // 1_000_000) > ms and now, f"the clock to pass {ms}",
+                    timeout=5, interval=0.1)
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ import time
 import pytest
 
 from tests.conftest import LOGFS, Mount
+from tests.helpers import wait_for
 from tests.kafka_broker import java_command, kafka_broker  # noqa: F401  (the module's broker fixture)
 
 pytestmark = pytest.mark.mount
@@ -76,15 +77,6 @@ def _mount_view(mount: Mount, topic: str, partition: int) -> tuple[int, int, lis
     records = [(r["offset"], _field(r, "key"), _field(r, "value"), r["timestamp"], r["timestampType"],
                 [(h["key"], _field(h, "value")) for h in r.get("headers", [])]) for r in rows]
     return state["log_start_offset"], state["log_end_offset"], records
-
-
-def _wait_for(predicate, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
-    return result
 
 
 def _consume(bootstrap: str, topic: str, partition: int) -> tuple[int, int, list[tuple]]:
@@ -176,8 +168,8 @@ def test_a_logfs_data_dir_is_served_by_kafka_after_the_procedure(kafka_broker, l
     mount = logfs_mount(MOUNT_OPTIONS)
     _write_data(mount)
     (mount / "retained/config").write_text("segment.bytes=1024\nretention.bytes=3000\n")
-    _wait_for(lambda: json.loads((mount / "retained/0/state").read_bytes())["log_start_offset"] > 0,
-              "retention to move the log start of 'retained'")
+    wait_for(lambda: json.loads((mount / "retained/0/state").read_bytes())["log_start_offset"] > 0,
+             "retention to move the log start of 'retained'", timeout=60, interval=0.1)
 
     def table_cleaned() -> bool:
         state = json.loads((mount / "table/0/state").read_bytes())
@@ -185,7 +177,7 @@ def test_a_logfs_data_dir_is_served_by_kafka_after_the_procedure(kafka_broker, l
         tombstones = [r for r in rows if r["key"] in ("row3", "row5")]
         return (state["cleaner_position"] or 0) > max(r["offset"] for r in tombstones) \
             and all(r["value"] is None for r in tombstones)
-    _wait_for(table_cleaned, "the cleaner to compact 'table' past its tombstones")
+    wait_for(table_cleaned, "the cleaner to compact 'table' past its tombstones", timeout=60, interval=0.1)
 
     topics = {"events": 3, **{f"codec-{c}": 1 for c in CODECS}, "imported": 1, "table": 1, "retained": 1,
               "deleted": 1}

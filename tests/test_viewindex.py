@@ -9,15 +9,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from engine.clock import ManualClock
-from engine.config import LogConfig
 from engine.log import Log
 from engine.render import render_jsonl, render_text
 from engine.topic import TopicPartition
 from engine.viewindex import ViewIndex
 
-
-def make_config(**overrides) -> LogConfig:
-    return LogConfig.from_props({k.replace("_", "."): str(v) for k, v in overrides.items()})
+from tests.helpers import make_config
 
 
 def test_first_batch_always_indexed_and_totals_accumulate():

@@ -1,0 +1,72 @@
+"""Helpers shared by the test files: topic configs for engine tests, and waits on observable conditions.
+
+Every wait of the suite goes through :func:`wait_for`: it polls a condition
+with a timeout and fails naming what it waited for, so a slow machine makes a
+test slower, never wrong.  To show that a background task of a mount did
+*nothing* (retention left a compacted topic alone, the cleaner skipped a
+delete topic), a test waits for :func:`wait_for_task_runs`: whole runs of that
+task, counted in ``.logfs/stats.json``, that began after the moment of
+interest, and then asserts on the state; a fixed ``sleep()`` would prove
+nothing on a loaded machine.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable, TypeVar
+
+from engine.config import LogConfig
+
+T = TypeVar("T")
+
+#: names of the mount's periodic tasks in ``.logfs/stats.json`` (Kafka's scheduler names, see logfs/tasks.py)
+RETENTION_TASK = "kafka-log-retention"
+FLUSH_TASK = "kafka-log-flusher"
+RECOVERY_POINT_TASK = "kafka-recovery-point-checkpoint"
+LOG_START_OFFSET_TASK = "kafka-log-start-offset-checkpoint"
+DELETE_TASK = "kafka-delete-logs"
+CLEANER_TASK = "kafka-log-cleaner-thread-0"
+
+
+def make_config(**overrides: object) -> LogConfig:
+    """A topic config from keyword overrides, underscores for dots: ``make_config(segment_bytes=1000)``."""
+    return LogConfig.from_props({k.replace("_", "."): str(v) for k, v in overrides.items()})
+
+
+def wait_for(predicate: Callable[[], T], what: str, timeout: float = 30.0, interval: float = 0.05) -> T:
+    """Poll ``predicate`` until it returns something truthy, and return that; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+# --------------------------------------------------------------------------- a mount's stats.json
+
+
+def mount_stats(mount: Any) -> dict:
+    """``.logfs/stats.json`` of a running mount (``mount`` is a tests.conftest.Mount)."""
+    return json.loads((mount / ".logfs/stats.json").read_bytes())
+
+
+def task_runs(mount: Any, task: str) -> int:
+    """Finished runs of a periodic task of the mount (0 before its first run)."""
+    run = mount_stats(mount)["tasks"].get(task)
+    return 0 if run is None else run["runs"]
+
+
+def wait_for_task_runs(mount: Any, task: str, runs: int = 1, timeout: float = 30.0) -> int:
+    """Wait until ``runs`` whole runs of ``task`` have started and finished after this call.
+
+    The counter goes up when a run ends; a run under way at the call may have
+    begun before it, so ``runs + 1`` increments are awaited: the last ``runs``
+    of them began after the call.  Returns the counter reached.
+    """
+    target = task_runs(mount, task) + runs + 1
+    return wait_for(lambda: (n := task_runs(mount, task)) >= target and n,
+                    f"{runs} more run(s) of {task}", timeout=timeout)
