@@ -94,8 +94,6 @@ import shutil
 import threading
 import time
 import uuid
-from collections import deque
-from typing import NamedTuple
 from collections.abc import Mapping
 
 from engine import transactions
@@ -123,6 +121,7 @@ from engine.errors import (
     UnsafeFileError,
 )
 from engine.log import CLIENT_RECORD_DELETION, Log
+from engine.log_deletion import LogDeletionQueue, PendingDeletion
 from engine.log_dirs import (
     LogDirLock,
     create_and_validate_log_dirs,
@@ -140,17 +139,6 @@ from engine.topic import (
 from engine.topic_configs import TOPIC_CONFIGS_FILE, TopicConfigStore
 
 logger = logging.getLogger(__name__)
-
-
-
-class _PendingDeletion(NamedTuple):
-    """A partition directory renamed ``-delete`` and waiting for ``file.delete.delay.ms``."""
-
-    path: str
-    log: Log | None          # None for a dir found at startup (never loaded: nothing to recover)
-    scheduled_ms: int
-    delay_ms: int
-    topic_partition: TopicPartition | None
 
 
 class LogManager:
@@ -173,7 +161,7 @@ class LogManager:
         self._overrides: dict[str, dict[str, str]] = {}
         self._topic_configs: dict[str, LogConfig] = {}
         self._topic_config_store = TopicConfigStore(self.log_dirs, clock)
-        self._logs_to_be_deleted: deque[_PendingDeletion] = deque()
+        self._logs_to_be_deleted = LogDeletionQueue()
         #: topics whose partition dirs are being renamed -delete (persisted in topic-configs.json)
         self._deleting_topics: set[str] = set()
         # One writer at a time per checkpoint file: OffsetCheckpointFile writes
@@ -380,9 +368,8 @@ class LogManager:
                                "a symbolic link or special file (see the ERROR at mount)")
 
     def _queue_found_deletion(self, path: str, now: int) -> None:
-        with self._lock:
-            self._logs_to_be_deleted.append(_PendingDeletion(
-                path, None, now, self.default_config.file_delete_delay_ms, None))
+        self._logs_to_be_deleted.schedule(PendingDeletion(
+            path, None, now, self.default_config.file_delete_delay_ms, None))
 
     def _finish_interrupted_topic_deletions(self) -> None:
         """Clear the ``deleting`` list once startup renamed what an interrupted deletion left."""
@@ -710,8 +697,8 @@ class LogManager:
                                 tp, log.dir)
                 except (OSError, LogfsError) as exc:
                     failures.append(f"{log.dir}: {exc}")
-                self._logs_to_be_deleted.append(
-                    _PendingDeletion(log.dir, log, now, log.config.file_delete_delay_ms, tp))
+                self._logs_to_be_deleted.schedule(
+                    PendingDeletion(log.dir, log, now, log.config.file_delete_delay_ms, tp))
             for parent in sorted({os.path.dirname(log.dir) for _, log in removed}):
                 try:
                     _fsync_dir(parent)          # the renames survive a power loss, not only kill -9
@@ -917,36 +904,13 @@ class LogManager:
         """
         if self.read_only:
             return 0
-        now = self.clock.milliseconds()
-        with self._lock:
-            due = [p for p in self._logs_to_be_deleted if p.scheduled_ms + p.delay_ms <= now]
-            for pending in due:
-                self._logs_to_be_deleted.remove(pending)
-        deleted = 0
-        failures: list[str] = []
-        for pending in due:
-            try:
-                if pending.log is not None:
-                    pending.log.delete()        # logs "Deleted log for partition ..." itself
-                else:
-                    shutil.rmtree(pending.path)
-                    logger.info("Deleted log directory %s.", pending.path)
-                deleted += 1
-            except FileNotFoundError:
-                deleted += 1
-            except (OSError, LogfsError) as exc:
-                logger.error("Exception while deleting %s in dir %s, will retry: %s",
-                             pending.path, os.path.dirname(pending.path), exc)
-                failures.append(f"{pending.path}: {exc}")
-                with self._lock:
-                    self._logs_to_be_deleted.append(pending)
+        deleted, failures = self._logs_to_be_deleted.delete_due(self.clock.milliseconds())
         _raise_failures("deletion of log directories", failures, done=f"{deleted} deleted")
         return deleted
 
     def pending_deletions(self) -> list[str]:
         """Paths of ``-delete`` dirs waiting for removal."""
-        with self._lock:
-            return [p.path for p in self._logs_to_be_deleted]
+        return self._logs_to_be_deleted.paths()
 
     # ------------------------------------------------------------------ shutdown
 
