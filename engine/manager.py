@@ -1,5 +1,13 @@
 """LogManager: every partition's Log over all ``log.dirs`` (Kafka's ``kafka.log.LogManager``).
 
+Over 800 lines on purpose: this is one class, as in Kafka, whose jobs (load,
+create and delete, checkpoints, retention, shutdown) share one state (the logs
+map, the topic overrides and the deletion intent, under one lock) and the
+crash-ordering rules below; splitting it further would split those invariants.
+What has a job of its own lives apart: :mod:`engine.log_dirs` (validation,
+locks, scanning, placement), :mod:`engine.topic_configs` (the topic-config
+store) and :mod:`engine.log_deletion` (the ``-delete`` dir queue).
+
 Responsibilities, as in Kafka:
 
 * validate ``log.dirs`` (no duplicates, created when missing, readable and
@@ -23,9 +31,7 @@ Responsibilities, as in Kafka:
   ``.kafka_cleanshutdown`` marker in each dir.
 
 Topic configuration overrides are persisted in ``topic-configs.json`` in every
-log dir, with its previous generation (:mod:`engine.topic_configs`); the log
-dirs themselves (validation, ``.lock``, scanning, placement) are
-:mod:`engine.log_dirs`.
+log dir, with its previous generation (:mod:`engine.topic_configs`).
 
 The log cleaner (:class:`engine.cleaner.LogCleaner`) is created by
 :meth:`startup` when ``log.cleaner.enable`` is true and ``log.cleaner.threads``
