@@ -44,6 +44,7 @@ from typing import Any
 
 from engine.errors import InvalidConfigError
 from engine.numbers import parse_canonical_int
+from engine.properties import format_properties, parse_properties
 
 logger = logging.getLogger(__name__)
 
@@ -365,6 +366,8 @@ _TOPIC_KEYS = (
 #: Topic-level name -> key.
 TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {key.name: key for key in _TOPIC_KEYS}
 TOPIC_CONFIG_NAMES: frozenset[str] = frozenset(TOPIC_CONFIG_KEYS)
+#: Topic-level name -> default: the one home of the defaults, which LogConfig's fields take.
+_TOPIC_DEFAULTS: dict[str, Any] = {key.name: key.default for key in _TOPIC_KEYS}
 
 
 def validate_topic_overrides(updates: Mapping[str, str | None]) -> None:
@@ -390,24 +393,24 @@ class LogConfig:
     validated too.
     """
 
-    segment_bytes: int = DEFAULT_SEGMENT_BYTES
-    segment_ms: int = DEFAULT_SEGMENT_MS
-    segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES
-    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
-    retention_ms: int = DEFAULT_RETENTION_MS
-    retention_bytes: int = DEFAULT_RETENTION_BYTES
-    flush_messages: int = DEFAULT_FLUSH_MESSAGES
-    flush_ms: int = DEFAULT_FLUSH_MS
-    delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
-    min_cleanable_dirty_ratio: float = DEFAULT_MIN_CLEANABLE_DIRTY_RATIO
-    min_compaction_lag_ms: int = DEFAULT_MIN_COMPACTION_LAG_MS
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    file_delete_delay_ms: int = DEFAULT_FILE_DELETE_DELAY_MS
-    compression_type: str = DEFAULT_COMPRESSION_TYPE
-    cleanup_policy: tuple[str, ...] = DEFAULT_CLEANUP_POLICY
-    parse_key: bool = False
-    key_separator: str = DEFAULT_KEY_SEPARATOR
-    null_marker: str | None = None
+    segment_bytes: int = _TOPIC_DEFAULTS["segment.bytes"]
+    segment_ms: int = _TOPIC_DEFAULTS["segment.ms"]
+    segment_index_bytes: int = _TOPIC_DEFAULTS["segment.index.bytes"]
+    index_interval_bytes: int = _TOPIC_DEFAULTS["index.interval.bytes"]
+    retention_ms: int = _TOPIC_DEFAULTS["retention.ms"]
+    retention_bytes: int = _TOPIC_DEFAULTS["retention.bytes"]
+    flush_messages: int = _TOPIC_DEFAULTS["flush.messages"]
+    flush_ms: int = _TOPIC_DEFAULTS["flush.ms"]
+    delete_retention_ms: int = _TOPIC_DEFAULTS["delete.retention.ms"]
+    min_cleanable_dirty_ratio: float = _TOPIC_DEFAULTS["min.cleanable.dirty.ratio"]
+    min_compaction_lag_ms: int = _TOPIC_DEFAULTS["min.compaction.lag.ms"]
+    max_message_bytes: int = _TOPIC_DEFAULTS["max.message.bytes"]
+    file_delete_delay_ms: int = _TOPIC_DEFAULTS["file.delete.delay.ms"]
+    compression_type: str = _TOPIC_DEFAULTS["compression.type"]
+    cleanup_policy: tuple[str, ...] = _TOPIC_DEFAULTS["cleanup.policy"]
+    parse_key: bool = _TOPIC_DEFAULTS["parse.key"]
+    key_separator: str = _TOPIC_DEFAULTS["key.separator"]
+    null_marker: str | None = _TOPIC_DEFAULTS["null.marker"]
 
     def __post_init__(self) -> None:
         for key in _TOPIC_KEYS:
@@ -518,6 +521,9 @@ _BROKER_KEYS = (
 #: Broker-level name -> key.
 BROKER_CONFIG_KEYS: dict[str, ConfigKey] = {key.name: key for key in _BROKER_KEYS}
 BROKER_CONFIG_NAMES: frozenset[str] = frozenset(BROKER_CONFIG_KEYS)
+#: Broker-level name -> default: the one home of the defaults, which BrokerConfig's fields take.  The
+#: four effective values (see BrokerConfig) default to what Kafka derives from their fallbacks.
+_BROKER_DEFAULTS: dict[str, Any] = {key.name: key.default for key in _BROKER_KEYS}
 
 
 
@@ -534,43 +540,45 @@ class BrokerConfig:
     direct construction takes them as given (handy in tests).
     """
 
-    log_dir: str = DEFAULT_LOG_DIR
-    log_dirs: list[str] = field(default_factory=lambda: [DEFAULT_LOG_DIR])
-    num_partitions: int = 1
-    log_segment_bytes: int = DEFAULT_SEGMENT_BYTES
-    log_roll_ms: int = DEFAULT_SEGMENT_MS
-    log_roll_hours: int = DEFAULT_SEGMENT_MS // 3_600_000
-    log_index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
-    log_index_size_max_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES
-    log_retention_ms: int = DEFAULT_RETENTION_MS
-    log_retention_minutes: int | None = None
-    log_retention_hours: int = DEFAULT_RETENTION_MS // 3_600_000
-    log_retention_bytes: int = DEFAULT_RETENTION_BYTES
-    log_retention_check_interval_ms: int = 300_000
-    log_flush_interval_messages: int = LONG_MAX
-    log_flush_interval_ms: int = LONG_MAX
-    log_flush_scheduler_interval_ms: int = LONG_MAX
-    log_flush_offset_checkpoint_interval_ms: int = 60_000
-    log_flush_start_offset_checkpoint_interval_ms: int = 60_000
-    log_segment_delete_delay_ms: int = DEFAULT_FILE_DELETE_DELAY_MS
-    log_cleanup_policy: tuple[str, ...] = DEFAULT_CLEANUP_POLICY
-    log_cleaner_enable: bool = True
-    log_cleaner_threads: int = 1
-    log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
-    log_cleaner_io_buffer_size: int = 512 * 1024
-    log_cleaner_io_buffer_load_factor: float = 0.9
-    log_cleaner_io_max_bytes_per_second: float = DOUBLE_MAX
-    log_cleaner_backoff_ms: int = 15_000
-    log_cleaner_min_cleanable_ratio: float = DEFAULT_MIN_CLEANABLE_DIRTY_RATIO
-    log_cleaner_delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
-    log_cleaner_min_compaction_lag_ms: int = DEFAULT_MIN_COMPACTION_LAG_MS
-    message_max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    num_recovery_threads_per_data_dir: int = 1
-    compression_type: str = DEFAULT_COMPRESSION_TYPE
-    log_initial_task_delay_ms: int = 30_000
-    offsets_topic_num_partitions: int = 50
-    offsets_topic_segment_bytes: int = 100 * 1024 * 1024
-    isolation_level: str = "read_uncommitted"
+    log_dir: str = _BROKER_DEFAULTS["log.dir"]
+    log_dirs: list[str] = field(default_factory=lambda: [_BROKER_DEFAULTS["log.dir"]])
+    num_partitions: int = _BROKER_DEFAULTS["num.partitions"]
+    log_segment_bytes: int = _BROKER_DEFAULTS["log.segment.bytes"]
+    log_roll_ms: int = 3_600_000 * _BROKER_DEFAULTS["log.roll.hours"]
+    log_roll_hours: int = _BROKER_DEFAULTS["log.roll.hours"]
+    log_index_interval_bytes: int = _BROKER_DEFAULTS["log.index.interval.bytes"]
+    log_index_size_max_bytes: int = _BROKER_DEFAULTS["log.index.size.max.bytes"]
+    log_retention_ms: int = 3_600_000 * _BROKER_DEFAULTS["log.retention.hours"]
+    log_retention_minutes: int | None = _BROKER_DEFAULTS["log.retention.minutes"]
+    log_retention_hours: int = _BROKER_DEFAULTS["log.retention.hours"]
+    log_retention_bytes: int = _BROKER_DEFAULTS["log.retention.bytes"]
+    log_retention_check_interval_ms: int = _BROKER_DEFAULTS["log.retention.check.interval.ms"]
+    log_flush_interval_messages: int = _BROKER_DEFAULTS["log.flush.interval.messages"]
+    log_flush_interval_ms: int = _BROKER_DEFAULTS["log.flush.scheduler.interval.ms"]
+    log_flush_scheduler_interval_ms: int = _BROKER_DEFAULTS["log.flush.scheduler.interval.ms"]
+    log_flush_offset_checkpoint_interval_ms: int = _BROKER_DEFAULTS["log.flush.offset.checkpoint.interval.ms"]
+    log_flush_start_offset_checkpoint_interval_ms: int = (
+        _BROKER_DEFAULTS["log.flush.start.offset.checkpoint.interval.ms"])
+    log_segment_delete_delay_ms: int = _BROKER_DEFAULTS["log.segment.delete.delay.ms"]
+    log_cleanup_policy: tuple[str, ...] = _BROKER_DEFAULTS["log.cleanup.policy"]
+    log_cleaner_enable: bool = _BROKER_DEFAULTS["log.cleaner.enable"]
+    log_cleaner_threads: int = _BROKER_DEFAULTS["log.cleaner.threads"]
+    log_cleaner_dedupe_buffer_size: int = _BROKER_DEFAULTS["log.cleaner.dedupe.buffer.size"]
+    log_cleaner_io_buffer_size: int = _BROKER_DEFAULTS["log.cleaner.io.buffer.size"]
+    log_cleaner_io_buffer_load_factor: float = _BROKER_DEFAULTS["log.cleaner.io.buffer.load.factor"]
+    log_cleaner_io_max_bytes_per_second: float = _BROKER_DEFAULTS["log.cleaner.io.max.bytes.per.second"]
+    log_cleaner_backoff_ms: int = _BROKER_DEFAULTS["log.cleaner.backoff.ms"]
+    log_cleaner_min_cleanable_ratio: float = _BROKER_DEFAULTS["log.cleaner.min.cleanable.ratio"]
+    log_cleaner_delete_retention_ms: int = _BROKER_DEFAULTS["log.cleaner.delete.retention.ms"]
+    log_cleaner_min_compaction_lag_ms: int = _BROKER_DEFAULTS["log.cleaner.min.compaction.lag.ms"]
+    message_max_bytes: int = _BROKER_DEFAULTS["message.max.bytes"]
+    num_recovery_threads_per_data_dir: int = _BROKER_DEFAULTS["num.recovery.threads.per.data.dir"]
+    compression_type: str = _BROKER_DEFAULTS["compression.type"]
+    log_initial_task_delay_ms: int = _BROKER_DEFAULTS["log.initial.task.delay.ms"]
+    offsets_topic_num_partitions: int = _BROKER_DEFAULTS["offsets.topic.num.partitions"]
+    offsets_topic_segment_bytes: int = _BROKER_DEFAULTS["offsets.topic.segment.bytes"]
+    isolation_level: str = _BROKER_DEFAULTS["isolation.level"]
+
     def __post_init__(self) -> None:
         if self.log_dirs is None:
             object.__setattr__(self, "log_dirs", [self.log_dir])
@@ -701,118 +709,7 @@ class BrokerConfig:
         return {key.name: key.format(getattr(self, key.attr)) for key in _BROKER_KEYS}
 
 
-# -- java.util.Properties ----------------------------------------------------------------------
-
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
-_BLANKS = " \t\f"
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
-    """Parse ``java.util.Properties`` text: the format of ``server.properties``.
-
-    Comment lines start with ``#`` or ``!``; a key ends at the first unescaped
-    ``=``, ``:`` or blank; a line ending in an odd number of backslashes continues
-    on the next (whose leading blanks are dropped); ``\\t \\n \\r \\f \\uXXXX``
-    are escapes and any other escaped character stands for itself.  The last of
-    duplicate keys wins.  A malformed ``\\u`` escape raises InvalidConfigError
-    naming ``source`` and the line.
-    """
-    props: dict[str, str] = {}
-    lines = _LINE_BREAK.split(text)
-    i = 0
-    while i < len(lines):
-        number = i + 1
-        logical = lines[i].lstrip(_BLANKS)
-        i += 1
-        if not logical or logical[0] in "#!":
-            continue
-        while _continues(logical):
-            logical = logical[:-1]
-            if i >= len(lines):
-                break
-            logical += lines[i].lstrip(_BLANKS)
-            i += 1
-        key, value = _split_key_value(logical)
-        props[_unescape(key, source, number)] = _unescape(value, source, number)
-    return props
-
-
-def _continues(line: str) -> bool:
-    trailing = len(line) - len(line.rstrip("\\"))
-    return trailing % 2 == 1
-
-
-def _split_key_value(line: str) -> tuple[str, str]:
-    end, length, escaped, separator = 0, len(line), False, False
-    value_start = length
-    while end < length:
-        c = line[end]
-        if not escaped and c in "=:":
-            value_start, separator = end + 1, True
-            break
-        if not escaped and c in _BLANKS:
-            value_start = end + 1
-            break
-        escaped = (c == "\\") and not escaped
-        end += 1
-    while value_start < length:
-        c = line[value_start]
-        if c not in _BLANKS:
-            if not separator and c in "=:":
-                separator = True
-            else:
-                break
-        value_start += 1
-    return line[:end], line[value_start:]
-
-
-def _unescape(text: str, source: str, number: int) -> str:
-    if "\\" not in text:
-        return text
-    out: list[str] = []
-    i, length = 0, len(text)
-    while i < length:
-        c = text[i]
-        i += 1
-        if c != "\\":
-            out.append(c)
-            continue
-        if i >= length:
-            break                     # a lone backslash at the very end of the file
-        c = text[i]
-        i += 1
-        if c == "u":
-            digits = text[i:i + 4]
-            if len(digits) != 4 or any(d not in "0123456789abcdefABCDEF" for d in digits):
-                raise InvalidConfigError(f"Malformed \\uxxxx encoding in {source} line {number}")
-            out.append(chr(int(digits, 16)))
-            i += 4
-        else:
-            out.append(_ESCAPES.get(c, c))
-    return "".join(out)
-
-
-_STORE_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}
-
-
-def _escape(text: str, is_key: bool) -> str:
-    out = []
-    for i, c in enumerate(text):
-        if c in _STORE_ESCAPES:
-            out.append(_STORE_ESCAPES[c])
-        elif c == " " and (is_key or i == 0):
-            out.append("\\ ")
-        elif c in "=:#!" and (is_key or i == 0):
-            out.append("\\" + c)
-        elif ord(c) < 0x20 or ord(c) == 0x7F:
-            out.append(f"\\u{ord(c):04X}")
-        else:
-            out.append(c)
-    return "".join(out)
-
-
-def format_properties(props: Mapping[str, str]) -> str:
-    """``name=value`` lines that :func:`parse_properties` reads back exactly (``Properties.store``'s
-    escaping: a tab separator is written ``\\t``, a leading blank is escaped)."""
-    return "".join(f"{_escape(name, True)}={_escape(value, False)}\n" for name, value in props.items())
+# Every field is a key and every key a field: a key added to a table without its field
+# (or the other way) would be neither validated nor settable.
+assert {f.name for f in dataclasses.fields(LogConfig)} == {key.attr for key in _TOPIC_KEYS}
+assert {f.name for f in dataclasses.fields(BrokerConfig)} == {key.attr for key in _BROKER_KEYS}

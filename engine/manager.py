@@ -1,5 +1,13 @@
 """LogManager: every partition's Log over all ``log.dirs`` (Kafka's ``kafka.log.LogManager``).
 
+Over 800 lines on purpose: this is one class, as in Kafka, whose jobs (load,
+create and delete, checkpoints, retention, shutdown) share one state (the logs
+map, the topic overrides and the deletion intent, under one lock) and the
+crash-ordering rules below; splitting it further would split those invariants.
+What has a job of its own lives apart: :mod:`engine.log_dirs` (validation,
+locks, scanning, placement), :mod:`engine.topic_configs` (the topic-config
+store) and :mod:`engine.log_deletion` (the ``-delete`` dir queue).
+
 Responsibilities, as in Kafka:
 
 * validate ``log.dirs`` (no duplicates, created when missing, readable and
@@ -22,27 +30,8 @@ Responsibilities, as in Kafka:
 * a clean :meth:`shutdown`: flush, close, both checkpoints, then the
   ``.kafka_cleanshutdown`` marker in each dir.
 
-Topic configuration overrides (Kafka keeps them in ZooKeeper or the metadata
-log) are persisted in a file ``topic-configs.json`` written to EVERY log dir,
-so losing one dir does not lose them and a data directory stays
-self-describing.  Format (UTF-8 JSON)::
-
-    {"version": 1, "generation": 7, "written_ms": 1700000000000,
-     "topics": {"orders": {"cleanup.policy": "compact", "retention.ms": "86400000"}},
-     "deleting": ["payments"]}
-
-``deleting`` (optional, absent when empty) lists topics whose deletion was
-started but whose partition dirs may not all be renamed yet.  ``topics`` maps
-a topic name to its overrides, Kafka topic-level names to string values
-exactly as a user would write them; topics without overrides are absent.
-``generation`` grows by one with every write; on load the copy with the
-highest ``(generation, written_ms)`` wins, so a dir that missed a write (a
-failed disk, a dir added later) is superseded.  Each copy is written
-atomically and keeps its previous generation as ``topic-configs.json.prev``
-(``write_keeping_previous``: in place over ``.prev``, fsync, swap of the two
-names, fsync of the directory); a corrupt copy is replaced by its previous
-generation at load (ERROR), and when no copy in any dir can be read startup
-is refused rather than falling back to broker defaults.
+Topic configuration overrides are persisted in ``topic-configs.json`` in every
+log dir, with its previous generation (:mod:`engine.topic_configs`).
 
 The log cleaner (:class:`engine.cleaner.LogCleaner`) is created by
 :meth:`startup` when ``log.cleaner.enable`` is true and ``log.cleaner.threads``
@@ -105,16 +94,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import errno
-import fcntl
-import json
 import logging
 import os
 import shutil
 import threading
 import time
 import uuid
-from collections import deque
-from typing import NamedTuple
 from collections.abc import Mapping
 
 from engine import transactions
@@ -124,8 +109,6 @@ from engine.checkpoint import (
     PREVIOUS_SUFFIX,
     RECOVERY_POINT_CHECKPOINT,
     OffsetCheckpointFile,
-    read_no_follow,
-    write_keeping_previous,
 )
 from engine.cleaner import LogCleaner
 from engine.clock import SYSTEM_CLOCK, Clock
@@ -144,38 +127,24 @@ from engine.errors import (
     UnsafeFileError,
 )
 from engine.log import CLIENT_RECORD_DELETION, Log
+from engine.log_deletion import LogDeletionQueue, PendingDeletion
+from engine.log_dirs import (
+    LogDirLock,
+    create_and_validate_log_dirs,
+    lock_log_dirs,
+    next_log_dir,
+    scan_partition_dirs,
+    unlock_log_dirs,
+)
 from engine.topic import (
-    DELETE_DIR_SUFFIX,
     TopicPartition,
     delete_dir_name,
     parse_topic_partition_dir,
     validate_topic_name,
 )
+from engine.topic_configs import TOPIC_CONFIGS_FILE, TopicConfigStore
 
 logger = logging.getLogger(__name__)
-
-TOPIC_CONFIGS_FILE = "topic-configs.json"
-#: Kafka's KRaft metadata log directory (``__cluster_metadata-0``): skipped like Kafka's LogManager does
-KRAFT_METADATA_DIR = "__cluster_metadata-0"
-_TOPIC_CONFIGS_VERSION = 1
-#: Kafka's ``LogManager.LockFileName``: held locked by the process that owns the log dir.
-LOCK_FILE = ".lock"
-
-#: Log dirs locked by this process (canonical paths).  POSIX record locks do not
-#: exclude two owners in one process (and closing any descriptor of the file
-#: drops them), so a second LogManager in the same process is refused here.
-_locked_in_process: set[str] = set()
-_locked_in_process_guard = threading.Lock()
-
-
-class _PendingDeletion(NamedTuple):
-    """A partition directory renamed ``-delete`` and waiting for ``file.delete.delay.ms``."""
-
-    path: str
-    log: Log | None          # None for a dir found at startup (never loaded: nothing to recover)
-    scheduled_ms: int
-    delay_ms: int
-    topic_partition: TopicPartition | None
 
 
 class LogManager:
@@ -197,8 +166,8 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._overrides: dict[str, dict[str, str]] = {}
         self._topic_configs: dict[str, LogConfig] = {}
-        self._config_generation = 0
-        self._logs_to_be_deleted: deque[_PendingDeletion] = deque()
+        self._topic_config_store = TopicConfigStore(self.log_dirs, clock)
+        self._logs_to_be_deleted = LogDeletionQueue()
         #: topics whose partition dirs are being renamed -delete (persisted in topic-configs.json)
         self._deleting_topics: set[str] = set()
         # One writer at a time per checkpoint file: OffsetCheckpointFile writes
@@ -215,7 +184,7 @@ class LogManager:
         #: topics with a partition dir holding a link or special file: not loaded, never touched
         self._unsafe_topics: set[str] = set()
         #: descriptors holding the log dir locks, released at the end of shutdown()
-        self._dir_locks: list[tuple[str, list[int]]] = []
+        self._dir_locks: list[LogDirLock] = []
 
     # ------------------------------------------------------------------ startup
 
@@ -237,105 +206,14 @@ class LogManager:
         self._started = True
 
     def _create_and_validate_log_dirs(self) -> None:
-        canonical = [os.path.realpath(d) for d in self.log_dirs]
-        if len(set(canonical)) < len(canonical):
-            seen: set[str] = set()
-            duplicates = [d for d, c in zip(self.log_dirs, canonical) if c in seen or seen.add(c)]
-            raise InvalidConfigError(
-                f"Duplicate log directory found: {', '.join(duplicates)} (log.dirs={','.join(self.log_dirs)})")
-        mode = os.R_OK | os.X_OK if self.read_only else os.R_OK | os.W_OK | os.X_OK
-        for log_dir in self.log_dirs:
-            if not os.path.exists(log_dir):
-                if self.read_only:
-                    raise StorageError(f"Log directory {log_dir} does not exist (mounted read-only)")
-                logger.info("Log directory %s not found, creating it.", log_dir)
-                try:
-                    os.makedirs(log_dir, exist_ok=True)
-                except OSError as exc:
-                    raise StorageError(f"Failed to create data directory {log_dir}: {exc.strerror}") from exc
-            if not os.path.isdir(log_dir):
-                raise StorageError(f"{log_dir} is not a readable log directory (not a directory)")
-            if not os.access(log_dir, mode):
-                kind = "readable" if self.read_only else "readable and writable"
-                raise StorageError(f"{log_dir} is not a {kind} log directory")
+        create_and_validate_log_dirs(self.log_dirs, self.read_only)
 
     def _lock_log_dirs(self) -> None:
-        """Own every log dir before reading or writing anything in it (Kafka's ``lockLogDirs``).
-
-        Read-write: ``.lock`` is created and locked exclusively with a POSIX
-        record lock (``fcntl.lockf``), which is what Java's
-        ``FileChannel.tryLock`` takes on Linux, so a Kafka broker and logfs
-        exclude each other as two brokers do; the dir itself is also
-        ``flock``-ed exclusively (see below).  Read-only, nothing may be
-        created: an existing ``.lock`` is opened read-only and locked shared
-        (a writer's exclusive lock makes that fail), and the dir is
-        ``flock``-ed shared, so a logfs writer starting later fails on its
-        exclusive ``flock`` even when no ``.lock`` existed.  A Kafka broker
-        knows nothing of the ``flock``: it can start on a dir whose ``.lock``
-        did not exist when a read-only mount took it.
-
-        Raises StorageError naming the dir when another process (or another
-        LogManager of this process) holds it; nothing has been touched then.
-        """
-        try:
-            for log_dir in self.log_dirs:
-                self._dir_locks.append((log_dir, self._lock_log_dir(log_dir)))
-        except BaseException:
-            self._unlock_log_dirs()
-            raise
-
-    def _lock_log_dir(self, log_dir: str) -> list[int]:
-        canonical = os.path.realpath(log_dir)
-        busy = (f"Failed to acquire lock on file {LOCK_FILE} in {log_dir}. A Kafka instance or logfs mount "
-                "in another process or thread is using this directory.")
-        with _locked_in_process_guard:
-            if canonical in _locked_in_process:
-                raise StorageError(busy)
-            _locked_in_process.add(canonical)
-        fds: list[int] = []
-        try:
-            dir_fd = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            fds.append(dir_fd)
-            lock_path = os.path.join(log_dir, LOCK_FILE)
-            try:
-                if self.read_only:
-                    fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-                else:
-                    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-            except FileNotFoundError:
-                fd = None                 # read-only and no .lock: only the flock below
-            except OSError as exc:        # a link planted as .lock (ELOOP), no permission, ...
-                raise StorageError(f"Failed to open the lock file {lock_path} of log directory {log_dir}: "
-                                   f"{exc.strerror or exc}") from exc
-            if fd is not None:
-                fds.append(fd)
-            try:
-                if fd is not None:
-                    fcntl.lockf(fd, (fcntl.LOCK_SH if self.read_only else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-                fcntl.flock(dir_fd, (fcntl.LOCK_SH if self.read_only else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-            except OSError as exc:
-                if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                    raise StorageError(busy) from exc
-                raise StorageError(f"Failed to lock log directory {log_dir} ({lock_path}): "
-                                   f"{exc.strerror or exc}") from exc
-        except BaseException:
-            for fd in fds:
-                os.close(fd)
-            with _locked_in_process_guard:
-                _locked_in_process.discard(canonical)
-            raise
-        logger.debug("Locked log directory %s%s", log_dir, " (shared, read-only)" if self.read_only else "")
-        return fds
+        """Own every log dir before reading or writing anything in it (see ``engine.log_dirs``)."""
+        self._dir_locks = lock_log_dirs(self.log_dirs, self.read_only)
 
     def _unlock_log_dirs(self) -> None:
-        for log_dir, fds in self._dir_locks:
-            for fd in fds:
-                try:
-                    os.close(fd)          # closing drops both the record lock and the flock
-                except OSError:
-                    pass
-            with _locked_in_process_guard:
-                _locked_in_process.discard(os.path.realpath(log_dir))
+        unlock_log_dirs(self._dir_locks)
         self._dir_locks = []
 
     def _load_logs(self) -> None:
@@ -467,48 +345,26 @@ class LogManager:
         """The ``<topic>-<partition>`` dirs to load; ``-delete`` dirs are queued for deletion."""
         found = []
         now = self.clock.milliseconds()
-        with os.scandir(log_dir) as entries:
-            for entry in sorted(entries, key=lambda e: e.name):
-                if entry.name == KRAFT_METADATA_DIR:
-                    continue      # Kafka's KRaft metadata log: not a topic, never touched (as Kafka's LogManager)
-                if entry.is_symlink() and entry.is_dir():
-                    name = entry.name
-                    if name.endswith(DELETE_DIR_SUFFIX) and "." in name:
-                        name = name[:name.rindex(".")]
-                    try:
-                        tp = parse_topic_partition_dir(name)
-                    except InvalidTopicError:
-                        continue
-                    logger.error("Partition directory %s is a symbolic link: logfs never follows links in a log "
-                                 "dir; topic %s is not served and nothing in it is touched. Replace the link by "
-                                 "the directory it points to and mount again.", entry.path, tp.topic)
-                    self._unsafe_topics.add(tp.topic)
-                    continue
-                if not entry.is_dir(follow_symlinks=False):
-                    continue                      # checkpoints, markers, topic configs, stray files
-                if entry.name.endswith(DELETE_DIR_SUFFIX):
-                    logger.info("Found partition directory %s pending deletion, scheduling it", entry.path)
-                    self._queue_found_deletion(entry.path, now)
-                    continue
+        scan = scan_partition_dirs(log_dir)
+        self._unsafe_topics.update(scan.linked_topics)
+        for path in scan.pending_deletion:
+            logger.info("Found partition directory %s pending deletion, scheduling it", path)
+            self._queue_found_deletion(path, now)
+        for entry_path, tp in scan.partitions:
+            if tp.topic in self._deleting_topics and not self.read_only:
+                # The deletion of this topic was interrupted before this dir was renamed.
+                path = os.path.join(log_dir, delete_dir_name(tp.topic, tp.partition, uuid.uuid4().hex))
                 try:
-                    tp = parse_topic_partition_dir(entry.name)
-                except InvalidTopicError as exc:
-                    logger.warning("Ignoring directory %s in log dir %s: %s", entry.name, log_dir, exc)
-                    continue
-                if tp.topic in self._deleting_topics and not self.read_only:
-                    # The deletion of this topic was interrupted before this dir was renamed.
-                    path = os.path.join(log_dir, delete_dir_name(tp.topic, tp.partition, uuid.uuid4().hex))
-                    try:
-                        os.rename(entry.path, path)
-                        _fsync_dir(log_dir)
-                    except OSError as exc:
-                        raise StorageError(f"Failed to rename {entry.path} of deleted topic {tp.topic} for "
-                                           f"deletion: {exc.strerror}") from exc
-                    logger.info("Log for partition %s of topic %s, whose deletion was interrupted, is renamed "
-                                "to %s and is scheduled for deletion", tp, tp.topic, path)
-                    self._queue_found_deletion(path, now)
-                    continue
-                found.append((entry.path, tp))
+                    os.rename(entry_path, path)
+                    _fsync_dir(log_dir)
+                except OSError as exc:
+                    raise StorageError(f"Failed to rename {entry_path} of deleted topic {tp.topic} for "
+                                       f"deletion: {exc.strerror}") from exc
+                logger.info("Log for partition %s of topic %s, whose deletion was interrupted, is renamed "
+                            "to %s and is scheduled for deletion", tp, tp.topic, path)
+                self._queue_found_deletion(path, now)
+                continue
+            found.append((entry_path, tp))
         return found
 
     def _check_not_unsafe(self, topic: str) -> None:
@@ -518,9 +374,8 @@ class LogManager:
                                "a symbolic link or special file (see the ERROR at mount)")
 
     def _queue_found_deletion(self, path: str, now: int) -> None:
-        with self._lock:
-            self._logs_to_be_deleted.append(_PendingDeletion(
-                path, None, now, self.default_config.file_delete_delay_ms, None))
+        self._logs_to_be_deleted.schedule(PendingDeletion(
+            path, None, now, self.default_config.file_delete_delay_ms, None))
 
     def _finish_interrupted_topic_deletions(self) -> None:
         """Clear the ``deleting`` list once startup renamed what an interrupted deletion left."""
@@ -551,110 +406,35 @@ class LogManager:
                 self._topic_configs[topic] = config
             return config
 
-    @staticmethod
-    def _read_topic_configs_file(path: str) -> tuple[tuple[int, int], dict, list]:
-        """Parse one copy; raises FileNotFoundError, or ValueError/OSError saying what is wrong."""
-        raw = read_no_follow(path)           # a planted symlink is an error, never followed
-        try:
-            doc = json.loads(raw)
-        except (UnicodeDecodeError, RecursionError) as exc:
-            raise ValueError(f"not JSON: {exc}") from exc
-        if not isinstance(doc, dict) or doc.get("version") != _TOPIC_CONFIGS_VERSION:
-            raise ValueError(f"unsupported version {doc.get('version') if isinstance(doc, dict) else doc!r}")
-        topics = doc.get("topics")
-        if not isinstance(topics, dict) or not all(
-                isinstance(o, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in o.items())
-                for o in topics.values()):
-            raise ValueError("'topics' must map topic names to {name: string value} objects")
-        deleting = doc.get("deleting", [])
-        if not isinstance(deleting, list) or not all(isinstance(t, str) for t in deleting):
-            raise ValueError("'deleting' must be a list of topic names")
-        generation, written = doc.get("generation"), doc.get("written_ms", 0)
-        if type(generation) is not int or type(written) is not int:
-            raise ValueError("'generation' and 'written_ms' must be integers")
-        return (generation, written), topics, deleting
-
     def _load_topic_configs(self) -> None:
-        """Load the newest readable copy of ``topic-configs.json`` over all log dirs.
-
-        Each dir keeps the previous generation beside the current one
-        (``topic-configs.json.prev``).  A current copy that cannot be parsed is
-        an ERROR and the previous generation is used in its place.  Falling
-        back to the broker defaults instead would be silent data loss: a
-        compacted topic would become ``cleanup.policy=delete`` and retention
-        would delete its records.  So when some dir has a copy but no dir has
-        a readable one, startup is refused with how to repair it.
-        """
-        best: tuple[tuple[int, int], str, dict, list] | None = None
-        unreadable: list[str] = []
-        for log_dir in self.log_dirs:
-            path = os.path.join(log_dir, TOPIC_CONFIGS_FILE)
-            previous = path + PREVIOUS_SUFFIX
-            loaded = None
-            try:
-                loaded = (*self._read_topic_configs_file(path), path)
-            except FileNotFoundError:
-                if os.path.lexists(previous):
-                    logger.warning("Topic configs file %s is missing; loading the previous generation %s",
-                                   path, previous)
-            except (OSError, ValueError) as exc:
-                logger.error("Topic configs file %s is corrupt (%s); loading the previous generation %s",
-                             path, exc, previous)
-                unreadable.append(f"{path}: {exc}")
-            if loaded is None and os.path.lexists(previous):
-                try:
-                    loaded = (*self._read_topic_configs_file(previous), previous)
-                except (OSError, ValueError) as exc:
-                    logger.error("The previous generation %s of the topic configs is corrupt too: %s",
-                                 previous, exc)
-                    unreadable.append(f"{previous}: {exc}")
-            if loaded is None:
-                continue
-            rank, topics, deleting, source = loaded
-            if best is None or rank > best[0]:
-                best = (rank, source, topics, deleting)
-        if best is None:
-            if unreadable:
-                raise StorageError(
-                    "No readable copy of the topic configs in log dirs " + ", ".join(self.log_dirs) + " ("
-                    + "; ".join(unreadable) + "). Refusing to start: the topics would fall back to the broker "
-                    f"defaults, and retention could delete the records of compacted topics. To repair, restore "
-                    f"{TOPIC_CONFIGS_FILE} from a backup (or fix the JSON by hand), or, to accept the broker "
-                    f"defaults for every topic, move {TOPIC_CONFIGS_FILE} and {TOPIC_CONFIGS_FILE}{PREVIOUS_SUFFIX} "
-                    "out of each log dir.")
+        """Load the newest readable copy of the topic configs (see ``TopicConfigStore.load``)."""
+        newest = self._topic_config_store.load()
+        if newest is None:
             return
-        rank, path, topics, deleting = best
-        if unreadable:
-            logger.error("Using the topic configs of %s (generation %d) in place of the corrupt copies; "
-                         "the next config change rewrites them", path, rank[0])
         configs = {}
-        for topic, overrides in topics.items():
+        for topic, overrides in newest.topics.items():
             try:
                 configs[topic] = self.default_config.with_overrides(overrides)
             except InvalidConfigError as exc:
-                raise InvalidConfigError(f"Invalid config override for topic {topic} in {path}: {exc}") from exc
+                raise InvalidConfigError(
+                    f"Invalid config override for topic {topic} in {newest.path}: {exc}") from exc
         with self._lock:
-            self._config_generation = rank[0]
-            self._overrides = {topic: dict(o) for topic, o in topics.items()}
+            self._overrides = {topic: dict(o) for topic, o in newest.topics.items()}
             self._topic_configs = configs
-            self._deleting_topics = set(deleting)
-        logger.info("Loaded config overrides of %d topics from %s (generation %d)", len(topics), path, rank[0])
+            self._deleting_topics = set(newest.deleting)
+        logger.info("Loaded config overrides of %d topics from %s (generation %d)",
+                    len(newest.topics), newest.path, newest.generation)
 
     def _ensure_topic_configs_generations(self) -> None:
         """Have ``topic-configs.json`` and its ``.prev`` in every dir from the start.
 
-        Deleting a topic writes the configs before anything else; on a full
-        disk that write only succeeds in place over an existing ``.prev``
-        (see ``write_keeping_previous``), so both files are made while there
-        is room.  A failure here is not fatal: only a later full disk needs them.
+        A topic deletion on a full disk needs both (``TopicConfigStore.missing_generations``).
+        A failure here is not fatal: only a later full disk needs them.
         """
         if self.read_only:
             return
         for _ in range(2):
-            missing = [d for d in self.log_dirs
-                       if not (os.path.exists(os.path.join(d, TOPIC_CONFIGS_FILE))
-                               and os.path.exists(os.path.join(d, TOPIC_CONFIGS_FILE + PREVIOUS_SUFFIX)))]
-            if not missing:
+            if not self._topic_config_store.missing_generations():
                 return
             try:
                 with self._lock:
@@ -663,43 +443,12 @@ class LogManager:
                 logger.warning("Could not write %s at startup: %s", TOPIC_CONFIGS_FILE, exc)
                 return
 
-    def _topic_configs_sound(self, path: str) -> bool:
-        """False when ``path`` is corrupt and its ``.prev`` is the only good copy (never write over that)."""
-        try:
-            self._read_topic_configs_file(path)
-            return True
-        except FileNotFoundError:
-            return True
-        except (OSError, ValueError):
-            try:
-                self._read_topic_configs_file(path + PREVIOUS_SUFFIX)
-            except (OSError, ValueError):
-                return True
-            return False
-
     def _write_topic_configs(self, overrides: Mapping[str, Mapping[str, str]]) -> None:
-        """Write ``overrides`` to every log dir, keeping the previous generation as ``.prev``.
+        """Persist ``overrides`` and the deletion intent in every log dir (under ``_lock``).
 
-        Written in place over ``.prev`` and swapped in (``write_keeping_previous``),
-        so the intent of a topic deletion can be recorded on a full disk.
         Raises LogDirFullError (ENOSPC) or StorageError naming the dir that failed.
         """
-        generation = self._config_generation + 1
-        doc = {"version": _TOPIC_CONFIGS_VERSION, "generation": generation,
-               "written_ms": self.clock.milliseconds(),
-               "topics": {t: dict(sorted(o.items())) for t, o in sorted(overrides.items()) if o}}
-        if self._deleting_topics:
-            doc["deleting"] = sorted(self._deleting_topics)
-        data = json.dumps(doc, indent=1, sort_keys=False).encode("utf-8") + b"\n"
-        for log_dir in self.log_dirs:
-            path = os.path.join(log_dir, TOPIC_CONFIGS_FILE)
-            try:
-                write_keeping_previous(path, data, current_is_sound=self._topic_configs_sound(path))
-            except OSError as exc:
-                if exc.errno == errno.ENOSPC:
-                    raise LogDirFullError(f"No space left in {log_dir} to write {TOPIC_CONFIGS_FILE}") from exc
-                raise StorageError(f"Error while writing {path}: {exc.strerror or exc}") from exc
-        self._config_generation = generation
+        self._topic_config_store.write(overrides, self._deleting_topics)
 
     def topic_config(self, topic: str) -> LogConfig:
         """The effective LogConfig of ``topic``: broker defaults plus its overrides."""
@@ -774,12 +523,7 @@ class LogManager:
 
     def _next_log_dir(self) -> str:
         """Kafka's ``nextLogDirs``: the log dir with the fewest partitions (first on ties)."""
-        counts = {d: 0 for d in self.log_dirs}
-        for log in self._logs.values():
-            parent = os.path.dirname(log.dir)
-            if parent in counts:
-                counts[parent] += 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+        return next_log_dir(self.log_dirs, (log.dir for log in self._logs.values()))
 
     def create_topic(self, topic: str, num_partitions: int | None = None,
                      overrides: Mapping[str, str] | None = None) -> list[Log]:
@@ -915,7 +659,7 @@ class LogManager:
                     paused.append(tp)
             removed, failures = self._remove_and_rename_topic(topic)
         finally:
-            if paused:
+            if paused and cleaner is not None:
                 cleaner.resume_cleaning(paused)
         if cleaner is not None:
             for tp, log in removed:
@@ -959,8 +703,8 @@ class LogManager:
                                 tp, log.dir)
                 except (OSError, LogfsError) as exc:
                     failures.append(f"{log.dir}: {exc}")
-                self._logs_to_be_deleted.append(
-                    _PendingDeletion(log.dir, log, now, log.config.file_delete_delay_ms, tp))
+                self._logs_to_be_deleted.schedule(
+                    PendingDeletion(log.dir, log, now, log.config.file_delete_delay_ms, tp))
             for parent in sorted({os.path.dirname(log.dir) for _, log in removed}):
                 try:
                     _fsync_dir(parent)          # the renames survive a power loss, not only kill -9
@@ -1166,36 +910,13 @@ class LogManager:
         """
         if self.read_only:
             return 0
-        now = self.clock.milliseconds()
-        with self._lock:
-            due = [p for p in self._logs_to_be_deleted if p.scheduled_ms + p.delay_ms <= now]
-            for pending in due:
-                self._logs_to_be_deleted.remove(pending)
-        deleted = 0
-        failures: list[str] = []
-        for pending in due:
-            try:
-                if pending.log is not None:
-                    pending.log.delete()        # logs "Deleted log for partition ..." itself
-                else:
-                    shutil.rmtree(pending.path)
-                    logger.info("Deleted log directory %s.", pending.path)
-                deleted += 1
-            except FileNotFoundError:
-                deleted += 1
-            except (OSError, LogfsError) as exc:
-                logger.error("Exception while deleting %s in dir %s, will retry: %s",
-                             pending.path, os.path.dirname(pending.path), exc)
-                failures.append(f"{pending.path}: {exc}")
-                with self._lock:
-                    self._logs_to_be_deleted.append(pending)
+        deleted, failures = self._logs_to_be_deleted.delete_due(self.clock.milliseconds())
         _raise_failures("deletion of log directories", failures, done=f"{deleted} deleted")
         return deleted
 
     def pending_deletions(self) -> list[str]:
         """Paths of ``-delete`` dirs waiting for removal."""
-        with self._lock:
-            return [p.path for p in self._logs_to_be_deleted]
+        return self._logs_to_be_deleted.paths()
 
     # ------------------------------------------------------------------ shutdown
 

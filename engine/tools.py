@@ -70,7 +70,7 @@ def _java_bool(flag: bool) -> str:
     return "true" if flag else "false"
 
 
-def _java_replace(exc: UnicodeDecodeError) -> tuple[str, int]:
+def _java_replace(exc: UnicodeError) -> tuple[str, int]:
     """Replace malformed UTF-8 as Java's decoder does (``new String(bytes, UTF_8)``).
 
     Java and Python both put one U+FFFD per maximal malformed subpart, except
@@ -78,6 +78,7 @@ def _java_replace(exc: UnicodeDecodeError) -> tuple[str, int]:
     Python splits byte by byte and Java takes as one unit: three bytes when
     complete, else the lead and its continuation byte.
     """
+    assert isinstance(exc, UnicodeDecodeError)      # registered for decoding only
     data, start = exc.object, exc.start
     if data[start] == 0xED and start + 1 < len(data) and 0xA0 <= data[start + 1] <= 0xBF:
         if start + 2 < len(data) and 0x80 <= data[start + 2] <= 0xBF:
@@ -376,11 +377,12 @@ class _Checker:
                 header = validate_batch(data, position, path=log_path)
                 decode_values(data, position, header)
             except CorruptRecordError as exc:
-                header = _framed_header(data, position)
-                if header is None:
+                framed = _framed_header(data, position)
+                if framed is None:
                     self.problem(log_path, f"{exc}; the {len(data) - position} bytes from here cannot be framed "
                                            "as record batches", position)
                     break
+                header = framed
                 self.problem(log_path, f"{exc} (batch of {header.size} bytes, offsets "
                                        f"{header.base_offset}..{header.last_offset})", position)
             if position == 0 and swap and header.base_offset < base_offset:

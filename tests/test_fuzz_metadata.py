@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from engine.checkpoint import LOG_START_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from engine.config import BrokerConfig
 from engine.errors import CorruptCheckpointError, InvalidConfigError, StorageError
-from engine.manager import TOPIC_CONFIGS_FILE, LogManager
+from engine.manager import LogManager
+from engine.topic_configs import TOPIC_CONFIGS_FILE
 from engine.topic import TopicPartition
 
 json_values = st.recursive(

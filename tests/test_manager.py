@@ -27,7 +27,8 @@ from engine.errors import (
     UnknownTopicOrPartitionError,
 )
 from engine.log import Log
-from engine.manager import TOPIC_CONFIGS_FILE, LogManager
+from engine.manager import LogManager
+from engine.topic_configs import TOPIC_CONFIGS_FILE
 from engine.topic import TopicPartition
 from engine.views import LogView, ViewFormat
 
@@ -596,7 +597,7 @@ def test_topic_configs_unreadable_in_one_dir_are_taken_from_another(tmp_path, ca
     manager.shutdown()
     for name in (TOPIC_CONFIGS_FILE, TOPIC_CONFIGS_FILE + ".prev"):
         (dirs[0] / name).write_bytes(b"{torn")
-    with caplog.at_level(logging.ERROR, logger="engine.manager"):
+    with caplog.at_level(logging.ERROR, logger="engine.topic_configs"):
         again = started(dirs)
     assert again.topic_overrides("c") == {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.3"}
     assert "in place of the corrupt copies" in caplog.text
