@@ -357,9 +357,9 @@ def test_garbage_compressed_section() -> None:
 # reference: for every batch, the public functions must return exactly what it
 # returns, or raise CorruptRecordError exactly when it fails.
 
-from engine.records import (  # noqa: E402
-    _records_of, _records_section, _uniform_values, _values_of, decode_text,
-)
+from engine.records import decode_text  # noqa: E402
+from engine.records.decode import _records_of, _records_section, _values_of  # noqa: E402
+from engine.records.fastpath import _uniform_values  # noqa: E402
 
 
 def general_values(batch: bytes):
