@@ -42,6 +42,11 @@ from engine import records as _records
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import (CorruptIndexError, CorruptRecordError, InvalidRequestError, LogDirFullError, ReadOnlyError,
                            StorageError, UnsafeFileError)
+from engine.files import (  # noqa: F401  (re-exported: engine.segment was their home)
+    CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX, filename_prefix_from_offset, log_file_path,
+    offset_from_file_name, offset_index_file_path, time_index_file_path,
+)
 from engine.index import OffsetIndex, TimeIndex, open_regular_file
 from engine.records import (HEADER_SIZE, LOG_OVERHEAD, MAGIC, TIMESTAMP_TYPE_MASK, BatchHeader, read_header,
                             validate_batch)
@@ -51,13 +56,6 @@ from engine.viewindex import ViewIndex
 
 log = logging.getLogger(__name__)
 
-LOG_FILE_SUFFIX = ".log"
-INDEX_FILE_SUFFIX = ".index"
-TIME_INDEX_FILE_SUFFIX = ".timeindex"
-TXN_INDEX_FILE_SUFFIX = ".txnindex"
-DELETED_FILE_SUFFIX = ".deleted"
-CLEANED_FILE_SUFFIX = ".cleaned"
-SWAP_FILE_SUFFIX = ".swap"
 
 _INT32_MAX = 0x7FFFFFFF
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
@@ -88,31 +86,6 @@ class LogOffsetPosition(NamedTuple):
     offset: int
     position: int
     size: int
-
-
-def filename_prefix_from_offset(offset: int) -> str:
-    """Kafka's 20-digit zero-padded base offset that names a segment's files."""
-    return f"{offset:020d}"
-
-
-def log_file_path(dir: str, offset: int, suffix: str = "") -> str:
-    return os.path.join(dir, filename_prefix_from_offset(offset) + LOG_FILE_SUFFIX + suffix)
-
-
-def offset_index_file_path(dir: str, offset: int, suffix: str = "") -> str:
-    return os.path.join(dir, filename_prefix_from_offset(offset) + INDEX_FILE_SUFFIX + suffix)
-
-
-def time_index_file_path(dir: str, offset: int, suffix: str = "") -> str:
-    return os.path.join(dir, filename_prefix_from_offset(offset) + TIME_INDEX_FILE_SUFFIX + suffix)
-
-
-def offset_from_file_name(name: str) -> int:
-    """The base offset a segment file name starts with; ValueError if it has none."""
-    prefix = os.path.basename(name).split(".", 1)[0]
-    if not prefix.isdigit():
-        raise ValueError(f"{name!r} does not start with a base offset")
-    return int(prefix)
 
 
 def replace_suffix(path: str, old_suffix: str, new_suffix: str) -> str:
