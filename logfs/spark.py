@@ -129,7 +129,6 @@ import logging
 import math
 import os
 import re
-import struct
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -169,6 +168,8 @@ from engine.errors import (
     StorageError,
     UnknownTopicOrPartitionError,
 )
+from engine.files import INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, segment_file_name
+from engine.index import offset_index_file_position
 from engine.records import (
     HEADER_SIZE,
     MAGIC,
@@ -923,8 +924,6 @@ def read_range_jsonl(opts: SourceOptions, rng: OffsetRangePartition) -> Iterator
 #: Bytes per read() of a ``.log`` file: large enough that the mount's per-request
 #: cost vanishes, small enough that a task's memory stays bounded.
 _SEGMENT_READ_BYTES = 4 << 20
-#: An ``.index`` entry: 4-byte offset relative to the segment base, 4-byte position.
-_INDEX_ENTRY = struct.Struct(">ii")
 #: How often one task re-lists a partition's segments after a file vanished under it
 #: before giving up (each re-list follows a retention or cleaner pass that completed).
 _MAX_RELISTS = 50
@@ -933,36 +932,21 @@ _FLUSH_RECORDS = 1 << 15
 
 
 def _segment_file(mount: str, topic: str, partition: int, base_offset: int, suffix: str) -> str:
-    return os.path.join(mount, topic, str(partition), "segments", f"{base_offset:020d}{suffix}")
+    return os.path.join(mount, topic, str(partition), "segments", segment_file_name(base_offset, suffix))
 
 
 def index_position(index_path: str, base_offset: int, target_offset: int) -> int:
     """Byte position in the ``.log`` from which a scan finds ``target_offset`` (0 without help).
 
-    Binary search over the sparse ``.index`` with one 8-byte ``pread`` per probe:
-    the active segment's index is preallocated (10 MiB of mostly zeros), so
-    reading it whole would cost more than the scan it saves.  Entries past the
-    written ones are zeros; a relative offset of 0 after the first slot marks them.
+    The search is :func:`engine.index.offset_index_file_position`; a missing
+    ``.index`` (the segment was just deleted) gives 0.
     """
     try:
         fd = os.open(index_path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return 0
     try:
-        relative = target_offset - base_offset
-        lo, hi, position = 0, os.fstat(fd).st_size // _INDEX_ENTRY.size, 0
-        while lo < hi:
-            mid = (lo + hi) // 2
-            entry = os.pread(fd, _INDEX_ENTRY.size, mid * _INDEX_ENTRY.size)
-            if len(entry) < _INDEX_ENTRY.size:
-                hi = mid
-                continue
-            entry_relative, entry_position = _INDEX_ENTRY.unpack(entry)
-            if (mid == 0 or entry_relative > 0) and entry_relative <= relative:
-                position, lo = entry_position, mid + 1
-            else:
-                hi = mid
-        return position
+        return offset_index_file_position(fd, base_offset, target_offset)
     finally:
         os.close(fd)
 
@@ -1124,7 +1108,7 @@ class SegmentRangeReader:
                     break               # no segment holds [next, until): removed by the cleaner
                 bases, listing_is_fresh = self._relist("Read past the last known segment"), True
                 continue
-            path = _segment_file(self.opts.mount, self.topic, self.partition, base, ".log")
+            path = _segment_file(self.opts.mount, self.topic, self.partition, base, LOG_FILE_SUFFIX)
             try:
                 segment = open(path, "rb", buffering=0)
             except FileNotFoundError:
@@ -1134,7 +1118,7 @@ class SegmentRangeReader:
                 start = 0
                 if self.next_offset > base:
                     start = index_position(_segment_file(self.opts.mount, self.topic, self.partition,
-                                                         base, ".index"), base, self.next_offset)
+                                                         base, INDEX_FILE_SUFFIX), base, self.next_offset)
                 try:
                     yield from self._read_segment(segment, path, base, start)
                 except _StaleIndex:
