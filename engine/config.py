@@ -520,6 +520,10 @@ BROKER_CONFIG_KEYS: dict[str, ConfigKey] = {key.name: key for key in _BROKER_KEY
 BROKER_CONFIG_NAMES: frozenset[str] = frozenset(BROKER_CONFIG_KEYS)
 
 
+def _default(name: str) -> Any:
+    """The default of a broker setting, stated once in _BROKER_KEYS (BrokerConfig's fields take it from there)."""
+    return BROKER_CONFIG_KEYS[name].default
+
 
 @dataclass(frozen=True)
 class BrokerConfig:
@@ -536,41 +540,42 @@ class BrokerConfig:
 
     log_dir: str = DEFAULT_LOG_DIR
     log_dirs: list[str] = field(default_factory=lambda: [DEFAULT_LOG_DIR])
-    num_partitions: int = 1
-    log_segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    num_partitions: int = _default("num.partitions")
+    log_segment_bytes: int = _default("log.segment.bytes")
     log_roll_ms: int = DEFAULT_SEGMENT_MS
-    log_roll_hours: int = DEFAULT_SEGMENT_MS // 3_600_000
-    log_index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
-    log_index_size_max_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES
+    log_roll_hours: int = _default("log.roll.hours")
+    log_index_interval_bytes: int = _default("log.index.interval.bytes")
+    log_index_size_max_bytes: int = _default("log.index.size.max.bytes")
     log_retention_ms: int = DEFAULT_RETENTION_MS
     log_retention_minutes: int | None = None
-    log_retention_hours: int = DEFAULT_RETENTION_MS // 3_600_000
-    log_retention_bytes: int = DEFAULT_RETENTION_BYTES
-    log_retention_check_interval_ms: int = 300_000
-    log_flush_interval_messages: int = LONG_MAX
+    log_retention_hours: int = _default("log.retention.hours")
+    log_retention_bytes: int = _default("log.retention.bytes")
+    log_retention_check_interval_ms: int = _default("log.retention.check.interval.ms")
+    log_flush_interval_messages: int = _default("log.flush.interval.messages")
     log_flush_interval_ms: int = LONG_MAX
-    log_flush_scheduler_interval_ms: int = LONG_MAX
-    log_flush_offset_checkpoint_interval_ms: int = 60_000
-    log_flush_start_offset_checkpoint_interval_ms: int = 60_000
-    log_segment_delete_delay_ms: int = DEFAULT_FILE_DELETE_DELAY_MS
-    log_cleanup_policy: tuple[str, ...] = DEFAULT_CLEANUP_POLICY
-    log_cleaner_enable: bool = True
-    log_cleaner_threads: int = 1
-    log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
-    log_cleaner_io_buffer_size: int = 512 * 1024
-    log_cleaner_io_buffer_load_factor: float = 0.9
-    log_cleaner_io_max_bytes_per_second: float = DOUBLE_MAX
-    log_cleaner_backoff_ms: int = 15_000
-    log_cleaner_min_cleanable_ratio: float = DEFAULT_MIN_CLEANABLE_DIRTY_RATIO
-    log_cleaner_delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
-    log_cleaner_min_compaction_lag_ms: int = DEFAULT_MIN_COMPACTION_LAG_MS
-    message_max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    num_recovery_threads_per_data_dir: int = 1
-    compression_type: str = DEFAULT_COMPRESSION_TYPE
-    log_initial_task_delay_ms: int = 30_000
-    offsets_topic_num_partitions: int = 50
-    offsets_topic_segment_bytes: int = 100 * 1024 * 1024
-    isolation_level: str = "read_uncommitted"
+    log_flush_scheduler_interval_ms: int = _default("log.flush.scheduler.interval.ms")
+    log_flush_offset_checkpoint_interval_ms: int = _default("log.flush.offset.checkpoint.interval.ms")
+    log_flush_start_offset_checkpoint_interval_ms: int = _default("log.flush.start.offset.checkpoint.interval.ms")
+    log_segment_delete_delay_ms: int = _default("log.segment.delete.delay.ms")
+    log_cleanup_policy: tuple[str, ...] = _default("log.cleanup.policy")
+    log_cleaner_enable: bool = _default("log.cleaner.enable")
+    log_cleaner_threads: int = _default("log.cleaner.threads")
+    log_cleaner_dedupe_buffer_size: int = _default("log.cleaner.dedupe.buffer.size")
+    log_cleaner_io_buffer_size: int = _default("log.cleaner.io.buffer.size")
+    log_cleaner_io_buffer_load_factor: float = _default("log.cleaner.io.buffer.load.factor")
+    log_cleaner_io_max_bytes_per_second: float = _default("log.cleaner.io.max.bytes.per.second")
+    log_cleaner_backoff_ms: int = _default("log.cleaner.backoff.ms")
+    log_cleaner_min_cleanable_ratio: float = _default("log.cleaner.min.cleanable.ratio")
+    log_cleaner_delete_retention_ms: int = _default("log.cleaner.delete.retention.ms")
+    log_cleaner_min_compaction_lag_ms: int = _default("log.cleaner.min.compaction.lag.ms")
+    message_max_bytes: int = _default("message.max.bytes")
+    num_recovery_threads_per_data_dir: int = _default("num.recovery.threads.per.data.dir")
+    compression_type: str = _default("compression.type")
+    log_initial_task_delay_ms: int = _default("log.initial.task.delay.ms")
+    offsets_topic_num_partitions: int = _default("offsets.topic.num.partitions")
+    offsets_topic_segment_bytes: int = _default("offsets.topic.segment.bytes")
+    isolation_level: str = _default("isolation.level")
+
     def __post_init__(self) -> None:
         if self.log_dirs is None:
             object.__setattr__(self, "log_dirs", [self.log_dir])

@@ -777,6 +777,25 @@ def _to_kafka_batch(table: pa.Table, lo: int, hi: int, include_headers: bool) ->
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
+def _skip_deleted(opts: SourceOptions, partition: str, start: int, log_start: int, log_end: int) -> int:
+    """``failOnDataLoss`` for a read at ``start`` below the log start offset: raise, or warn and skip.
+
+    The one statement of the rule for reads that find their offsets deleted
+    (retention or DeleteRecords) under them; returns the log start offset to
+    read from instead.  (Resolving ``startingOffsets`` applies the same rule
+    with its own wording, in _resolve.)
+    """
+    if opts.fail_on_data_loss:
+        raise OffsetOutOfRangeError(
+            f"Offsets [{start}, {log_start}) of {partition} were deleted (retention or "
+            "DeleteRecords) before they were read; some data may have been missed. Set "
+            "failOnDataLoss=false to skip them.",
+            offset=start, log_start_offset=log_start, log_end_offset=log_end)
+    log.warning("[logfs source] Offsets [%d, %d) of %s were deleted before they were read; "
+                "skipping them (failOnDataLoss=false)", start, log_start, partition)
+    return log_start
+
+
 def _open_view(opts: SourceOptions, rng: OffsetRangePartition) -> tuple[Any, int]:
     """Open ``from/<N>.jsonl`` for the range; handle a start below the log start offset."""
     start = rng.from_offset
@@ -788,15 +807,7 @@ def _open_view(opts: SourceOptions, rng: OffsetRangePartition) -> tuple[Any, int
     # The mount refuses offsets outside [log start, log end]: find out which case this is.
     log_start, log_end = offset_bounds(opts.mount, rng.topic, rng.partition)
     if start < log_start:
-        if opts.fail_on_data_loss:
-            raise OffsetOutOfRangeError(
-                f"Offsets [{start}, {log_start}) of {rng.topic}-{rng.partition} were deleted (retention or "
-                "DeleteRecords) before they were read; some data may have been missed. Set "
-                "failOnDataLoss=false to skip them.",
-                offset=start, log_start_offset=log_start, log_end_offset=log_end)
-        log.warning("[logfs source] Offsets [%d, %d) of %s-%d were deleted before they were read; "
-                    "skipping them (failOnDataLoss=false)", start, log_start, rng.topic, rng.partition)
-        start = log_start
+        start = _skip_deleted(opts, f"{rng.topic}-{rng.partition}", start, log_start, log_end)
         if start >= rng.until_offset:
             return None, start
         path = os.path.join(opts.mount, rng.topic, str(rng.partition), "from", f"{start}.jsonl")
@@ -1068,16 +1079,8 @@ class SegmentRangeReader:
         state = partition_state(self.opts.mount, self.topic, self.partition)
         log_start = int(state["log_start_offset"])
         if self.next_offset < log_start:
-            if self.opts.fail_on_data_loss:
-                raise OffsetOutOfRangeError(
-                    f"Offsets [{self.next_offset}, {log_start}) of {self._name} were deleted (retention or "
-                    "DeleteRecords) before they were read; some data may have been missed. Set "
-                    "failOnDataLoss=false to skip them.",
-                    offset=self.next_offset, log_start_offset=log_start,
-                    log_end_offset=int(state["log_end_offset"]))
-            log.warning("[logfs source] Offsets [%d, %d) of %s were deleted before they were read; "
-                        "skipping them (failOnDataLoss=false)", self.next_offset, log_start, self._name)
-            self.next_offset = log_start
+            self.next_offset = _skip_deleted(self.opts, self._name, self.next_offset, log_start,
+                                             int(state["log_end_offset"]))
         return sorted(int(s["base_offset"]) for s in state["segments"])
 
     def _relist(self, why: str) -> list[int]:
