@@ -31,7 +31,8 @@ from engine.files import (
 from engine.index import OFFSET_INDEX_ENTRY as _OFFSET_ENTRY
 from engine.index import TIME_INDEX_ENTRY as _TIME_ENTRY
 from engine.records import (
-    HEADER_SIZE, BatchHeader, TimestampType, decode_batch, decode_values, read_header, validate_batch,
+    HEADER_SIZE, BatchHeader, TimestampType, decode_batch, decode_values, iter_batches, read_header,
+    validate_batch,
 )
 from engine.topic import DELETE_DIR_SUFFIX, TopicPartition, parse_topic_partition_dir
 
@@ -187,14 +188,7 @@ def _batches_by_position(log_path: str) -> dict[int, BatchHeader]:
     found: dict[int, BatchHeader] = {}
     if not os.path.exists(log_path):
         return found
-    data = _read_file(log_path)
-    position = 0
-    while position + HEADER_SIZE <= len(data):
-        header = read_header(data, position)
-        if header.batch_length < HEADER_SIZE - 12 or position + header.size > len(data):
-            break
-        found[position] = header
-        position += header.size
+    found.update(iter_batches(_read_file(log_path), lenient=True))
     return found
 
 

@@ -321,6 +321,18 @@ def test_impossible_batch_length_raises_in_walk() -> None:
         list(iter_batches(bytes(batch)))
 
 
+def test_lenient_walk_stops_at_an_impossible_batch_length() -> None:
+    # The tools' walk: the batches before the damage, then nothing.
+    first = encode_values(0, [b"a"], TS)
+    second = encode_values(1, [b"b", b"c"], TS)
+    damaged = bytearray(encode_values(3, [b"d"], TS))
+    struct.pack_into(">i", damaged, 8, 3)
+    buf = first + second + bytes(damaged) + first
+    assert [(pos, h.base_offset) for pos, h in iter_batches(buf, lenient=True)] == [(0, 0), (len(first), 1)]
+    with pytest.raises(CorruptRecordError, match="smaller than the minimum"):
+        list(iter_batches(buf))
+
+
 @pytest.mark.parametrize("damage", ["record_length", "value_length", "count"])
 def test_bad_record_framing_with_valid_crc(damage) -> None:
     good = encode_values(0, [b"hello", b"world"], TS)

@@ -1,4 +1,12 @@
-"""Framing and validation of the batches in a buffer: header reads, CRC checks, the batch walk."""
+"""Framing and validation of the batches in a buffer: header reads, CRC checks, the batch walk.
+
+:func:`iter_batches` is the batch walker over bytes already in memory (the
+cleaner's read chunks, the Spark source's reads, the tools' whole files).  The
+other walker, ``LogSegment._walk`` in :mod:`engine.segment`, stays separate
+because its I/O is its own: it ``pread``s a ``.log`` chunk by chunk, skips
+batch bodies on header-only walks, re-reads a batch that straddles a chunk,
+and tells a torn tail from damage by the segment's published size.
+"""
 
 from __future__ import annotations
 
@@ -56,13 +64,15 @@ def validate_batch(buf, pos: int = 0, *, path: str | None = None) -> BatchHeader
     return header
 
 
-def iter_batches(buf, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+def iter_batches(buf, start: int = 0, end: int | None = None, *,
+                 lenient: bool = False) -> Iterator[tuple[int, BatchHeader]]:
     """Walk the batches in ``buf[start:end]``, yielding (position, header).
 
     A shallow walk as ``FileLogInputStream`` does it: headers only, no CRC.  A
     tail shorter than a header or than the batch it announces is a torn write
     and ends the walk silently; a length field too small to be a batch cannot be
-    skipped over and raises CorruptRecordError.
+    skipped over and raises CorruptRecordError, unless ``lenient`` (the tools,
+    which report what they find up to the damage), where it ends the walk too.
     """
     limit = len(buf) if end is None else min(end, len(buf))
     pos = start
@@ -70,6 +80,8 @@ def iter_batches(buf, start: int = 0, end: int | None = None) -> Iterator[tuple[
         header = _new_header(BatchHeader, _unpack_header(buf, pos))
         batch_length = header.batch_length
         if batch_length < _EMPTY_BATCH_LENGTH:
+            if lenient:
+                return
             raise CorruptRecordError(
                 f"Record batch size {batch_length + LOG_OVERHEAD} is smaller than the minimum "
                 f"allowed ({HEADER_SIZE})", position=pos)
