@@ -39,7 +39,7 @@ import threading
 from collections.abc import Mapping
 
 from engine.errors import CorruptCheckpointError, InvalidRequestError, LogDirFullError, StorageError
-from engine.files import fsync_dir
+from engine.files import TMP_FILE_SUFFIX, fsync_dir
 from engine.topic import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class OffsetCheckpointFile:
         #: the previous generation, overwritten in place by the next write (see the module docstring)
         self.previous_path = self.path + PREVIOUS_SUFFIX
         #: the temporary file of earlier versions (and Kafka): removed by the next write
-        self.temp_path = self.path + ".tmp"
+        self.temp_path = self.path + TMP_FILE_SUFFIX
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:

@@ -44,18 +44,18 @@ from engine.records.decode import (
 )
 from engine.records.encode import encode_records, encode_values, rebuild_batch
 from engine.records.format import (
-    ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK, CRC_OFFSET, DELETE_HORIZON_FLAG_MASK,
-    HEADER_SIZE, LOG_OVERHEAD, MAGIC, MAGIC_OFFSET, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID, NO_SEQUENCE, PARTITION_LEADER_EPOCH_OFFSET, TIMESTAMP_TYPE_MASK,
+    ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK, DELETE_HORIZON_FLAG_MASK,
+    HEADER_SIZE, LOG_OVERHEAD, MAGIC, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID, NO_SEQUENCE, TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK, BatchHeader, Compression, Record, TimestampType,
 )
 from engine.records.framing import iter_batches, read_header, validate_batch
 
 __all__ = [
-    "ATTRIBUTES_OFFSET", "COMPRESSION_CODEC_MASK", "CONTROL_FLAG_MASK", "CRC_OFFSET",
-    "DELETE_HORIZON_FLAG_MASK", "HEADER_SIZE", "LOG_OVERHEAD", "MAGIC", "MAGIC_OFFSET",
-    "NO_PARTITION_LEADER_EPOCH", "NO_PRODUCER_EPOCH", "NO_PRODUCER_ID", "NO_SEQUENCE",
-    "PARTITION_LEADER_EPOCH_OFFSET", "TIMESTAMP_TYPE_MASK", "TRANSACTIONAL_FLAG_MASK",
+    "ATTRIBUTES_OFFSET", "COMPRESSION_CODEC_MASK", "CONTROL_FLAG_MASK",
+    "DELETE_HORIZON_FLAG_MASK", "HEADER_SIZE", "LOG_OVERHEAD", "MAGIC",
+    "NO_PARTITION_LEADER_EPOCH", "NO_PRODUCER_EPOCH", "NO_PRODUCER_ID", "NO_SEQUENCE", "TIMESTAMP_TYPE_MASK",
+    "TRANSACTIONAL_FLAG_MASK",
     "BatchColumns", "BatchHeader", "Compression", "Record", "TimestampType",
     "decode_batch", "decode_columns", "decode_key_columns", "decode_text", "decode_values",
     "encode_records", "encode_values", "iter_batches", "read_header", "rebuild_batch", "validate_batch",

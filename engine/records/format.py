@@ -24,12 +24,8 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 _PREFIX = struct.Struct(">qiibI")
 #: attributes .. records count: the part of the header the CRC covers.
 _CRC_COVERED_HEADER = struct.Struct(">hiqqqhii")
-_LOG_OVERHEAD = struct.Struct(">qi")
-_CRC = struct.Struct(">I")
 
-PARTITION_LEADER_EPOCH_OFFSET = 12
-MAGIC_OFFSET = 16
-CRC_OFFSET = 17
+#: Where the CRC-covered part of a batch starts.
 ATTRIBUTES_OFFSET = 21
 #: batchLength of a batch without records: the header after the length field.
 _EMPTY_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
