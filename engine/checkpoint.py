@@ -39,6 +39,7 @@ import threading
 from collections.abc import Mapping
 
 from engine.errors import CorruptCheckpointError, InvalidRequestError, LogDirFullError, StorageError
+from engine.files import TMP_FILE_SUFFIX, fsync_dir
 from engine.topic import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class OffsetCheckpointFile:
         #: the previous generation, overwritten in place by the next write (see the module docstring)
         self.previous_path = self.path + PREVIOUS_SUFFIX
         #: the temporary file of earlier versions (and Kafka): removed by the next write
-        self.temp_path = self.path + ".tmp"
+        self.temp_path = self.path + TMP_FILE_SUFFIX
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -222,7 +223,7 @@ def write_keeping_previous(path: str, data: bytes, previous: str | None = None, 
             _write_keeping_previous(path, data, previous, mode)
         else:
             _write_in_place(path, data, mode)
-            _fsync_dir(os.path.dirname(path) or ".")
+            fsync_dir(os.path.dirname(path))
 
 
 _path_locks: dict[str, threading.Lock] = {}
@@ -256,7 +257,7 @@ def _write_keeping_previous(path: str, data: bytes, previous: str, mode: int) ->
     _write_in_place(previous, data, mode)
     if not os.path.lexists(path) or not _exchange(previous, path):
         os.replace(previous, path)
-    _fsync_dir(os.path.dirname(path) or ".")
+    fsync_dir(os.path.dirname(path))
 
 
 def read_no_follow(path: str) -> bytes:
@@ -292,12 +293,3 @@ def _remove_planted_link(path: str) -> None:
     logger.error("Removing %s, which %s and is in the way of a checkpoint write; what it points at is not "
                  "touched", path, what)
     os.unlink(path)
-
-
-def _fsync_dir(path: str) -> None:
-    """Make the rename durable: a directory entry is only on disk once its directory is synced."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

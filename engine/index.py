@@ -86,8 +86,40 @@ def open_regular_file(path: str, flags: int, mode: int = 0o600) -> int:
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_OFFSET_ENTRY = struct.Struct(">ii")   # relative offset, position
-_TIME_ENTRY = struct.Struct(">qi")     # timestamp, relative offset
+#: An ``.index`` entry: 4-byte offset relative to the segment's base offset, 4-byte position in the ``.log``.
+OFFSET_INDEX_ENTRY = struct.Struct(">ii")
+#: A ``.timeindex`` entry: 8-byte timestamp, 4-byte offset relative to the segment's base offset.
+TIME_INDEX_ENTRY = struct.Struct(">qi")
+_OFFSET_ENTRY = OFFSET_INDEX_ENTRY
+_TIME_ENTRY = TIME_INDEX_ENTRY
+
+
+def offset_index_file_position(fd: int, base_offset: int, target_offset: int) -> int:
+    """Byte position in the ``.log`` from which a scan finds ``target_offset``, from an ``.index`` file.
+
+    For readers that do not map the index (the Spark source reads it through
+    the mount): a binary search with one 8-byte ``pread`` per probe, since the
+    active segment's index is preallocated (mostly zeros) and reading it whole
+    would cost more than the scan it saves.  Entries past the written ones are
+    zeros; a relative offset of 0 after the first slot marks them.  0 when no
+    entry is at or below the target.
+    """
+    size = OFFSET_INDEX_ENTRY.size
+    unpack = OFFSET_INDEX_ENTRY.unpack
+    relative = target_offset - base_offset
+    lo, hi, position = 0, os.fstat(fd).st_size // size, 0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        entry = os.pread(fd, size, mid * size)
+        if len(entry) < size:
+            hi = mid
+            continue
+        entry_relative, entry_position = unpack(entry)
+        if (mid == 0 or entry_relative > 0) and entry_relative <= relative:
+            position, lo = entry_position, mid + 1
+        else:
+            hi = mid
+    return position
 
 
 class InvalidOffsetError(LogfsError):

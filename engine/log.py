@@ -52,6 +52,7 @@ from engine import retention
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import (CorruptIndexError, CorruptRecordError, InvalidRecordError, InvalidRequestError, LogfsError,
                            OffsetOutOfRangeError, ReadOnlyError, RecordTooLargeError, StorageError, UnsafeFileError)
+from engine.files import fsync_dir, unlink_if_exists
 from engine.records import HEADER_SIZE, Compression, Record, decode_batch, encode_values, validate_batch
 from engine.render import appended_view_sizes
 from engine.segment import (CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
@@ -236,7 +237,7 @@ class LogLoader:
             if name.endswith(DELETED_FILE_SUFFIX):
                 if not self.read_only:
                     logger.debug(self._prefix + "Deleting stray temporary file %s", path)
-                    _unlink_quietly(path)
+                    unlink_if_exists(path)
             elif name.endswith(CLEANED_FILE_SUFFIX):
                 try:
                     offset = offset_from_file_name(name)
@@ -258,13 +259,13 @@ class LogLoader:
                 if not self.read_only:
                     logger.debug(self._prefix + "Deleting invalid swap file %s minCleanedFileOffset: %d",
                                  path, min_cleaned_offset)
-                    _unlink_quietly(path)
+                    unlink_if_exists(path)
             else:
                 valid.append(path)
         if not self.read_only:
             for path in cleaned_files:
                 logger.debug(self._prefix + "Deleting stray .clean file %s", path)
-                _unlink_quietly(path)
+                unlink_if_exists(path)
         return valid
 
     def _segment_bases(self) -> list[int]:
@@ -382,7 +383,7 @@ class LogLoader:
                 if base <= offset < next_offset and name.endswith(_OWN_SEGMENT_FILE_SUFFIXES):
                     logger.info(self._prefix + "Deleting segment files %s that is compacted but has not "
                                 "been deleted yet.", name)
-                    _unlink_quietly(os.path.join(self.dir, name))
+                    unlink_if_exists(os.path.join(self.dir, name))
         installed_logs = {os.path.basename(path)[:-len(SWAP_FILE_SUFFIX)] for path, _, _ in installed}
         for name in self._files():
             if name.endswith(SWAP_FILE_SUFFIX):
@@ -424,7 +425,7 @@ class LogLoader:
                 if not os.path.lexists(log_file_path(self.dir, offset)) and not self.read_only:
                     logger.warning(self._prefix + "Found an orphaned index file %s, with no corresponding "
                                    "log file.", path)
-                    _unlink_quietly(path)
+                    unlink_if_exists(path)
             elif name.endswith(LOG_FILE_SUFFIX):
                 try:
                     base = offset_from_file_name(name)
@@ -561,13 +562,6 @@ class LogLoader:
             del self.segments[segment.base_offset]
             segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
             self.pending.append(_PendingDeletion(due, segment))
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 class Log:
@@ -1128,7 +1122,7 @@ class Log:
         for segment in to_flush:
             segment.flush()
         if any(s.base_offset >= recovery_point for s in to_flush):
-            _fsync_dir(self.dir)       # new segment files must survive a crash too
+            fsync_dir(self.dir, missing_ok=True)       # new segment files must survive a crash too
         with self.lock:
             if offset > self._recovery_point:
                 self._recovery_point = offset
@@ -1340,7 +1334,7 @@ class Log:
             for segment in new_sorted:
                 if segment.has_suffix(SWAP_FILE_SUFFIX):
                     segment.change_file_suffixes(SWAP_FILE_SUFFIX, "")
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir, missing_ok=True)
             self._update_log_end_offset(self.log_end_offset)
         self._notify()
 
@@ -1389,13 +1383,3 @@ class Log:
         return (f"Log(dir={self.dir}, topicPartition={self.topic_partition}, logStartOffset="
                 f"{self._log_start_offset}, logEndOffset={self.log_end_offset})")
 
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return          # renamed for deletion concurrently: nothing to make durable
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -126,6 +126,7 @@ from engine.errors import (
     UnknownTopicOrPartitionError,
     UnsafeFileError,
 )
+from engine.files import atomic_write, fsync_dir
 from engine.log import CLIENT_RECORD_DELETION, Log
 from engine.log_deletion import LogDeletionQueue, PendingDeletion
 from engine.log_dirs import (
@@ -356,7 +357,7 @@ class LogManager:
                 path = os.path.join(log_dir, delete_dir_name(tp.topic, tp.partition, uuid.uuid4().hex))
                 try:
                     os.rename(entry_path, path)
-                    _fsync_dir(log_dir)
+                    fsync_dir(log_dir)
                 except OSError as exc:
                     raise StorageError(f"Failed to rename {entry_path} of deleted topic {tp.topic} for "
                                        f"deletion: {exc.strerror}") from exc
@@ -707,7 +708,7 @@ class LogManager:
                     PendingDeletion(log.dir, log, now, log.config.file_delete_delay_ms, tp))
             for parent in sorted({os.path.dirname(log.dir) for _, log in removed}):
                 try:
-                    _fsync_dir(parent)          # the renames survive a power loss, not only kill -9
+                    fsync_dir(parent)          # the renames survive a power loss, not only kill -9
                 except OSError as exc:
                     failures.append(f"fsync of {parent}: {exc.strerror}")
             if not failures:
@@ -957,10 +958,11 @@ class LogManager:
                 ok = False
                 logger.error("Error writing checkpoints in %s during shutdown: %s", log_dir, exc)
             if ok:
+                marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
                 try:
-                    _atomic_write(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), b"")
-                except StorageError as exc:
-                    logger.error("%s", exc)
+                    atomic_write(marker, b"")
+                except OSError as exc:
+                    logger.error("Error while writing %s: %s", marker, exc.strerror or exc)
         self._unlock_log_dirs()
         logger.info("Shutdown complete.")
 
@@ -998,35 +1000,3 @@ def _moved_log_start_offsets(logs: list[Log]) -> dict[TopicPartition, int]:
         if log.log_start_offset > first_base:
             offsets[log.topic_partition] = log.log_start_offset
     return offsets
-
-
-def _fsync_dir(path: str) -> None:
-    """Make renames and unlinks in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    """Write ``path`` as tmp + fsync + rename + fsync of the directory."""
-    tmp = path + ".tmp"
-    try:
-        # never through a link planted under the temporary name (issue 9)
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666), "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fd = os.open(os.path.dirname(path), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise StorageError(f"Error while writing {path}: {exc.strerror or exc}") from exc

@@ -42,6 +42,11 @@ from engine import records as _records
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import (CorruptIndexError, CorruptRecordError, InvalidRequestError, LogDirFullError, ReadOnlyError,
                            StorageError, UnsafeFileError)
+from engine.files import (  # noqa: F401  (re-exported: engine.segment was their home)
+    CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX, filename_prefix_from_offset, log_file_path,
+    offset_from_file_name, offset_index_file_path, time_index_file_path,
+)
 from engine.index import OffsetIndex, TimeIndex, open_regular_file
 from engine.records import (HEADER_SIZE, LOG_OVERHEAD, MAGIC, TIMESTAMP_TYPE_MASK, BatchHeader, read_header,
                             validate_batch)
@@ -51,13 +56,6 @@ from engine.viewindex import ViewIndex
 
 log = logging.getLogger(__name__)
 
-LOG_FILE_SUFFIX = ".log"
-INDEX_FILE_SUFFIX = ".index"
-TIME_INDEX_FILE_SUFFIX = ".timeindex"
-TXN_INDEX_FILE_SUFFIX = ".txnindex"
-DELETED_FILE_SUFFIX = ".deleted"
-CLEANED_FILE_SUFFIX = ".cleaned"
-SWAP_FILE_SUFFIX = ".swap"
 
 _INT32_MAX = 0x7FFFFFFF
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
@@ -88,31 +86,6 @@ class LogOffsetPosition(NamedTuple):
     offset: int
     position: int
     size: int
-
-
-def filename_prefix_from_offset(offset: int) -> str:
-    """Kafka's 20-digit zero-padded base offset that names a segment's files."""
-    return f"{offset:020d}"
-
-
-def log_file_path(dir: str, offset: int, suffix: str = "") -> str:
-    return os.path.join(dir, filename_prefix_from_offset(offset) + LOG_FILE_SUFFIX + suffix)
-
-
-def offset_index_file_path(dir: str, offset: int, suffix: str = "") -> str:
-    return os.path.join(dir, filename_prefix_from_offset(offset) + INDEX_FILE_SUFFIX + suffix)
-
-
-def time_index_file_path(dir: str, offset: int, suffix: str = "") -> str:
-    return os.path.join(dir, filename_prefix_from_offset(offset) + TIME_INDEX_FILE_SUFFIX + suffix)
-
-
-def offset_from_file_name(name: str) -> int:
-    """The base offset a segment file name starts with; ValueError if it has none."""
-    prefix = os.path.basename(name).split(".", 1)[0]
-    if not prefix.isdigit():
-        raise ValueError(f"{name!r} does not start with a base offset")
-    return int(prefix)
 
 
 def replace_suffix(path: str, old_suffix: str, new_suffix: str) -> str:
@@ -458,39 +431,27 @@ class LogSegment:
             raise self._damaged(f"The {end - pos} bytes up to the segment's valid size {end} do not hold "
                                 "a whole record batch (the file is cut short or damaged)", pos)
 
-    def _headers(self, start: int, end: int, strict: bool = True) -> Iterator[tuple[int, BatchHeader]]:
-        """Shallow walk of batch headers in [start, end); see _check_header for ``strict``."""
-        fd = self._fd
-        pos = start
-        buf = b""
-        buf_start = start
-        while pos + HEADER_SIZE <= end:
-            off = pos - buf_start
-            if off < 0 or off + HEADER_SIZE > len(buf):
-                buf = os.pread(fd, min(_HEADER_SCAN_CHUNK, end - pos), pos)
-                buf_start, off = pos, 0
-                if len(buf) < HEADER_SIZE:
-                    self._short(pos, end, strict)
-                    return
-            header = read_header(buf, off)
-            if not self._check_header(header, pos, end, strict):
-                return
-            yield pos, header
-            pos += LOG_OVERHEAD + header.batch_length
-        if pos < end:
-            self._short(pos, end, strict)
+    def _walk(self, start: int, end: int, strict: bool = True,
+              whole: bool = True) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
+        """The segment's one batch walker over [start, end): (position, header, buffer, offset in buffer).
 
-    def _batches_with_bytes(self, start: int, end: int,
-                            strict: bool = True) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
-        """Walk whole batches in [start, end): (position, header, buffer, offset in buffer)."""
+        ``whole`` walks read big chunks (``_BODY_SCAN_CHUNK``) and re-read a
+        batch that does not fit, so every batch yielded is whole in its buffer
+        (recovery, decoding, view index rebuilds).  Header-only walks
+        (``whole=False``: offset and timestamp translation) read small chunks
+        (``_HEADER_SCAN_CHUNK``) and skip over batch bodies without reading
+        them; the buffer then holds the header, not necessarily the body.
+        See _check_header for ``strict``.
+        """
         fd = self._fd
+        chunk = _BODY_SCAN_CHUNK if whole else _HEADER_SCAN_CHUNK
         pos = start
         buf = b""
         buf_start = start
         while pos + HEADER_SIZE <= end:
             off = pos - buf_start
             if off + HEADER_SIZE > len(buf):
-                buf = os.pread(fd, min(_BODY_SCAN_CHUNK, end - pos), pos)
+                buf = os.pread(fd, min(chunk, end - pos), pos)
                 buf_start, off = pos, 0
                 if len(buf) < HEADER_SIZE:
                     self._short(pos, end, strict)
@@ -499,8 +460,8 @@ class LogSegment:
             if not self._check_header(header, pos, end, strict):
                 return
             size = LOG_OVERHEAD + header.batch_length
-            if off + size > len(buf):
-                buf = os.pread(fd, max(size, min(_BODY_SCAN_CHUNK, end - pos)), pos)
+            if whole and off + size > len(buf):
+                buf = os.pread(fd, max(size, min(chunk, end - pos)), pos)
                 buf_start, off = pos, 0
                 if len(buf) < size:
                     self._short(pos, end, strict)
@@ -509,6 +470,16 @@ class LogSegment:
             pos += size
         if pos < end:
             self._short(pos, end, strict)
+
+    def _headers(self, start: int, end: int, strict: bool = True) -> Iterator[tuple[int, BatchHeader]]:
+        """Header-only walk of [start, end): (position, header); see _walk."""
+        for pos, header, _, _ in self._walk(start, end, strict, whole=False):
+            yield pos, header
+
+    def _batches_with_bytes(self, start: int, end: int,
+                            strict: bool = True) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
+        """Whole-batch walk of [start, end): (position, header, buffer, offset in buffer); see _walk."""
+        return self._walk(start, end, strict)
 
     def batches(self, start_position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of every batch from ``start_position`` up to the current size."""

@@ -23,26 +23,23 @@ from typing import NamedTuple, TextIO
 
 from crc32c import crc32c
 
+from engine.checkpoint import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT
 from engine.errors import CorruptCheckpointError, CorruptRecordError, InvalidTopicError
+from engine.files import (
+    INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+)
+from engine.index import OFFSET_INDEX_ENTRY as _OFFSET_ENTRY
+from engine.index import TIME_INDEX_ENTRY as _TIME_ENTRY
 from engine.records import (
-    HEADER_SIZE, BatchHeader, TimestampType, decode_batch, decode_values, read_header, validate_batch,
+    HEADER_SIZE, BatchHeader, TimestampType, decode_batch, decode_values, iter_batches, read_header,
+    validate_batch,
 )
 from engine.topic import DELETE_DIR_SUFFIX, TopicPartition, parse_topic_partition_dir
 
 logger = logging.getLogger(__name__)
 
-LOG_FILE_SUFFIX = ".log"
-INDEX_FILE_SUFFIX = ".index"
-TIME_INDEX_FILE_SUFFIX = ".timeindex"
-#: Suffixes of files in flight (asynchronous deletion, the cleaner's swap): the
-#: next startup finishes or rolls them back.  ``.swap`` files are checked all
-#: the same, since startup installs them in place of segments.
-IN_FLIGHT_SUFFIXES = (".deleted", ".cleaned", ".swap")
-CHECKPOINT_FILES = ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint",
-                    "cleaner-offset-checkpoint")
+CHECKPOINT_FILES = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT)
 
-_OFFSET_ENTRY = struct.Struct(">ii")      # relative offset, position
-_TIME_ENTRY = struct.Struct(">qi")        # timestamp, relative offset
 _TXN_ENTRY = struct.Struct(">hqqqq")      # version, producer id, first, last, last stable offset
 #: ProducerStateManager's snapshot: version, CRC32C, then an array of producer entries
 _SNAPSHOT_HEADER = struct.Struct(">hIi")
@@ -192,14 +189,7 @@ def _batches_by_position(log_path: str) -> dict[int, BatchHeader]:
     found: dict[int, BatchHeader] = {}
     if not os.path.exists(log_path):
         return found
-    data = _read_file(log_path)
-    position = 0
-    while position + HEADER_SIZE <= len(data):
-        header = read_header(data, position)
-        if header.batch_length < HEADER_SIZE - 12 or position + header.size > len(data):
-            break
-        found[position] = header
-        position += header.size
+    found.update(iter_batches(_read_file(log_path), lenient=True))
     return found
 
 
@@ -487,7 +477,7 @@ class _Checker:
             end_offset = max(end_offset, summary.next_offset)
         # A .swap is what the next mount installs in place of segments (the
         # cleaner's crash-interrupted swap): it must be a sound segment.
-        swap_suffix = LOG_FILE_SUFFIX + ".swap"
+        swap_suffix = LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX
         for name in sorted(n for n in names if n.endswith(swap_suffix) and n[:-len(swap_suffix)].isdigit()):
             path = os.path.join(partition_dir, name)
             before = self.problems

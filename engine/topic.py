@@ -6,15 +6,11 @@ import re
 from typing import NamedTuple
 
 from engine.errors import InvalidTopicError, InvalidPartitionError
+from engine.files import DELETE_DIR_SUFFIX  # re-exported: its home is engine.files
 from engine.numbers import INT_MAX, parse_canonical_int
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-
-#: Suffix of a partition directory renamed for asynchronous deletion, as Kafka's
-#: ``LocalLog.DeleteDirSuffix``.  Kafka also inserts a unique id before it so a
-#: topic of the same name can be created (and deleted) again at once.
-DELETE_DIR_SUFFIX = "-delete"
 
 
 #: Longest file name of common Linux file systems (NAME_MAX).

@@ -218,8 +218,7 @@ class TransactionState:
                     try:
                         columns = _records.decode_columns(buf, off, header)
                     except CorruptRecordError as exc:
-                        raise CorruptRecordError(str(exc).split(" (file ")[0], path=segment.log_path,
-                                                 position=pos) from None
+                        raise exc.at(segment.log_path, pos) from None
                     text_size, json_size = columns_view_sizes(columns, tp.topic, tp.partition,
                                                               int(header.timestamp_type))
                     count = len(columns.values)

@@ -56,6 +56,9 @@ from engine.errors import (
     ReadOnlyError,
     UnknownTopicOrPartitionError,
 )
+from engine.files import (
+    DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SEGMENT_FILE_SUFFIXES, filename_prefix_from_offset,
+)
 from engine.numbers import parse_canonical_int
 from engine.topic import TopicPartition, parse_partition, validate_topic_name
 from engine.views import LogView, ViewFormat, ViewIdentity, record_at
@@ -79,8 +82,6 @@ DIR_MODE = 0o755
 VIEW_MODE = 0o444
 RW_MODE = 0o644
 WRITE_ONLY_MODE = 0o200
-
-SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
 
 #: Forgotten content nodes kept so an unchanged file keeps its inode number (see Namespace.forgotten).
 RETIRED_NODES = 4096
@@ -798,9 +799,9 @@ class SegmentFile(FileNode):
         if seg is None:
             return self._last_size
         try:
-            if self.suffix == ".log":
+            if self.suffix == LOG_FILE_SUFFIX:
                 size = seg.size
-            elif self.suffix == ".index":
+            elif self.suffix == INDEX_FILE_SUFFIX:
                 size = seg.offset_index.entries * seg.offset_index.entry_size
             else:
                 size = seg.time_index.entries * seg.time_index.entry_size
@@ -828,15 +829,15 @@ class SegmentFile(FileNode):
         seg = self._segment()
         if seg is None:
             return ()
-        if self.suffix == ".log":
+        if self.suffix == LOG_FILE_SUFFIX:
             path = seg.log_path
-        elif self.suffix == ".index":
+        elif self.suffix == INDEX_FILE_SUFFIX:
             path = seg.offset_index.path
         else:
             path = seg.time_index.path
         # The segment may have been scheduled for deletion (renamed .deleted)
         # since the lookup; its bytes are still the same.
-        return (path,) if path.endswith(".deleted") else (path, path + ".deleted")
+        return (path,) if path.endswith(DELETED_FILE_SUFFIX) else (path, path + DELETED_FILE_SUFFIX)
 
     def open(self, write: bool) -> Handle:
         self._refuse_write(write)
@@ -1108,8 +1109,8 @@ class SegmentsDir(_PartitionSubDir):
     def names(self) -> list[str]:
         names = []
         for base in self.ns.log(self.tp).segments.keys():
-            stem = f"{base:020d}"
-            names.extend(stem + suffix for suffix in (".log", ".index", ".timeindex", ".jsonl"))
+            stem = filename_prefix_from_offset(base)
+            names.extend(stem + suffix for suffix in (*SEGMENT_FILE_SUFFIXES, ".jsonl"))
         return names
 
     def lookup(self, name: str) -> Node:

@@ -129,7 +129,6 @@ import logging
 import math
 import os
 import re
-import struct
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -169,6 +168,8 @@ from engine.errors import (
     StorageError,
     UnknownTopicOrPartitionError,
 )
+from engine.files import INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, segment_file_name
+from engine.index import offset_index_file_position
 from engine.records import (
     HEADER_SIZE,
     MAGIC,
@@ -776,6 +777,25 @@ def _to_kafka_batch(table: pa.Table, lo: int, hi: int, include_headers: bool) ->
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
+def _skip_deleted(opts: SourceOptions, partition: str, start: int, log_start: int, log_end: int) -> int:
+    """``failOnDataLoss`` for a read at ``start`` below the log start offset: raise, or warn and skip.
+
+    The one statement of the rule for reads that find their offsets deleted
+    (retention or DeleteRecords) under them; returns the log start offset to
+    read from instead.  (Resolving ``startingOffsets`` applies the same rule
+    with its own wording, in _resolve.)
+    """
+    if opts.fail_on_data_loss:
+        raise OffsetOutOfRangeError(
+            f"Offsets [{start}, {log_start}) of {partition} were deleted (retention or "
+            "DeleteRecords) before they were read; some data may have been missed. Set "
+            "failOnDataLoss=false to skip them.",
+            offset=start, log_start_offset=log_start, log_end_offset=log_end)
+    log.warning("[logfs source] Offsets [%d, %d) of %s were deleted before they were read; "
+                "skipping them (failOnDataLoss=false)", start, log_start, partition)
+    return log_start
+
+
 def _open_view(opts: SourceOptions, rng: OffsetRangePartition) -> tuple[Any, int]:
     """Open ``from/<N>.jsonl`` for the range; handle a start below the log start offset."""
     start = rng.from_offset
@@ -787,15 +807,7 @@ def _open_view(opts: SourceOptions, rng: OffsetRangePartition) -> tuple[Any, int
     # The mount refuses offsets outside [log start, log end]: find out which case this is.
     log_start, log_end = offset_bounds(opts.mount, rng.topic, rng.partition)
     if start < log_start:
-        if opts.fail_on_data_loss:
-            raise OffsetOutOfRangeError(
-                f"Offsets [{start}, {log_start}) of {rng.topic}-{rng.partition} were deleted (retention or "
-                "DeleteRecords) before they were read; some data may have been missed. Set "
-                "failOnDataLoss=false to skip them.",
-                offset=start, log_start_offset=log_start, log_end_offset=log_end)
-        log.warning("[logfs source] Offsets [%d, %d) of %s-%d were deleted before they were read; "
-                    "skipping them (failOnDataLoss=false)", start, log_start, rng.topic, rng.partition)
-        start = log_start
+        start = _skip_deleted(opts, f"{rng.topic}-{rng.partition}", start, log_start, log_end)
         if start >= rng.until_offset:
             return None, start
         path = os.path.join(opts.mount, rng.topic, str(rng.partition), "from", f"{start}.jsonl")
@@ -923,8 +935,6 @@ def read_range_jsonl(opts: SourceOptions, rng: OffsetRangePartition) -> Iterator
 #: Bytes per read() of a ``.log`` file: large enough that the mount's per-request
 #: cost vanishes, small enough that a task's memory stays bounded.
 _SEGMENT_READ_BYTES = 4 << 20
-#: An ``.index`` entry: 4-byte offset relative to the segment base, 4-byte position.
-_INDEX_ENTRY = struct.Struct(">ii")
 #: How often one task re-lists a partition's segments after a file vanished under it
 #: before giving up (each re-list follows a retention or cleaner pass that completed).
 _MAX_RELISTS = 50
@@ -933,36 +943,21 @@ _FLUSH_RECORDS = 1 << 15
 
 
 def _segment_file(mount: str, topic: str, partition: int, base_offset: int, suffix: str) -> str:
-    return os.path.join(mount, topic, str(partition), "segments", f"{base_offset:020d}{suffix}")
+    return os.path.join(mount, topic, str(partition), "segments", segment_file_name(base_offset, suffix))
 
 
 def index_position(index_path: str, base_offset: int, target_offset: int) -> int:
     """Byte position in the ``.log`` from which a scan finds ``target_offset`` (0 without help).
 
-    Binary search over the sparse ``.index`` with one 8-byte ``pread`` per probe:
-    the active segment's index is preallocated (10 MiB of mostly zeros), so
-    reading it whole would cost more than the scan it saves.  Entries past the
-    written ones are zeros; a relative offset of 0 after the first slot marks them.
+    The search is :func:`engine.index.offset_index_file_position`; a missing
+    ``.index`` (the segment was just deleted) gives 0.
     """
     try:
         fd = os.open(index_path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return 0
     try:
-        relative = target_offset - base_offset
-        lo, hi, position = 0, os.fstat(fd).st_size // _INDEX_ENTRY.size, 0
-        while lo < hi:
-            mid = (lo + hi) // 2
-            entry = os.pread(fd, _INDEX_ENTRY.size, mid * _INDEX_ENTRY.size)
-            if len(entry) < _INDEX_ENTRY.size:
-                hi = mid
-                continue
-            entry_relative, entry_position = _INDEX_ENTRY.unpack(entry)
-            if (mid == 0 or entry_relative > 0) and entry_relative <= relative:
-                position, lo = entry_position, mid + 1
-            else:
-                hi = mid
-        return position
+        return offset_index_file_position(fd, base_offset, target_offset)
     finally:
         os.close(fd)
 
@@ -1084,16 +1079,8 @@ class SegmentRangeReader:
         state = partition_state(self.opts.mount, self.topic, self.partition)
         log_start = int(state["log_start_offset"])
         if self.next_offset < log_start:
-            if self.opts.fail_on_data_loss:
-                raise OffsetOutOfRangeError(
-                    f"Offsets [{self.next_offset}, {log_start}) of {self._name} were deleted (retention or "
-                    "DeleteRecords) before they were read; some data may have been missed. Set "
-                    "failOnDataLoss=false to skip them.",
-                    offset=self.next_offset, log_start_offset=log_start,
-                    log_end_offset=int(state["log_end_offset"]))
-            log.warning("[logfs source] Offsets [%d, %d) of %s were deleted before they were read; "
-                        "skipping them (failOnDataLoss=false)", self.next_offset, log_start, self._name)
-            self.next_offset = log_start
+            self.next_offset = _skip_deleted(self.opts, self._name, self.next_offset, log_start,
+                                             int(state["log_end_offset"]))
         return sorted(int(s["base_offset"]) for s in state["segments"])
 
     def _relist(self, why: str) -> list[int]:
@@ -1124,7 +1111,7 @@ class SegmentRangeReader:
                     break               # no segment holds [next, until): removed by the cleaner
                 bases, listing_is_fresh = self._relist("Read past the last known segment"), True
                 continue
-            path = _segment_file(self.opts.mount, self.topic, self.partition, base, ".log")
+            path = _segment_file(self.opts.mount, self.topic, self.partition, base, LOG_FILE_SUFFIX)
             try:
                 segment = open(path, "rb", buffering=0)
             except FileNotFoundError:
@@ -1134,7 +1121,7 @@ class SegmentRangeReader:
                 start = 0
                 if self.next_offset > base:
                     start = index_position(_segment_file(self.opts.mount, self.topic, self.partition,
-                                                         base, ".index"), base, self.next_offset)
+                                                         base, INDEX_FILE_SUFFIX), base, self.next_offset)
                 try:
                     yield from self._read_segment(segment, path, base, start)
                 except _StaleIndex:

@@ -57,6 +57,7 @@ from collections.abc import Iterable, Sequence
 from engine.checkpoint import (CLEAN_SHUTDOWN_FILE, CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
                                RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile)
 from engine.errors import LogfsError
+from engine.files import LOG_FILE_SUFFIX, atomic_write, fsync_dir
 from engine.topic import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -233,26 +234,8 @@ def read_topic_id(partition_dir: str) -> str:
     return fields["topic_id"]
 
 
-def _write_file(path: str, data: bytes) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path))
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _has_records(partition_dir: str) -> bool:
-    return any(name.endswith(".log") and os.path.getsize(os.path.join(partition_dir, name)) > 0
+    return any(name.endswith(LOG_FILE_SUFFIX) and os.path.getsize(os.path.join(partition_dir, name)) > 0
                for name in os.listdir(partition_dir))
 
 
@@ -332,10 +315,10 @@ def adopt(data_dirs: Sequence[str], broker_log_dir: str, *, copy: bool = False) 
             else:
                 source = p.dir
             # The topic ID goes in before the dir does: Kafka treats a log without one as a stray.
-            _write_file(os.path.join(source, PARTITION_METADATA_FILE), metadata)
+            atomic_write(os.path.join(source, PARTITION_METADATA_FILE), metadata)
             shutil.rmtree(target)
             os.rename(source, target)
-            _fsync_dir(broker_dir)
+            fsync_dir(broker_dir)
             logger.info("Adopted %s into %s with topic ID %s (log start %d, log end %d)", tp, target,
                         topic_ids[tp], p.log_start_offset, p.log_end_offset)
         return Adoption(broker_dir, [(p.topic_partition, topic_ids[p.topic_partition], p.log_start_offset,

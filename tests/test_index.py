@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from engine.errors import CorruptIndexError, InvalidConfigError, InvalidRequestError, LogfsError, StorageError
 from engine.index import (IndexFullError, IndexOffsetOverflowError, InvalidOffsetError, OffsetIndex, TimeIndex,
-                          WARM_SECTION_BYTES)
+                          WARM_SECTION_BYTES, offset_index_file_position)
 
 BASE = 1_000
 MB = 1 << 20
@@ -56,6 +56,30 @@ def test_offset_lookup_matches_bisect(tmp_path_factory, n, seed, probes):
     for i in range(0, n, max(1, n // 10)):
         assert idx.entry(i) == entries[i]
     idx.close()
+
+
+@given(n=st.integers(0, 1500), seed=st.integers(0, 2**32), probes=st.lists(st.integers(-50, 70_000), max_size=30))
+def test_file_position_lookup_matches_the_mapped_index(tmp_path_factory, n, seed, probes):
+    # The Spark source's pread search over the file, preallocated (zeros after the
+    # written entries) and then trimmed by a clean close: the position of the naive lookup.
+    rng = random.Random(seed)
+    entries = offset_entries(rng, n)
+    idx = fresh_offset_index(tmp_path_factory.mktemp("oi"))
+    for offset, position in entries:
+        idx.append(offset, position)
+    idx.flush()
+    targets = probes + [o for o, _ in entries[:: max(1, n // 15)]] + [BASE - 1, BASE]
+    expected = {target: naive_lookup(entries, target, (BASE, 0))[1] for target in targets}
+    for trimmed in (False, True):
+        if trimmed:
+            idx.close()
+        assert (os.path.getsize(idx.path) == n * 8) == trimmed
+        fd = os.open(idx.path, os.O_RDONLY)
+        try:
+            for target in targets:
+                assert offset_index_file_position(fd, BASE, target) == expected[target], (trimmed, target)
+        finally:
+            os.close(fd)
 
 
 @given(n=st.integers(1, 1500), seed=st.integers(0, 2**32), data=st.data())

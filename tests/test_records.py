@@ -321,6 +321,18 @@ def test_impossible_batch_length_raises_in_walk() -> None:
         list(iter_batches(bytes(batch)))
 
 
+def test_lenient_walk_stops_at_an_impossible_batch_length() -> None:
+    # The tools' walk: the batches before the damage, then nothing.
+    first = encode_values(0, [b"a"], TS)
+    second = encode_values(1, [b"b", b"c"], TS)
+    damaged = bytearray(encode_values(3, [b"d"], TS))
+    struct.pack_into(">i", damaged, 8, 3)
+    buf = first + second + bytes(damaged) + first
+    assert [(pos, h.base_offset) for pos, h in iter_batches(buf, lenient=True)] == [(0, 0), (len(first), 1)]
+    with pytest.raises(CorruptRecordError, match="smaller than the minimum"):
+        list(iter_batches(buf))
+
+
 @pytest.mark.parametrize("damage", ["record_length", "value_length", "count"])
 def test_bad_record_framing_with_valid_crc(damage) -> None:
     good = encode_values(0, [b"hello", b"world"], TS)
@@ -357,9 +369,9 @@ def test_garbage_compressed_section() -> None:
 # reference: for every batch, the public functions must return exactly what it
 # returns, or raise CorruptRecordError exactly when it fails.
 
-from engine.records import (  # noqa: E402
-    _records_of, _records_section, _uniform_values, _values_of, decode_text,
-)
+from engine.records import decode_text  # noqa: E402
+from engine.records.decode import _records_of, _records_section, _values_of  # noqa: E402
+from engine.records.fastpath import _uniform_values  # noqa: E402
 
 
 def general_values(batch: bytes):

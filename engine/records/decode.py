@@ -1,0 +1,498 @@
+"""Decoding batches: values, text, Records, columns and the cleaner's key columns.
+
+Hot path, inlined on purpose: the general loops (``_values_of``,
+``_records_of``, ``decode_key_columns``) decode one- and two-byte varints
+inline, since a function call costs more than the rest of a record; the public
+entry points first try the layout proof of :mod:`engine.records.fastpath`.
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+from typing import NamedTuple, cast
+from collections.abc import Iterable, Sequence
+
+from engine.errors import CorruptRecordError
+from engine.records.compression import _decompress
+from engine.records.fastpath import _uniform_values
+from engine.records.format import (
+    _EMPTY_BATCH_LENGTH, COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK, HEADER_SIZE, LOG_OVERHEAD, MAGIC,
+    TIMESTAMP_TYPE_MASK, BatchHeader, Compression, Record, _new_record,
+)
+from engine.records.framing import read_header
+from engine.records.varint import _read_varint
+
+# ---------------------------------------------------------------------------
+# Decoding
+# ---------------------------------------------------------------------------
+
+def _records_section(buf, pos: int, header: BatchHeader | None,
+                     include_control: bool = False) -> tuple[BatchHeader, bytes | None]:
+    """Header and (decompressed) records bytes; None for a control batch."""
+    if header is None:
+        header = read_header(buf, pos)
+    if header.magic != MAGIC:
+        raise CorruptRecordError(f"Record batch has magic {header.magic}, only magic {MAGIC} is supported",
+                                 position=pos)
+    end = pos + header.batch_length + LOG_OVERHEAD
+    if header.batch_length < _EMPTY_BATCH_LENGTH or end > len(buf):
+        raise CorruptRecordError(f"Record batch of {header.size} bytes does not fit in the buffer",
+                                 position=pos)
+    if header.attributes & CONTROL_FLAG_MASK and not include_control:
+        return header, None
+    data = buf[pos + HEADER_SIZE:end]
+    codec = header.attributes & COMPRESSION_CODEC_MASK
+    if codec:
+        try:
+            data = _decompress(codec, data)
+        except Exception as exc:        # every codec library has its own error type
+            raise CorruptRecordError(
+                f"Failed to decompress the {Compression(codec).codec_name if codec <= 4 else codec} "
+                f"records of the batch at offset {header.base_offset}: {exc}", position=pos) from exc
+    elif type(data) is not bytes:
+        data = bytes(data)
+    return header, data
+
+
+def _corrupt(header: BatchHeader, pos: int, detail: str) -> CorruptRecordError:
+    return CorruptRecordError(
+        f"Found invalid record structure in the batch at offset {header.base_offset}: {detail}",
+        position=pos)
+
+
+# --- the general loop ---------------------------------------------------------------
+
+def _values_of(data: bytes, count: int, pos: int = 0,
+               out: list[bytes | None] | None = None) -> list[bytes | None]:
+    """The values of ``count`` records of an uncompressed records section from ``pos``.
+
+    Any layout: this is where kafka-python's and Java's batches, keyed records,
+    nulls and headers go, and where the fast paths hand over.  Varints of one and
+    two bytes (lengths and offset deltas below 8192: nearly every record) are
+    decoded inline, since a function call costs more than the rest of the
+    record; longer ones go through _read_varint.  Only the record, key and value
+    lengths are decoded; the timestamp and offset deltas are skipped by their
+    continuation bits and the headers by the record length.
+    """
+    if out is None:
+        out = []
+    append = out.append
+    read_varint = _read_varint
+    for _ in range(count):
+        b = data[pos]
+        if b < 0x80:
+            if b & 1:
+                raise ValueError(f"invalid record length {(b >> 1) ^ -1}")
+            end = pos + 1 + (b >> 1)
+            pos += 2                    # length, attributes
+        else:
+            c = data[pos + 1]
+            if c < 0x80:
+                if b & 1:
+                    raise ValueError(f"invalid record length {(((b & 0x7F) | (c << 7)) >> 1) ^ -1}")
+                end = pos + 2 + (((b & 0x7F) | (c << 7)) >> 1)
+                pos += 3
+            else:
+                size, pos = read_varint(data, pos)
+                if size < 0:
+                    raise ValueError(f"invalid record length {size}")
+                end = pos + size
+                pos += 1
+        while data[pos] > 0x7F:         # timestamp delta
+            pos += 1
+        pos += 1
+        while data[pos] > 0x7F:         # offset delta
+            pos += 1
+        b = data[pos + 1]               # key length
+        if b == 1:
+            pos += 2
+        elif b < 0x80 and not b & 1:
+            pos += 2 + (b >> 1)
+        else:
+            key_len, pos = read_varint(data, pos + 1)
+            if key_len < -1:
+                raise ValueError(f"invalid key length {key_len}")
+            if key_len > 0:
+                pos += key_len
+        b = data[pos]                   # value length
+        if b < 0x80:
+            if b & 1:
+                if b != 1:
+                    raise ValueError(f"invalid value length {(b >> 1) ^ -1}")
+                append(None)
+                pos = end
+                continue
+            pos += 1
+            value_end = pos + (b >> 1)
+        else:
+            c = data[pos + 1]
+            if c < 0x80 and not b & 1:
+                pos += 2
+                value_end = pos + (((b & 0x7F) | (c << 7)) >> 1)
+            else:
+                value_len, pos = read_varint(data, pos)
+                if value_len < -1:
+                    raise ValueError(f"invalid value length {value_len}")
+                if value_len == -1:
+                    append(None)
+                    pos = end
+                    continue
+                value_end = pos + value_len
+        if value_end >= end:
+            raise ValueError(f"value ending at {value_end} overruns its record ending at {end}")
+        append(data[pos:value_end])
+        pos = end
+    if pos != len(data):
+        raise ValueError(f"{len(data) - pos} bytes left after the last record")
+    return out
+
+
+def _read_headers(data: bytes, pos: int) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
+    count, pos = _read_varint(data, pos)
+    if count < 0:
+        raise ValueError(f"invalid number of record headers {count}")
+    headers = []
+    for _ in range(count):
+        key_len, pos = _read_varint(data, pos)
+        if key_len < 0:
+            raise ValueError(f"invalid negative header key size {key_len}")
+        if pos + key_len > len(data):
+            raise ValueError(f"header key of {key_len} bytes overruns the records section")
+        header_key = data[pos:pos + key_len].decode("utf-8")
+        pos += key_len
+        value_len, pos = _read_varint(data, pos)
+        if value_len < -1:
+            raise ValueError(f"invalid header value length {value_len}")
+        if value_len == -1:
+            header_value = None
+        else:
+            header_value = data[pos:pos + value_len]
+            pos += value_len
+        headers.append((header_key, header_value))
+    return tuple(headers), pos
+
+
+def _records_of(data: bytes, header: BatchHeader, pos: int = 0, count: int | None = None) -> list[Record]:
+    """``count`` records (default: all) of an uncompressed records section from ``pos``.
+
+    As _values_of, but complete.  Fields go into parallel lists and the Records
+    are made at the end by one ``map`` of ``tuple.__new__``: NamedTuple's own
+    constructor is a Python call.
+    """
+    base_offset = header.base_offset
+    base_timestamp = header.base_timestamp
+    offsets: list[int] = []
+    timestamps: list[int] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    headers_of: list[tuple] = []
+    add_offset = offsets.append
+    add_timestamp = timestamps.append
+    add_key = keys.append
+    add_value = values.append
+    add_headers = headers_of.append
+    read_varint = _read_varint
+    no_headers = ()
+    for _ in range(header.records_count if count is None else count):
+        b = data[pos]                   # length
+        if b < 0x80:
+            if b & 1:
+                raise ValueError(f"invalid record length {(b >> 1) ^ -1}")
+            end = pos + 1 + (b >> 1)
+            pos += 2                    # length, attributes
+        else:
+            size, pos = read_varint(data, pos)
+            if size < 0:
+                raise ValueError(f"invalid record length {size}")
+            end = pos + size
+            pos += 1
+        b = data[pos]                   # timestamp delta
+        if b < 0x80:
+            add_timestamp(base_timestamp + ((b >> 1) ^ -(b & 1)))
+            pos += 1
+        else:
+            delta, pos = read_varint(data, pos)
+            add_timestamp(base_timestamp + delta)
+        b = data[pos]                   # offset delta
+        if b < 0x80:
+            add_offset(base_offset + ((b >> 1) ^ -(b & 1)))
+            pos += 1
+        else:
+            delta, pos = read_varint(data, pos)
+            add_offset(base_offset + delta)
+        b = data[pos]                   # key
+        if b == 1:
+            add_key(None)
+            pos += 1
+        elif b < 0x80 and not b & 1:
+            pos += 1
+            field_end = pos + (b >> 1)
+            add_key(data[pos:field_end])
+            pos = field_end
+        else:
+            length, pos = read_varint(data, pos)
+            if length < 0:
+                if length < -1:
+                    raise ValueError(f"invalid key length {length}")
+                add_key(None)
+            else:
+                field_end = pos + length
+                add_key(data[pos:field_end])
+                pos = field_end
+        b = data[pos]                   # value
+        if b == 1:
+            add_value(None)
+            pos += 1
+        elif b < 0x80 and not b & 1:
+            pos += 1
+            field_end = pos + (b >> 1)
+            add_value(data[pos:field_end])
+            pos = field_end
+        else:
+            c = data[pos + 1]
+            if c < 0x80 and not b & 1:
+                pos += 2
+                field_end = pos + (((b & 0x7F) | (c << 7)) >> 1)
+                add_value(data[pos:field_end])
+                pos = field_end
+            else:
+                length, pos = read_varint(data, pos)
+                if length < 0:
+                    if length < -1:
+                        raise ValueError(f"invalid value length {length}")
+                    add_value(None)
+                else:
+                    field_end = pos + length
+                    add_value(data[pos:field_end])
+                    pos = field_end
+        if data[pos] == 0:              # header count
+            add_headers(no_headers)
+            pos += 1
+        else:
+            record_headers, pos = _read_headers(data, pos)
+            add_headers(record_headers)
+        if pos != end:
+            raise ValueError(f"record ends at {pos}, its length says {end}")
+    if pos != len(data):
+        raise ValueError(f"{len(data) - pos} bytes left after the last record")
+    stamps: Iterable[int] = timestamps
+    if header.attributes & TIMESTAMP_TYPE_MASK:
+        # A LogAppendTime batch's records all carry the broker's time, which
+        # Kafka keeps in maxTimestamp; the per-record deltas are ignored on read.
+        stamps = repeat(header.max_timestamp, len(offsets))
+    return list(map(_new_record, repeat(Record), zip(offsets, stamps, keys, values, headers_of)))
+
+
+def _batch_timestamp(header: BatchHeader) -> int:
+    """Every record's timestamp in a batch whose timestamp deltas are all 0."""
+    return header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else header.base_timestamp
+
+
+# --- public entry points ------------------------------------------------------------
+
+def decode_values(buf, pos: int = 0, header: BatchHeader | None = None) -> list[bytes | None]:
+    """Only the values of the batch at ``pos``, in offset order (the text view's path)."""
+    header, data = _records_section(buf, pos, header)
+    if data is None:
+        return []
+    count = header.records_count
+    try:
+        values, taken, at = _uniform_values(data, count, False)
+        if taken == count and at == len(data):
+            return values
+        return _values_of(data, count - taken, at, values)
+    except (IndexError, ValueError) as exc:
+        raise _corrupt(header, pos, str(exc)) from None
+
+
+def decode_text(buf, pos: int = 0, header: BatchHeader | None = None) -> bytes:
+    """The text view of the batch at ``pos``: every value followed by ``\\n``.
+
+    Equal to ``b"".join(v + b"\\n" for v in decode_values(...))`` with a null
+    value as an empty line (b"" for a control batch), but a batch written by
+    encode_values with fixed-size values becomes text without a bytes object
+    per record.
+    """
+    header, data = _records_section(buf, pos, header)
+    if data is None:
+        return b""
+    count = header.records_count
+    try:
+        parts, taken, at = _uniform_values(data, count, True)
+        if taken < count or at != len(data):
+            rest = _values_of(data, count - taken, at)
+            if rest:
+                if None in rest:
+                    rest = [b"" if value is None else value for value in rest]
+                rest.append(b"")
+                parts.append(b"\n".join(cast("list[bytes]", rest)))     # no None left
+    except (IndexError, ValueError) as exc:
+        raise _corrupt(header, pos, str(exc)) from None
+    return parts[0] if len(parts) == 1 and type(parts[0]) is bytes else b"".join(parts)
+
+
+def decode_batch(buf, pos: int = 0, header: BatchHeader | None = None, *,
+                 include_control: bool = False) -> list[Record]:
+    """Every record of the batch at ``pos`` (decompressed).
+
+    A control batch (transaction marker) gives [] unless ``include_control``:
+    only kafka-dump-log shows what is inside one.  The uniform-layout prefix of
+    the batch is decoded by the values fast path and its Records built in bulk:
+    offsets count up from the base offset, one timestamp, null keys, no headers.
+    """
+    header, data = _records_section(buf, pos, header, include_control)
+    if data is None:
+        return []
+    count = header.records_count
+    try:
+        values, taken, at = _uniform_values(data, count, False)
+        records = list(map(_new_record, repeat(Record), zip(
+            range(header.base_offset, header.base_offset + taken), repeat(_batch_timestamp(header)),
+            repeat(None), values, repeat(()))))
+        if taken < count or at != len(data):
+            records += _records_of(data, header, at, count - taken)
+        return records
+    except (IndexError, ValueError, UnicodeDecodeError) as exc:
+        raise _corrupt(header, pos, str(exc)) from None
+
+
+class BatchColumns(NamedTuple):
+    """The records of one batch as parallel columns (what the JSON-lines view renders from).
+
+    ``offsets`` is a ``range`` when the offsets count up from the base offset
+    with no gap (every batch the log writes itself), else a list.  ``keys`` and
+    ``headers`` are lists parallel to ``values``, or None when every key is
+    null / no record has a header: the common case costs no column at all.
+    """
+
+    offsets: Sequence[int]
+    timestamps: list[int]
+    keys: list[bytes | None] | None
+    values: list[bytes | None]
+    headers: list[tuple[tuple[str, bytes | None], ...]] | None
+
+
+def decode_columns(buf, pos: int = 0, header: BatchHeader | None = None) -> BatchColumns:
+    """The records of the batch at ``pos`` as columns, without a Record object per record.
+
+    Equal field for field to :func:`decode_batch` (the hypothesis test in
+    tests/test_records_columns.py proves it): the uniform-layout prefix comes
+    from the same values fast path, whose layout fixes offsets, timestamp, null
+    keys and no headers, so those columns are built in bulk; anything else
+    (keyed records, headers, other producers' batches) is decoded by the
+    general loop and transposed.  A control batch gives empty columns.
+    """
+    header, data = _records_section(buf, pos, header)
+    if data is None:
+        return BatchColumns(range(0), [], None, [], None)
+    count = header.records_count
+    try:
+        # The text fast path turns fixed-size records into "value\n" runs with
+        # extended-slice deletes, all in C; one split then yields the values,
+        # which is exact when the piece count shows that no value held a newline.
+        parts, taken, at = _uniform_values(data, count, True)
+        if taken == count and at == len(data):
+            text = parts[0] if len(parts) == 1 else b"".join(parts)
+            values: list = text.split(b"\n")
+            if len(values) == count + 1:
+                values.pop()
+            else:
+                values = _uniform_values(data, count, False)[0]
+            return BatchColumns(range(header.base_offset, header.base_offset + count),
+                                [_batch_timestamp(header)] * count, None, values, None)
+        values, taken, at = _uniform_values(data, count, False)
+        rest = _records_of(data, header, at, count - taken)
+    except (IndexError, ValueError, UnicodeDecodeError) as exc:
+        raise _corrupt(header, pos, str(exc)) from None
+    offset_list = list(range(header.base_offset, header.base_offset + taken))
+    timestamps = [_batch_timestamp(header)] * taken
+    keys: list[bytes | None] = [None] * taken
+    headers: list = [()] * taken
+    if rest:
+        rest_offsets, rest_timestamps, rest_keys, rest_values, rest_headers = zip(*rest)
+        offset_list += rest_offsets
+        timestamps += rest_timestamps
+        keys += rest_keys
+        values += rest_values
+        headers += rest_headers
+    offsets: Sequence[int] = offset_list
+    if offset_list and offset_list[-1] - offset_list[0] == len(offset_list) - 1:
+        offsets = range(offset_list[0], offset_list[0] + len(offset_list))     # increasing, so gap-free
+    return BatchColumns(offsets, timestamps, None if keys.count(None) == len(keys) else keys,
+                        values, headers if any(headers) else None)
+
+
+def decode_key_columns(buf, pos: int, header: BatchHeader) -> tuple[list[int], list[bytes | None], list[int]]:
+    """(offsets, keys, indexes of null values) of the data batch at ``pos``: the log cleaner's view.
+
+    All the cleaner needs to build its offset map and decide retention, read
+    without building Records or copying values: each record is skipped by its
+    length after its key and the first byte of its value length.  Compressed
+    batches are decoded whole.  The batch must be framed (``iter_batches``),
+    so it is whole in ``buf``; a malformed record raises CorruptRecordError.
+    """
+    if header.attributes & COMPRESSION_CODEC_MASK:
+        records = decode_batch(buf, pos, header)
+        return ([r.offset for r in records], [r.key for r in records],
+                [i for i, r in enumerate(records) if r.value is None])
+    base_offset = header.base_offset
+    p = pos + HEADER_SIZE
+    stop = pos + header.batch_length + LOG_OVERHEAD
+    offsets: list[int] = []
+    keys: list[bytes | None] = []
+    tombstones: list[int] = []
+    add_offset = offsets.append
+    add_key = keys.append
+    varint = _read_varint
+    try:
+        for index in range(header.records_count):
+            b = buf[p]                      # record length; an odd zig-zag varint is negative
+            if b & 0x81 == 0:
+                record_end = p + 1 + (b >> 1)
+                p += 2                      # length, attributes
+            elif b & 1 == 0 and buf[p + 1] < 0x80:      # records of 64 to 8191 bytes
+                record_end = p + 2 + (((b & 0x7F) | (buf[p + 1] << 7)) >> 1)
+                p += 3
+            else:
+                length, p = varint(buf, p)
+                if length < 0:
+                    raise ValueError(f"invalid record length {length}")
+                record_end = p + length
+                p += 1
+            while buf[p] >= 0x80:           # timestamp delta: not needed
+                p += 1
+            b = buf[p + 1]                  # offset delta
+            if b < 0x80:
+                add_offset(base_offset + ((b >> 1) ^ -(b & 1)))
+                p += 2
+            else:
+                delta, p = varint(buf, p + 1)
+                add_offset(base_offset + delta)
+            b = buf[p]                      # key length, key
+            if b == 1:
+                add_key(None)
+                p += 1
+            elif b < 0x80 and not b & 1:
+                p += 1
+                key_end = p + (b >> 1)
+                add_key(buf[p:key_end])
+                p = key_end
+            else:
+                length, p = varint(buf, p)
+                if length < 0:
+                    raise ValueError(f"invalid key length {length}")
+                key_end = p + length
+                add_key(buf[p:key_end])
+                p = key_end
+            if p >= record_end or record_end > stop:
+                raise ValueError(f"record at {p - pos} overruns its length or the batch")
+            if buf[p] == 1:                 # value length -1: a tombstone
+                tombstones.append(index)
+            p = record_end
+    except (IndexError, ValueError) as exc:
+        raise CorruptRecordError(f"Found invalid record structure in the batch at offset {base_offset}: {exc}",
+                                 position=pos) from None
+    if p != stop:
+        raise CorruptRecordError(f"Found invalid record structure in the batch at offset {base_offset}: "
+                                 f"{stop - p} bytes left after the last record", position=pos)
+    return offsets, keys, tombstones
