@@ -80,7 +80,6 @@ from engine.errors import CorruptRecordError, LogfsError
 from engine.offset_map import OffsetMap
 from engine.records import (LOG_OVERHEAD, BatchHeader, Record, decode_batch, decode_key_columns, iter_batches,
                             read_header, rebuild_batch, validate_batch)
-from engine.render import batch_view_sizes
 from engine.segment import CLEANED_FILE_SUFFIX, LogSegment, log_file_path, offset_index_file_path, \
     time_index_file_path
 from engine.topic import TopicPartition
@@ -569,12 +568,11 @@ class Cleaner:
         Per read chunk: validate every batch, read the keys and offsets of those
         in the mapped range, look up their distinct keys in the map at once
         (:meth:`OffsetMap.get_many`), and decide retention record by record from
-        those columns.  Only batches with a survivor are decoded (their records
-        give the view sizes), and only those that also lose a record are
-        re-encoded; the others are copied byte for byte.
+        those columns.  Only batches that lose a record or get a delete horizon
+        are decoded and re-encoded; the others are copied byte for byte,
+        undecoded.
         """
         tp = log.topic_partition
-        topic, partition = tp.topic, tp.partition
         latest_offset = offset_map.latest_offset
         now = self.clock.milliseconds() if current_time_ms is None else current_time_ms
         new_horizon = now + log.config.delete_retention_ms
@@ -622,7 +620,6 @@ class Cleaner:
                             stats.horizons_set += 1
                         else:
                             out = chunk[pos:pos + size]
-                        text_size = json_size = 0
                         last_offset = header.last_offset
                         stats.recopy_messages(header.records_count, len(out))
                         max_ts, max_ts_offset = header.max_timestamp, header.last_offset
@@ -638,10 +635,10 @@ class Cleaner:
                         batch_retains_deletes = horizon is None or now < horizon
                         batch_columns = columns.get(pos)
                         if batch_columns is None:       # beyond the mapped range: every record stays
-                            records = decode_batch(chunk, pos, header)
-                            stats.read_messages(len(records), size)
+                            batch_columns = decode_key_columns(chunk, pos, header)
+                            stats.read_messages(len(batch_columns[0]), size)
                             retained = None
-                            has_tombstone = any(r.value is None for r in records)
+                            has_tombstone = bool(batch_columns[2])
                         else:
                             retained = _retained(*batch_columns, latest_of, latest_offset, batch_retains_deletes,
                                                  stats)
@@ -651,25 +648,25 @@ class Cleaner:
                                                                              latest_offset)
                             if True not in retained:
                                 continue
-                            records = decode_batch(chunk, pos, header)
                             has_tombstone = any(retained[i] for i in batch_columns[2])
                         set_horizon = has_tombstone and horizon is None
+                        last_offset = header.last_offset        # rebuild_batch keeps the batch's offsets
                         if (retained is None or False not in retained) and not set_horizon:
-                            kept = records
-                            out = chunk[pos:pos + size]         # nothing removed: the original bytes
-                            last_offset = header.last_offset
+                            # Nothing removed: the original bytes, not decoded (Kafka's writeOriginalBatch,
+                            # whose time index entry names the batch's max timestamp and last offset).
+                            out = chunk[pos:pos + size]
+                            stats.recopy_messages(len(batch_columns[0]), len(out))
+                            max_ts, max_ts_offset = header.max_timestamp, header.last_offset
                         else:
+                            records = decode_batch(chunk, pos, header)
                             kept = records if retained is None else list(compress(records, retained))
                             if set_horizon:
                                 horizon = new_horizon
                                 stats.horizons_set += 1
                             out = rebuild_batch(header, kept, delete_horizon_ms=horizon)
-                            last_offset = header.last_offset    # rebuild_batch keeps the batch's offsets
-                        stats.recopy_messages(len(kept), len(out))
-                        text_size, json_size = batch_view_sizes(kept, topic, partition,
-                                                                int(header.timestamp_type))
-                        max_ts, max_ts_offset = _max_timestamp(kept)
-                    self._append(dest, out, last_offset, max_ts, max_ts_offset, text_size, json_size)
+                            stats.recopy_messages(len(kept), len(out))
+                            max_ts, max_ts_offset = _max_timestamp(kept)
+                    self._append(dest, out, last_offset, max_ts, max_ts_offset)
                 position += consumed
                 if consumed == 0:
                     self._grow_buffers_or_fail(source, position, chunk, log.config.max_message_bytes)
@@ -699,10 +696,10 @@ class Cleaner:
         return columns, latest_of
 
     def _append(self, dest: LogSegment, data: bytes, largest_offset: int, max_timestamp: int,
-                offset_of_max_timestamp: int, text_size: int, json_size: int) -> None:
+                offset_of_max_timestamp: int) -> None:
         # `dest` is not in the log yet: nobody else sees it until replace_segments, so no lock.
-        dest.append(largest_offset, max_timestamp, offset_of_max_timestamp, data,
-                    text_size=text_size, json_size=json_size)
+        # Its view index (engine.views) is rebuilt by one scan on first use, as after a remount.
+        dest.append(largest_offset, max_timestamp, offset_of_max_timestamp, data)
         self.throttler.maybe_throttle(len(data))
 
     # -- buffers -----------------------------------------------------------------------------

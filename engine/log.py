@@ -43,7 +43,7 @@ import shutil
 import struct
 import threading
 import time
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 from collections.abc import Callable, Sequence
 
 from sortedcontainers import SortedDict
@@ -53,7 +53,6 @@ from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import (CorruptIndexError, CorruptRecordError, InvalidRecordError, InvalidRequestError, LogfsError,
                            OffsetOutOfRangeError, ReadOnlyError, RecordTooLargeError, StorageError, UnsafeFileError)
 from engine.records import HEADER_SIZE, Compression, Record, decode_batch, encode_values, validate_batch
-from engine.render import appended_view_sizes
 from engine.segment import (CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
                             SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX, FetchDataInfo,
                             LogSegment, filename_prefix_from_offset, log_file_path, offset_from_file_name,
@@ -61,6 +60,18 @@ from engine.segment import (CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE
 from engine.topic import DELETE_DIR_SUFFIX, TopicPartition
 
 logger = logging.getLogger(__name__)
+
+
+class AppendObserver(Protocol):
+    """Told of each batch the log encodes itself from values, right after it is written (under ``Log.lock``).
+
+    Batches appended already encoded (``append_batch``, the cleaner's copies)
+    are not reported: state derived from them is rebuilt from the bytes.
+    """
+
+    def on_append(self, segment: LogSegment, position: int, batch_size: int,
+                  values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                  first: int, timestamp: int) -> None: ...
 
 #: ListOffsets special timestamps (Kafka's ListOffsetsRequest).
 EARLIEST_TIMESTAMP = -2
@@ -588,6 +599,9 @@ class Log:
         self._last_flush_time = clock.milliseconds()
         self._pending: list[_PendingDeletion] = list(loaded.pending_deletions)
         self._listeners: list[Callable[[], None]] = []
+        #: The one hook through which state derived from appended values is kept
+        #: (the mount's view indexes, engine.views.index.attach); None: nothing is.
+        self.append_observer: AppendObserver | None = None
         #: Called as ``fn(log, new_start)`` under the log's lock just before
         #: the log start offset moves up, i.e. before any segment below it is
         #: renamed ``.deleted``.  The LogManager writes the dir's
@@ -772,11 +786,13 @@ class Log:
     def _append_encoded_locked(self, batch: bytes, values: Sequence[bytes | None],
                                keys: Sequence[bytes | None] | None, first: int, now: int) -> int | None:
         """Append one encoded batch at the log end; returns the new segment's base offset if it rolled."""
-        tp = self.topic_partition
         last = first + len(values) - 1
-        text_size, json_size = appended_view_sizes(values, keys, first, now, tp.topic, tp.partition)
         segment, rolled = self._maybe_roll(len(batch), now, first, last)
-        segment.append(last, now, last, batch, text_size=text_size, json_size=json_size)
+        position = segment.size
+        segment.append(last, now, last, batch)
+        observer = self.append_observer
+        if observer is not None:
+            observer.on_append(segment, position, len(batch), values, keys, first, now)
         self._update_log_end_offset(last + 1)
         return rolled
 
