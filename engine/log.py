@@ -33,6 +33,11 @@ in anonymous maps, a valid ``.swap`` swapped in the segment map only, stray
 ``.deleted``/``.cleaned`` files left alone), so a copy of a live broker's
 directory mounts without a clean-shutdown marker; every mutator of a
 read-only Log raises ReadOnlyError.
+
+Size (~940 lines): UnifiedLog and LocalLog in one class, as their state (the
+segment map, the three offsets, the pending deletions) is shared by every
+operation under one lock; loading lives in engine.log_loader, renderings in
+engine.views.
 """
 
 from __future__ import annotations

@@ -26,6 +26,12 @@ mutator raises :class:`~engine.errors.ReadOnlyError` before touching a file.
 Concurrency: appends happen under ``Log.lock`` (one writer).  Reads never lock:
 they bound themselves by a snapshot of :attr:`size`, which is published only
 after the bytes are written, so a reader never sees a partial batch.
+
+Size (~950 lines): one class whose parts (append, read and translate, the
+index-against-log checks, recovery, truncation, file renames) all work on the
+same private state (size, next offset, max timestamp, index byte counter);
+cutting them apart would publish that state.  Batch walking and file naming
+are candidates to leave (engine.records, the on-disk facts module).
 """
 
 from __future__ import annotations
