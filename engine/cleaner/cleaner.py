@@ -12,7 +12,7 @@ import time
 import weakref
 from itertools import compress
 from operator import ge
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 from collections.abc import Callable, Iterable, Sequence
 
 from engine.cleaner.stats import CleanerStats
@@ -34,6 +34,9 @@ if TYPE_CHECKING:   # pragma: no cover
 logger = logging.getLogger("engine.cleaner")     # one logger for the package, as before it was split
 
 _INT32_MAX = 0x7FFFFFFF
+
+#: (offsets, keys, indexes of null values) of one data batch: records.decode_key_columns
+KeyColumns = tuple[list[int], list[bytes | None], list[int]]
 
 
 class LogCleaningError(LogfsError):
@@ -198,7 +201,7 @@ class Cleaner:
                             batch_offsets = [o for o, _ in pairs]
                             batch_keys = [k for _, k in pairs]
                         offsets += batch_offsets
-                        keys += batch_keys
+                        keys += cast("list[bytes]", batch_keys)     # keyless records were left out above
                     batch_ends.append((len(keys), last_offset))
                     pause()
                 position += consumed
@@ -443,13 +446,13 @@ class Cleaner:
             self._restore_buffers()
 
     def _key_lookup(self, chunk: bytes, batches: list[tuple[int, BatchHeader]], offset_map: OffsetMap,
-                    latest_offset: int) -> tuple[dict[int, tuple], dict]:
+                    latest_offset: int) -> tuple[dict[int, KeyColumns], dict]:
         """Key columns of the chunk's mapped data batches (by position) and key -> offset in the map.
 
         A keyless record maps to an offset no record has, so that it is never
         retained (it is counted as invalid by :func:`_retained`).
         """
-        columns: dict[int, tuple] = {}
+        columns: dict[int, KeyColumns] = {}
         keys: list[bytes | None] = []
         pause = self.gil_yield
         for pos, header in batches:
@@ -460,7 +463,7 @@ class Cleaner:
                 pause()
         distinct = dict.fromkeys(keys)
         distinct.pop(None, None)
-        latest_of = dict(zip(distinct, offset_map.get_many(list(distinct))))
+        latest_of = dict(zip(distinct, offset_map.get_many(cast("list[bytes]", list(distinct)))))
         latest_of[None] = _NEVER_RETAINED
         return columns, latest_of
 

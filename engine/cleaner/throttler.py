@@ -26,7 +26,7 @@ class Throttler:
 
     def __init__(self, desired_rate_per_sec: float, check_interval_ms: int = THROTTLER_CHECK_INTERVAL_MS,
                  *, nanoseconds: Callable[[], int] = time.monotonic_ns,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], object] = time.sleep) -> None:
         self.desired_rate_per_sec = float(desired_rate_per_sec)
         self._check_interval_ns = check_interval_ms * 1_000_000
         self._nanoseconds = nanoseconds
@@ -76,7 +76,7 @@ class GilYield:
 
     def __init__(self, interval: float = 0.001, pause: float = 0.0, *,
                  clock: Callable[[], float] = time.perf_counter,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], object] = time.sleep) -> None:
         self.interval = interval
         self.pause = pause
         self._clock = clock
