@@ -1,4 +1,4 @@
-"""JSON lines in: the inverse of the JSON-lines rendering of ``engine.render``.
+"""JSON lines in: the inverse of the JSON-lines rendering of ``engine.views.render``.
 
 ``append.jsonl`` takes the lines ``records.jsonl`` gives out, so that
 ``cat a/0/records.jsonl >> b/0/append.jsonl`` copies every record exactly.

@@ -26,6 +26,12 @@ mutator raises :class:`~engine.errors.ReadOnlyError` before touching a file.
 Concurrency: appends happen under ``Log.lock`` (one writer).  Reads never lock:
 they bound themselves by a snapshot of :attr:`size`, which is published only
 after the bytes are written, so a reader never sees a partial batch.
+
+Size (~950 lines): one class whose parts (append, read and translate, the
+index-against-log checks, recovery, truncation, file renames) all work on the
+same private state (size, next offset, max timestamp, index byte counter);
+cutting them apart would publish that state.  Batch walking and file naming
+are candidates to leave (engine.records, the on-disk facts module).
 """
 
 from __future__ import annotations
@@ -33,7 +39,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import threading
 import weakref
 from typing import NamedTuple
 from collections.abc import Iterator
@@ -48,11 +53,9 @@ from engine.files import (  # noqa: F401  (re-exported: engine.segment was their
     offset_from_file_name, offset_index_file_path, time_index_file_path,
 )
 from engine.index import OffsetIndex, TimeIndex, open_regular_file
-from engine.records import (HEADER_SIZE, LOG_OVERHEAD, MAGIC, TIMESTAMP_TYPE_MASK, BatchHeader, read_header,
+from engine.records import (HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, read_header,
                             validate_batch)
-from engine.render import columns_view_sizes
 from engine.topic import DELETE_DIR_SUFFIX, TopicPartition, parse_topic_partition_dir
-from engine.viewindex import ViewIndex
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +103,6 @@ def topic_partition_of_dir(dir: str) -> TopicPartition:
     if name.endswith(DELETE_DIR_SUFFIX) and "." in name:
         name = name[:name.rindex(".")]
     return parse_topic_partition_dir(name)
-
-
-def _rendered_records(data: bytes) -> int:
-    """Records a view renders from these batches: header counts, control batches excluded."""
-    return sum(header.records_count for _, header in _records.iter_batches(data) if not header.is_control)
 
 
 class LogSegment:
@@ -157,13 +155,13 @@ class LogSegment:
         self._next_offset: int | None = None if self._size else base_offset
         self._max_timestamp_and_offset: object = _UNKNOWN     # (timestamp, offset) once read
         self._rolling_based_timestamp: object = _UNKNOWN if self._size else None
-        self._view_lock = threading.Lock()
         self._damage_logged = False      # read_next_offset logs damage once per segment
         self._index_distrusted = False   # translate_offset found the offset index wrong (logged once)
-        # A segment created in this process starts with an exact, empty view index
-        # kept up to date by append(); one loaded from disk builds it by one scan.
-        self._view_index: ViewIndex | None = (
-            None if self._size else ViewIndex(base_offset, self.index_interval_bytes))
+        #: A slot for state that an observer of the log derives from this segment's
+        #: bytes (the mount's view index, engine.views).  The segment never reads it;
+        #: it only drops it when bytes already written change (truncation, recovery),
+        #: after which the observer rebuilds it by a scan, as after a remount.
+        self.sidecar: object | None = None
 
     def _open_index(self, kind, path: str):
         if self.read_only and not os.path.lexists(path):
@@ -206,10 +204,7 @@ class LogSegment:
 
     @topic_partition.setter
     def topic_partition(self, tp: TopicPartition) -> None:
-        if tp != self._topic_partition:
-            self._topic_partition = tp
-            with self._view_lock:       # JSON lines name the topic: sizes change with it
-                self._view_index = None
+        self._topic_partition = tp
 
     @property
     def next_offset(self) -> int:
@@ -318,12 +313,10 @@ class LogSegment:
 
     # ----------------------------------------------------------------- append
     def append(self, largest_offset: int, largest_timestamp: int, offset_of_max_timestamp: int,
-               records: bytes, *, text_size: int | None = None, json_size: int | None = None) -> None:
+               records: bytes) -> None:
         """Append batch bytes whose last offset is ``largest_offset`` (Kafka's LogSegment.append).
 
-        ``text_size``/``json_size`` are the sizes of the batch in the two
-        renderings; without them the view index falls behind and is caught up
-        by a scan on next use.  On ENOSPC the .log is truncated back and
+        On ENOSPC the .log is truncated back and
         LogDirFullError raised: nothing partial stays in the file.
         """
         self._check_writable("append to")
@@ -359,17 +352,6 @@ class LogSegment:
         self._bytes_since_last_index_entry += n
         self._next_offset = largest_offset + 1
         self._size = position + n           # publish: readers may now see the batch
-        # Never wait for a reader's catch-up scan (it may be long on a big loaded
-        # segment): if one is running, it or the next access picks this batch up.
-        if text_size is not None and json_size is not None and self._view_lock.acquire(blocking=False):
-            try:
-                vi = self._view_index
-                if vi is not None and vi.log_size == position:
-                    first_offset = int.from_bytes(records[:8], "big", signed=True)
-                    vi.append(first_offset, position, text_size, json_size, largest_offset + 1,
-                              indexed, batch_size=n, records=_rendered_records(records))
-            finally:
-                self._view_lock.release()
 
     def _write(self, data: bytes, position: int) -> None:
         fd = self._fd
@@ -583,60 +565,6 @@ class LogSegment:
             raise exc.at(self.log_path, position) from None
         return self._decode(buf, off, header, position)
 
-    # ------------------------------------------------------------- view index
-    @property
-    def view_index(self) -> ViewIndex:
-        """The segment's view index, caught up to the current size (one scan when loaded from disk).
-
-        CorruptRecordError (file, position) if the segment is damaged before
-        its size: a view never ends silently at damage.
-        """
-        vi, damage = self.view_index_and_damage()
-        if damage is not None:
-            raise damage
-        return vi
-
-    def view_index_and_damage(self) -> tuple[ViewIndex, CorruptRecordError | None]:
-        """The view index caught up as far as the log is whole, and the damage that stopped it (or None).
-
-        For a reader that serves the good bytes before damage and then fails
-        (the index covers exactly the whole batches before the damage).  The
-        partial index is kept, so asking again costs one header read, not a
-        rescan of the segment.
-        """
-        vi = self._view_index
-        size = self._size
-        if vi is not None and vi.log_size >= size:
-            return vi, None
-        with self._view_lock:
-            vi = self._view_index
-            if vi is None:
-                vi = ViewIndex(self.base_offset, self.index_interval_bytes)
-            damage = None
-            try:
-                self._catch_up_view_index(vi, self._size)
-            except CorruptRecordError as exc:
-                damage = exc
-            self._view_index = vi
-            return vi, damage
-
-    def _catch_up_view_index(self, vi: ViewIndex, end: int) -> None:
-        # Sizes come from the columns (no Record objects) and, for every batch
-        # with gap-free offsets and one timestamp, by arithmetic over the value
-        # lengths: nothing is rendered (render.columns_view_sizes).
-        tp = self.topic_partition
-        topic, partition = tp.topic, tp.partition
-        decode_columns = _records.decode_columns
-        for pos, header, buf, off in self._batches_with_bytes(vi.log_size, end):
-            try:
-                columns = decode_columns(buf, off, header)
-            except CorruptRecordError as exc:
-                raise exc.at(self.log_path, pos) from None
-            timestamp_type = 1 if header.attributes & TIMESTAMP_TYPE_MASK else 0
-            text_size, json_size = columns_view_sizes(columns, topic, partition, timestamp_type)
-            vi.append_scanned(header.base_offset, pos, LOG_OVERHEAD + header.batch_length,
-                              text_size, json_size, header.next_offset, len(columns.values))
-
     # --------------------------------------------------------------- recovery
     def sanity_check(self) -> None:
         """Raise CorruptIndexError if either index fails its sanity check (the loader then recovers)."""
@@ -816,8 +744,7 @@ class LogSegment:
         self._bytes_since_last_index_entry = valid_bytes - last_index_entry
         self._next_offset = next_offset
         self._rolling_based_timestamp = _UNKNOWN if valid_bytes else None
-        with self._view_lock:
-            self._view_index = None          # rebuilt by one scan on first use
+        self.sidecar = None                  # derived from the old bytes: rebuilt on first use
         return truncated
 
     def _truncate_file(self, size: int) -> None:
@@ -847,8 +774,7 @@ class LogSegment:
         self._bytes_since_last_index_entry = 0
         self._next_offset = None
         self._max_timestamp_and_offset = self._read_largest_timestamp()
-        with self._view_lock:
-            self._view_index = None
+        self.sidecar = None
         return truncated
 
     def _read_largest_timestamp(self) -> tuple[int, int]:

@@ -40,13 +40,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from engine import records as _records
 from engine.errors import CorruptRecordError
-from engine.render import columns_view_sizes
-from engine.viewindex import ViewIndex
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
     from engine.records import BatchHeader
-    from engine.segment import LogSegment
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +115,6 @@ class TransactionState:
         # (base offset, last offset) of the batches of aborted transactions, sorted
         self._hidden_bases: list[int] = []
         self._hidden_lasts: list[int] = []
-        self._view_indexes: weakref.WeakKeyDictionary[LogSegment, ViewIndex] = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------------ the walk
 
@@ -194,34 +190,3 @@ class TransactionState:
         with self._lock:
             self._catch_up()
             return list(self.aborted)
-
-    # ------------------------------------------------------------------ view sizes
-
-    def view_index(self, segment: LogSegment) -> ViewIndex:
-        """The segment's view index with the batches of aborted transactions rendering nothing.
-
-        Built like ``LogSegment.view_index`` (one scan, then caught up as the
-        segment grows), from the same column sizes.
-        """
-        with self._lock:
-            vi = self._view_indexes.get(segment)
-            if vi is None:
-                vi = self._view_indexes[segment] = ViewIndex(segment.base_offset, segment.index_interval_bytes)
-            size = segment.size
-            if vi.log_size >= size:
-                return vi
-            tp = segment.topic_partition
-            for pos, header, buf, off in segment.batches_with_bytes(vi.log_size, size):
-                if self.hides(header):
-                    text_size = json_size = count = 0
-                else:
-                    try:
-                        columns = _records.decode_columns(buf, off, header)
-                    except CorruptRecordError as exc:
-                        raise exc.at(segment.log_path, pos) from None
-                    text_size, json_size = columns_view_sizes(columns, tp.topic, tp.partition,
-                                                              int(header.timestamp_type))
-                    count = len(columns.values)
-                vi.append_scanned(header.base_offset, pos, header.size, text_size, json_size,
-                                  header.next_offset, count)
-            return vi

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from engine.errors import InvalidRecordError, LogfsError, RecordTooLargeError, UnknownTopicOrPartitionError
 from engine.partitioner import partition_for_key
 from engine.topic import TopicPartition
+from engine.views import attach as attach_views
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.config import LogConfig
@@ -232,6 +233,7 @@ class LineAppender:
         target = self._manager.get_log(TopicPartition(self._topic, partition))
         if target is None:
             raise UnknownTopicOrPartitionError(f"No partition {self._topic}-{partition}")
+        attach_views(target)        # the mount's appends keep the view indexes exact, no rescan
         return target
 
     def _append_lines(self, lines: list[bytes], nbytes: int) -> None:

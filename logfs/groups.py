@@ -42,7 +42,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from engine.consume import ConsumerView, open_consumer_view
+from engine.views.consume import ConsumerView, open_consumer_view
 from engine.consumer_offsets import GroupMetadataManager
 from engine.errors import InvalidRequestError, LogfsError
 from engine.topic import TopicPartition

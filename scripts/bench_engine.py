@@ -140,6 +140,12 @@ def log_rows(batches, size) -> list[Row]:
         os.makedirs(log_dir)
         log = Log.load(log_dir, LogConfig.from_props({}))
         try:
+            from engine.views import attach     # as the mount does: view sizes computed as values are appended
+        except ImportError:                     # a tree from before engine/views/ computed them in Log itself
+            pass
+        else:
+            attach(log)
+        try:
             def append() -> int:
                 count = 0
                 for values in batches:

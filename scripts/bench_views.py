@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine.config import LogConfig
 from engine.log import Log
-from engine.views import LogView, ViewFormat
+from engine.views import LogView, ViewFormat, view_index
 
 READ_SIZE = 1 << 20
 
@@ -85,7 +85,7 @@ def main() -> None:
                 log = Log.load(directory, config, had_clean_shutdown=True)
                 try:
                     for segment in log.segments.values():
-                        index = segment.view_index
+                        index = view_index(segment)
                         # touch the column(s) this rendering needs
                         if columns == "json":
                             _ = index.json_size

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.config import BrokerConfig
-from engine.consume import open_consumer_view
+from engine.views.consume import open_consumer_view
 from engine.manager import LogManager
-from engine.render import json_sizes, text_sizes
+from engine.views.render import json_sizes, text_sizes
 from engine.topic import TopicPartition
 from engine.views import ViewFormat
 

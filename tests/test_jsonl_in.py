@@ -13,7 +13,7 @@ from engine.errors import InvalidRecordError, RecordTooLargeError
 from engine.jsonl_in import JsonRecord, append_json_records, parse_jsonl_line, parse_jsonl_lines
 from engine.manager import LogManager
 from engine.records import Record
-from engine.render import render_jsonl, render_jsonl_line
+from engine.views.render import render_jsonl, render_jsonl_line
 from engine.topic import TopicPartition
 
 # bytes that are often valid UTF-8 (rendered as strings, escapes included) and often not (base64)

@@ -1,4 +1,4 @@
-"""engine.render: exact renderings, and sizes that equal them byte for byte."""
+"""engine.views.render: exact renderings, and sizes that equal them byte for byte."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 from hypothesis import given, settings, strategies as st
 
-from engine import render
+from engine.views import render
 from engine.records import Record
 
 TOPIC = "events.v1-x_y"

@@ -13,6 +13,7 @@ from engine.clock import ManualClock
 from engine.errors import LogDirFullError, StorageError
 from engine.records import decode_batch, encode_records, encode_values, Record
 from engine.segment import LogSegment, FetchDataInfo
+from engine.views.index import view_index, view_index_and_damage
 
 from tests.helpers import make_config
 
@@ -266,10 +267,10 @@ def test_a_segment_cut_mid_batch_raises_with_file_and_position_as_fields(segment
         assert info.value.path == seg.log_path and info.value.position == cut_at
         assert "(file " not in info.value.detail
         assert seg.read(45, 1 << 20).records            # before the damage: served
-        vi, damage = seg.view_index_and_damage()        # views: the good bytes, then the error
+        vi, damage = view_index_and_damage(seg)        # views: the good bytes, then the error
         assert vi.log_size == cut_at and damage.position == cut_at and damage.path == seg.log_path
         with pytest.raises(CorruptRecordError):
-            seg.view_index
+            view_index(seg)
         with pytest.raises(CorruptRecordError):
             seg.translate_offset(125)                   # at the damage: never "no such offset"
         # Rebuilding the indexes of a sealed segment keeps its bytes (truncate=False)

@@ -1,4 +1,4 @@
-"""ViewIndex: sparse floor lookups and, against engine.render, exact rendering positions."""
+"""ViewIndex: sparse floor lookups and, against engine.views.render, exact rendering positions."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from hypothesis import given, settings, strategies as st
 
 from engine.clock import ManualClock
 from engine.log import Log
-from engine.render import render_jsonl, render_text
+from engine.views.render import render_jsonl, render_text
 from engine.topic import TopicPartition
-from engine.viewindex import ViewIndex
+from engine.views.index import ViewIndex, attach, view_index
 
 from tests.helpers import make_config
 
@@ -73,6 +73,7 @@ def test_positions_equal_real_rendering_lengths(tmp_path, keyed):
     clock = ManualClock()
     config = make_config(segment_bytes=3_000, index_interval_bytes=256)
     log = Log.load(str(tmp_path / "views-3"), config, clock=clock)
+    attach(log)
     for i in range(60):
         values = [VALUES[(i + j) % len(VALUES)] for j in range(1 + i % 9)]
         keys = [b"k%d" % j if j % 3 else "\u00fc".encode() for j in range(len(values))] if keyed else None
@@ -81,7 +82,7 @@ def test_positions_equal_real_rendering_lengths(tmp_path, keyed):
     assert log.num_segments > 2
 
     def check(segment):
-        vi = segment.view_index
+        vi = view_index(segment)
         records = _segment_records(segment)
         assert vi.text_size == len(render_text(records))
         assert vi.json_size == len(render_jsonl(records, "views", 3, 1))
@@ -96,11 +97,14 @@ def test_positions_equal_real_rendering_lengths(tmp_path, keyed):
             assert segment.translate_offset(offset).position == log_pos
 
     for segment in log.segments.values():
-        check(segment)                     # maintained on append
+        maintained = segment.sidecar.index     # maintained on append by the observer, not by a scan
+        assert maintained.log_size == segment.size
+        check(segment)
+        assert segment.sidecar.index is maintained
     log.close()
     reloaded = Log.load(str(tmp_path / "views-3"), config, clock=clock, had_clean_shutdown=True)
     for segment in reloaded.segments.values():
-        assert segment._view_index is None  # loaded from disk: built lazily
+        assert segment.sidecar is None  # loaded from disk: built lazily
         check(segment)                     # built by one scan
     reloaded.close()
 
@@ -109,28 +113,27 @@ def test_lazy_index_catches_up_with_batches_appended_without_sizes(tmp_path):
     from engine.records import encode_values
     clock = ManualClock()
     log = Log.load(str(tmp_path / "t-0"), make_config(), clock=clock)
+    attach(log)
     log.append_values([b"a", b"bb"])
-    log.append_batch(encode_values(0, [b"ccc", None], clock.now))     # no sizes passed: falls behind
+    log.append_batch(encode_values(0, [b"ccc", None], clock.now))     # not seen by the observer: falls behind
     log.append_values([b"dddd"])
-    vi = log.active_segment.view_index
+    vi = view_index(log.active_segment)
     assert vi.text_size == len(b"a\nbb\nccc\n\ndddd\n")
     assert vi.next_offset == 5 and vi.record_count == 5
     log.close()
 
 
-def test_multi_batch_append_with_sizes_counts_records_not_offsets(tmp_path):
+def test_multi_batch_append_counts_records_not_offsets(tmp_path):
     from engine.records import Record, encode_records
-    from engine.render import batch_view_sizes
     from engine.segment import LogSegment
     segment = LogSegment.open(str(tmp_path), 0, make_config(), ManualClock(), topic_partition=TopicPartition("t", 0))
     first = [Record(0, 5, b"a", b"x"), Record(7, 6, b"b", None)]          # a compacted batch with a hole
     second = [Record(10, 9, b"c", b"yz")]
     data = encode_records(first) + encode_records(second)
-    text = batch_view_sizes(first, "t", 0, 0)[0] + batch_view_sizes(second, "t", 0, 0)[0]
-    json = batch_view_sizes(first, "t", 0, 0)[1] + batch_view_sizes(second, "t", 0, 0)[1]
-    segment.append(10, 9, 10, data, text_size=text, json_size=json)
-    vi = segment._view_index          # maintained by append, not rebuilt by a scan
-    assert vi is not None and segment.view_index is vi
+    segment.append(10, 9, 10, data)
+    assert segment.sidecar is None       # the segment itself derives nothing from what it stores
+    vi = view_index(segment)
+    assert segment.sidecar.index is vi and view_index(segment) is vi      # scanned once, then kept
     assert (vi.record_count, vi.next_offset, vi.log_size) == (3, 11, len(data))
     assert vi.text_size == len(render_text(first + second))
     assert vi.json_size == len(render_jsonl(first + second, "t", 0, 0))
@@ -151,7 +154,7 @@ def test_view_index_exact_under_concurrent_appends_and_lookups(tmp_path):
 
     def reader():
         while not stop.is_set():
-            vi = segment.view_index
+            vi = view_index(segment)
             totals = vi.totals
             seen.append(totals)
             assert vi.floor_by_text(totals.text_size)[2] <= totals.text_size
@@ -163,7 +166,7 @@ def test_view_index_exact_under_concurrent_appends_and_lookups(tmp_path):
     stop.set()
     thread.join()
     records = _segment_records(segment)
-    vi = segment.view_index
+    vi = view_index(segment)
     assert vi.text_size == len(render_text(records))
     assert vi.json_size == len(render_jsonl(records, "c", 0, 1))
     assert all(a.text_size <= b.text_size for a, b in zip(seen, seen[1:]))      # sizes only grow
@@ -200,7 +203,7 @@ def test_rebuilt_index_equals_rendering_of_any_producer_batches(tmp_path_factory
         batch = encode_records(records, timestamp_type=TimestampType(ts_type))
         segment.append(records[-1].offset, max(r.timestamp for r in records), records[-1].offset, batch)
         expected.extend(decode_batch(batch))
-    vi = segment.view_index
+    vi = view_index(segment)
     assert (vi.text_size, vi.json_size) == (len(render_text(expected)),
                                             len(render_jsonl(expected, "views", 3, ts_type)))
     assert vi.record_count == len(expected) and vi.next_offset == offset - gap + 1

@@ -10,7 +10,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from engine import render
+from engine.views import render
 from engine.clock import ManualClock
 from engine.config import LogConfig
 from engine.errors import OffsetOutOfRangeError
@@ -268,7 +268,7 @@ def test_corrupt_batch_fails_the_read_naming_file_and_position(tmp_path, fmt, re
         log.close()       # a clean shutdown: no recovery pass, which would truncate the corrupt batch
         log = Log.load(log.dir, log.config, clock=ManualClock(), had_clean_shutdown=True)
         segment = log.active_segment
-        assert segment._view_index is None
+        assert segment.sidecar is None
     view = LogView(log, fmt)
     # everything before the corrupt batch reads as before, sequentially and at random
     lines_before = 25 * 5

@@ -16,13 +16,14 @@ a consumer group needs:
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
-from engine import render
-from engine.views import LogView, ViewFormat
+from engine.views import render
+from engine.views.log_view import LogView, ViewFormat
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
+    from engine.records import BatchColumns
 
 __all__ = ["ConsumerView", "open_consumer_view"]
 
@@ -76,7 +77,8 @@ class ConsumerView(LogView):
             else:
                 _, log_pos, _, pos = index.floor_by_json(target)
             last = None
-            for header, columns, _ in self._batches(segment, log_pos, full=True):
+            for header, item, _ in self._batches(segment, log_pos, full=True):
+                columns = cast("BatchColumns", item)    # full=True: columns, never rendered text
                 offsets = columns.offsets
                 records = render._column_records(columns)
                 if self._text:

@@ -14,7 +14,7 @@ Two renderings exist (DESIGN.md "Views"):
   object for header values).  Null stays ``null``.  Strings are escaped by
   orjson (``"``, ``\\`` and control characters; other characters are raw UTF-8).
 
-The view index (engine.viewindex) stores, per batch, how many bytes each
+The view index (engine.views.index) stores, per batch, how many bytes each
 rendering takes, so a read at byte position P of a view never renders from the
 start.  Those sizes are computed on the *append* path, which must keep up with
 ~1.5M records/s: :func:`appended_view_sizes` therefore never renders.  It

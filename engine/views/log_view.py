@@ -15,7 +15,7 @@ How positions map to records:
   a view opened before a deletion or a cleaner swap reads on from what it
   opened: a segment's ``.log`` file descriptor outlives its unlink (Unix
   semantics).
-* Every segment keeps a sparse :class:`~engine.viewindex.ViewIndex` (batch
+* Every segment keeps a sparse :class:`~engine.views.index.ViewIndex` (batch
   start -> log position, text position, JSON position) and running totals, so a
   random read bisects the slots' start positions, takes the index floor, preads
   from that log position and renders only a few batches.
@@ -52,13 +52,14 @@ import logging
 import threading
 import weakref
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 from collections.abc import Callable, Iterator
 
 from crc32c import crc32c as _crc32c
 
 from engine import records as _records
-from engine import render
+from engine.views import render
+from engine.views.index import attach, committed_view_index, view_index
 from engine import transactions
 from engine.errors import CorruptRecordError, InvalidRequestError, OffsetOutOfRangeError, StorageError
 
@@ -116,6 +117,7 @@ class LogView:
     def __init__(self, log: Log, fmt: ViewFormat, start_offset: int | None = None,
                  segment: LogSegment | None = None) -> None:
         self.log = log
+        attach(log)             # from now on appends keep the view indexes exact without a scan
         self.format = fmt
         self.topic = log.topic_partition.topic
         self.partition = log.topic_partition.partition
@@ -161,7 +163,7 @@ class LogView:
     # ------------------------------------------------------------------ sizes
 
     def _view_index(self, segment: LogSegment):
-        return segment.view_index if self._txn is None else self._txn.view_index(segment)
+        return view_index(segment) if self._txn is None else committed_view_index(self._txn, segment)
 
     def _segment_size(self, segment: LogSegment) -> int:
         index = self._view_index(segment)
@@ -179,7 +181,8 @@ class LogView:
         offset, log_pos, text_pos, json_pos = index.floor_by_offset(start_offset)
         size = text_pos if self._text else json_pos
         limit = self._segment_size(segment)
-        for header, columns, _ in self._batches(segment, log_pos, full=True):
+        for header, item, _ in self._batches(segment, log_pos, full=True):
+            columns = cast("BatchColumns", item)        # full=True: columns, never rendered text
             if header.base_offset >= start_offset:
                 break
             below = bisect.bisect_left(columns.offsets, start_offset)
@@ -267,7 +270,7 @@ class LogView:
             if position >= end or size == 0:
                 return b""
             stop = min(position + size, end)
-            out = []
+            out: list[bytes] = []
             while position < stop:
                 try:
                     piece = self._read_from_cursor(position, stop)
@@ -368,9 +371,9 @@ class LogView:
                 break
             header, batch, log_pos_after = item
             if self._text:
-                piece = batch
+                piece = cast(bytes, batch)
             else:
-                piece = render.render_jsonl_columns(batch, self.topic, self.partition,
+                piece = render.render_jsonl_columns(cast("BatchColumns", batch), self.topic, self.partition,
                                                     int(header.timestamp_type))
             if pos + len(piece) > slot_end:
                 break                      # a batch appended after the size snapshot

@@ -1,0 +1,18 @@
+"""The mount's renderings of a log: text and JSON-lines sizes, view indexes, LogView.
+
+Kafka's core (engine.log, engine.segment, engine.cleaner) knows nothing of
+this package.  It attaches to a log through one hook, ``Log.append_observer``
+(:func:`engine.views.index.attach`), and keeps each segment's view index in the
+segment's opaque ``sidecar`` slot, which the segment drops when bytes it holds
+change; the index is then rebuilt by one scan, as after a remount.
+
+Modules: ``render`` (the renderings and their sizes, byte for byte), ``index``
+(ViewIndex, the sidecar and the append observer), ``log_view`` (LogView,
+ViewIdentity, record_at), ``consume`` (a consumer group's view of a log).
+"""
+
+from engine.views.index import ViewIndex, attach, view_index, view_index_and_damage
+from engine.views.log_view import LogView, ViewFormat, ViewIdentity, record_at
+
+__all__ = ["LogView", "ViewFormat", "ViewIdentity", "ViewIndex", "attach", "record_at", "view_index",
+           "view_index_and_damage"]

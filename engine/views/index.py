@@ -1,0 +1,328 @@
+"""Sparse in-memory index of a segment's positions in the mount's renderings.
+
+The mount serves ``records`` (one value per line) and ``records.jsonl`` (one
+JSON object per line) as byte-addressable files.  A read at byte position P
+must not decode the log from its start, so every segment keeps a ViewIndex:
+for a sparse set of batches (the segment's first batch and every batch the
+offset index points at) it records where the batch starts in the ``.log`` and
+where its first record starts in each rendering.  A read bisects the column of
+its rendering, then decodes forward from the batch found; the cost is bounded
+by ``index.interval.bytes`` of log, as a fetch is in Kafka.
+
+Concurrency: there is one writer (appends happen under ``Log.lock``) and any
+number of lock-free readers.  Each column is an ``array('q')`` that only grows;
+``entries`` is bumped after all four columns have their new value, and readers
+never look past it.  The running totals are published as one tuple
+(:attr:`totals`) so that a reader sees the sizes and the end offset of the
+same batch, never a mix of two.
+
+The index of a segment lives in the segment's ``sidecar`` slot (a
+:class:`SegmentViews`), which the segment drops whenever bytes it already
+holds change; :func:`view_index` then rebuilds it by one scan.  While a log has
+a :class:`ViewsObserver` (:func:`attach`), appends keep the index of the active
+segment exact without any scan, from sizes computed off the appended values.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from array import array
+from bisect import bisect_right
+from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Sequence
+
+from engine import records as _records
+from engine.errors import CorruptRecordError
+from engine.views.render import appended_view_sizes, columns_view_sizes
+
+if TYPE_CHECKING:
+    from engine.log import Log
+    from engine.segment import LogSegment
+    from engine.topic import TopicPartition
+    from engine.transactions import TransactionState
+
+
+class ViewTotals(NamedTuple):
+    """Running totals of a segment's renderings, as of one batch boundary."""
+
+    next_offset: int        # offset after the last record covered
+    log_size: int           # bytes of .log covered (the position after the last batch)
+    text_size: int          # bytes of the text rendering
+    json_size: int          # bytes of the JSON-lines rendering
+    record_count: int       # records rendered (control records render nothing)
+
+
+class ViewIndex:
+    """Columns ``offset, log_position, text_position, json_position`` plus totals.
+
+    ``offset`` is the base offset of the indexed batch: the rendering of that
+    batch's records starts at ``text_position`` / ``json_position``.  A batch
+    whose first records were compacted away still starts its rendering with its
+    first surviving record, so the columns stay exact after cleaning.
+    """
+
+    __slots__ = ("base_offset", "_offsets", "_log_positions", "_text_positions",
+                 "_json_positions", "entries", "totals", "_bytes_since_last_entry",
+                 "index_interval_bytes")
+
+    def __init__(self, base_offset: int, index_interval_bytes: int = 4096) -> None:
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self._offsets = array("q")
+        self._log_positions = array("q")
+        self._text_positions = array("q")
+        self._json_positions = array("q")
+        self.entries = 0
+        self.totals = ViewTotals(base_offset, 0, 0, 0, 0)
+        # Only used when the index decides spacing itself (a rebuild by scan).
+        self._bytes_since_last_entry = 0
+
+    # -- running totals (each read is one attribute load of an immutable tuple) --
+    @property
+    def text_size(self) -> int:
+        return self.totals.text_size
+
+    @property
+    def json_size(self) -> int:
+        return self.totals.json_size
+
+    @property
+    def record_count(self) -> int:
+        return self.totals.record_count
+
+    @property
+    def next_offset(self) -> int:
+        return self.totals.next_offset
+
+    @property
+    def log_size(self) -> int:
+        return self.totals.log_size
+
+    def append(self, first_offset: int, log_position: int, text_size: int, json_size: int,
+               next_offset: int, indexed: bool, *, batch_size: int = 0,
+               records: int | None = None) -> None:
+        """Account for one appended batch of the segment.
+
+        ``indexed`` says the offset index got an entry for this batch; the
+        segment's first batch always gets one here, so a read at position 0 of
+        a rendering needs no special case.  ``batch_size`` (bytes of the batch
+        in the .log) keeps ``log_size`` exact; ``records`` defaults to the
+        offset span, which is exact for every batch the log writes itself.
+        """
+        totals = self.totals
+        if indexed or self.entries == 0:
+            self._offsets.append(first_offset)
+            self._log_positions.append(log_position)
+            self._text_positions.append(totals.text_size)
+            self._json_positions.append(totals.json_size)
+            self.entries += 1          # published last: readers never see a half entry
+        count = (next_offset - first_offset) if records is None else records
+        end = log_position + batch_size if batch_size else max(totals.log_size, log_position)
+        self.totals = ViewTotals(next_offset, end, totals.text_size + text_size,
+                                 totals.json_size + json_size, totals.record_count + count)
+
+    def append_scanned(self, first_offset: int, log_position: int, batch_size: int,
+                       text_size: int, json_size: int, next_offset: int, records: int) -> None:
+        """Append a batch found by a scan, choosing sparse points as the offset index does.
+
+        The rule is LogSegment.append's: an entry once more than
+        ``index.interval.bytes`` of log went by since the previous one.
+        """
+        indexed = self._bytes_since_last_entry > self.index_interval_bytes
+        if indexed or self.entries == 0:
+            self._bytes_since_last_entry = 0
+        self._bytes_since_last_entry += batch_size
+        self.append(first_offset, log_position, text_size, json_size, next_offset, indexed,
+                    batch_size=batch_size, records=records)
+
+    def _entry(self, n: int) -> tuple[int, int, int, int]:
+        return (self._offsets[n], self._log_positions[n], self._text_positions[n],
+                self._json_positions[n])
+
+    def _floor(self, column: array, key: int) -> tuple[int, int, int, int]:
+        n = self.entries
+        i = bisect_right(column, key, 0, n) - 1
+        if i < 0:
+            return (self.base_offset, 0, 0, 0)
+        return self._entry(i)
+
+    def floor_by_text(self, text_position: int) -> tuple[int, int, int, int]:
+        """The last entry whose text rendering starts at or before ``text_position``."""
+        return self._floor(self._text_positions, text_position)
+
+    def floor_by_json(self, json_position: int) -> tuple[int, int, int, int]:
+        """The last entry whose JSON rendering starts at or before ``json_position``."""
+        return self._floor(self._json_positions, json_position)
+
+    def floor_by_offset(self, offset: int) -> tuple[int, int, int, int]:
+        """The last entry whose batch starts at or before ``offset``."""
+        return self._floor(self._offsets, offset)
+
+    def __len__(self) -> int:
+        return self.entries
+
+    def __repr__(self) -> str:
+        t = self.totals
+        return (f"ViewIndex(baseOffset={self.base_offset}, entries={self.entries}, "
+                f"nextOffset={t.next_offset}, textSize={t.text_size}, jsonSize={t.json_size})")
+
+
+class SegmentViews:
+    """What a segment's ``sidecar`` holds: its view index and the topic partition it was sized for.
+
+    JSON lines name the topic, so an index sized under another name (a topic
+    directory renamed for deletion) is stale.  ``lock`` serialises catch-up
+    scans; an append never waits for it (see :meth:`ViewsObserver.on_append`).
+    """
+
+    __slots__ = ("index", "topic_partition", "lock")
+
+    def __init__(self, segment: LogSegment) -> None:
+        self.index = ViewIndex(segment.base_offset, segment.index_interval_bytes)
+        self.topic_partition: TopicPartition = segment.topic_partition
+        self.lock = threading.Lock()
+
+
+def _views_of(segment: LogSegment) -> SegmentViews:
+    views = segment.sidecar
+    if not isinstance(views, SegmentViews) or views.topic_partition != segment.topic_partition:
+        views = SegmentViews(segment)
+        segment.sidecar = views
+    return views
+
+
+def view_index(segment: LogSegment) -> ViewIndex:
+    """The segment's view index, caught up to the current size (one scan when loaded from disk).
+
+    CorruptRecordError (file, position) if the segment is damaged before
+    its size: a view never ends silently at damage.
+    """
+    vi, damage = view_index_and_damage(segment)
+    if damage is not None:
+        raise damage
+    return vi
+
+
+def view_index_and_damage(segment: LogSegment) -> tuple[ViewIndex, CorruptRecordError | None]:
+    """The view index caught up as far as the log is whole, and the damage that stopped it (or None).
+
+    For a reader that serves the good bytes before damage and then fails
+    (the index covers exactly the whole batches before the damage).  The
+    partial index is kept, so asking again costs one header read, not a
+    rescan of the segment.
+    """
+    views = segment.sidecar
+    if isinstance(views, SegmentViews) and views.index.log_size >= segment.size \
+            and views.topic_partition == segment.topic_partition:
+        return views.index, None
+    views = _views_of(segment)
+    with views.lock:
+        vi = views.index
+        damage = None
+        try:
+            _catch_up(segment, vi, segment.size)
+        except CorruptRecordError as exc:
+            damage = exc
+        return vi, damage
+
+
+def _catch_up(segment: LogSegment, vi: ViewIndex, end: int) -> None:
+    # Sizes come from the columns (no Record objects) and, for every batch
+    # with gap-free offsets and one timestamp, by arithmetic over the value
+    # lengths: nothing is rendered (render.columns_view_sizes).
+    tp = segment.topic_partition
+    topic, partition = tp.topic, tp.partition
+    decode_columns = _records.decode_columns
+    for pos, header, buf, off in segment.batches_with_bytes(vi.log_size, end):
+        try:
+            columns = decode_columns(buf, off, header)
+        except CorruptRecordError as exc:
+            raise exc.at(segment.log_path, pos) from None
+        text_size, json_size = columns_view_sizes(columns, topic, partition, int(header.timestamp_type))
+        vi.append_scanned(header.base_offset, pos, header.size, text_size, json_size, header.next_offset,
+                          len(columns.values))
+
+
+class ViewsObserver:
+    """The log's append observer (``Log.append_observer``): keeps view indexes exact as the log grows.
+
+    Called under ``Log.lock`` right after a batch the log encoded itself was
+    written, with the values it holds, so the sizes of the two renderings come
+    from the values by arithmetic, without decoding the batch.
+    """
+
+    __slots__ = ()
+
+    def on_append(self, segment: LogSegment, position: int, batch_size: int,
+                  values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                  first: int, timestamp: int) -> None:
+        views = segment.sidecar
+        if views is None:
+            if position != 0:
+                return                  # built by a scan on first use
+            views = _views_of(segment)  # a new segment: exact from its first batch
+        elif not isinstance(views, SegmentViews):
+            return
+        # Never wait for a reader's catch-up scan (it may be long on a big loaded
+        # segment): if one is running, it or the next access picks this batch up.
+        if not views.lock.acquire(blocking=False):
+            return
+        try:
+            vi = views.index
+            tp = views.topic_partition
+            if vi.log_size == position and tp == segment.topic_partition:
+                n = len(values)
+                text_size, json_size = appended_view_sizes(values, keys, first, timestamp, tp.topic, tp.partition)
+                vi.append_scanned(first, position, batch_size, text_size, json_size, first + n, n)
+        finally:
+            views.lock.release()
+
+
+_OBSERVER = ViewsObserver()
+
+
+def attach(log: Log) -> None:
+    """Have ``log``'s appends keep its segments' view indexes exact (idempotent)."""
+    if log.append_observer is not _OBSERVER:
+        log.append_observer = _OBSERVER
+
+
+#: read_committed view indexes, per transaction state (engine.transactions) and segment
+_COMMITTED: weakref.WeakKeyDictionary[TransactionState, weakref.WeakKeyDictionary[LogSegment, ViewIndex]] = \
+    weakref.WeakKeyDictionary()
+_COMMITTED_LOCK = threading.Lock()
+
+
+def committed_view_index(txn: TransactionState, segment: LogSegment) -> ViewIndex:
+    """The segment's view index with the batches of aborted transactions rendering nothing.
+
+    Built like :func:`view_index` (one scan, then caught up as the segment
+    grows), from the same column sizes; kept per transaction state.
+    """
+    with _COMMITTED_LOCK:
+        indexes = _COMMITTED.get(txn)
+        if indexes is None:
+            indexes = _COMMITTED[txn] = weakref.WeakKeyDictionary()
+    with txn._lock:
+        vi = indexes.get(segment)
+        if vi is None:
+            vi = indexes[segment] = ViewIndex(segment.base_offset, segment.index_interval_bytes)
+        size = segment.size
+        if vi.log_size >= size:
+            return vi
+        tp = segment.topic_partition
+        for pos, header, buf, off in segment.batches_with_bytes(vi.log_size, size):
+            if txn.hides(header):
+                text_size = json_size = count = 0
+            else:
+                try:
+                    columns = _records.decode_columns(buf, off, header)
+                except CorruptRecordError as exc:
+                    raise exc.at(segment.log_path, pos) from None
+                text_size, json_size = columns_view_sizes(columns, tp.topic, tp.partition,
+                                                          int(header.timestamp_type))
+                count = len(columns.values)
+            vi.append_scanned(header.base_offset, pos, header.size, text_size, json_size,
+                              header.next_offset, count)
+        return vi
