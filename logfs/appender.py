@@ -42,7 +42,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from engine.config import LogConfig
     from engine.log import Log
     from engine.manager import LogManager
-    from logfs.namespace import TopicRouter
     from logfs.stats import MountStats
 
 log = logging.getLogger(__name__)
@@ -61,6 +60,25 @@ class _RetriedRecordTooLarge(RecordTooLargeError):
     """EMSGSIZE for a retry of a refused request: logged at the first refusal only."""
 
     quiet = True
+
+
+
+class TopicRouter:
+    """Round-robin partition choice for unkeyed writes to a topic-level ``append``.
+
+    Shared by every handle of a topic so concurrent writers spread too; the
+    choice is per write (Kafka's sticky partitioner picks per batch as well).
+    """
+
+    __slots__ = ("_next",)
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def next_partition(self, num_partitions: int) -> int:
+        p = self._next % num_partitions
+        self._next = p + 1
+        return p
 
 
 class LineAppender:

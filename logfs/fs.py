@@ -46,8 +46,11 @@ import pyfuse3
 import trio
 
 from engine.errors import LogfsError, OffsetOutOfRangeError, ReadOnlyError
-from logfs.namespace import (AccessDeniedError, Directory, FileNode, Handle, MalformedNameError, Namespace, Node,
-                             NotPermittedError, RootDir, TopicDir)
+from logfs.dirs import RootDir, TopicDir
+from logfs.errors import AccessDeniedError, MalformedNameError, NotPermittedError
+from logfs.handles import Handle
+from logfs.namespace import Namespace
+from logfs.nodes import Directory, FileNode, Node
 
 log = logging.getLogger(__name__)
 

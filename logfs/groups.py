@@ -47,17 +47,10 @@ from engine.consumer_offsets import GroupMetadataManager
 from engine.errors import InvalidRequestError, LogfsError
 from engine.topic import TopicPartition
 from engine.views import ViewFormat
-from logfs.namespace import (
-    RW_MODE,
-    BytesHandle,
-    Directory,
-    FileNode,
-    Handle,
-    NoSuchNameError,
-    Node,
-    ViewHandle,
-    parse_timestamp,
-)
+from logfs.dirs import parse_timestamp
+from logfs.errors import NoSuchNameError
+from logfs.handles import BytesHandle, Handle, ViewHandle
+from logfs.nodes import RW_MODE, Directory, FileNode, Node
 
 if TYPE_CHECKING:  # pragma: no cover
     from logfs.namespace import Namespace

@@ -30,7 +30,8 @@ from engine.errors import InvalidPartitionError, LogfsError, RecordTooLargeError
 from engine.jsonl_in import JsonRecord, append_json_records, parse_jsonl_lines
 from engine.partitioner import partition_for_key
 from engine.topic import TopicPartition
-from logfs.namespace import RW_MODE, FileNode, Handle
+from logfs.handles import Handle
+from logfs.nodes import RW_MODE, FileNode
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log

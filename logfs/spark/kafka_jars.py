@@ -10,7 +10,6 @@ from engine.errors import (
 )
 
 
-
 def spark_kafka_jars() -> list[str]:
     """The jars of Spark's ``kafka`` source (spark-sql-kafka-0-10) that ``scripts/setup.sh`` fetched.
 

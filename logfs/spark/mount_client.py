@@ -1,5 +1,6 @@
 """The mount as the source sees it: topics, partitions, offset bounds, timestamps and the
-resolution of starting/ending offsets (``failOnDataLoss`` has its one home here)."""
+resolution of starting/ending offsets (``failOnDataLoss`` has its one home here).
+"""
 
 from __future__ import annotations
 

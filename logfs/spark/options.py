@@ -43,6 +43,8 @@ KAFKA_SCHEMA = StructType([
     StructField("timestamp", TimestampType(), True),
     StructField("timestampType", IntegerType(), True),
 ])
+
+
 HEADERS_FIELD = StructField(
     "headers",
     ArrayType(StructType([StructField("key", StringType(), True),

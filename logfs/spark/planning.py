@@ -10,7 +10,6 @@ from pyspark.sql.datasource import (
 )
 
 
-
 class OffsetRangePartition(InputPartition):
     """One Spark task's share: offsets [from_offset, until_offset) of one log partition."""
 

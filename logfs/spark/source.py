@@ -1,7 +1,8 @@
 """The batch and streaming readers and the ``logfs`` DataSource Spark instantiates.
 
 Spark pickles these classes by reference: its Python workers import them from
-this module path, so moving them is a change of what workers import."""
+this module path, so moving them is a change of what workers import.
+"""
 
 from __future__ import annotations
 
