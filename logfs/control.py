@@ -21,6 +21,7 @@ from engine.numbers import parse_canonical_int
 from engine.topic import TopicPartition
 from logfs.appender import LineAppender
 
+from logfs.errors import shown
 from logfs.handles import BytesHandle, Handle, LineCommandHandle
 from logfs.nodes import FileNode, GeneratedFile, RW_MODE, WRITE_ONLY_MODE
 
@@ -145,9 +146,8 @@ class TopicConfigFile(GeneratedFile):
             name, sep, value = line.partition("=")
             name = name.strip()
             if not sep or not name:
-                shown = line if len(line) <= 80 else line[:80] + "..."
                 raise InvalidConfigError(
-                    f"Invalid config line {shown!r} for topic {self.topic}: expected name=value")
+                    f"Invalid config line {shown(line)} for topic {self.topic}: expected name=value")
             value = value.strip()
             updates[name] = value if value else None
         return updates
@@ -160,11 +160,23 @@ class TopicConfigFile(GeneratedFile):
 # ---- control files
 
 
-class TopicDeleteFile(FileNode):
-    """Write the marker ``topic`` to delete the topic asynchronously (like rmdir)."""
+class _MarkerFile(FileNode):
+    """A write-only ``delete`` file: each write's complete lines are markers, checked and applied together."""
 
     writable = True
     mode = WRITE_ONLY_MODE
+
+    def open(self, write: bool) -> Handle:
+        if write:
+            self.ns.check_writable()
+        return LineCommandHandle(self._apply)
+
+    def _apply(self, lines: list[bytes]) -> None:
+        raise NotImplementedError
+
+
+class TopicDeleteFile(_MarkerFile):
+    """Write the marker ``topic`` to delete the topic asynchronously (like rmdir)."""
 
     def __init__(self, ns: Namespace, topic: str) -> None:
         super().__init__(ns)
@@ -174,26 +186,16 @@ class TopicDeleteFile(FileNode):
     def key(self) -> tuple:
         return ("delete", self.topic)
 
-    def open(self, write: bool) -> Handle:
-        if write:
-            self.ns.check_writable()
-        return LineCommandHandle(self._apply)
-
     def _apply(self, lines: list[bytes]) -> None:
-        markers = [line.strip() for line in lines]
-        for marker in markers:
+        for marker in (line.strip() for line in lines):
             if marker != b"topic":
-                shown = marker.decode("utf-8", "replace")
-                shown = shown if len(shown) <= 80 else f"{shown[:80]}... ({len(shown)} characters)"
-                raise InvalidRequestError(f"Invalid marker {shown!r} for {self.topic}/delete: expected 'topic'")
+                raise InvalidRequestError(f"Invalid marker {shown(marker.decode('utf-8', 'replace'))} "
+                                          f"for {self.topic}/delete: expected 'topic'")
         self.ns.delete_topic(self.topic)
 
 
-class PartitionDeleteFile(FileNode):
+class PartitionDeleteFile(_MarkerFile):
     """``before <offset>`` (Kafka's DeleteRecords) or ``key <key>`` (a tombstone)."""
-
-    writable = True
-    mode = WRITE_ONLY_MODE
 
     def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
         super().__init__(ns)
@@ -203,55 +205,56 @@ class PartitionDeleteFile(FileNode):
     def key(self) -> tuple:
         return ("delete", self.tp)
 
-    def open(self, write: bool) -> Handle:
-        if write:
-            self.ns.check_writable()
-        return LineCommandHandle(self._apply)
-
     def _apply(self, lines: list[bytes]) -> None:
-        # Parse every marker first so a bad one applies none of them.
-        actions: list[tuple[str, object]] = []
+        # Parse every marker first so a bad one applies none of them: an int is
+        # ``before <offset>``, bytes are ``key <key>``, in the order written.
+        actions: list[int | bytes] = []
         for raw in lines:
             line = raw.rstrip(b"\r")
             verb, _, arg = line.lstrip().partition(b" ")
             offset = (parse_canonical_int(arg.strip().decode("ascii", "replace"))
                       if verb == b"before" else None)
             if offset is not None:
-                actions.append(("before", offset))
+                actions.append(offset)
             elif verb == b"key" and arg:
-                actions.append(("key", arg))
+                actions.append(arg)
             else:
-                shown = line.decode("utf-8", "replace")
-                shown = shown if len(shown) <= 80 else f"{shown[:80]}... ({len(shown)} characters)"
                 raise InvalidRequestError(
-                    f"Invalid marker {shown!r} for {self.tp}/delete:"
+                    f"Invalid marker {shown(line.decode('utf-8', 'replace'))} for {self.tp}/delete:"
                     " expected 'before <offset>' (the offset in digits, no leading zero) or 'key <key>'")
         target = self.ns.log(self.tp)
         end = target.log_end_offset        # only grows: checking first keeps a bad marker from applying any
-        for verb, arg in actions:
-            if verb == "before" and int(arg) > end:  # type: ignore[call-overload]
+        for action in actions:
+            if isinstance(action, int) and action > end:
                 raise InvalidRequestError(
-                    f"Cannot delete records of {self.tp} before offset {arg}: it is beyond the log end offset {end}")
-        for verb, arg in actions:
-            if verb == "before":
+                    f"Cannot delete records of {self.tp} before offset {action}: "
+                    f"it is beyond the log end offset {end}")
+        for action in actions:
+            if isinstance(action, int):
                 # The manager checkpoints the new log start offset before this
                 # returns: once `echo before N > delete` succeeds, no crash brings
                 # the records back.  Beyond the log end: InvalidRequestError (EINVAL).
                 # (LineCommandHandle is blocking: this runs off the trio thread.)
-                start = self.ns.manager.delete_records(self.tp, int(arg))  # type: ignore[arg-type]
+                start = self.ns.manager.delete_records(self.tp, action)
                 log.info("[Log partition=%s, dir=%s] DeleteRecords before offset %s: log start offset is now %d",
-                         self.tp, target.dir, arg, start)
+                         self.tp, target.dir, action, start)
             else:
-                first, _ = target.append_values([None], [arg])  # type: ignore[list-item]
+                first, _ = target.append_values([None], [action])
                 self.ns.stats.record_append(1, 0)
                 log.info("[Log partition=%s, dir=%s] Appended tombstone at offset %d", self.tp, target.dir, first)
 
 
-class AppendFile(FileNode):
-    """``append`` of a partition (``tp``) or of a topic (``partition`` None)."""
+class AppendTargetFile(FileNode):
+    """A file appended to: of a partition (``partition``) or of a topic (``partition`` None).
+
+    ``append`` here and ``append.jsonl`` (logfs.jsonl_append) differ only in the
+    handle an opening gets (:meth:`handle`).
+    """
 
     writable = True
     mode = RW_MODE
+    #: the file's name in its directory
+    name = ""
 
     def __init__(self, ns: Namespace, topic: str, partition: int | None) -> None:
         super().__init__(ns)
@@ -260,7 +263,12 @@ class AppendFile(FileNode):
 
     @property
     def key(self) -> tuple:
-        return ("append", self.topic, self.partition)
+        return (self.name, self.topic, self.partition)
+
+    def describe(self) -> str:
+        if self.partition is None:
+            return f"{self.topic}/{self.name}"
+        return f"{self.topic}/{self.partition}/{self.name}"
 
     def open(self, write: bool) -> Handle:
         if write:
@@ -269,8 +277,20 @@ class AppendFile(FileNode):
             self.ns.require_topic(self.topic)
         else:
             self.ns.log(TopicPartition(self.topic, self.partition))
-        return LineAppender(self.ns.manager, self.topic, self.partition, self.ns.router(self.topic),
-                            self.ns.stats)
+        return self.handle()
+
+    def handle(self) -> Handle:
+        raise NotImplementedError
+
+
+class AppendFile(AppendTargetFile):
+    """``append``: one record per line (logfs.appender)."""
+
+    name = "append"
+
+    def handle(self) -> Handle:
+        return LineAppender(self.ns.manager, self.topic, self.partition,  # type: ignore[return-value]
+                            self.ns.router(self.topic), self.ns.stats)
 
 
 def _props_text(props: dict[str, str]) -> bytes:

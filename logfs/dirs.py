@@ -15,7 +15,7 @@ from engine.topic import TopicPartition, parse_partition, validate_topic_name
 from engine.views import record_at
 
 from logfs.control import AppendFile, BrokerConfigFile, PartitionDeleteFile, TopicConfigFile, TopicDeleteFile
-from logfs.errors import MalformedNameError, NoSuchNameError, NotPermittedError
+from logfs.errors import shown, MalformedNameError, NoSuchNameError, NotPermittedError
 from logfs.nodes import (
     Directory, MetricsFile, Node, RecordFile, SegmentFile, StateFile, StatsFile, record_digest,
 )
@@ -230,14 +230,14 @@ class OffsetDir(_PartitionSubDir):
     def lookup(self, name: str) -> Node:
         offset = parse_canonical_int(name)
         if offset is None:
-            raise MalformedNameError(f"No offset {_shown(name)} in {self.tp}: an offset is written in "
+            raise MalformedNameError(f"No offset {shown(name)} in {self.tp}: an offset is written in "
                                      "ASCII digits without leading zeros")
         record = record_at(self.ns.log(self.tp), offset)
         content = (record.value or b"") + b"\n"
         digest = record_digest(content)
         node = self.ns.content(("offset", self.tp, offset), lambda node: node.digest == digest,
                                lambda: RecordFile(self.ns, self.tp, offset, content, record.timestamp))
-        node.content = content      # type: ignore[attr-defined]
+        node.content = content
         return node
 
 
@@ -248,7 +248,7 @@ class FromDir(_PartitionSubDir):
         stem, fmt = _split_format(name)
         offset = parse_canonical_int(stem)
         if offset is None:
-            raise MalformedNameError(f"No view from/{_shown(name)} in {self.tp}: an offset is written in "
+            raise MalformedNameError(f"No view from/{shown(name)} in {self.tp}: an offset is written in "
                                      "ASCII digits without leading zeros")
         target = self.ns.log(self.tp)
         start, end = target.log_start_offset, target.log_end_offset
@@ -267,7 +267,7 @@ class SinceDir(_PartitionSubDir):
         stem, fmt = _split_format(name)
         timestamp = parse_timestamp(stem)
         if timestamp is None:
-            raise MalformedNameError(f"No view since/{_shown(name)} in {self.tp}: not epoch milliseconds "
+            raise MalformedNameError(f"No view since/{shown(name)} in {self.tp}: not epoch milliseconds "
                                      "or an ISO 8601 time")
         target = self.ns.log(self.tp)
         found = target.fetch_offset_by_timestamp(timestamp)
@@ -283,7 +283,7 @@ class SegmentsDir(_PartitionSubDir):
     kind = "segments"
 
     def names(self) -> list[str]:
-        names = []
+        names: list[str] = []
         for base in self.ns.log(self.tp).segments.keys():
             stem = f"{base:020d}"
             names.extend(stem + suffix for suffix in (".log", ".index", ".timeindex", ".jsonl"))
@@ -292,7 +292,7 @@ class SegmentsDir(_PartitionSubDir):
     def lookup(self, name: str) -> Node:
         match = _SEGMENT_NAME.fullmatch(name)
         if match is None:
-            raise NoSuchNameError(f"No segment file {_shown(name)} in {self.tp}")
+            raise NoSuchNameError(f"No segment file {shown(name)} in {self.tp}")
         base, suffix = int(match.group(1)), match.group(2)
         target = self.ns.log(self.tp)
         segment = target.segments.get(base)
@@ -310,11 +310,6 @@ def _split_format(name: str) -> tuple[str, str]:
     if name.endswith(".jsonl"):
         return name[:-6], "jsonl"
     return name, "text"
-
-
-def _shown(name: str) -> str:
-    """A name as a log line shows it: quoted, at most 80 characters."""
-    return repr(name) if len(name) <= 80 else f"{name[:80]!r}... ({len(name)} characters)"
 
 
 def parse_timestamp(text: str) -> int | None:

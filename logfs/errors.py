@@ -50,3 +50,8 @@ class StaleNameError(LogfsError):
     """
 
     errno = _errno.ESTALE
+
+
+def shown(name: str) -> str:
+    """A name or a line as an error message or log line shows it: quoted, at most 80 characters."""
+    return repr(name) if len(name) <= 80 else f"{name[:80]!r}... ({len(name)} characters)"

@@ -40,7 +40,7 @@ from __future__ import annotations
 import errno as _errno
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from engine.consume import ConsumerView, open_consumer_view
 from engine.consumer_offsets import GroupMetadataManager
@@ -295,7 +295,7 @@ class GroupCommandHandle(Handle):
         offsets: dict[int, int] = {}
         for verb, arg in actions:
             if verb == "commit":
-                partition, offset = arg  # type: ignore[misc]
+                partition, offset = cast("tuple[int, int]", arg)
                 offsets[int(partition)] = int(offset)
                 continue
             for p in partitions:

@@ -26,7 +26,12 @@ class Handle:
     """
 
     direct_io = True
-    blocking = False
+
+    @property
+    def blocking(self) -> bool:
+        """Whether writes run off the trio thread (a class attribute in most handles)."""
+        return False
+
     #: reads of at least this many bytes run in a worker thread (None: always inline)
     offload_reads_from: int | None = None
 

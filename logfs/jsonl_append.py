@@ -30,8 +30,8 @@ from engine.errors import InvalidPartitionError, LogfsError, RecordTooLargeError
 from engine.jsonl_in import JsonRecord, append_json_records, parse_jsonl_lines
 from engine.partitioner import partition_for_key
 from engine.topic import TopicPartition
+from logfs.control import AppendTargetFile
 from logfs.handles import Handle
-from logfs.nodes import RW_MODE, FileNode
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
@@ -44,33 +44,12 @@ __all__ = ["JsonlAppendFile", "JsonlAppender"]
 _LONG_MAX = 2**63 - 1
 
 
-class JsonlAppendFile(FileNode):
+class JsonlAppendFile(AppendTargetFile):
     """``append.jsonl`` of a partition (``partition``) or of a topic (``partition`` None)."""
 
-    writable = True
-    mode = RW_MODE
+    name = "append.jsonl"
 
-    def __init__(self, ns: Namespace, topic: str, partition: int | None) -> None:
-        super().__init__(ns)
-        self.topic = topic
-        self.partition = partition
-
-    @property
-    def key(self) -> tuple:
-        return ("append.jsonl", self.topic, self.partition)
-
-    def describe(self) -> str:
-        if self.partition is None:
-            return f"{self.topic}/append.jsonl"
-        return f"{self.topic}/{self.partition}/append.jsonl"
-
-    def open(self, write: bool) -> Handle:
-        if write:
-            self.ns.check_writable()
-        if self.partition is None:
-            self.ns.require_topic(self.topic)
-        else:
-            self.ns.log(TopicPartition(self.topic, self.partition))
+    def handle(self) -> Handle:
         return JsonlAppender(self.ns, self.topic, self.partition, self.describe())
 
 

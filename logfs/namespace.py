@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar, cast
 from collections.abc import Callable
 
 from engine.errors import (
@@ -51,7 +51,9 @@ from logfs.handles import Handle, LineCommandHandle
 from logfs.nodes import RETIRED_NODES, Directory, FileNode, Node, ViewFile
 
 if TYPE_CHECKING:  # pragma: no cover
+    from engine.consumer_offsets import GroupMetadataManager
     from engine.log import Log
+    from logfs.groups import _Leases
     from engine.manager import LogManager
     from engine.segment import LogSegment
 
@@ -67,8 +69,15 @@ __all__ = [
 
 
 
+_N = TypeVar("_N", bound=Node)
+
+
 class Namespace:
     """The tree of SPEC.md section 4 over one ``LogManager``."""
+
+    #: set by logfs.groups.install (mount start): committed offsets and open consume files
+    group_coordinator: GroupMetadataManager
+    group_leases: _Leases
 
     def __init__(self, manager: LogManager, stats: _stats.MountStats, *, read_only: bool = False,
                  views_direct_io: bool = True) -> None:
@@ -96,12 +105,13 @@ class Namespace:
             return node
         return existing
 
-    def content(self, key: tuple, same: Callable[[Node], bool], make: Callable[[], Node]) -> Node:
+    def content(self, key: tuple, same: Callable[[_N], bool], make: Callable[[], _N]) -> _N:
         """The node of a content name: the known one while ``same(node)``, else a new one (a new inode)."""
-        node = self._nodes.get(key)
-        if node is not None and same(node):
+        # a key's first element names the kind of content, so the class of its node
+        known = cast("_N | None", self._nodes.get(key))
+        if known is not None and same(known):
             self._retired.pop(key, None)
-            return node
+            return known
         node = make()
         self._nodes[key] = node
         self._retired.pop(key, None)
@@ -112,7 +122,7 @@ class Namespace:
         """The view node of ``name``: one rendering from ``start_offset`` while nothing of it changed."""
         return self.content(
             ("view", tp, name),
-            lambda node: node.start_offset == start_offset and node.is_current(),   # type: ignore[attr-defined]
+            lambda node: node.start_offset == start_offset and node.is_current(),
             lambda: ViewFile(self, tp, name, target, fmt, start_offset, segment))
 
     def forgotten(self, node: Node) -> None:
