@@ -38,8 +38,6 @@ VIEW_MODE = 0o444
 RW_MODE = 0o644
 WRITE_ONLY_MODE = 0o200
 
-SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
-
 #: Forgotten content nodes kept so an unchanged file keeps its inode number (see Namespace.forgotten).
 RETIRED_NODES = 4096
 
