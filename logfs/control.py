@@ -10,7 +10,6 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-
 from engine.config import validate_topic_overrides
 from engine.errors import (
     InvalidConfigError,
@@ -20,7 +19,6 @@ from engine.errors import (
 from engine.numbers import parse_canonical_int
 from engine.topic import TopicPartition
 from logfs.appender import LineAppender
-
 from logfs.errors import shown
 from logfs.handles import BytesHandle, Handle, LineCommandHandle
 from logfs.nodes import FileNode, GeneratedFile, RW_MODE, WRITE_ONLY_MODE

@@ -6,14 +6,10 @@ import datetime as _dt
 import re
 from typing import TYPE_CHECKING
 
-
-from engine.errors import (
-    OffsetOutOfRangeError,
-)
+from engine.errors import OffsetOutOfRangeError
 from engine.numbers import parse_canonical_int
 from engine.topic import TopicPartition, parse_partition, validate_topic_name
 from engine.views import record_at
-
 from logfs.control import AppendFile, BrokerConfigFile, PartitionDeleteFile, TopicConfigFile, TopicDeleteFile
 from logfs.errors import shown, MalformedNameError, NoSuchNameError, NotPermittedError
 from logfs.nodes import (
@@ -23,10 +19,6 @@ from logfs.nodes import (
 if TYPE_CHECKING:  # pragma: no cover
     from logfs.namespace import Namespace
     from engine.log import Log
-
-
-
-# ---- directories
 
 
 class RootDir(Directory):

@@ -3,15 +3,8 @@
 from __future__ import annotations
 
 import errno as _errno
-from typing import TYPE_CHECKING
 
-
-from engine.errors import (
-    LogfsError,
-)
-
-if TYPE_CHECKING:  # pragma: no cover
-    pass
+from engine.errors import LogfsError
 
 
 class NoSuchNameError(LogfsError):

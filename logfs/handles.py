@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING
 from collections.abc import Callable
 
-
-
 from logfs.errors import AccessDeniedError
-
-if TYPE_CHECKING:  # pragma: no cover
-    pass
 
 
 class Handle:

@@ -66,9 +66,6 @@ __all__ = [
     "PartitionDeleteFile", "TopicConfigFile", "TopicDeleteFile", "TopicRouter", "parse_timestamp",
 ]
 
-
-
-
 _N = TypeVar("_N", bound=Node)
 
 
@@ -188,7 +185,7 @@ class Namespace:
                 self._retired.pop(key, None)
 
 
-# --------------------------------------------------------------------------- parsing
+# --------------------------------------------------------------------------- helpers
 
 
 def _mentions_topic(key: tuple, topic: str) -> bool:

@@ -14,13 +14,10 @@ from collections.abc import Iterable
 
 import orjson
 
-from engine.errors import (
-    LogfsError,
-)
+from engine.errors import LogfsError
 from engine.topic import TopicPartition
 from engine.views import LogView, ViewFormat, ViewIdentity
 from logfs import stats as _stats
-
 from logfs.errors import AccessDeniedError, NotPermittedError, StaleNameError
 from logfs.handles import BytesHandle, Handle, RawFileHandle, ViewHandle
 
@@ -30,7 +27,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from engine.segment import LogSegment
 
 log = logging.getLogger(__name__)
-
 
 # File modes: views are read-only, control files are writable, ``delete`` is write-only.
 DIR_MODE = 0o755

@@ -5,9 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from engine.errors import (
-    StorageError,
-)
+from engine.errors import StorageError
 
 
 def spark_kafka_jars() -> list[str]:

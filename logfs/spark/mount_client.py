@@ -18,7 +18,6 @@ from engine.errors import (
     StorageError,
     UnknownTopicOrPartitionError,
 )
-
 from logfs.spark.options import EARLIEST, LATEST, OffsetSpec, PartitionOffsets, SourceOptions
 
 log = logging.getLogger(__name__)

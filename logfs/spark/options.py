@@ -21,12 +21,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from engine.errors import (
-    InvalidConfigError,
-)
+from engine.errors import InvalidConfigError
 
 log = logging.getLogger(__name__)
-
 
 SOURCE_NAME = "logfs"
 
@@ -44,7 +41,6 @@ KAFKA_SCHEMA = StructType([
     StructField("timestampType", IntegerType(), True),
 ])
 
-
 HEADERS_FIELD = StructField(
     "headers",
     ArrayType(StructType([StructField("key", StringType(), True),
@@ -53,7 +49,6 @@ HEADERS_FIELD = StructField(
 
 #: Offsets as Spark checkpoints them: {"topic": {"partition": offset}}.
 PartitionOffsets = dict[str, dict[str, int]]
-
 
 # --------------------------------------------------------------------------------------
 # Options

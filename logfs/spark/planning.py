@@ -5,9 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from pyspark.sql.datasource import (
-    InputPartition,
-)
+from pyspark.sql.datasource import InputPartition
 
 
 class OffsetRangePartition(InputPartition):

@@ -12,7 +12,6 @@ from engine.errors import (
     StorageError,
     UnknownTopicOrPartitionError,
 )
-
 from logfs.spark.mount_client import offset_bounds, skip_deleted
 from logfs.spark.options import SourceOptions
 from logfs.spark.planning import OffsetRangePartition
@@ -22,11 +21,9 @@ if TYPE_CHECKING:  # pragma: no cover - imported lazily where used
 
 log = logging.getLogger(__name__)
 
-
 _MIN_READ = 64 << 10
 _MAX_READ = 8 << 20
 _BYTES_PER_RECORD_GUESS = 256
-
 
 def _json_schema(include_headers: bool) -> pa.Schema:
     import pyarrow as pa
@@ -38,7 +35,6 @@ def _json_schema(include_headers: bool) -> pa.Schema:
         fields.append(("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.string()),
                                                       ("valueEncoding", pa.string())]))))
     return pa.schema(fields)
-
 
 def _decode_bytes(text: pa.Array, encoding: pa.Array, what: str) -> pa.Array:
     """String column -> binary column, base64-decoding the rows the mount marked."""
@@ -55,7 +51,6 @@ def _decode_bytes(text: pa.Array, encoding: pa.Array, what: str) -> pa.Array:
         values[i] = base64.b64decode(values[i])
     return pa.array(values, pa.binary())
 
-
 def _decode_headers(headers: pa.Array) -> pa.Array:
     import pyarrow as pa
     out: list[list[dict[str, Any]] | None] = []
@@ -71,7 +66,6 @@ def _decode_headers(headers: pa.Array) -> pa.Array:
             decoded.append({"key": h.get("key"), "value": value})
         out.append(decoded)
     return pa.array(out, pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
-
 
 def _to_kafka_batch(table: pa.Table, lo: int, hi: int, include_headers: bool) -> pa.RecordBatch | None:
     """Parsed JSON rows -> a RecordBatch of the Kafka schema, keeping offsets in [lo, hi)."""
@@ -96,7 +90,6 @@ def _to_kafka_batch(table: pa.Table, lo: int, hi: int, include_headers: bool) ->
         arrays.append(_decode_headers(col("headers")))
         names.append("headers")
     return pa.RecordBatch.from_arrays(arrays, names=names)
-
 
 def _open_view(opts: SourceOptions, rng: OffsetRangePartition) -> tuple[Any, int]:
     """Open ``from/<N>.jsonl`` for the range; handle a start below the log start offset."""

@@ -22,7 +22,6 @@ from engine.records import (
     read_header,
     validate_batch,
 )
-
 from logfs.spark.mount_client import partition_state, skip_deleted
 from logfs.spark.options import SourceOptions
 from logfs.spark.planning import OffsetRangePartition
@@ -32,7 +31,6 @@ if TYPE_CHECKING:  # pragma: no cover - imported lazily where used
     import pyarrow as pa
 
 log = logging.getLogger(__name__)
-
 
 #: Bytes per read() of a ``.log`` file: large enough that the mount's per-request
 #: cost vanishes, small enough that a task's memory stays bounded.
@@ -45,10 +43,8 @@ _MAX_RELISTS = 50
 #: Records per Arrow batch handed to Spark (about one read's worth of small records).
 _FLUSH_RECORDS = 1 << 15
 
-
 def _segment_file(mount: str, topic: str, partition: int, base_offset: int, suffix: str) -> str:
     return os.path.join(mount, topic, str(partition), "segments", f"{base_offset:020d}{suffix}")
-
 
 def index_position(index_path: str, base_offset: int, target_offset: int) -> int:
     """Byte position in the ``.log`` from which a scan finds ``target_offset`` (0 without help).

@@ -16,7 +16,6 @@ if TYPE_CHECKING:  # pragma: no cover - imported lazily where used
 
 log = logging.getLogger(__name__)
 
-
 _WORKER_IMPORTS = "import logfs.spark, engine.records, cramjam, crc32c, pyarrow"
 
 

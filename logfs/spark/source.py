@@ -22,15 +22,12 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import (
-    StructType,
-)
+from pyspark.sql.types import StructType
 
 from engine.errors import (
     InvalidConfigError,
     OffsetOutOfRangeError,
 )
-
 from logfs.spark.mount_client import (
     _as_offsets, _from_offsets, _topic_partitions, ending_offsets, offset_bounds, starting_offsets,
 )
