@@ -71,3 +71,10 @@ def test_options_parse_as_spark_kafka_source_does(tmp_path):
     defaults = SourceOptions.parse({"path": str(tmp_path), "subscribe": "x, y"})
     assert defaults.subscribe == ("x", "y")
     assert (defaults.fail_on_data_loss, defaults.include_headers) == (True, False)
+
+
+@pytest.mark.parametrize("name,value", [("readFormat", "parquet"), ("startingOffsetsByTimestampStrategy", "never")])
+def test_an_option_with_a_few_spellings_names_them(tmp_path, name, value):
+    with pytest.raises(InvalidConfigError, match=rf"Invalid value '{value}' for option {name}: expected one of \("):
+        SourceOptions.parse({"path": str(tmp_path), "subscribe": "t", name: value})
+    assert SourceOptions.parse({"path": str(tmp_path), "subscribe": "t", "readFormat": " JSONL"}).read_format == "jsonl"

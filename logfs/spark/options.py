@@ -111,13 +111,14 @@ def group_offsets(mount: str, group: str, tps: Sequence[tuple[str, int]],
     return out
 
 
-def _read_format_option(options: Mapping[str, str]) -> str:
-    raw = options.get("readFormat")
+def _choice_option(options: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """An option with a few spellings (case-insensitive); the first is the default."""
+    raw = options.get(name)
     if raw is None:
-        return READ_FORMATS[0]
+        return choices[0]
     text = str(raw).strip().lower()
-    if text not in READ_FORMATS:
-        raise InvalidConfigError(f"Invalid value {raw!r} for option readFormat: expected one of {READ_FORMATS}")
+    if text not in choices:
+        raise InvalidConfigError(f"Invalid value {raw!r} for option {name}: expected one of {choices}")
     return text
 
 
@@ -254,10 +255,11 @@ class SourceOptions:
             max_offsets_per_trigger=_int_option(options, "maxOffsetsPerTrigger"),
             starting_offsets=options.get("startingOffsets"),
             ending_offsets=options.get("endingOffsets"),
-            read_format=_read_format_option(options),
+            read_format=_choice_option(options, "readFormat", READ_FORMATS),
             starting_timestamp=_timestamp_option(options, "startingTimestamp"),
             starting_offsets_by_timestamp=_timestamps_by_partition(options, "startingOffsetsByTimestamp"),
-            starting_offsets_by_timestamp_strategy=_strategy_option(options),
+            starting_offsets_by_timestamp_strategy=_choice_option(
+                options, "startingOffsetsByTimestampStrategy", STARTING_BY_TIMESTAMP_STRATEGIES),
             ending_timestamp=_timestamp_option(options, "endingTimestamp"),
             ending_offsets_by_timestamp=_timestamps_by_partition(options, "endingOffsetsByTimestamp"),
             group=_group_option(options),
@@ -303,14 +305,3 @@ def _timestamps_by_partition(options: Mapping[str, str], name: str) -> dict[tupl
                                          f"{timestamp!r} is not a partition number mapped to epoch milliseconds")
             result[(str(topic), int(partition))] = timestamp
     return result
-
-
-def _strategy_option(options: Mapping[str, str]) -> str:
-    raw = options.get("startingOffsetsByTimestampStrategy")
-    if raw is None:
-        return STARTING_BY_TIMESTAMP_STRATEGIES[0]
-    text = str(raw).strip().lower()
-    if text not in STARTING_BY_TIMESTAMP_STRATEGIES:
-        raise InvalidConfigError(f"Invalid value {raw!r} for option startingOffsetsByTimestampStrategy: "
-                                 f"expected one of {STARTING_BY_TIMESTAMP_STRATEGIES}")
-    return text
