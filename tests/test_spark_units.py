@@ -9,6 +9,7 @@ mount with a real SparkSession is tests/test_spark.py's subject.
 from __future__ import annotations
 
 import logging
+import pickle
 
 import pytest
 
@@ -78,3 +79,21 @@ def test_an_option_with_a_few_spellings_names_them(tmp_path, name, value):
     with pytest.raises(InvalidConfigError, match=rf"Invalid value '{value}' for option {name}: expected one of \("):
         SourceOptions.parse({"path": str(tmp_path), "subscribe": "t", name: value})
     assert SourceOptions.parse({"path": str(tmp_path), "subscribe": "t", "readFormat": " JSONL"}).read_format == "jsonl"
+
+
+def test_spark_pickles_the_source_by_module_path_for_its_workers(tmp_path):
+    # Spark ships the DataSource class and the planned partitions with cloudpickle; its
+    # Python workers import them back from their module path, which must stay importable.
+    from pyspark import cloudpickle
+
+    from logfs.spark import LogfsDataSource, OffsetRangePartition
+
+    shipped = cloudpickle.dumps(LogfsDataSource)
+    assert b"logfs.spark.source" in shipped and b"LogfsDataSource" in shipped
+    assert pickle.loads(shipped) is LogfsDataSource
+    opts = SourceOptions.parse({"path": str(tmp_path), "subscribe": "t"})
+    rng = OffsetRangePartition("t", 3, 10, 20)
+    assert pickle.loads(cloudpickle.dumps(opts)) == opts
+    back = pickle.loads(cloudpickle.dumps(rng))
+    assert (type(back), back.topic, back.partition, back.from_offset, back.until_offset) == (
+        OffsetRangePartition, "t", 3, 10, 20)
