@@ -43,7 +43,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from engine.config import LogConfig
     from engine.log import Log
     from engine.manager import LogManager
-    from logfs.namespace import TopicRouter
     from logfs.stats import MountStats
 
 log = logging.getLogger(__name__)
@@ -62,6 +61,47 @@ class _RetriedRecordTooLarge(RecordTooLargeError):
     """EMSGSIZE for a retry of a refused request: logged at the first refusal only."""
 
     quiet = True
+
+
+
+class TopicRouter:
+    """Round-robin partition choice for unkeyed writes to a topic-level ``append``.
+
+    Shared by every handle of a topic so concurrent writers spread too; the
+    choice is per write (Kafka's sticky partitioner picks per batch as well).
+    """
+
+    __slots__ = ("_next",)
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def next_partition(self, num_partitions: int) -> int:
+        p = self._next % num_partitions
+        self._next = p + 1
+        return p
+
+
+class OffsetReplies:
+    """The ``first last`` lines an append handle answers with, read as a stream.
+
+    Writes move the file position, so a read returns the replies not read yet
+    whatever offset the kernel asks for (``append`` and ``append.jsonl`` alike).
+    """
+
+    __slots__ = ("_buf", "_pos")
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._pos = 0
+
+    def add(self, line: bytes) -> None:
+        self._buf += line
+
+    def read(self, size: int) -> bytes:
+        chunk = bytes(self._buf[self._pos:self._pos + size])
+        self._pos += len(chunk)
+        return chunk
 
 
 class LineAppender:
@@ -96,8 +136,7 @@ class LineAppender:
         self._rejected: bytes | None = None
         self._retries_refused = 0
         self._skip_to_newline = False
-        self._replies = bytearray()
-        self._reply_pos = 0
+        self._replies = OffsetReplies()
         self._written: dict[int, Log] = {}   # partition -> log, for fsync
 
     # ------------------------------------------------------------------ FUSE-facing
@@ -188,10 +227,7 @@ class LineAppender:
 
     def read(self, offset: int, size: int) -> bytes:
         """The offset replies, read as a stream (writes move the file position)."""
-        start = self._reply_pos
-        chunk = bytes(self._replies[start:start + size])
-        self._reply_pos = start + len(chunk)
-        return chunk
+        return self._replies.read(size)
 
     def flush(self) -> None:
         """close(): the last line without a newline becomes a record."""
@@ -260,9 +296,9 @@ class LineAppender:
         first, last = target.append_values(values, keys)
         self._written[partition] = target
         if tag is None:
-            self._replies += b"%d %d\n" % (first, last)
+            self._replies.add(b"%d %d\n" % (first, last))
         else:
-            self._replies += b"%s %d %d\n" % (tag.encode(), first, last)
+            self._replies.add(b"%s %d %d\n" % (tag.encode(), first, last))
 
     def _append_to_topic(self, values: list[bytes | None], keys: list[bytes | None] | None,
                          config: LogConfig) -> None:

@@ -39,15 +39,18 @@ import logging
 import os
 import stat
 import time
-from typing import Any
+from typing import Any, NoReturn
 from collections.abc import Callable
 
 import pyfuse3
 import trio
 
 from engine.errors import LogfsError, OffsetOutOfRangeError, ReadOnlyError
-from logfs.namespace import (AccessDeniedError, Directory, FileNode, Handle, MalformedNameError, Namespace, Node,
-                             NotPermittedError, RootDir, TopicDir)
+from logfs.dirs import RootDir, TopicDir
+from logfs.errors import AccessDeniedError, MalformedNameError, NotPermittedError
+from logfs.handles import Handle
+from logfs.namespace import Namespace
+from logfs.nodes import Directory, FileNode, Node
 
 log = logging.getLogger(__name__)
 
@@ -349,7 +352,7 @@ class LogfsOperations(pyfuse3.Operations):
             return    # part of `rm -r` of the topic: its rmdir of the topic deletes it
         await trio.to_thread.run_sync(parent.rmdir, decoded)
 
-    async def _fixed(self, *args) -> None:
+    async def _fixed(self, *args) -> NoReturn:
         self._check_writable("create, remove, link or rename files")
         raise NotPermittedError("The namespace is fixed: files cannot be created, removed, linked or renamed")
 

@@ -40,24 +40,17 @@ from __future__ import annotations
 import errno as _errno
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from engine.views.consume import ConsumerView, open_consumer_view
 from engine.consumer_offsets import GroupMetadataManager
 from engine.errors import InvalidRequestError, LogfsError
 from engine.topic import TopicPartition
 from engine.views import ViewFormat
-from logfs.namespace import (
-    RW_MODE,
-    BytesHandle,
-    Directory,
-    FileNode,
-    Handle,
-    NoSuchNameError,
-    Node,
-    ViewHandle,
-    parse_timestamp,
-)
+from logfs.dirs import parse_timestamp
+from logfs.errors import NoSuchNameError
+from logfs.handles import BytesHandle, Handle, ViewHandle
+from logfs.nodes import RW_MODE, Directory, FileNode, Node
 
 if TYPE_CHECKING:  # pragma: no cover
     from logfs.namespace import Namespace
@@ -302,7 +295,7 @@ class GroupCommandHandle(Handle):
         offsets: dict[int, int] = {}
         for verb, arg in actions:
             if verb == "commit":
-                partition, offset = arg  # type: ignore[misc]
+                partition, offset = cast("tuple[int, int]", arg)
                 offsets[int(partition)] = int(offset)
                 continue
             for p in partitions:

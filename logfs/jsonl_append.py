@@ -30,7 +30,9 @@ from engine.errors import InvalidPartitionError, LogfsError, RecordTooLargeError
 from engine.jsonl_in import JsonRecord, append_json_records, parse_jsonl_lines
 from engine.partitioner import partition_for_key
 from engine.topic import TopicPartition
-from logfs.namespace import RW_MODE, FileNode, Handle
+from logfs.appender import OffsetReplies
+from logfs.control import AppendTargetFile
+from logfs.handles import Handle
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
@@ -43,33 +45,12 @@ __all__ = ["JsonlAppendFile", "JsonlAppender"]
 _LONG_MAX = 2**63 - 1
 
 
-class JsonlAppendFile(FileNode):
+class JsonlAppendFile(AppendTargetFile):
     """``append.jsonl`` of a partition (``partition``) or of a topic (``partition`` None)."""
 
-    writable = True
-    mode = RW_MODE
+    name = "append.jsonl"
 
-    def __init__(self, ns: Namespace, topic: str, partition: int | None) -> None:
-        super().__init__(ns)
-        self.topic = topic
-        self.partition = partition
-
-    @property
-    def key(self) -> tuple:
-        return ("append.jsonl", self.topic, self.partition)
-
-    def describe(self) -> str:
-        if self.partition is None:
-            return f"{self.topic}/append.jsonl"
-        return f"{self.topic}/{self.partition}/append.jsonl"
-
-    def open(self, write: bool) -> Handle:
-        if write:
-            self.ns.check_writable()
-        if self.partition is None:
-            self.ns.require_topic(self.topic)
-        else:
-            self.ns.log(TopicPartition(self.topic, self.partition))
+    def handle(self) -> Handle:
         return JsonlAppender(self.ns, self.topic, self.partition, self.describe())
 
 
@@ -85,8 +66,7 @@ class JsonlAppender(Handle):
         self._name = name
         self._partial = b""
         self._lines_done = 0          # complete lines appended through this opening (for error line numbers)
-        self._replies = bytearray()
-        self._reply_pos = 0
+        self._replies = OffsetReplies()
         self._written: dict[int, Log] = {}
         self._lock = threading.Lock()
 
@@ -115,10 +95,7 @@ class JsonlAppender(Handle):
         return len(data)
 
     def read(self, offset: int, size: int) -> bytes:
-        start = self._reply_pos
-        chunk = bytes(self._replies[start:start + size])
-        self._reply_pos = start + len(chunk)
-        return chunk
+        return self._replies.read(size)
 
     def flush(self) -> None:
         with self._lock:
@@ -166,9 +143,9 @@ class JsonlAppender(Handle):
         first, last = append_json_records(target, parsed)
         self._written[partition] = target
         if tag is None:
-            self._replies += b"%d %d\n" % (first, last)
+            self._replies.add(b"%d %d\n" % (first, last))
         else:
-            self._replies += b"%d %d %d\n" % (tag, first, last)
+            self._replies.add(b"%d %d %d\n" % (tag, first, last))
 
     def _append_routed(self, parsed: list[JsonRecord], numbers: list[int]) -> None:
         partitions = self._ns.manager.partitions(self._topic)

@@ -35,7 +35,7 @@ fi
 # --- Spark's own Kafka source (spark-sql-kafka-0-10), for the side-by-side tests of
 # the logfs source and scripts/bench_spark.py: its jars (without what PySpark ships)
 # come from Maven Central through scripts/spark-kafka/pom.xml, once, into a cache
-# outside the repo; logfs.spark_kafka finds them there (or in $LOGFS_SPARK_KAFKA_JARS).
+# outside the repo; logfs.spark.kafka_jars finds them there (or in $LOGFS_SPARK_KAFKA_JARS).
 spark_kafka_version=$(sed -n 's:.*<spark.kafka.version>\(.*\)</spark.kafka.version>.*:\1:p' scripts/spark-kafka/pom.xml)
 spark_kafka_jars=${LOGFS_SPARK_KAFKA_JARS:-${XDG_CACHE_HOME:-$HOME/.cache}/logfs/spark-sql-kafka-$spark_kafka_version/jars}
 if [ ! -f "$spark_kafka_jars/.complete" ]; then

@@ -20,6 +20,7 @@ import time
 import pytest
 
 from logfs import spark as logfs_spark
+from logfs.spark import read_segments, source
 from spark_util import append_lines, create_topic, end_offsets, new_spark, records_jsonl, state, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.mount]
@@ -262,8 +263,8 @@ def test_source_reads_across_retention_and_compaction_replacing_segments(mount, 
 
     # Reads smaller than a batch (batches span reads) and one Arrow batch per read, so the
     # tasks below can be paused with a segment open, as if Spark were slow to pull rows.
-    monkeypatch.setattr(logfs_spark, "_SEGMENT_READ_BYTES", 1000)
-    monkeypatch.setattr(logfs_spark, "_FLUSH_RECORDS", 1)
+    monkeypatch.setattr(read_segments, "_SEGMENT_READ_BYTES", 1000)
+    monkeypatch.setattr(read_segments, "_FLUSH_RECORDS", 1)
     tasks = {}
     for fail_on_data_loss in ("false", "true"):
         reader = logfs_spark.LogfsBatchReader(logfs_spark.SourceOptions.parse(
@@ -357,7 +358,7 @@ def test_segment_reader_skips_by_index_and_rescans_when_the_index_is_stale(mount
     # An index that points into the middle of a batch (a segment swapped by the cleaner
     # between opening the .log and reading its .index) is detected, and the log scanned.
     caplog.set_level("INFO", logger="logfs.spark")
-    monkeypatch.setattr(logfs_spark, "index_position", lambda *args: position + 7)
+    monkeypatch.setattr(read_segments, "index_position", lambda *args: position + 7)
     assert read() == rows
     assert "does not match its log" in caplog.text
 
@@ -513,7 +514,7 @@ def test_planned_ranges_cover_each_offset_once(min_partitions, max_records):
 def test_max_offsets_per_trigger_shares_by_lag():
     start = {("t", 0): 0, ("t", 1): 10}
     end = {("t", 0): 300, ("t", 1): 110}
-    limited = logfs_spark._rate_limit(start, end, 40, mount="/nonexistent")
+    limited = source._rate_limit(start, end, 40, mount="/nonexistent")
     taken = {tp: limited[tp] - start.get(tp, 0) for tp in limited}
     assert sum(taken.values()) == 40
     assert taken[("t", 0)] == 30 and taken[("t", 1)] == 10

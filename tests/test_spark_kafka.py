@@ -204,7 +204,8 @@ def test_streaming_available_now(both, tmp_path):
 
 def test_timestamp_options_are_validated_with_a_clear_error(tmp_path):
     from engine.errors import InvalidConfigError, UnknownTopicOrPartitionError
-    from logfs.spark import LogfsStreamReader, SourceOptions, _timestamp_targets
+    from logfs.spark import LogfsStreamReader, SourceOptions
+    from logfs.spark.mount_client import _timestamp_targets
 
     base = {"path": str(tmp_path), "subscribe": "a"}
     for name, value, message in (

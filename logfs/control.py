@@ -1,0 +1,295 @@
+"""The control files: ``config`` (the topic's, and the broker's read-only one), ``delete`` markers and ``append``.
+
+Each parses what is written to it, refuses a bad line with one clear error
+before anything applies, and hands the result to the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from engine.config import validate_topic_overrides
+from engine.errors import (
+    InvalidConfigError,
+    InvalidRequestError,
+    LogfsError,
+)
+from engine.numbers import parse_canonical_int
+from engine.topic import TopicPartition
+from logfs.appender import LineAppender
+from logfs.errors import shown
+from logfs.handles import BytesHandle, Handle, LineCommandHandle
+from logfs.nodes import FileNode, GeneratedFile, RW_MODE, WRITE_ONLY_MODE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from logfs.namespace import Namespace
+
+log = logging.getLogger(__name__)
+
+
+class EditAbandonedError(InvalidConfigError):
+    """A write to a config opening after one of its lines was refused (logged once, at the first)."""
+
+    quiet = True
+
+
+class ConfigEditHandle(Handle):
+    """``<topic>/config`` opened for writing: the whole text is applied when it is closed.
+
+    An edited file is written in pieces (bash's builtin ``printf`` writes
+    line by line, editors in blocks), so nothing is applied before the close:
+    each write checks its complete lines (known name, valid value) and fails
+    with EINVAL on a bad one, after which nothing written through this opening
+    is applied and its further writes fail too.  At close (flush) the collected
+    overrides are applied at once, all or nothing (``alter_topic_config``).
+    """
+
+    blocking = True
+
+    def __init__(self, node: TopicConfigFile, content: bytes) -> None:
+        self._node = node
+        self._content = content
+        self._partial = b""
+        self._updates: dict[str, str | None] = {}
+        self._refused: str | None = None
+        self._lock = threading.Lock()
+
+    def read(self, offset: int, size: int) -> bytes:
+        return self._content[offset:offset + size]
+
+    def _take(self, lines: list[bytes]) -> None:
+        if self._refused is not None:
+            raise EditAbandonedError(
+                f"{self._node.describe()}: an earlier line written through this opening was refused "
+                f"({self._refused}); nothing written through it will be applied")
+        try:
+            updates = self._node.parse_lines(lines)
+            validate_topic_overrides(updates)
+        except LogfsError as exc:
+            self._refused = str(exc)
+            self._updates.clear()
+            raise InvalidConfigError(f"{exc}; nothing written to {self._node.describe()} "
+                                     "through this opening will be applied") from None
+        self._updates.update(updates)
+
+    def write(self, offset: int, data: bytes) -> int:
+        with self._lock:
+            buf = self._partial + data
+            lines = buf.split(b"\n")
+            rest = lines.pop()
+            self._take(lines)
+            self._partial = rest
+        return len(data)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._refused is not None:
+                return          # the write that carried the bad line failed; close succeeds
+            rest, self._partial = self._partial, b""
+            if rest:
+                self._take([rest])
+            updates, self._updates = self._updates, {}
+            if updates:
+                self._node.apply(updates)
+
+    release = flush
+
+
+class BrokerConfigFile(GeneratedFile):
+    key = ("broker", "config")
+
+    def describe(self) -> str:
+        return ".logfs/config"
+
+    def render(self) -> bytes:
+        return _props_text(self.ns.manager.config.to_props())
+
+
+class TopicConfigFile(GeneratedFile):
+    """Effective topic configuration; writing ``name=value`` lines alters overrides."""
+
+    writable = True
+    mode = RW_MODE
+
+    def __init__(self, ns: Namespace, topic: str) -> None:
+        super().__init__(ns)
+        self.topic = topic
+
+    @property
+    def key(self) -> tuple:
+        return ("config", self.topic)
+
+    def describe(self) -> str:
+        return f"{self.topic}/config"
+
+    def render(self) -> bytes:
+        self.ns.require_topic(self.topic)
+        return _props_text(self.ns.manager.topic_config(self.topic).to_props())
+
+    def open(self, write: bool) -> Handle:
+        if not write:
+            return BytesHandle(self.render())
+        self.ns.check_writable()
+        return ConfigEditHandle(self, self.render())
+
+    def parse_lines(self, lines: list[bytes]) -> dict[str, str | None]:
+        """``name=value`` lines -> overrides (``name=`` removes one); blank and ``#`` lines skipped."""
+        updates: dict[str, str | None] = {}
+        for raw in lines:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line or line.startswith("#"):
+                continue
+            name, sep, value = line.partition("=")
+            name = name.strip()
+            if not sep or not name:
+                raise InvalidConfigError(
+                    f"Invalid config line {shown(line)} for topic {self.topic}: expected name=value")
+            value = value.strip()
+            updates[name] = value if value else None
+        return updates
+
+    def apply(self, updates: dict[str, str | None]) -> None:
+        # LogManager.alter_topic_config logs the change (once).
+        self.ns.manager.alter_topic_config(self.topic, updates)
+
+
+# ---- control files
+
+
+class _MarkerFile(FileNode):
+    """A write-only ``delete`` file: each write's complete lines are markers, checked and applied together."""
+
+    writable = True
+    mode = WRITE_ONLY_MODE
+
+    def open(self, write: bool) -> Handle:
+        if write:
+            self.ns.check_writable()
+        return LineCommandHandle(self._apply)
+
+    def _apply(self, lines: list[bytes]) -> None:
+        raise NotImplementedError
+
+
+class TopicDeleteFile(_MarkerFile):
+    """Write the marker ``topic`` to delete the topic asynchronously (like rmdir)."""
+
+    def __init__(self, ns: Namespace, topic: str) -> None:
+        super().__init__(ns)
+        self.topic = topic
+
+    @property
+    def key(self) -> tuple:
+        return ("delete", self.topic)
+
+    def _apply(self, lines: list[bytes]) -> None:
+        for marker in (line.strip() for line in lines):
+            if marker != b"topic":
+                raise InvalidRequestError(f"Invalid marker {shown(marker.decode('utf-8', 'replace'))} "
+                                          f"for {self.topic}/delete: expected 'topic'")
+        self.ns.delete_topic(self.topic)
+
+
+class PartitionDeleteFile(_MarkerFile):
+    """``before <offset>`` (Kafka's DeleteRecords) or ``key <key>`` (a tombstone)."""
+
+    def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
+        super().__init__(ns)
+        self.tp = tp
+
+    @property
+    def key(self) -> tuple:
+        return ("delete", self.tp)
+
+    def _apply(self, lines: list[bytes]) -> None:
+        # Parse every marker first so a bad one applies none of them: an int is
+        # ``before <offset>``, bytes are ``key <key>``, in the order written.
+        actions: list[int | bytes] = []
+        for raw in lines:
+            line = raw.rstrip(b"\r")
+            verb, _, arg = line.lstrip().partition(b" ")
+            offset = (parse_canonical_int(arg.strip().decode("ascii", "replace"))
+                      if verb == b"before" else None)
+            if offset is not None:
+                actions.append(offset)
+            elif verb == b"key" and arg:
+                actions.append(arg)
+            else:
+                raise InvalidRequestError(
+                    f"Invalid marker {shown(line.decode('utf-8', 'replace'))} for {self.tp}/delete:"
+                    " expected 'before <offset>' (the offset in digits, no leading zero) or 'key <key>'")
+        target = self.ns.log(self.tp)
+        end = target.log_end_offset        # only grows: checking first keeps a bad marker from applying any
+        for action in actions:
+            if isinstance(action, int) and action > end:
+                raise InvalidRequestError(
+                    f"Cannot delete records of {self.tp} before offset {action}: "
+                    f"it is beyond the log end offset {end}")
+        for action in actions:
+            if isinstance(action, int):
+                # The manager checkpoints the new log start offset before this
+                # returns: once `echo before N > delete` succeeds, no crash brings
+                # the records back.  Beyond the log end: InvalidRequestError (EINVAL).
+                # (LineCommandHandle is blocking: this runs off the trio thread.)
+                start = self.ns.manager.delete_records(self.tp, action)
+                log.info("[Log partition=%s, dir=%s] DeleteRecords before offset %s: log start offset is now %d",
+                         self.tp, target.dir, action, start)
+            else:
+                first, _ = target.append_values([None], [action])
+                self.ns.stats.record_append(1, 0)
+                log.info("[Log partition=%s, dir=%s] Appended tombstone at offset %d", self.tp, target.dir, first)
+
+
+class AppendTargetFile(FileNode):
+    """A file appended to: of a partition (``partition``) or of a topic (``partition`` None).
+
+    ``append`` here and ``append.jsonl`` (logfs.jsonl_append) differ only in the
+    handle an opening gets (:meth:`handle`).
+    """
+
+    writable = True
+    mode = RW_MODE
+    #: the file's name in its directory
+    name = ""
+
+    def __init__(self, ns: Namespace, topic: str, partition: int | None) -> None:
+        super().__init__(ns)
+        self.topic = topic
+        self.partition = partition
+
+    @property
+    def key(self) -> tuple:
+        return (self.name, self.topic, self.partition)
+
+    def describe(self) -> str:
+        if self.partition is None:
+            return f"{self.topic}/{self.name}"
+        return f"{self.topic}/{self.partition}/{self.name}"
+
+    def open(self, write: bool) -> Handle:
+        if write:
+            self.ns.check_writable()
+        if self.partition is None:
+            self.ns.require_topic(self.topic)
+        else:
+            self.ns.log(TopicPartition(self.topic, self.partition))
+        return self.handle()
+
+    def handle(self) -> Handle:
+        raise NotImplementedError
+
+
+class AppendFile(AppendTargetFile):
+    """``append``: one record per line (logfs.appender)."""
+
+    name = "append"
+
+    def handle(self) -> Handle:
+        return LineAppender(self.ns.manager, self.topic, self.partition,  # type: ignore[return-value]
+                            self.ns.router(self.topic), self.ns.stats)
+
+
+def _props_text(props: dict[str, str]) -> bytes:
+    return "".join(f"{k}={v}\n" for k, v in sorted(props.items())).encode()

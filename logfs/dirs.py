@@ -1,0 +1,328 @@
+"""The directories of the tree (SPEC.md section 4) and the names they parse (offsets, times, segment files)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from typing import TYPE_CHECKING
+
+from engine.files import SEGMENT_FILE_SUFFIXES, filename_prefix_from_offset
+from engine.errors import OffsetOutOfRangeError
+from engine.numbers import parse_canonical_int
+from engine.topic import TopicPartition, parse_partition, validate_topic_name
+from engine.views import record_at
+from logfs.control import AppendFile, BrokerConfigFile, PartitionDeleteFile, TopicConfigFile, TopicDeleteFile
+from logfs.errors import shown, MalformedNameError, NoSuchNameError, NotPermittedError
+from logfs.nodes import (
+    Directory, MetricsFile, Node, RecordFile, SegmentFile, StateFile, StatsFile, record_digest,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from logfs.namespace import Namespace
+    from engine.log import Log
+
+
+class RootDir(Directory):
+    key = ("root",)
+    topic: str | None = None
+
+    def names(self) -> list[str]:
+        return [".logfs"] + sorted(self.ns.manager.topics())
+
+    def lookup(self, name: str) -> Node:
+        if name == ".logfs":
+            return self.ns.stable(BrokerDir)
+        if name in self.ns.manager.topics():
+            return self.ns.stable(TopicDir, name)
+        raise NoSuchNameError(f"No topic {name!r}")
+
+    def mkdir(self, name: str) -> Node:
+        self.ns.check_writable()
+        if name == ".logfs":
+            raise NotPermittedError(".logfs is reserved")
+        validate_topic_name(name)
+        self.ns.manager.create_topic(name)
+        return self.ns.stable(TopicDir, name)
+
+    def rmdir(self, name: str) -> None:
+        self.ns.check_writable()
+        if name == ".logfs":
+            raise NotPermittedError(".logfs cannot be removed")
+        self.ns.delete_topic(name)
+
+    def fsync(self) -> None:
+        for target in self.ns.manager.all_logs():
+            target.flush()
+
+
+class BrokerDir(Directory):
+    key = ("broker",)
+    parent_key = ("root",)
+    topic: str | None = None
+    _FILES = {"config": BrokerConfigFile, "stats.json": StatsFile, "metrics": MetricsFile}
+
+    def names(self) -> list[str]:
+        return list(self._FILES)
+
+    def lookup(self, name: str) -> Node:
+        cls = self._FILES.get(name)
+        if cls is None:
+            raise NoSuchNameError(f"No file .logfs/{name}")
+        return self.ns.stable(cls)
+
+
+class TopicDir(Directory):
+    parent_key = ("root",)
+
+    def __init__(self, ns: Namespace, topic: str) -> None:
+        super().__init__(ns)
+        self.topic = topic
+
+    @property
+    def key(self) -> tuple:
+        return ("topic", self.topic)
+
+    def names(self) -> list[str]:
+        parts = self.ns.manager.partitions(self.topic)
+        from logfs.groups import TOPIC_NAMES
+        return ["append", "config", "delete"] + TOPIC_NAMES + [str(p) for p in sorted(parts)]
+
+    def lookup(self, name: str) -> Node:
+        self.ns.require_topic(self.topic)
+        from logfs.groups import topic_entry   # groups/, append.jsonl (issue 13)
+        extra = topic_entry(self.ns, self.topic, name)
+        if extra is not None:
+            return extra
+        if name == "append":
+            return self.ns.stable(AppendFile, self.topic, None)
+        if name == "config":
+            return self.ns.stable(TopicConfigFile, self.topic)
+        if name == "delete":
+            return self.ns.stable(TopicDeleteFile, self.topic)
+        partition = parse_canonical_int(name)
+        if partition is not None and partition in self.ns.manager.partitions(self.topic):
+            return self.ns.stable(PartitionDir, TopicPartition(self.topic, partition))
+        if partition is None and name.isdigit():     # 03, or digits of another script
+            raise MalformedNameError(f"No partition {name!r} in topic {self.topic}: a partition is "
+                                     "written in ASCII digits without leading zeros")
+        raise NoSuchNameError(f"No partition {name!r} in topic {self.topic}")
+
+    def mkdir(self, name: str) -> Node:
+        self.ns.check_writable()
+        partition = parse_partition(name)
+        self.ns.manager.add_partition(self.topic, partition)
+        return self.ns.stable(PartitionDir, TopicPartition(self.topic, partition))
+
+    def rmdir(self, name: str) -> None:
+        self.ns.check_writable()
+        raise NotPermittedError(f"Partitions cannot be removed (topic {self.topic}); delete the topic instead")
+
+    def fsync(self) -> None:
+        for p in self.ns.manager.partitions(self.topic):
+            target = self.ns.manager.get_log(TopicPartition(self.topic, p))
+            if target is not None:
+                target.flush()
+
+
+class PartitionDir(Directory):
+    """``<topic>/<p>/``: each name maps to a method making its node (add names to ``_ENTRIES``)."""
+
+    _ENTRIES = {
+        "append": "_append", "records": "_records", "records.jsonl": "_records_jsonl",
+        "offset": "_offset", "from": "_from", "since": "_since", "segments": "_segments",
+        "state": "_state", "delete": "_delete",
+    }
+
+    def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
+        super().__init__(ns)
+        self.tp = tp
+        self.topic = tp.topic
+
+    @property
+    def key(self) -> tuple:
+        return ("partition", self.tp)
+
+    @property
+    def parent_key(self) -> tuple:
+        return ("topic", self.tp.topic)
+
+    def names(self) -> list[str]:
+        from logfs.groups import PARTITION_NAMES   # consume/, append.jsonl (issue 13)
+        return list(self._ENTRIES) + PARTITION_NAMES
+
+    def lookup(self, name: str) -> Node:
+        target = self.ns.log(self.tp)
+        from logfs.groups import partition_entry
+        extra = partition_entry(self.ns, self.tp, name)
+        if extra is not None:
+            return extra
+        method = self._ENTRIES.get(name)
+        if method is None:
+            raise NoSuchNameError(f"No file {name!r} in partition {self.tp}")
+        return getattr(self, method)(target)
+
+    def _records(self, target: Log) -> Node:
+        return self.ns.view(self.tp, "records", target, "text", start_offset=target.log_start_offset)
+
+    def _records_jsonl(self, target: Log) -> Node:
+        return self.ns.view(self.tp, "records.jsonl", target, "jsonl", start_offset=target.log_start_offset)
+
+    def _append(self, target: Log) -> Node:
+        return self.ns.stable(AppendFile, self.tp.topic, self.tp.partition)
+
+    def _state(self, target: Log) -> Node:
+        return self.ns.stable(StateFile, self.tp)
+
+    def _delete(self, target: Log) -> Node:
+        return self.ns.stable(PartitionDeleteFile, self.tp)
+
+    def _offset(self, target: Log) -> Node:
+        return self.ns.stable(OffsetDir, self.tp)
+
+    def _from(self, target: Log) -> Node:
+        return self.ns.stable(FromDir, self.tp)
+
+    def _since(self, target: Log) -> Node:
+        return self.ns.stable(SinceDir, self.tp)
+
+    def _segments(self, target: Log) -> Node:
+        return self.ns.stable(SegmentsDir, self.tp)
+
+    def fsync(self) -> None:
+        self.ns.log(self.tp).flush()
+
+
+class _PartitionSubDir(Directory):
+    kind = ""
+
+    def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
+        super().__init__(ns)
+        self.tp = tp
+        self.topic = tp.topic
+
+    @property
+    def key(self) -> tuple:
+        return (self.kind, self.tp)
+
+    @property
+    def parent_key(self) -> tuple:
+        return ("partition", self.tp)
+
+    def names(self) -> list[str]:
+        # offset/, from/ and since/ are addressed by name only: listing every
+        # offset or timestamp would be unbounded.
+        return []
+
+    def fsync(self) -> None:
+        self.ns.log(self.tp).flush()
+
+
+class OffsetDir(_PartitionSubDir):
+    kind = "offset"
+
+    def lookup(self, name: str) -> Node:
+        offset = parse_canonical_int(name)
+        if offset is None:
+            raise MalformedNameError(f"No offset {shown(name)} in {self.tp}: an offset is written in "
+                                     "ASCII digits without leading zeros")
+        record = record_at(self.ns.log(self.tp), offset)
+        content = (record.value or b"") + b"\n"
+        digest = record_digest(content)
+        node = self.ns.content(("offset", self.tp, offset), lambda node: node.digest == digest,
+                               lambda: RecordFile(self.ns, self.tp, offset, content, record.timestamp))
+        node.content = content
+        return node
+
+
+class FromDir(_PartitionSubDir):
+    kind = "from"
+
+    def lookup(self, name: str) -> Node:
+        stem, fmt = _split_format(name)
+        offset = parse_canonical_int(stem)
+        if offset is None:
+            raise MalformedNameError(f"No view from/{shown(name)} in {self.tp}: an offset is written in "
+                                     "ASCII digits without leading zeros")
+        target = self.ns.log(self.tp)
+        start, end = target.log_start_offset, target.log_end_offset
+        if not start <= offset <= end:
+            raise OffsetOutOfRangeError(
+                f"No view from/{name} in {self.tp}: offset {offset} is outside the log "
+                f"(log start offset {start}, log end offset {end})",
+                offset=offset, log_start_offset=start, log_end_offset=end)
+        return self.ns.view(self.tp, f"from/{name}", target, fmt, start_offset=offset)
+
+
+class SinceDir(_PartitionSubDir):
+    kind = "since"
+
+    def lookup(self, name: str) -> Node:
+        stem, fmt = _split_format(name)
+        timestamp = parse_timestamp(stem)
+        if timestamp is None:
+            raise MalformedNameError(f"No view since/{shown(name)} in {self.tp}: not epoch milliseconds "
+                                     "or an ISO 8601 time")
+        target = self.ns.log(self.tp)
+        found = target.fetch_offset_by_timestamp(timestamp)
+        # No record at or after T yet: the view starts at the log end and grows.
+        start = target.log_end_offset if found is None else found[0]
+        return self.ns.view(self.tp, f"since/{name}", target, fmt, start_offset=start)
+
+
+_SEGMENT_NAME = re.compile(r"([0-9]{20})\.(log|index|timeindex|jsonl)", re.ASCII)
+
+
+class SegmentsDir(_PartitionSubDir):
+    kind = "segments"
+
+    def names(self) -> list[str]:
+        names: list[str] = []
+        for base in self.ns.log(self.tp).segments.keys():
+            stem = filename_prefix_from_offset(base)
+            names.extend(stem + suffix for suffix in (*SEGMENT_FILE_SUFFIXES, ".jsonl"))
+        return names
+
+    def lookup(self, name: str) -> Node:
+        match = _SEGMENT_NAME.fullmatch(name)
+        if match is None:
+            raise NoSuchNameError(f"No segment file {shown(name)} in {self.tp}")
+        base, suffix = int(match.group(1)), match.group(2)
+        target = self.ns.log(self.tp)
+        segment = target.segments.get(base)
+        if segment is None:
+            raise NoSuchNameError(f"No segment with base offset {base} in {self.tp}")
+        if suffix == "jsonl":
+            start = max(base, target.log_start_offset)
+            return self.ns.view(self.tp, f"segments/{name}", target, "jsonl", start_offset=start,
+                                segment=segment)
+        return self.ns.content(("segfile", self.tp, name), lambda node: node.is_current(segment),
+                               lambda: SegmentFile(self.ns, self.tp, name, segment, "." + suffix))
+
+
+def _split_format(name: str) -> tuple[str, str]:
+    if name.endswith(".jsonl"):
+        return name[:-6], "jsonl"
+    return name, "text"
+
+
+def parse_timestamp(text: str) -> int | None:
+    """Epoch milliseconds or ISO 8601 (a naive time is UTC) -> epoch ms; None if neither.
+
+    Epoch milliseconds have one spelling (engine.numbers); ISO 8601 is read by
+    ``datetime.fromisoformat`` on ASCII text only (it would accept other
+    scripts' digits).  Every refusal is None, so every bad name is ENOENT.
+    """
+    if not text.isascii() or not text:
+        return None
+    if text[0].isdigit() and text.isdigit():
+        return parse_canonical_int(text)
+    try:
+        when = _dt.datetime.fromisoformat(text)
+    except (ValueError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=_dt.UTC)
+    try:
+        return int(when.timestamp() * 1000)
+    except (OverflowError, OSError, ValueError):
+        return None

@@ -1,0 +1,142 @@
+"""What opening a node gives: the generic handles (bytes, views, raw files, line commands)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+
+from logfs.errors import AccessDeniedError
+
+
+class Handle:
+    """What an ``open()`` of a node returns; ``logfs.fs`` keeps one per file handle.
+
+    ``direct_io`` bypasses the page cache: the kernel forwards every read to us
+    and does not trust ``st_size`` for EOF, which is what generated files whose
+    content changes between opens need.  ``blocking`` marks handles whose
+    writes touch the disk beyond one ``os.write`` (config files, deletion
+    markers, fsync) and so run off the trio thread.
+    """
+
+    direct_io = True
+
+    @property
+    def blocking(self) -> bool:
+        """Whether writes run off the trio thread (a class attribute in most handles)."""
+        return False
+
+    #: reads of at least this many bytes run in a worker thread (None: always inline)
+    offload_reads_from: int | None = None
+
+    def read(self, offset: int, size: int) -> bytes:
+        return b""
+
+    def write(self, offset: int, data: bytes) -> int:
+        raise AccessDeniedError("File is read-only")
+
+    def flush(self) -> None:
+        """close() of one descriptor: commit what is buffered, report its error."""
+
+    def fsync(self) -> None:
+        """fsync(): nothing is buffered outside the engine for read-only files."""
+
+    def release(self) -> None:
+        """Last descriptor closed."""
+
+
+class BytesHandle(Handle):
+    """A snapshot of a generated file taken at open, so one reader sees one version."""
+
+    __slots__ = ("_content",)
+
+    def __init__(self, content: bytes) -> None:
+        self._content = content
+
+    def read(self, offset: int, size: int) -> bytes:
+        return self._content[offset:offset + size]
+
+
+class ViewHandle(Handle):
+    """Reads of a ``LogView``: the hot path of ``cat records``.
+
+    A large read renders for tens of milliseconds; done in a worker thread it
+    lets appends and small requests on the trio thread interleave with it (the
+    GIL switches every few ms) for the price of one thread hop per read.
+    Small reads (``head``, ``wc``'s 16 KiB) stay inline where the hop would
+    dominate.
+    """
+
+    __slots__ = ("_view",)
+    offload_reads_from = 128 * 1024
+
+    def __init__(self, view, direct_io: bool) -> None:
+        self._view = view
+        self.direct_io = direct_io
+
+    def read(self, offset: int, size: int) -> bytes:
+        return self._view.read(offset, size)
+
+
+class RawFileHandle(Handle):
+    """A segment file as on disk (``.log``, ``.index``, ``.timeindex``), up to its used size.
+
+    ``size`` gives the bytes that hold data at the moment of the read: the
+    valid batches of a ``.log`` and the written entries of an index (the
+    active segment's indexes are preallocated to ``segment.index.bytes`` and
+    its ``.log`` may be preallocated too; Kafka trims them at the roll).
+    """
+
+    __slots__ = ("_fd", "_size")
+
+    def __init__(self, fd: int, size: Callable[[], int]) -> None:
+        self._fd = fd
+        self._size = size
+
+    def read(self, offset: int, size: int) -> bytes:
+        end = self._size()
+        if offset >= end:
+            return b""
+        return os.pread(self._fd, min(size, end - offset), offset)
+
+    def release(self) -> None:
+        os.close(self._fd)
+
+
+class LineCommandHandle(Handle):
+    """Line-oriented control file (``delete``).
+
+    The complete lines of each ``write()`` are applied together, so one
+    ``echo`` is all-or-nothing and its error is that write's error; a last line
+    without a newline is applied when the descriptor is closed (flush).
+    """
+
+    blocking = True
+
+    def __init__(self, apply: Callable[[list[bytes]], None], content: bytes = b"") -> None:
+        self._apply = apply
+        self._partial = b""
+        self._content = content
+        self._lock = threading.Lock()
+
+    def read(self, offset: int, size: int) -> bytes:
+        return self._content[offset:offset + size]
+
+    def write(self, offset: int, data: bytes) -> int:
+        with self._lock:
+            buf = self._partial + data
+            lines = buf.split(b"\n")
+            rest = lines.pop()
+            lines = [line for line in lines if line.strip()]
+            if lines:
+                self._apply(lines)
+            self._partial = rest
+        return len(data)
+
+    def flush(self) -> None:
+        with self._lock:
+            rest, self._partial = self._partial, b""
+            if rest.strip():
+                self._apply([rest])
+
+    release = flush

@@ -1,0 +1,392 @@
+"""The nodes of the namespace: the base classes, generated files and content files (views, records, segments).
+
+Also the file modes: views are read-only, control files writable, ``delete`` write-only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import weakref
+from typing import TYPE_CHECKING
+from collections.abc import Iterable
+
+import orjson
+
+from engine.files import DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX
+from engine.errors import LogfsError
+from engine.topic import TopicPartition
+from engine.views import LogView, ViewFormat, ViewIdentity
+from logfs import stats as _stats
+from logfs.errors import AccessDeniedError, NotPermittedError, StaleNameError
+from logfs.handles import BytesHandle, Handle, RawFileHandle, ViewHandle
+
+if TYPE_CHECKING:  # pragma: no cover
+    from logfs.namespace import Namespace
+    from engine.log import Log
+    from engine.segment import LogSegment
+
+log = logging.getLogger(__name__)
+
+# File modes: views are read-only, control files are writable, ``delete`` is write-only.
+DIR_MODE = 0o755
+VIEW_MODE = 0o444
+RW_MODE = 0o644
+WRITE_ONLY_MODE = 0o200
+
+#: Forgotten content nodes kept so an unchanged file keeps its inode number (see Namespace.forgotten).
+RETIRED_NODES = 4096
+
+
+class Node:
+    """One name of the namespace."""
+
+    is_dir = False
+    mode = VIEW_MODE
+    #: kept in the namespace only while the kernel remembers its inode (see module docstring)
+    transient = False
+    #: kernel attribute cache time; 0 for files whose size changes under the reader
+    attr_timeout = 0.0
+    #: the inode number logfs.fs gave this node (kept across the kernel's forget)
+    ino: int | None = None
+
+    def __init__(self, ns: Namespace) -> None:
+        self.ns = ns
+
+    @property
+    def key(self) -> tuple:
+        raise NotImplementedError
+
+    def size(self) -> int:
+        return 0
+
+    def blocks(self) -> int:
+        """512-byte blocks stored for this file (``du``): what it holds on disk."""
+        return (self.size() + 511) // 512
+
+    def mtime_ns(self) -> int:
+        return self.ns.started_ns
+
+    def close(self) -> None:
+        """The kernel forgot the inode and no handle is open: release engine resources."""
+
+    def detach(self) -> None:
+        """The last open handle was released: drop what only open handles need."""
+
+    def retire(self) -> None:
+        """The kernel forgot the inode: keep only what identifies the file (see Namespace.forgotten)."""
+
+
+class Directory(Node):
+    is_dir = True
+    mode = DIR_MODE
+
+    def names(self) -> list[str]:
+        raise NotImplementedError
+
+    def lookup(self, name: str) -> Node:
+        raise NotImplementedError
+
+    def mkdir(self, name: str) -> Node:
+        raise NotPermittedError(f"Cannot create directory {name!r} here")
+
+    def rmdir(self, name: str) -> None:
+        raise NotPermittedError(f"Cannot remove directory {name!r}")
+
+    def fsync(self) -> None:
+        """fsyncdir(): flush every log below this directory."""
+
+
+class FileNode(Node):
+    writable = False
+
+    def open(self, write: bool) -> Handle:
+        raise NotImplementedError
+
+    def _refuse_write(self, write: bool) -> None:
+        if write and not self.writable:
+            raise AccessDeniedError(f"{self.describe()} is read-only")
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+# ---- generated files
+
+
+class GeneratedFile(FileNode):
+    """A small file rendered on demand (state, config, stats); a snapshot per open."""
+
+    def render(self) -> bytes:
+        raise NotImplementedError
+
+    def size(self) -> int:
+        return len(self.render())
+
+    def open(self, write: bool) -> Handle:
+        self._refuse_write(write)
+        return BytesHandle(self.render())
+
+
+class StatsFile(GeneratedFile):
+    key = ("broker", "stats.json")
+
+    def describe(self) -> str:
+        return ".logfs/stats.json"
+
+    def render(self) -> bytes:
+        return _stats.stats_json(self.ns.manager, self.ns.stats)
+
+
+class MetricsFile(GeneratedFile):
+    key = ("broker", "metrics")
+
+    def describe(self) -> str:
+        return ".logfs/metrics"
+
+    def render(self) -> bytes:
+        return _stats.prometheus_metrics(self.ns.manager, self.ns.stats)
+
+
+class StateFile(GeneratedFile):
+    def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
+        super().__init__(ns)
+        self.tp = tp
+
+    @property
+    def key(self) -> tuple:
+        return ("state", self.tp)
+
+    def describe(self) -> str:
+        return f"{self.tp.topic}/{self.tp.partition}/state"
+
+    def render(self) -> bytes:
+        state = _stats.partition_state(self.ns.manager, self.ns.log(self.tp))
+        return orjson.dumps(state, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+# ---- content files (transient: kept while the kernel remembers their inode)
+
+
+class ViewFile(FileNode):
+    """``records``, ``records.jsonl``, ``from/<N>``, ``since/<T>``, ``segments/<base>.jsonl``.
+
+    One node is one rendering from ``start_offset``: the same file for as long
+    as its :class:`ViewIdentity` is current.  Opens share one ``LogView``
+    anchored at that start, closed with the last handle; in between the node
+    pins nothing (see the module docstring for sizes).
+    """
+
+    transient = True
+
+    def __init__(self, ns: Namespace, tp: TopicPartition, name: str, target: Log, fmt: str,
+                 start_offset: int, segment: LogSegment | None = None) -> None:
+        super().__init__(ns)
+        self.tp = tp
+        self.name = name
+        self.log = target
+        self.format = ViewFormat.TEXT if fmt == "text" else ViewFormat.JSONL
+        self.start_offset = start_offset
+        self.identity = ViewIdentity(target, start_offset, segment)
+        self._single = segment is not None
+        self._view: LogView | None = None
+        self._last_size = 0
+        self._last_mtime_ns = 0
+
+    @property
+    def key(self) -> tuple:
+        return ("view", self.tp, self.name)
+
+    def describe(self) -> str:
+        return f"{self.tp.topic}/{self.tp.partition}/{self.name}"
+
+    def is_current(self) -> bool:
+        return self.identity.is_current()
+
+    def _anchor(self) -> LogView:
+        segment = self.identity.segment() if self._single else None
+        if self._single and segment is None:
+            raise StaleNameError(f"{self.describe()} was replaced: its segment is gone")
+        return LogView(self.log, self.format, start_offset=self.start_offset, segment=segment)
+
+    def size(self) -> int:
+        if self._view is not None:
+            size = self._view.size()
+        elif self.identity.is_current():
+            view = self._anchor()      # the same bytes from the same start, plus appends
+            try:
+                size = view.size()
+            finally:
+                view.close()
+        else:
+            size = self._last_size     # replaced and not open: what it last was
+        if size > self._last_size:
+            self._last_size = size
+        return self._last_size
+
+    def blocks(self) -> int:
+        # A rendering of the log stores nothing of its own: du counts the
+        # segment files (segments/*.log, .index, .timeindex), not every view of them.
+        return 0
+
+    def mtime_ns(self) -> int:
+        """When the last record it shows was appended (the .log's mtime; never goes back)."""
+        segment = self.identity.segment() if self._single else self.log.segments.peekitem(-1)[1]
+        if segment is not None and self.identity.is_current():
+            try:
+                mtime = segment.last_modified * 1_000_000
+            except LogfsError:
+                mtime = 0
+            if mtime > self._last_mtime_ns:
+                self._last_mtime_ns = mtime
+        return self._last_mtime_ns or self.ns.started_ns
+
+    def open(self, write: bool) -> Handle:
+        self._refuse_write(write)
+        if self._view is None:
+            if not self.identity.is_current():
+                raise StaleNameError(f"{self.describe()} was replaced (records deleted or compacted)")
+            self._view = self._anchor()
+            self.ns.stats.views_open += 1
+        return ViewHandle(self._view, self.ns.views_direct_io)
+
+    def detach(self) -> None:
+        """The last handle closed: release the view (and the segments it pins)."""
+        view, self._view = self._view, None
+        if view is not None:
+            self._last_size = max(self._last_size, view.size())
+            self.ns.stats.views_open -= 1
+            view.close()
+
+    close = detach
+
+
+class RecordFile(FileNode):
+    """``offset/<N>``: the value of one record, newline-terminated."""
+
+    transient = True
+
+    def __init__(self, ns: Namespace, tp: TopicPartition, offset: int, content: bytes,
+                 timestamp: int) -> None:
+        super().__init__(ns)
+        self.tp = tp
+        self.offset = offset
+        self.content: bytes | None = content
+        self.size_ = len(content)
+        self.digest = record_digest(content)
+        self.timestamp = timestamp
+
+    def retire(self) -> None:
+        self.content = None      # a lookup brings it back (OffsetDir.lookup reads the record anyway)
+
+    @property
+    def key(self) -> tuple:
+        return ("offset", self.tp, self.offset)
+
+    def describe(self) -> str:
+        return f"{self.tp.topic}/{self.tp.partition}/offset/{self.offset}"
+
+    def size(self) -> int:
+        return self.size_
+
+    def blocks(self) -> int:
+        return 0
+
+    def mtime_ns(self) -> int:
+        return self.timestamp * 1_000_000 if self.timestamp >= 0 else self.ns.started_ns
+
+    def open(self, write: bool) -> Handle:
+        self._refuse_write(write)
+        if self.content is None:
+            raise StaleNameError(f"{self.describe()}: looked up again to read it")
+        return BytesHandle(self.content)
+
+
+class SegmentFile(FileNode):
+    """``segments/<base>.log|.index|.timeindex``: the bytes on disk, read-only, up to their used size."""
+
+    transient = True
+
+    def __init__(self, ns: Namespace, tp: TopicPartition, name: str, segment: LogSegment,
+                 suffix: str) -> None:
+        super().__init__(ns)
+        self.tp = tp
+        self.name = name
+        self._segment = weakref.ref(segment)
+        self.suffix = suffix
+        self._last_size = 0
+        self._last_mtime_ns = 0
+
+    @property
+    def key(self) -> tuple:
+        return ("segfile", self.tp, self.name)
+
+    def describe(self) -> str:
+        return f"{self.tp.topic}/{self.tp.partition}/segments/{self.name}"
+
+    def segment(self) -> LogSegment | None:
+        return self._segment()
+
+    def is_current(self, segment: LogSegment) -> bool:
+        return self._segment() is segment
+
+    def _used_size(self) -> int:
+        seg = self._segment()
+        if seg is None:
+            return self._last_size
+        try:
+            if self.suffix == LOG_FILE_SUFFIX:
+                size = seg.size
+            elif self.suffix == INDEX_FILE_SUFFIX:
+                size = seg.offset_index.entries * seg.offset_index.entry_size
+            else:
+                size = seg.time_index.entries * seg.time_index.entry_size
+        except (LogfsError, ValueError, OSError):    # an index closed by a deletion in progress
+            size = self._last_size
+        if size > self._last_size:
+            self._last_size = size
+        return self._last_size
+
+    def size(self) -> int:
+        return self._used_size()
+
+    def mtime_ns(self) -> int:
+        seg = self._segment()
+        if seg is not None:
+            try:
+                mtime = seg.last_modified * 1_000_000
+            except LogfsError:
+                mtime = 0
+            if mtime > self._last_mtime_ns:
+                self._last_mtime_ns = mtime
+        return self._last_mtime_ns or self.ns.started_ns
+
+    def _paths(self) -> Iterable[str]:
+        seg = self._segment()
+        if seg is None:
+            return ()
+        if self.suffix == LOG_FILE_SUFFIX:
+            path = seg.log_path
+        elif self.suffix == INDEX_FILE_SUFFIX:
+            path = seg.offset_index.path
+        else:
+            path = seg.time_index.path
+        # The segment may have been scheduled for deletion (renamed .deleted)
+        # since the lookup; its bytes are still the same.
+        return (path,) if path.endswith(DELETED_FILE_SUFFIX) else (path, path + DELETED_FILE_SUFFIX)
+
+    def open(self, write: bool) -> Handle:
+        self._refuse_write(write)
+        for path in self._paths():
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                continue
+            return RawFileHandle(fd, self._used_size)
+        raise StaleNameError(f"{self.describe()} was deleted")
+
+
+def record_digest(content: bytes) -> bytes:
+    """What identifies the content of ``offset/<N>`` once its bytes are dropped."""
+    return hashlib.blake2b(content, digest_size=16).digest()
