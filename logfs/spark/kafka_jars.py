@@ -9,7 +9,7 @@ from engine.errors import StorageError
 
 
 def spark_kafka_jars() -> list[str]:
-    """The jars of Spark's ``kafka`` source (spark-sql-kafka-0-10) that ``scripts/setup.sh`` fetched.
+    """The jars of Spark's ``kafka`` source (spark-sql-kafka-0-10) that ``scripts/setup-kafka.sh`` fetched.
 
     For ``spark.jars`` when a job (a test, ``scripts/bench_spark.py``) reads a
     Kafka broker with ``format("kafka")`` beside the mount.  They live in a
