@@ -361,3 +361,26 @@ def test_view_continues_inside_a_cleaned_segment_that_merged_its_last_segment(tm
         assert rest == b"second-7\nsecond-8\nsecond-9\nthird\n"
     else:
         assert rest == render.render_jsonl(expected_records, TOPIC, 3, 1)
+
+
+def test_a_reader_idle_at_the_end_releases_what_it_read_past(tmp_path):
+    """tail -f resting at the end of a view: when DeleteRecords moves the log start
+    past everything it read and a roll starts a new segment, a read that finds
+    nothing new must still let the deleted segment go (its disk space with it)."""
+    log = make_log(tmp_path, segment_bytes=400, file_delete_delay_ms=0)
+    fill(log, 30, random.Random(7), max_batch=4)
+    view = LogView(log, ViewFormat.TEXT)
+    read_all(view, 64)
+    end = view.size()
+    log.roll()
+    old = [seg.log_path for seg in list(log.segments.values())[:-1]]
+    log.maybe_increment_log_start_offset(log.log_end_offset, "ClientRecordDeletion")
+    log.delete_old_segments()
+    log.delete_expired_segment_files(log.clock.milliseconds() + 1)
+    assert all(not os.path.exists(p) for p in old)
+    assert view.read(end, 64) == b""                 # nothing new: tail -f keeps waiting
+    assert view.held_segments() == 1                 # only the new active segment
+    gc.collect()
+    fd_targets = {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                  if os.path.exists(f"/proc/self/fd/{fd}")}
+    assert not [t for t in fd_targets if any(t.startswith(p) for p in old)]

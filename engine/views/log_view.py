@@ -268,6 +268,10 @@ class LogView:
             self._refresh()
             end = self._end()
             if position >= end or size == 0:
+                # A reader resting at the end (tail -f) must still let go of the
+                # segments it read past, or a deleted one keeps its disk space
+                # until the next append.
+                self._release_read_past(min(position, end))
                 return b""
             stop = min(position + size, end)
             out: list[bytes] = []
