@@ -59,7 +59,10 @@ def test_the_deletion_job_looks_often_enough_for_file_delete_delay(tmp_path, del
 
 
 def test_no_cleaner_job_without_a_cleaner(tmp_path):
-    for m in (_manager(tmp_path, **{"log.cleaner.enable": "false"}), _manager(tmp_path, read_only=True)):
+    # one at a time: each manager holds the data dir's lock until it shuts down
+    for make in (lambda: _manager(tmp_path, **{"log.cleaner.enable": "false"}),
+                 lambda: _manager(tmp_path, read_only=True)):
+        m = make()
         try:
             assert m.cleaner is None
             assert not any(job.name.startswith("kafka-log-cleaner") for job in build_jobs(m))
