@@ -20,7 +20,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
+from collections.abc import Iterator
 
 import pytest
 
@@ -64,7 +65,7 @@ class Mount:
 
     # ---- lifecycle
 
-    def start(self, timeout: float = 30.0) -> "Mount":
+    def start(self, timeout: float = 30.0) -> Mount:
         cmd = [str(LOGFS), "mount", str(self.path), "--data-dir", str(self.data)]
         for name, value in self.options.items():
             cmd += ["-o", f"{name}={value}"]

@@ -22,7 +22,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -152,7 +152,7 @@ class KafkaBroker:
         run_tool("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config_file),
                  "--ignore-formatted", base=self.base)
 
-    def start(self, timeout: float = 120.0) -> "KafkaBroker":
+    def start(self, timeout: float = 120.0) -> KafkaBroker:
         if not (self.log_dir / "meta.properties").exists():
             self.format()
         log4j = self.base / "log4j2.properties"
@@ -268,7 +268,7 @@ class Seen(tuple):
     __slots__ = ()
 
     def __new__(cls, offset: int, timestamp: int, timestamp_type: int, key: bytes | None,
-                value: bytes | None, headers: tuple[tuple[str, bytes | None], ...]) -> "Seen":
+                value: bytes | None, headers: tuple[tuple[str, bytes | None], ...]) -> Seen:
         return tuple.__new__(cls, (offset, timestamp, timestamp_type, key, value, tuple(headers)))
 
     offset = property(lambda self: self[0])
