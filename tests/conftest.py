@@ -19,11 +19,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
-from collections.abc import Iterator
 
 import pytest
+
+#: The real Kafka broker's module-scoped ``kafka_broker`` fixture, for the modules that ask for it.
+pytest_plugins = ["tests.kafka_broker"]
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGFS = ROOT / ".venv" / "bin" / "logfs"

@@ -7,8 +7,9 @@ directory, and stops cleanly (SIGTERM, which writes ``.kafka_cleanshutdown``) or
 crashes (SIGKILL).  A missing install is an error, never a skip: the tests must
 fail when Kafka is not there.
 
-Use it from a test module with ``from tests.kafka_broker import kafka_broker``
-(one broker per module: a JVM start costs seconds on this machine).
+The ``kafka_broker`` fixture is registered for every test module by
+``pytest_plugins`` in ``tests/conftest.py``; a module asks for it by name and
+gets its own broker (module scope: a JVM start costs seconds on this machine).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import socket
 import subprocess
 import time
 import uuid
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
