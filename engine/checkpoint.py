@@ -186,7 +186,7 @@ _exchange_supported = _renameat2 is not None
 def _exchange(a: str, b: str) -> bool:
     """Atomically swap the names ``a`` and ``b`` (both exist); False where the kernel or fs cannot."""
     global _exchange_supported
-    if not _exchange_supported:
+    if _renameat2 is None or not _exchange_supported:
         return False
     result = _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
     if result == 0:

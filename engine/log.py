@@ -384,7 +384,7 @@ class Log:
             if not items:
                 return 0
             try:
-                return max(map(len, items))
+                return max(map(len, items))  # type: ignore[arg-type]  # a None raises TypeError, handled below
             except TypeError:
                 return max((len(i) for i in items if i is not None), default=0)
         if longest(values) + longest(keys) + HEADER_SIZE + _RECORD_OVERHEAD_BOUND <= max_bytes:

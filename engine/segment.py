@@ -40,7 +40,8 @@ import errno
 import logging
 import os
 import weakref
-from typing import NamedTuple
+from enum import Enum
+from typing import Final, Literal, NamedTuple
 from collections.abc import Iterator
 
 from engine import records as _records
@@ -62,7 +63,16 @@ log = logging.getLogger(__name__)
 
 _INT32_MAX = 0x7FFFFFFF
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
-_UNKNOWN = object()          # "not loaded yet" for lazily read fields
+
+
+class _Unknown(Enum):
+    """The "not loaded yet" sentinel of lazily read fields (an Enum member, so ``is`` checks narrow the type)."""
+
+    UNKNOWN = 0
+
+
+_UNKNOWN: Final = _Unknown.UNKNOWN
+
 # Header-only scans (offset translation) read this much at a time: a few batches
 # of a typical index interval without dragging whole large batches in.
 _HEADER_SCAN_CHUNK = 16 * 1024
@@ -153,8 +163,8 @@ class LogSegment:
         self._created = clock.milliseconds()
         self._bytes_since_last_index_entry = 0
         self._next_offset: int | None = None if self._size else base_offset
-        self._max_timestamp_and_offset: object = _UNKNOWN     # (timestamp, offset) once read
-        self._rolling_based_timestamp: object = _UNKNOWN if self._size else None
+        self._max_timestamp_and_offset: tuple[int, int] | Literal[_Unknown.UNKNOWN] = _UNKNOWN
+        self._rolling_based_timestamp: int | None | Literal[_Unknown.UNKNOWN] = _UNKNOWN if self._size else None
         self._damage_logged = False      # read_next_offset logs damage once per segment
         self._index_distrusted = False   # translate_offset found the offset index wrong (logged once)
         #: A slot for state that an observer of the log derives from this segment's
@@ -247,7 +257,7 @@ class LogSegment:
         value = self._max_timestamp_and_offset
         if value is _UNKNOWN:
             value = self._max_timestamp_and_offset = tuple(self.time_index.last_entry)
-        return value  # type: ignore[return-value]
+        return value
 
     @property
     def max_timestamp_so_far(self) -> int:
@@ -290,7 +300,7 @@ class LogSegment:
                 ts = header.max_timestamp
                 break
             self._rolling_based_timestamp = ts
-        return ts  # type: ignore[return-value]
+        return ts
 
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
         """Time since the first batch's timestamp (Kafka's rollingBasedTimestamp), else since creation."""
@@ -817,7 +827,7 @@ class LogSegment:
         """Final time index entry, close (and trim) the indexes, close the .log descriptor."""
         try:
             if self._max_timestamp_and_offset is not _UNKNOWN and not self.read_only:
-                ts, off = self._max_timestamp_and_offset  # type: ignore[misc]
+                ts, off = self._max_timestamp_and_offset
                 if ts >= 0:
                     self.time_index.maybe_append(ts, off, skip_full_check=True)
         except Exception as exc:       # Kafka swallows this too: the index is rebuilt if wrong
@@ -904,7 +914,7 @@ class LogSegment:
 
     def __repr__(self) -> str:
         ts = self._max_timestamp_and_offset
-        largest = ts[0] if ts is not _UNKNOWN else -1  # type: ignore[index]
+        largest = ts[0] if ts is not _UNKNOWN else -1
         try:
             modified = self.last_modified
         except StorageError:

@@ -222,6 +222,8 @@ class _MountCollector:
 def _cleaner_metrics(manager: LogManager):
     """Kafka's LogCleaner/LogCleanerManager gauges, per-partition dirty ratios and cumulative counters."""
     cleaner = manager.cleaner
+    if cleaner is None:         # the caller checks too; a mount without a cleaner has none of these metrics
+        return
     m = cleaner.metrics()
     totals = m["totals"]
     last_runs = list(m["last_run"].values())

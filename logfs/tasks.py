@@ -57,7 +57,7 @@ class Job:
     run: Callable[[], Any]
     rerun_when: Callable[[Any], bool] | None = None
     #: asks a long run in progress to stop (e.g. LogCleaner.shutdown) before the mount waits for it
-    stop: Callable[[], None] | None = None
+    stop: Callable[[], object] | None = None
 
     @property
     def enabled(self) -> bool:

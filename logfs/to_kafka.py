@@ -177,6 +177,7 @@ def inspect(data_dirs: Sequence[str]) -> DataDirState:
             for number in numbers:
                 tp = TopicPartition(topic, number)
                 log = manager.get_log(tp)
+                assert log is not None, tp      # listed by manager.partitions() above; a read-only manager deletes none
                 partitions.append(PartitionState(tp, os.path.abspath(log.dir), log.log_start_offset,
                                                  log.log_end_offset, min(log.recovery_point, log.log_end_offset),
                                                  cleaner_offsets.get(tp)))

@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
-# Installs what is missing, then runs the whole test suite (real FUSE mounts
-# included).  Exits non-zero on any failure, and also when pytest collects no
+# Installs what is missing, runs the linters (ruff, mypy, configured in
+# pyproject.toml), then the whole test suite (real FUSE mounts included).
+# Exits non-zero on any failure: a linter finding (after both linters ran, so
+# one run shows every finding), a failed test, and also when pytest collects no
 # tests at all (its exit code 5).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh && bash scripts/setup-kafka.sh || exit 1
+
+lint_failed=()
+.venv/bin/ruff check . || lint_failed+=(ruff)
+.venv/bin/mypy || lint_failed+=(mypy)
+if [ "${#lint_failed[@]}" -gt 0 ]; then
+    echo "test: lint failed: ${lint_failed[*]} (see its findings above); the tests were not run" >&2
+    exit 1
+fi
+
 .venv/bin/python -m pytest -q tests "$@"
 status=$?
 if [ "$status" -eq 5 ]; then

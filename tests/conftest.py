@@ -19,10 +19,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 import pytest
+
+#: The real Kafka broker's module-scoped ``kafka_broker`` fixture, for the modules that ask for it.
+pytest_plugins = ["tests.kafka_broker"]
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGFS = ROOT / ".venv" / "bin" / "logfs"
@@ -64,7 +68,7 @@ class Mount:
 
     # ---- lifecycle
 
-    def start(self, timeout: float = 30.0) -> "Mount":
+    def start(self, timeout: float = 30.0) -> Mount:
         cmd = [str(LOGFS), "mount", str(self.path), "--data-dir", str(self.data)]
         for name, value in self.options.items():
             cmd += ["-o", f"{name}={value}"]

@@ -7,8 +7,9 @@ directory, and stops cleanly (SIGTERM, which writes ``.kafka_cleanshutdown``) or
 crashes (SIGKILL).  A missing install is an error, never a skip: the tests must
 fail when Kafka is not there.
 
-Use it from a test module with ``from tests.kafka_broker import kafka_broker``
-(one broker per module: a JVM start costs seconds on this machine).
+The ``kafka_broker`` fixture is registered for every test module by
+``pytest_plugins`` in ``tests/conftest.py``; a module asks for it by name and
+gets its own broker (module scope: a JVM start costs seconds on this machine).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -152,7 +153,7 @@ class KafkaBroker:
         run_tool("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config_file),
                  "--ignore-formatted", base=self.base)
 
-    def start(self, timeout: float = 120.0) -> "KafkaBroker":
+    def start(self, timeout: float = 120.0) -> KafkaBroker:
         if not (self.log_dir / "meta.properties").exists():
             self.format()
         log4j = self.base / "log4j2.properties"
@@ -268,7 +269,7 @@ class Seen(tuple):
     __slots__ = ()
 
     def __new__(cls, offset: int, timestamp: int, timestamp_type: int, key: bytes | None,
-                value: bytes | None, headers: tuple[tuple[str, bytes | None], ...]) -> "Seen":
+                value: bytes | None, headers: tuple[tuple[str, bytes | None], ...]) -> Seen:
         return tuple.__new__(cls, (offset, timestamp, timestamp_type, key, value, tuple(headers)))
 
     offset = property(lambda self: self[0])

@@ -8,7 +8,7 @@ records are appended by writing lines to ``append`` files and read back through
 from __future__ import annotations
 
 import os
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import orjson
 

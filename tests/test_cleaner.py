@@ -156,9 +156,9 @@ def test_cleaning_keeps_exactly_latest_values_and_tombstones_within_horizon(tmp_
         # mtime; with 0 ms every tombstone of the clean section goes, those of the dirty
         # section (newer) stay.
         if short_retention:
-            keep = lambda offset: offset >= end1       # noqa: E731
+            keep = lambda offset: offset >= end1
         else:
-            keep = lambda offset: True                 # noqa: E731
+            keep = lambda offset: True
         expected = expected_after_clean(history, end2, keep)
         assert contents(log) == expected
         offsets = [o for o, _, _ in expected]
@@ -469,7 +469,7 @@ def test_abort_cleaning_stops_a_running_clean_and_changes_nothing(tmp_path):
 
 
 def test_pause_and_resume_counts(tmp_path):
-    manager = LogCleanerManager([str(tmp_path)], lambda: [])
+    manager = LogCleanerManager([str(tmp_path)], list)
     tp = TopicPartition("t", 0)
     manager.abort_and_pause_cleaning(tp)
     manager.abort_and_pause_cleaning(tp)

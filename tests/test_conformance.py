@@ -16,7 +16,7 @@ itself checked against kafka-python's reading of the segment files.
 | state, .logfs/*, config | the generated text | st_size = bytes read | the bytes | ENODEV | EACCES (.logfs, state) |
 | append, delete (read) | empty (a reader has written no batch) | st_size 0 | 0 | empty file: ValueError | appends / deletes |
 | directories | ls -la with . and ..; find lists files; offset/ from/ since/ list nothing | | sum of the files | | rm -rf of a topic deletes it |
-"""
+"""  # noqa: E501 (the rows of the markdown table above cannot wrap)
 
 from __future__ import annotations
 

@@ -158,7 +158,8 @@ def test_serde_round_trip(group, topic, partition, offset, metadata, ts) -> None
 
 
 def _manager(tmp_path: Path, partitions: int = 3) -> LogManager:
-    config = BrokerConfig.from_props({"log.dirs": str(tmp_path / "data"), "offsets.topic.num.partitions": str(partitions),
+    config = BrokerConfig.from_props({"log.dirs": str(tmp_path / "data"),
+                                      "offsets.topic.num.partitions": str(partitions),
                                       "log.cleaner.enable": "false"})
     manager = LogManager(config)
     manager.startup()

@@ -23,7 +23,8 @@ records = st.builds(Record, offset=st.integers(0, 2**62), timestamp=st.integers(
                     headers=headers)
 
 
-@given(records, st.text(alphabet="abcXYZ019._-", min_size=1, max_size=20), st.integers(0, 1000), st.sampled_from([0, 1]))
+@given(records, st.text(alphabet="abcXYZ019._-", min_size=1, max_size=20), st.integers(0, 1000),
+       st.sampled_from([0, 1]))
 @settings(max_examples=500, deadline=None)
 def test_parse_inverts_render(record: Record, topic: str, partition: int, timestamp_type: int) -> None:
     line = render_jsonl_line(record, topic, partition, timestamp_type)

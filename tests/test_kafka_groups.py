@@ -16,7 +16,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from tests.conftest import Mount
-from tests.kafka_broker import KafkaBroker, kafka_broker  # noqa: F401  (the module's broker fixture)
+from tests.kafka_broker import KafkaBroker
 
 pytestmark = pytest.mark.mount
 

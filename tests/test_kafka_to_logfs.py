@@ -31,9 +31,7 @@ from engine.config import BrokerConfig
 from engine.manager import LogManager
 from engine.topic import TopicPartition
 from tests.conftest import LOGFS, Mount, kafka_records
-from tests.kafka_broker import (  # noqa: F401 (kafka_broker is a fixture)
-    KafkaBroker, Seen, consume_all, hash_tree, kafka_broker, run_tool, seen_from_json,
-)
+from tests.kafka_broker import KafkaBroker, Seen, consume_all, hash_tree, run_tool, seen_from_json
 
 pytestmark = pytest.mark.mount
 

@@ -27,7 +27,7 @@ from engine.log import Log
 from engine.offset_map import OffsetMap
 from engine.records import decode_batch, iter_batches, validate_batch
 from tests.conftest import LOGFS
-from tests.kafka_broker import kafka_broker, run_tool  # noqa: F401  (the module's broker fixture)
+from tests.kafka_broker import run_tool
 
 KAFKA_BROKER_OPTIONS = {"log.cleaner.backoff.ms": "100", "log.retention.check.interval.ms": "1000"}
 

@@ -81,7 +81,7 @@ def test_rolls_on_size_and_time(tmp_path):
 
 def test_roll_when_index_is_full(tmp_path):
     log = open_log(tmp_path, segment_index_bytes=24, index_interval_bytes=1)
-    for i in range(6):
+    for _ in range(6):
         log.append_values([b"x" * 50])
     assert log.num_segments >= 3
     assert all(s.offset_index.entries <= 3 for s in log.segments.values())
@@ -261,7 +261,7 @@ def test_replace_segments_swaps_cleaned_files(tmp_path):
     old = list(log.segments.values())[:2]
     cleaned = LogSegment.open(log.dir, old[0].base_offset, log.config, log.clock, file_suffix=".cleaned")
     for segment in old:
-        for pos, header, buf, off in segment.batches_with_bytes(0):
+        for _pos, header, buf, off in segment.batches_with_bytes(0):
             cleaned.append(header.last_offset, header.max_timestamp, header.last_offset,
                            bytes(buf[off:off + header.size]))
     cleaned.on_becoming_inactive_segment()

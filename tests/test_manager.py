@@ -312,7 +312,7 @@ def test_cleanup_logs_applies_retention_only_to_delete_policy(tmp_path):
 def _snapshot(root) -> dict[str, tuple[bytes, int] | None]:
     """Every file and directory under ``root``: bytes and mtime (ns) of files, mtime of dirs."""
     result: dict = {}
-    for dirpath, dirnames, names in os.walk(root):
+    for dirpath, _dirnames, names in os.walk(root):
         result[os.path.relpath(dirpath, root) + "/"] = os.stat(dirpath).st_mtime_ns
         for name in names:
             path = os.path.join(dirpath, name)
@@ -377,7 +377,9 @@ def test_read_only_mode_writes_nothing(tmp_path):
             change()
     # The periodic jobs do nothing at all.
     assert ro.cleanup_logs() == 0 and ro.delete_logs() == 0 and ro.delete_expired_segment_files() == 0
-    ro.flush_dirty_logs(); ro.checkpoint_recovery_points(); ro.checkpoint_log_start_offsets()
+    ro.flush_dirty_logs()
+    ro.checkpoint_recovery_points()
+    ro.checkpoint_log_start_offsets()
     clock.sleep(2 * 86_400_000)
     assert ro.delete_expired_segment_files() == 0
     ro.shutdown()

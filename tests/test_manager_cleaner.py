@@ -59,7 +59,7 @@ def latest_by_key(manager: LogManager, topic: str) -> dict[bytes, bytes]:
 
 
 def checkpoint_text(log_dir) -> str:
-    with open(os.path.join(str(log_dir), CLEANER_OFFSET_CHECKPOINT), "r", encoding="ascii") as f:
+    with open(os.path.join(str(log_dir), CLEANER_OFFSET_CHECKPOINT), encoding="ascii") as f:
         return f.read()
 
 

@@ -314,8 +314,8 @@ def test_readers_across_cleanings_see_a_consistent_stream(mount):
         for round_, batch in enumerate(_keyed_rounds(40, 20, start=5)):
             _append(mount, batch)
             if round_ in (10, 30):       # cleans happen while the readers read, twice over
-                runs_before = wait_for(lambda: (n := mount_stats(mount)["cleaner"]["totals"]["runs"]) > runs_before
-                                       and n, "a clean while the readers read")
+                runs_before = wait_for(lambda before=runs_before: (n := mount_stats(mount)["cleaner"]["totals"]["runs"])
+                                       > before and n, "a clean while the readers read")
             time.sleep(0.03)             # a steady producer: the readers interleave with the appends
         end = _state(mount)["log_end_offset"]
         wait_for(lambda: loop_data.endswith(b"\n") and json.loads(bytes(loop_data).splitlines()[-1])["offset"]

@@ -145,7 +145,8 @@ def test_topic_level_append_jsonl_routes_by_key_or_explicit_partition(mount):
 
 @pytest.mark.mount_options({"num.partitions": "3", "log.segment.bytes": "65536"})
 def test_export_and_reimport_a_whole_topic_with_cat_and_cp(mount, tmp_path):
-    mount.sh("mkdir a && for p in 0 1 2; do for i in $(seq 1 3000); do echo \"p$p-record-$i\"; done > a/$p/append; done")
+    mount.sh("mkdir a && for p in 0 1 2; do "
+             "for i in $(seq 1 3000); do echo \"p$p-record-$i\"; done > a/$p/append; done")
     export = tmp_path / "a.jsonl"
     mount.sh(f"cat a/*/records.jsonl > {export}")                       # the README's export
     assert export.stat().st_size > 1 << 20                                 # several 1 MiB writes on import

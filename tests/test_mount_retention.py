@@ -235,7 +235,8 @@ def test_size_retention_follows_kafkas_diff_rule_and_bounds_disk_usage(mount, ta
 def test_compact_topics_skip_time_retention_and_compact_delete_does_both(mount):
     for topic, policy in (("c", "compact"), ("cd", "compact,delete")):
         (mount / topic).mkdir()
-        (mount / f"{topic}/config").write_bytes(b"cleanup.policy=%s\nretention.ms=500\nparse.key=true\n" % policy.encode())
+        (mount / f"{topic}/config").write_bytes(
+            b"cleanup.policy=%s\nretention.ms=500\nparse.key=true\n" % policy.encode())
         fd = os.open(mount / f"{topic}/0/append", os.O_WRONLY)
         for i in range(0, 300, 20):
             os.write(fd, b"".join(b"k%d\tv%d\n" % (j % 7, j) for j in range(i, i + 20)))

@@ -121,7 +121,8 @@ def test_tail_F_and_tail_f_follow_appends_rolls_and_idle_pauses(mount, tmp_path)
         expected = _lines(1, 50)
         for round_ in range(6):
             for mode, (_, out, _) in followers.items():
-                wait_for(lambda out=out: out.read_bytes() == expected, what=f"tail {mode} to catch up")
+                wait_for(lambda out=out, expected=expected: out.read_bytes() == expected,
+                         what=f"tail {mode} to catch up")
             time.sleep(0.8)     # the idle pause under test: 4 re-checks of the name
             first = 51 + round_ * 40
             for part in range(4):          # a roll every ~1000 bytes: several per round

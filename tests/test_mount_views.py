@@ -94,7 +94,7 @@ def test_since_views_epoch_ms_and_iso(mount):
     wait_for(lambda: time.time() * 1000 >= cut + 1, "the clock to pass the cut")
     mount.sh("echo new1 > t/0/append && echo new2 > t/0/append")
     assert mount.sh(f"cat t/0/since/{cut}").stdout == b"new1\nnew2\n"
-    iso = dt.datetime.fromtimestamp(cut / 1000, tz=dt.timezone.utc).isoformat()
+    iso = dt.datetime.fromtimestamp(cut / 1000, tz=dt.UTC).isoformat()
     assert mount.sh(f"cat 't/0/since/{iso}'").stdout == b"new1\nnew2\n"
     rows = _json_lines(mount.sh(f"cat t/0/since/{cut}.jsonl").stdout)
     assert [r["value"] for r in rows] == ["new1", "new2"] and all(r["timestamp"] >= cut for r in rows)

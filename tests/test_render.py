@@ -145,7 +145,7 @@ plain_values = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7e), ma
 def test_columns_render_and_sizes_equal_record_rendering(fields, keyed, with_headers, contiguous, first_offset,
                                                          timestamp, partition, ts_type) -> None:
     records, offset = [], first_offset
-    for i, (key, value, hdrs, gap, ts_delta) in enumerate(fields):
+    for key, value, hdrs, gap, ts_delta in fields:
         records.append(Record(offset, timestamp + (0 if contiguous else ts_delta),
                               key if keyed else None, value, hdrs if with_headers else ()))
         offset += 1 if contiguous else gap

@@ -25,7 +25,7 @@ import pytest
 
 from logfs.spark import spark_kafka_jars
 from tests.conftest import Mount
-from tests.kafka_broker import java_command, kafka_broker  # noqa: F401  (the module's broker fixture)
+from tests.kafka_broker import java_command
 from tests.helpers import wait_for
 from tests.test_to_kafka import _append, _logfs
 
@@ -179,7 +179,8 @@ def test_timestamp_options(both):
 def test_unmatched_starting_timestamp_fails_both(both):
     mount, broker, spark, rounds = both
     future = str(rounds[-1] + 3_600_000)
-    for fmt, location in (("kafka", {"kafka.bootstrap.servers": broker.bootstrap}), ("logfs", {"path": str(mount.path)})):
+    for fmt, location in (("kafka", {"kafka.bootstrap.servers": broker.bootstrap}),
+                          ("logfs", {"path": str(mount.path)})):
         with pytest.raises(Exception, match="No offset matched from request of topic-partition"):
             _read(spark, fmt, location, {"subscribe": "a", "startingTimestamp": future}).collect()
 

@@ -30,7 +30,7 @@ import pytest
 
 from tests.conftest import LOGFS, Mount
 from tests.helpers import wait_for
-from tests.kafka_broker import java_command, kafka_broker  # noqa: F401  (the module's broker fixture)
+from tests.kafka_broker import java_command
 
 pytestmark = pytest.mark.mount
 

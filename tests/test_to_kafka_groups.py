@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from tests.kafka_broker import java_command, kafka_broker  # noqa: F401  (the module's broker fixture)
+from tests.kafka_broker import java_command
 from tests.test_to_kafka import _append, _logfs
 
 pytestmark = pytest.mark.mount

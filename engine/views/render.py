@@ -30,13 +30,16 @@ from __future__ import annotations
 import base64
 from functools import lru_cache
 from itertools import repeat
-from typing import TYPE_CHECKING, NamedTuple
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import orjson
 
 if TYPE_CHECKING:  # pragma: no cover - only for annotations
     from engine.records import BatchColumns, Record
+
+#: A record's fields in Record's order: a Record, or the plain tuple of the column path (_column_records).
+RecordFields = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
 
 __all__ = [
     "LOG_APPEND_TIME",
@@ -178,16 +181,18 @@ def render_values(values: Sequence[bytes | None]) -> bytes:
     if not values:
         return b""
     if None in values:
-        values = [b"" if value is None else value for value in values]
-    return b"\n".join(values) + b"\n"
+        present: Sequence[bytes] = [b"" if value is None else value for value in values]
+    else:
+        present = cast("Sequence[bytes]", values)      # no None in it: tested just above
+    return b"\n".join(present) + b"\n"
 
 
-def render_text(records: Iterable[Record]) -> bytes:
+def render_text(records: Iterable[RecordFields]) -> bytes:
     """The ``records`` view of ``records``: each value plus a newline."""
     return render_values([record[3] for record in records])
 
 
-def text_sizes(records: Iterable[Record]) -> list[int]:
+def text_sizes(records: Iterable[RecordFields]) -> list[int]:
     """Per-record sizes of :func:`render_text`."""
     return [1 if record[3] is None else len(record[3]) + 1 for record in records]
 
@@ -208,7 +213,7 @@ def render_jsonl_line(record: Record, topic: str, partition: int, timestamp_type
     )
 
 
-def render_jsonl(records: Iterable[Record], topic: str, partition: int, timestamp_type: int) -> bytes:
+def render_jsonl(records: Iterable[RecordFields], topic: str, partition: int, timestamp_type: int) -> bytes:
     """The JSON-lines view of ``records`` (all from batches of ``timestamp_type``).
 
     Read hot path: when every value is plain ASCII (one test over the joined
@@ -222,7 +227,7 @@ def render_jsonl(records: Iterable[Record], topic: str, partition: int, timestam
     pieces = _json_pieces(topic, partition, timestamp_type)
     general = pieces.fmt_general
     values = [record[3] for record in records]
-    if None not in values and _plain_ascii(b"".join(values)):
+    if None not in values and _plain_ascii(b"".join(cast("list[bytes]", values))):
         keys = [record[2] for record in records]
         key_nulls = keys.count(None)
         if key_nulls == len(keys) or _plain_ascii(b"".join([key for key in keys if key is not None])):
@@ -232,7 +237,7 @@ def render_jsonl(records: Iterable[Record], topic: str, partition: int, timestam
                 (nokey % (offset, timestamp, value) if key is None else
                  keyed % (offset, timestamp, key, value)) if not headers else
                 general % (offset, timestamp, _bytes_field(key, _KEY_B64_SUFFIX),
-                           b'"' + value + b'"', _headers_piece(headers))
+                           b'"' + value + b'"', _headers_piece(headers))  # type: ignore[operator]  # None not in values
                 for offset, timestamp, key, value, headers in records
             ])
     return b"".join([
@@ -242,7 +247,7 @@ def render_jsonl(records: Iterable[Record], topic: str, partition: int, timestam
     ])
 
 
-def json_sizes(records: Iterable[Record], topic: str, partition: int, timestamp_type: int) -> list[int]:
+def json_sizes(records: Iterable[RecordFields], topic: str, partition: int, timestamp_type: int) -> list[int]:
     """Per-record sizes of :func:`render_jsonl`."""
     fixed = _json_pieces(topic, partition, timestamp_type).fixed_len
     key_suffix = len(_KEY_B64_SUFFIX)
@@ -297,7 +302,7 @@ def _contiguous_sizes(values: Sequence[bytes | None], keys: Sequence[bytes | Non
     try:
         # join refuses None: the common no-null batch costs one C call, where
         # counting None compares every value with it
-        joined = b"".join(values)
+        joined = b"".join(values)  # type: ignore[arg-type]  # a None raises TypeError: the except below
         nulls = 0
     except TypeError:
         present = [value for value in values if value is not None]
@@ -365,7 +370,8 @@ def render_jsonl_columns(columns: BatchColumns, topic: str, partition: int, time
         same_time = timestamps.count(timestamp) == n
         if same_time:           # LogAppendTime batches: one timestamp for all
             template = head + b"%d" % timestamp + (nokey_tail if keys is None else key_tail)
-            columns_in_order = [offsets] if keys is None else [offsets, keys]
+            columns_in_order: list[Sequence[int] | Sequence[bytes | None]] = (
+                [offsets] if keys is None else [offsets, keys])
         else:
             template = head + b"%d" + (nokey_tail if keys is None else key_tail)
             columns_in_order = [offsets, timestamps] if keys is None else [offsets, timestamps, keys]
@@ -381,12 +387,12 @@ def render_jsonl_columns(columns: BatchColumns, topic: str, partition: int, time
 def _plain_ascii_column(column: Sequence[bytes | None]) -> bool:
     """No null and nothing JSON must escape in ``column`` (join refuses None, in C)."""
     try:
-        return _plain_ascii(b"".join(column))
+        return _plain_ascii(b"".join(column))  # type: ignore[arg-type]  # a None raises TypeError, caught
     except TypeError:
         return False
 
 
-def _column_records(columns: BatchColumns) -> list[tuple]:
+def _column_records(columns: BatchColumns) -> list[RecordFields]:
     """Record-shaped tuples of ``columns`` (the exact, per-record path)."""
     offsets, timestamps, keys, values, headers = columns
     n = len(values)
