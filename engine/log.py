@@ -131,7 +131,6 @@ class Log:
         self._recovery_point = loaded.recovery_point
         self._last_flush_time = clock.milliseconds()
         self._pending: list[PendingDeletion] = list(loaded.pending_deletions)
-        self._listeners: list[Callable[[], None]] = []
         #: The one hook through which state derived from appended values is kept
         #: (the mount's view indexes, engine.views.index.attach); None: nothing is.
         self.append_observer: AppendObserver | None = None
@@ -239,18 +238,6 @@ class Log:
         with self.lock:
             self.config = config
             self._compression = _compression_of(config.compression_type)
-
-    def add_append_listener(self, fn: Callable[[], None]) -> None:
-        """Call ``fn()`` after every append, roll and deletion (views and tail -f follow the log)."""
-        with self.lock:
-            self._listeners = self._listeners + [fn]
-
-    def _notify(self) -> None:
-        for fn in self._listeners:
-            try:
-                fn()
-            except Exception:
-                logger.exception(self._prefix + "Append listener failed")
 
     def _check_writable(self, what: str) -> None:
         """ReadOnlyError before a read-only log is changed in any way (the mount turns it into EROFS)."""
@@ -482,7 +469,6 @@ class Log:
             self.flush()
         elif rolled_at is not None:
             self.flush(rolled_at)
-        self._notify()
 
     # ------------------------------------------------------------------ roll
     def roll(self) -> LogSegment:
@@ -492,7 +478,6 @@ class Log:
             self._check_open()
             segment = self._roll_locked(None)
         self.flush(segment.base_offset)
-        self._notify()
         return segment
 
     def _roll_locked(self, expected_next_offset: int | None) -> LogSegment:
@@ -713,7 +698,6 @@ class Log:
                 end = active.next_offset
                 self._update_log_end_offset(end)
                 self._log_start_offset = min(end, self._log_start_offset)
-        self._notify()
         return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -728,7 +712,6 @@ class Log:
             self._create_and_delete_segment(new_offset, segments[-1], "log truncation")
             self._update_log_end_offset(new_offset)
             self._log_start_offset = new_offset
-        self._notify()
 
     # ------------------------------------------------------------- retention
     def delete_old_segments(self) -> int:
@@ -740,8 +723,6 @@ class Log:
             if self.config.delete:
                 total += self._delete_retention_size_breached_segments()
                 total += self._delete_retention_ms_breached_segments()
-        if total:
-            self._notify()
         return total
 
     def _delete_log_start_offset_breached_segments(self) -> int:
@@ -816,10 +797,8 @@ class Log:
                 raise InvalidRequestError(
                     f"Cannot increment the log start offset to {new_start} of partition {self.topic_partition} "
                     f"since it is larger than the log end offset {self.log_end_offset}")
-            changed = self._increment_log_start_offset(new_start, reason)
-            deleted = self._delete_log_start_offset_breached_segments() if changed else 0
-        if changed or deleted:
-            self._notify()
+            if self._increment_log_start_offset(new_start, reason):
+                self._delete_log_start_offset_breached_segments()
 
     def _increment_log_start_offset(self, new_start: int, reason: str) -> bool:
         if new_start > self._log_start_offset:
@@ -891,7 +870,6 @@ class Log:
                     segment.change_file_suffixes(SWAP_FILE_SUFFIX, "")
             fsync_dir(self.dir, missing_ok=True)
             self._update_log_end_offset(self.log_end_offset)
-        self._notify()
 
     # ------------------------------------------------------------- lifecycle
     def rename_dir(self, new_name: str) -> None:

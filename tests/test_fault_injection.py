@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
+
+from tests.helpers import wait_for
 
 from tests.conftest import Mount, kafka_records
 
@@ -21,14 +22,6 @@ pytestmark = pytest.mark.mount
 FAST_DELETE = {"log.segment.delete.delay.ms": "200", "log.segment.bytes": "2048"}
 
 
-def _wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.03)
 
 
 def _fill(mount: Mount, topic: str, count: int) -> list[bytes]:
@@ -77,7 +70,7 @@ def test_delete_dirs_of_every_kind_are_removed_without_following_links(mount, tm
     odd.mkdir()
     (odd / "00000000000000000000.log").write_bytes(b"\0" * 100)
     mount.start()
-    _wait_for(lambda: not torn.exists() and not linked.exists() and not odd.exists(), what="-delete dirs removed")
+    wait_for(lambda: not torn.exists() and not linked.exists() and not odd.exists(), what="-delete dirs removed")
     assert (outside / "precious").read_bytes() == b"keep me\n" and sorted(os.listdir(outside)) == ["precious"]
     assert _values(mount, "live") == expected
     assert "gone" not in os.listdir(mount.path)
@@ -90,7 +83,7 @@ def test_corrupt_checkpoints_fall_back_to_their_previous_generation(mount):
     (mount / "t").mkdir()
     expected = _fill(mount, "t", 400)
     (mount / "t/0/delete").write_bytes(b"before 150\n")
-    _wait_for(lambda: os.path.exists(mount.data / "log-start-offset-checkpoint.prev"), what="two checkpoint writes")
+    wait_for(lambda: os.path.exists(mount.data / "log-start-offset-checkpoint.prev"), what="two checkpoint writes")
     assert mount.stop() == 0
     data = mount.data
     start_cp = data / "log-start-offset-checkpoint"
@@ -129,7 +122,7 @@ def test_links_planted_as_checkpoints_and_configs_are_never_followed(logfs_mount
     # the link was not read: the compacted topic kept its config from the previous generation
     assert b"cleanup.policy=compact" in (mount / "c/config").read_bytes()
     (mount / "c/config").write_bytes(b"min.cleanable.dirty.ratio=0.2\n")     # writes go around the links
-    _wait_for(lambda: not os.path.islink(data / "log-start-offset-checkpoint"), what="checkpoint rewritten")
+    wait_for(lambda: not os.path.islink(data / "log-start-offset-checkpoint"), what="checkpoint rewritten")
     assert mount.stop() == 0
     assert victim.read_bytes() == before
     assert not any(os.path.islink(data / n) and os.readlink(data / n) == str(victim)
@@ -151,7 +144,7 @@ def test_missing_topic_configs_with_a_previous_generation_is_loaded(logfs_mount)
     assert "loading the previous generation" in mount.log()
     assert b"cleanup.policy=compact" in (mount / "c/config").read_bytes()
     runs = json.loads((mount / ".logfs/stats.json").read_bytes())["tasks"]["kafka-log-retention"]["runs"]
-    _wait_for(lambda: json.loads((mount / ".logfs/stats.json").read_bytes())["tasks"]["kafka-log-retention"]["runs"]
+    wait_for(lambda: json.loads((mount / ".logfs/stats.json").read_bytes())["tasks"]["kafka-log-retention"]["runs"]
               > runs + 2, what="retention runs")
     assert len(_values(mount, "c")) == 50
 

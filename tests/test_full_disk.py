@@ -14,10 +14,11 @@ import errno
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import wait_for
 
 from tests.conftest import Mount, kafka_records
 
@@ -31,14 +32,6 @@ OPTIONS = {
 }
 
 
-def _wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -95,7 +88,7 @@ def test_deleting_data_works_on_a_full_disk_and_frees_it(full_mount, small_fs):
         (m / topic).mkdir()
     (m / "keep/config").write_bytes(b"cleanup.policy=compact\nparse.key=true\n")
     (m / "keep/0/append").write_bytes(b"k\tv\n")
-    _wait_for(lambda: os.path.exists(m.data / "log-start-offset-checkpoint.prev"), what="two checkpoint writes")
+    wait_for(lambda: os.path.exists(m.data / "log-start-offset-checkpoint.prev"), what="two checkpoint writes")
     fd = os.open(m / "gone/0/append", os.O_WRONLY)
     os.write(fd, b"".join(b"g-%d\n" % i for i in range(2000)))
     os.fsync(fd)
@@ -108,7 +101,7 @@ def test_deleting_data_works_on_a_full_disk_and_frees_it(full_mount, small_fs):
     # the disk is full: a config write still fits in place over its previous generation ...
     (m / "big/config").write_bytes(b"retention.bytes=1000000\n")
     # ... and retention acts on it: its log-start-offset checkpoint is written on the full disk too
-    start = _wait_for(lambda: _state(m, "big")["log_start_offset"], what="retention on a full disk")
+    start = wait_for(lambda: _state(m, "big")["log_start_offset"], what="retention on a full disk")
     assert 0 < start < end
     # DeleteRecords, then a whole topic
     (m / "big/0/delete").write_bytes(b"before %d\n" % ((start + end) // 2))
@@ -116,8 +109,8 @@ def test_deleting_data_works_on_a_full_disk_and_frees_it(full_mount, small_fs):
     os.rmdir(m / "gone")
     assert "gone" not in os.listdir(m.path)
     # the deleted files go after file.delete.delay.ms; then appends work again
-    _wait_for(lambda: not any(n.endswith("-delete") for n in os.listdir(m.data)), what="topic dir removed")
-    _wait_for(lambda: _state(m, "big")["pending_deletion"]["segments"] == 0, what="segments removed")
+    wait_for(lambda: not any(n.endswith("-delete") for n in os.listdir(m.data)), what="topic dir removed")
+    wait_for(lambda: _state(m, "big")["pending_deletion"]["segments"] == 0, what="segments removed")
     fd = os.open(m / "big/0/append", os.O_RDWR)
     os.write(fd, b"after\n")
     os.fsync(fd)
@@ -139,10 +132,10 @@ def test_failed_task_runs_count_as_errors(full_mount, tmp_path):
     (m / "t/0/append").write_bytes(b"a\n")
     job = "kafka-log-start-offset-checkpoint"
     previous = m.data / "log-start-offset-checkpoint.prev"
-    _wait_for(lambda: previous.exists(), what="two checkpoint runs")
+    wait_for(lambda: previous.exists(), what="two checkpoint runs")
     previous.unlink()
     previous.mkdir()
-    record = _wait_for(lambda: (r := _stats(m)["tasks"][job])["errors"] >= 2 and r, what="failed runs counted")
+    record = wait_for(lambda: (r := _stats(m)["tasks"][job])["errors"] >= 2 and r, what="failed runs counted")
     assert "log-start-offset-checkpoint" in record["last_error"]
     metrics = (m / ".logfs/metrics").read_text()
     assert any(line.startswith(f'logfs_task_errors_total{{task="{job}"}}') and float(line.split()[-1]) >= 2
@@ -150,5 +143,5 @@ def test_failed_task_runs_count_as_errors(full_mount, tmp_path):
     assert m.log().count(f"Scheduled task '{job}' failed") >= 2 and "Traceback" not in m.log()
     previous.rmdir()
     runs = _stats(m)["tasks"][job]["runs"]
-    _wait_for(lambda: (r := _stats(m)["tasks"][job])["runs"] > runs + 1 and r["last_error"] is None,
+    wait_for(lambda: (r := _stats(m)["tasks"][job])["runs"] > runs + 1 and r["last_error"] is None,
               what="a successful run once the directory is gone")

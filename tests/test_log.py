@@ -289,17 +289,6 @@ def test_rename_dir_keeps_segments_usable(tmp_path):
     assert not os.path.exists(log.dir)
 
 
-def test_append_listeners_called(tmp_path):
-    log = open_log(tmp_path)
-    calls = []
-    log.add_append_listener(lambda: calls.append(log.log_end_offset))
-    log.append_values([b"a"])
-    log.roll()
-    log.append_values([b"b", b"c"])
-    assert calls == [1, 1, 3]
-    log.close()
-
-
 def test_log_dir_full_appends_nothing_partial(tmp_path):
     import subprocess
     from engine.errors import LogDirFullError

@@ -11,24 +11,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import wait_for
 
 from tests.conftest import LOGFS, Mount, kafka_records
 
 pytestmark = pytest.mark.mount
 
 
-def _wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.03)
 
 
 def _state(mount: Mount, topic: str, partition: int = 0) -> dict:
@@ -221,7 +214,7 @@ def test_corrupt_topic_configs_load_the_previous_generation_and_never_fall_back_
     assert b"cleanup.policy=compact" in (mount / "c/config").read_bytes()
     # retention (200 ms for delete topics) has run several times and deleted nothing
     deadline_runs = json.loads((mount / ".logfs/stats.json").read_bytes())["tasks"]["kafka-log-retention"]["runs"]
-    _wait_for(lambda: json.loads((mount / ".logfs/stats.json").read_bytes())["tasks"]["kafka-log-retention"]["runs"]
+    wait_for(lambda: json.loads((mount / ".logfs/stats.json").read_bytes())["tasks"]["kafka-log-retention"]["runs"]
               >= deadline_runs + 3, what="three retention runs")
     assert _state(mount, "c")["log_start_offset"] == 0
     assert len((mount / "c/0/records").read_bytes().splitlines()) == 200
@@ -277,7 +270,7 @@ def test_rmdir_of_a_long_topic_name_succeeds_and_a_quick_restart_finishes_the_de
     assert mount.stop() == 0                                  # well within file.delete.delay.ms
     mount.options["log.segment.delete.delay.ms"] = "100"
     mount.start()
-    _wait_for(lambda: not any(n.endswith("-delete") for n in os.listdir(mount.data)), what="-delete dirs removed")
+    wait_for(lambda: not any(n.endswith("-delete") for n in os.listdir(mount.data)), what="-delete dirs removed")
     (mount / topic).mkdir()                                   # the name is free again, the topic empty
     assert (mount / f"{topic}/0/records").read_bytes() == b""
 
@@ -442,16 +435,16 @@ def test_a_compaction_of_hundreds_of_segments_logs_no_failed_deletes(mount):
     segments = len(_state(mount, "c")["segments"])
     assert segments > 100
     (mount / "c/config").write_bytes(b"cleanup.policy=compact\nmin.cleanable.dirty.ratio=0.01\n")
-    _wait_for(lambda: "cleaned log c-0" in mount.log(), timeout=60, what="compaction")
-    _wait_for(lambda: _state(mount, "c")["pending_deletion"]["segments"] == 0, what="old segments removed")
+    wait_for(lambda: "cleaned log c-0" in mount.log(), timeout=60, what="compaction")
+    wait_for(lambda: _state(mount, "c")["pending_deletion"]["segments"] == 0, what="old segments removed")
     # The first clean leaves one (mostly empty) segment per segment it read; the next one
     # groups those and deletes them: that is where the probe saw the failed deletes.
     fd = os.open(mount / "c/0/append", os.O_WRONLY)
     for i in range(0, 600, 30):
         os.write(fd, b"".join(b"k%d\tagain-%06d\n" % (j % 7, j) for j in range(i, i + 30)))
     os.close(fd)
-    _wait_for(lambda: mount.log().count("cleaned log c-0") >= 2, timeout=60, what="a second compaction")
-    _wait_for(lambda: _state(mount, "c")["pending_deletion"]["segments"] == 0, what="old segments removed")
+    wait_for(lambda: mount.log().count("cleaned log c-0") >= 2, timeout=60, what="a second compaction")
+    wait_for(lambda: _state(mount, "c")["pending_deletion"]["segments"] == 0, what="old segments removed")
     remaining = len(_state(mount, "c")["segments"])
     os.rmdir(mount / "c")                        # and the topic with what the cleaner left
     assert mount.stop() == 0
