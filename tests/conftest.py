@@ -81,10 +81,10 @@ class Mount:
         deadline = time.monotonic() + timeout
         while not _is_mounted(self.path):
             if self.proc.poll() is not None:
-                raise RuntimeError(f"logfs mount exited with {self.proc.returncode}:\n{self.log()}")
+                raise RuntimeError(f"logfs mount exited with {self.proc.returncode}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
                 self.kill()
-                raise RuntimeError(f"logfs mount not ready after {timeout}s:\n{self.log()}")
+                raise RuntimeError(f"logfs mount not ready after {timeout}s:\n{self.log_tail()}")
             time.sleep(0.05)
         return self
 
@@ -124,10 +124,15 @@ class Mount:
         subprocess.run(["fusermount3", "-uz", str(self.path)], capture_output=True)
 
     def log(self) -> str:
+        """The mount's whole log (tests count and search its lines)."""
         try:
-            return self.log_file.read_text(errors="replace")[-20000:]
+            return self.log_file.read_text(errors="replace")
         except FileNotFoundError:
             return ""
+
+    def log_tail(self, chars: int = 20000) -> str:
+        """The end of the log, for failure messages."""
+        return self.log()[-chars:]
 
     # ---- conveniences
 
@@ -164,7 +169,7 @@ def logfs_mount(tmp_path: Path) -> Iterator:
             except Exception:
                 m.kill()
                 raise
-            assert code == 0, f"logfs exited with {code}:\n{m.log()}"
+            assert code == 0, f"logfs exited with {code}:\n{m.log_tail()}"
         elif _is_mounted(m.path):
             subprocess.run(["fusermount3", "-uz", str(m.path)], capture_output=True)
 
