@@ -17,7 +17,10 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from engine.config import LogConfig
+from engine.clock import ManualClock
+from engine.config import BrokerConfig, LogConfig
+from engine.manager import LogManager
+from engine.topic import TopicPartition
 
 T = TypeVar("T")
 
@@ -33,6 +36,20 @@ CLEANER_TASK = "kafka-log-cleaner-thread-0"
 def make_config(**overrides: object) -> LogConfig:
     """A topic config from keyword overrides, underscores for dots: ``make_config(segment_bytes=1000)``."""
     return LogConfig.from_props({k.replace("_", "."): str(v) for k, v in overrides.items()})
+
+
+def started_manager(data_dir: str, partitions: int) -> LogManager:
+    """A LogManager on ``data_dir`` with topic ``t`` of ``partitions`` partitions, ten values in ``t-0``.
+
+    The namespace's unit tests (no FUSE) look names up and write control files over it;
+    the manual clock keeps timestamps fixed.
+    """
+    m = LogManager(BrokerConfig.from_props({"log.dirs": data_dir, "log.retention.ms": "604800000"}),
+                   clock=ManualClock(1_700_000_000_000))
+    m.startup()
+    m.create_topic("t", partitions)
+    m.get_log(TopicPartition("t", 0)).append_values([b"v%d" % i for i in range(10)])
+    return m
 
 
 def wait_for(predicate: Callable[[], T], what: str, timeout: float = 30.0, interval: float = 0.05) -> T:

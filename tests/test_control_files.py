@@ -13,25 +13,19 @@ import logging
 
 import pytest
 
-from engine.clock import ManualClock
-from engine.config import BrokerConfig
 from engine.errors import InvalidConfigError, InvalidRequestError, ReadOnlyError
-from engine.manager import LogManager
 from engine.topic import TopicPartition
 from logfs.namespace import (LineCommandHandle, Namespace, PartitionDeleteFile, TopicConfigFile,
                              TopicDeleteFile)
 from logfs.stats import MountStats
+from tests.helpers import started_manager
 
 TP = TopicPartition("t", 0)
 
 
 @pytest.fixture
 def manager(tmp_path):
-    m = LogManager(BrokerConfig.from_props({"log.dirs": str(tmp_path / "data"), "log.retention.ms": "604800000"}),
-                   clock=ManualClock(1_700_000_000_000))
-    m.startup()
-    m.create_topic("t", 1)
-    m.get_log(TP).append_values([b"v%d" % i for i in range(10)])
+    m = started_manager(str(tmp_path / "data"), partitions=1)
     yield m
     m.shutdown()
 
