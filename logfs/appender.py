@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from engine.errors import InvalidRecordError, LogfsError, RecordTooLargeError, UnknownTopicOrPartitionError
 from engine.partitioner import partition_for_key
 from engine.topic import TopicPartition
-from engine.views import attach as attach_views
+from logfs.backend import Backend, EmbeddedBackend
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.config import LogConfig
@@ -50,7 +50,6 @@ log = logging.getLogger(__name__)
 __all__ = ["LineAppender"]
 
 _NEWLINE = b"\n"
-_LONG_MAX = 2**63 - 1
 #: Bytes of a refused request kept to recognise the writer's retry of it.
 _RETRY_PREFIX = 64 * 1024
 #: Most framing one unkeyed record adds to its value: the 61-byte batch header and the record's varints.
@@ -120,13 +119,14 @@ class LineAppender:
         does not reorder a writer's batches.
         """
         try:
-            return self._config().flush_messages < _LONG_MAX
+            return self._backend.append_blocks(self._topic)
         except LogfsError:
             return False
 
     def __init__(self, manager: LogManager, topic: str, partition: int | None,
-                 router: TopicRouter, stats: MountStats) -> None:
+                 router: TopicRouter, stats: MountStats, backend: Backend | None = None) -> None:
         self._manager = manager
+        self._backend: Backend = backend if backend is not None else EmbeddedBackend(manager)
         self._topic = topic
         self._partition = partition
         self._router = router
@@ -269,7 +269,6 @@ class LineAppender:
         target = self._manager.get_log(TopicPartition(self._topic, partition))
         if target is None:
             raise UnknownTopicOrPartitionError(f"No partition {self._topic}-{partition}")
-        attach_views(target)        # the mount's appends keep the view indexes exact, no rescan
         return target
 
     def _append_lines(self, lines: list[bytes], nbytes: int) -> None:
@@ -293,7 +292,7 @@ class LineAppender:
     def _append(self, partition: int, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                 tag: str | None) -> None:
         target = self._log(partition)
-        first, last = target.append_values(values, keys)
+        first, last = self._backend.append_values(TopicPartition(self._topic, partition), values, keys)
         self._written[partition] = target
         if tag is None:
             self._replies.add(b"%d %d\n" % (first, last))

@@ -10,7 +10,6 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from engine.config import validate_topic_overrides
 from engine.errors import (
     InvalidConfigError,
     InvalidRequestError,
@@ -66,7 +65,7 @@ class ConfigEditHandle(Handle):
                 f"({self._refused}); nothing written through it will be applied")
         try:
             updates = self._node.parse_lines(lines)
-            validate_topic_overrides(updates)
+            self._node.ns.backend.validate_topic_overrides(self._node.topic, updates)
         except LogfsError as exc:
             self._refused = str(exc)
             self._updates.clear()
@@ -126,7 +125,7 @@ class TopicConfigFile(GeneratedFile):
 
     def render(self) -> bytes:
         self.ns.require_topic(self.topic)
-        return _props_text(self.ns.manager.topic_config(self.topic).to_props())
+        return _props_text(self.ns.backend.topic_config_props(self.topic))
 
     def open(self, write: bool) -> Handle:
         if not write:
@@ -152,7 +151,7 @@ class TopicConfigFile(GeneratedFile):
 
     def apply(self, updates: dict[str, str | None]) -> None:
         # LogManager.alter_topic_config logs the change (once).
-        self.ns.manager.alter_topic_config(self.topic, updates)
+        self.ns.backend.alter_topic_config(self.topic, updates)
 
 
 # ---- control files
@@ -233,11 +232,11 @@ class PartitionDeleteFile(_MarkerFile):
                 # returns: once `echo before N > delete` succeeds, no crash brings
                 # the records back.  Beyond the log end: InvalidRequestError (EINVAL).
                 # (LineCommandHandle is blocking: this runs off the trio thread.)
-                start = self.ns.manager.delete_records(self.tp, action)
+                start = self.ns.backend.delete_records(self.tp, action)
                 log.info("[Log partition=%s, dir=%s] DeleteRecords before offset %s: log start offset is now %d",
                          self.tp, target.dir, action, start)
             else:
-                first, _ = target.append_values([None], [action])
+                first, _ = self.ns.backend.append_values(self.tp, [None], [action])
                 self.ns.stats.record_append(1, 0)
                 log.info("[Log partition=%s, dir=%s] Appended tombstone at offset %d", self.tp, target.dir, first)
 
@@ -288,7 +287,7 @@ class AppendFile(AppendTargetFile):
 
     def handle(self) -> Handle:
         return LineAppender(self.ns.manager, self.topic, self.partition,  # type: ignore[return-value]
-                            self.ns.router(self.topic), self.ns.stats)
+                            self.ns.router(self.topic), self.ns.stats, self.ns.backend)
 
 
 def _props_text(props: dict[str, str]) -> bytes:

@@ -77,7 +77,7 @@ class GroupBusyError(LogfsError):
 
 def install(ns: Namespace) -> None:
     """Load the committed offsets at mount start and hand them to the stats files."""
-    ns.group_coordinator = GroupMetadataManager(ns.manager).load()
+    ns.group_coordinator = ns.backend.group_coordinator()
     ns.group_leases = _Leases()
     ns.stats.groups = ns.group_coordinator
 

@@ -27,7 +27,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from engine.errors import InvalidPartitionError, LogfsError, RecordTooLargeError, UnknownTopicOrPartitionError
-from engine.jsonl_in import JsonRecord, append_json_records, parse_jsonl_lines
+from engine.jsonl_in import JsonRecord, parse_jsonl_lines
 from engine.partitioner import partition_for_key
 from engine.topic import TopicPartition
 from logfs.appender import OffsetReplies
@@ -42,7 +42,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["JsonlAppendFile", "JsonlAppender"]
 
-_LONG_MAX = 2**63 - 1
 
 
 class JsonlAppendFile(AppendTargetFile):
@@ -75,7 +74,7 @@ class JsonlAppender(Handle):
         """Parsing JSON and encoding batches is CPU work like ``append``'s; only a topic that may fsync
         on append (``flush.messages``) leaves the trio thread."""
         try:
-            return self._ns.manager.topic_config(self._topic).flush_messages < _LONG_MAX
+            return self._ns.backend.append_blocks(self._topic)
         except LogfsError:
             return False
 
@@ -140,7 +139,7 @@ class JsonlAppender(Handle):
 
     def _append_to(self, partition: int, parsed: list[JsonRecord], tag: int | None) -> None:
         target = self._ns.log(TopicPartition(self._topic, partition))
-        first, last = append_json_records(target, parsed)
+        first, last = self._ns.backend.append_json_records(TopicPartition(self._topic, partition), parsed)
         self._written[partition] = target
         if tag is None:
             self._replies.add(b"%d %d\n" % (first, last))

@@ -44,6 +44,7 @@ from engine.errors import (
 from engine.topic import TopicPartition
 from logfs import stats as _stats
 from logfs.appender import TopicRouter
+from logfs.backend import Backend, EmbeddedBackend
 from logfs.control import PartitionDeleteFile, TopicConfigFile, TopicDeleteFile
 from logfs.dirs import RootDir, parse_timestamp
 from logfs.errors import AccessDeniedError, NoSuchNameError, NotPermittedError
@@ -77,8 +78,10 @@ class Namespace:
     group_leases: _Leases
 
     def __init__(self, manager: LogManager, stats: _stats.MountStats, *, read_only: bool = False,
-                 views_direct_io: bool = True) -> None:
+                 views_direct_io: bool = True, backend: Backend | None = None) -> None:
         self.manager = manager
+        #: where changes go: the LogManager itself, or a Kafka cluster (logfs.backend, logfs.cluster)
+        self.backend: Backend = backend if backend is not None else EmbeddedBackend(manager)
         self.stats = stats
         self.read_only = read_only
         self.views_direct_io = views_direct_io
@@ -173,7 +176,7 @@ class Namespace:
 
     def delete_topic(self, topic: str) -> None:
         self.require_topic(topic)
-        self.manager.delete_topic(topic)
+        self.backend.delete_topic(topic)
         self._routers.pop(topic, None)
         if not self.read_only:
             self.group_coordinator.on_topic_deleted(topic)   # Kafka drops a deleted topic's commits
