@@ -12,7 +12,7 @@ does it with the ``LogManager`` as before.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from engine.errors import UnknownTopicOrPartitionError
 from engine.topic import TopicPartition
@@ -67,6 +67,9 @@ class Backend(Protocol):
 
     def group_coordinator(self) -> GroupMetadataManager:
         """The committed offsets of consumer groups (``groups/``, ``consume/``)."""
+
+    def watch_topics(self, removed: Callable[[str], None]) -> None:
+        """Have ``removed(topic)`` called when a topic goes away other than through the namespace."""
 
     def close(self) -> None:
         """Stop whatever the backend runs (called before the LogManager shuts down)."""
@@ -125,6 +128,9 @@ class EmbeddedBackend:
     def group_coordinator(self) -> GroupMetadataManager:
         from engine.consumer_offsets import GroupMetadataManager
         return GroupMetadataManager(self.manager).load()
+
+    def watch_topics(self, removed: Callable[[str], None]) -> None:
+        pass        # only the namespace deletes topics of an embedded mount
 
     def close(self) -> None:
         pass

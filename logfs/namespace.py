@@ -93,6 +93,8 @@ class Namespace:
         self._nodes[self.root.key] = self.root
         from logfs import groups   # loads __consumer_offsets: committed offsets (issue 13)
         groups.install(self)
+        # a cluster deletes or recreates topics behind the mount's back (logfs.cluster)
+        self.backend.watch_topics(self.forget_topic)
 
     # ---- helpers used by nodes
 
@@ -180,8 +182,16 @@ class Namespace:
         self._routers.pop(topic, None)
         if not self.read_only:
             self.group_coordinator.on_topic_deleted(topic)   # Kafka drops a deleted topic's commits
-        # Stable nodes of the topic resolve it by name; drop them so a topic of
-        # the same name created later starts from fresh objects.
+        self.forget_topic(topic)
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop the nodes of a deleted topic (called from any thread; logfs.cluster calls it too).
+
+        Stable nodes of the topic resolve it by name, and a view node checks its
+        segments against the log it was made for; drop them so a topic of the
+        same name created later starts from fresh objects.
+        """
+        self._routers.pop(topic, None)
         for key in list(self._nodes):   # list(): a snapshot, lookups may add keys meanwhile
             if _mentions_topic(key, topic):
                 self._nodes.pop(key, None)

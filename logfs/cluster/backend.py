@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
 from engine.config import validate_topic_overrides
@@ -161,6 +161,9 @@ class ClusterBackend:
 
     def append_blocks(self, topic: str) -> bool:
         return True     # every append waits for the cluster
+
+    def watch_topics(self, removed: Callable[[str], None]) -> None:
+        self.fetcher.topic_removed = removed
 
     def group_coordinator(self) -> GroupMetadataManager:
         # the embedded coordinator's interface (what logfs.groups calls), answered by the cluster

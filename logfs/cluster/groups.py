@@ -96,9 +96,9 @@ class ClusterGroupCoordinator:
         if not group:
             raise InvalidRequestError("A consumer group id must not be empty")
         items = sorted(offsets.items())
+        extra = {"metadata": metadata} if metadata else {}
         request = ConsumerGroupTopicPartitions(
-            group, [KafkaTopicPartition(tp.topic, tp.partition, offset, metadata=metadata or None)
-                    for tp, offset in items])
+            group, [KafkaTopicPartition(tp.topic, tp.partition, offset, **extra) for tp, offset in items])
         futures = self.admin.raw().alter_consumer_group_offsets([request], request_timeout=self.admin.timeout_s)
         self.admin._result(futures[group], f"Committing offsets for group {group}")
         log.info("[GroupCoordinator] Group %s committed offsets %s on the cluster", group,

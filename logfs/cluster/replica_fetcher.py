@@ -36,7 +36,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -115,6 +115,8 @@ class ReplicaFetcher:
         self._next_sync = 0.0
         self._unreachable_since: float | None = None
         self._stop = threading.Event()
+        #: called with a topic's name after its local replica was deleted (the namespace forgets its nodes)
+        self.topic_removed: Callable[[str], None] | None = None
         self._thread = threading.Thread(target=self._run, name="logfs-replica-fetcher", daemon=True)
 
     # ------------------------------------------------------------------ lifecycle
@@ -259,8 +261,8 @@ class ReplicaFetcher:
         count = max(meta.partitions) + 1
         if not local:
             logs = self.manager.create_topic(name, num_partitions=count)
-            for target in logs:
-                write_topic_id(target.dir, topic_id)
+            for created in logs:
+                write_topic_id(created.dir, topic_id)
             log.info("Replicating topic %s (topic ID %s, %d partitions)", name, topic_id, count)
         for partition in range(len(local) if local else count, count):
             added = self.manager.add_partition(name, partition)
@@ -287,6 +289,8 @@ class ReplicaFetcher:
             self.manager.delete_topic(topic)
         except LogfsError as exc:
             log.error("Could not delete the local replica of topic %s: %s", topic, exc)
+        if self.topic_removed is not None:
+            self.topic_removed(topic)
         with self._appended:
             self._appended.notify_all()
 
