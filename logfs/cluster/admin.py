@@ -19,7 +19,7 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
                                    NewTopic, OffsetSpec)
 
 from engine.topic import TopicPartition
-from logfs.cluster.errors import ClusterTimeoutError, from_kafka
+from logfs.cluster.errors import ClientLog, ClusterTimeoutError, from_kafka
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,8 @@ class ClusterAdmin:
         self.brokers = client_config["bootstrap.servers"]
         self.timeout_s = timeout_s
         self._create_defaults = dict(create_defaults or {})
-        self._admin = AdminClient(dict(client_config))
+        config: dict = {**client_config, "logger": ClientLog("logfs.cluster.librdkafka")}
+        self._admin = AdminClient(config)
 
     def _result(self, future: concurrent.futures.Future, what: str):
         try:

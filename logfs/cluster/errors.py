@@ -7,6 +7,7 @@ one log line of ``logfs.fs`` names it.
 from __future__ import annotations
 
 import errno as _errno
+import logging
 
 from engine.errors import (InvalidConfigError, InvalidPartitionError, InvalidRequestError, InvalidTopicError,
                            LogfsError, RecordTooLargeError, TopicExistsError, UnknownTopicOrPartitionError)
@@ -48,6 +49,28 @@ _BY_NAME: dict[str, type[LogfsError]] = {
     "_TRANSPORT": ClusterError,
     "_ALL_BROKERS_DOWN": ClusterError,
 }
+
+
+class ClientLog:
+    """Where librdkafka's and kafka-python's own log lines go: DEBUG of the mount's log.
+
+    Both clients log every failed reconnect at ERROR; the mount says once
+    that the cluster cannot be reached (and when it answers again) and names
+    each failed request, so their lines only matter with ``--log-level DEBUG``.
+    Passed to librdkafka as its ``logger``.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._log = logging.getLogger(name)
+
+    def log(self, level: int, message: str, *args: object) -> None:
+        self._log.debug(message, *args)
+
+
+def quiet_kafka_python() -> None:
+    """kafka-python's loggers at DEBUG of the mount only (see :class:`ClientLog`)."""
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
 
 
 def from_kafka(error: object, what: str, brokers: str) -> LogfsError:

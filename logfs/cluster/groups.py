@@ -96,9 +96,12 @@ class ClusterGroupCoordinator:
         if not group:
             raise InvalidRequestError("A consumer group id must not be empty")
         items = sorted(offsets.items())
-        extra = {"metadata": metadata} if metadata else {}
-        request = ConsumerGroupTopicPartitions(
-            group, [KafkaTopicPartition(tp.topic, tp.partition, offset, **extra) for tp, offset in items])
+        if metadata:
+            partitions = [KafkaTopicPartition(tp.topic, tp.partition, offset, metadata=metadata)
+                          for tp, offset in items]
+        else:   # librdkafka refuses metadata=None
+            partitions = [KafkaTopicPartition(tp.topic, tp.partition, offset) for tp, offset in items]
+        request = ConsumerGroupTopicPartitions(group, partitions)
         futures = self.admin.raw().alter_consumer_group_offsets([request], request_timeout=self.admin.timeout_s)
         self.admin._result(futures[group], f"Committing offsets for group {group}")
         log.info("[GroupCoordinator] Group %s committed offsets %s on the cluster", group,

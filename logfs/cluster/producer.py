@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from confluent_kafka import KafkaException, Producer
 
 from engine.topic import TopicPartition
-from logfs.cluster.errors import ClusterTimeoutError, from_kafka
+from logfs.cluster.errors import ClientLog, ClusterTimeoutError, from_kafka
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class ClusterProducer:
         config = {**PRODUCER_DEFAULTS, **client_config, **_FORCED}
         self.brokers = config["bootstrap.servers"]
         self.delivery_timeout_s = int(config["delivery.timeout.ms"]) / 1000
-        self._producer = Producer(config)
+        self._producer = Producer({**config, "logger": ClientLog("logfs.cluster.librdkafka")})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="logfs-producer", daemon=True)
         self._thread.start()

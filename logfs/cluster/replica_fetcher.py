@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import LogfsError
 from engine.partition_metadata import read_topic_id, write_topic_id
 from engine.topic import TopicPartition
+from logfs.cluster.errors import quiet_kafka_python
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
@@ -91,6 +92,7 @@ class ReplicaFetcher:
                  partition_max_bytes: int = 8 << 20) -> None:
         from kafka.net.compat import KafkaNetClient
 
+        quiet_kafka_python()
         self.manager = manager
         self.admin = admin
         self.brokers = admin.brokers
