@@ -169,7 +169,7 @@ def _random_reads(mnt: Path, bootstrap: str, records: int, samples: int) -> tupl
         (mnt / f"t/0/offset/{n}").read_bytes()
         mount_s.append(time.perf_counter() - start)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-random", "enable.auto.commit": False,
-                         "fetch.max.bytes": 1 << 16, "max.partition.fetch.bytes": 1 << 16})
+                         "max.partition.fetch.bytes": 1 << 16})
     client_s = []
     try:
         for n in offsets:

@@ -306,3 +306,36 @@ def test_cluster_unreachable(cluster_mount, kafka_cluster: KafkaCluster) -> None
                               capture_output=True, timeout=60).returncode == 0
     wait_for(write_again, "a write to succeed once the cluster is back", timeout=120, interval=1.0)
     assert (m / "down/0/records").read_bytes().endswith(b"after\n")
+
+
+# --------------------------------------------------------------------------- the README, as written
+
+
+def test_readme_cluster_section_runs_as_written(kafka_cluster: KafkaCluster, tmp_path) -> None:
+    """The first ```sh block of the README's "Mounting a Kafka cluster", against this cluster."""
+    from tests.conftest import ROOT
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Mounting a Kafka cluster", 1)[1]
+    body = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    commands: list[tuple[str, list[str]]] = []
+    for line in body.splitlines():
+        if line.startswith("$ "):
+            commands.append((line[2:], []))
+        else:
+            commands[-1][1].append(line)
+    (tmp_path / ".venv").symlink_to(ROOT / ".venv")
+    background: list[subprocess.Popen] = []
+    try:
+        for command, expected in commands:
+            command = command.replace("broker1:9092,broker2:9092,broker3:9092", kafka_cluster.bootstrap)
+            if command.endswith("&"):
+                background.append(subprocess.Popen(["bash", "-c", command], cwd=tmp_path))
+                continue
+            result = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, timeout=120)
+            assert result.returncode == 0, (command, result.stderr, (tmp_path / "logfs.log").read_text()[-3000:])
+            assert result.stdout.decode().splitlines() == expected, command
+    finally:
+        if subprocess.run(["mountpoint", "-q", str(tmp_path / "mnt")]).returncode == 0:
+            subprocess.run(["fusermount3", "-u", str(tmp_path / "mnt")])
+        for proc in background:
+            assert proc.wait(timeout=60) == 0, (tmp_path / "logfs.log").read_text()[-3000:]
