@@ -194,6 +194,25 @@ def _create(admin, topic: str) -> bool:
         return False
 
 
+def test_the_replica_survives_kill_9_of_the_mount(cluster_mount, kafka_cluster: KafkaCluster) -> None:
+    """kill -9 of the mount: the next mount recovers the replica and fetches on from its end, nothing twice."""
+    m = cluster_mount()
+    (m / "crash").mkdir()
+    with open(m / "crash/0/append", "ab", buffering=0) as f:
+        for i in range(50):
+            f.write(b"c%d\n" % i)
+    m.kill()
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap, "acks": "all"})
+    for i in range(50, 60):
+        producer.produce("crash", b"c%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    m.start()
+    expected = b"".join(b"c%d\n" % i for i in range(60))
+    wait_for(lambda: (m / "crash/0/records").read_bytes() == expected, "the replica caught up after the crash")
+    assert [v for _, _, v in _consume(kafka_cluster, "crash")] == expected.split(b"\n")[:-1]
+
+
 # --------------------------------------------------------------------------- consumer groups
 
 
