@@ -313,6 +313,11 @@ def test_cluster_unreachable(cluster_mount, kafka_cluster: KafkaCluster) -> None
         assert result.returncode != 0
         assert re.search(rb"(Connection timed out|Input/output error)", result.stderr), result.stderr
         assert kafka_cluster.bootstrap.split(",")[0] in m.log()
+        wait_for(lambda: "cannot be reached" in m.log(), "the mount to log that the cluster is unreachable",
+                 timeout=60)
+        # a request made on the mount's request thread fails fast instead of stalling the mount
+        config = subprocess.run(["cat", "down/config"], cwd=m.path, capture_output=True, timeout=60)
+        assert config.returncode != 0 and b"Connection timed out" in config.stderr, config.stderr
         assert (m / "down/0/records").read_bytes() == b"before\n"
         assert "before" in (m / "down/0/records.jsonl").read_text()
     finally:

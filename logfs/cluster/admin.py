@@ -23,7 +23,10 @@ from logfs.cluster.errors import ClientLog, ClusterTimeoutError, from_kafka
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClusterAdmin"]
+__all__ = ["ClusterAdmin", "UNREACHABLE_WAIT_S"]
+
+#: how long a request waits while the cluster is known to be unreachable
+UNREACHABLE_WAIT_S = 2.0
 
 
 class ClusterAdmin:
@@ -36,12 +39,18 @@ class ClusterAdmin:
         self._create_defaults = dict(create_defaults or {})
         config: dict = {**client_config, "logger": ClientLog("logfs.cluster.librdkafka")}
         self._admin = AdminClient(config)
+        #: whether the cluster answered the replica fetcher's last metadata request (set by the fetcher)
+        self.reachable = True
 
     def _result(self, future: concurrent.futures.Future, what: str):
+        # While the cluster is known to be unreachable, a request waits a short while only: some are
+        # made on the mount's request thread (a lookup of groups/, a read of config), which must not
+        # stall every other file of the mount for the whole timeout.
+        timeout = self.timeout_s if self.reachable else min(self.timeout_s, UNREACHABLE_WAIT_S)
         try:
-            return future.result(timeout=self.timeout_s)
+            return future.result(timeout=timeout)
         except concurrent.futures.TimeoutError:
-            raise ClusterTimeoutError(f"{what}: no answer from the cluster within {self.timeout_s:g} s "
+            raise ClusterTimeoutError(f"{what}: no answer from the cluster within {timeout:g} s "
                                       f"(bootstrap servers {self.brokers})") from None
         except KafkaException as exc:
             raise from_kafka(exc, what, self.brokers) from None

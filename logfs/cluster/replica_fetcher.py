@@ -212,6 +212,7 @@ class ReplicaFetcher:
             self._unreachable(exc)
             self._bump_generation()
             return
+        self.admin.reachable = True
         if self._unreachable_since is not None:
             log.info("The Kafka cluster at %s answers again after %.1f s", self.brokers,
                      time.monotonic() - self._unreachable_since)
@@ -244,6 +245,7 @@ class ReplicaFetcher:
             self._appended.notify_all()
 
     def _unreachable(self, exc: Exception) -> None:
+        self.admin.reachable = False
         if self._unreachable_since is None:
             self._unreachable_since = time.monotonic()
             log.warning("The Kafka cluster at %s cannot be reached (%s): serving the local replica, "
