@@ -363,3 +363,22 @@ def test_readme_cluster_section_runs_as_written(kafka_cluster: KafkaCluster, tmp
             subprocess.run(["fusermount3", "-u", str(tmp_path / "mnt")])
         for proc in background:
             assert proc.wait(timeout=60) == 0, (tmp_path / "logfs.log").read_text()[-3000:]
+
+
+# --------------------------------------------------------------------------- refused at start
+
+
+def test_a_mount_of_an_unreachable_cluster_or_a_bad_setting_exits_naming_it(logfs_mount) -> None:
+    closed = "127.0.0.1:1"
+    m = logfs_mount({"delivery.timeout.ms": "3000"}, name="u", extra_args=["--bootstrap-server", closed],
+                    start=False)
+    with pytest.raises(RuntimeError, match="exited with 1"):
+        m.start()
+    m.proc = None           # refused at start, as expected: nothing to unmount
+    assert f"Cannot mount the Kafka cluster at {closed}" in m.log()
+    bad = logfs_mount({"no.such.client.setting": "1"}, name="b", extra_args=["--bootstrap-server", closed],
+                      start=False)
+    with pytest.raises(RuntimeError, match="exited with 1"):
+        bad.start()
+    bad.proc = None
+    assert "Invalid Kafka client setting: No such configuration property: \"no.such.client.setting\"" in bad.log()

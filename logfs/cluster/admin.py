@@ -18,6 +18,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions,
                                    NewTopic, OffsetSpec)
 
+from engine.errors import InvalidConfigError
 from engine.topic import TopicPartition
 from logfs.cluster.errors import ClientLog, ClusterTimeoutError, from_kafka
 
@@ -38,7 +39,10 @@ class ClusterAdmin:
         self.timeout_s = timeout_s
         self._create_defaults = dict(create_defaults or {})
         config: dict = {**client_config, "logger": ClientLog("logfs.cluster.librdkafka")}
-        self._admin = AdminClient(config)
+        try:
+            self._admin = AdminClient(config)
+        except KafkaException as exc:     # a client setting librdkafka does not know or refuses
+            raise InvalidConfigError(f"Invalid Kafka client setting: {exc.args[0].str()}") from None
         #: whether the cluster answered the replica fetcher's last metadata request (set by the fetcher)
         self.reachable = True
 
