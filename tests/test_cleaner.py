@@ -15,12 +15,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from engine.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from engine.cleaner import Cleaner, CleanerStats, GilYield, LogCleaner, Throttler
-from engine.cleaner_manager import (LOG_CLEANING_ABORTED, LogCleanerManager, LogCleaningPaused, LogCleaningStateError,
-                                    LogToClean, cleanable_offsets)
+from engine.cleaner.cleaner_manager import (LOG_CLEANING_ABORTED, LogCleanerManager, LogCleaningPaused,
+                                            LogCleaningStateError, LogToClean, cleanable_offsets)
 from engine.clock import ManualClock
 from engine.config import BrokerConfig, LogConfig
 from engine.log import Log
-from engine.offset_map import BYTES_PER_ENTRY, OffsetMap
+from engine.cleaner.offset_map import BYTES_PER_ENTRY, OffsetMap
 from engine.records import Compression, Record, TimestampType, encode_records, iter_batches
 from engine.segment import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, LogSegment
 from engine.topic import TopicPartition

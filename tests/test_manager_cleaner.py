@@ -17,7 +17,7 @@ import pytest
 from engine.errors import StorageError
 
 from engine.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
-from engine.cleaner_manager import LOG_CLEANING_ABORTED, LogCleaningPaused
+from engine.cleaner.cleaner_manager import LOG_CLEANING_ABORTED, LogCleaningPaused
 from engine.clock import ManualClock
 from engine.config import BrokerConfig
 from engine.manager import LogManager

@@ -351,7 +351,7 @@ CRASH_HELPER = r"""
 import os, sys
 sys.path.insert(0, sys.argv[3])
 from engine.cleaner import Cleaner
-from engine.cleaner_manager import LogCleanerManager
+from engine.cleaner.cleaner_manager import LogCleanerManager
 from engine.config import BrokerConfig
 from engine.log import Log
 from engine.manager import LogManager
