@@ -15,8 +15,9 @@ import pytest
 
 from engine.errors import InvalidConfigError, InvalidRequestError, ReadOnlyError
 from engine.topic import TopicPartition
-from logfs.namespace import (LineCommandHandle, Namespace, PartitionDeleteFile, TopicConfigFile,
-                             TopicDeleteFile)
+from logfs.control import PartitionDeleteFile, TopicConfigFile, TopicDeleteFile
+from logfs.handles import LineCommandHandle
+from logfs.namespace import Namespace
 from logfs.stats import MountStats
 from tests.helpers import started_manager
 
