@@ -29,6 +29,7 @@ from collections.abc import Callable
 import trio
 
 from engine.errors import LogfsError
+from engine.numbers import LONG_MAX
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.manager import LogManager
@@ -38,7 +39,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Job", "build_jobs", "cleaner_jobs", "run_jobs", "stop_jobs"]
 
-LONG_MAX = 2**63 - 1
 #: the deletion job never waits longer than this between scans, whatever the delays
 MAX_DELETE_SCAN_INTERVAL_MS = 1000
 

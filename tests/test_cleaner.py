@@ -22,7 +22,8 @@ from engine.config import BrokerConfig, LogConfig
 from engine.log import Log
 from engine.cleaner.offset_map import BYTES_PER_ENTRY, OffsetMap
 from engine.records import Compression, Record, TimestampType, encode_records, iter_batches
-from engine.segment import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, LogSegment
+from engine.files import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX
+from engine.segment import LogSegment
 from engine.topic import TopicPartition
 from engine.views.index import view_index
 

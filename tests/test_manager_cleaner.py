@@ -21,8 +21,8 @@ from engine.cleaner.cleaner_manager import LOG_CLEANING_ABORTED, LogCleaningPaus
 from engine.clock import ManualClock
 from engine.config import BrokerConfig
 from engine.manager import LogManager
-from engine.segment import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX
-from engine.topic import DELETE_DIR_SUFFIX, TopicPartition
+from engine.files import CLEANED_FILE_SUFFIX, DELETE_DIR_SUFFIX, SWAP_FILE_SUFFIX
+from engine.topic import TopicPartition
 
 COMPACT = {"cleanup.policy": "compact", "segment.bytes": "2048", "min.cleanable.dirty.ratio": "0.01"}
 

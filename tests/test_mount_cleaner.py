@@ -355,7 +355,8 @@ from engine.cleaner.cleaner_manager import LogCleanerManager
 from engine.config import BrokerConfig
 from engine.log import Log
 from engine.manager import LogManager
-from engine.segment import SWAP_FILE_SUFFIX, LogSegment
+from engine.files import SWAP_FILE_SUFFIX
+from engine.segment import LogSegment
 
 stage, data_dir = sys.argv[1], sys.argv[2]
 

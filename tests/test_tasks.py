@@ -17,7 +17,8 @@ from engine.clock import ManualClock
 from engine.config import BrokerConfig
 from engine.manager import LogManager
 from logfs.stats import MountStats
-from logfs.tasks import LONG_MAX, Job, build_jobs, run_jobs
+from engine.numbers import LONG_MAX
+from logfs.tasks import Job, build_jobs, run_jobs
 
 HOUR_MS = 3_600_000
 

@@ -23,8 +23,8 @@ from engine.errors import CorruptRecordError, LogfsError
 from engine.cleaner.offset_map import OffsetMap
 from engine.records import (LOG_OVERHEAD, BatchHeader, Record, decode_batch, decode_key_columns, iter_batches,
                             read_header, rebuild_batch, validate_batch)
-from engine.segment import CLEANED_FILE_SUFFIX, LogSegment, log_file_path, offset_index_file_path, \
-    time_index_file_path
+from engine.files import CLEANED_FILE_SUFFIX, log_file_path, offset_index_file_path, time_index_file_path
+from engine.segment import LogSegment
 from engine.topic import TopicPartition
 from engine.transactions import AbortedTxn, TransactionState
 
