@@ -18,22 +18,10 @@ from engine.files import offset_from_file_name, parse_segment_file_name
 from engine.topic import TopicPartition
 from logfs.errors import MalformedNameError, NoSuchNameError, shown
 from logfs.namespace import Namespace
-from logfs.stats import MountStats
-from tests.helpers import started_manager
+from tests.helpers import namespace, namespace_manager  # noqa: F401  (the ns and manager fixtures)
 
 TP = TopicPartition("t", 0)
-
-
-@pytest.fixture
-def manager(tmp_path):
-    m = started_manager(str(tmp_path / "data"), partitions=2)
-    yield m
-    m.shutdown()
-
-
-@pytest.fixture
-def ns(manager) -> Namespace:
-    return Namespace(manager, MountStats())
+NAMESPACE_PARTITIONS = 2
 
 
 def walk(ns: Namespace, path: str):
