@@ -145,7 +145,7 @@ async def _run_periodically(job: Job, initial_delay_ms: int, stats: MountStats) 
         record.last_duration_ms = round(duration_ms, 3)
         record.total_duration_ms += duration_ms
         if job.rerun_when is not None and record.last_error is None and job.rerun_when(record.last_result):
-            await trio.sleep(0)   # more work: go again, but let FUSE requests in first
+            await trio.lowlevel.checkpoint()   # more work: go again, but let FUSE requests in first
             continue
         await trio.sleep(job.interval_ms / 1000)
 
