@@ -1,7 +1,7 @@
 """The ``pyfuse3.Operations`` of the mount: inodes, attributes, handles and errnos.
 
-Everything a name means lives in ``logfs.namespace``; this module only maps it
-onto FUSE:
+Everything a name means lives in the namespace (``logfs.namespace``, ``logfs.dirs``,
+``logfs.nodes``); this module only maps it onto FUSE:
 
 * an inode table: one inode per node object, for as long as the kernel
   remembers it (lookup counts, ``forget``) or a handle is open.  The namespace

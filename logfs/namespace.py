@@ -1,9 +1,10 @@
 """The mount's namespace: path names -> nodes, and what opening each node gives.
 
-This module is the only place that knows the shape of the tree in SPEC.md
-section 4.  It speaks in terms of the engine (``LogManager``, ``Log``,
-``LogView``) and plain Python exceptions carrying an errno; it knows nothing of
-FUSE inodes, which ``logfs.fs`` keeps.  Every failure is raised as an
+The shape of the tree in SPEC.md section 4 is ``logfs.dirs``'s (every name in
+its directories' tables); this module holds the nodes those directories hand
+out.  It speaks in terms of the engine (``LogManager``, ``Log``, ``LogView``)
+and plain Python exceptions carrying an errno; it knows nothing of FUSE
+inodes, which ``logfs.fs`` keeps.  Every failure is raised as an
 ``engine.errors.LogfsError`` subclass so ``logfs.fs`` can answer with its errno.
 
 One path, one file (SPEC.md "Reading"): every name resolves to one node
