@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from collections.abc import Sequence
 
 from engine.errors import InvalidRecordError, LogfsError, RecordTooLargeError, UnknownTopicOrPartitionError
+from engine.numbers import LONG_MAX
 from engine.partitioner import partition_for_key
 from engine.topic import TopicPartition
 from engine.views import attach as attach_views
@@ -50,7 +51,6 @@ log = logging.getLogger(__name__)
 __all__ = ["LineAppender"]
 
 _NEWLINE = b"\n"
-_LONG_MAX = 2**63 - 1
 #: Bytes of a refused request kept to recognise the writer's retry of it.
 _RETRY_PREFIX = 64 * 1024
 #: Most framing one unkeyed record adds to its value: the 61-byte batch header and the record's varints.
@@ -120,7 +120,7 @@ class LineAppender:
         does not reorder a writer's batches.
         """
         try:
-            return self._config().flush_messages < _LONG_MAX
+            return self._config().flush_messages < LONG_MAX
         except LogfsError:
             return False
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from engine.errors import InvalidPartitionError, LogfsError, RecordTooLargeError, UnknownTopicOrPartitionError
 from engine.jsonl_in import JsonRecord, append_json_records, parse_jsonl_lines
+from engine.numbers import LONG_MAX
 from engine.partitioner import partition_for_key
 from engine.topic import TopicPartition
 from logfs.appender import OffsetReplies
@@ -41,8 +42,6 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 __all__ = ["JsonlAppendFile", "JsonlAppender"]
-
-_LONG_MAX = 2**63 - 1
 
 
 class JsonlAppendFile(AppendTargetFile):
@@ -75,7 +74,7 @@ class JsonlAppender(Handle):
         """Parsing JSON and encoding batches is CPU work like ``append``'s; only a topic that may fsync
         on append (``flush.messages``) leaves the trio thread."""
         try:
-            return self._ns.manager.topic_config(self._topic).flush_messages < _LONG_MAX
+            return self._ns.manager.topic_config(self._topic).flush_messages < LONG_MAX
         except LogfsError:
             return False
 
