@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import InvalidConfigError
-from engine.numbers import parse_canonical_int
+from engine.numbers import INT_MAX, LONG_MAX, parse_canonical_int
 from engine.properties import format_properties, parse_properties
 
 logger = logging.getLogger(__name__)
@@ -52,8 +52,6 @@ __all__ = ["ConfigType", "ConfigKey", "LogConfig", "BrokerConfig", "TOPIC_CONFIG
            "validate_topic_overrides",
            "BROKER_CONFIG_NAMES", "BROKER_CONFIG_KEYS", "parse_properties", "format_properties", "DEFAULT_LOG_DIR"]
 
-LONG_MAX = 2**63 - 1
-INT_MAX = 2**31 - 1
 DOUBLE_MAX = 1.7976931348623157e308   # Java's Double.MAX_VALUE
 
 # Kafka's defaults (LogConfig, ServerLogConfigs, CleanerConfig, ServerConfigs).

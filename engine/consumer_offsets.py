@@ -5,7 +5,7 @@ internal, compacted topic ``__consumer_offsets``; this module is that store for
 logfs (the offset part of Kafka's ``GroupMetadataManager``):
 
 * **Placement.** A group's records all go to partition
-  ``Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions`` (default 50),
+  ``Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions`` (default 50, engine.config),
   with Java's ``String.hashCode`` over UTF-16 code units and Kafka's ``abs``
   that maps ``Integer.MIN_VALUE`` to 0 (:func:`partition_for`).
 * **Record format** (Kafka's coordinator record serde: a big-endian int16
@@ -257,8 +257,8 @@ class GroupMetadataManager:
 
     def __init__(self, manager: LogManager) -> None:
         self.manager = manager
-        self.num_partitions = int(getattr(manager.config, "offsets_topic_num_partitions", 50))
-        self.segment_bytes = int(getattr(manager.config, "offsets_topic_segment_bytes", 100 * 1024 * 1024))
+        self.num_partitions = manager.config.offsets_topic_num_partitions
+        self.segment_bytes = manager.config.offsets_topic_segment_bytes
         self._lock = threading.RLock()
         self._offsets: dict[OffsetCommitKey, OffsetAndMetadata] = {}
         #: topic -> group -> partition -> committed offset (the lookups of the mount)

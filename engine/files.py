@@ -18,7 +18,8 @@ __all__ = [
     "LOG_FILE_SUFFIX", "INDEX_FILE_SUFFIX", "TIME_INDEX_FILE_SUFFIX", "TXN_INDEX_FILE_SUFFIX",
     "DELETED_FILE_SUFFIX", "CLEANED_FILE_SUFFIX", "SWAP_FILE_SUFFIX", "TMP_FILE_SUFFIX", "DELETE_DIR_SUFFIX",
     "SEGMENT_FILE_SUFFIXES", "IN_FLIGHT_SUFFIXES", "filename_prefix_from_offset", "segment_file_name",
-    "log_file_path", "offset_index_file_path", "time_index_file_path", "offset_from_file_name",
+    "log_file_path", "offset_index_file_path", "time_index_file_path", "parse_segment_file_name",
+    "offset_from_file_name",
     "fsync_dir", "atomic_write", "unlink_if_exists",
 ]
 
@@ -68,12 +69,28 @@ def time_index_file_path(dir: str, offset: int, suffix: str = "") -> str:
     return os.path.join(dir, filename_prefix_from_offset(offset) + TIME_INDEX_FILE_SUFFIX + suffix)
 
 
+def parse_segment_file_name(name: str) -> tuple[int, str] | None:
+    """``00000000000000000042.index.swap`` -> ``(42, ".index.swap")``; None if no base offset starts it.
+
+    The one reading of segment file names (Kafka's ``LogFileUtils.offsetFromFileName``):
+    the base offset is the ASCII digits before the first dot of the base name,
+    the suffix everything from that dot on.  Kafka writes 20 digits
+    (:func:`filename_prefix_from_offset`) and reads any count, so does the
+    loader; a name shown to users is the 20-digit spelling, which
+    ``segment_file_name(*parsed) == name`` checks.
+    """
+    stem, dot, rest = os.path.basename(name).partition(".")
+    if not (stem.isascii() and stem.isdigit()):
+        return None
+    return int(stem), dot + rest
+
+
 def offset_from_file_name(name: str) -> int:
     """The base offset a segment file name starts with; ValueError if it has none."""
-    prefix = os.path.basename(name).split(".", 1)[0]
-    if not prefix.isdigit():
+    parsed = parse_segment_file_name(name)
+    if parsed is None:
         raise ValueError(f"{name!r} does not start with a base offset")
-    return int(prefix)
+    return parsed[0]
 
 
 def fsync_dir(path: str, *, missing_ok: bool = False) -> None:

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 import orjson
 
 from engine.errors import InvalidRecordError, RecordTooLargeError
+from engine.numbers import LONG_MAX
 from engine.records import HEADER_SIZE, Compression, Record, TimestampType, encode_records
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -102,14 +103,13 @@ def _int_member(obj: dict, name: str, minimum: int) -> int | None:
         return None
     if type(value) is not int:            # bool is an int subclass: refused too
         raise ValueError(f"{name} must be an integer, not {value!r}")
-    if value < minimum or value > 2**63 - 1:
+    if value < minimum or value > LONG_MAX:
         raise ValueError(f"{name} {value} is out of range")
     return value
 
 
 #: members of a line that needs no decoding beyond UTF-8 (the common export line)
 _PLAIN_MEMBERS = frozenset(("topic", "partition", "offset", "timestamp", "timestampType", "key", "value"))
-_LONG_MAX = 2**63 - 1
 
 
 def parse_jsonl_line(line: bytes) -> JsonRecord:
@@ -123,8 +123,8 @@ def parse_jsonl_line(line: bytes) -> JsonRecord:
         key, value = obj.get("key"), obj.get("value")
         timestamp, partition = obj.get("timestamp"), obj.get("partition")
         if (key is None or type(key) is str) and (value is None or type(value) is str) \
-                and (timestamp is None or (type(timestamp) is int and -1 <= timestamp <= _LONG_MAX)) \
-                and (partition is None or (type(partition) is int and 0 <= partition <= _LONG_MAX)):
+                and (timestamp is None or (type(timestamp) is int and -1 <= timestamp <= LONG_MAX)) \
+                and (partition is None or (type(partition) is int and 0 <= partition <= LONG_MAX)):
             return JsonRecord(None if key is None else key.encode(), None if value is None else value.encode(),
                               (), timestamp, partition)
     if not isinstance(obj, dict):

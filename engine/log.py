@@ -57,13 +57,12 @@ from engine import retention
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import (InvalidRecordError, InvalidRequestError, OffsetOutOfRangeError, ReadOnlyError,
                            RecordTooLargeError, StorageError, UnsafeFileError)
-from engine.files import fsync_dir
+from engine.files import (CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX, fsync_dir, log_file_path,
+                          offset_index_file_path, time_index_file_path)
 from engine.log_loader import LoadedLog, LogLoader, PendingDeletion
 from engine.records import (HEADER_SIZE, Compression, Record, decode_batch, encode_values, iter_batches,
                             validate_batch)
-from engine.segment import (CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX, FetchDataInfo,
-                            LogSegment, log_file_path, offset_index_file_path, time_index_file_path,
-                            topic_partition_of_dir)
+from engine.segment import FetchDataInfo, LogSegment, topic_partition_of_dir
 from engine.topic import TopicPartition
 
 logger = logging.getLogger(__name__)

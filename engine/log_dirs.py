@@ -24,7 +24,8 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from engine.errors import InvalidConfigError, InvalidTopicError, StorageError
-from engine.topic import DELETE_DIR_SUFFIX, TopicPartition, parse_topic_partition_dir
+from engine.files import DELETE_DIR_SUFFIX
+from engine.topic import TopicPartition, parse_topic_partition_dir
 
 logger = logging.getLogger(__name__)
 

@@ -16,15 +16,15 @@ from collections.abc import Sequence
 from sortedcontainers import SortedDict
 
 from engine.clock import Clock
-from engine.files import unlink_if_exists
+from engine.files import (CLEANED_FILE_SUFFIX, DELETE_DIR_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX,
+                          LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX,
+                          filename_prefix_from_offset, log_file_path, offset_from_file_name, offset_index_file_path,
+                          parse_segment_file_name, time_index_file_path, unlink_if_exists)
 from engine.errors import (CorruptIndexError, CorruptRecordError, LogfsError, ReadOnlyError, StorageError,
                            UnsafeFileError)
 from engine.records import validate_batch
-from engine.segment import (CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
-                            SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX, LogSegment,
-                            filename_prefix_from_offset, log_file_path, offset_from_file_name,
-                            offset_index_file_path, time_index_file_path)
-from engine.topic import DELETE_DIR_SUFFIX, TopicPartition
+from engine.segment import LogSegment
+from engine.topic import TopicPartition
 
 logger = logging.getLogger("engine.log")        # the operator's familiar logger name, as before the split
 
@@ -51,6 +51,12 @@ class LoadedLog(NamedTuple):
 _SEGMENT_FILE_SUFFIXES = tuple(
     kind + extra for kind in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX)
     for extra in ("", DELETED_FILE_SUFFIX, CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX))
+
+
+def _is_segment_file_name(name: str) -> bool:
+    """A name the loader would open, rename or delete (a base offset, then one of ``_SEGMENT_FILE_SUFFIXES``)."""
+    parsed = parse_segment_file_name(name)
+    return parsed is not None and parsed[1] in _SEGMENT_FILE_SUFFIXES
 
 
 #: The files of a segment logfs writes itself (and so may delete when a .swap replaces it);
@@ -122,7 +128,7 @@ class LogLoader:
                 for entry in entries:
                     if entry.is_file(follow_symlinks=False):
                         names.append(entry.name)
-                    elif entry.name.endswith(_SEGMENT_FILE_SUFFIXES) and entry.name[:1].isdigit():
+                    elif _is_segment_file_name(entry.name):
                         unsafe.append(entry.path)
         except OSError as exc:
             raise StorageError(f"Could not list log directory {self.dir}: {exc.strerror}") from exc

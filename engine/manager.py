@@ -5,7 +5,8 @@ create and delete, checkpoints, retention, shutdown) share one state (the logs
 map, the topic overrides and the deletion intent, under one lock) and the
 crash-ordering rules below; splitting it further would split those invariants.
 What has a job of its own lives apart: :mod:`engine.log_dirs` (validation,
-locks, scanning, placement), :mod:`engine.topic_configs` (the topic-config
+locks, scanning, placement), :mod:`engine.load_logs` (loading every log at
+startup, Kafka's ``loadLogs``), :mod:`engine.topic_configs` (the topic-config
 store) and :mod:`engine.log_deletion` (the ``-delete`` dir queue).
 
 Responsibilities, as in Kafka:
@@ -15,7 +16,7 @@ Responsibilities, as in Kafka:
 * load every ``<topic>-<partition>`` directory in parallel, one thread pool of
   ``num.recovery.threads.per.data.dir`` threads per log dir, with the recovery
   point and log start offset from that dir's checkpoints and the dir's
-  clean-shutdown marker;
+  clean-shutdown marker (:func:`engine.load_logs.load_logs`);
 * place new partitions in the log dir holding the fewest partitions
   (``nextLogDirs``);
 * asynchronous topic deletion: a partition directory is renamed
@@ -92,7 +93,6 @@ periodic jobs do nothing and every other mutator raises ReadOnlyError.
 
 from __future__ import annotations
 
-import concurrent.futures
 import errno
 import logging
 import os
@@ -106,7 +106,6 @@ from engine import transactions
 from engine.checkpoint import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
-    PREVIOUS_SUFFIX,
     RECOVERY_POINT_CHECKPOINT,
     OffsetCheckpointFile,
 )
@@ -124,23 +123,21 @@ from engine.errors import (
     StorageError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
-    UnsafeFileError,
 )
 from engine.files import atomic_write, fsync_dir
 from engine.log import CLIENT_RECORD_DELETION, Log
+from engine.load_logs import load_logs
 from engine.log_deletion import LogDeletionQueue, PendingDeletion
 from engine.log_dirs import (
     LogDirLock,
     create_and_validate_log_dirs,
     lock_log_dirs,
     next_log_dir,
-    scan_partition_dirs,
     unlock_log_dirs,
 )
 from engine.topic import (
     TopicPartition,
     delete_dir_name,
-    parse_topic_partition_dir,
     validate_topic_name,
 )
 from engine.topic_configs import TOPIC_CONFIGS_FILE, TopicConfigStore
@@ -218,75 +215,18 @@ class LogManager:
         self._dir_locks = []
 
     def _load_logs(self) -> None:
-        logger.info("Loading logs from log dirs %s", self.log_dirs)
-        start = time.monotonic()
-        threads = max(1, int(self.config.num_recovery_threads_per_data_dir))
-        pools: list[concurrent.futures.ThreadPoolExecutor] = []
-        jobs: list[tuple[str, concurrent.futures.Future[Log]]] = []
-        unclean_dirs: list[str] = []
-        try:
-            for log_dir in self.log_dirs:
-                clean = self._take_clean_shutdown_marker(log_dir)
-                self.had_clean_shutdown[log_dir] = clean
-                recovery_points = self._read_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT,
-                                                        "resetting the recovery checkpoint to 0")
-                log_start_offsets = self._read_checkpoint(
-                    log_dir, LOG_START_OFFSET_CHECKPOINT,
-                    "resetting to the base offset of the first segment")
-                to_load = self._partition_dirs(log_dir)
-                # Read-only without a marker (a copy of a live broker's log.dirs): the
-                # LogLoader recovers in memory, writing nothing (engine/log.py).
-                if not to_load:
-                    logger.info("No logs found to be loaded in %s", log_dir)
-                elif clean:
-                    logger.info("Skipping recovery of %d logs from %s since clean shutdown file was found",
-                                len(to_load), log_dir)
-                else:
-                    logger.info("Recovering %d logs from %s since no clean shutdown file was found",
-                                len(to_load), log_dir)
-                    unclean_dirs.append(log_dir)
-                pool = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=threads, thread_name_prefix=f"log-recovery-{os.path.basename(log_dir)}")
-                pools.append(pool)
-                for path, tp in to_load:
-                    jobs.append((path, pool.submit(
-                        self._load_log, path, tp, clean,
-                        recovery_points.get(tp, 0), log_start_offsets.get(tp, 0))))
-            loaded: dict[TopicPartition, Log] = {}
-            failure: BaseException | None = None
-            for path, future in jobs:
-                try:
-                    log = future.result()
-                except UnsafeFileError as exc:
-                    # A link or special file where a segment belongs: that partition is left
-                    # alone (not loaded, nothing touched), and so is its topic (see below).
-                    logger.error("%s", exc)
-                    self._unsafe_topics.add(parse_topic_partition_dir(os.path.basename(path)).topic)
-                    continue
-                except BaseException as exc:      # keep waiting for the others, then re-raise
-                    logger.error("There was an error in one of the threads during logs loading: %s", exc)
-                    failure = failure or exc
-                    continue
-                previous = loaded.get(log.topic_partition)
-                if previous is not None and failure is None:
-                    failure = StorageError(
-                        f"Duplicate log directories for {log.topic_partition} are found in both "
-                        f"{previous.dir} and {log.dir}. It is likely because log directory failure "
-                        "happened while broker was replacing current replica with future replica.")
-                loaded.setdefault(log.topic_partition, log)
-            if failure is not None:
-                for _path, future in jobs:
-                    if future.done() and future.exception() is None:
-                        future.result().close()
-                raise failure
-        finally:
-            for pool in pools:
-                pool.shutdown(wait=True)
-        # A topic missing a partition would map keys to the wrong partitions: not served at all.
-        for tp in [tp for tp in loaded if tp.topic in self._unsafe_topics]:
-            loaded.pop(tp).close()
+        """Every partition of every log dir (engine.load_logs, Kafka's ``loadLogs``)."""
+        found = load_logs(self.log_dirs, threads=max(1, int(self.config.num_recovery_threads_per_data_dir)),
+                          read_only=self.read_only, clock=self.clock, config_for=self._config_for,
+                          deleting_topics=self._deleting_topics,
+                          before_log_start_offset_moves=self._checkpoint_moving_log_start_offset)
+        self.had_clean_shutdown.update(found.had_clean_shutdown)
+        self._unsafe_topics.update(found.unsafe_topics)
+        for path, found_ms in found.pending_deletion:
+            self._logs_to_be_deleted.schedule(PendingDeletion(
+                path, None, found_ms, self.default_config.file_delete_delay_ms, None))
         with self._lock:
-            self._logs.update(loaded)
+            self._logs.update(found.logs)
             # overrides of topics that no longer have a partition (a deletion that crashed
             # before rewriting the configs) must not leak into a new topic of that name
             live = {tp.topic for tp in self._logs}
@@ -294,89 +234,14 @@ class LogManager:
                 logger.info("Dropping config overrides of topic %s, which has no partitions", topic)
                 del self._overrides[topic]
                 self._topic_configs.pop(topic, None)
-        self.loaded_logs = len(loaded)
-        self.load_seconds = time.monotonic() - start
-        suffix = f" (unclean log dirs = {unclean_dirs})" if unclean_dirs else ""
-        logger.info("Loaded %d logs in %d ms%s", self.loaded_logs, round(self.load_seconds * 1000), suffix)
-
-    def _take_clean_shutdown_marker(self, log_dir: str) -> bool:
-        """Whether the dir was shut down cleanly; removes the marker before loading.
-
-        As Kafka does since KAFKA-10471: the marker is deleted before the logs
-        are loaded, so a crash during loading makes the next start recover.
-        Read-only, the marker stays: nothing is written, so the dir is still
-        exactly as cleanly shut down as it was.
-        """
-        marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
-        if not os.path.exists(marker):
-            return False
-        if not self.read_only:
-            try:
-                os.unlink(marker)
-            except OSError as exc:
-                raise StorageError(f"Failed to delete clean shutdown file {marker}: {exc.strerror}") from exc
-        return True
-
-    def _read_checkpoint(self, log_dir: str, name: str, fallback: str) -> dict[TopicPartition, int]:
-        """A dir's checkpoint; a corrupt one is replaced by its previous generation (``.prev``).
-
-        The previous generation holds offsets no newer than the lost ones: a
-        recovery point that is lower only means more recovery, and a log start
-        offset that is lower is still better than the first segment's base.
-        """
-        path = os.path.join(log_dir, name)
-        try:
-            return OffsetCheckpointFile(path).read()
-        except (LogfsError, OSError, ValueError) as exc:     # corrupt, unreadable, a planted link
-            error = exc
-        previous = path + PREVIOUS_SUFFIX
-        if os.path.lexists(previous):
-            try:
-                offsets = OffsetCheckpointFile(previous).read()
-                logger.error("Error occurred while reading %s file of directory %s, using its previous "
-                             "generation %s: %s", name, log_dir, previous, error)
-                return offsets
-            except (LogfsError, OSError, ValueError):
-                pass
-        logger.error("Error occurred while reading %s file of directory %s, %s: %s",
-                     name, log_dir, fallback, error)
-        return {}
-
-    def _partition_dirs(self, log_dir: str) -> list[tuple[str, TopicPartition]]:
-        """The ``<topic>-<partition>`` dirs to load; ``-delete`` dirs are queued for deletion."""
-        found = []
-        now = self.clock.milliseconds()
-        scan = scan_partition_dirs(log_dir)
-        self._unsafe_topics.update(scan.linked_topics)
-        for path in scan.pending_deletion:
-            logger.info("Found partition directory %s pending deletion, scheduling it", path)
-            self._queue_found_deletion(path, now)
-        for entry_path, tp in scan.partitions:
-            if tp.topic in self._deleting_topics and not self.read_only:
-                # The deletion of this topic was interrupted before this dir was renamed.
-                path = os.path.join(log_dir, delete_dir_name(tp.topic, tp.partition, uuid.uuid4().hex))
-                try:
-                    os.rename(entry_path, path)
-                    fsync_dir(log_dir)
-                except OSError as exc:
-                    raise StorageError(f"Failed to rename {entry_path} of deleted topic {tp.topic} for "
-                                       f"deletion: {exc.strerror}") from exc
-                logger.info("Log for partition %s of topic %s, whose deletion was interrupted, is renamed "
-                            "to %s and is scheduled for deletion", tp, tp.topic, path)
-                self._queue_found_deletion(path, now)
-                continue
-            found.append((entry_path, tp))
-        return found
+        self.loaded_logs = len(found.logs)
+        self.load_seconds = found.seconds
 
     def _check_not_unsafe(self, topic: str) -> None:
         """StorageError for a topic left unloaded because of a link or special file in its dirs."""
         if topic in self._unsafe_topics:
             raise StorageError(f"Topic {topic} exists on disk but is not served: a partition directory of it holds "
                                "a symbolic link or special file (see the ERROR at mount)")
-
-    def _queue_found_deletion(self, path: str, now: int) -> None:
-        self._logs_to_be_deleted.schedule(PendingDeletion(
-            path, None, now, self.default_config.file_delete_delay_ms, None))
 
     def _finish_interrupted_topic_deletions(self) -> None:
         """Clear the ``deleting`` list once startup renamed what an interrupted deletion left."""
@@ -386,15 +251,6 @@ class LogManager:
         with self._lock:
             self._deleting_topics.clear()
             self._write_topic_configs(self._overrides)
-
-    def _load_log(self, path: str, tp: TopicPartition, had_clean_shutdown: bool,
-                  recovery_point: int, log_start_offset: int) -> Log:
-        logger.debug("Loading log %s", path)
-        log = Log.load(path, self._config_for(tp.topic), log_start_offset=log_start_offset,
-                       recovery_point=recovery_point, had_clean_shutdown=had_clean_shutdown,
-                       clock=self.clock, topic_partition=tp, read_only=self.read_only)
-        log.before_log_start_offset_moves = self._checkpoint_moving_log_start_offset
-        return log
 
     # ------------------------------------------------------------------ topic configs
 

@@ -48,15 +48,11 @@ from engine import records as _records
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import (CorruptIndexError, CorruptRecordError, InvalidRequestError, LogDirFullError, ReadOnlyError,
                            StorageError, UnsafeFileError)
-from engine.files import (  # noqa: F401  (re-exported: engine.segment was their home)
-    CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
-    TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX, filename_prefix_from_offset, log_file_path,
-    offset_from_file_name, offset_index_file_path, time_index_file_path,
-)
+from engine.files import DELETE_DIR_SUFFIX, log_file_path, offset_index_file_path, time_index_file_path
 from engine.index import OffsetIndex, TimeIndex, open_regular_file
 from engine.records import (HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, read_header,
                             validate_batch)
-from engine.topic import DELETE_DIR_SUFFIX, TopicPartition, parse_topic_partition_dir
+from engine.topic import TopicPartition, parse_topic_partition_dir
 
 log = logging.getLogger(__name__)
 

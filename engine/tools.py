@@ -26,7 +26,8 @@ from crc32c import crc32c
 from engine.checkpoint import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT
 from engine.errors import CorruptCheckpointError, CorruptRecordError, InvalidTopicError
 from engine.files import (
-    INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+    INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX,
+    DELETE_DIR_SUFFIX, offset_from_file_name, parse_segment_file_name,
 )
 from engine.index import OFFSET_INDEX_ENTRY as _OFFSET_ENTRY
 from engine.index import TIME_INDEX_ENTRY as _TIME_ENTRY
@@ -34,7 +35,7 @@ from engine.records import (
     HEADER_SIZE, BatchHeader, TimestampType, decode_batch, decode_values, iter_batches, read_header,
     validate_batch,
 )
-from engine.topic import DELETE_DIR_SUFFIX, TopicPartition, parse_topic_partition_dir
+from engine.topic import TopicPartition, parse_topic_partition_dir
 
 logger = logging.getLogger(__name__)
 
@@ -48,14 +49,6 @@ _CONTROL_KEY = struct.Struct(">hh")       # version, type
 _END_TXN_VALUE = struct.Struct(">hi")     # version, coordinator epoch
 _TIMESTAMP_TYPE_NAMES = {TimestampType.CREATE_TIME: "CreateTime",
                          TimestampType.LOG_APPEND_TIME: "LogAppendTime"}
-
-
-def _base_offset_of(path: str) -> int:
-    """The base offset in a segment file's name (``00000000000000000042.log`` -> 42)."""
-    name = os.path.basename(path).split(".")[0]
-    if not name.isdigit():
-        raise ValueError(f"{path} is not named after a base offset")
-    return int(name)
 
 
 def _read_file(path: str) -> bytes:
@@ -113,7 +106,7 @@ def _control_description(key: bytes | None, value: bytes | None) -> str:
 
 
 def _dump_log_file(path: str, print_data_log: bool, out: TextIO, err: TextIO) -> int:
-    out.write(f"Log starting offset: {_base_offset_of(path)}\n")
+    out.write(f"Log starting offset: {offset_from_file_name(path)}\n")
     data = _read_file(path)
     position = 0
     problems = 0
@@ -194,7 +187,7 @@ def _batches_by_position(log_path: str) -> dict[int, BatchHeader]:
 
 
 def _dump_index_file(path: str, out: TextIO, err: TextIO) -> int:
-    base_offset = _base_offset_of(path)
+    base_offset = offset_from_file_name(path)
     raw = _read_file(path)
     entries = len(raw) // _OFFSET_ENTRY.size
     if entries == 0:
@@ -221,7 +214,7 @@ def _dump_index_file(path: str, out: TextIO, err: TextIO) -> int:
 
 
 def _dump_time_index_file(path: str, out: TextIO, err: TextIO) -> int:
-    base_offset = _base_offset_of(path)
+    base_offset = offset_from_file_name(path)
     raw = _read_file(path)
     log_path = _segment_log_path(path)
     batches = sorted(_batches_by_position(log_path).items())
@@ -307,7 +300,7 @@ def dump_log(paths: list[str], print_data_log: bool, out: TextIO, err: TextIO | 
                 problems += _dump_index_file(path, out, err)
             elif path.endswith(TIME_INDEX_FILE_SUFFIX):
                 problems += _dump_time_index_file(path, out, err)
-            elif path.endswith(".txnindex"):
+            elif path.endswith(TXN_INDEX_FILE_SUFFIX):
                 problems += _dump_txn_index_file(path, out, err)
             elif path.endswith(".snapshot"):
                 problems += _dump_producer_snapshot(path, out, err)
@@ -354,7 +347,7 @@ class _Checker:
         Only a broken framing makes the rest of the file unreadable, reported
         once; index entries pointing into that rest are not judged.
         """
-        base_offset = _base_offset_of(log_path)
+        base_offset = offset_from_file_name(log_path)
         data = _read_file(log_path)
         batches: dict[int, BatchHeader] = {}
         next_offset = base_offset
@@ -453,9 +446,9 @@ class _Checker:
         checkpoints can then not be judged against it.
         """
         names = os.listdir(partition_dir)
-        logs = sorted((name for name in names
-                       if name.endswith(LOG_FILE_SUFFIX) and name[:-len(LOG_FILE_SUFFIX)].isdigit()),
-                      key=lambda name: int(name[:-len(LOG_FILE_SUFFIX)]))
+        parsed = {name: parse_segment_file_name(name) for name in names}
+        logs = [name for base, name in sorted((p[0], name) for name, p in parsed.items()
+                                              if p is not None and p[1] == LOG_FILE_SUFFIX)]
         end_offset = 0
         first_offset = None
         unframed = False
@@ -478,7 +471,7 @@ class _Checker:
         # A .swap is what the next mount installs in place of segments (the
         # cleaner's crash-interrupted swap): it must be a sound segment.
         swap_suffix = LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX
-        for name in sorted(n for n in names if n.endswith(swap_suffix) and n[:-len(swap_suffix)].isdigit()):
+        for name in sorted(n for n, p in parsed.items() if p is not None and p[1] == swap_suffix):
             path = os.path.join(partition_dir, name)
             before = self.problems
             summary, _, _ = self.check_segment(path, 0, swap=True)

@@ -6,7 +6,7 @@ import re
 from typing import NamedTuple
 
 from engine.errors import InvalidTopicError, InvalidPartitionError
-from engine.files import DELETE_DIR_SUFFIX  # re-exported: its home is engine.files
+from engine.files import DELETE_DIR_SUFFIX
 from engine.numbers import INT_MAX, parse_canonical_int
 
 MAX_TOPIC_NAME_LENGTH = 249

@@ -24,14 +24,14 @@ import time
 from typing import TYPE_CHECKING
 from collections.abc import Sequence
 
+from engine.config import DEFAULT_LOG_DIR
+
 if TYPE_CHECKING:  # pragma: no cover
     from engine.config import BrokerConfig
 
 log = logging.getLogger("logfs")
 
-#: Data directory used when neither --data-dir nor log.dirs/log.dir is given.
-DEFAULT_DATA_DIR = "./data"
-#: ... and for the local replica of a mount of a Kafka cluster (--bootstrap-server)
+#: Data directory of the local replica of a mount of a Kafka cluster (--bootstrap-server)
 DEFAULT_CLUSTER_DATA_DIR = "./data-cluster"
 
 _LOG_FORMAT = "[%(asctime)s] %(levelname)s %(message)s (%(name)s)"
@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     mount = sub.add_parser("mount", help="serve a mount in the foreground until unmounted")
     mount.add_argument("mountpoint")
     mount.add_argument("--data-dir", action="append", default=[], metavar="DIR",
-                       help=f"a log directory (repeatable; overrides log.dirs; default {DEFAULT_DATA_DIR})")
+                       help=f"a log directory (repeatable; overrides log.dirs; default {DEFAULT_LOG_DIR})")
     mount.add_argument("--config", metavar="FILE", help="broker settings in server.properties syntax")
     mount.add_argument("-o", dest="options", action="append", default=[], metavar="NAME=VALUE",
                        help="a broker setting (Kafka name), applied after --config; repeatable")
@@ -118,7 +118,7 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
     if args.data_dir:
         overrides["log.dirs"] = ",".join(os.path.abspath(d) for d in args.data_dir)
     elif not any(name in props for props in (file_props, overrides) for name in ("log.dirs", "log.dir")):
-        default = DEFAULT_CLUSTER_DATA_DIR if getattr(args, "bootstrap_server", None) else DEFAULT_DATA_DIR
+        default = DEFAULT_CLUSTER_DATA_DIR if getattr(args, "bootstrap_server", None) else DEFAULT_LOG_DIR
         overrides["log.dirs"] = os.path.abspath(default)
     return BrokerConfig.from_props(file_props).with_overrides(overrides, strict=True)
 

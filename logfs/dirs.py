@@ -1,18 +1,26 @@
-"""The directories of the tree (SPEC.md section 4) and the names they parse (offsets, times, segment files)."""
+"""The directories of the tree (SPEC.md section 4): the one home of its shape.
+
+Every name a directory holds is in its table here (``BrokerDir._FILES``,
+``TopicDir._ENTRIES``, ``PartitionDir._ENTRIES``), the consumer-group entries
+(``groups``, ``consume``) and ``append.jsonl`` included; their nodes live in
+logfs.groups and logfs.jsonl_append, which know nothing of this module.  What
+a name spells (times, the ``.jsonl`` suffix) is parsed by logfs.names.
+"""
 
 from __future__ import annotations
 
-import datetime as _dt
-import re
 from typing import TYPE_CHECKING
 
-from engine.files import SEGMENT_FILE_SUFFIXES, filename_prefix_from_offset
+from engine.files import SEGMENT_FILE_SUFFIXES, filename_prefix_from_offset, parse_segment_file_name, segment_file_name
 from engine.errors import OffsetOutOfRangeError
 from engine.numbers import parse_canonical_int
 from engine.topic import TopicPartition, parse_partition, validate_topic_name
-from engine.views import record_at
+from engine.views import ViewFormat, record_at
 from logfs.control import AppendFile, BrokerConfigFile, PartitionDeleteFile, TopicConfigFile, TopicDeleteFile
 from logfs.errors import shown, MalformedNameError, NoSuchNameError, NotPermittedError
+from logfs.groups import ConsumeDir, GroupsDir
+from logfs.jsonl_append import JsonlAppendFile
+from logfs.names import JSONL_SUFFIX, parse_timestamp, split_format
 from logfs.nodes import (
     Directory, MetricsFile, Node, RecordFile, SegmentFile, StateFile, StatsFile, record_digest,
 )
@@ -72,7 +80,13 @@ class BrokerDir(Directory):
 
 
 class TopicDir(Directory):
+    """``<topic>/``: the names of ``_ENTRIES`` (each maps to the method making its node), then the partitions."""
+
     parent_key = ("root",)
+    _ENTRIES = {
+        "append": "_append", "config": "_config", "delete": "_delete",
+        "append.jsonl": "_append_jsonl", "groups": "_groups",
+    }
 
     def __init__(self, ns: Namespace, topic: str) -> None:
         super().__init__(ns)
@@ -84,21 +98,13 @@ class TopicDir(Directory):
 
     def names(self) -> list[str]:
         parts = self.ns.manager.partitions(self.topic)
-        from logfs.groups import TOPIC_NAMES
-        return ["append", "config", "delete"] + TOPIC_NAMES + [str(p) for p in sorted(parts)]
+        return list(self._ENTRIES) + [str(p) for p in sorted(parts)]
 
     def lookup(self, name: str) -> Node:
         self.ns.require_topic(self.topic)
-        from logfs.groups import topic_entry   # groups/, append.jsonl (issue 13)
-        extra = topic_entry(self.ns, self.topic, name)
-        if extra is not None:
-            return extra
-        if name == "append":
-            return self.ns.stable(AppendFile, self.topic, None)
-        if name == "config":
-            return self.ns.stable(TopicConfigFile, self.topic)
-        if name == "delete":
-            return self.ns.stable(TopicDeleteFile, self.topic)
+        method = self._ENTRIES.get(name)
+        if method is not None:
+            return getattr(self, method)()
         partition = parse_canonical_int(name)
         if partition is not None and partition in self.ns.manager.partitions(self.topic):
             return self.ns.stable(PartitionDir, TopicPartition(self.topic, partition))
@@ -123,6 +129,21 @@ class TopicDir(Directory):
             if target is not None:
                 target.flush()
 
+    def _append(self) -> Node:
+        return self.ns.stable(AppendFile, self.topic, None)
+
+    def _append_jsonl(self) -> Node:
+        return self.ns.stable(JsonlAppendFile, self.topic, None)
+
+    def _config(self) -> Node:
+        return self.ns.stable(TopicConfigFile, self.topic)
+
+    def _delete(self) -> Node:
+        return self.ns.stable(TopicDeleteFile, self.topic)
+
+    def _groups(self) -> Node:
+        return self.ns.stable(GroupsDir, self.topic)
+
 
 class PartitionDir(Directory):
     """``<topic>/<p>/``: each name maps to a method making its node (add names to ``_ENTRIES``)."""
@@ -130,7 +151,7 @@ class PartitionDir(Directory):
     _ENTRIES = {
         "append": "_append", "records": "_records", "records.jsonl": "_records_jsonl",
         "offset": "_offset", "from": "_from", "since": "_since", "segments": "_segments",
-        "state": "_state", "delete": "_delete",
+        "state": "_state", "delete": "_delete", "append.jsonl": "_append_jsonl", "consume": "_consume",
     }
 
     def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
@@ -147,28 +168,29 @@ class PartitionDir(Directory):
         return ("topic", self.tp.topic)
 
     def names(self) -> list[str]:
-        from logfs.groups import PARTITION_NAMES   # consume/, append.jsonl (issue 13)
-        return list(self._ENTRIES) + PARTITION_NAMES
+        return list(self._ENTRIES)
 
     def lookup(self, name: str) -> Node:
         target = self.ns.log(self.tp)
-        from logfs.groups import partition_entry
-        extra = partition_entry(self.ns, self.tp, name)
-        if extra is not None:
-            return extra
         method = self._ENTRIES.get(name)
         if method is None:
             raise NoSuchNameError(f"No file {name!r} in partition {self.tp}")
         return getattr(self, method)(target)
 
     def _records(self, target: Log) -> Node:
-        return self.ns.view(self.tp, "records", target, "text", start_offset=target.log_start_offset)
+        return self.ns.view(self.tp, "records", target, ViewFormat.TEXT, start_offset=target.log_start_offset)
 
     def _records_jsonl(self, target: Log) -> Node:
-        return self.ns.view(self.tp, "records.jsonl", target, "jsonl", start_offset=target.log_start_offset)
+        return self.ns.view(self.tp, "records.jsonl", target, ViewFormat.JSONL, start_offset=target.log_start_offset)
 
     def _append(self, target: Log) -> Node:
         return self.ns.stable(AppendFile, self.tp.topic, self.tp.partition)
+
+    def _append_jsonl(self, target: Log) -> Node:
+        return self.ns.stable(JsonlAppendFile, self.tp.topic, self.tp.partition)
+
+    def _consume(self, target: Log) -> Node:
+        return self.ns.stable(ConsumeDir, self.tp)
 
     def _state(self, target: Log) -> Node:
         return self.ns.stable(StateFile, self.tp)
@@ -238,7 +260,7 @@ class FromDir(_PartitionSubDir):
     kind = "from"
 
     def lookup(self, name: str) -> Node:
-        stem, fmt = _split_format(name)
+        stem, fmt = split_format(name)
         offset = parse_canonical_int(stem)
         if offset is None:
             raise MalformedNameError(f"No view from/{shown(name)} in {self.tp}: an offset is written in "
@@ -257,7 +279,7 @@ class SinceDir(_PartitionSubDir):
     kind = "since"
 
     def lookup(self, name: str) -> Node:
-        stem, fmt = _split_format(name)
+        stem, fmt = split_format(name)
         timestamp = parse_timestamp(stem)
         if timestamp is None:
             raise MalformedNameError(f"No view since/{shown(name)} in {self.tp}: not epoch milliseconds "
@@ -269,7 +291,8 @@ class SinceDir(_PartitionSubDir):
         return self.ns.view(self.tp, f"since/{name}", target, fmt, start_offset=start)
 
 
-_SEGMENT_NAME = re.compile(r"([0-9]{20})\.(log|index|timeindex|jsonl)", re.ASCII)
+#: the files of ``segments/`` per segment: its own, and its JSON-lines rendering
+_SEGMENT_LISTING = (*SEGMENT_FILE_SUFFIXES, JSONL_SUFFIX)
 
 
 class SegmentsDir(_PartitionSubDir):
@@ -279,50 +302,21 @@ class SegmentsDir(_PartitionSubDir):
         names: list[str] = []
         for base in self.ns.log(self.tp).segments.keys():
             stem = filename_prefix_from_offset(base)
-            names.extend(stem + suffix for suffix in (*SEGMENT_FILE_SUFFIXES, ".jsonl"))
+            names.extend(stem + suffix for suffix in _SEGMENT_LISTING)
         return names
 
     def lookup(self, name: str) -> Node:
-        match = _SEGMENT_NAME.fullmatch(name)
-        if match is None:
+        parsed = parse_segment_file_name(name)
+        if parsed is None or parsed[1] not in _SEGMENT_LISTING or segment_file_name(*parsed) != name:
             raise NoSuchNameError(f"No segment file {shown(name)} in {self.tp}")
-        base, suffix = int(match.group(1)), match.group(2)
+        base, suffix = parsed
         target = self.ns.log(self.tp)
         segment = target.segments.get(base)
         if segment is None:
             raise NoSuchNameError(f"No segment with base offset {base} in {self.tp}")
-        if suffix == "jsonl":
+        if suffix == JSONL_SUFFIX:
             start = max(base, target.log_start_offset)
-            return self.ns.view(self.tp, f"segments/{name}", target, "jsonl", start_offset=start,
+            return self.ns.view(self.tp, f"segments/{name}", target, ViewFormat.JSONL, start_offset=start,
                                 segment=segment)
         return self.ns.content(("segfile", self.tp, name), lambda node: node.is_current(segment),
-                               lambda: SegmentFile(self.ns, self.tp, name, segment, "." + suffix))
-
-
-def _split_format(name: str) -> tuple[str, str]:
-    if name.endswith(".jsonl"):
-        return name[:-6], "jsonl"
-    return name, "text"
-
-
-def parse_timestamp(text: str) -> int | None:
-    """Epoch milliseconds or ISO 8601 (a naive time is UTC) -> epoch ms; None if neither.
-
-    Epoch milliseconds have one spelling (engine.numbers); ISO 8601 is read by
-    ``datetime.fromisoformat`` on ASCII text only (it would accept other
-    scripts' digits).  Every refusal is None, so every bad name is ENOENT.
-    """
-    if not text.isascii() or not text:
-        return None
-    if text[0].isdigit() and text.isdigit():
-        return parse_canonical_int(text)
-    try:
-        when = _dt.datetime.fromisoformat(text)
-    except (ValueError, OverflowError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=_dt.UTC)
-    try:
-        return int(when.timestamp() * 1000)
-    except (OverflowError, OSError, ValueError):
-        return None
+                               lambda: SegmentFile(self.ns, self.tp, name, segment, suffix))

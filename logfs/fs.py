@@ -1,7 +1,7 @@
 """The ``pyfuse3.Operations`` of the mount: inodes, attributes, handles and errnos.
 
-Everything a name means lives in ``logfs.namespace``; this module only maps it
-onto FUSE:
+Everything a name means lives in the namespace (``logfs.namespace``, ``logfs.dirs``,
+``logfs.nodes``); this module only maps it onto FUSE:
 
 * an inode table: one inode per node object, for as long as the kernel
   remembers it (lookup counts, ``forget``) or a handle is open.  The namespace
@@ -360,15 +360,15 @@ class LogfsOperations(pyfuse3.Operations):
     async def unlink(self, parent_inode, name, ctx) -> None:
         self._check_writable(f"remove {os.fsdecode(name)!r}")
         parent = self._node(parent_inode)
-        unlink = getattr(parent, "unlink", None)   # groups/<group> (issue 13)
-        if unlink is not None:
-            await trio.to_thread.run_sync(unlink, os.fsdecode(name))
-            return
-        topic = getattr(parent, "topic", None)
-        if topic is not None and self._removals.removing(getattr(ctx, "pid", 0), topic):
-            return    # part of `rm -r` of the topic (see _RecursiveRemovals)
-        raise NotPermittedError(f"Cannot remove {os.fsdecode(name)!r}: the files of a topic cannot be removed "
-                                "one by one (rmdir or rm -r the topic directory deletes the topic)")
+        if not isinstance(parent, Directory):
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        try:
+            await trio.to_thread.run_sync(parent.unlink, os.fsdecode(name))
+        except NotPermittedError:
+            topic = getattr(parent, "topic", None)
+            if topic is not None and self._removals.removing(getattr(ctx, "pid", 0), topic):
+                return    # part of `rm -r` of the topic (see _RecursiveRemovals)
+            raise
 
     @_translating
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx) -> None:
@@ -389,10 +389,10 @@ class LogfsOperations(pyfuse3.Operations):
     @_translating
     async def create(self, parent_inode, name, mode, flags, ctx):
         self._check_writable()
-        create = getattr(self._node(parent_inode), "create", None)   # groups/<new group> (issue 13)
-        if create is None:
-            await self._fixed()
-        attr = self._entry(create(os.fsdecode(name)))
+        parent = self._node(parent_inode)
+        if not isinstance(parent, Directory):
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        attr = self._entry(parent.create(os.fsdecode(name)))
         return await self.open(attr.st_ino, flags, ctx), attr
 
     # ------------------------------------------------------------------ files

@@ -47,8 +47,8 @@ from engine.consumer_offsets import GroupMetadataManager
 from engine.errors import InvalidRequestError, LogfsError
 from engine.topic import TopicPartition
 from engine.views import ViewFormat
-from logfs.dirs import parse_timestamp
 from logfs.errors import NoSuchNameError
+from logfs.names import parse_timestamp, split_format
 from logfs.handles import BytesHandle, Handle, ViewHandle
 from logfs.nodes import RW_MODE, Directory, FileNode, Node
 
@@ -57,13 +57,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-__all__ = ["install", "coordinator", "topic_entry", "partition_entry", "TOPIC_NAMES", "PARTITION_NAMES",
-           "GroupsDir", "GroupFile", "ConsumeDir", "ConsumeFile", "GroupBusyError"]
-
-#: names this module (and logfs.jsonl_append) add to a topic directory and a partition directory
-TOPIC_NAMES = ["append.jsonl", "groups"]
-PARTITION_NAMES = ["append.jsonl", "consume"]
-
+__all__ = ["coordinator", "GroupLeases", "GroupsDir", "GroupFile", "ConsumeDir", "ConsumeFile", "GroupBusyError"]
 
 #: longest line a groups/<group> file takes (a command is a few dozen bytes)
 _MAX_LINE = 4096
@@ -75,35 +69,8 @@ class GroupBusyError(LogfsError):
     errno = _errno.EBUSY
 
 
-def install(ns: Namespace) -> None:
-    """Load the committed offsets at mount start and hand them to the stats files."""
-    ns.group_coordinator = ns.backend.group_coordinator()
-    ns.group_leases = _Leases()
-    ns.stats.groups = ns.group_coordinator
-
-
 def coordinator(ns: Namespace) -> GroupMetadataManager:
     return ns.group_coordinator
-
-
-def topic_entry(ns: Namespace, topic: str, name: str) -> Node | None:
-    """``<topic>/groups`` and ``<topic>/append.jsonl``; None for other names."""
-    if name == "groups":
-        return ns.stable(GroupsDir, topic)
-    if name == "append.jsonl":
-        from logfs.jsonl_append import JsonlAppendFile
-        return ns.stable(JsonlAppendFile, topic, None)
-    return None
-
-
-def partition_entry(ns: Namespace, tp: TopicPartition, name: str) -> Node | None:
-    """``<topic>/<p>/consume`` and ``<topic>/<p>/append.jsonl``; None for other names."""
-    if name == "consume":
-        return ns.stable(ConsumeDir, tp)
-    if name == "append.jsonl":
-        from logfs.jsonl_append import JsonlAppendFile
-        return ns.stable(JsonlAppendFile, tp.topic, tp.partition)
-    return None
 
 
 def _check_group_name(group: str) -> None:
@@ -111,8 +78,8 @@ def _check_group_name(group: str) -> None:
         raise NoSuchNameError(f"Invalid consumer group id {group!r}")
 
 
-class _Leases:
-    """Which (group, partition) is being consumed by an open file."""
+class GroupLeases:
+    """Which (group, partition) is being consumed by an open file (one consumer of a group per partition)."""
 
     def __init__(self) -> None:
         self._held: set[tuple[str, TopicPartition]] = set()
@@ -330,7 +297,7 @@ class ConsumeDir(Directory):
 
     def lookup(self, name: str) -> Node:
         self.ns.log(self.tp)
-        group, fmt = (name[:-6], ViewFormat.JSONL) if name.endswith(".jsonl") else (name, ViewFormat.TEXT)
+        group, fmt = split_format(name)
         _check_group_name(group)
         node = ConsumeFile(self.ns, self.tp, group, fmt, name)
         _ = node.view      # anchor now: the size the kernel sees is this moment's

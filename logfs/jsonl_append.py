@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 __all__ = ["JsonlAppendFile", "JsonlAppender"]
 
 
-
 class JsonlAppendFile(AppendTargetFile):
     """``append.jsonl`` of a partition (``partition``) or of a topic (``partition`` None)."""
 

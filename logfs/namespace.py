@@ -1,9 +1,10 @@
 """The mount's namespace: path names -> nodes, and what opening each node gives.
 
-This module is the only place that knows the shape of the tree in SPEC.md
-section 4.  It speaks in terms of the engine (``LogManager``, ``Log``,
-``LogView``) and plain Python exceptions carrying an errno; it knows nothing of
-FUSE inodes, which ``logfs.fs`` keeps.  Every failure is raised as an
+The shape of the tree in SPEC.md section 4 is ``logfs.dirs``'s (every name in
+its directories' tables); this module holds the nodes those directories hand
+out.  It speaks in terms of the engine (``LogManager``, ``Log``, ``LogView``)
+and plain Python exceptions carrying an errno; it knows nothing of FUSE
+inodes, which ``logfs.fs`` keeps.  Every failure is raised as an
 ``engine.errors.LogfsError`` subclass so ``logfs.fs`` can answer with its errno.
 
 One path, one file (SPEC.md "Reading"): every name resolves to one node
@@ -42,40 +43,24 @@ from engine.errors import (
     UnknownTopicOrPartitionError,
 )
 from engine.topic import TopicPartition
+from engine.views import ViewFormat
 from logfs import stats as _stats
 from logfs.appender import TopicRouter
 from logfs.backend import Backend, EmbeddedBackend
-from logfs.control import PartitionDeleteFile, TopicConfigFile, TopicDeleteFile
-from logfs.dirs import RootDir, parse_timestamp
-from logfs.errors import AccessDeniedError, NoSuchNameError, NotPermittedError
-from logfs.handles import Handle, LineCommandHandle
-from logfs.nodes import RETIRED_NODES, Directory, FileNode, Node, ViewFile
+from logfs.dirs import RootDir
+from logfs.groups import GroupLeases
+from logfs.nodes import RETIRED_NODES, Node, ViewFile
 
 if TYPE_CHECKING:  # pragma: no cover
-    from engine.consumer_offsets import GroupMetadataManager
     from engine.log import Log
-    from logfs.groups import _Leases
     from engine.manager import LogManager
     from engine.segment import LogSegment
-
-#: Namespace is this module's; the other names are re-exported from the modules that
-#: hold them (handles, nodes, control, dirs, errors) for callers written against the
-#: single module this was.
-__all__ = [
-    "Namespace", "Node", "Directory", "FileNode", "Handle", "LineCommandHandle",
-    "NoSuchNameError", "NotPermittedError", "AccessDeniedError",
-    "PartitionDeleteFile", "TopicConfigFile", "TopicDeleteFile", "TopicRouter", "parse_timestamp",
-]
 
 _N = TypeVar("_N", bound=Node)
 
 
 class Namespace:
     """The tree of SPEC.md section 4 over one ``LogManager``."""
-
-    #: set by logfs.groups.install (mount start): committed offsets and open consume files
-    group_coordinator: GroupMetadataManager
-    group_leases: _Leases
 
     def __init__(self, manager: LogManager, stats: _stats.MountStats, *, read_only: bool = False,
                  views_direct_io: bool = True, backend: Backend | None = None) -> None:
@@ -91,8 +76,12 @@ class Namespace:
         self._retired: collections.OrderedDict[tuple, Node] = collections.OrderedDict()
         self.root = RootDir(self)
         self._nodes[self.root.key] = self.root
-        from logfs import groups   # loads __consumer_offsets: committed offsets (issue 13)
-        groups.install(self)
+        # consumer groups (logfs.groups): the committed offsets (the backend's: loaded from
+        # __consumer_offsets at mount start, or a cluster's coordinator), and which group is
+        # consuming which partition through an open file
+        self.group_coordinator = self.backend.group_coordinator()
+        self.group_leases = GroupLeases()
+        stats.groups = self.group_coordinator
         # a cluster deletes or recreates topics behind the mount's back (logfs.cluster)
         self.backend.watch_topics(self.forget_topic)
 
@@ -119,7 +108,7 @@ class Namespace:
         self._retired.pop(key, None)
         return node
 
-    def view(self, tp: TopicPartition, name: str, target: Log, fmt: str, *, start_offset: int,
+    def view(self, tp: TopicPartition, name: str, target: Log, fmt: ViewFormat, *, start_offset: int,
              segment: LogSegment | None = None) -> Node:
         """The view node of ``name``: one rendering from ``start_offset`` while nothing of it changed."""
         return self.content(

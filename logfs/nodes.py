@@ -94,6 +94,15 @@ class Directory(Node):
     def rmdir(self, name: str) -> None:
         raise NotPermittedError(f"Cannot remove directory {name!r}")
 
+    def create(self, name: str) -> Node:
+        """``open(O_CREAT)`` of a new name; only ``groups/`` takes one (a new consumer group)."""
+        raise NotPermittedError("The namespace is fixed: files cannot be created, removed, linked or renamed")
+
+    def unlink(self, name: str) -> None:
+        """``rm``; only ``groups/<group>`` can go (logfs.fs accepts the rest within ``rm -r`` of a topic)."""
+        raise NotPermittedError(f"Cannot remove {name!r}: the files of a topic cannot be removed one by one "
+                                "(rmdir or rm -r the topic directory deletes the topic)")
+
     def fsync(self) -> None:
         """fsyncdir(): flush every log below this directory."""
 
@@ -180,13 +189,13 @@ class ViewFile(FileNode):
 
     transient = True
 
-    def __init__(self, ns: Namespace, tp: TopicPartition, name: str, target: Log, fmt: str,
+    def __init__(self, ns: Namespace, tp: TopicPartition, name: str, target: Log, fmt: ViewFormat,
                  start_offset: int, segment: LogSegment | None = None) -> None:
         super().__init__(ns)
         self.tp = tp
         self.name = name
         self.log = target
-        self.format = ViewFormat.TEXT if fmt == "text" else ViewFormat.JSONL
+        self.format = fmt
         self.start_offset = start_offset
         self.identity = ViewIdentity(target, start_offset, segment)
         self._single = segment is not None

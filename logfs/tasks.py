@@ -29,6 +29,7 @@ from collections.abc import Callable
 import trio
 
 from engine.errors import LogfsError
+from engine.numbers import LONG_MAX
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.manager import LogManager
@@ -38,7 +39,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Job", "build_jobs", "cleaner_jobs", "run_jobs", "stop_jobs"]
 
-LONG_MAX = 2**63 - 1
 #: the deletion job never waits longer than this between scans, whatever the delays
 MAX_DELETE_SCAN_INTERVAL_MS = 1000
 
@@ -145,7 +145,7 @@ async def _run_periodically(job: Job, initial_delay_ms: int, stats: MountStats) 
         record.last_duration_ms = round(duration_ms, 3)
         record.total_duration_ms += duration_ms
         if job.rerun_when is not None and record.last_error is None and job.rerun_when(record.last_result):
-            await trio.sleep(0)   # more work: go again, but let FUSE requests in first
+            await trio.lowlevel.checkpoint()   # more work: go again, but let FUSE requests in first
             continue
         await trio.sleep(job.interval_ms / 1000)
 

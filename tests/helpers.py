@@ -1,5 +1,9 @@
 """Helpers shared by the test files: topic configs for engine tests, and waits on observable conditions.
 
+Also the fixtures and harnesses more than one file needs: the ``ns`` and
+``manager`` fixtures of the namespace's unit tests (a module imports them by
+name), and :class:`PausedClean`, a log cleaner held in the middle of a clean.
+
 Every wait of the suite goes through :func:`wait_for`: it polls a condition
 with a timeout and fails naming what it waited for, so a slow machine makes a
 test slower, never wrong.  To show that a background task of a mount did
@@ -13,14 +17,21 @@ nothing on a loaded machine.
 from __future__ import annotations
 
 import json
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+import pytest
+
+from engine.cleaner import LogCleaner, CleanerStats
+from engine.cleaner.cleaner_manager import LOG_CLEANING_ABORTED
 from engine.clock import ManualClock
 from engine.config import BrokerConfig, LogConfig
 from engine.manager import LogManager
 from engine.topic import TopicPartition
+from logfs.namespace import Namespace
+from logfs.stats import MountStats
 
 T = TypeVar("T")
 
@@ -50,6 +61,20 @@ def started_manager(data_dir: str, partitions: int) -> LogManager:
     m.create_topic("t", partitions)
     m.get_log(TopicPartition("t", 0)).append_values([b"v%d" % i for i in range(10)])
     return m
+
+
+@pytest.fixture(name="manager")
+def namespace_manager(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[LogManager]:
+    """:func:`started_manager` in ``tmp_path/data``, with the module's ``NAMESPACE_PARTITIONS`` (default 1)."""
+    m = started_manager(str(tmp_path / "data"), partitions=getattr(request.module, "NAMESPACE_PARTITIONS", 1))
+    yield m
+    m.shutdown()
+
+
+@pytest.fixture(name="ns")
+def namespace(manager: LogManager) -> Namespace:
+    """The mount's namespace over the ``manager`` fixture, without FUSE."""
+    return Namespace(manager, MountStats())
 
 
 def wait_for(predicate: Callable[[], T], what: str, timeout: float = 30.0, interval: float = 0.05) -> T:
@@ -88,3 +113,53 @@ def wait_for_task_runs(mount: Any, task: str, runs: int = 1, timeout: float = 30
     target = task_runs(mount, task) + runs + 1
     return wait_for(lambda: (n := task_runs(mount, task)) >= target and n,
                     f"{runs} more run(s) of {task}", timeout=timeout)
+
+
+# --------------------------------------------------------------------------- a clean held in the middle
+
+
+class PausedClean:
+    """A ``clean_once`` of ``cleaner`` on a thread, held at its worker's ``at_check``-th ``check_done``.
+
+    ``check_done`` is where Kafka's cleaner notices an abort, so a test can
+    abort (delete the topic, ``abort_cleaning``) while the clean is under way,
+    see that it waits for the worker, then :meth:`release` it.  Created
+    running: the constructor returns once the clean reached the pause.
+    """
+
+    def __init__(self, cleaner: LogCleaner, at_check: int = 5) -> None:
+        self.cleaner = cleaner
+        self.worker = cleaner.cleaners[0]
+        self._original_check = self.worker.check_done
+        self._at_check = at_check
+        self._calls = 0
+        self._reached = threading.Event()
+        self._release = threading.Event()
+        self._result: dict[str, CleanerStats | None] = {}
+        self.worker.check_done = self._pausing_check      # type: ignore[method-assign]
+        self.thread = threading.Thread(target=lambda: self._result.setdefault("stats", cleaner.clean_once()))
+        self.thread.start()
+        assert self._reached.wait(10), "the clean never reached its pause"
+
+    def _pausing_check(self, tp: TopicPartition) -> None:
+        self._calls += 1
+        if self._calls == self._at_check:
+            self._reached.set()
+            self._release.wait(10)
+        self._original_check(tp)
+
+    def wait_aborted(self, tp: TopicPartition) -> None:
+        """Until the cleaner manager marks ``tp``'s clean aborted (the aborting thread is then waiting)."""
+        wait_for(lambda: self.cleaner.manager.cleaning_state(tp) is LOG_CLEANING_ABORTED,
+                 f"the clean of {tp} to be marked aborted", timeout=10)
+
+    def release(self) -> CleanerStats | None:
+        """Let the clean go on; returns what ``clean_once`` returned (None: aborted)."""
+        self._release.set()
+        self.thread.join(10)
+        assert not self.thread.is_alive()
+        return self._result["stats"]
+
+    def restore(self) -> None:
+        """The worker's own ``check_done`` again (cleans after this one are not held)."""
+        self.worker.check_done = self._original_check      # type: ignore[method-assign]

@@ -10,6 +10,11 @@ fail when Kafka is not there.
 The ``kafka_broker`` fixture is registered for every test module by
 ``pytest_plugins`` in ``tests/conftest.py``; a module asks for it by name and
 gets its own broker (module scope: a JVM start costs seconds on this machine).
+
+Every test that starts a JVM is marked ``kafka``, so the fast loop
+``pytest -m "not mount and not kafka and not spark"`` starts none:
+:func:`java_command`, the one way the tests build a ``java`` command line,
+fails a test that is not marked (see :func:`require_kafka_marker`).
 """
 
 from __future__ import annotations
@@ -61,9 +66,33 @@ def kafka_libs() -> Path:
     return libs
 
 
+#: the test pytest is setting up, running or tearing down (None outside pytest: scripts/bench_kafka.py)
+_current_test: pytest.Item | None = None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    global _current_test
+    _current_test = item      # before its fixtures: a module-scoped broker starts in its first test's setup
+
+
+def require_marker(marker: str, what: str) -> None:
+    """Fail the current test unless it is marked ``marker`` (it is about to start a JVM: ``kafka``, ``spark``)."""
+    item = _current_test
+    if item is not None and item.get_closest_marker(marker) is None:
+        raise RuntimeError(f"{item.nodeid} starts a JVM ({what}) but is not marked @pytest.mark.{marker}: "
+                           "the fast loop `pytest -m \"not mount and not kafka and not spark\"` would run it")
+
+
+def require_kafka_marker(what: str) -> None:
+    """Fail the current test unless it is marked ``kafka`` (a broker, one of Kafka's tools, Java itself)."""
+    require_marker("kafka", what)
+
+
 def java_command(main_class: str, *args: str, jvm_opts: list[str] | None = None,
                  log4j_config: Path | None = None) -> list[str]:
     """``java -cp LIBS/* MAIN ARGS``: a class of the released Kafka jars, run as kafka-run-class.sh would."""
+    require_kafka_marker(main_class)
     cmd = ["java", *(jvm_opts if jvm_opts is not None else JVM_OPTS)]
     if log4j_config is not None:
         cmd.append(f"-Dlog4j2.configurationFile={log4j_config}")

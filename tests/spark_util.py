@@ -13,12 +13,14 @@ from collections.abc import Callable, Sequence
 import orjson
 
 from tests.helpers import wait_for
+from tests.kafka_broker import require_marker
 
 
 def new_spark(app_name: str):
     """A small local[2] SparkSession with the logfs source registered (one per test module)."""
     from logfs.spark import spark_session
 
+    require_marker("spark", "a local SparkSession")
     return spark_session("local[2]", app_name, {
         "spark.sql.shuffle.partitions": "2",
         "spark.default.parallelism": "2",

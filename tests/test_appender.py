@@ -22,7 +22,7 @@ from engine.manager import LogManager
 from engine.records import iter_batches
 from engine.topic import TopicPartition
 from logfs.appender import LineAppender
-from logfs.namespace import TopicRouter
+from logfs.appender import TopicRouter
 from logfs.stats import MountStats
 from tests.conftest import kafka_records
 

@@ -15,16 +15,18 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from engine.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from engine.cleaner import Cleaner, CleanerStats, GilYield, LogCleaner, Throttler
-from engine.cleaner_manager import (LOG_CLEANING_ABORTED, LogCleanerManager, LogCleaningPaused, LogCleaningStateError,
-                                    LogToClean, cleanable_offsets)
+from engine.cleaner.cleaner_manager import (LogCleanerManager, LogCleaningPaused,
+                                            LogCleaningStateError, LogToClean, cleanable_offsets)
 from engine.clock import ManualClock
 from engine.config import BrokerConfig, LogConfig
 from engine.log import Log
-from engine.offset_map import BYTES_PER_ENTRY, OffsetMap
+from engine.cleaner.offset_map import BYTES_PER_ENTRY, OffsetMap
 from engine.records import Compression, Record, TimestampType, encode_records, iter_batches
-from engine.segment import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, LogSegment
+from engine.files import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX
+from engine.segment import LogSegment
 from engine.topic import TopicPartition
 from engine.views.index import view_index
+from tests.helpers import PausedClean
 
 T0 = 1_600_000_000_000          # segment mtimes of the first generation (well in the past)
 DAY = 86_400_000
@@ -426,44 +428,22 @@ def test_abort_cleaning_stops_a_running_clean_and_changes_nothing(tmp_path):
             cleaner.abort_cleaning(log.topic_partition)
 
     cleaner = LogCleaner(broker_config(tmp_path), [str(tmp_path)], logs)
-    worker = cleaner.cleaners[0]
-    original_check = worker.check_done
-    reached = threading.Event()
-    release = threading.Event()
-    calls = {"n": 0}
-
-    def pausing_check(tp):
-        calls["n"] += 1
-        if calls["n"] == 5:          # in the middle of the clean
-            reached.set()
-            release.wait(10)
-        original_check(tp)
-
-    worker.check_done = pausing_check
-    result = {}
-    t = threading.Thread(target=lambda: result.setdefault("stats", cleaner.clean_once()))
-    t.start()
-    assert reached.wait(10)
+    paused = PausedClean(cleaner)      # in the middle of the clean
     aborter = threading.Thread(target=delete_topic)
     aborter.start()
-    for _ in range(200):
-        if cleaner.manager.cleaning_state(log.topic_partition) is LOG_CLEANING_ABORTED:
-            break
-        threading.Event().wait(0.01)
-    assert cleaner.manager.cleaning_state(log.topic_partition) is LOG_CLEANING_ABORTED
+    paused.wait_aborted(log.topic_partition)
     assert aborter.is_alive()          # abort_cleaning waits for the worker to stop
-    release.set()
-    t.join(10)
+    stats = paused.release()
     aborter.join(10)
     assert not aborter.is_alive()
-    assert result["stats"] is None
+    assert stats is None
     assert contents(log) == before
     assert sorted(os.listdir(log.dir)) == names_before      # no .cleaned left behind
     assert cleaner.manager.cleaning_state(log.topic_partition) is None
     assert not os.path.exists(tmp_path / CLEANER_OFFSET_CHECKPOINT) or \
         log.topic_partition not in OffsetCheckpointFile(str(tmp_path / CLEANER_OFFSET_CHECKPOINT)).read()
     # Cleaning resumes afterwards.
-    worker.check_done = original_check
+    paused.restore()
     assert cleaner.clean_once() is not None
     log.close()
 

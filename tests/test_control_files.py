@@ -15,24 +15,13 @@ import pytest
 
 from engine.errors import InvalidConfigError, InvalidRequestError, ReadOnlyError
 from engine.topic import TopicPartition
-from logfs.namespace import (LineCommandHandle, Namespace, PartitionDeleteFile, TopicConfigFile,
-                             TopicDeleteFile)
+from logfs.control import PartitionDeleteFile, TopicConfigFile, TopicDeleteFile
+from logfs.handles import LineCommandHandle
+from logfs.namespace import Namespace
 from logfs.stats import MountStats
-from tests.helpers import started_manager
+from tests.helpers import namespace, namespace_manager  # noqa: F401  (the ns and manager fixtures)
 
 TP = TopicPartition("t", 0)
-
-
-@pytest.fixture
-def manager(tmp_path):
-    m = started_manager(str(tmp_path / "data"), partitions=1)
-    yield m
-    m.shutdown()
-
-
-@pytest.fixture
-def ns(manager) -> Namespace:
-    return Namespace(manager, MountStats())
 
 
 def records(manager) -> list[tuple[int, bytes | None, bytes | None]]:

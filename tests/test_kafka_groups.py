@@ -18,7 +18,7 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 from tests.conftest import Mount
 from tests.kafka_broker import KafkaBroker
 
-pytestmark = pytest.mark.mount
+pytestmark = [pytest.mark.mount, pytest.mark.kafka]
 
 TOPIC = "orders"
 PER_PARTITION = 30

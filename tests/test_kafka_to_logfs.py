@@ -33,7 +33,7 @@ from engine.topic import TopicPartition
 from tests.conftest import LOGFS, Mount, kafka_records
 from tests.kafka_broker import KafkaBroker, Seen, consume_all, hash_tree, run_tool, seen_from_json
 
-pytestmark = pytest.mark.mount
+pytestmark = [pytest.mark.mount, pytest.mark.kafka]
 
 CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
 #: Kafka's cleaner writes the delete horizon into the batch (KIP-534): attribute bit 6.

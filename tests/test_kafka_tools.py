@@ -24,7 +24,7 @@ from tests.conftest import LOGFS, Mount
 from tests.helpers import wait_for
 from tests.kafka_broker import run_tool
 
-pytestmark = pytest.mark.mount
+pytestmark = [pytest.mark.mount, pytest.mark.kafka]
 
 DUMP = "org.apache.kafka.tools.DumpLogSegments"
 OPTIONS = {

@@ -23,11 +23,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from engine.cleaner import Cleaner, CleanerStats, Throttler
-from engine.cleaner_manager import LogToClean, cleanable_offsets
+from engine.cleaner.cleaner_manager import LogToClean, cleanable_offsets
 from engine.clock import ManualClock
 from engine.config import LogConfig
 from engine.log import Log
-from engine.offset_map import OffsetMap
+from engine.cleaner.offset_map import OffsetMap
 from engine.records import (DELETE_HORIZON_FLAG_MASK, Compression, Record, TimestampType, decode_batch,
                             decode_columns, encode_records, iter_batches, read_header, rebuild_batch,
                             validate_batch)

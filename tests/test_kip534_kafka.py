@@ -18,16 +18,20 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from engine.cleaner import Cleaner, Throttler
-from engine.cleaner_manager import LogToClean, cleanable_offsets
+from engine.cleaner.cleaner_manager import LogToClean, cleanable_offsets
 from engine.clock import ManualClock
 from engine.config import LogConfig
 from engine.errors import CorruptRecordError
 from engine.log import Log
-from engine.offset_map import OffsetMap
+from engine.cleaner.offset_map import OffsetMap
 from engine.records import decode_batch, iter_batches, validate_batch
 from tests.conftest import LOGFS
 from tests.kafka_broker import run_tool
+
+pytestmark = pytest.mark.kafka      # a KRaft broker and Kafka's DumpLogSegments
 
 KAFKA_BROKER_OPTIONS = {"log.cleaner.backoff.ms": "100", "log.retention.check.interval.ms": "1000"}
 

@@ -17,12 +17,13 @@ import pytest
 from engine.errors import StorageError
 
 from engine.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
-from engine.cleaner_manager import LOG_CLEANING_ABORTED, LogCleaningPaused
+from engine.cleaner.cleaner_manager import LogCleaningPaused
 from engine.clock import ManualClock
 from engine.config import BrokerConfig
 from engine.manager import LogManager
-from engine.segment import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX
-from engine.topic import DELETE_DIR_SUFFIX, TopicPartition
+from engine.files import CLEANED_FILE_SUFFIX, DELETE_DIR_SUFFIX, SWAP_FILE_SUFFIX
+from engine.topic import TopicPartition
+from tests.helpers import PausedClean
 
 COMPACT = {"cleanup.policy": "compact", "segment.bytes": "2048", "min.cleanable.dirty.ratio": "0.01"}
 
@@ -134,39 +135,18 @@ def test_deleting_a_topic_while_it_is_cleaned_aborts_the_clean_and_drops_its_che
     log = manager.get_log(TopicPartition("cmp", 0))
     tp = log.topic_partition
 
-    worker = cleaner.cleaners[0]
-    original_check = worker.check_done
-    reached, release = threading.Event(), threading.Event()
-    calls = {"n": 0}
-
-    def pausing_check(checked_tp):
-        calls["n"] += 1
-        if calls["n"] == 5:              # in the middle of cleaning cmp
-            reached.set()
-            release.wait(10)
-        original_check(checked_tp)
-
-    worker.check_done = pausing_check
-    result = {}
-    cleaning = threading.Thread(target=lambda: result.setdefault("stats", cleaner.clean_once()))
-    cleaning.start()
-    assert reached.wait(10)
+    paused = PausedClean(cleaner)                    # in the middle of cleaning cmp
     deleting = threading.Thread(target=manager.delete_topic, args=("cmp",))
     deleting.start()
-    for _ in range(500):
-        if cleaner.manager.cleaning_state(tp) is LOG_CLEANING_ABORTED:
-            break
-        threading.Event().wait(0.01)
-    assert cleaner.manager.cleaning_state(tp) is LOG_CLEANING_ABORTED
+    paused.wait_aborted(tp)
     assert deleting.is_alive()                       # waits for the clean to stop ...
     assert os.path.isdir(d / "cmp-0")                # ... before renaming the directory
     assert manager.get_log(TopicPartition("keep", 0)) is not None   # lookups are not blocked
-    release.set()
-    cleaning.join(10)
+    stats = paused.release()
     deleting.join(10)
-    assert not cleaning.is_alive() and not deleting.is_alive()
+    assert not deleting.is_alive()
 
-    assert result["stats"] is None                   # the clean was aborted
+    assert stats is None                             # the clean was aborted
     assert not os.path.exists(d / "cmp-0")
     renamed = [n for n in os.listdir(d) if n.startswith("cmp-0.") and n.endswith(DELETE_DIR_SUFFIX)]
     assert len(renamed) == 1

@@ -351,11 +351,12 @@ CRASH_HELPER = r"""
 import os, sys
 sys.path.insert(0, sys.argv[3])
 from engine.cleaner import Cleaner
-from engine.cleaner_manager import LogCleanerManager
+from engine.cleaner.cleaner_manager import LogCleanerManager
 from engine.config import BrokerConfig
 from engine.log import Log
 from engine.manager import LogManager
-from engine.segment import SWAP_FILE_SUFFIX, LogSegment
+from engine.files import SWAP_FILE_SUFFIX
+from engine.segment import LogSegment
 
 stage, data_dir = sys.argv[1], sys.argv[2]
 

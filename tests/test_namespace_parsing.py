@@ -15,7 +15,7 @@ from engine.config import validate_topic_overrides
 from engine.errors import InvalidConfigError, InvalidPartitionError
 from engine.numbers import INT_MAX, LONG_MAX, is_canonical_int, parse_canonical_int
 from engine.topic import parse_partition
-from logfs.namespace import parse_timestamp
+from logfs.names import parse_timestamp
 
 
 @given(st.integers(min_value=0, max_value=LONG_MAX))

@@ -14,25 +14,14 @@ import errno
 import pytest
 
 from engine.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from engine.files import offset_from_file_name, parse_segment_file_name
 from engine.topic import TopicPartition
 from logfs.errors import MalformedNameError, NoSuchNameError, shown
 from logfs.namespace import Namespace
-from logfs.stats import MountStats
-from tests.helpers import started_manager
+from tests.helpers import namespace, namespace_manager  # noqa: F401  (the ns and manager fixtures)
 
 TP = TopicPartition("t", 0)
-
-
-@pytest.fixture
-def manager(tmp_path):
-    m = started_manager(str(tmp_path / "data"), partitions=2)
-    yield m
-    m.shutdown()
-
-
-@pytest.fixture
-def ns(manager) -> Namespace:
-    return Namespace(manager, MountStats())
+NAMESPACE_PARTITIONS = 2
 
 
 def walk(ns: Namespace, path: str):
@@ -113,3 +102,24 @@ def test_shown_quotes_and_shortens_long_names():
     assert shown("abc") == "'abc'"
     long = "x" * 100
     assert shown(long) == f"{'x' * 80!r}... (100 characters)"
+
+
+@pytest.mark.parametrize("name", ["0.log", "0000000000000000000.log", "000000000000000000000.log",
+                                  "00000000000000000000.log.deleted", "00000000000000000000.swap",
+                                  "\u0660" * 20 + ".log", "00000000000000000000.txnindex", "x.log"])
+def test_segments_dir_names_only_the_20_digit_files_it_lists(ns, name):
+    # one path, one file: 0.log is not another name of 00000000000000000000.log
+    with pytest.raises(NoSuchNameError):
+        walk(ns, f"t/0/segments/{name}")
+    assert walk(ns, "t/0/segments/00000000000000000000.index").describe() == "t/0/segments/00000000000000000000.index"
+
+
+def test_parse_segment_file_name_is_the_one_reading_of_segment_names():
+    assert parse_segment_file_name("00000000000000000042.index.swap") == (42, ".index.swap")
+    assert parse_segment_file_name("/data/t-0/00000000000000000007.log") == (7, ".log")
+    assert parse_segment_file_name("42.log") == (42, ".log")               # Kafka reads any digit count
+    assert parse_segment_file_name("leader-epoch-checkpoint") is None
+    assert parse_segment_file_name("\u0664\u0662.log") is None           # ASCII digits only
+    assert parse_segment_file_name(".log") is None
+    with pytest.raises(ValueError):
+        offset_from_file_name("partition.metadata")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from engine.errors import LogfsError
-from engine.offset_map import BYTES_PER_ENTRY, OffsetMap, OffsetMapFullError
+from engine.cleaner.offset_map import BYTES_PER_ENTRY, OffsetMap, OffsetMapFullError
 
 
 def test_slots_and_capacity_follow_memory_and_load_factor():

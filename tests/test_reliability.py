@@ -18,6 +18,7 @@ import pytest
 from tests.helpers import wait_for
 
 from tests.conftest import LOGFS, Mount, kafka_records
+from tests.kafka_broker import require_kafka_marker
 
 pytestmark = pytest.mark.mount
 
@@ -152,6 +153,7 @@ public class Locker {
 """
 
 
+@pytest.mark.kafka
 def test_logfs_and_a_kafka_broker_exclude_each_other(tmp_path):
     """Java's FileChannel.tryLock (a broker's lock) and the mount's lock conflict, both ways."""
     source = tmp_path / "Locker.java"
@@ -160,6 +162,7 @@ def test_logfs_and_a_kafka_broker_exclude_each_other(tmp_path):
     data.mkdir()
 
     def java_lock() -> subprocess.Popen:
+        require_kafka_marker("Java's FileChannel.tryLock")
         return subprocess.Popen(["java", str(source), str(data / ".lock")], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE)
 

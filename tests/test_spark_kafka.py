@@ -29,7 +29,7 @@ from tests.kafka_broker import java_command
 from tests.helpers import wait_for
 from tests.test_to_kafka import _append, _logfs
 
-pytestmark = [pytest.mark.mount, pytest.mark.spark]
+pytestmark = [pytest.mark.mount, pytest.mark.spark, pytest.mark.kafka]
 
 MOUNT_OPTIONS = {"num.partitions": "1", "log.initial.task.delay.ms": "0"}
 ROUNDS = 6

@@ -164,6 +164,7 @@ def _write_data(mount: Mount) -> None:
     (mount / "deleted/0/delete").write_bytes(b"before 37\n")
 
 
+@pytest.mark.kafka
 def test_a_logfs_data_dir_is_served_by_kafka_after_the_procedure(kafka_broker, logfs_mount, tmp_path):
     mount = logfs_mount(MOUNT_OPTIONS)
     _write_data(mount)

@@ -16,7 +16,7 @@ import pytest
 from tests.kafka_broker import java_command
 from tests.test_to_kafka import _append, _logfs
 
-pytestmark = pytest.mark.mount
+pytestmark = [pytest.mark.mount, pytest.mark.kafka]
 
 
 def test_group_commits_made_in_logfs_are_what_a_kafka_consumer_gets(kafka_broker, logfs_mount, tmp_path):

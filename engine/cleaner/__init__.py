@@ -3,7 +3,7 @@
 A compacted log is split at its *first dirty offset* into a clean tail, cleaned
 before, and a dirty head.  One round of cleaning:
 
-1. builds an :class:`~engine.offset_map.OffsetMap` of key -> latest offset over
+1. builds an :class:`~engine.cleaner.offset_map.OffsetMap` of key -> latest offset over
    the dirty section, from the first dirty offset up to the first uncleanable
    offset, or only as far as the map has room for (the rest stays dirty);
 2. groups every segment below the end of the mapped range, clean and dirty,
@@ -61,9 +61,8 @@ returns None.
 The package is cut along Kafka's classes: ``cleaner`` (Cleaner, the copy
 through a record filter, and the transaction bookkeeping it needs),
 ``log_cleaner`` (LogCleaner: workers, scheduling, metrics), ``throttler``
-(Throttler, GilYield) and ``stats`` (CleanerStats, CleanerTotals).  The
-LogCleanerManager (engine.cleaner_manager) and the OffsetMap
-(engine.offset_map) stay beside it.
+(Throttler, GilYield), ``stats`` (CleanerStats, CleanerTotals),
+``cleaner_manager`` (LogCleanerManager) and ``offset_map`` (SkimpyOffsetMap).
 """
 
 from engine.cleaner.cleaner import AbortedTransactions, CleanedTransactions, Cleaner, LogCleaningError

@@ -17,14 +17,14 @@ from collections.abc import Callable, Iterable, Sequence
 
 from engine.cleaner.stats import CleanerStats
 from engine.cleaner.throttler import GilYield, Throttler
-from engine.cleaner_manager import LogToClean, log_segments
+from engine.cleaner.cleaner_manager import LogToClean, log_segments
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import CorruptRecordError, LogfsError
-from engine.offset_map import OffsetMap
+from engine.cleaner.offset_map import OffsetMap
 from engine.records import (LOG_OVERHEAD, BatchHeader, Record, decode_batch, decode_key_columns, iter_batches,
                             read_header, rebuild_batch, validate_batch)
-from engine.segment import CLEANED_FILE_SUFFIX, LogSegment, log_file_path, offset_index_file_path, \
-    time_index_file_path
+from engine.files import CLEANED_FILE_SUFFIX, log_file_path, offset_index_file_path, time_index_file_path
+from engine.segment import LogSegment
 from engine.topic import TopicPartition
 from engine.transactions import AbortedTxn, TransactionState
 

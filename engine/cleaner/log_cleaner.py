@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable, Sequence
 from engine.cleaner.cleaner import _INT32_MAX, Cleaner
 from engine.cleaner.stats import CleanerStats, CleanerTotals, mb, run_dict
 from engine.cleaner.throttler import Throttler
-from engine.cleaner_manager import LastCleaning, LogCleanerManager, LogCleaningAbortedError, LogToClean
+from engine.cleaner.cleaner_manager import LastCleaning, LogCleanerManager, LogCleaningAbortedError, LogToClean
 from engine.clock import SYSTEM_CLOCK, Clock
-from engine.offset_map import OffsetMap
+from engine.cleaner.offset_map import OffsetMap
 from engine.topic import TopicPartition
 
 if TYPE_CHECKING:   # pragma: no cover
