@@ -18,7 +18,7 @@ from engine.errors import (
 )
 from engine.numbers import parse_canonical_int
 from engine.topic import TopicPartition
-from logfs.appender import LineAppender
+from logfs.appender import JSON_LINES, TEXT_LINES, AppendHandle, LineFormat
 from logfs.errors import shown
 from logfs.handles import BytesHandle, Handle, LineCommandHandle
 from logfs.nodes import FileNode, GeneratedFile, RW_MODE, WRITE_ONLY_MODE
@@ -245,19 +245,23 @@ class PartitionDeleteFile(_MarkerFile):
 class AppendTargetFile(FileNode):
     """A file appended to: of a partition (``partition``) or of a topic (``partition`` None).
 
-    ``append`` here and ``append.jsonl`` (logfs.jsonl_append) differ only in the
-    handle an opening gets (:meth:`handle`).
+    ``append`` and ``append.jsonl`` differ only in the :class:`~logfs.appender.LineFormat`
+    their openings' :class:`~logfs.appender.AppendHandle` parses lines with.
     """
 
     writable = True
     mode = RW_MODE
-    #: the file's name in its directory
-    name = ""
+    #: how the lines written become records; its ``file_name`` is the file's name
+    format: LineFormat
 
     def __init__(self, ns: Namespace, topic: str, partition: int | None) -> None:
         super().__init__(ns)
         self.topic = topic
         self.partition = partition
+
+    @property
+    def name(self) -> str:
+        return self.format.file_name
 
     @property
     def key(self) -> tuple:
@@ -275,20 +279,27 @@ class AppendTargetFile(FileNode):
             self.ns.require_topic(self.topic)
         else:
             self.ns.log(TopicPartition(self.topic, self.partition))
-        return self.handle()
-
-    def handle(self) -> Handle:
-        raise NotImplementedError
+        return AppendHandle(self.ns.manager, self.topic, self.partition, self.format,
+                            self.ns.router(self.topic), self.ns.stats)
 
 
 class AppendFile(AppendTargetFile):
-    """``append``: one record per line (logfs.appender)."""
+    """``append``: one record per line, as kafka-console-producer reads them (``engine.text_in``)."""
 
-    name = "append"
+    format = TEXT_LINES
 
-    def handle(self) -> Handle:
-        return LineAppender(self.ns.manager, self.topic, self.partition,  # type: ignore[return-value]
-                            self.ns.router(self.topic), self.ns.stats)
+
+class JsonlAppendFile(AppendTargetFile):
+    """``append.jsonl``: the JSON lines ``records.jsonl`` gives out (``engine.jsonl_in``).
+
+    ``MOUNT/<topic>/<p>/append.jsonl`` appends to partition ``p``;
+    ``MOUNT/<topic>/append.jsonl`` routes a line with a ``partition`` member to
+    that partition (an explicit partition wins over the partitioner, as in a
+    ``ProducerRecord``), so ``cat a/*/records.jsonl >> b/append.jsonl`` keeps
+    the partitioning; strip it (``jq -c 'del(.partition)'``) to re-partition by key.
+    """
+
+    format = JSON_LINES
 
 
 def _props_text(props: dict[str, str]) -> bytes:

@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 __all__ = ["install", "coordinator", "topic_entry", "partition_entry", "TOPIC_NAMES", "PARTITION_NAMES",
            "GroupsDir", "GroupFile", "ConsumeDir", "ConsumeFile", "GroupBusyError"]
 
-#: names this module (and logfs.jsonl_append) add to a topic directory and a partition directory
+#: names this module (and logfs.control's JsonlAppendFile) add to a topic directory and a partition directory
 TOPIC_NAMES = ["append.jsonl", "groups"]
 PARTITION_NAMES = ["append.jsonl", "consume"]
 
@@ -91,7 +91,7 @@ def topic_entry(ns: Namespace, topic: str, name: str) -> Node | None:
     if name == "groups":
         return ns.stable(GroupsDir, topic)
     if name == "append.jsonl":
-        from logfs.jsonl_append import JsonlAppendFile
+        from logfs.control import JsonlAppendFile
         return ns.stable(JsonlAppendFile, topic, None)
     return None
 
@@ -101,7 +101,7 @@ def partition_entry(ns: Namespace, tp: TopicPartition, name: str) -> Node | None
     if name == "consume":
         return ns.stable(ConsumeDir, tp)
     if name == "append.jsonl":
-        from logfs.jsonl_append import JsonlAppendFile
+        from logfs.control import JsonlAppendFile
         return ns.stable(JsonlAppendFile, tp.topic, tp.partition)
     return None
 
