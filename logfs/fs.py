@@ -47,7 +47,7 @@ import trio
 
 from engine.errors import LogfsError, OffsetOutOfRangeError, ReadOnlyError
 from logfs.dirs import RootDir, TopicDir
-from logfs.errors import AccessDeniedError, MalformedNameError, NotPermittedError
+from logfs.errors import AccessDeniedError, MalformedNameError, NotPermittedError, RetryAfterRelease
 from logfs.handles import Handle
 from logfs.namespace import Namespace
 from logfs.nodes import Directory, FileNode, Node
@@ -60,6 +60,10 @@ __all__ = ["LogfsOperations"]
 #: from it, and 1 MiB is the largest request FUSE sends (256 pages), so a
 #: ``cat`` into ``append`` writes one 1 MiB batch per syscall instead of 128 KiB.
 BLOCK_SIZE = 1 << 20
+
+#: how long an open waits for a release on its way (``RetryAfterRelease``), and how often it looks
+_RELEASE_WAIT_S = 2.0
+_RELEASE_POLL_S = 0.002
 
 # errnos that are part of normal operation (shells probe names, tools test for files)
 _QUIET_ERRNOS = frozenset({errno.ENOENT, errno.ESTALE})
@@ -405,7 +409,17 @@ class LogfsOperations(pyfuse3.Operations):
         write = (flags & os.O_ACCMODE) != os.O_RDONLY
         if write:
             self._check_writable(f"open {describe(node)} for writing")
-        handle = node.open(write)
+        deadline = trio.current_time() + _RELEASE_WAIT_S
+        while True:
+            try:
+                handle = node.open(write)
+                break
+            except RetryAfterRelease:
+                # the holder's last close() returned; its release is queued behind this open
+                if trio.current_time() >= deadline:
+                    raise
+                await trio.sleep(_RELEASE_POLL_S)
+        handle.opened(flags)
         fh = self._next_fh
         self._next_fh += 1
         self._handles[fh] = (inode, handle)
