@@ -7,10 +7,11 @@ before anything applies, and hands the result to the engine.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import TYPE_CHECKING
 
-from engine.config import validate_topic_overrides
+from engine.config import TOPIC_CONFIG_KEYS, validate_topic_overrides
 from engine.errors import (
     InvalidConfigError,
     InvalidRequestError,
@@ -44,6 +45,12 @@ class ConfigEditHandle(Handle):
     with EINVAL on a bad one, after which nothing written through this opening
     is applied and its further writes fail too.  At close (flush) the collected
     overrides are applied at once, all or nothing (``alter_topic_config``).
+
+    Opened with ``O_TRUNC`` (``>``, an editor saving the file) the text written
+    is the whole set of overrides: one the text does not name is removed, as
+    ``kafka-configs --alter`` with the full list would.  Opened without it
+    (``>>``) the lines are added to the overrides.  The defaults the file shows
+    as ``#name=value`` comments stay defaults when the file is written back.
     """
 
     blocking = True
@@ -54,7 +61,11 @@ class ConfigEditHandle(Handle):
         self._partial = b""
         self._updates: dict[str, str | None] = {}
         self._refused: str | None = None
+        self._replace = False        # O_TRUNC: the text is the whole set of overrides
         self._lock = threading.Lock()
+
+    def opened(self, flags: int) -> None:
+        self._replace = bool(flags & os.O_TRUNC)
 
     def read(self, offset: int, size: int) -> bytes:
         return self._content[offset:offset + size]
@@ -91,6 +102,10 @@ class ConfigEditHandle(Handle):
             if rest:
                 self._take([rest])
             updates, self._updates = self._updates, {}
+            if self._replace:
+                self._replace = False        # a later close of the same opening adds what was written since
+                removed = {name: None for name in self._node.overrides() if name not in updates}
+                updates = {**removed, **updates}
             if updates:
                 self._node.apply(updates)
 
@@ -108,7 +123,13 @@ class BrokerConfigFile(GeneratedFile):
 
 
 class TopicConfigFile(GeneratedFile):
-    """Effective topic configuration; writing ``name=value`` lines alters overrides."""
+    """Effective topic configuration; writing ``name=value`` lines alters overrides.
+
+    Read, it is the overrides as ``name=value`` lines, then every other name
+    as a ``#name=value`` comment showing its default (``kafka-configs
+    --describe`` and ``--describe --all`` in one file), so a saved editor
+    buffer keeps what is an override (see :class:`ConfigEditHandle`).
+    """
 
     writable = True
     mode = RW_MODE
@@ -126,7 +147,17 @@ class TopicConfigFile(GeneratedFile):
 
     def render(self) -> bytes:
         self.ns.require_topic(self.topic)
-        return _props_text(self.ns.manager.topic_config(self.topic).to_props())
+        props = self.ns.manager.topic_config(self.topic).to_props()
+        overrides = self.overrides()
+        out = [f"# Overrides of topic {self.topic}: a write with > replaces them, >> adds to them, "
+               "and name= removes one\n"]
+        out += [f"{k}={v}\n" for k, v in sorted(props.items()) if k in overrides]
+        out.append("# Defaults (remove the # and change the value to override one)\n")
+        out += [f"#{k}={v}\n" for k, v in sorted(props.items()) if k not in overrides]
+        return "".join(out).encode()
+
+    def overrides(self) -> dict[str, str]:
+        return self.ns.manager.topic_overrides(self.topic)
 
     def open(self, write: bool) -> Handle:
         if not write:
@@ -135,18 +166,27 @@ class TopicConfigFile(GeneratedFile):
         return ConfigEditHandle(self, self.render())
 
     def parse_lines(self, lines: list[bytes]) -> dict[str, str | None]:
-        """``name=value`` lines -> overrides (``name=`` removes one); blank and ``#`` lines skipped."""
+        """``name=value`` lines -> overrides (``name=`` removes one); blank and ``#`` lines skipped.
+
+        Values are trimmed, except those of names whose value may be any string
+        (``key.separator``, ``null.marker``): they are the bytes after the
+        ``=`` up to the end of the line (a ``\\r`` of a CRLF file aside), so
+        ``key.separator= `` is a space.
+        """
         updates: dict[str, str | None] = {}
         for raw in lines:
-            line = raw.decode("utf-8", "replace").strip()
+            text = raw.decode("utf-8", "replace").removesuffix("\r")
+            line = text.strip()
             if not line or line.startswith("#"):
                 continue
-            name, sep, value = line.partition("=")
+            name, sep, value = text.lstrip().partition("=")
             name = name.strip()
             if not sep or not name:
                 raise InvalidConfigError(
                     f"Invalid config line {shown(line)} for topic {self.topic}: expected name=value")
-            value = value.strip()
+            key = TOPIC_CONFIG_KEYS.get(name)
+            if key is None or key.trim:
+                value = value.strip()
             updates[name] = value if value else None
         return updates
 
