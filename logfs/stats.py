@@ -14,6 +14,7 @@ plus ``logfs_cleaner_*`` counters summed over every clean.
 from __future__ import annotations
 
 import threading
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -149,6 +150,8 @@ def stats_json(manager: LogManager, stats: MountStats) -> bytes:
                 tp = lg.topic_partition
                 topics[tp.topic]["partitions"][str(tp.partition)]["cleaner_position"] = positions.get(tp)
     doc = {
+        "pid": os.getpid(),          # the serving process: `logfs umount` waits for it to finish its shutdown
+        "read_only": manager.read_only,
         "log_dirs": list(manager.log_dirs),
         "uptime_ms": now - stats.started_ms,
         "loaded_logs": getattr(manager, "loaded_logs", None),

@@ -7,9 +7,13 @@ Each test drives the mount with the tools a user would (bash redirections,
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 
+import pytest
 
-from tests.conftest import Mount
+from tests.conftest import LOGFS, Mount
 
 
 def overrides(mount: Mount, topic: str = "t") -> list[str]:
@@ -40,3 +44,33 @@ def test_config_written_back_keeps_what_is_an_override(mount, tmp_path):
     mount.sh("vim -es -c 'g/^segment.ms=/s/60000/120000/' -c wq t/config")    # an editor's save
     assert overrides(mount) == ["segment.ms=120000"]
     assert "#retention.ms=604800000\n" in (mount / "t/config").read_text()    # a default again
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM, signal.SIGINT], ids=["HUP", "TERM", "INT"])
+def test_a_stop_signal_shuts_the_mount_down_cleanly(logfs_mount, signum):
+    """A closed terminal or an ssh drop (SIGHUP) stops the mount as a broker stops: cleanly, with a log line."""
+    mount = logfs_mount()
+    mount.sh("mkdir t && seq 1 5 > t/0/append")
+    assert mount.proc is not None
+    mount.proc.send_signal(signum)
+    assert mount.proc.wait(timeout=60) == 0
+    mount.proc = None
+    name = signal.Signals(signum).name
+    assert f"Received {name}: unmounting" in mount.log()
+    assert (mount.data / ".kafka_cleanshutdown").exists()
+    assert not os.path.ismount(mount.path)                          # no "Transport endpoint is not connected"
+    mount.start()
+    assert "since clean shutdown file was found" in mount.log()      # no recovery
+    assert mount.sh("cat t/0/records").stdout == b"1\n2\n3\n4\n5\n"
+
+
+@pytest.mark.mount_options({"num.partitions": "60"})
+def test_umount_returns_once_the_clean_shutdown_is_done(mount):
+    """The README's "Moving to Kafka" runs `to-kafka plan` right after `logfs umount`: the marker must be there."""
+    mount.sh("for t in a b c d; do mkdir $t && seq 1 100 > $t/append; done")       # 240 partitions
+    result = subprocess.run([str(LOGFS), "umount", str(mount.path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert mount.proc is not None and mount.proc.poll() == 0          # the serving process has exited
+    mount.proc = None
+    assert (mount.data / ".kafka_cleanshutdown").exists()
+    assert "Shutdown completed" in mount.log()
