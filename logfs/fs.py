@@ -15,6 +15,8 @@ onto FUSE:
   ``FUSEError(exc.errno)`` and one log line naming the cause (SPEC.md section
   7), the same refusal repeated within a minute (a tool polling a bad name)
   logged once;
+* editors' and tools' temporary files next to ``config`` and ``append``
+  (``logfs.tempfiles``): created, renamed over those files, removed;
 * ``rm -r`` of a topic: a process that listed a topic's directories may unlink
   and rmdir what is inside without effect, so its final rmdir of the topic
   directory deletes the topic as ``rmdir`` alone does (see ``_RecursiveRemovals``).
@@ -51,6 +53,7 @@ from logfs.errors import AccessDeniedError, MalformedNameError, NotPermittedErro
 from logfs.handles import Handle
 from logfs.namespace import Namespace
 from logfs.nodes import Directory, FileNode, Node
+from logfs.tempfiles import TempFile, TempFiles
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +215,7 @@ class LogfsOperations(pyfuse3.Operations):
         self._uid = os.getuid()
         self._gid = os.getgid()
         self._removals = _RecursiveRemovals()
+        self._temps = TempFiles(namespace)     # editors' and tools' temporary files (logfs.tempfiles)
 
     # ------------------------------------------------------------------ inode table
 
@@ -306,7 +310,9 @@ class LogfsOperations(pyfuse3.Operations):
         parent = self._node(parent_inode)
         if not isinstance(parent, Directory):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
-        return self._entry(parent.lookup(os.fsdecode(name)))
+        decoded = os.fsdecode(name)
+        temp = self._temps.get(parent, decoded)
+        return self._entry(temp if temp is not None else parent.lookup(decoded))
 
     async def forget(self, inode_list) -> None:
         for ino, nlookup in inode_list:
@@ -319,7 +325,18 @@ class LogfsOperations(pyfuse3.Operations):
     @_translating
     async def setattr(self, inode: int, attr, fields, fh, ctx) -> pyfuse3.EntryAttributes:
         node = self._node(inode)
-        if fields.update_mode or fields.update_uid or fields.update_gid:
+        if isinstance(node, TempFile):
+            self._check_writable(f"change the attributes of {describe(node)}")
+            if fields.update_size:
+                node.truncate(attr.st_size)
+            if fields.update_mode:
+                node.mode = stat.S_IMODE(attr.st_mode)
+            return self._attr(inode, node)      # owners and times are not kept (a temporary file)
+        # an editor restores the mode and owner a file had after writing it: the same values are accepted
+        changes = ((fields.update_mode and stat.S_IMODE(attr.st_mode) != node.mode)
+                   or (fields.update_uid and attr.st_uid != self._uid)
+                   or (fields.update_gid and attr.st_gid != self._gid))
+        if changes:
             self._check_writable(f"change the attributes of {describe(node)}")
             raise NotPermittedError("Modes and owners of the mount are fixed")
         if fields.update_size:
@@ -358,12 +375,15 @@ class LogfsOperations(pyfuse3.Operations):
 
     async def _fixed(self, *args) -> NoReturn:
         self._check_writable("create, remove, link or rename files")
-        raise NotPermittedError("The namespace is fixed: files cannot be created, removed, linked or renamed")
+        raise NotPermittedError("The namespace is fixed: files cannot be created, removed, linked or renamed "
+                                "(except temporary files next to config and append)")
 
     @_translating
     async def unlink(self, parent_inode, name, ctx) -> None:
         self._check_writable(f"remove {os.fsdecode(name)!r}")
         parent = self._node(parent_inode)
+        if self._temps.unlink(parent, os.fsdecode(name)):
+            return
         unlink = getattr(parent, "unlink", None)   # groups/<group> (issue 13)
         if unlink is not None:
             await trio.to_thread.run_sync(unlink, os.fsdecode(name))
@@ -376,6 +396,12 @@ class LogfsOperations(pyfuse3.Operations):
 
     @_translating
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx) -> None:
+        # only a temporary file moves: to a free name, or over config/append (logfs.tempfiles)
+        old_parent, new_parent = self._node(parent_inode_old), self._node(parent_inode_new)
+        if flags == 0 and self._temps.get(old_parent, os.fsdecode(name_old)) is not None:
+            await trio.to_thread.run_sync(self._temps.rename, old_parent, os.fsdecode(name_old),
+                                          new_parent, os.fsdecode(name_new))
+            return
         await self._fixed()
 
     @_translating
@@ -393,9 +419,12 @@ class LogfsOperations(pyfuse3.Operations):
     @_translating
     async def create(self, parent_inode, name, mode, flags, ctx):
         self._check_writable()
-        create = getattr(self._node(parent_inode), "create", None)   # groups/<new group> (issue 13)
+        parent = self._node(parent_inode)
+        create = getattr(parent, "create", None)   # groups/<new group> (issue 13)
         if create is None:
-            await self._fixed()
+            if not self._temps.takes(parent):
+                await self._fixed()
+            create = functools.partial(self._temps.create, parent)   # an editor's or a tool's temporary file
         attr = self._entry(create(os.fsdecode(name)))
         return await self.open(attr.st_ino, flags, ctx), attr
 
@@ -485,7 +514,7 @@ class LogfsOperations(pyfuse3.Operations):
         fh = self._next_fh
         self._next_fh += 1
         # Names are snapshotted at opendir so start_id indexes a stable list.
-        self._dir_handles[fh] = _DirHandle(inode, [".", ".."] + node.names())
+        self._dir_handles[fh] = _DirHandle(inode, [".", ".."] + node.names() + self._temps.names(node))
         return fh
 
     @_translating
@@ -502,7 +531,7 @@ class LogfsOperations(pyfuse3.Operations):
                     return
                 continue
             try:
-                node = parent.lookup(name)   # type: ignore[attr-defined]
+                node = self._temps.get(parent, name) or parent.lookup(name)   # type: ignore[attr-defined]
             except LogfsError:
                 continue   # vanished since opendir (deleted topic, retained segment)
             ino = self._remember(node)

@@ -74,3 +74,32 @@ def test_umount_returns_once_the_clean_shutdown_is_done(mount):
     mount.proc = None
     assert (mount.data / ".kafka_cleanshutdown").exists()
     assert "Shutdown completed" in mount.log()
+
+
+def test_sed_i_rsync_and_vim_write_through_temporary_files(mount, tmp_path):
+    """Tools that write a temporary file and rename it over the target: config takes it whole, append appends."""
+    mount.sh("mkdir t && echo retention.ms=3600000 > t/config")
+    mount.sh("sed -i 's/^retention.ms=3600000$/retention.ms=7200000/' t/config")
+    assert overrides(mount) == ["retention.ms=7200000"]
+    source = tmp_path / "lines"
+    source.write_bytes(b"one\ntwo\nthree\n")
+    mount.sh(f"rsync {source} t/0/append")
+    mount.sh(f"rsync {source} t/0/append")                            # again: appended again, not replaced
+    assert mount.sh("cat t/0/records").stdout == b"one\ntwo\nthree\n" * 2
+    before_vim = len(mount.log())
+    result = mount.sh("vim -N -u NONE -i NONE -es -c 'set swapfile' -c 'g/^retention.ms=/s/7200000/60000/' "
+                      "-c wq t/config", check=False)
+    assert result.returncode == 0, result.stderr
+    assert overrides(mount) == ["retention.ms=60000"]
+    assert "EPERM" not in mount.log()[before_vim:]                    # swap, probe and backup files all worked
+    assert mount.sh("ls -a t | sort").stdout.split() == sorted(
+        [b".", b"..", b"0", b"append", b"append.jsonl", b"config", b"delete", b"groups"])    # nothing left over
+    assert not list(mount.data.glob("t-0/*sed*")) and not list(mount.data.glob("**/.append.*"))
+    # a bad config line fails the rename and applies nothing; the temporary file stays for the user to fix
+    result = mount.sh("sed -i 's/^retention.ms=.*/retention.ms=soon/' t/config", check=False)
+    assert result.returncode != 0
+    assert overrides(mount) == ["retention.ms=60000"]
+    # the rest of the namespace stays fixed
+    for command in ("mv t/config t/config.old", "touch t/0/segments/x", "touch new-file", "mv t/0/records t/r"):
+        result = mount.sh(command, check=False)
+        assert result.returncode != 0 and b"Operation not permitted" in result.stderr, command
