@@ -244,6 +244,7 @@ def _startup_summary_first():
         root.removeHandler(handler)
     root.addHandler(held)
     summary_line: list[str] = []
+    started = time.time()
 
     def summary(line: str) -> None:
         summary_line.append(line)
@@ -255,7 +256,11 @@ def _startup_summary_first():
         for handler in targets:
             root.addHandler(handler)
         if summary_line:
-            log.info("%s", summary_line[0])
+            # stamped when the load started, so the log's timestamps stay in order: the summary first
+            record = log.makeRecord(log.name, logging.INFO, __file__, 0, "%s", (summary_line[0],), None)
+            record.created = started
+            record.msecs = (started - int(started)) * 1000
+            log.handle(record)
         held.flush()
         held.close()
 

@@ -125,7 +125,8 @@ def _check_unlocked(log_dir: str, owner: str, stack: ExitStack) -> None:
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        raise MigrationError(f"{log_dir} is locked by a running process: stop the {owner} first") from None
+        raise MigrationError(f"{log_dir} is in use (its {LOCK_FILE} is locked by a running process): "
+                             f"stop the {owner} first") from None
 
 
 def inspect(data_dirs: Sequence[str]) -> DataDirState:
@@ -141,6 +142,8 @@ def inspect(data_dirs: Sequence[str]) -> DataDirState:
     for d in dirs:
         if not os.path.isdir(d):
             raise MigrationError(f"{d} is not a directory")
+        with ExitStack() as stack:     # a live mount removed the marker at its start: say what is wrong
+            _check_unlocked(d, "logfs mount (`logfs umount MOUNTPOINT`) or Kafka broker using it", stack)
         if not os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_FILE)):
             raise MigrationError(f"{d} was not shut down cleanly (no {CLEAN_SHUTDOWN_FILE}): mount it with "
                                  f"`logfs mount` and unmount it, so that it is recovered and checkpointed, first")

@@ -103,3 +103,24 @@ def test_sed_i_rsync_and_vim_write_through_temporary_files(mount, tmp_path):
     for command in ("mv t/config t/config.old", "touch t/0/segments/x", "touch new-file", "mv t/0/records t/r"):
         result = mount.sh(command, check=False)
         assert result.returncode != 0 and b"Operation not permitted" in result.stderr, command
+
+
+def test_to_kafka_plan_on_a_live_mount_says_it_is_mounted(mount):
+    mount.sh("mkdir t && echo x > t/0/append")
+    result = subprocess.run([str(LOGFS), "to-kafka", "plan", str(mount.data)], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode != 0
+    assert "is in use" in result.stderr and "logfs umount" in result.stderr, result.stderr
+    assert "not shut down cleanly" not in result.stderr
+
+
+def test_the_startup_summary_comes_first_and_the_timestamps_stay_in_order(logfs_mount):
+    mount = logfs_mount()
+    mount.sh("mkdir t u")
+    mount.stop()
+    mount.start()                                   # loads two logs: their lines follow the summary
+    lines = [line for line in mount.log().splitlines() if line.startswith("[")]
+    second_start = max(i for i, line in enumerate(lines) if " loaded " in line and "INFO logfs " in line)
+    assert " loaded 2 logs from " in lines[second_start]
+    stamps = [line[1:24] for line in lines[second_start:second_start + 6]]
+    assert stamps == sorted(stamps), lines[second_start:second_start + 6]

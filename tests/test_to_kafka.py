@@ -226,9 +226,9 @@ def test_adopt_refuses_what_it_cannot_carry_over_and_changes_nothing(logfs_mount
     broker_dir = tmp_path / "broker-logs"
     broker_dir.mkdir()
 
-    # A data dir that is still mounted has no clean-shutdown marker.
+    # A data dir that is still mounted: said so (its clean-shutdown marker is gone too, but that is not the cause).
     result = _logfs("to-kafka", "adopt", str(mount.data), "--broker-log-dir", str(broker_dir), check=False)
-    assert result.returncode == 1 and b"was not shut down cleanly" in result.stderr
+    assert result.returncode == 1 and b"is in use" in result.stderr and b"logfs umount" in result.stderr
     assert mount.stop() == 0
     before = {p: p.read_bytes() for p in mount.data.rglob("*") if p.is_file()}
     plan = json.loads(_logfs("to-kafka", "plan", "--json", "--node-id", "3", str(mount.data)).stdout)
