@@ -199,14 +199,24 @@ def plan_script(state: DataDirState, *, node_id: int, bootstrap_server: str,
              f"# Every partition is assigned to node.id {node_id}, the broker that will serve the data;",
              "# add replicas later with kafka-reassign-partitions.sh.",
              "set -e"]
-    for topic in state.topics.values():
+    # the group commits first: a broker that has hosted a consumer group has the topic already, and
+    # then the script stops before creating anything, saying why
+    ordered = sorted(state.topics.values(), key=lambda topic: topic.name != GROUP_METADATA_TOPIC)
+    for topic in ordered:
         for note in topic.notes:
             lines.append(f"# {topic.name}: {note}")
         cmd = [*shlex.split(kafka_topics), "--bootstrap-server", bootstrap_server, "--create", "--topic", topic.name,
                "--replica-assignment", ",".join([str(node_id)] * topic.partitions)]
         for name, value in topic.configs.items():
             cmd += ["--config", f"{name}={value}"]
-        lines.append(" ".join(shlex.quote(part) for part in cmd))
+        line = " ".join(shlex.quote(part) for part in cmd)
+        if topic.name == GROUP_METADATA_TOPIC:
+            message = ("create-topics.sh: the broker could not create __consumer_offsets; if it exists, the broker "
+                       "has hosted consumer groups and cannot take logfs's commits: use a broker that never did, or "
+                       "remove the __consumer_offsets-* directories from the logfs data dir (the groups' commits are "
+                       "left behind) and run to-kafka plan again")
+            line += f" || {{ echo {shlex.quote(message)} >&2; exit 1; }}"
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 

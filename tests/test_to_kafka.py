@@ -245,3 +245,21 @@ def test_adopt_refuses_what_it_cannot_carry_over_and_changes_nothing(logfs_mount
     assert result.returncode == 1 and b"t-0 does not exist in" in result.stderr
     assert {p: p.read_bytes() for p in mount.data.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in broker_dir.iterdir()) == [".kafka_cleanshutdown", "meta.properties"]
+
+
+def test_the_plan_creates_the_group_commits_first_and_says_what_to_do_when_the_broker_has_them(tmp_path):
+    """A broker that has hosted a group has __consumer_offsets: the script stops before creating anything."""
+    from logfs.to_kafka import DataDirState, TopicState, plan_script
+
+    state = DataDirState({"A": TopicState("A", 1), "__consumer_offsets": TopicState("__consumer_offsets", 2),
+                          "b": TopicState("b", 1)}, [])
+    fake = tmp_path / "kafka-topics"
+    fake.write_text("#!/bin/sh\necho \"$@\" >> \"$(dirname \"$0\")/calls\"\n"
+                    "case \"$*\" in *__consumer_offsets*) exit 1;; esac\n")
+    fake.chmod(0o755)
+    script = tmp_path / "create-topics.sh"
+    script.write_text(plan_script(state, node_id=1, bootstrap_server="localhost:9092", kafka_topics=str(fake)))
+    result = subprocess.run(["sh", str(script)], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "remove the __consumer_offsets-* directories" in result.stderr
+    assert (tmp_path / "calls").read_text().count("--create") == 1      # nothing else was created
