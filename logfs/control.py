@@ -22,7 +22,7 @@ from engine.topic import TopicPartition
 from logfs.appender import JSON_LINES, TEXT_LINES, AppendHandle, LineFormat
 from logfs.errors import shown
 from logfs.handles import BytesHandle, Handle, LineCommandHandle
-from logfs.nodes import FileNode, GeneratedFile, RW_MODE, WRITE_ONLY_MODE
+from logfs.nodes import STABLE_TIMEOUT_S, FileNode, GeneratedFile, RW_MODE, WRITE_ONLY_MODE
 
 if TYPE_CHECKING:  # pragma: no cover
     from logfs.namespace import Namespace
@@ -133,6 +133,7 @@ class TopicConfigFile(GeneratedFile):
 
     writable = True
     mode = RW_MODE
+    entry_timeout = STABLE_TIMEOUT_S       # the name is stable; the size changes with the overrides
 
     def __init__(self, ns: Namespace, topic: str) -> None:
         super().__init__(ns)
@@ -203,6 +204,7 @@ class _MarkerFile(FileNode):
 
     writable = True
     mode = WRITE_ONLY_MODE
+    entry_timeout = attr_timeout = STABLE_TIMEOUT_S
 
     def open(self, write: bool) -> Handle:
         if write:
@@ -291,6 +293,8 @@ class AppendTargetFile(FileNode):
 
     writable = True
     mode = RW_MODE
+    #: the same inode and attributes (size 0) for as long as the topic exists
+    entry_timeout = attr_timeout = STABLE_TIMEOUT_S
     #: how the lines written become records; its ``file_name`` is the file's name
     format: LineFormat
 

@@ -14,7 +14,7 @@ from engine.views import record_at
 from logfs.control import AppendFile, BrokerConfigFile, PartitionDeleteFile, TopicConfigFile, TopicDeleteFile
 from logfs.errors import shown, MalformedNameError, NoSuchNameError, NotPermittedError
 from logfs.nodes import (
-    Directory, MetricsFile, Node, RecordFile, SegmentFile, StateFile, StatsFile, record_digest,
+    STABLE_TIMEOUT_S, Directory, MetricsFile, Node, RecordFile, SegmentFile, StateFile, StatsFile, record_digest,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,6 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover
 class RootDir(Directory):
     key = ("root",)
     topic: str | None = None
+    # its attributes never change; the kernel checks them at every path walk (default_permissions)
+    attr_timeout = STABLE_TIMEOUT_S
 
     def names(self) -> list[str]:
         return [".logfs"] + sorted(self.ns.manager.topics())
@@ -59,6 +61,7 @@ class BrokerDir(Directory):
     key = ("broker",)
     parent_key = ("root",)
     topic: str | None = None
+    entry_timeout = attr_timeout = STABLE_TIMEOUT_S
     _FILES = {"config": BrokerConfigFile, "stats.json": StatsFile, "metrics": MetricsFile}
 
     def names(self) -> list[str]:
@@ -73,6 +76,7 @@ class BrokerDir(Directory):
 
 class TopicDir(Directory):
     parent_key = ("root",)
+    entry_timeout = attr_timeout = STABLE_TIMEOUT_S     # invalidated by logfs.fs when the topic goes
 
     def __init__(self, ns: Namespace, topic: str) -> None:
         super().__init__(ns)
@@ -126,6 +130,8 @@ class TopicDir(Directory):
 
 class PartitionDir(Directory):
     """``<topic>/<p>/``: each name maps to a method making its node (add names to ``_ENTRIES``)."""
+
+    entry_timeout = attr_timeout = STABLE_TIMEOUT_S     # a partition goes only with its topic
 
     _ENTRIES = {
         "append": "_append", "records": "_records", "records.jsonl": "_records_jsonl",

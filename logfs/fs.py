@@ -35,6 +35,7 @@ goes to a worker thread with ``trio.to_thread.run_sync``.
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import functools
 import logging
@@ -63,6 +64,9 @@ __all__ = ["LogfsOperations"]
 #: from it, and 1 MiB is the largest request FUSE sends (256 pages), so a
 #: ``cat`` into ``append`` writes one 1 MiB batch per syscall instead of 128 KiB.
 BLOCK_SIZE = 1 << 20
+
+#: set while the kernel itself removes a topic's entry (rmdir): no invalidation then, it would deadlock
+_KERNEL_REMOVES: contextvars.ContextVar[bool] = contextvars.ContextVar("kernel_removes", default=False)
 
 #: how long an open waits for a release on its way (``RetryAfterRelease``), and how often it looks
 _RELEASE_WAIT_S = 2.0
@@ -216,6 +220,7 @@ class LogfsOperations(pyfuse3.Operations):
         self._gid = os.getgid()
         self._removals = _RecursiveRemovals()
         self._temps = TempFiles(namespace)     # editors' and tools' temporary files (logfs.tempfiles)
+        namespace.topic_deleted_listeners.append(self._topic_deleted)
 
     # ------------------------------------------------------------------ inode table
 
@@ -264,6 +269,21 @@ class LogfsOperations(pyfuse3.Operations):
                 log.exception("Closing %s failed", node)
         self.ns.forgotten(node)
 
+    def _topic_deleted(self, topic: str) -> None:
+        """Drop the kernel's cached entry of a deleted topic (its name is cached for STABLE_TIMEOUT_S)."""
+        if _KERNEL_REMOVES.get():
+            return
+        name = os.fsencode(topic)
+        if trio.lowlevel.in_trio_run():
+            # on the trio thread, inside a request: the notification must not wait for it
+            pyfuse3.invalidate_entry_async(pyfuse3.ROOT_INODE, name, ignore_enoent=True)
+            return
+        try:       # a worker thread (a write to <topic>/delete): done before the write returns
+            pyfuse3.invalidate_entry(pyfuse3.ROOT_INODE, name)
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:
+                log.warning("Could not drop the kernel's entry of deleted topic %s: %s", topic, exc)
+
     def inodes_known(self) -> int:
         """Inodes the kernel may still name (for tests and stats)."""
         return len(self._inodes)
@@ -272,7 +292,7 @@ class LogfsOperations(pyfuse3.Operations):
         attr = pyfuse3.EntryAttributes()
         attr.st_ino = ino
         attr.generation = 0
-        attr.entry_timeout = 0
+        attr.entry_timeout = node.entry_timeout
         attr.attr_timeout = node.attr_timeout
         if node.is_dir:
             attr.st_mode = stat.S_IFDIR | node.mode
@@ -310,6 +330,7 @@ class LogfsOperations(pyfuse3.Operations):
         parent = self._node(parent_inode)
         if not isinstance(parent, Directory):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
+        self.ns.stats.metadata_requests += 1
         decoded = os.fsdecode(name)
         temp = self._temps.get(parent, decoded)
         return self._entry(temp if temp is not None else parent.lookup(decoded))
@@ -320,6 +341,7 @@ class LogfsOperations(pyfuse3.Operations):
 
     @_translating
     async def getattr(self, inode: int, ctx: Any = None) -> pyfuse3.EntryAttributes:
+        self.ns.stats.metadata_requests += 1
         return self._attr(inode, self._node(inode))
 
     @_translating
@@ -365,7 +387,11 @@ class LogfsOperations(pyfuse3.Operations):
         decoded = os.fsdecode(name)
         pid = getattr(ctx, "pid", 0)
         if isinstance(parent, RootDir):
-            await trio.to_thread.run_sync(parent.rmdir, decoded)
+            token = _KERNEL_REMOVES.set(True)     # the kernel drops the entry it asked to remove
+            try:
+                await trio.to_thread.run_sync(parent.rmdir, decoded)
+            finally:
+                _KERNEL_REMOVES.reset(token)
             self._removals.done(pid, decoded)
             return
         topic = getattr(parent, "topic", None)

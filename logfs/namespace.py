@@ -84,6 +84,8 @@ class Namespace:
         self.views_direct_io = views_direct_io
         self.started_ns = _now_ns()
         self._routers: dict[str, TopicRouter] = {}
+        #: called with a topic's name once it is deleted (logfs.fs drops the kernel's cached entry)
+        self.topic_deleted_listeners: list[Callable[[str], None]] = []
         self._nodes: dict[tuple, Node] = {}
         self._retired: collections.OrderedDict[tuple, Node] = collections.OrderedDict()
         self.root = RootDir(self)
@@ -183,6 +185,8 @@ class Namespace:
             if _mentions_topic(key, topic):
                 self._nodes.pop(key, None)
                 self._retired.pop(key, None)
+        for listener in self.topic_deleted_listeners:
+            listener(topic)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -38,6 +38,11 @@ WRITE_ONLY_MODE = 0o200
 #: Forgotten content nodes kept so an unchanged file keeps its inode number (see Namespace.forgotten).
 RETIRED_NODES = 4096
 
+#: How long the kernel may cache a stable name and its attributes (topic and partition directories,
+#: ``append``, ``delete``; ``config``'s name): they change only when the topic is deleted, and then
+#: logfs.fs invalidates the topic's entry.  Every path walk and ``stat`` would otherwise reach the mount.
+STABLE_TIMEOUT_S = 1.0
+
 
 class Node:
     """One name of the namespace."""
@@ -48,6 +53,8 @@ class Node:
     transient = False
     #: kernel attribute cache time; 0 for files whose size changes under the reader
     attr_timeout = 0.0
+    #: kernel cache time of the name -> inode entry; 0 for names whose file may be replaced
+    entry_timeout = 0.0
     #: the inode number logfs.fs gave this node (kept across the kernel's forget)
     ino: int | None = None
 

@@ -124,3 +124,27 @@ def test_the_startup_summary_comes_first_and_the_timestamps_stay_in_order(logfs_
     assert " loaded 2 logs from " in lines[second_start]
     stamps = [line[1:24] for line in lines[second_start:second_start + 6]]
     assert stamps == sorted(stamps), lines[second_start:second_start + 6]
+
+
+def test_cached_names_of_a_deleted_topic_are_dropped_at_once(mount):
+    """The kernel caches topic and partition names (logfs.nodes.STABLE_TIMEOUT_S): a deletion drops them."""
+    script = ("mkdir t && echo a >> t/0/append && stat t t/0 t/0/append > /dev/null && "
+              "echo topic > t/delete && if test -e t || test -e t/0/append; then exit 9; fi && "
+              "mkdir t && echo b >> t/0/append && cat t/0/records")
+    assert mount.sh(script).stdout == b"b\n"                         # the new topic, not the cached old one
+    mount.sh("stat t/0 > /dev/null && rmdir t && if test -e t/0; then exit 9; fi")
+
+
+def test_stable_attributes_are_served_from_the_kernel_cache(mount):
+    """``stat`` of ``append`` does not reach the mount within the cache time (measured by its request count)."""
+    mount.sh("mkdir t")
+    os.stat(mount / "t/0/append")
+    before = _requests(mount)
+    for _ in range(50):
+        os.stat(mount / "t/0/append")
+    assert _requests(mount) - before < 10        # reading stats.json itself costs a few
+
+
+def _requests(mount: Mount) -> int:
+    """lookup and getattr requests the mount served (``.logfs/stats.json``)."""
+    return int(json.loads((mount / ".logfs/stats.json").read_bytes())["metadata_requests"])
