@@ -8,9 +8,11 @@ onto FUSE:
   returns the same node for a name while it is the same file (see
   ``logfs.namespace``), so one path is one inode; a forgotten content node
   leaves the namespace's table too, so lookups cost no memory over time;
-* attributes: entry and attribute timeouts are 0, because sizes grow with every
-  append and deleted topics must vanish at once (the kernel asks again at every
-  path walk and ``fstat``); ``st_blocks`` is what a file stores (``du``);
+* attributes: entry and attribute timeouts are the node's: 0 for files whose
+  size grows with every append (the kernel asks again at every path walk and
+  ``fstat``), ``STABLE_TIMEOUT_S`` for the stable names (directories,
+  ``append``, ``delete``), whose deletion with their topic is invalidated
+  (``_topic_deleted``); ``st_blocks`` is what a file stores (``du``);
 * errno translation: an ``engine.errors.LogfsError`` becomes
   ``FUSEError(exc.errno)`` and one log line naming the cause (SPEC.md section
   7), the same refusal repeated within a minute (a tool polling a bad name)

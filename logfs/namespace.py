@@ -121,7 +121,7 @@ class Namespace:
         """The view node of ``name``: one rendering from ``start_offset`` while nothing of it changed."""
         return self.content(
             ("view", tp, name),
-            lambda node: node.start_offset == start_offset and node.is_current(),
+            lambda node: node.same_file(start_offset),
             lambda: ViewFile(self, tp, name, target, fmt, start_offset, segment))
 
     def forgotten(self, node: Node) -> None:

@@ -88,3 +88,9 @@ def wait_for_task_runs(mount: Any, task: str, runs: int = 1, timeout: float = 30
     target = task_runs(mount, task) + runs + 1
     return wait_for(lambda: (n := task_runs(mount, task)) >= target and n,
                     f"{runs} more run(s) of {task}", timeout=timeout)
+
+
+def add_config(path: Any, text: str | bytes) -> None:
+    """``echo name=value >> <topic>/config``: add overrides (a write with ``>``/O_TRUNC replaces them all)."""
+    with open(path, "ab") as f:
+        f.write(text.encode() if isinstance(text, str) else text)

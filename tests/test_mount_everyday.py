@@ -14,6 +14,7 @@ import subprocess
 import pytest
 
 from tests.conftest import LOGFS, Mount
+from tests.helpers import wait_for
 
 
 def overrides(mount: Mount, topic: str = "t") -> list[str]:
@@ -148,3 +149,35 @@ def test_stable_attributes_are_served_from_the_kernel_cache(mount):
 def _requests(mount: Mount) -> int:
     """lookup and getattr requests the mount served (``.logfs/stats.json``)."""
     return int(json.loads((mount / ".logfs/stats.json").read_bytes())["metadata_requests"])
+
+
+def test_tail_F_never_prints_a_record_twice_across_deletions(mount, tmp_path):
+    """A follower by name keeps its file: `before N` and retention below it re-feed nothing downstream."""
+    mount.sh("mkdir t && seq 1 5 > t/0/append")
+    out = open(tmp_path / "followed", "wb")
+    err = open(tmp_path / "tail.err", "wb")
+    # polling, and looking the name up again at every poll that finds nothing new
+    tail = subprocess.Popen(["tail", "-F", "-n", "+1", "-s", "0.05", "--max-unchanged-stats=1",
+                             "---disable-inotify", "t/0/records"],
+                            cwd=mount.path, stdout=out, stderr=err)
+    try:
+        followed = tmp_path / "followed"
+        wait_for(lambda: followed.read_bytes().count(b"\n") == 5, "tail -F printing the five records")
+        mount.sh("echo 'before 3' > t/0/delete")                       # DeleteRecords below the follower
+        wait_for(lambda: "log start offset is now 3" in mount.log(), "the DeleteRecords logged")
+        assert mount.sh("cat t/0/records").stdout == b"4\n5\n"          # a new reader meanwhile: what is left
+        mount.sh("seq 6 8 >> t/0/append")
+        wait_for(lambda: followed.read_bytes().endswith(b"8\n"), "tail -F printing 8")
+        mount.sh("echo 'before 7' > t/0/delete && seq 9 10 >> t/0/append")
+        wait_for(lambda: followed.read_bytes().endswith(b"10\n"), "tail -F printing 10")
+        assert mount.sh("cat t/0/records && tail -n 1 t/0/records").stdout == b"8\n9\n10\n10\n"
+        looked_up = _requests(mount)
+        wait_for(lambda: _requests(mount) > looked_up + 20, "tail -F looking the name up again, many times")
+    finally:
+        tail.terminate()
+        tail.wait(timeout=30)
+        out.close()
+        err.close()
+    assert followed.read_bytes() == b"".join(b"%d\n" % i for i in range(1, 11))
+    assert b"replaced" not in (tmp_path / "tail.err").read_bytes()
+    assert mount.sh("cat t/0/records").stdout == b"8\n9\n10\n"           # closed: a fresh file from the log start

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from tests.conftest import kafka_records
-from tests.helpers import mount_stats, wait_for
+from tests.helpers import add_config, mount_stats, wait_for
 
 pytestmark = pytest.mark.mount
 
@@ -132,7 +132,7 @@ def test_topic_append_keys_null_marker_and_round_robin(mount, read_kafka):
     from kafka.partitioner.default import murmur2
 
     (mount / "k").mkdir()
-    (mount / "k/config").write_bytes(b"parse.key=true\nkey.separator=:\nnull.marker=NULL\n")
+    add_config(mount / "k/config", b"parse.key=true\nkey.separator=:\nnull.marker=NULL\n")
     config = (mount / "k/config").read_text()
     assert "parse.key=true\n" in config and "key.separator=:\n" in config and "null.marker=NULL\n" in config
     default_retention = [line for line in config.splitlines() if line.startswith("#retention.ms=")]

@@ -282,7 +282,7 @@ def test_source_reads_across_retention_and_compaction_replacing_segments(mount, 
     with open(mount / "churn" / "0" / "delete", "w") as f:
         f.write("before 500\n")
     wait_until(lambda: _segment_bases(mount, "churn")[0] > 0, 30, "segments below the log start to go")
-    with open(mount / "churn" / "config", "w") as f:
+    with open(mount / "churn" / "config", "a") as f:
         f.write("cleanup.policy=compact\nsegment.bytes=1048576\n")
     wait_until(lambda: (s := state(mp, "churn", 0))["last_cleaning"] and s["cleaning_state"] is None,
                60, "a clean to complete")
