@@ -82,6 +82,8 @@ class TempFile(FileNode):
         self.mode = RW_MODE
         self._mtime_ns = time.time_ns()
         self.lock = threading.Lock()
+        #: removed or renamed over a file: its bytes no longer count (an open descriptor may still write)
+        self.dropped = False
 
     @property
     def key(self) -> tuple:
@@ -104,8 +106,9 @@ class TempFile(FileNode):
     def truncate(self, size: int) -> None:
         with self.lock:
             grow = max(0, size - len(self.data))
-            self.space.reserve(grow)
-            self.space.release_bytes(max(0, len(self.data) - size))
+            if not self.dropped:
+                self.space.reserve(grow)
+                self.space.release_bytes(max(0, len(self.data) - size))
             if size < len(self.data):
                 del self.data[size:]
             else:
@@ -116,7 +119,10 @@ class TempFile(FileNode):
         with self.lock:
             end = offset + len(buf)
             grow = max(0, end - len(self.data))
-            self.space.reserve(grow)
+            if self.dropped and end > MAX_BYTES:
+                raise TempSpaceError(f"{self.describe()} was removed; it cannot grow beyond {MAX_BYTES} bytes")
+            if not self.dropped:
+                self.space.reserve(grow)
             if offset > len(self.data):
                 self.data.extend(bytes(offset - len(self.data)))
             self.data[offset:end] = buf
@@ -250,8 +256,9 @@ class TempFiles:
 
     def _drop(self, node: TempFile) -> None:
         with node.lock:
-            self.release_bytes(len(node.data))
-            node.data = bytearray()
+            if not node.dropped:
+                self.release_bytes(len(node.data))
+            node.dropped = True
 
     @staticmethod
     def _write_config(target: TopicConfigFile, data: bytes) -> None:
