@@ -2,8 +2,12 @@
 
 ``append.jsonl`` takes the lines ``records.jsonl`` gives out, so that
 ``cat a/0/records.jsonl >> b/0/append.jsonl`` copies every record exactly.
-One object per line, with these members (any other member is ignored, so
-``topic``, ``offset`` and ``timestampType`` of an exported line are):
+One object per line, with these members (and ``topic``, ``offset`` and
+``timestampType``, which an exported line carries and which are ignored: the
+log assigns offsets, a CreateTime record keeps its timestamp); any other
+member is refused, naming it, never read as a missing value (a line shaped
+``{"message": ...}``, as log shippers write, would otherwise be a null value:
+on a compacted topic, a tombstone):
 
 * ``value``: a string or null (a tombstone); with ``"valueEncoding":"base64"``
   the string is standard base64 of the bytes (how the rendering carries bytes
@@ -90,11 +94,19 @@ def _headers(raw: object) -> tuple[tuple[str, bytes | None], ...]:
         where = f"headers[{i}]."
         if not isinstance(header, dict):
             raise ValueError(f"headers[{i}] must be an object")
+        unknown = header.keys() - _HEADER_MEMBERS
+        if unknown:
+            raise ValueError(f"unknown member {_names(unknown)} in headers[{i}] (a header has only "
+                             "key, value, valueEncoding)")
         name = header.get("key")
         if not isinstance(name, str):
             raise ValueError(f"{where}key must be a string")
         out.append((name, _bytes_member(header, "value", "valueEncoding", where)))
     return tuple(out)
+
+
+def _names(members: object) -> str:
+    return ", ".join(orjson.dumps(name).decode() for name in sorted(members))  # type: ignore[call-overload]
 
 
 def _int_member(obj: dict, name: str, minimum: int) -> int | None:
@@ -110,6 +122,9 @@ def _int_member(obj: dict, name: str, minimum: int) -> int | None:
 
 #: members of a line that needs no decoding beyond UTF-8 (the common export line)
 _PLAIN_MEMBERS = frozenset(("topic", "partition", "offset", "timestamp", "timestampType", "key", "value"))
+#: every member a line may have (the rendering of engine.views.render writes no other)
+KNOWN_MEMBERS = _PLAIN_MEMBERS | {"keyEncoding", "valueEncoding", "headers"}
+_HEADER_MEMBERS = frozenset(("key", "value", "valueEncoding"))
 
 
 def parse_jsonl_line(line: bytes) -> JsonRecord:
@@ -129,6 +144,10 @@ def parse_jsonl_line(line: bytes) -> JsonRecord:
                               (), timestamp, partition)
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    unknown = obj.keys() - KNOWN_MEMBERS
+    if unknown:
+        raise ValueError(f"unknown member {_names(unknown)} (a record line has only "
+                         f"{', '.join(sorted(KNOWN_MEMBERS))})")
     return JsonRecord(
         key=_bytes_member(obj, "key", "keyEncoding", ""),
         value=_bytes_member(obj, "value", "valueEncoding", ""),

@@ -15,6 +15,7 @@ instead of opening them through the live classes, which may resize or truncate.
 from __future__ import annotations
 
 import codecs
+import errno as _errno
 import logging
 import os
 import struct
@@ -294,6 +295,8 @@ def dump_log(paths: list[str], print_data_log: bool, out: TextIO, err: TextIO | 
     for path in paths:
         out.write(f"Dumping {path}\n")
         try:
+            if not os.path.exists(path):      # before the name is parsed: say what is wrong first
+                raise FileNotFoundError(_errno.ENOENT, "No such file or directory", path)
             if path.endswith(LOG_FILE_SUFFIX):
                 problems += _dump_log_file(path, print_data_log, out, err)
             elif path.endswith(INDEX_FILE_SUFFIX):

@@ -1,20 +1,32 @@
-"""Per-open-file append state: lines in, record batches out.
+"""Per-open-file append state: lines in, record batches out, for ``append`` and ``append.jsonl`` alike.
 
-One ``LineAppender`` lives for each open of an ``append`` file.  It turns the
+One :class:`AppendHandle` lives for each open of an append file.  It turns the
 byte stream of ``write()`` calls into records the way kafka-console-producer
 turns stdin lines into records, with the mount's own guarantees (SPEC.md
-"Writing"):
+"Writing").  What a line means is the handle's :class:`LineFormat` (the
+strategy): :data:`TEXT_LINES` for ``append`` (``engine.text_in``: the line is
+the value, or ``key<key.separator>value`` with ``parse.key``) and
+:data:`JSON_LINES` for ``append.jsonl`` (``engine.jsonl_in``: the lines
+``records.jsonl`` gives out).  Everything else is the handle's, the same for
+both:
 
 * every complete line is one record, the newline not part of it; a line split
   across writes is joined here (the partial last line is buffered per open
   file) and a last line without a newline is appended when the file is closed;
 * the records of one ``write()`` are one batch per partition, appended all or
   nothing: a failure leaves both the log and this handle's buffer as they were,
-  so the writer's retry is safe;
-* ``parse.key``/``key.separator``/``null.marker`` come from the topic config at
-  each write, so altering the config takes effect on open handles at once;
-* on a topic-level ``append``, keyed records go where Kafka's default
-  partitioner (murmur2) puts them, unkeyed writes go round-robin by write;
+  so the writer's retry is safe; a bad line fails the write with EINVAL and one
+  log line naming its line number in the stream written through that opening;
+* the topic config is read at each write, so altering it takes effect on open
+  handles at once;
+* on a topic-level file, a record naming its partition (JSON's ``partition``)
+  goes there, a keyed one where Kafka's default partitioner (murmur2) puts it,
+  and the unkeyed records of one write go to one partition chosen round-robin
+  per write; an oversized record or a partition out of range refuses the write
+  before any partition is appended to (the batches of different partitions
+  cannot be atomic together);
+* a line over ``max.message.bytes`` is refused with EMSGSIZE and dropped whole,
+  with the retry protocol of :meth:`AppendHandle.write`;
 * reading the handle returns one ``<first offset> <last offset>`` line per
   batch it appended (``<partition> <first> <last>`` on a topic-level file,
   where the offsets alone would not say which log they are in).
@@ -25,19 +37,27 @@ The append itself runs on the calling (trio) thread: encoding a 1 MiB batch is
 pure Python holding the GIL, so a worker thread would buy no parallelism and
 cost a ``trio.to_thread.run_sync`` round trip (measured ~110 us here) per
 write.  Only a topic with ``flush.messages`` set, whose appends may fsync,
-appends from a worker thread (see ``blocking``).
+appends from a worker thread (see ``blocking``); a lock keeps such writes and
+a close of the same opening from interleaving.
+
+Kafka counterpart: the console producer's ``LineMessageReader`` feeding a
+``KafkaProducer`` (``DefaultPartitioner``) with ``acks=all``.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
-from collections.abc import Sequence
+import threading
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from engine.errors import InvalidRecordError, LogfsError, RecordTooLargeError, UnknownTopicOrPartitionError
+from engine.errors import InvalidPartitionError, LogfsError, RecordTooLargeError, UnknownTopicOrPartitionError
+from engine.jsonl_in import JsonRecord, parse_jsonl_lines
 from engine.partitioner import partition_for_key
+from engine.text_in import parse_text_lines
 from engine.topic import TopicPartition
+from engine.views import attach as attach_views
 from logfs.backend import Backend, EmbeddedBackend
+from logfs.handles import Handle
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.config import LogConfig
@@ -47,7 +67,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LineAppender"]
+__all__ = ["AppendHandle", "JSON_LINES", "LineFormat", "OffsetReplies", "ParsedLines", "TEXT_LINES",
+           "TopicRouter"]
 
 _NEWLINE = b"\n"
 #: Bytes of a refused request kept to recognise the writer's retry of it.
@@ -62,9 +83,8 @@ class _RetriedRecordTooLarge(RecordTooLargeError):
     quiet = True
 
 
-
 class TopicRouter:
-    """Round-robin partition choice for unkeyed writes to a topic-level ``append``.
+    """Round-robin partition choice for unkeyed writes to a topic-level append file.
 
     Shared by every handle of a topic so concurrent writers spread too; the
     choice is per write (Kafka's sticky partitioner picks per batch as well).
@@ -85,7 +105,7 @@ class OffsetReplies:
     """The ``first last`` lines an append handle answers with, read as a stream.
 
     Writes move the file position, so a read returns the replies not read yet
-    whatever offset the kernel asks for (``append`` and ``append.jsonl`` alike).
+    whatever offset the kernel asks for.
     """
 
     __slots__ = ("_buf", "_pos")
@@ -103,11 +123,141 @@ class OffsetReplies:
         return chunk
 
 
-class LineAppender:
-    """Append state of one open ``append`` file (see the module docstring)."""
+class ParsedLines(NamedTuple):
+    """The records of some lines: what the format appends, and what routing needs of each."""
+
+    #: per record, what :meth:`LineFormat.append` takes (a value for text, a ``JsonRecord`` for JSON)
+    items: list[Any]
+    #: per record its key, or None when no record of the lines has one
+    keys: list[bytes | None] | None
+    #: per record the partition it names, or None when no record names one
+    partitions: list[int | None] | None
+    #: per record its line number in the stream, or None: numbered from ``first`` on
+    numbers: list[int] | None
+    first: int
+
+    def number(self, i: int) -> int:
+        return self.numbers[i] if self.numbers is not None else self.first + i
+
+    def select(self, indices: list[int]) -> ParsedLines:
+        return ParsedLines([self.items[i] for i in indices],
+                           None if self.keys is None else [self.keys[i] for i in indices],
+                           None, [self.number(i) for i in indices], 0)
+
+
+class LineFormat:
+    """How complete lines become records: the strategy of an :class:`AppendHandle`."""
+
+    #: the append file's name in its directory
+    file_name = ""
+
+    def parse(self, lines: list[bytes], first_number: int, what: str, config: LogConfig) -> ParsedLines:
+        """The records of ``lines`` (the first being line ``first_number`` of ``what``); InvalidRecordError."""
+        raise NotImplementedError
+
+    def append(self, backend: Backend, tp: TopicPartition, parsed: ParsedLines) -> tuple[int, int]:
+        """Append ``parsed`` to ``tp`` as one batch (or consecutive batches), all or nothing, through the
+        mount's backend (logfs.backend: the log itself, or a Kafka cluster)."""
+        raise NotImplementedError
+
+    def record_size(self, parsed: ParsedLines, i: int) -> int:
+        """A lower bound of record ``i``'s size, to refuse an oversized one before any partition is touched."""
+        raise NotImplementedError
+
+    def line_limit(self, config: LogConfig) -> int:
+        """The longest line that can hold a record within ``max.message.bytes``."""
+        return config.max_message_bytes
+
+    def describe_limit(self, config: LogConfig, topic: str) -> str:
+        return f"max.message.bytes={config.max_message_bytes} of topic {topic}"
+
+
+class _TextLines(LineFormat):
+    """``append``: kafka-console-producer's lines (``engine.text_in``)."""
+
+    file_name = "append"
+
+    def parse(self, lines: list[bytes], first_number: int, what: str, config: LogConfig) -> ParsedLines:
+        keys, values = parse_text_lines(lines, parse_key=config.parse_key, key_separator=config.key_separator,
+                                        null_marker=config.null_marker, first_line_number=first_number,
+                                        what=what)
+        return ParsedLines(values, keys, None, None, first_number)
+
+    def append(self, backend: Backend, tp: TopicPartition, parsed: ParsedLines) -> tuple[int, int]:
+        return backend.append_values(tp, parsed.items, parsed.keys)
+
+    def record_size(self, parsed: ParsedLines, i: int) -> int:
+        value = parsed.items[i]
+        return 0 if value is None else len(value)
+
+
+class _JsonLines(LineFormat):
+    """``append.jsonl``: the lines ``records.jsonl`` gives out (``engine.jsonl_in``); blank lines are skipped."""
+
+    file_name = "append.jsonl"
+
+    def parse(self, lines: list[bytes], first_number: int, what: str, config: LogConfig) -> ParsedLines:
+        numbers: list[int] | None = None
+        if all(lines):
+            items = parse_jsonl_lines(lines, first_number, what)
+        else:       # per line, so an error names its number in the stream
+            items, numbers = [], []
+            for n, line in enumerate(lines):
+                if line.strip():
+                    items.extend(parse_jsonl_lines([line], first_number + n, what))
+                    numbers.append(first_number + n)
+        keys = [r.key for r in items]
+        partitions = [r.partition for r in items]
+        return ParsedLines(items, keys if any(k is not None for k in keys) else None,
+                           partitions if any(p is not None for p in partitions) else None, numbers, first_number)
+
+    def append(self, backend: Backend, tp: TopicPartition, parsed: ParsedLines) -> tuple[int, int]:
+        return backend.append_json_records(tp, parsed.items)
+
+    def record_size(self, parsed: ParsedLines, i: int) -> int:
+        record: JsonRecord = parsed.items[i]
+        return (len(record.value) if record.value is not None else 0) + \
+            (len(record.key) if record.key is not None else 0)
+
+    def line_limit(self, config: LogConfig) -> int:
+        # a JSON line carries a record in at most ~4/3 of its size (base64), escapes aside
+        return 4 * config.max_message_bytes + 4096
+
+    def describe_limit(self, config: LogConfig, topic: str) -> str:
+        return (f"the longest JSON line that can hold a record within max.message.bytes="
+                f"{config.max_message_bytes} of topic {topic}")
+
+
+#: the strategy of ``append``
+TEXT_LINES: LineFormat = _TextLines()
+#: the strategy of ``append.jsonl``
+JSON_LINES: LineFormat = _JsonLines()
+
+
+class AppendHandle(Handle):
+    """Append state of one open ``append`` or ``append.jsonl`` (see the module docstring)."""
 
     direct_io = True
     offload_reads_from = None   # offset replies are tiny: always read inline
+
+    def __init__(self, manager: LogManager, topic: str, partition: int | None, fmt: LineFormat,
+                 router: TopicRouter, stats: MountStats, backend: Backend | None = None) -> None:
+        self._manager = manager
+        self._backend: Backend = backend if backend is not None else EmbeddedBackend(manager)
+        self._topic = topic
+        self._partition = partition
+        self._format = fmt
+        self._router = router
+        self._stats = stats
+        self._partial = b""
+        self._lines_done = 0          # complete lines taken through this opening (for line numbers)
+        # the first bytes of the request refused for an oversized record, to know its retry
+        self._rejected: bytes | None = None
+        self._retries_refused = 0
+        self._skip_to_newline = False
+        self._replies = OffsetReplies()
+        self._written: dict[int, Log] = {}   # partition -> log, for fsync
+        self._lock = threading.Lock()
 
     @property
     def blocking(self) -> bool:
@@ -119,25 +269,9 @@ class LineAppender:
         does not reorder a writer's batches.
         """
         try:
-            return self._backend.append_blocks(self._topic)
+            return self._backend.append_blocks(self._topic)   # flush.messages, or a cluster's round trip
         except LogfsError:
             return False
-
-    def __init__(self, manager: LogManager, topic: str, partition: int | None,
-                 router: TopicRouter, stats: MountStats, backend: Backend | None = None) -> None:
-        self._manager = manager
-        self._backend: Backend = backend if backend is not None else EmbeddedBackend(manager)
-        self._topic = topic
-        self._partition = partition
-        self._router = router
-        self._stats = stats
-        self._partial = b""
-        # the first bytes of the request refused for an oversized record, to know its retry
-        self._rejected: bytes | None = None
-        self._retries_refused = 0
-        self._skip_to_newline = False
-        self._replies = OffsetReplies()
-        self._written: dict[int, Log] = {}   # partition -> log, for fsync
 
     # ------------------------------------------------------------------ FUSE-facing
 
@@ -159,53 +293,60 @@ class LineAppender:
         buffered head included) and nothing else; a write that is not a retry
         starts afresh, so the descriptor stays usable.
         """
-        total = len(data)
+        with self._lock:
+            self._write(data)
+        return len(data)
+
+    def _write(self, data: bytes) -> None:
         if self._skip_to_newline:
             data = self._skip_line_rest(data)
         if data and self._rejected is not None:
             data = self._check_retry(data)
         if not data:
-            return total
+            return
         partial = self._partial
         buf = partial + data if partial else data
         lines = buf.split(_NEWLINE)
         rest = lines.pop()
-        limit = self._config().max_message_bytes
+        config = self._config()
+        limit = self._format.line_limit(config)
         if partial and lines and len(lines[0]) > limit:
-            self._reject(data, len(lines[0]), limit, drop_partial=True)
+            self._reject(data, len(lines[0]), config, drop_partial=True)
         if len(rest) > limit:
             # A line that can never fit: refuse it now rather than buffer without bound.
-            self._reject(data, len(rest), limit, drop_partial=not lines)
+            self._reject(data, len(rest), config, drop_partial=not lines)
         if lines:
             try:
                 # the bytes of the lines appended, a partial line carried over from earlier requests included
-                self._append_lines(lines, len(buf) - len(rest))
+                self._append_lines(lines, len(buf) - len(rest), config)
             except RecordTooLargeError:
                 # Framing overhead can push a line just under the limit over it;
                 # if that line began in an earlier request, drop its head with it.
-                if partial and len(lines[0]) > limit - _BATCH_OVERHEAD:
+                if partial and len(lines[0]) > config.max_message_bytes - _BATCH_OVERHEAD:
                     self._partial = b""
+                    self._lines_done += 1
                     self._rejected = bytes(data[:_RETRY_PREFIX])
                 raise
         self._partial = rest
-        return total
 
-    def _reject(self, data: bytes, length: int, limit: int, *, drop_partial: bool) -> None:
+    def _reject(self, data: bytes, length: int, config: LogConfig, *, drop_partial: bool) -> None:
         if drop_partial:
             self._partial = b""
         self._rejected = bytes(data[:_RETRY_PREFIX])
         raise RecordTooLargeError(
-            f"A line of at least {length} bytes written to {self._describe()} exceeds max.message.bytes="
-            f"{limit} of topic {self._topic}; the line is dropped, nothing else")
+            f"A line of at least {length} bytes written to {self._describe()} exceeds "
+            f"{self._format.describe_limit(config, self._topic)}; the line is dropped, nothing else")
 
     def _check_retry(self, data: bytes) -> bytes:
         """The writer's retry of the request that carried an oversized record: refused once, then dropped.
 
         Returns what of ``data`` is left to append (all of it when it is not a retry).
         """
-        rejected, self._rejected = self._rejected, None
-        n = min(len(rejected), len(data))   # type: ignore[arg-type]
-        if not n or data[:n] != rejected[:n]:  # type: ignore[index]
+        rejected = self._rejected
+        self._rejected = None
+        assert rejected is not None
+        n = min(len(rejected), len(data))
+        if not n or data[:n] != rejected[:n]:
             self._retries_refused = 0
             return data
         if self._retries_refused == 0:
@@ -223,6 +364,7 @@ class LineAppender:
         if end < 0:
             return b""
         self._skip_to_newline = False
+        self._lines_done += 1
         return data[end + 1:]
 
     def read(self, offset: int, size: int) -> bytes:
@@ -231,10 +373,11 @@ class LineAppender:
 
     def flush(self) -> None:
         """close(): the last line without a newline becomes a record."""
-        if self._partial:
-            rest = self._partial
-            self._append_lines([rest], len(rest))
-            self._partial = b""
+        with self._lock:
+            if self._partial:
+                rest = self._partial
+                self._append_lines([rest], len(rest), self._config())
+                self._partial = b""
 
     def release(self) -> None:
         try:
@@ -257,8 +400,8 @@ class LineAppender:
 
     def _describe(self) -> str:
         if self._partition is None:
-            return f"{self._topic}/append"
-        return f"{self._topic}/{self._partition}/append"
+            return f"{self._topic}/{self._format.file_name}"
+        return f"{self._topic}/{self._partition}/{self._format.file_name}"
 
     def _config(self) -> LogConfig:
         if self._partition is None:
@@ -269,76 +412,63 @@ class LineAppender:
         target = self._manager.get_log(TopicPartition(self._topic, partition))
         if target is None:
             raise UnknownTopicOrPartitionError(f"No partition {self._topic}-{partition}")
+        attach_views(target)        # the mount's appends keep the view indexes exact, no rescan
         return target
 
-    def _append_lines(self, lines: list[bytes], nbytes: int) -> None:
-        config = self._config()
-        keys: list[bytes | None] | None = None
-        values: list[bytes | None] = lines  # type: ignore[assignment]
-        if config.parse_key:
-            keys, values = _split_keys(lines, config.key_separator.encode())
-        marker = config.null_marker
-        if marker is not None:
-            m = marker.encode()
-            values = [None if v == m else v for v in values]
-            if keys is not None:
-                keys = [None if k == m else k for k in keys]
-        if self._partition is not None:
-            self._append(self._partition, values, keys, None)
-        else:
-            self._append_to_topic(values, keys, config)
-        self._stats.record_append(len(values), nbytes)
+    def _append_lines(self, lines: list[bytes], nbytes: int, config: LogConfig) -> None:
+        parsed = self._format.parse(lines, self._lines_done + 1, self._describe(), config)
+        if parsed.items:
+            if self._partition is not None:
+                self._append(self._partition, parsed, None)
+            else:
+                self._append_to_topic(parsed, config)
+            self._stats.record_append(len(parsed.items), nbytes)
+        self._lines_done += len(lines)
 
-    def _append(self, partition: int, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
-                tag: str | None) -> None:
+    def _append(self, partition: int, parsed: ParsedLines, tag: int | None) -> None:
         target = self._log(partition)
-        first, last = self._backend.append_values(TopicPartition(self._topic, partition), values, keys)
+        first, last = self._format.append(self._backend, TopicPartition(self._topic, partition), parsed)
         self._written[partition] = target
         if tag is None:
             self._replies.add(b"%d %d\n" % (first, last))
         else:
-            self._replies.add(b"%s %d %d\n" % (tag.encode(), first, last))
+            self._replies.add(b"%d %d %d\n" % (tag, first, last))
 
-    def _append_to_topic(self, values: list[bytes | None], keys: list[bytes | None] | None,
-                         config: LogConfig) -> None:
+    def _append_to_topic(self, parsed: ParsedLines, config: LogConfig) -> None:
         num_partitions = len(self._manager.partitions(self._topic))
         if num_partitions == 0:
             raise UnknownTopicOrPartitionError(f"No topic {self._topic!r}")
-        if keys is None:
+        keys, named = parsed.keys, parsed.partitions
+        if keys is None and named is None:
             p = self._router.next_partition(num_partitions)
-            self._append(p, values, None, str(p))
+            self._append(p, parsed, p)
             return
-        # Keyed: one batch per partition, each keeping the lines' order.  The
-        # batches cannot be atomic together, so refuse an oversized record
-        # before any of them is appended.
+        # Routed per record: one batch per partition, each keeping the lines'
+        # order.  The batches cannot be atomic together, so refuse an oversized
+        # record or a missing partition before any of them is appended.
         limit = config.max_message_bytes
-        for v in values:
-            if v is not None and len(v) > limit:
-                raise RecordTooLargeError(
-                    f"A record of {len(v)} bytes exceeds max.message.bytes={limit} of topic {self._topic}")
-        groups: dict[int, tuple[list, list]] = {}
+        groups: dict[int, list[int]] = {}
         unkeyed_partition = None
-        for k, v in zip(keys, values):
-            if k is None:
+        for i in range(len(parsed.items)):
+            size = self._format.record_size(parsed, i)
+            if size > limit:
+                raise RecordTooLargeError(
+                    f"A record of {size} bytes (line {parsed.number(i)} of {self._describe()}) exceeds "
+                    f"max.message.bytes={limit} of topic {self._topic}")
+            pinned = named[i] if named is not None else None
+            key = keys[i] if keys is not None else None
+            if pinned is not None:
+                if pinned >= num_partitions:
+                    raise InvalidPartitionError(
+                        f"Line {parsed.number(i)} of {self._describe()} names partition {pinned}, but topic "
+                        f"{self._topic} has {num_partitions} partitions")
+                p = pinned
+            elif key is not None:
+                p = partition_for_key(key, num_partitions)
+            else:
                 if unkeyed_partition is None:
                     unkeyed_partition = self._router.next_partition(num_partitions)
                 p = unkeyed_partition
-            else:
-                p = partition_for_key(k, num_partitions)
-            group = groups.get(p)
-            if group is None:
-                group = groups[p] = ([], [])
-            group[0].append(v)
-            group[1].append(k)
-        for p, (vs, ks) in groups.items():
-            self._append(p, vs, ks, str(p))
-
-
-def _split_keys(lines: list[bytes], separator: bytes) -> tuple[list[bytes | None], list[bytes | None]]:
-    """kafka-console-producer's parse.key: ``key<sep>value``; a line without a separator is refused."""
-    pairs = [line.split(separator, 1) for line in lines]
-    for n, pair in enumerate(pairs):
-        if len(pair) != 2:
-            raise InvalidRecordError(
-                f"No key separator {separator!r} found on line {n + 1} of the write: {lines[n][:80]!r}")
-    return [p[0] for p in pairs], [p[1] for p in pairs]
+            groups.setdefault(p, []).append(i)
+        for p, indices in groups.items():
+            self._append(p, parsed if len(groups) == 1 else parsed.select(indices), p)

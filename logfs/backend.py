@@ -46,6 +46,9 @@ class Backend(Protocol):
     def topic_config_props(self, topic: str) -> dict[str, str]:
         """DescribeConfigs: the effective topic configuration, ``name -> value``."""
 
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        """The topic's own settings (DescribeConfigs entries whose source is the topic)."""
+
     def validate_topic_overrides(self, topic: str, updates: Mapping[str, str | None]) -> None:
         """InvalidConfigError (EINVAL) for the first name or value that would be refused; nothing changes."""
 
@@ -100,6 +103,9 @@ class EmbeddedBackend:
 
     def topic_config_props(self, topic: str) -> dict[str, str]:
         return self.manager.topic_config(topic).to_props()
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        return self.manager.topic_overrides(topic)
 
     def validate_topic_overrides(self, topic: str, updates: Mapping[str, str | None]) -> None:
         from engine.config import validate_topic_overrides

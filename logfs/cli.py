@@ -4,8 +4,10 @@
 (Kafka defaults, then ``--config`` server.properties, then ``-o name=value``,
 then ``--data-dir`` for ``log.dirs``), starts the ``LogManager`` (loading and
 recovering every log), serves the mount in the foreground and schedules
-Kafka's periodic jobs, and on unmount, SIGINT or SIGTERM shuts the manager
-down cleanly (flush, checkpoints, clean-shutdown marker) before unmounting.
+Kafka's periodic jobs, and on unmount, SIGINT, SIGTERM or SIGHUP (a closed
+terminal, an ssh drop) shuts the manager down cleanly (flush, checkpoints,
+clean-shutdown marker) before unmounting, as a broker does on SIGTERM.
+``logfs umount`` returns once that shutdown is done.
 """
 
 from __future__ import annotations
@@ -87,8 +89,10 @@ def _parser() -> argparse.ArgumentParser:
     mount.add_argument("--log-level", dest="sub_log_level", default=None, metavar="LEVEL",
                        help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
-    umount = sub.add_parser("umount", help="unmount a logfs mount")
+    umount = sub.add_parser("umount", help="unmount a logfs mount and wait for its clean shutdown")
     umount.add_argument("mountpoint")
+    umount.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                        help="how long to wait for the serving process to finish its shutdown (default 300)")
 
     dump = sub.add_parser("dump-log", help="print segment or index files like kafka-dump-log.sh")
     dump.add_argument("files", nargs="+", metavar="FILE")
@@ -170,6 +174,7 @@ def _mount(args: argparse.Namespace) -> int:
     manager = LogManager(config, read_only=args.read_only)
     stats = MountStats()
     started = time.monotonic()
+    stop_signals = _StopSignals()     # until the FUSE loop runs, and again while shutting down
     with _startup_summary_first() as summary:
         try:
             manager.startup()
@@ -180,6 +185,10 @@ def _mount(args: argparse.Namespace) -> int:
         summary(f"logfs {version()} loaded {manager.loaded_logs} logs from {','.join(config.log_dirs)} "
                 f"in {round(stats.load_ms)} ms{', read-only' if args.read_only else ''}")
 
+    if stop_signals.received is not None:       # logged when it arrived: stop without mounting
+        manager.shutdown()
+        log.info("Shutdown completed")
+        return 0
     backend = None
     if cluster_options is not None:
         from logfs.cluster.backend import ClusterBackend
@@ -209,7 +218,7 @@ def _mount(args: argparse.Namespace) -> int:
 
     async def serve() -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_watch_signals, name="signal-watcher")
+            nursery.start_soon(_watch_signals, stop_signals, name="signal-watcher")
             run_jobs(nursery, jobs, config.log_initial_task_delay_ms, stats)
             log.info("Mounted logfs at %s (log.dirs=%s%s)", mountpoint, ",".join(config.log_dirs),
                      ", read-only" if args.read_only else "")
@@ -227,11 +236,15 @@ def _mount(args: argparse.Namespace) -> int:
         return 1
     status = 0
     try:
+        stop_signals.doing = "finishing the mount's start"
         trio.run(serve)
     except Exception:
         log.exception("The FUSE main loop failed; shutting down")
         status = 1
     finally:
+        # trio's receiver has given the signals back to stop_signals: a second SIGHUP (the rest of
+        # an ssh session dying) must not cut the shutdown short
+        stop_signals.doing = "finishing the shutdown in progress"
         # The kernel will send no release/forget any more: close what they would have.
         try:
             ops.close_all()
@@ -262,6 +275,7 @@ def _startup_summary_first():
         root.removeHandler(handler)
     root.addHandler(held)
     summary_line: list[str] = []
+    started = time.time()
 
     def summary(line: str) -> None:
         summary_line.append(line)
@@ -273,7 +287,11 @@ def _startup_summary_first():
         for handler in targets:
             root.addHandler(handler)
         if summary_line:
-            log.info("%s", summary_line[0])
+            # stamped when the load started, so the log's timestamps stay in order: the summary first
+            record = log.makeRecord(log.name, logging.INFO, __file__, 0, "%s", (summary_line[0],), None)
+            record.created = started
+            record.msecs = (started - int(started)) * 1000
+            log.handle(record)
         held.flush()
         held.close()
 
@@ -291,11 +309,34 @@ class _Fanout(logging.Handler):
                 handler.handle(record)
 
 
-async def _watch_signals() -> None:
+#: the signals that stop the mount cleanly (a broker's shutdown hook runs on SIGINT, SIGTERM and SIGHUP)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class _StopSignals:
+    """Stop signals outside the FUSE loop (loading the logs, shutting down): noted and logged, never fatal."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        #: what the mount does when a signal arrives, for the log line
+        self.doing = "loading the logs first"
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self._note)
+
+    def _note(self, signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
+        log.info("Received %s: shutting down, %s", name, self.doing)
+        self.received = name
+
+
+async def _watch_signals(stop_signals: _StopSignals) -> None:
     import pyfuse3
     import trio
 
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        if stop_signals.received is not None:      # arrived between the start and this receiver
+            pyfuse3.terminate()
+            return
         async for signum in signals:
             log.info("Received %s: unmounting", signal.Signals(signum).name)
             pyfuse3.terminate()
@@ -313,6 +354,14 @@ def _mounted_fuse(path: str) -> bool:
 
 
 def _umount(args: argparse.Namespace) -> int:
+    """fusermount3 -u, then wait until the serving process has finished its clean shutdown.
+
+    The kernel detaches the mount at once; the process then flushes, writes
+    its checkpoints and the clean-shutdown marker, and exits.  Its pid and log
+    dirs are read from ``.logfs/stats.json`` before unmounting, so this returns
+    only when the data dirs are ready for ``to-kafka`` or another mount (or
+    says that the wait timed out).
+    """
     path = os.path.abspath(args.mountpoint)
     if not _mounted_fuse(path):
         if not os.path.isdir(path):
@@ -320,9 +369,10 @@ def _umount(args: argparse.Namespace) -> int:
             return 1
         print(f"logfs umount: {args.mountpoint} is not mounted", file=sys.stderr)
         return 1
+    server = _serving_process(path)
     result = subprocess.run(["fusermount3", "-u", path], capture_output=True, text=True)
     if result.returncode == 0:
-        return 0
+        return _wait_for_shutdown(args.mountpoint, server, args.timeout)
     message = result.stderr.strip()
     if "busy" in message.lower():
         print(f"logfs umount: {args.mountpoint} is busy: a process has a file or its working directory "
@@ -338,6 +388,54 @@ def _umount(args: argparse.Namespace) -> int:
     else:
         print(f"logfs umount: {message}", file=sys.stderr)
     return result.returncode or 1
+
+
+def _serving_process(path: str) -> tuple[int, list[str], bool] | None:
+    """(pid, log dirs, read-only) of the process serving the logfs mount at ``path``; None if it cannot say."""
+    import json
+
+    try:
+        with open(os.path.join(path, ".logfs", "stats.json"), "rb") as f:
+            doc = json.load(f)
+        pid = int(doc["pid"])
+        dirs = [str(d) for d in doc["log_dirs"]]
+        read_only = bool(doc.get("read_only", False))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pid, dirs, read_only
+
+
+def _wait_for_shutdown(shown: str, server: tuple[int, list[str], bool] | None, timeout: float) -> int:
+    from engine.checkpoint import CLEAN_SHUTDOWN_FILE
+
+    if server is None:
+        return 0        # not a mount that says who serves it (an older logfs): nothing to wait for
+    pid, dirs, read_only = server
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        pidfd = None    # already gone
+    except OSError:     # another pid namespace, no pidfd support: cannot wait
+        return 0
+    if pidfd is not None:
+        import select
+
+        try:
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            if not poller.poll(timeout * 1000):
+                print(f"logfs umount: {shown} is unmounted, but its logfs process {pid} has not finished its "
+                      f"shutdown after {timeout:g} s; wait for it to exit before using {','.join(dirs)}",
+                      file=sys.stderr)
+                return 1
+        finally:
+            os.close(pidfd)
+    missing = [d for d in dirs if not os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_FILE))]
+    if missing and not read_only:      # a read-only mount writes no marker
+        print(f"logfs umount: {shown} is unmounted, but its logfs process exited without a clean shutdown "
+              f"of {','.join(missing)} (see its log); the next mount will recover them", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _dump_log(args: argparse.Namespace) -> int:

@@ -7,9 +7,11 @@ before anything applies, and hands the result to the engine.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import TYPE_CHECKING
 
+from engine.config import TOPIC_CONFIG_KEYS
 from engine.errors import (
     InvalidConfigError,
     InvalidRequestError,
@@ -17,10 +19,10 @@ from engine.errors import (
 )
 from engine.numbers import parse_canonical_int
 from engine.topic import TopicPartition
-from logfs.appender import LineAppender
+from logfs.appender import JSON_LINES, TEXT_LINES, AppendHandle, LineFormat
 from logfs.errors import shown
 from logfs.handles import BytesHandle, Handle, LineCommandHandle
-from logfs.nodes import FileNode, GeneratedFile, RW_MODE, WRITE_ONLY_MODE
+from logfs.nodes import STABLE_TIMEOUT_S, FileNode, GeneratedFile, RW_MODE, WRITE_ONLY_MODE
 
 if TYPE_CHECKING:  # pragma: no cover
     from logfs.namespace import Namespace
@@ -43,6 +45,12 @@ class ConfigEditHandle(Handle):
     with EINVAL on a bad one, after which nothing written through this opening
     is applied and its further writes fail too.  At close (flush) the collected
     overrides are applied at once, all or nothing (``alter_topic_config``).
+
+    Opened with ``O_TRUNC`` (``>``, an editor saving the file) the text written
+    is the whole set of overrides: one the text does not name is removed, as
+    ``kafka-configs --alter`` with the full list would.  Opened without it
+    (``>>``) the lines are added to the overrides.  The defaults the file shows
+    as ``#name=value`` comments stay defaults when the file is written back.
     """
 
     blocking = True
@@ -53,7 +61,11 @@ class ConfigEditHandle(Handle):
         self._partial = b""
         self._updates: dict[str, str | None] = {}
         self._refused: str | None = None
+        self._replace = False        # O_TRUNC: the text is the whole set of overrides
         self._lock = threading.Lock()
+
+    def opened(self, flags: int) -> None:
+        self._replace = bool(flags & os.O_TRUNC)
 
     def read(self, offset: int, size: int) -> bytes:
         return self._content[offset:offset + size]
@@ -90,6 +102,10 @@ class ConfigEditHandle(Handle):
             if rest:
                 self._take([rest])
             updates, self._updates = self._updates, {}
+            if self._replace:
+                self._replace = False        # a later close of the same opening adds what was written since
+                removed = {name: None for name in self._node.overrides() if name not in updates}
+                updates = {**removed, **updates}
             if updates:
                 self._node.apply(updates)
 
@@ -107,10 +123,17 @@ class BrokerConfigFile(GeneratedFile):
 
 
 class TopicConfigFile(GeneratedFile):
-    """Effective topic configuration; writing ``name=value`` lines alters overrides."""
+    """Effective topic configuration; writing ``name=value`` lines alters overrides.
+
+    Read, it is the overrides as ``name=value`` lines, then every other name
+    as a ``#name=value`` comment showing its default (``kafka-configs
+    --describe`` and ``--describe --all`` in one file), so a saved editor
+    buffer keeps what is an override (see :class:`ConfigEditHandle`).
+    """
 
     writable = True
     mode = RW_MODE
+    entry_timeout = STABLE_TIMEOUT_S       # the name is stable; the size changes with the overrides
 
     def __init__(self, ns: Namespace, topic: str) -> None:
         super().__init__(ns)
@@ -125,7 +148,17 @@ class TopicConfigFile(GeneratedFile):
 
     def render(self) -> bytes:
         self.ns.require_topic(self.topic)
-        return _props_text(self.ns.backend.topic_config_props(self.topic))
+        props = self.ns.backend.topic_config_props(self.topic)
+        overrides = self.overrides()
+        out = [f"# Overrides of topic {self.topic}: a write with > replaces them, >> adds to them, "
+               "and name= removes one\n"]
+        out += [f"{k}={v}\n" for k, v in sorted(props.items()) if k in overrides]
+        out.append("# Defaults (remove the # and change the value to override one)\n")
+        out += [f"#{k}={v}\n" for k, v in sorted(props.items()) if k not in overrides]
+        return "".join(out).encode()
+
+    def overrides(self) -> dict[str, str]:
+        return self.ns.backend.topic_overrides(self.topic)
 
     def open(self, write: bool) -> Handle:
         if not write:
@@ -134,18 +167,27 @@ class TopicConfigFile(GeneratedFile):
         return ConfigEditHandle(self, self.render())
 
     def parse_lines(self, lines: list[bytes]) -> dict[str, str | None]:
-        """``name=value`` lines -> overrides (``name=`` removes one); blank and ``#`` lines skipped."""
+        """``name=value`` lines -> overrides (``name=`` removes one); blank and ``#`` lines skipped.
+
+        Values are trimmed, except those of names whose value may be any string
+        (``key.separator``, ``null.marker``): they are the bytes after the
+        ``=`` up to the end of the line (a ``\\r`` of a CRLF file aside), so
+        ``key.separator= `` is a space.
+        """
         updates: dict[str, str | None] = {}
         for raw in lines:
-            line = raw.decode("utf-8", "replace").strip()
+            text = raw.decode("utf-8", "replace").removesuffix("\r")
+            line = text.strip()
             if not line or line.startswith("#"):
                 continue
-            name, sep, value = line.partition("=")
+            name, sep, value = text.lstrip().partition("=")
             name = name.strip()
             if not sep or not name:
                 raise InvalidConfigError(
                     f"Invalid config line {shown(line)} for topic {self.topic}: expected name=value")
-            value = value.strip()
+            key = TOPIC_CONFIG_KEYS.get(name)
+            if key is None or key.trim:
+                value = value.strip()
             updates[name] = value if value else None
         return updates
 
@@ -162,6 +204,7 @@ class _MarkerFile(FileNode):
 
     writable = True
     mode = WRITE_ONLY_MODE
+    entry_timeout = attr_timeout = STABLE_TIMEOUT_S
 
     def open(self, write: bool) -> Handle:
         if write:
@@ -244,19 +287,25 @@ class PartitionDeleteFile(_MarkerFile):
 class AppendTargetFile(FileNode):
     """A file appended to: of a partition (``partition``) or of a topic (``partition`` None).
 
-    ``append`` here and ``append.jsonl`` (logfs.jsonl_append) differ only in the
-    handle an opening gets (:meth:`handle`).
+    ``append`` and ``append.jsonl`` differ only in the :class:`~logfs.appender.LineFormat`
+    their openings' :class:`~logfs.appender.AppendHandle` parses lines with.
     """
 
     writable = True
     mode = RW_MODE
-    #: the file's name in its directory
-    name = ""
+    #: the same inode and attributes (size 0) for as long as the topic exists
+    entry_timeout = attr_timeout = STABLE_TIMEOUT_S
+    #: how the lines written become records; its ``file_name`` is the file's name
+    format: LineFormat
 
     def __init__(self, ns: Namespace, topic: str, partition: int | None) -> None:
         super().__init__(ns)
         self.topic = topic
         self.partition = partition
+
+    @property
+    def name(self) -> str:
+        return self.format.file_name
 
     @property
     def key(self) -> tuple:
@@ -274,20 +323,27 @@ class AppendTargetFile(FileNode):
             self.ns.require_topic(self.topic)
         else:
             self.ns.log(TopicPartition(self.topic, self.partition))
-        return self.handle()
-
-    def handle(self) -> Handle:
-        raise NotImplementedError
+        return AppendHandle(self.ns.manager, self.topic, self.partition, self.format,
+                            self.ns.router(self.topic), self.ns.stats, self.ns.backend)
 
 
 class AppendFile(AppendTargetFile):
-    """``append``: one record per line (logfs.appender)."""
+    """``append``: one record per line, as kafka-console-producer reads them (``engine.text_in``)."""
 
-    name = "append"
+    format = TEXT_LINES
 
-    def handle(self) -> Handle:
-        return LineAppender(self.ns.manager, self.topic, self.partition,  # type: ignore[return-value]
-                            self.ns.router(self.topic), self.ns.stats, self.ns.backend)
+
+class JsonlAppendFile(AppendTargetFile):
+    """``append.jsonl``: the JSON lines ``records.jsonl`` gives out (``engine.jsonl_in``).
+
+    ``MOUNT/<topic>/<p>/append.jsonl`` appends to partition ``p``;
+    ``MOUNT/<topic>/append.jsonl`` routes a line with a ``partition`` member to
+    that partition (an explicit partition wins over the partitioner, as in a
+    ``ProducerRecord``), so ``cat a/*/records.jsonl >> b/append.jsonl`` keeps
+    the partitioning; strip it (``jq -c 'del(.partition)'``) to re-partition by key.
+    """
+
+    format = JSON_LINES
 
 
 def _props_text(props: dict[str, str]) -> bytes:

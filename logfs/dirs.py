@@ -3,7 +3,7 @@
 Every name a directory holds is in its table here (``BrokerDir._FILES``,
 ``TopicDir._ENTRIES``, ``PartitionDir._ENTRIES``), the consumer-group entries
 (``groups``, ``consume``) and ``append.jsonl`` included; their nodes live in
-logfs.groups and logfs.jsonl_append, which know nothing of this module.  What
+logfs.groups and logfs.control, which know nothing of this module.  What
 a name spells (times, the ``.jsonl`` suffix) is parsed by logfs.names.
 """
 
@@ -16,13 +16,14 @@ from engine.errors import OffsetOutOfRangeError
 from engine.numbers import parse_canonical_int
 from engine.topic import TopicPartition, parse_partition, validate_topic_name
 from engine.views import ViewFormat, record_at
-from logfs.control import AppendFile, BrokerConfigFile, PartitionDeleteFile, TopicConfigFile, TopicDeleteFile
+from logfs.control import (
+    AppendFile, BrokerConfigFile, JsonlAppendFile, PartitionDeleteFile, TopicConfigFile, TopicDeleteFile,
+)
 from logfs.errors import shown, MalformedNameError, NoSuchNameError, NotPermittedError
 from logfs.groups import ConsumeDir, GroupsDir
-from logfs.jsonl_append import JsonlAppendFile
 from logfs.names import JSONL_SUFFIX, parse_timestamp, split_format
 from logfs.nodes import (
-    Directory, MetricsFile, Node, RecordFile, SegmentFile, StateFile, StatsFile, record_digest,
+    STABLE_TIMEOUT_S, Directory, MetricsFile, Node, RecordFile, SegmentFile, StateFile, StatsFile, record_digest,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,6 +34,8 @@ if TYPE_CHECKING:  # pragma: no cover
 class RootDir(Directory):
     key = ("root",)
     topic: str | None = None
+    # its attributes never change; the kernel checks them at every path walk (default_permissions)
+    attr_timeout = STABLE_TIMEOUT_S
 
     def names(self) -> list[str]:
         return [".logfs"] + sorted(self.ns.manager.topics())
@@ -67,6 +70,7 @@ class BrokerDir(Directory):
     key = ("broker",)
     parent_key = ("root",)
     topic: str | None = None
+    entry_timeout = attr_timeout = STABLE_TIMEOUT_S
     _FILES = {"config": BrokerConfigFile, "stats.json": StatsFile, "metrics": MetricsFile}
 
     def names(self) -> list[str]:
@@ -87,6 +91,7 @@ class TopicDir(Directory):
         "append": "_append", "config": "_config", "delete": "_delete",
         "append.jsonl": "_append_jsonl", "groups": "_groups",
     }
+    entry_timeout = attr_timeout = STABLE_TIMEOUT_S     # invalidated by logfs.fs when the topic goes
 
     def __init__(self, ns: Namespace, topic: str) -> None:
         super().__init__(ns)
@@ -147,6 +152,8 @@ class TopicDir(Directory):
 
 class PartitionDir(Directory):
     """``<topic>/<p>/``: each name maps to a method making its node (add names to ``_ENTRIES``)."""
+
+    entry_timeout = attr_timeout = STABLE_TIMEOUT_S     # a partition goes only with its topic
 
     _ENTRIES = {
         "append": "_append", "records": "_records", "records.jsonl": "_records_jsonl",

@@ -45,6 +45,13 @@ class StaleNameError(LogfsError):
     errno = _errno.ESTALE
 
 
+class RetryAfterRelease(Exception):
+    """Mixin of a refusal that a ``release`` on its way will lift (FUSE sends release after close returns).
+
+    ``logfs.fs`` retries the open that raised it for a moment before answering with its errno.
+    """
+
+
 def shown(name: str) -> str:
     """A name or a line as an error message or log line shows it: quoted, at most 80 characters."""
     return repr(name) if len(name) <= 80 else f"{name[:80]!r}... ({len(name)} characters)"

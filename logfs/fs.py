@@ -8,13 +8,17 @@ Everything a name means lives in the namespace (``logfs.namespace``, ``logfs.dir
   returns the same node for a name while it is the same file (see
   ``logfs.namespace``), so one path is one inode; a forgotten content node
   leaves the namespace's table too, so lookups cost no memory over time;
-* attributes: entry and attribute timeouts are 0, because sizes grow with every
-  append and deleted topics must vanish at once (the kernel asks again at every
-  path walk and ``fstat``); ``st_blocks`` is what a file stores (``du``);
+* attributes: entry and attribute timeouts are the node's: 0 for files whose
+  size grows with every append (the kernel asks again at every path walk and
+  ``fstat``), ``STABLE_TIMEOUT_S`` for the stable names (directories,
+  ``append``, ``delete``), whose deletion with their topic is invalidated
+  (``_topic_deleted``); ``st_blocks`` is what a file stores (``du``);
 * errno translation: an ``engine.errors.LogfsError`` becomes
   ``FUSEError(exc.errno)`` and one log line naming the cause (SPEC.md section
   7), the same refusal repeated within a minute (a tool polling a bad name)
   logged once;
+* editors' and tools' temporary files next to ``config`` and ``append``
+  (``logfs.tempfiles``): created, renamed over those files, removed;
 * ``rm -r`` of a topic: a process that listed a topic's directories may unlink
   and rmdir what is inside without effect, so its final rmdir of the topic
   directory deletes the topic as ``rmdir`` alone does (see ``_RecursiveRemovals``).
@@ -33,6 +37,7 @@ goes to a worker thread with ``trio.to_thread.run_sync``.
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import functools
 import logging
@@ -47,10 +52,11 @@ import trio
 
 from engine.errors import LogfsError, OffsetOutOfRangeError, ReadOnlyError
 from logfs.dirs import RootDir, TopicDir
-from logfs.errors import AccessDeniedError, MalformedNameError, NotPermittedError
+from logfs.errors import AccessDeniedError, MalformedNameError, NotPermittedError, RetryAfterRelease
 from logfs.handles import Handle
 from logfs.namespace import Namespace
 from logfs.nodes import Directory, FileNode, Node
+from logfs.tempfiles import TempFile, TempFiles
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +66,13 @@ __all__ = ["LogfsOperations"]
 #: from it, and 1 MiB is the largest request FUSE sends (256 pages), so a
 #: ``cat`` into ``append`` writes one 1 MiB batch per syscall instead of 128 KiB.
 BLOCK_SIZE = 1 << 20
+
+#: set while the kernel itself removes a topic's entry (rmdir): no invalidation then, it would deadlock
+_KERNEL_REMOVES: contextvars.ContextVar[bool] = contextvars.ContextVar("kernel_removes", default=False)
+
+#: how long an open waits for a release on its way (``RetryAfterRelease``), and how often it looks
+_RELEASE_WAIT_S = 2.0
+_RELEASE_POLL_S = 0.002
 
 # errnos that are part of normal operation (shells probe names, tools test for files)
 _QUIET_ERRNOS = frozenset({errno.ENOENT, errno.ESTALE})
@@ -208,6 +221,8 @@ class LogfsOperations(pyfuse3.Operations):
         self._uid = os.getuid()
         self._gid = os.getgid()
         self._removals = _RecursiveRemovals()
+        self._temps = TempFiles(namespace)     # editors' and tools' temporary files (logfs.tempfiles)
+        namespace.topic_deleted_listeners.append(self._topic_deleted)
 
     # ------------------------------------------------------------------ inode table
 
@@ -256,6 +271,21 @@ class LogfsOperations(pyfuse3.Operations):
                 log.exception("Closing %s failed", node)
         self.ns.forgotten(node)
 
+    def _topic_deleted(self, topic: str) -> None:
+        """Drop the kernel's cached entry of a deleted topic (its name is cached for STABLE_TIMEOUT_S)."""
+        if _KERNEL_REMOVES.get():
+            return
+        name = os.fsencode(topic)
+        if trio.lowlevel.in_trio_run():
+            # on the trio thread, inside a request: the notification must not wait for it
+            pyfuse3.invalidate_entry_async(pyfuse3.ROOT_INODE, name, ignore_enoent=True)
+            return
+        try:       # a worker thread (a write to <topic>/delete): done before the write returns
+            pyfuse3.invalidate_entry(pyfuse3.ROOT_INODE, name)
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:
+                log.warning("Could not drop the kernel's entry of deleted topic %s: %s", topic, exc)
+
     def inodes_known(self) -> int:
         """Inodes the kernel may still name (for tests and stats)."""
         return len(self._inodes)
@@ -264,7 +294,7 @@ class LogfsOperations(pyfuse3.Operations):
         attr = pyfuse3.EntryAttributes()
         attr.st_ino = ino
         attr.generation = 0
-        attr.entry_timeout = 0
+        attr.entry_timeout = node.entry_timeout
         attr.attr_timeout = node.attr_timeout
         if node.is_dir:
             attr.st_mode = stat.S_IFDIR | node.mode
@@ -302,7 +332,10 @@ class LogfsOperations(pyfuse3.Operations):
         parent = self._node(parent_inode)
         if not isinstance(parent, Directory):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
-        return self._entry(parent.lookup(os.fsdecode(name)))
+        self.ns.stats.metadata_requests += 1
+        decoded = os.fsdecode(name)
+        temp = self._temps.get(parent, decoded)
+        return self._entry(temp if temp is not None else parent.lookup(decoded))
 
     async def forget(self, inode_list) -> None:
         for ino, nlookup in inode_list:
@@ -310,12 +343,24 @@ class LogfsOperations(pyfuse3.Operations):
 
     @_translating
     async def getattr(self, inode: int, ctx: Any = None) -> pyfuse3.EntryAttributes:
+        self.ns.stats.metadata_requests += 1
         return self._attr(inode, self._node(inode))
 
     @_translating
     async def setattr(self, inode: int, attr, fields, fh, ctx) -> pyfuse3.EntryAttributes:
         node = self._node(inode)
-        if fields.update_mode or fields.update_uid or fields.update_gid:
+        if isinstance(node, TempFile):
+            self._check_writable(f"change the attributes of {describe(node)}")
+            if fields.update_size:
+                node.truncate(attr.st_size)
+            if fields.update_mode:
+                node.mode = stat.S_IMODE(attr.st_mode)
+            return self._attr(inode, node)      # owners and times are not kept (a temporary file)
+        # an editor restores the mode and owner a file had after writing it: the same values are accepted
+        changes = ((fields.update_mode and stat.S_IMODE(attr.st_mode) != node.mode)
+                   or (fields.update_uid and attr.st_uid != self._uid)
+                   or (fields.update_gid and attr.st_gid != self._gid))
+        if changes:
             self._check_writable(f"change the attributes of {describe(node)}")
             raise NotPermittedError("Modes and owners of the mount are fixed")
         if fields.update_size:
@@ -344,7 +389,11 @@ class LogfsOperations(pyfuse3.Operations):
         decoded = os.fsdecode(name)
         pid = getattr(ctx, "pid", 0)
         if isinstance(parent, RootDir):
-            await trio.to_thread.run_sync(parent.rmdir, decoded)
+            token = _KERNEL_REMOVES.set(True)     # the kernel drops the entry it asked to remove
+            try:
+                await trio.to_thread.run_sync(parent.rmdir, decoded)
+            finally:
+                _KERNEL_REMOVES.reset(token)
             self._removals.done(pid, decoded)
             return
         topic = getattr(parent, "topic", None)
@@ -354,7 +403,8 @@ class LogfsOperations(pyfuse3.Operations):
 
     async def _fixed(self, *args) -> NoReturn:
         self._check_writable("create, remove, link or rename files")
-        raise NotPermittedError("The namespace is fixed: files cannot be created, removed, linked or renamed")
+        raise NotPermittedError("The namespace is fixed: files cannot be created, removed, linked or renamed "
+                                "(except temporary files next to config and append)")
 
     @_translating
     async def unlink(self, parent_inode, name, ctx) -> None:
@@ -362,6 +412,8 @@ class LogfsOperations(pyfuse3.Operations):
         parent = self._node(parent_inode)
         if not isinstance(parent, Directory):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
+        if self._temps.unlink(parent, os.fsdecode(name)):
+            return
         try:
             await trio.to_thread.run_sync(parent.unlink, os.fsdecode(name))
         except NotPermittedError:
@@ -372,6 +424,12 @@ class LogfsOperations(pyfuse3.Operations):
 
     @_translating
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx) -> None:
+        # only a temporary file moves: to a free name, or over config/append (logfs.tempfiles)
+        old_parent, new_parent = self._node(parent_inode_old), self._node(parent_inode_new)
+        if flags == 0 and self._temps.get(old_parent, os.fsdecode(name_old)) is not None:
+            await trio.to_thread.run_sync(self._temps.rename, old_parent, os.fsdecode(name_old),
+                                          new_parent, os.fsdecode(name_new))
+            return
         await self._fixed()
 
     @_translating
@@ -392,7 +450,13 @@ class LogfsOperations(pyfuse3.Operations):
         parent = self._node(parent_inode)
         if not isinstance(parent, Directory):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
-        attr = self._entry(parent.create(os.fsdecode(name)))
+        create: Callable[[str], Node]
+        if self._temps.takes(parent):
+            # an editor's or a tool's temporary file next to config and append
+            create = functools.partial(self._temps.create, parent)
+        else:
+            create = parent.create      # groups/<new group>; Directory's default refuses with EPERM
+        attr = self._entry(create(os.fsdecode(name)))
         return await self.open(attr.st_ino, flags, ctx), attr
 
     # ------------------------------------------------------------------ files
@@ -405,7 +469,17 @@ class LogfsOperations(pyfuse3.Operations):
         write = (flags & os.O_ACCMODE) != os.O_RDONLY
         if write:
             self._check_writable(f"open {describe(node)} for writing")
-        handle = node.open(write)
+        deadline = trio.current_time() + _RELEASE_WAIT_S
+        while True:
+            try:
+                handle = node.open(write)
+                break
+            except RetryAfterRelease:
+                # the holder's last close() returned; its release is queued behind this open
+                if trio.current_time() >= deadline:
+                    raise
+                await trio.sleep(_RELEASE_POLL_S)
+        handle.opened(flags)
         fh = self._next_fh
         self._next_fh += 1
         self._handles[fh] = (inode, handle)
@@ -471,7 +545,7 @@ class LogfsOperations(pyfuse3.Operations):
         fh = self._next_fh
         self._next_fh += 1
         # Names are snapshotted at opendir so start_id indexes a stable list.
-        self._dir_handles[fh] = _DirHandle(inode, [".", ".."] + node.names())
+        self._dir_handles[fh] = _DirHandle(inode, [".", ".."] + node.names() + self._temps.names(node))
         return fh
 
     @_translating
@@ -488,7 +562,7 @@ class LogfsOperations(pyfuse3.Operations):
                     return
                 continue
             try:
-                node = parent.lookup(name)   # type: ignore[attr-defined]
+                node = self._temps.get(parent, name) or parent.lookup(name)   # type: ignore[attr-defined]
             except LogfsError:
                 continue   # vanished since opendir (deleted topic, retained segment)
             ino = self._remember(node)

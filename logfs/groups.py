@@ -47,7 +47,7 @@ from engine.consumer_offsets import GroupMetadataManager
 from engine.errors import InvalidRequestError, LogfsError
 from engine.topic import TopicPartition
 from engine.views import ViewFormat
-from logfs.errors import NoSuchNameError
+from logfs.errors import NoSuchNameError, RetryAfterRelease
 from logfs.names import parse_timestamp, split_format
 from logfs.handles import BytesHandle, Handle, ViewHandle
 from logfs.nodes import RW_MODE, Directory, FileNode, Node
@@ -69,6 +69,10 @@ class GroupBusyError(LogfsError):
     errno = _errno.EBUSY
 
 
+class ReleasePendingError(GroupBusyError, RetryAfterRelease):
+    """The holding file was closed and its release is on its way: ``logfs.fs`` retries the open."""
+
+
 def coordinator(ns: Namespace) -> GroupMetadataManager:
     return ns.group_coordinator
 
@@ -78,24 +82,46 @@ def _check_group_name(group: str) -> None:
         raise NoSuchNameError(f"Invalid consumer group id {group!r}")
 
 
-class GroupLeases:
-    """Which (group, partition) is being consumed by an open file (one consumer of a group per partition)."""
+class _Lease:
+    """One open file's hold of a (group, partition); ``closing`` once a ``close()`` of it was seen."""
+
+    __slots__ = ("closing",)
 
     def __init__(self) -> None:
-        self._held: set[tuple[str, TopicPartition]] = set()
+        self.closing = False
+
+
+class GroupLeases:
+    """Which (group, partition) is being consumed by an open file.
+
+    A hold lasts until the open file's last descriptor is closed (FUSE's
+    ``release``), not its first ``close()`` (``flush``): a child process that
+    inherited the descriptor closing its copy must not let a second reader of
+    the group in while the parent still reads.  Since ``release`` reaches the
+    mount asynchronously after the last ``close()`` returned, an opening that
+    finds a hold whose file saw a ``close()`` since its last read gets
+    :class:`ReleasePendingError`, which ``logfs.fs`` retries for a moment.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, TopicPartition], _Lease] = {}
         self._lock = threading.Lock()
 
-    def acquire(self, group: str, tp: TopicPartition) -> None:
+    def acquire(self, group: str, tp: TopicPartition) -> _Lease:
         with self._lock:
-            if (group, tp) in self._held:
-                raise GroupBusyError(
+            held = self._held.get((group, tp))
+            if held is not None:
+                error = ReleasePendingError if held.closing else GroupBusyError
+                raise error(
                     f"Partition {tp} is already being consumed by group {group} (one reader per group and "
                     "partition, as Kafka assigns a partition to one consumer of a group)")
-            self._held.add((group, tp))
+            lease = self._held[(group, tp)] = _Lease()
+            return lease
 
-    def release(self, group: str, tp: TopicPartition) -> None:
+    def release(self, group: str, tp: TopicPartition, lease: _Lease) -> None:
         with self._lock:
-            self._held.discard((group, tp))
+            if self._held.get((group, tp)) is lease:
+                del self._held[(group, tp)]
 
 
 # --------------------------------------------------------------------------- groups/
@@ -342,7 +368,7 @@ class ConsumeFile(FileNode):
     def open(self, write: bool) -> Handle:
         self._refuse_write(write)
         leases = self.ns.group_leases
-        leases.acquire(self.group, self.tp)
+        lease = leases.acquire(self.group, self.tp)
         try:
             if self._view is not None and coordinator(self.ns).committed(self.group, self.tp) != self._from:
                 # committed since the view was anchored (by a previous opening whose release is still on
@@ -350,9 +376,9 @@ class ConsumeFile(FileNode):
                 self._view = None
             view = self.view
         except BaseException:
-            leases.release(self.group, self.tp)
+            leases.release(self.group, self.tp, lease)
             raise
-        return ConsumeHandle(self, view, self._from)
+        return ConsumeHandle(self, view, self._from, lease)
 
     def detach(self) -> None:
         self.close()
@@ -366,16 +392,16 @@ class ConsumeFile(FileNode):
 class ConsumeHandle(ViewHandle):
     """Reads of a consumer view; closing it commits what the reader was given."""
 
-    __slots__ = ("_node", "_expected", "_given", "_flushed_at", "_leased", "_lock")
+    __slots__ = ("_node", "_expected", "_given", "_flushed_at", "_lease", "_lock")
     blocking = True    # the commit appends to __consumer_offsets, which may create the topic
 
-    def __init__(self, node: ConsumeFile, view: ConsumerView, committed: int | None) -> None:
+    def __init__(self, node: ConsumeFile, view: ConsumerView, committed: int | None, lease: _Lease) -> None:
         super().__init__(view, node.ns.views_direct_io)
         self._node = node
         self._expected = committed
         self._given = 0
         self._flushed_at = 0         # _given at the last commit: a flush with nothing new read commits nothing
-        self._leased = True
+        self._lease: _Lease | None = lease
         self._lock = threading.Lock()
 
     def read(self, offset: int, size: int) -> bytes:
@@ -384,20 +410,19 @@ class ConsumeHandle(ViewHandle):
         with self._lock:             # large reads run in worker threads
             if end > self._given:
                 self._given = end
+            if self._lease is not None:
+                self._lease.closing = False    # still read: a copy of the descriptor is open
         return data
 
     def flush(self) -> None:
-        """close(): commit the position, and let another opening of the group's partition in."""
+        """close() of one descriptor: commit the position (the hold ends at the last one, ``release``)."""
         with self._lock:
             node = self._node
-            try:
-                if self._given > self._flushed_at and not node.ns.read_only:
-                    self._commit(self._view.next_offset_at(self._given))
-                    self._flushed_at = self._given
-            finally:
-                if self._leased:
-                    self._leased = False
-                    node.ns.group_leases.release(node.group, node.tp)
+            if self._lease is not None:
+                self._lease.closing = True
+            if self._given > self._flushed_at and not node.ns.read_only:
+                self._commit(self._view.next_offset_at(self._given))
+                self._flushed_at = self._given
 
     def _commit(self, offset: int) -> None:
         node = self._node
@@ -413,9 +438,14 @@ class ConsumeHandle(ViewHandle):
         self._expected = offset
 
     def release(self) -> None:
+        """The last descriptor closed: commit, and let another opening of the group's partition in."""
         try:
             self.flush()
         finally:
+            with self._lock:
+                lease, self._lease = self._lease, None
+            if lease is not None:
+                self._node.ns.group_leases.release(self._node.group, self._node.tp, lease)
             # the node owns its current view (logfs.fs closes it once no handle of the inode is open);
             # one the node re-anchored away from is this handle's to close
             if self._node._view is not self._view:

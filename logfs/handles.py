@@ -29,6 +29,9 @@ class Handle:
     #: reads of at least this many bytes run in a worker thread (None: always inline)
     offload_reads_from: int | None = None
 
+    def opened(self, flags: int) -> None:
+        """The ``open(2)`` flags the handle was opened with (``O_TRUNC``, ``O_APPEND``...)."""
+
     def read(self, offset: int, size: int) -> bytes:
         return b""
 

@@ -72,6 +72,8 @@ class Namespace:
         self.views_direct_io = views_direct_io
         self.started_ns = _now_ns()
         self._routers: dict[str, TopicRouter] = {}
+        #: called with a topic's name once it is deleted (logfs.fs drops the kernel's cached entry)
+        self.topic_deleted_listeners: list[Callable[[str], None]] = []
         self._nodes: dict[tuple, Node] = {}
         self._retired: collections.OrderedDict[tuple, Node] = collections.OrderedDict()
         self.root = RootDir(self)
@@ -113,7 +115,7 @@ class Namespace:
         """The view node of ``name``: one rendering from ``start_offset`` while nothing of it changed."""
         return self.content(
             ("view", tp, name),
-            lambda node: node.start_offset == start_offset and node.is_current(),
+            lambda node: node.same_file(start_offset),
             lambda: ViewFile(self, tp, name, target, fmt, start_offset, segment))
 
     def forgotten(self, node: Node) -> None:
@@ -185,6 +187,8 @@ class Namespace:
             if _mentions_topic(key, topic):
                 self._nodes.pop(key, None)
                 self._retired.pop(key, None)
+        for listener in self.topic_deleted_listeners:
+            listener(topic)
 
 
 # --------------------------------------------------------------------------- helpers

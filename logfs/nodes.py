@@ -38,6 +38,11 @@ WRITE_ONLY_MODE = 0o200
 #: Forgotten content nodes kept so an unchanged file keeps its inode number (see Namespace.forgotten).
 RETIRED_NODES = 4096
 
+#: How long the kernel may cache a stable name and its attributes (topic and partition directories,
+#: ``append``, ``delete``; ``config``'s name): they change only when the topic is deleted, and then
+#: logfs.fs invalidates the topic's entry.  Every path walk and ``stat`` would otherwise reach the mount.
+STABLE_TIMEOUT_S = 1.0
+
 
 class Node:
     """One name of the namespace."""
@@ -48,6 +53,8 @@ class Node:
     transient = False
     #: kernel attribute cache time; 0 for files whose size changes under the reader
     attr_timeout = 0.0
+    #: kernel cache time of the name -> inode entry; 0 for names whose file may be replaced
+    entry_timeout = 0.0
     #: the inode number logfs.fs gave this node (kept across the kernel's forget)
     ino: int | None = None
 
@@ -184,7 +191,9 @@ class ViewFile(FileNode):
     One node is one rendering from ``start_offset``: the same file for as long
     as its :class:`ViewIdentity` is current.  Opens share one ``LogView``
     anchored at that start, closed with the last handle; in between the node
-    pins nothing (see the module docstring for sizes).
+    pins nothing (see the module docstring for sizes).  ``records`` and
+    ``records.jsonl`` stay the same file while open, whatever is deleted below
+    (``followed``): a follower by name (``tail -F``) never sees a replacement.
     """
 
     transient = True
@@ -242,7 +251,7 @@ class ViewFile(FileNode):
     def mtime_ns(self) -> int:
         """When the last record it shows was appended (the .log's mtime; never goes back)."""
         segment = self.identity.segment() if self._single else self.log.segments.peekitem(-1)[1]
-        if segment is not None and self.identity.is_current():
+        if segment is not None and (self.identity.is_current() or self.followed):
             try:
                 mtime = segment.last_modified * 1_000_000
             except LogfsError:
@@ -251,6 +260,15 @@ class ViewFile(FileNode):
                 self._last_mtime_ns = mtime
         return self._last_mtime_ns or self.ns.started_ns
 
+    @property
+    def followed(self) -> bool:
+        """``records``/``records.jsonl`` while open: the same file across deletions below (``tail -F``)."""
+        return self._view is not None and self.name in FOLLOWED_VIEWS and not self._single
+
+    def same_file(self, start_offset: int) -> bool:
+        """Whether a lookup now, anchored at ``start_offset``, names this file (one inode)."""
+        return self.followed or (self.start_offset == start_offset and self.is_current())
+
     def open(self, write: bool) -> Handle:
         self._refuse_write(write)
         if self._view is None:
@@ -258,6 +276,8 @@ class ViewFile(FileNode):
                 raise StaleNameError(f"{self.describe()} was replaced (records deleted or compacted)")
             self._view = self._anchor()
             self.ns.stats.views_open += 1
+        if self.name in FOLLOWED_VIEWS and not self._single:
+            return FollowedViewHandle(self._view, self.ns.views_direct_io)
         return ViewHandle(self._view, self.ns.views_direct_io)
 
     def detach(self) -> None:
@@ -269,6 +289,38 @@ class ViewFile(FileNode):
             view.close()
 
     close = detach
+
+
+#: the views a follower by name (``tail -F``) reads: they keep their inode across deletions while open
+FOLLOWED_VIEWS = frozenset(("records", "records.jsonl"))
+
+
+class FollowedViewHandle(ViewHandle):
+    """An opening of ``records``/``records.jsonl``, whose first bytes may be gone (see ``ViewFile.followed``).
+
+    While a follower keeps ``records`` open, the name stays that file even
+    after retention, ``before N`` or the cleaner deleted records below the
+    follower, so ``tail -F`` never prints a record twice.  The deleted records'
+    bytes stay counted at the start of that file (its size only grows), and a
+    reader opening it meanwhile (``cat``) starts there: its first read at a
+    position the view can no longer render is moved to the first byte it can,
+    and its reads go on from there, so it reads every record the log still
+    holds, once, and ends where the file ends.
+    """
+
+    __slots__ = ("_first", "_shift")
+
+    def __init__(self, view, direct_io: bool) -> None:
+        super().__init__(view, direct_io)
+        # where this opening may start reading; 0 for one opened before anything was deleted,
+        # which reads on what it opened
+        self._first = view.readable_from()
+        self._shift: int | None = None if self._first else 0
+
+    def read(self, offset: int, size: int) -> bytes:
+        if self._shift is None:
+            self._shift = self._first - offset if offset < self._first else 0
+        return self._view.read(offset + self._shift, size)
 
 
 class RecordFile(FileNode):

@@ -14,6 +14,7 @@ plus ``logfs_cleaner_*`` counters summed over every clean.
 from __future__ import annotations
 
 import threading
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -62,6 +63,8 @@ class MountStats:
     #: LogViews anchored by lookups and not yet forgotten by the kernel
     views_open: int = 0
     load_ms: float = 0.0
+    #: lookup and getattr requests served (what the kernel's name and attribute caches did not answer)
+    metadata_requests: int = 0
     tasks: dict[str, TaskRun] = field(default_factory=dict)
     #: the group coordinator's offsets store (engine.consumer_offsets), set by logfs.groups at mount start
     groups: Any = None
@@ -149,6 +152,8 @@ def stats_json(manager: LogManager, stats: MountStats) -> bytes:
                 tp = lg.topic_partition
                 topics[tp.topic]["partitions"][str(tp.partition)]["cleaner_position"] = positions.get(tp)
     doc = {
+        "pid": os.getpid(),          # the serving process: `logfs umount` waits for it to finish its shutdown
+        "read_only": manager.read_only,
         "log_dirs": list(manager.log_dirs),
         "uptime_ms": now - stats.started_ms,
         "loaded_logs": getattr(manager, "loaded_logs", None),
@@ -157,6 +162,7 @@ def stats_json(manager: LogManager, stats: MountStats) -> bytes:
         "appends": {"records": stats.appended_records, "bytes": stats.appended_bytes,
                     "batches": stats.append_batches},
         "views_open": stats.views_open,
+        "metadata_requests": stats.metadata_requests,
         "pending_log_deletions": manager.pending_deletions(),
         "tasks": {name: run.as_dict() for name, run in sorted(stats.tasks.items())},
         "cleaner": None if cleaner is None else cleaner.metrics(),

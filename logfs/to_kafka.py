@@ -125,7 +125,8 @@ def _check_unlocked(log_dir: str, owner: str, stack: ExitStack) -> None:
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        raise MigrationError(f"{log_dir} is locked by a running process: stop the {owner} first") from None
+        raise MigrationError(f"{log_dir} is in use (its {LOCK_FILE} is locked by a running process): "
+                             f"stop the {owner} first") from None
 
 
 def inspect(data_dirs: Sequence[str]) -> DataDirState:
@@ -141,6 +142,8 @@ def inspect(data_dirs: Sequence[str]) -> DataDirState:
     for d in dirs:
         if not os.path.isdir(d):
             raise MigrationError(f"{d} is not a directory")
+        with ExitStack() as stack:     # a live mount removed the marker at its start: say what is wrong
+            _check_unlocked(d, "logfs mount (`logfs umount MOUNTPOINT`) or Kafka broker using it", stack)
         if not os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_FILE)):
             raise MigrationError(f"{d} was not shut down cleanly (no {CLEAN_SHUTDOWN_FILE}): mount it with "
                                  f"`logfs mount` and unmount it, so that it is recovered and checkpointed, first")
@@ -196,14 +199,24 @@ def plan_script(state: DataDirState, *, node_id: int, bootstrap_server: str,
              f"# Every partition is assigned to node.id {node_id}, the broker that will serve the data;",
              "# add replicas later with kafka-reassign-partitions.sh.",
              "set -e"]
-    for topic in state.topics.values():
+    # the group commits first: a broker that has hosted a consumer group has the topic already, and
+    # then the script stops before creating anything, saying why
+    ordered = sorted(state.topics.values(), key=lambda topic: topic.name != GROUP_METADATA_TOPIC)
+    for topic in ordered:
         for note in topic.notes:
             lines.append(f"# {topic.name}: {note}")
         cmd = [*shlex.split(kafka_topics), "--bootstrap-server", bootstrap_server, "--create", "--topic", topic.name,
                "--replica-assignment", ",".join([str(node_id)] * topic.partitions)]
         for name, value in topic.configs.items():
             cmd += ["--config", f"{name}={value}"]
-        lines.append(" ".join(shlex.quote(part) for part in cmd))
+        line = " ".join(shlex.quote(part) for part in cmd)
+        if topic.name == GROUP_METADATA_TOPIC:
+            message = ("create-topics.sh: the broker could not create __consumer_offsets; if it exists, the broker "
+                       "has hosted consumer groups and cannot take logfs's commits: use a broker that never did, or "
+                       "remove the __consumer_offsets-* directories from the logfs data dir (the groups' commits are "
+                       "left behind) and run to-kafka plan again")
+            line += f" || {{ echo {shlex.quote(message)} >&2; exit 1; }}"
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 

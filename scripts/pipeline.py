@@ -97,7 +97,11 @@ def run_batch(spark, args) -> None:
               .agg(F.count(F.lit(1)).alias("count"), F.round(F.sum("amount"), 2).alias("amount"))
               .orderBy("type")).cache()
     rows = totals.collect()
-    print(f"Read {sum(r['count'] for r in rows)} events from topic {args.source} (end offsets {covered})")
+    events = sum(r['count'] for r in rows)
+    # a record that is not a JSON event (a stray line, a typo) is not counted: say how many there were
+    skipped = source.count() - events
+    print(f"Read {events} events from topic {args.source} (end offsets {covered})"
+          + (f"; skipped {skipped} records that are not JSON events" if skipped else ""))
     for r in rows:
         print(f"  {r['type']:<10} count={r['count']:<8} amount={r['amount']}")
     covered_offsets = F.from_json(F.lit(ending), "map<string, map<string, bigint>>")

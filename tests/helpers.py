@@ -163,3 +163,9 @@ class PausedClean:
     def restore(self) -> None:
         """The worker's own ``check_done`` again (cleans after this one are not held)."""
         self.worker.check_done = self._original_check      # type: ignore[method-assign]
+
+
+def add_config(path: Any, text: str | bytes) -> None:
+    """``echo name=value >> <topic>/config``: add overrides (a write with ``>``/O_TRUNC replaces them all)."""
+    with open(path, "ab") as f:
+        f.write(text.encode() if isinstance(text, str) else text)

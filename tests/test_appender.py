@@ -1,4 +1,4 @@
-"""LineAppender without FUSE: lines in, record batches out, over a real LogManager on disk.
+"""AppendHandle (text lines, ``append``) without FUSE: lines in, record batches out, over a real LogManager on disk.
 
 What ``cat file > MOUNT/t/0/append`` does, one ``write()`` call at a time:
 line splitting across writes, keys and the null marker, Kafka's default
@@ -21,8 +21,7 @@ from engine.errors import InvalidRecordError, RecordTooLargeError, UnknownTopicO
 from engine.manager import LogManager
 from engine.records import iter_batches
 from engine.topic import TopicPartition
-from logfs.appender import LineAppender
-from logfs.appender import TopicRouter
+from logfs.appender import JSON_LINES, TEXT_LINES, AppendHandle, TopicRouter
 from logfs.stats import MountStats
 from tests.conftest import kafka_records
 
@@ -37,8 +36,8 @@ def manager(tmp_path):
 
 
 def appender(manager: LogManager, topic: str = "t", partition: int | None = 0,
-             router: TopicRouter | None = None, stats: MountStats | None = None) -> LineAppender:
-    return LineAppender(manager, topic, partition, router or TopicRouter(), stats or MountStats())
+             router: TopicRouter | None = None, stats: MountStats | None = None, fmt=TEXT_LINES) -> AppendHandle:
+    return AppendHandle(manager, topic, partition, fmt, router or TopicRouter(), stats or MountStats())
 
 
 def values(manager: LogManager, topic: str = "t", partition: int = 0) -> list[bytes | None]:
@@ -120,7 +119,7 @@ def test_a_line_without_separator_refuses_the_whole_write(manager):
     manager.create_topic("t", 1, {"parse.key": "true"})
     a = appender(manager)
     a.write(0, b"k0\tv0\n")
-    with pytest.raises(InvalidRecordError, match=r"No key separator b'\\t' found on line 2 of the write"):
+    with pytest.raises(InvalidRecordError, match=r"No key separator b'\\t' found on line 3 of t/0/append"):
         a.write(0, b"k1\tv1\nno separator\nk2\tv2\n")
     assert values(manager) == [b"v0"]                  # nothing of the refused write
     assert a.read(0, 100) == b"0 0\n"
@@ -182,7 +181,8 @@ def test_an_oversized_keyed_record_refuses_the_write_before_any_partition_is_app
     manager.create_topic("k", 3, {"parse.key": "true", "max.message.bytes": "100"})
     a = appender(manager, "k", None)
     lines = b"".join(b"key%d\tsmall\n" % i for i in range(10)) + b"big\t" + b"x" * 200 + b"\n"
-    with pytest.raises(RecordTooLargeError, match="A record of 200 bytes exceeds max.message.bytes=100 of topic k"):
+    with pytest.raises(RecordTooLargeError,
+                       match=r"A record of 200 bytes \(line 11 of k/append\) exceeds max.message.bytes=100 of topic k"):
         a.write(0, lines)
     assert [values(manager, "k", p) for p in range(3)] == [[], [], []]
 
@@ -193,3 +193,19 @@ def test_unknown_partition_and_topic(manager):
         appender(manager, "t", 5).write(0, b"x\n")
     with pytest.raises(UnknownTopicOrPartitionError):
         appender(manager, "nope", None).write(0, b"x\n")
+
+
+def test_append_jsonl_has_the_same_oversized_line_protocol_and_line_numbers(manager):
+    """One handle for both formats: ``append.jsonl`` drops an oversized line whole and goes on, as ``append`` does."""
+    manager.create_topic("t", 1, {"max.message.bytes": "1000"})
+    a = appender(manager, fmt=JSON_LINES)
+    a.write(0, b'{"value":"before"}\n{"value":"' + b"x" * 5000)    # the head of a long line is buffered
+    head = b"y" * 4000
+    with pytest.raises(RecordTooLargeError, match="A line of at least 9010 bytes written to t/0/append.jsonl"):
+        a.write(0, head)                                 # over 4 x max.message.bytes + 4096: never fits
+    with pytest.raises(RecordTooLargeError):
+        a.write(0, head)                                 # the writer's retry of the refused request
+    a.write(0, head + b'"}\n{"value":"after"}\n')        # the second retry: the rest of the line is dropped
+    assert values(manager) == [b"before", b"after"]
+    with pytest.raises(InvalidRecordError, match="Malformed JSON line 5 of t/0/append.jsonl"):
+        a.write(0, b"\n[]\n")                            # numbered in the stream: the dropped line counts

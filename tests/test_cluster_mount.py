@@ -83,7 +83,8 @@ def test_every_view_matches_an_embedded_mount(cluster_mount, logfs_mount, kafka_
                 f.write(data)
             # read-your-writes: the records are there as soon as write() returned
             assert (m / "t/0/records").read_bytes().endswith(data if data != b"\n" else b"\n")
-        (m / "t/config").write_text("parse.key=true\nnull.marker=null-me\n")
+        with open(m / "t/config", "a") as f:        # >>: added to the overrides (LogAppendTime stays)
+            f.write("parse.key=true\nnull.marker=null-me\n")
         for data in keyed:
             with open(m / "t/append", "ab", buffering=0) as f:
                 f.write(data)

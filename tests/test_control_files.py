@@ -9,6 +9,7 @@ LogManager on disk and writes to its handle as ``echo ... > file`` would, one
 from __future__ import annotations
 
 import errno
+import os
 import logging
 
 import pytest
@@ -63,12 +64,45 @@ def test_a_failed_write_keeps_the_buffer_as_it_was_so_a_retry_is_safe():
 # --------------------------------------------------------------------------- config
 
 
-def test_config_renders_the_effective_config_sorted_one_name_per_line(ns, manager):
+def test_config_shows_overrides_as_lines_and_defaults_as_comments(ns, manager):
+    manager.alter_topic_config("t", {"segment.bytes": "4096"})
     text = TopicConfigFile(ns, "t").open(write=False).read(0, 1 << 20)
     lines = text.decode().splitlines()
-    assert lines == sorted(lines) and text.endswith(b"\n")
-    assert dict(line.split("=", 1) for line in lines) == manager.topic_config("t").to_props()
-    assert "retention.ms=604800000" in lines             # the broker's default, as Kafka's topic config shows it
+    assert text.endswith(b"\n") and lines[0].startswith("# Overrides of topic t")
+    overrides = [line for line in lines if not line.startswith("#")]
+    assert overrides == ["segment.bytes=4096"]
+    defaults = [line[1:] for line in lines if line.startswith("#") and not line.startswith("# ")]
+    assert defaults == sorted(defaults) and "retention.ms=604800000" in defaults   # the broker's default
+    assert dict(line.split("=", 1) for line in overrides + defaults) == manager.topic_config("t").to_props()
+
+
+def _write(ns, data: bytes, flags: int) -> None:
+    handle = TopicConfigFile(ns, "t").open(write=True)
+    handle.opened(flags)
+    handle.write(0, data)
+    handle.flush()
+    handle.release()
+
+
+def test_the_text_read_written_back_with_o_trunc_keeps_the_overrides_and_the_defaults(ns, manager):
+    """An editor saving the buffer (or cat config > x; cat x > config): nothing becomes an override."""
+    manager.alter_topic_config("t", {"segment.bytes": "4096", "cleanup.policy": "compact"})
+    text = TopicConfigFile(ns, "t").open(write=False).read(0, 1 << 20)
+    _write(ns, text, os.O_WRONLY | os.O_TRUNC)
+    assert manager.topic_overrides("t") == {"segment.bytes": "4096", "cleanup.policy": "compact"}
+    _write(ns, b"retention.ms=1234\n", os.O_WRONLY | os.O_TRUNC)          # >: the set of overrides
+    assert manager.topic_overrides("t") == {"retention.ms": "1234"}
+    _write(ns, b"segment.ms=60000\n", os.O_WRONLY | os.O_APPEND)          # >>: added
+    assert manager.topic_overrides("t") == {"retention.ms": "1234", "segment.ms": "60000"}
+    _write(ns, b"", os.O_WRONLY | os.O_TRUNC)                               # : > config: none left
+    assert manager.topic_overrides("t") == {}
+
+
+@pytest.mark.parametrize("separator", [" ", "::", " | ", "\t"])
+def test_any_key_separator_is_taken_verbatim(ns, manager, separator):
+    _write(ns, f"parse.key=true\nkey.separator={separator}\n".encode(), os.O_WRONLY | os.O_APPEND)
+    assert manager.topic_config("t").key_separator == separator
+    assert f"\nkey.separator={separator}\n" in TopicConfigFile(ns, "t").open(write=False).read(0, 1 << 20).decode()
 
 
 def test_config_lines_are_checked_at_each_write_and_applied_together_at_close(ns, manager, caplog):
@@ -156,4 +190,4 @@ def test_a_read_only_namespace_refuses_every_control_file_for_writing(manager):
         with pytest.raises(ReadOnlyError) as exc:
             node.open(write=True)
         assert exc.value.errno == errno.EROFS
-    assert TopicConfigFile(ro, "t").open(write=False).read(0, 100).startswith(b"cleanup.policy=delete\n")
+    assert b"\n#cleanup.policy=delete\n" in TopicConfigFile(ro, "t").open(write=False).read(0, 1 << 20)

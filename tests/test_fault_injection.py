@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from tests.helpers import wait_for
+from tests.helpers import add_config, wait_for
 
 from tests.conftest import Mount, kafka_records
 
@@ -105,8 +105,8 @@ def test_corrupt_checkpoints_fall_back_to_their_previous_generation(mount):
 def test_links_planted_as_checkpoints_and_configs_are_never_followed(logfs_mount, tmp_path):
     mount = logfs_mount({"log.flush.start.offset.checkpoint.interval.ms": "100"})
     (mount / "c").mkdir()
-    (mount / "c/config").write_bytes(b"cleanup.policy=compact\nparse.key=true\n")
-    (mount / "c/config").write_bytes(b"min.cleanable.dirty.ratio=0.4\n")   # the previous generation is compact too
+    add_config(mount / "c/config", b"cleanup.policy=compact\nparse.key=true\n")
+    add_config(mount / "c/config", b"min.cleanable.dirty.ratio=0.4\n")   # the previous generation is compact too
     fd = os.open(mount / "c/0/append", os.O_WRONLY)
     os.write(fd, b"k1\tv1\nk2\tv2\n")
     os.close(fd)
@@ -121,7 +121,7 @@ def test_links_planted_as_checkpoints_and_configs_are_never_followed(logfs_mount
     mount.start()
     # the link was not read: the compacted topic kept its config from the previous generation
     assert b"cleanup.policy=compact" in (mount / "c/config").read_bytes()
-    (mount / "c/config").write_bytes(b"min.cleanable.dirty.ratio=0.2\n")     # writes go around the links
+    add_config(mount / "c/config", b"min.cleanable.dirty.ratio=0.2\n")     # writes go around the links
     wait_for(lambda: not os.path.islink(data / "log-start-offset-checkpoint"), what="checkpoint rewritten")
     assert mount.stop() == 0
     assert victim.read_bytes() == before
@@ -133,11 +133,11 @@ def test_links_planted_as_checkpoints_and_configs_are_never_followed(logfs_mount
 def test_missing_topic_configs_with_a_previous_generation_is_loaded(logfs_mount):
     mount = logfs_mount({"log.retention.ms": "100", "log.cleaner.enable": "false"})
     (mount / "c").mkdir()
-    (mount / "c/config").write_bytes(b"cleanup.policy=compact\nparse.key=true\n")
+    add_config(mount / "c/config", b"cleanup.policy=compact\nparse.key=true\n")
     fd = os.open(mount / "c/0/append", os.O_WRONLY)
     os.write(fd, b"".join(b"k%d\tv%d\n" % (i, i) for i in range(50)))
     os.close(fd)
-    (mount / "c/config").write_bytes(b"min.cleanable.dirty.ratio=0.3\n")
+    add_config(mount / "c/config", b"min.cleanable.dirty.ratio=0.3\n")
     assert mount.stop() == 0
     (mount.data / "topic-configs.json").unlink()
     mount.start()

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Mount, kafka_records
+from tests.helpers import add_config
 
 pytestmark = pytest.mark.mount
 
@@ -357,7 +358,7 @@ def test_links_planted_under_temporary_names_are_not_written_through(logfs_mount
         (m.data / name).symlink_to(target)
     m.start()
     try:
-        (m / "t/config").write_bytes(b"retention.ms=86400000\n")
+        add_config(m / "t/config", b"retention.ms=86400000\n")
     except OSError:
         pass                                       # refusing is fine; writing through the link is not
     _fill(m, "t", 20)

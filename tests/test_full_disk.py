@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import wait_for
+from tests.helpers import add_config, wait_for
 
 from tests.conftest import Mount, kafka_records
 
@@ -86,7 +86,7 @@ def test_deleting_data_works_on_a_full_disk_and_frees_it(full_mount, small_fs):
     m = full_mount
     for topic in ("keep", "gone", "big"):
         (m / topic).mkdir()
-    (m / "keep/config").write_bytes(b"cleanup.policy=compact\nparse.key=true\n")
+    add_config(m / "keep/config", b"cleanup.policy=compact\nparse.key=true\n")
     (m / "keep/0/append").write_bytes(b"k\tv\n")
     wait_for(lambda: os.path.exists(m.data / "log-start-offset-checkpoint.prev"), what="two checkpoint writes")
     fd = os.open(m / "gone/0/append", os.O_WRONLY)
@@ -99,7 +99,7 @@ def test_deleting_data_works_on_a_full_disk_and_frees_it(full_mount, small_fs):
     assert end == big                                    # nothing partial: every record acknowledged
 
     # the disk is full: a config write still fits in place over its previous generation ...
-    (m / "big/config").write_bytes(b"retention.bytes=1000000\n")
+    add_config(m / "big/config", b"retention.bytes=1000000\n")
     # ... and retention acts on it: its log-start-offset checkpoint is written on the full disk too
     start = wait_for(lambda: _state(m, "big")["log_start_offset"], what="retention on a full disk")
     assert 0 < start < end

@@ -54,6 +54,9 @@ def test_parse_inverts_the_batch_rendering(batch: list[Record]) -> None:
     (b'{"value": "a", "headers": {"k": "v"}}', "headers must be a list"),
     (b'{"value": "a", "headers": [{"value": "v"}]}', "headers\\[0\\].key must be a string"),
     (b'{"value": "a", "partition": -1}', "partition -1 is out of range"),
+    (b'{"valu": "x"}', 'unknown member "valu"'),
+    (b'{"key": "k", "message": "m", "host": "h"}', 'unknown member "host", "message"'),
+    (b'{"value": "a", "headers": [{"key": "h", "val": "v"}]}', 'unknown member "val" in headers\\[0\\]'),
 ])
 def test_malformed_lines_name_their_line_number(line: bytes, message: str) -> None:
     good = b'{"value": "fine"}'

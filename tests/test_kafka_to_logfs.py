@@ -66,9 +66,13 @@ def _produce_codecs(broker: KafkaBroker) -> None:
     rng = random.Random(12)
     base_ts = int(time.time() * 1000) - 3_600_000
     for partition, codec in enumerate(CODECS):
-        # acks=1 without idempotence on two of them: the plain producer path
+        # acks=1 without idempotence on two of them: the plain producer path.  A batch closes when it
+        # holds 4096 bytes or at the flush every 50 records, never on a timer (linger is a minute): the
+        # same batches on a busy machine as on an idle one.  (kafka-python sends a batch that does not
+        # shrink uncompressed, so a timer closing a batch of one record early left an uncompressed batch
+        # in the zstd partition under load.)
         producer = KafkaProducer(bootstrap_servers=broker.bootstrap, compression_type=codec,
-                                 batch_size=4096, linger_ms=2, enable_idempotence=partition % 2 == 0,
+                                 batch_size=4096, linger_ms=60_000, enable_idempotence=partition % 2 == 0,
                                  acks="all" if partition % 2 == 0 else 1)
         for i in range(300):
             key, value, headers = _record(rng, i)

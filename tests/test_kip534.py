@@ -32,7 +32,7 @@ from engine.records import (DELETE_HORIZON_FLAG_MASK, Compression, Record, Times
                             decode_columns, encode_records, iter_batches, read_header, rebuild_batch,
                             validate_batch)
 from tests.conftest import Mount
-from tests.helpers import wait_for
+from tests.helpers import add_config, wait_for
 
 RETENTION_MS = 60_000
 
@@ -285,7 +285,7 @@ def _cleaner_totals(mount: Mount) -> dict:
 def test_a_tombstone_expires_in_a_mount_under_continuous_writes(mount):
     retention_ms = 2000
     (mount / "t").mkdir()
-    (mount / "t/config").write_text("cleanup.policy=compact\nparse.key=true\nnull.marker=NULL\n"
+    add_config(mount / "t/config", "cleanup.policy=compact\nparse.key=true\nnull.marker=NULL\n"
                                     f"min.cleanable.dirty.ratio=0.1\nsegment.bytes=4096\n"
                                     f"delete.retention.ms={retention_ms}\n")
     fd = os.open(mount / "t/0/append", os.O_WRONLY)

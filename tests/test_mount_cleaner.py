@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import LOGFS, ROOT, Mount, kafka_records
-from tests.helpers import CLEANER_TASK, mount_stats, wait_for, wait_for_task_runs
+from tests.helpers import add_config, CLEANER_TASK, mount_stats, wait_for, wait_for_task_runs
 
 pytestmark = pytest.mark.mount
 
@@ -123,7 +123,7 @@ def _logfs_check(data: Path) -> subprocess.CompletedProcess:
 
 def _create_compacted_topic(mount: Mount, topic: str = "t", config: str = COMPACTED_TOPIC) -> None:
     (mount / topic).mkdir()
-    (mount / f"{topic}/config").write_text(config)
+    add_config(mount / f"{topic}/config", config)
 
 
 # ----------------------------------------------------------------------------- compaction
@@ -140,7 +140,7 @@ def test_compaction_runs_on_its_own_and_keeps_the_latest_value_of_each_key(mount
     wait_for_task_runs(mount, CLEANER_TASK, 2)        # the cleaner looked, twice, and found nothing to clean
     assert _state(mount)["last_cleaning"] is None and len(_rows(mount)) == 600, "a delete topic was cleaned"
     assert mount_stats(mount)["cleaner"]["totals"]["runs"] == 0
-    (mount / "t/config").write_text("cleanup.policy=compact\n")
+    add_config(mount / "t/config", "cleanup.policy=compact\n")
 
     wait_for(lambda: (s := _state(mount))["last_cleaning"] and s, "the first clean")
     # Until the dirty ratio drops below min.cleanable.dirty.ratio, more cleans may follow: wait
@@ -194,7 +194,7 @@ def test_compaction_runs_on_its_own_and_keeps_the_latest_value_of_each_key(mount
 @pytest.mark.mount_options(CLEANER_OPTIONS)
 def test_unkeyed_record_on_compacted_topic_is_refused_with_einval(mount):
     (mount / "plain").mkdir()
-    (mount / "plain/config").write_text("cleanup.policy=compact\n")
+    add_config(mount / "plain/config", "cleanup.policy=compact\n")
     _create_compacted_topic(mount, "keyed")
     for path, line in (("plain/0/append", b"no key\n"), ("plain/append", b"no key\n"),
                        ("keyed/0/append", b"NULL\tvalue of a null key\n")):
@@ -253,7 +253,7 @@ def test_tombstones_remove_keys_and_are_dropped_after_delete_retention(mount):
         {**expected, **{k: None for k in ("k3", "k5") if k in _latest(rows)}}
 
     # The second generation: once a clean is delete.retention.ms past its horizon, it is dropped.
-    (mount / "t/config").write_text(f"delete.retention.ms={retention_ms}\n")
+    add_config(mount / "t/config", f"delete.retention.ms={retention_ms}\n")
     (mount / "t/0/delete").write_bytes(b"key k7\n")
     _append(mount, ["k9\tNULL"])
     second_at = time.monotonic()

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.conftest import kafka_records
-from tests.helpers import wait_for
+from tests.helpers import add_config, wait_for
 
 pytestmark = pytest.mark.mount
 
@@ -66,7 +66,7 @@ def test_tail_f_follows_across_rolls_and_retention(mount):
         segments_before = len(list((mount / "t/0/segments").glob("*.log")))
         assert segments_before >= 4, "expected at least 3 rolls"
         # Retention now deletes the oldest segments under the running tail.
-        (mount / "t/config").write_text("retention.bytes=4096\n")
+        add_config(mount / "t/config", "retention.bytes=4096\n")
         wait_for(lambda: len(list((mount / "t/0/segments").glob("*.log"))) < segments_before,
                  "retention to delete segments")
         more = [f"after-retention-{i}" for i in range(30)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import subprocess
 import struct
 import time
 from pathlib import Path
@@ -228,6 +229,32 @@ def test_one_reader_per_group_and_partition(mount):
         assert first.read() == b"1\n2\n3\n"
     with open(path, "rb") as again:                                         # free after close
         assert again.read() == b""
+
+
+@pytest.mark.mount_options(OPTIONS)
+def test_the_hold_lasts_until_the_last_copy_of_the_descriptor_is_closed(mount):
+    """A child inheriting the descriptor closes its copy (flush): the hold stays until the last close (release)."""
+    mount.sh("mkdir t && seq 1 3 > t/0/append")
+    path = mount / "t/0/consume/g"
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert os.read(fd, 2) == b"1\n"
+        subprocess.run(["true"], pass_fds=(fd,), check=True)                # the child closes its copy at exit
+        with pytest.raises(OSError) as exc:
+            open(path, "rb")
+        assert exc.value.errno == errno.EBUSY
+        assert group_rows(mount, "t", "g") == [[0, 1, 3, 2]]                 # that close committed
+        assert os.read(fd, 100) == b"2\n3\n"
+    finally:
+        os.close(fd)
+    with open(path, "rb") as again:                                         # free after the last close
+        assert again.read() == b""
+    # the same from a shell: `exec 5<` and a command that inherits descriptor 5
+    mount.sh("seq 4 6 >> t/0/append")
+    script = "exec 5< t/0/consume/g; sh -c ':'; if cat t/0/consume/g; then exit 7; fi; cat <&5"
+    result = mount.sh(script, check=False)
+    assert (result.returncode, result.stdout) == (0, b"4\n5\n6\n")
+    assert b"Device or resource busy" in result.stderr
 
 
 @pytest.mark.mount_options(OPTIONS)

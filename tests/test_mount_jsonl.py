@@ -126,6 +126,21 @@ def test_a_malformed_line_fails_the_write_and_appends_nothing(mount, tmp_path):
     assert mount.sh("cat t/0/records").stdout == b"kept\n1\n2\n3\n"
 
 
+def test_an_unknown_member_is_refused_never_a_null_value(mount):
+    """A log shipper's ``{"message": ...}`` or a typo: EINVAL naming the line and the member, never a tombstone."""
+    mount.sh("mkdir t && echo cleanup.policy=compact >> t/config")
+    result = mount.sh("echo '{\"valu\":\"x\"}' >> t/0/append.jsonl", check=False)
+    assert result.returncode != 0 and b"Invalid argument" in result.stderr
+    assert 'Malformed JSON line 1 of t/0/append.jsonl: unknown member "valu"' in mount.log()
+    result = mount.sh("printf '%s\\n' '{\"key\":\"k\",\"value\":\"v\"}' '{\"key\":\"k\",\"message\":\"m\"}'"
+                      " > t/0/append.jsonl", check=False)
+    assert result.returncode != 0
+    assert 'Malformed JSON line 2 of t/0/append.jsonl: unknown member "message"' in mount.log()
+    # bash's builtin printf writes each line on its own: the good line went in, no null value after it
+    assert [(r["key"], r["value"]) for r in map(json.loads, mount.sh("cat t/0/records.jsonl").stdout.splitlines())] \
+        == [("k", "v")]
+
+
 @pytest.mark.mount_options({"num.partitions": "4"})
 def test_topic_level_append_jsonl_routes_by_key_or_explicit_partition(mount):
     keys = [f"user-{i}" for i in range(40)]

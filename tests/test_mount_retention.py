@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, kafka_records
-from tests.helpers import CLEANER_TASK, RETENTION_TASK, mount_stats, wait_for, wait_for_task_runs
+from tests.helpers import add_config, CLEANER_TASK, RETENTION_TASK, mount_stats, wait_for, wait_for_task_runs
 
 pytestmark = pytest.mark.mount
 
@@ -114,7 +114,7 @@ def _stop_tail(proc: subprocess.Popen) -> bytes:
 @pytest.mark.mount_options(FAST)
 def test_time_retention_deletes_only_expired_segments_through_deleted_files(mount, tails, tmp_path):
     (mount / "t").mkdir()
-    (mount / "t/config").write_bytes(b"file.delete.delay.ms=2000\n")
+    add_config(mount / "t/config", b"file.delete.delay.ms=2000\n")
     tail = tails(mount, "t/0/records", tmp_path / "tail.out")
     _write(mount, "t", 0, 400)                                      # old: ~8 segments
     old_newest = _state(mount)["segments"][-1]["largest_timestamp"]
@@ -135,7 +135,7 @@ def test_time_retention_deletes_only_expired_segments_through_deleted_files(moun
     # retention run on, while the young ones expire only young_oldest - old_newest (>= AGE_GAP_MS)
     # later, which leaves a run due every 100 ms seconds of slack on a loaded machine.
     retention_ms = int(time.time() * 1000) - old_newest - 200
-    (mount / "t/config").write_bytes(b"retention.ms=%d\n" % retention_ms)
+    add_config(mount / "t/config", b"retention.ms=%d\n" % retention_ms)
     wait_for(lambda: _state(mount)["log_start_offset"] >= expected_start, what="time retention")
     after = _state(mount)
     # still inside file.delete.delay.ms: the segments wait as .deleted files, counted everywhere
@@ -144,7 +144,7 @@ def test_time_retention_deletes_only_expired_segments_through_deleted_files(moun
     assert b'logfs_log_pending_deletion_segments{partition="0",topic="t"} %d.0' % len(expired) in \
         (mount / ".logfs/metrics").read_bytes()
     # The young segments are kept from here on, whatever the time the checks below take.
-    (mount / "t/config").write_bytes(b"retention.ms=3600000\n")
+    add_config(mount / "t/config", b"retention.ms=3600000\n")
     assert after["log_start_offset"] == expected_start              # exactly the expired ones went
     assert [s["base_offset"] for s in after["segments"]] == [s["base_offset"] for s in
                                                             before["segments"][len(expired):]]
@@ -161,7 +161,7 @@ def test_time_retention_deletes_only_expired_segments_through_deleted_files(moun
     wait_for(lambda: not _deleted_fds(mount.proc.pid, mount.data), what="unlinked segments released")
 
     # then everything expires: the log rolls and keeps one empty active segment at the log end
-    (mount / "t/config").write_bytes(b"retention.ms=100\n")
+    add_config(mount / "t/config", b"retention.ms=100\n")
     wait_for(lambda: _state(mount)["log_start_offset"] == 800, what="all segments expired")
     final = _state(mount)
     assert final["log_end_offset"] == 800 and [s["base_offset"] for s in final["segments"]] == [800]
@@ -190,7 +190,7 @@ def test_size_retention_follows_kafkas_diff_rule_and_bounds_disk_usage(mount, ta
         diff -= seg["size_bytes"]
         expect += 1
     assert expect == 1
-    (mount / "s/config").write_bytes(b"retention.bytes=%d\n" % limit)
+    add_config(mount / "s/config", b"retention.bytes=%d\n" % limit)
     wait_for(lambda: _state(mount, "s")["num_segments"] == len(before["segments"]) - 1, what="size retention")
     wait_for_task_runs(mount, RETENTION_TASK, 2)                     # further runs delete nothing more
     after = _state(mount, "s")
@@ -198,7 +198,7 @@ def test_size_retention_follows_kafkas_diff_rule_and_bounds_disk_usage(mount, ta
     assert after["size_bytes"] >= limit
 
     # continuous appends with retention.bytes=8192: the partition stays bounded on disk
-    (mount / "s/config").write_bytes(b"retention.bytes=8192\nfile.delete.delay.ms=200\n")
+    add_config(mount / "s/config", b"retention.bytes=8192\nfile.delete.delay.ms=200\n")
     tail = tails(mount, "s/0/records", tmp_path / "tail.out")
     pdir = mount.partition_dir("s", 0)
     written, first = 0, 600
@@ -235,7 +235,7 @@ def test_size_retention_follows_kafkas_diff_rule_and_bounds_disk_usage(mount, ta
 def test_compact_topics_skip_time_retention_and_compact_delete_does_both(mount):
     for topic, policy in (("c", "compact"), ("cd", "compact,delete")):
         (mount / topic).mkdir()
-        (mount / f"{topic}/config").write_bytes(
+        add_config(mount / f"{topic}/config",
             b"cleanup.policy=%s\nretention.ms=500\nparse.key=true\n" % policy.encode())
         fd = os.open(mount / f"{topic}/0/append", os.O_WRONLY)
         for i in range(0, 300, 20):
@@ -289,7 +289,7 @@ def test_kill_while_segments_and_dirs_wait_for_removal(mount):
     (mount / "gone").mkdir()
     _write(mount, "t", 0, 400)
     _write(mount, "gone", 0, 100)
-    (mount / "t/config").write_bytes(b"retention.bytes=4096\n")
+    add_config(mount / "t/config", b"retention.bytes=4096\n")
     wait_for(lambda: any(n.endswith(".deleted") for n in _files(mount.partition_dir("t", 0))),
               what="segments renamed .deleted")
     start = wait_for(lambda: _state(mount)["log_start_offset"], what="log start moved")

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from tests.conftest import kafka_records
-from tests.helpers import mount_stats, wait_for
+from tests.helpers import add_config, mount_stats, wait_for
 
 pytestmark = pytest.mark.mount
 
@@ -132,17 +132,18 @@ def test_topic_append_keys_null_marker_and_round_robin(mount, read_kafka):
     from kafka.partitioner.default import murmur2
 
     (mount / "k").mkdir()
-    (mount / "k/config").write_bytes(b"parse.key=true\nkey.separator=:\nnull.marker=NULL\n")
+    add_config(mount / "k/config", b"parse.key=true\nkey.separator=:\nnull.marker=NULL\n")
     config = (mount / "k/config").read_text()
     assert "parse.key=true\n" in config and "key.separator=:\n" in config and "null.marker=NULL\n" in config
-    default_retention = [line for line in config.splitlines() if line.startswith("retention.ms=")]
-    with open(mount / "k/config", "w") as f:
+    default_retention = [line for line in config.splitlines() if line.startswith("#retention.ms=")]
+    assert len(default_retention) == 1                 # a default, shown as a comment
+    with open(mount / "k/config", "a") as f:           # >>: adds to the overrides
         f.write("retention.ms=1234\n")
-    assert "retention.ms=1234\n" in (mount / "k/config").read_text()
-    with open(mount / "k/config", "w") as f:
+    assert "\nretention.ms=1234\n" in (mount / "k/config").read_text()
+    with open(mount / "k/config", "a") as f:
         f.write("retention.ms=\n")                    # name= removes the override
     assert [line for line in (mount / "k/config").read_text().splitlines()
-            if line.startswith("retention.ms=")] == default_retention
+            if line.lstrip("#").startswith("retention.ms=")] == default_retention
     lines = [f"key{i}:value{i}" for i in range(60)] + ["key7:NULL"]
     mount.sh("cat > k/append", input=("\n".join(lines) + "\n").encode())
     # The unkeyed writes of another topic spread one write per partition.

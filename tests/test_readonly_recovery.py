@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Mount, kafka_records
-from tests.helpers import wait_for
+from tests.helpers import add_config, wait_for
 
 pytestmark = pytest.mark.mount
 
@@ -77,7 +77,7 @@ def _make_unclean_broker_like_dir(logfs_mount) -> Mount:
     m = logfs_mount(SMALL_SEGMENTS, name="rw")
     for topic in ("a", "b", "z"):
         (m / topic).mkdir()
-    (m / "z/config").write_bytes(b"compression.type=gzip\n")
+    add_config(m / "z/config", b"compression.type=gzip\n")
     for i in range(60):
         for topic in ("a", "b", "z"):
             for p in (0, 1):

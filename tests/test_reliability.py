@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import wait_for
+from tests.helpers import add_config, wait_for
 
 from tests.conftest import LOGFS, Mount, kafka_records
 from tests.kafka_broker import require_kafka_marker
@@ -199,8 +199,8 @@ def test_logfs_and_a_kafka_broker_exclude_each_other(tmp_path):
 @pytest.mark.mount_options({"log.retention.ms": "200", "log.cleaner.enable": "false", "log.segment.bytes": "1024"})
 def test_corrupt_topic_configs_load_the_previous_generation_and_never_fall_back_to_delete(mount, caplog):
     (mount / "c").mkdir()
-    (mount / "c/config").write_bytes(b"cleanup.policy=compact\nparse.key=true\n")
-    (mount / "c/config").write_bytes(b"min.cleanable.dirty.ratio=0.9\n")     # two generations on disk
+    add_config(mount / "c/config", b"cleanup.policy=compact\nparse.key=true\n")
+    add_config(mount / "c/config", b"min.cleanable.dirty.ratio=0.9\n")     # two generations on disk
     fd = os.open(mount / "c/0/append", os.O_WRONLY)
     for i in range(0, 200, 20):
         os.write(fd, b"".join(b"k%d\tv%d\n" % (j, j) for j in range(i, i + 20)))
@@ -356,7 +356,7 @@ def test_check_of_empty_partitions_after_a_crash_is_clean(logfs_mount):
 
 def test_check_reports_a_swap_file_the_next_mount_would_install(mount):
     (mount / "t").mkdir()
-    (mount / "t/config").write_bytes(b"segment.bytes=4096\n")
+    add_config(mount / "t/config", b"segment.bytes=4096\n")
     _write_batches(mount, "t", 1000)
     assert mount.stop() == 0
     pdir = mount.data / "t-0"
@@ -430,14 +430,14 @@ def test_other_users_are_refused_without_allow_other_and_nothing_outside_the_dat
 def test_a_compaction_of_hundreds_of_segments_logs_no_failed_deletes(mount):
     """The probe saw one compaction log 1,200 "Failed to delete ... because it does not exist" lines."""
     (mount / "c").mkdir()
-    (mount / "c/config").write_bytes(b"parse.key=true\n")
+    add_config(mount / "c/config", b"parse.key=true\n")
     fd = os.open(mount / "c/0/append", os.O_WRONLY)
     for i in range(0, 9000, 30):
         os.write(fd, b"".join(b"k%d\tvalue-%06d\n" % (j % 7, j) for j in range(i, i + 30)))
     os.close(fd)
     segments = len(_state(mount, "c")["segments"])
     assert segments > 100
-    (mount / "c/config").write_bytes(b"cleanup.policy=compact\nmin.cleanable.dirty.ratio=0.01\n")
+    add_config(mount / "c/config", b"cleanup.policy=compact\nmin.cleanable.dirty.ratio=0.01\n")
     wait_for(lambda: "cleaned log c-0" in mount.log(), timeout=60, what="compaction")
     wait_for(lambda: _state(mount, "c")["pending_deletion"]["segments"] == 0, what="old segments removed")
     # The first clean leaves one (mostly empty) segment per segment it read; the next one

@@ -282,7 +282,7 @@ def test_source_reads_across_retention_and_compaction_replacing_segments(mount, 
     with open(mount / "churn" / "0" / "delete", "w") as f:
         f.write("before 500\n")
     wait_until(lambda: _segment_bases(mount, "churn")[0] > 0, 30, "segments below the log start to go")
-    with open(mount / "churn" / "config", "w") as f:
+    with open(mount / "churn" / "config", "a") as f:
         f.write("cleanup.policy=compact\nsegment.bytes=1048576\n")
     wait_until(lambda: (s := state(mp, "churn", 0))["last_cleaning"] and s["cleaning_state"] is None,
                60, "a clean to complete")
@@ -472,11 +472,15 @@ def test_pipeline_script_end_to_end(mount, tmp_path):
     assert "Appended 500 events to topic events" in out
     events = [json.loads(r["value"]) for r in records_jsonl(mp, "events")]
     assert len(events) == 500
+    assert "Read 500 events from topic events" in out and "skipped" not in out
     counts = collections.Counter(e["type"] for e in events)
     totals = [json.loads(r["value"]) for r in records_jsonl(mp, "totals")]
     assert {t["type"]: t["count"] for t in totals} == counts
     for t in totals:
         assert t["amount"] == pytest.approx(sum(e["amount"] for e in events if e["type"] == t["type"]), abs=0.01)
+    mount.sh("printf 'not json\\n{\"type\": 3\\n' >> events/0/append")   # two records that are no event
+    out = run("--source", "events", "--sink", "totals")
+    assert "Read 500 events from topic events" in out and "skipped 2 records that are not JSON events" in out
 
     checkpoint = str(tmp_path / "cp")
     run("--source", "events", "--sink", "windows", "--stream", "--available-now", "--checkpoint", checkpoint)

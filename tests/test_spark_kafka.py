@@ -26,7 +26,7 @@ import pytest
 from logfs.spark import spark_kafka_jars
 from tests.conftest import Mount
 from tests.kafka_broker import java_command
-from tests.helpers import wait_for
+from tests.helpers import add_config, wait_for
 from tests.test_to_kafka import _append, _logfs
 
 pytestmark = [pytest.mark.mount, pytest.mark.spark, pytest.mark.kafka]
@@ -48,7 +48,7 @@ def both(kafka_broker, tmp_path_factory):
     mount = Mount(base / "m", MOUNT_OPTIONS).start()
     try:
         (mount / "a").mkdir()
-        (mount / "a/config").write_text("parse.key=true\nsegment.bytes=2048\n")
+        add_config(mount / "a/config", "parse.key=true\nsegment.bytes=2048\n")
         for p in (1, 2):
             (mount / f"a/{p}").mkdir()
         (mount / "b").mkdir()

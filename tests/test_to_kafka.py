@@ -29,7 +29,7 @@ import time
 import pytest
 
 from tests.conftest import LOGFS, Mount
-from tests.helpers import wait_for
+from tests.helpers import add_config, wait_for
 from tests.kafka_broker import java_command
 
 pytestmark = pytest.mark.mount
@@ -107,7 +107,7 @@ def _write_data(mount: Mount) -> None:
     """Topics of every kind the procedure must carry over, written through the mount."""
     # Several partitions, unkeyed lines spread over them, small segments: many segments each.
     (mount / "events").mkdir()
-    (mount / "events/config").write_text("segment.bytes=2048\n")
+    add_config(mount / "events/config", "segment.bytes=2048\n")
     for p in (1, 2):
         (mount / f"events/{p}").mkdir()
     for round in range(20):
@@ -118,7 +118,7 @@ def _write_data(mount: Mount) -> None:
     for codec in CODECS:
         topic = f"codec-{codec}"
         (mount / topic).mkdir()
-        (mount / f"{topic}/config").write_text(f"compression.type={codec}\nparse.key=true\nsegment.bytes=4096\n")
+        add_config(mount / f"{topic}/config", f"compression.type={codec}\nparse.key=true\nsegment.bytes=4096\n")
         for round in range(10):
             _append(mount, f"{topic}/0/append", [b"k%d\t%s value %d %s" % (i, codec.encode(), round, b"y" * i)
                                                  for i in range(25)])
@@ -141,7 +141,7 @@ def _write_data(mount: Mount) -> None:
 
     # A compacted topic cleaned by our cleaner, with a tombstone that keeps its delete horizon.
     (mount / "table").mkdir()
-    (mount / "table/config").write_text("cleanup.policy=compact\nparse.key=true\nnull.marker=NULL\n"
+    add_config(mount / "table/config", "cleanup.policy=compact\nparse.key=true\nnull.marker=NULL\n"
                                         "segment.bytes=2048\nmin.cleanable.dirty.ratio=0.01\n"
                                         "delete.retention.ms=86400000\n")
     for round in range(15):
@@ -154,11 +154,11 @@ def _write_data(mount: Mount) -> None:
 
     # Log start moved by retention (whole segments) and by DeleteRecords inside a segment.
     (mount / "retained").mkdir()
-    (mount / "retained/config").write_text("segment.bytes=1024\n")
+    add_config(mount / "retained/config", "segment.bytes=1024\n")
     for round in range(30):
         _append(mount, "retained/0/append", [b"old %d-%d" % (round, i) for i in range(10)])
     (mount / "deleted").mkdir()
-    (mount / "deleted/config").write_text("segment.bytes=4096\n")
+    add_config(mount / "deleted/config", "segment.bytes=4096\n")
     for round in range(10):
         _append(mount, "deleted/0/append", [b"line %d-%d" % (round, i) for i in range(10)])
     (mount / "deleted/0/delete").write_bytes(b"before 37\n")
@@ -168,7 +168,7 @@ def _write_data(mount: Mount) -> None:
 def test_a_logfs_data_dir_is_served_by_kafka_after_the_procedure(kafka_broker, logfs_mount, tmp_path):
     mount = logfs_mount(MOUNT_OPTIONS)
     _write_data(mount)
-    (mount / "retained/config").write_text("segment.bytes=1024\nretention.bytes=3000\n")
+    add_config(mount / "retained/config", "segment.bytes=1024\nretention.bytes=3000\n")
     wait_for(lambda: json.loads((mount / "retained/0/state").read_bytes())["log_start_offset"] > 0,
              "retention to move the log start of 'retained'", timeout=60, interval=0.1)
 
@@ -227,9 +227,9 @@ def test_adopt_refuses_what_it_cannot_carry_over_and_changes_nothing(logfs_mount
     broker_dir = tmp_path / "broker-logs"
     broker_dir.mkdir()
 
-    # A data dir that is still mounted has no clean-shutdown marker.
+    # A data dir that is still mounted: said so (its clean-shutdown marker is gone too, but that is not the cause).
     result = _logfs("to-kafka", "adopt", str(mount.data), "--broker-log-dir", str(broker_dir), check=False)
-    assert result.returncode == 1 and b"was not shut down cleanly" in result.stderr
+    assert result.returncode == 1 and b"is in use" in result.stderr and b"logfs umount" in result.stderr
     assert mount.stop() == 0
     before = {p: p.read_bytes() for p in mount.data.rglob("*") if p.is_file()}
     plan = json.loads(_logfs("to-kafka", "plan", "--json", "--node-id", "3", str(mount.data)).stdout)
@@ -246,3 +246,21 @@ def test_adopt_refuses_what_it_cannot_carry_over_and_changes_nothing(logfs_mount
     assert result.returncode == 1 and b"t-0 does not exist in" in result.stderr
     assert {p: p.read_bytes() for p in mount.data.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in broker_dir.iterdir()) == [".kafka_cleanshutdown", "meta.properties"]
+
+
+def test_the_plan_creates_the_group_commits_first_and_says_what_to_do_when_the_broker_has_them(tmp_path):
+    """A broker that has hosted a group has __consumer_offsets: the script stops before creating anything."""
+    from logfs.to_kafka import DataDirState, TopicState, plan_script
+
+    state = DataDirState({"A": TopicState("A", 1), "__consumer_offsets": TopicState("__consumer_offsets", 2),
+                          "b": TopicState("b", 1)}, [])
+    fake = tmp_path / "kafka-topics"
+    fake.write_text("#!/bin/sh\necho \"$@\" >> \"$(dirname \"$0\")/calls\"\n"
+                    "case \"$*\" in *__consumer_offsets*) exit 1;; esac\n")
+    fake.chmod(0o755)
+    script = tmp_path / "create-topics.sh"
+    script.write_text(plan_script(state, node_id=1, bootstrap_server="localhost:9092", kafka_topics=str(fake)))
+    result = subprocess.run(["sh", str(script)], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "remove the __consumer_offsets-* directories" in result.stderr
+    assert (tmp_path / "calls").read_text().count("--create") == 1      # nothing else was created

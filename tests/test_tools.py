@@ -215,3 +215,11 @@ def test_dump_unknown_file(tmp_path) -> None:
     err = io.StringIO()
     dump_log([str(other)], False, io.StringIO(), err)
     assert err.getvalue() == f"Ignoring unknown file {other}\n"
+
+
+def test_dump_log_of_a_missing_file_says_no_such_file(tmp_path) -> None:
+    """Issue 16: ``logfs dump-log nonexist.log`` said "not named after a base offset"."""
+    out, err = io.StringIO(), io.StringIO()
+    assert dump_log([str(tmp_path / "nonexist.log"), str(tmp_path / "x.index")], False, out, err) == 2
+    assert err.getvalue().count("No such file or directory") == 2
+    assert "base offset" not in err.getvalue()

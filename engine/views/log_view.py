@@ -467,6 +467,29 @@ class LogView:
             else:
                 break
 
+    def readable_from(self) -> int:
+        """The first view position still readable: 0 unless segments the view let go of were deleted.
+
+        A view followed for long (``tail -F records``) releases the segments it
+        read past; once retention or the cleaner deleted them, their bytes stay
+        counted in the view's positions (so its size only grows) but can no
+        longer be rendered; records below the log start (DeleteRecords) are
+        deleted even while their segment is held.  This is where what a new
+        reader may read starts.
+        """
+        with self._lock:
+            segments = self.log.segments
+            log_start = self.log.log_start_offset
+            for slot in self._slots:
+                segment = slot.segment()
+                if segment is None or (slot.strong is None and segments.get(slot.base_offset) is not segment):
+                    continue
+                if segment.next_offset <= log_start and segment is not segments.peekitem(-1)[1]:
+                    continue            # wholly below the log start (DeleteRecords): not to be shown again
+                below = self._size_before(segment, log_start) if log_start > segment.base_offset else 0
+                return slot.start + max(below - slot.skip, 0)
+            return self._end()
+
     def held_segments(self) -> int:
         """How many segments this view keeps alive (for stats and tests)."""
         return sum(1 for slot in self._slots if slot.strong is not None)

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 
 from confluent_kafka import KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions,
-                                   NewTopic, OffsetSpec)
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
+                                   NewPartitions, NewTopic, OffsetSpec)
 
 from engine.errors import InvalidConfigError
 from engine.topic import TopicPartition
@@ -79,12 +79,16 @@ class ClusterAdmin:
         self._result(futures[topic], f"Deleting topic {topic}")
         log.info("Deleted topic %s on the cluster", topic)
 
-    def describe_topic_config(self, topic: str) -> dict[str, str]:
+    def describe_topic_config(self, topic: str) -> tuple[dict[str, str], dict[str, str]]:
+        """DescribeConfigs: (every setting, the topic's own overrides), ``name -> value``."""
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
         futures = self._admin.describe_configs([resource], request_timeout=self.timeout_s)
         entries = self._result(futures[resource], f"Describing the config of topic {topic}")
-        return {name: entry.value for name, entry in entries.items()
-                if entry.value is not None and not entry.is_sensitive}
+        props = {name: entry.value for name, entry in entries.items()
+                 if entry.value is not None and not entry.is_sensitive}
+        overrides = {name: value for name, value in props.items()
+                     if entries[name].source == ConfigSource.DYNAMIC_TOPIC_CONFIG}
+        return props, overrides
 
     def alter_topic_config(self, topic: str, updates: Mapping[str, str | None], *,
                            validate_only: bool = False) -> None:

@@ -104,9 +104,15 @@ class ClusterBackend:
     def topic_config_props(self, topic: str) -> dict[str, str]:
         """The cluster's DescribeConfigs, plus the mount's own line settings (``parse.key``, ...)."""
         local = self.manager.topic_config(topic).to_props()
-        props = self.admin.describe_topic_config(topic)
+        props, _ = self.admin.describe_topic_config(topic)
         props.update({k: v for k, v in local.items() if k in LOCAL_TOPIC_NAMES})
         return props
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        _, overrides = self.admin.describe_topic_config(topic)
+        local = self.manager.topic_overrides(topic)
+        overrides.update({k: v for k, v in local.items() if k in LOCAL_TOPIC_NAMES})
+        return overrides
 
     def validate_topic_overrides(self, topic: str, updates: Mapping[str, str | None]) -> None:
         """The mount's own names checked here, the rest by the broker (IncrementalAlterConfigs, validateOnly)."""

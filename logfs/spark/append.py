@@ -90,7 +90,9 @@ def _append_partition(rows: Iterator[Any], *, path: str, value_index: int, key_i
 
 def _topic_config(mount: str, topic: str) -> dict[str, str]:
     with open(os.path.join(mount, topic, "config"), encoding="utf-8") as f:
-        pairs = (line.split("=", 1) for line in f.read().splitlines() if "=" in line and not line.startswith("#"))
+        # overrides as name=value lines, the defaults as #name=value comments
+        lines = (line[1:] if line.startswith("#") else line for line in f.read().splitlines())
+        pairs = (line.split("=", 1) for line in lines if "=" in line and not line.startswith(" "))
         return {name.strip(): value for name, value in pairs}
 
 
