@@ -87,7 +87,7 @@ class ClusterAdmin:
         props = {name: entry.value for name, entry in entries.items()
                  if entry.value is not None and not entry.is_sensitive}
         overrides = {name: value for name, value in props.items()
-                     if entries[name].source == ConfigSource.DYNAMIC_TOPIC_CONFIG}
+                     if _source(entries[name]) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
         return props, overrides
 
     def alter_topic_config(self, topic: str, updates: Mapping[str, str | None], *,
@@ -123,3 +123,9 @@ class ClusterAdmin:
 
     def raw(self) -> AdminClient:
         return self._admin
+
+
+def _source(entry: ConfigEntry) -> int:
+    """The entry's ``ConfigSource`` as its number (librdkafka hands back the number or the enum)."""
+    source: object = entry.source
+    return int(getattr(source, "value", source))  # type: ignore[call-overload]
