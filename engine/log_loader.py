@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from typing import NamedTuple
 from collections.abc import Sequence
 
@@ -29,11 +30,65 @@ from engine.topic import DELETE_DIR_SUFFIX, TopicPartition
 logger = logging.getLogger("engine.log")        # the operator's familiar logger name, as before the split
 
 
+class DeletedSegmentFiles:
+    """The files of a segment renamed ``.deleted``, without holding the segment open.
+
+    Kafka keeps a deleted segment's channel open until the delayed delete; here
+    the log keeps only the three paths and the size, and a weak reference to
+    the segment: its ``.log`` descriptor and index maps are released as soon
+    as nothing reads it (a view that opened it before the deletion keeps it,
+    and reads on), so segments waiting ``file.delete.delay.ms`` hold no file
+    descriptors.  A roll on tiny segments would otherwise exhaust them
+    (issue 18: EMFILE on every append for a minute).
+    """
+
+    __slots__ = ("paths", "size", "_segment", "_repr", "__weakref__")
+
+    def __init__(self, segment: LogSegment) -> None:
+        self.paths = [segment.log_path, segment.offset_index.path, segment.time_index.path]
+        self.size = segment.size
+        self._segment = weakref.ref(segment)
+        self._repr = repr(segment)
+
+    @property
+    def segment(self) -> LogSegment | None:
+        """The segment object while something still holds it (a view reading it), else None."""
+        return self._segment()
+
+    def update_parent_dir(self, dir: str) -> None:
+        self.paths = [os.path.join(dir, os.path.basename(p)) for p in self.paths]
+        segment = self._segment()
+        if segment is not None:
+            segment.update_parent_dir(dir)
+
+    def close_handlers(self) -> None:
+        segment = self._segment()
+        if segment is not None:
+            segment.close_handlers()
+
+    def delete_if_exists(self) -> None:
+        """Unlink the three files (a view still holding the segment reads on: Unix semantics)."""
+        deleted = []
+        for kind, path in zip(("log", "offset index", "time index"), self.paths, strict=True):
+            try:
+                os.unlink(path)
+                deleted.append(kind)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise StorageError(f"Delete of {kind} {path} failed: {exc.strerror}") from exc
+        if deleted:
+            logger.info("Deleted %s of segment %s.", ", ".join(deleted), self.paths[0])
+
+    def __repr__(self) -> str:
+        return self._repr
+
+
 class PendingDeletion(NamedTuple):
     """A segment renamed ``.deleted`` whose files are unlinked once ``due_ms`` passed (file.delete.delay.ms)."""
 
     due_ms: int
-    segment: LogSegment
+    segment: DeletedSegmentFiles
 
 
 class LoadedLog(NamedTuple):
@@ -509,4 +564,4 @@ class LogLoader:
         for segment in segments:
             del self.segments[segment.base_offset]
             segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
-            self.pending.append(PendingDeletion(due, segment))
+            self.pending.append(PendingDeletion(due, DeletedSegmentFiles(segment)))

@@ -769,9 +769,6 @@ class LogSegment:
         mapping = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
-        # The segment becomes (or stays) the active one: give its indexes room again.
-        self.offset_index.resize(self.max_index_size)
-        self.time_index.resize(self.max_index_size)
         if mapping is None:
             truncated = 0
         else:
@@ -785,6 +782,11 @@ class LogSegment:
         self._next_offset = None
         self._max_timestamp_and_offset = self._read_largest_timestamp()
         self.sidecar = None
+        # The segment becomes (or stays) the active one: give its indexes room again.
+        # Last, as it needs new descriptors (mmap): when they run out (EMFILE) the
+        # records are gone all the same, and a full index only makes the next append roll.
+        self.offset_index.resize(self.max_index_size)
+        self.time_index.resize(self.max_index_size)
         return truncated
 
     def _read_largest_timestamp(self) -> tuple[int, int]:
