@@ -131,6 +131,8 @@ class Log:
         self._recovery_point = loaded.recovery_point
         self._last_flush_time = clock.milliseconds()
         self._pending: list[PendingDeletion] = list(loaded.pending_deletions)
+        #: segments sealed by a roll whose trimmed indexes no flush has made durable yet
+        self._sealed_unflushed: list[LogSegment] = []
         #: The one hook through which state derived from appended values is kept
         #: (the mount's view indexes, engine.views.index.attach); None: nothing is.
         self.append_observer: AppendObserver | None = None
@@ -521,6 +523,8 @@ class Log:
             raise
         try:
             active.on_becoming_inactive_segment()
+            # Its trimmed indexes are fsynced by the next flush, whatever the recovery point.
+            self._sealed_unflushed.append(active)
         except BaseException:
             segment.close_handlers()
             for path in paths:
@@ -674,10 +678,20 @@ class Log:
         self._check_writable("flush")
         end = self.log_end_offset
         offset = end if offset is None else min(offset, end)
-        recovery_point = self._recovery_point
+        with self.lock:
+            sealed, self._sealed_unflushed = self._sealed_unflushed, []
+            recovery_point = self._recovery_point
         if offset <= recovery_point:
+            # The records are durable already (writers that fsync), but a segment sealed
+            # since had its indexes trimmed: that must survive a power loss too.
+            for segment in sealed:
+                if self._segments.get(segment.base_offset) is segment:      # not deleted meanwhile
+                    segment.flush()
             return
         to_flush = self._segments_in_range(recovery_point, offset)
+        for segment in sealed:
+            if segment not in to_flush and self._segments.get(segment.base_offset) is segment:
+                segment.flush()
         for segment in to_flush:
             segment.flush()
         if any(s.base_offset >= recovery_point for s in to_flush):

@@ -470,7 +470,12 @@ class LogLoader:
 
     def _recover_segment(self, segment: LogSegment, truncate: bool = True, report: bool = True) -> int:
         try:
-            return segment.recover(truncate=truncate, in_memory=self.read_only, report=report)
+            truncated = segment.recover(truncate=truncate, in_memory=self.read_only, report=report)
+            if not self.read_only:
+                # The rebuilt indexes and a truncated tail are durable before the recovery
+                # point can move past them: a power loss must not bring the damage back.
+                segment.flush()
+            return truncated
         except (LogfsError, OSError) as exc:
             if self.read_only:
                 raise self._needs_recovery(f"recovering {segment.log_path} failed ({exc})") from exc

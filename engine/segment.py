@@ -812,6 +812,7 @@ class LogSegment:
     def _trim_preallocated(self) -> None:
         if self._preallocated and self._fd >= 0:
             self._truncate_file(self._size)
+            os.fsync(self._fd)          # the size a power loss brings back is the trimmed one
             self._preallocated = False
 
     def flush(self) -> None:
