@@ -893,11 +893,18 @@ class Log:
             old_sorted = sorted((s for s in old_segments if current.get(s.base_offset) is s),
                                 key=lambda s: s.base_offset)
             segments = current.copy()
+            renamed = False
             for segment in reversed(new_sorted):
                 if segment.has_suffix(CLEANED_FILE_SUFFIX):
                     segment.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
+                    renamed = True
                 segment.topic_partition = self.topic_partition
                 segments[segment.base_offset] = segment
+            if renamed:
+                # The .swap names are on disk before any old segment is renamed .deleted:
+                # a power loss that kept a .deleted but lost a .swap (still .cleaned, which
+                # the loader discards) would lose the records of both.
+                fsync_dir(self.dir, missing_ok=True)
             new_bases = {s.base_offset for s in new_sorted}
             for segment in old_sorted:
                 if segment.base_offset not in new_bases:
