@@ -437,9 +437,9 @@ class AbstractIndex:
             if not self.writable or self._in_memory:
                 return
             mm = self._mmap
-            if mm is not None:
+            if mm is not None and not self._size_unsynced:
                 mm.flush()
-            if self._size_unsynced:
+            if self._size_unsynced:         # the fsync writes the mapping's dirty pages too (one page cache)
                 try:
                     fd = open_regular_file(self.path, os.O_RDONLY)
                 except FileNotFoundError:

@@ -78,7 +78,7 @@ class DeletedSegmentFiles:
             except OSError as exc:
                 raise StorageError(f"Delete of {kind} {path} failed: {exc.strerror}") from exc
         if deleted:
-            logger.info("Deleted %s of segment %s.", ", ".join(deleted), self.paths[0])
+            logging.getLogger("engine.segment").info("Deleted %s of segment %s.", ", ".join(deleted), self.paths[0])
 
     def __repr__(self) -> str:
         return self._repr
@@ -219,7 +219,8 @@ class LogLoader:
             else:
                 recovery_point, log_end = self._recover_log()
                 if not self.read_only:
-                    self.segments.peekitem(-1)[1].resize_indexes(self.config.segment_index_bytes)
+                    active = self.segments.peekitem(-1)[1]
+                    active.resize_indexes(active.max_index_size)
         except BaseException:
             if self.read_only:
                 for segment in self.segments.values():
