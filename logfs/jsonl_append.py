@@ -22,6 +22,7 @@ number in the stream written through that open file.
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 from typing import TYPE_CHECKING
@@ -100,17 +101,18 @@ class JsonlAppender(Handle):
     def flush(self) -> None:
         with self._lock:
             if self._partial:
-                rest = self._partial
+                # Taken out first: refused, it is dropped and close() says why, once.
+                rest, self._partial = self._partial, b""
                 self._append([rest], 0)
-                self._partial = b""
 
     def release(self) -> None:
+        size = len(self._partial)
         try:
             self.flush()
         except Exception as exc:   # no caller left: say it in the log
-            log.error("Dropped the unterminated last JSON line (%d bytes) written to %s: %s",
-                      len(self._partial), self._name, exc)
-            self._partial = b""
+            level = logging.WARNING if getattr(exc, "errno", None) == errno.EINVAL else logging.ERROR
+            log.log(level, "Dropped the unterminated last JSON line (%d bytes) written to %s: %s",
+                    size, self._name, exc)
 
     def fsync(self) -> None:
         targets = list(self._written.values())

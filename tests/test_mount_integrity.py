@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 
@@ -56,3 +57,18 @@ def test_recreated_topic_partition_dir_carries_a_new_topic_id(mount):
     second = (mount.partition_dir("t", 0) / "partition.metadata").read_text()
     assert first.startswith("version: 0\ntopic_id: ") and first.endswith("\n")
     assert second.startswith("version: 0\ntopic_id: ") and first != second
+
+
+def test_a_refused_unterminated_last_line_logs_one_warning_and_no_error(mount):
+    mount.sh("for t in c d; do mkdir $t && echo cleanup.policy=compact > $t/config; done")
+    for path, line in (("c/0/append", b"no-key-here"), ("d/0/append.jsonl", b'{"value": "no key"}')):
+        fd = os.open(mount / path, os.O_WRONLY)
+        os.write(fd, line)                  # no newline: the line is only complete at close()
+        with pytest.raises(OSError) as refused:
+            os.close(fd)
+        assert refused.value.errno == errno.EINVAL, path
+    log = mount.log()
+    assert "ERROR" not in log
+    lines = [line for line in log.splitlines() if "without key" in line]
+    assert len(lines) == 2 and all(" WARNING " in line for line in lines), lines
+    assert (mount / "c/0/records").read_bytes() == (mount / "d/0/records").read_bytes() == b""
