@@ -164,6 +164,8 @@ class LogLoader:
         self.recovery_point_checkpoint = recovery_point_checkpoint
         self.segments = SortedDict()
         self.pending: list[PendingDeletion] = []
+        #: bases of segments installed from a ``.swap`` here: a missing index of theirs is expected
+        self._installed_from_swap: set[int] = set()
         #: read-only: valid .swap segments by base offset, with their next offset (installed in memory)
         self._swapped_in_memory: dict[int, tuple[LogSegment, int]] = {}
         self._prefix = f"[LogLoader partition={topic_partition}, dir={os.path.dirname(dir)}] "
@@ -388,6 +390,7 @@ class LogLoader:
                     logger.info(self._prefix + "Deleting segment files %s that is compacted but has not "
                                 "been deleted yet.", name)
                     unlink_if_exists(os.path.join(self.dir, name))
+        self._installed_from_swap.update(base for _, base, _ in installed)
         installed_logs = {os.path.basename(path)[:-len(SWAP_FILE_SUFFIX)] for path, _, _ in installed}
         for name in self._files():
             if name.endswith(SWAP_FILE_SUFFIX):
@@ -455,9 +458,14 @@ class LogLoader:
         if recover_from is not None and base >= recover_from:
             return                        # recovered (indexes rebuilt) by _recover_log
         if missing:
-            logger.error(self._prefix + "Could not find index file %s corresponding to log file %s, "
-                         "recovering segment and rebuilding index files%s...", missing[0], segment.log_path,
-                         " in memory (read-only)" if self.read_only else "")
+            # A crash inside the cleaner's swap (between the renames of a segment's .log and
+            # its indexes) leaves exactly this: a normal recovery, not damage (issue 18).
+            expected = base in self._installed_from_swap or base in self._swapped_in_memory
+            logger.log(logging.INFO if expected else logging.ERROR,
+                       self._prefix + "Could not find index file %s corresponding to log file %s%s, "
+                       "recovering segment and rebuilding index files%s...", missing[0], segment.log_path,
+                       " (installed from an interrupted log cleaner swap)" if expected else "",
+                       " in memory (read-only)" if self.read_only else "")
             self._recover_segment(segment, truncate=is_last)
             return
         try:
