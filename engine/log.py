@@ -859,8 +859,8 @@ class Log:
         for segment in to_delete:
             if not segment.has_suffix(DELETED_FILE_SUFFIX):
                 segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
-            # Only the paths wait for the delay: the segment (its descriptor and index
-            # maps) goes as soon as no reader holds it (DeletedSegmentFiles).
+            # Only the .log descriptor waits for the delay (views that opened the segment
+            # read on through it); its index maps go now (DeletedSegmentFiles).
             self._pending.append(PendingDeletion(due, DeletedSegmentFiles(segment)))
 
     def delete_expired_segment_files(self, now_ms: int | None = None) -> int:

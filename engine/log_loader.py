@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import weakref
 from typing import NamedTuple
 from collections.abc import Sequence
 
@@ -31,40 +30,33 @@ logger = logging.getLogger("engine.log")        # the operator's familiar logger
 
 
 class DeletedSegmentFiles:
-    """The files of a segment renamed ``.deleted``, without holding the segment open.
+    """A segment renamed ``.deleted``, waiting for ``file.delete.delay.ms``, holding one descriptor.
 
-    Kafka keeps a deleted segment's channel open until the delayed delete; here
-    the log keeps only the three paths and the size, and a weak reference to
-    the segment: its ``.log`` descriptor and index maps are released as soon
-    as nothing reads it (a view that opened it before the deletion keeps it,
-    and reads on), so segments waiting ``file.delete.delay.ms`` hold no file
-    descriptors.  A roll on tiny segments would otherwise exhaust them
-    (issue 18: EMFILE on every append for a minute).
+    As Kafka keeps a deleted segment's channel open until the delayed delete
+    (a fetch that took the segment reads on), the ``.log`` descriptor stays:
+    views that opened the segment before the deletion read on through it.
+    Its index maps (a descriptor each) are released at once: nothing reads a
+    deleted segment's indexes.  A roll per record with retention or the
+    cleaner behind it would otherwise keep three descriptors per segment for
+    the delay (issue 18: EMFILE on every append for a minute).
     """
 
-    __slots__ = ("paths", "size", "_segment", "_repr", "__weakref__")
+    __slots__ = ("paths", "size", "segment", "_repr")
 
     def __init__(self, segment: LogSegment) -> None:
         self.paths = [segment.log_path, segment.offset_index.path, segment.time_index.path]
         self.size = segment.size
-        self._segment = weakref.ref(segment)
         self._repr = repr(segment)
-
-    @property
-    def segment(self) -> LogSegment | None:
-        """The segment object while something still holds it (a view reading it), else None."""
-        return self._segment()
+        self.segment = segment
+        for index in (segment.offset_index, segment.time_index):
+            index.close_handler()
 
     def update_parent_dir(self, dir: str) -> None:
         self.paths = [os.path.join(dir, os.path.basename(p)) for p in self.paths]
-        segment = self._segment()
-        if segment is not None:
-            segment.update_parent_dir(dir)
+        self.segment.update_parent_dir(dir)
 
     def close_handlers(self) -> None:
-        segment = self._segment()
-        if segment is not None:
-            segment.close_handlers()
+        self.segment.close_handlers()
 
     def delete_if_exists(self) -> None:
         """Unlink the three files (a view still holding the segment reads on: Unix semantics)."""
