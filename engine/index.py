@@ -196,6 +196,9 @@ class AbstractIndex:
         self._lock = threading.RLock()
         self._mmap: mmap.mmap | None = None
         self._closed = False
+        #: the file's size changed (a trim, a re-grow) since the last flush: the next flush fsyncs the file,
+        #: as a msync of the mapping (or of no mapping, for an index trimmed to nothing) may not persist it
+        self._size_unsynced = False
         self._warm_entries = WARM_SECTION_BYTES // self.entry_size
         if in_memory:
             rounded = self._round_down(max_index_size)
@@ -360,6 +363,7 @@ class AbstractIndex:
             fd = open_regular_file(self.path, os.O_RDWR)
             try:
                 os.ftruncate(fd, rounded)
+                self._size_unsynced = True
                 # The old mapping is dropped, not closed: a lock-free reader may
                 # still be inside it, and it only reads entries that survive.
                 self._mmap = mmap.mmap(fd, rounded, access=mmap.ACCESS_WRITE) if rounded else None
@@ -423,17 +427,39 @@ class AbstractIndex:
     # -- lifecycle --------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Write dirty pages of the mapping to disk (Kafka's ``mmap.force``)."""
+        """Write dirty pages of the mapping to disk (Kafka's ``mmap.force``), and the file's size if it changed.
+
+        A sealed segment's trimmed index must come back trimmed after a power
+        loss: one that comes back at its preallocated size, zero-filled, is
+        rebuilt at the next load (issue 18).
+        """
         with self._lock:
+            if not self.writable or self._in_memory:
+                return
             mm = self._mmap
-            if mm is not None and self.writable and not self._in_memory:
+            if mm is not None and not self._size_unsynced:
                 mm.flush()
+            if self._size_unsynced:         # the fsync writes the mapping's dirty pages too (one page cache)
+                try:
+                    fd = open_regular_file(self.path, os.O_RDONLY)
+                except FileNotFoundError:
+                    return          # deleted meanwhile: nothing left to make durable
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                self._size_unsynced = False
 
     def close(self) -> None:
-        """Trim to the valid entries and release the mapping (a clean shutdown)."""
+        """Trim to the valid entries, make that durable, and release the mapping (a clean shutdown).
+
+        Durable before the clean-shutdown marker is written: the marker makes
+        the next load trust the indexes as they are on disk.
+        """
         with self._lock:
             if self.writable and not self._closed and not self._in_memory:
                 self.trim_to_valid_size()
+                self.flush()
             self.close_handler()
 
     def close_handler(self) -> None:

@@ -59,6 +59,24 @@ log = logging.getLogger(__name__)
 
 _INT32_MAX = 0x7FFFFFFF
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+#: Below this an index file is not made smaller (one page: nothing to gain, see index_bytes_needed).
+_MIN_INDEX_BYTES = 4096
+
+
+def index_bytes_needed(segment_bytes: int, segment_index_bytes: int) -> int:
+    """The size an index of a segment of ``segment_bytes`` is preallocated to: what it can ever hold.
+
+    Kafka preallocates every index to ``segment.index.bytes`` (10 MiB by
+    default).  A segment holds at most one offset index entry per batch and
+    one time index entry per batch plus the final one, and a batch is at least
+    ``HEADER_SIZE`` bytes, so a small segment never needs more than a page.
+    The first write into a large sparse mapping costs about 2 ms per MiB of
+    file here (a 10 MiB index: over 20 ms per roll), which made a roll of a
+    tiny segment cost 5-25 ms (issue 18).  For the default segment size the
+    result is ``segment.index.bytes``, as in Kafka.
+    """
+    needed = (max(segment_bytes, 0) // HEADER_SIZE + 2) * 12      # 12: the wider (time index) entry
+    return min(segment_index_bytes, max(_MIN_INDEX_BYTES, needed))
 
 
 class _Unknown(Enum):
@@ -123,7 +141,9 @@ class LogSegment:
         self.base_offset = base_offset
         self.clock = clock
         self.index_interval_bytes: int = config.index_interval_bytes
-        self.max_index_size: int = config.segment_index_bytes
+        self._segment_index_bytes: int = config.segment_index_bytes
+        self._segment_bytes: int = config.segment_bytes
+        self.max_index_size: int = index_bytes_needed(config.segment_bytes, config.segment_index_bytes)
         self.roll_jitter_ms = 0
         self.log_path = log_file_path(dir, base_offset, file_suffix)
         self._topic_partition = topic_partition
@@ -148,6 +168,8 @@ class LogSegment:
                 self._size = 0
             else:
                 self._size = os.fstat(fd).st_size
+            if self._size > self._segment_bytes:       # written under a larger segment.bytes
+                self.max_index_size = index_bytes_needed(self._size, self._segment_index_bytes)
             #: True when an index file of a read-only segment is missing: an empty
             #: in-memory index stands in for it until recover() fills it
             self.indexes_missing = False
@@ -683,6 +705,8 @@ class LogSegment:
         """
         if not in_memory:
             self._check_writable("recover")
+        self.max_index_size = max(self.max_index_size,
+                                  index_bytes_needed(os.fstat(self._fd).st_size, self._segment_index_bytes))
         if in_memory:
             self.offset_index = OffsetIndex(self.offset_index.path, self.base_offset, self.max_index_size,
                                             in_memory=True)
@@ -765,9 +789,6 @@ class LogSegment:
         mapping = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
-        # The segment becomes (or stays) the active one: give its indexes room again.
-        self.offset_index.resize(self.max_index_size)
-        self.time_index.resize(self.max_index_size)
         if mapping is None:
             truncated = 0
         else:
@@ -781,6 +802,10 @@ class LogSegment:
         self._next_offset = None
         self._max_timestamp_and_offset = self._read_largest_timestamp()
         self.sidecar = None
+        # The segment becomes (or stays) the active one: give its indexes room again.
+        # Last, as it needs new descriptors (mmap): when they run out (EMFILE) the
+        # records are gone all the same, and a full index only makes the next append roll.
+        self.resize_indexes(self.max_index_size)
         return truncated
 
     def _read_largest_timestamp(self) -> tuple[int, int]:
@@ -806,6 +831,7 @@ class LogSegment:
     def _trim_preallocated(self) -> None:
         if self._preallocated and self._fd >= 0:
             self._truncate_file(self._size)
+            os.fsync(self._fd)          # the size a power loss brings back is the trimmed one
             self._preallocated = False
 
     def flush(self) -> None:
@@ -905,8 +931,8 @@ class LogSegment:
     def resize_indexes(self, size: int) -> None:
         """Give both indexes ``size`` bytes again (the active segment after a load)."""
         self._check_writable("resize the indexes of")
-        self.offset_index.resize(size)
-        self.time_index.resize(size)
+        for index in (self.offset_index, self.time_index):
+            index.resize(max(size, index.size_in_bytes))       # never below the entries it holds
 
     def __repr__(self) -> str:
         ts = self._max_timestamp_and_offset

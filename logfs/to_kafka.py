@@ -58,14 +58,13 @@ from engine.checkpoint import (CLEAN_SHUTDOWN_FILE, CLEANER_OFFSET_CHECKPOINT, L
                                RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile)
 from engine.errors import LogfsError
 from engine.files import LOG_FILE_SUFFIX, atomic_write, fsync_dir
+from engine.partition_metadata import PARTITION_METADATA_FILE
 from engine.topic import TopicPartition
 
 logger = logging.getLogger(__name__)
 
 #: Kafka's high watermark checkpoint (ReplicaManager), which logfs has no use for.
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
-#: Kafka's file of a partition's topic ID (PartitionMetadataFile).
-PARTITION_METADATA_FILE = "partition.metadata"
 META_PROPERTIES = "meta.properties"
 LOCK_FILE = ".lock"
 
