@@ -54,6 +54,7 @@ from engine.files import (  # noqa: F401  (re-exported: engine.segment was their
     offset_from_file_name, offset_index_file_path, time_index_file_path,
 )
 from engine.index import OffsetIndex, TimeIndex, open_regular_file
+from engine.records.reader import read_batches
 from engine.records import (HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, read_header,
                             validate_batch)
 from engine.topic import DELETE_DIR_SUFFIX, TopicPartition, parse_topic_partition_dir
@@ -384,6 +385,12 @@ class LogSegment:
             raise StorageError(f"I/O error appending to {self.log_path}: {exc.strerror}") from exc
 
     # ------------------------------------------------------------------- read
+    def _pread(self, position: int, size: int) -> bytes:
+        try:
+            return os.pread(self._fd, size, position)
+        except OSError as exc:
+            raise StorageError(f"I/O error reading {self.log_path} at {position}: {exc.strerror}") from exc
+
     def read_bytes(self, position: int, size: int) -> bytes:
         """Raw bytes of the .log; works after the file was deleted (the descriptor is kept)."""
         if size <= 0:
@@ -425,18 +432,23 @@ class LogSegment:
 
     def _walk(self, start: int, end: int, strict: bool = True,
               whole: bool = True) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
-        """The segment's one batch walker over [start, end): (position, header, buffer, offset in buffer).
+        """The segment's batch walker over [start, end): (position, header, buffer, offset in buffer).
 
-        ``whole`` walks read big chunks (``_BODY_SCAN_CHUNK``) and re-read a
-        batch that does not fit, so every batch yielded is whole in its buffer
-        (recovery, decoding, view index rebuilds).  Header-only walks
+        ``whole`` walks go through the shared chunked reader
+        (:func:`engine.records.reader.read_batches`, ``_BODY_SCAN_CHUNK`` at a
+        time), so every batch yielded is whole in its buffer (recovery,
+        decoding, view index rebuilds) and damage is reported as every other
+        reader reports it.  Header-only walks
         (``whole=False``: offset and timestamp translation) read small chunks
         (``_HEADER_SCAN_CHUNK``) and skip over batch bodies without reading
         them; the buffer then holds the header, not necessarily the body.
         See _check_header for ``strict``.
         """
+        if whole:
+            yield from read_batches(self._pread, start, end, _BODY_SCAN_CHUNK, path=self.log_path, strict=strict)
+            return
         fd = self._fd
-        chunk = _BODY_SCAN_CHUNK if whole else _HEADER_SCAN_CHUNK
+        chunk = _HEADER_SCAN_CHUNK
         pos = start
         buf = b""
         buf_start = start
@@ -452,12 +464,6 @@ class LogSegment:
             if not self._check_header(header, pos, end, strict):
                 return
             size = LOG_OVERHEAD + header.batch_length
-            if whole and off + size > len(buf):
-                buf = os.pread(fd, max(size, min(chunk, end - pos)), pos)
-                buf_start, off = pos, 0
-                if len(buf) < size:
-                    self._short(pos, end, strict)
-                    return
             yield pos, header, buf, off
             pos += size
         if pos < end:
