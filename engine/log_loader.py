@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from sortedcontainers import SortedDict
 
 from engine.clock import Clock
-from engine.files import unlink_if_exists
+from engine.files import TMP_FILE_SUFFIX, VIEW_INDEX_FILE_SUFFIX, unlink_if_exists
 from engine.errors import (CorruptIndexError, CorruptRecordError, LogfsError, ReadOnlyError, StorageError,
                            UnsafeFileError)
 from engine.records import validate_batch
@@ -182,7 +182,7 @@ class LogLoader:
         min_cleaned_offset = None
         for name in files:
             path = os.path.join(self.dir, name)
-            if name.endswith(DELETED_FILE_SUFFIX):
+            if name.endswith((DELETED_FILE_SUFFIX, VIEW_INDEX_FILE_SUFFIX + TMP_FILE_SUFFIX)):
                 if not self.read_only:
                     logger.debug(self._prefix + "Deleting stray temporary file %s", path)
                     unlink_if_exists(path)

@@ -51,7 +51,7 @@ from engine.errors import (CorruptIndexError, CorruptRecordError, InvalidRequest
 from engine.files import (  # noqa: F401  (re-exported: engine.segment was their home)
     CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX, filename_prefix_from_offset, log_file_path,
-    offset_from_file_name, offset_index_file_path, time_index_file_path,
+    offset_from_file_name, offset_index_file_path, time_index_file_path, unlink_if_exists, view_index_file_path,
 )
 from engine.index import OffsetIndex, TimeIndex, open_regular_file
 from engine.records.reader import read_batches
@@ -879,6 +879,9 @@ class LogSegment:
         for kind, index in (("offset index", self.offset_index), ("time index", self.time_index)):
             if index.delete_if_exists():
                 deleted.append(kind)
+        # The mount's view index sidecar goes with the last segment of its base offset.
+        if not os.path.lexists(log_file_path(self.dir, self.base_offset)):
+            unlink_if_exists(view_index_file_path(self.dir, self.base_offset), ignore_errors=True)
         if deleted:
             log.info("Deleted %s of segment %s.", ", ".join(deleted), self.log_path)
         else:

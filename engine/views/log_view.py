@@ -160,7 +160,10 @@ class LogView:
     # ------------------------------------------------------------------ sizes
 
     def _view_index(self, segment: LogSegment):
-        return view_index(segment) if self._txn is None else committed_view_index(self._txn, segment)
+        if self._txn is not None:
+            return committed_view_index(self._txn, segment)
+        # a sealed segment's index is loaded from (or written to) its .viewindex file
+        return view_index(segment, segment is not self.log.segments.peekitem(-1)[1])
 
     def _segment_size(self, segment: LogSegment) -> int:
         index = self._view_index(segment)
