@@ -241,7 +241,7 @@ class LogLoader:
         base = segment.base_offset
         first: int | None = None
         next_offset = base
-        size = os.fstat(segment._fd).st_size
+        size = segment.file_size()
         for pos, header, buf, off in segment._batches_with_bytes(0, size):
             try:
                 validate_batch(buf, off)

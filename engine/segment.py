@@ -39,10 +39,11 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 import weakref
 from enum import Enum
 from typing import Final, Literal, NamedTuple
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from engine import records as _records
 from engine.clock import SYSTEM_CLOCK, Clock
@@ -53,6 +54,7 @@ from engine.files import (  # noqa: F401  (re-exported: engine.segment was their
     TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX, filename_prefix_from_offset, log_file_path,
     offset_from_file_name, offset_index_file_path, time_index_file_path, unlink_if_exists, view_index_file_path,
 )
+from engine.file_cache import FILE_CACHE, OpenFile
 from engine.index import OffsetIndex, TimeIndex, open_regular_file
 from engine.records.reader import read_batches
 from engine.records import (HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, read_header,
@@ -116,6 +118,18 @@ def topic_partition_of_dir(dir: str) -> TopicPartition:
     return parse_topic_partition_dir(name)
 
 
+#: Serialises reopening a .log the FileCache closed (rare: only after an eviction).
+_REOPEN_LOCK = threading.Lock()
+
+
+def _log_evictor(ref: weakref.ref) -> Callable[[], None]:
+    def evict() -> None:
+        segment = ref()
+        if segment is not None:
+            segment._evict()
+    return evict
+
+
 class LogSegment:
     """One segment of a partition's log: ``<base>.log`` + ``.index`` + ``.timeindex``."""
 
@@ -143,10 +157,16 @@ class LogSegment:
             raise
         except OSError as exc:
             raise StorageError(f"Could not open log file {self.log_path}: {exc.strerror}") from exc
-        self._fd = fd
-        # The descriptor closes when the segment is garbage-collected, so a view
-        # holding a deleted segment keeps reading and releases it when it lets go.
-        self._fd_finalizer = weakref.finalize(self, os.close, fd)
+        # The descriptor closes when the last reference to its OpenFile goes: the
+        # segment's (dropped by the FileCache when over budget, reopened by name on
+        # next use, see _log) and any reader's in flight.  A view holding a deleted
+        # segment keeps reading it: a segment renamed or deleted is pinned (_pin).
+        self._file: OpenFile | None = OpenFile(fd)
+        self._log_closed = False
+        self._pinned = False
+        self._cache_key = object()
+        self._evict_cb = _log_evictor(weakref.ref(self))
+        weakref.finalize(self, FILE_CACHE.forget, self._cache_key)
         try:
             if self._preallocated:
                 os.posix_fallocate(fd, 0, max(config.segment_bytes, 1))
@@ -159,8 +179,9 @@ class LogSegment:
             self.offset_index = self._open_index(OffsetIndex, offset_index_file_path(dir, base_offset, file_suffix))
             self.time_index = self._open_index(TimeIndex, time_index_file_path(dir, base_offset, file_suffix))
         except BaseException:
-            self._fd_finalizer()
+            self._close_fd()
             raise
+        FILE_CACHE.opened(self._cache_key, self._evict_cb)
         self._created = clock.milliseconds()
         self._bytes_since_last_index_entry = 0
         self._next_offset: int | None = None if self._size else base_offset
@@ -276,8 +297,9 @@ class LogSegment:
 
     @property
     def last_modified(self) -> int:
+        f = self._file
         try:
-            st = os.fstat(self._fd) if self._fd >= 0 else os.stat(self.log_path)
+            st = os.fstat(f.fd) if f is not None and f.fd >= 0 else os.stat(self.log_path)
         except OSError as exc:
             raise StorageError(f"Could not stat {self.log_path}: {exc.strerror}") from exc
         return st.st_mtime_ns // 1_000_000
@@ -285,8 +307,9 @@ class LogSegment:
     def set_last_modified(self, ms: int) -> None:
         self._check_writable("set the modification time of")
         ns = ms * 1_000_000
-        if self._fd >= 0:
-            os.utime(self._fd, ns=(ns, ns))
+        f = self._file
+        if f is not None and f.fd >= 0:
+            os.utime(f.fd, ns=(ns, ns))
         else:
             os.utime(self.log_path, ns=(ns, ns), follow_symlinks=False)
         for path in (self.offset_index.path, self.time_index.path):
@@ -365,7 +388,10 @@ class LogSegment:
         self._size = position + n           # publish: readers may now see the batch
 
     def _write(self, data: bytes, position: int) -> None:
-        fd = self._fd
+        if not self._pinned:
+            self._pin()                     # written to: the active segment (or the cleaner's output)
+        f = self._log()
+        fd = f.fd
         try:
             written = os.pwrite(fd, data, position)
             if written < len(data):
@@ -386,8 +412,9 @@ class LogSegment:
 
     # ------------------------------------------------------------------- read
     def _pread(self, position: int, size: int) -> bytes:
+        f = self._log()
         try:
-            return os.pread(self._fd, size, position)
+            return os.pread(f.fd, size, position)
         except OSError as exc:
             raise StorageError(f"I/O error reading {self.log_path} at {position}: {exc.strerror}") from exc
 
@@ -395,8 +422,9 @@ class LogSegment:
         """Raw bytes of the .log; works after the file was deleted (the descriptor is kept)."""
         if size <= 0:
             return b""
+        f = self._log()
         try:
-            return os.pread(self._fd, size, position)
+            return os.pread(f.fd, size, position)
         except OSError as exc:
             raise StorageError(f"I/O error reading {self.log_path} at {position}: {exc.strerror}") from exc
 
@@ -447,7 +475,8 @@ class LogSegment:
         if whole:
             yield from read_batches(self._pread, start, end, _BODY_SCAN_CHUNK, path=self.log_path, strict=strict)
             return
-        fd = self._fd
+        f = self._log()
+        fd = f.fd
         chunk = _HEADER_SCAN_CHUNK
         pos = start
         buf = b""
@@ -703,7 +732,7 @@ class LogSegment:
             self.offset_index.resize(self.max_index_size)
             self.time_index.truncate()
             self.time_index.resize(self.max_index_size)
-        file_size = os.fstat(self._fd).st_size
+        file_size = self.file_size()
         if self._preallocated:
             file_size = min(file_size, self._size)
         valid_bytes = 0
@@ -764,8 +793,9 @@ class LogSegment:
         return truncated
 
     def _truncate_file(self, size: int) -> None:
+        f = self._log()
         try:
-            os.ftruncate(self._fd, size)
+            os.ftruncate(f.fd, size)
         except OSError as exc:
             raise StorageError(f"Could not truncate {self.log_path} to {size}: {exc.strerror}") from exc
 
@@ -812,9 +842,11 @@ class LogSegment:
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
         self._trim_preallocated()
+        if self.log_path.endswith(LOG_FILE_SUFFIX):
+            self._unpin()               # sealed: the FileCache may close it while unused
 
     def _trim_preallocated(self) -> None:
-        if self._preallocated and self._fd >= 0:
+        if self._preallocated and not self._log_closed:
             self._truncate_file(self._size)
             self._preallocated = False
 
@@ -822,8 +854,9 @@ class LogSegment:
         """fsync the .log and both indexes (Kafka's LogSegment.flush)."""
         if self.read_only:
             return          # nothing was written, so nothing can be lost
+        f = self._log()
         try:
-            os.fsync(self._fd)
+            os.fsync(f.fd)
         except OSError as exc:
             raise StorageError(f"Error while flushing {self.log_path}: {exc.strerror}") from exc
         self.offset_index.flush()
@@ -858,13 +891,69 @@ class LogSegment:
         self._close_fd()
 
     def _close_fd(self) -> None:
-        # -1 first: a racing reader gets EBADF, never another file's reused descriptor.
-        self._fd = -1
-        self._fd_finalizer()
+        self._log_closed = True
+        f, self._file = self._file, None
+        FILE_CACHE.forget(self._cache_key)
+        if f is not None:
+            f.close()       # -1 first: a racing reader gets EBADF, never another file's reused descriptor
+
+    # ------------------------------------------------------------ the .log descriptor
+    def _log(self) -> OpenFile:
+        """The open .log (reopened by name if the FileCache closed it); hold it while using its fd."""
+        f = self._file
+        if f is not None:
+            if not self._pinned:
+                FILE_CACHE.touch(self._cache_key)
+            return f
+        return self._reopen()
+
+    def _reopen(self) -> OpenFile:
+        with _REOPEN_LOCK:
+            f = self._file
+            if f is not None:
+                return f
+            if self._log_closed:
+                raise StorageError(f"Log segment {self.log_path} is closed")
+            try:
+                fd = open_regular_file(self.log_path, os.O_RDONLY if self.read_only else os.O_RDWR)
+            except OSError as exc:
+                raise StorageError(f"Could not open log file {self.log_path} again: "
+                                   f"{exc.strerror or exc}") from exc
+            f = self._file = OpenFile(fd)
+            if not self._pinned:
+                FILE_CACHE.opened(self._cache_key, self._evict_cb)
+            return f
+
+    def _evict(self) -> None:
+        if not self._pinned:
+            self._file = None
+
+    def _pin(self) -> None:
+        """Keep the .log open from now on (it is written, or about to lose its name)."""
+        self._pinned = True
+        self._log()
+        FILE_CACHE.forget(self._cache_key)
+
+    def _unpin(self) -> None:
+        """The .log can be reopened by name again: let the FileCache close it when over budget."""
+        if self._pinned:
+            self._pinned = False
+            if self._file is not None:
+                FILE_CACHE.opened(self._cache_key, self._evict_cb)
+
+    def file_size(self) -> int:
+        """The .log file's length on disk (fstat)."""
+        f = self._log()
+        try:
+            return os.fstat(f.fd).st_size
+        except OSError as exc:
+            raise StorageError(f"Could not stat {self.log_path}: {exc.strerror}") from exc
 
     def delete_if_exists(self) -> None:
         """Unlink the three files; the .log descriptor stays open so open views read on."""
         self._check_writable("delete")
+        if not self._log_closed:
+            self._pin()                 # open views read on after the unlink
         # One line per segment: a compaction or retention run deletes hundreds of
         # segments, and a file already gone (an index never created, a crash
         # between two unlinks) is what "if exists" means, not a failure.
@@ -895,6 +984,7 @@ class LogSegment:
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename the .log and both indexes from ``old_suffix`` to ``new_suffix`` (.deleted, .cleaned, .swap)."""
         self._check_writable("rename")
+        self._pin()                     # a reader keeps its descriptor across the rename
         new_log_path = replace_suffix(self.log_path, old_suffix, new_suffix)
         try:
             os.rename(self.log_path, new_log_path)
@@ -903,6 +993,8 @@ class LogSegment:
         self.log_path = new_log_path
         self.offset_index.rename_to(replace_suffix(self.offset_index.path, old_suffix, new_suffix))
         self.time_index.rename_to(replace_suffix(self.time_index.path, old_suffix, new_suffix))
+        if new_suffix == "":
+            self._unpin()               # under its final name again (the cleaner's swap)
 
     def has_suffix(self, suffix: str) -> bool:
         return (self.log_path.endswith(suffix) and self.offset_index.path.endswith(suffix)
