@@ -71,6 +71,8 @@ class FileCache:
     def __init__(self, budget: int | None = None) -> None:
         self.budget = max(MIN_BUDGET, budget if budget is not None else default_budget())
         self._open: OrderedDict[object, Callable[[], None]] = OrderedDict()
+        #: files that cannot be closed now; they count against the budget too
+        self._pinned: set[object] = set()
         self._lock = threading.Lock()
         self.evictions = 0
 
@@ -78,9 +80,10 @@ class FileCache:
         """``key`` was just opened; ``evict()`` closes it (drops the owner's reference). May evict others."""
         victims = []
         with self._lock:
+            self._pinned.discard(key)
             self._open[key] = evict
             self._open.move_to_end(key)
-            while len(self._open) > self.budget:
+            while len(self._open) + len(self._pinned) > self.budget and len(self._open) > 1:
                 _, victim = self._open.popitem(last=False)
                 victims.append(victim)
             self.evictions += len(victims)
@@ -95,9 +98,27 @@ class FileCache:
             pass
 
     def forget(self, key: object) -> None:
-        """``key`` was closed by its owner, or pinned: it is no longer the cache's to close."""
+        """``key`` was closed by its owner: it is no longer the cache's to close, nor counted."""
         with self._lock:
             self._open.pop(key, None)
+            self._pinned.discard(key)
+
+    def pin(self, key: object) -> None:
+        """``key`` stays open until its owner closes it (counted against the budget, never evicted)."""
+        victims = []
+        with self._lock:
+            self._open.pop(key, None)
+            self._pinned.add(key)
+            while self._open and len(self._open) + len(self._pinned) > self.budget:
+                _, victim = self._open.popitem(last=False)
+                victims.append(victim)
+            self.evictions += len(victims)
+        for victim in victims:
+            victim()
+
+    @property
+    def pinned(self) -> int:
+        return len(self._pinned)
 
     def __len__(self) -> int:
         return len(self._open)

@@ -932,7 +932,7 @@ class LogSegment:
         """Keep the .log open from now on (it is written, or about to lose its name)."""
         self._pinned = True
         self._log()
-        FILE_CACHE.forget(self._cache_key)
+        FILE_CACHE.pin(self._cache_key)
 
     def _unpin(self) -> None:
         """The .log can be reopened by name again: let the FileCache close it when over budget."""

@@ -54,7 +54,7 @@ def _engine(tree: Path):
 
 
 def build(data: Path, tree: Path, partitions: int, bytes_per_partition: int, segment_bytes: int,
-          topic: str = "t") -> int:
+          topic: str = "t", batch: int = BATCH) -> int:
     """Fill ``partitions`` partitions of ``topic`` with 100-byte values; returns records per partition."""
     BrokerConfig, LogManager = _engine(tree)
     from engine.topic import TopicPartition
@@ -75,7 +75,7 @@ def build(data: Path, tree: Path, partitions: int, bytes_per_partition: int, seg
             attach(log)
         done = 0
         while done < records:
-            n = min(BATCH, records - done)
+            n = min(batch, records - done)
             log.append_values(batch_values[:n])
             done += n
     manager.shutdown()
@@ -161,7 +161,7 @@ def case_segments(args, base: Path, tree: Path) -> list[tuple[str, str, str]]:
     segment_bytes = 4096
     start = time.perf_counter()
     # each segment holds about one batch: the log rolls before an append that would exceed segment.bytes
-    build(data, tree, args.partitions, per_partition * (segment_bytes - 200), segment_bytes)
+    build(data, tree, args.partitions, per_partition * 3300, segment_bytes, batch=30)
     segments = sum(1 for _ in data.glob("t-*/*.log"))
     print(f"built {segments:,} segments in {args.partitions:,} partitions in "
           f"{time.perf_counter() - start:.0f} s", flush=True)
@@ -183,7 +183,7 @@ def case_segments(args, base: Path, tree: Path) -> list[tuple[str, str, str]]:
         for p in range(args.partitions):
             try:
                 with open(mount.mnt / f"t/{p}/append", "ab") as f:
-                    f.write(b"y" * 5000 + b"\n")
+                    f.write(b"y" * 3000 + b"\n")
             except OSError:
                 failed += 1
         rows.append(("append (and roll) in every partition", f"{time.perf_counter() - start:.1f} s, "
