@@ -213,7 +213,6 @@ class AbstractIndex:
         self._closed = False
         self._cache_key = object()
         self._evict_cb = _evictor(weakref.ref(self))
-        weakref.finalize(self, FILE_CACHE.forget, self._cache_key)
         self._mmap = None
         self._warm_entries = WARM_SECTION_BYTES // self.entry_size
         if in_memory:
@@ -275,6 +274,12 @@ class AbstractIndex:
             os.close(fd)   # the mapping keeps its own reference to the file
         self.length = length
         self.max_entries = length // self.entry_size
+
+    def __del__(self) -> None:
+        # not a weakref.finalize: one per index of 100,000s of segments would cost memory
+        key = self.__dict__.get("_cache_key")
+        if key is not None:
+            FILE_CACHE.forget(key)
 
     @property
     def _mmap(self) -> mmap.mmap | None:

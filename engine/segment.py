@@ -166,7 +166,6 @@ class LogSegment:
         self._pinned = False
         self._cache_key = object()
         self._evict_cb = _log_evictor(weakref.ref(self))
-        weakref.finalize(self, FILE_CACHE.forget, self._cache_key)
         try:
             if self._preallocated:
                 os.posix_fallocate(fd, 0, max(config.segment_bytes, 1))
@@ -898,6 +897,12 @@ class LogSegment:
             f.close()       # -1 first: a racing reader gets EBADF, never another file's reused descriptor
 
     # ------------------------------------------------------------ the .log descriptor
+    def __del__(self) -> None:
+        # the OpenFile closes itself; the cache must stop counting it (pinned or not)
+        key = self.__dict__.get("_cache_key")
+        if key is not None:
+            FILE_CACHE.forget(key)
+
     def _log(self) -> OpenFile:
         """The open .log (reopened by name if the FileCache closed it); hold it while using its fd."""
         f = self._file
