@@ -14,10 +14,12 @@ follows Kafka's ``LogSegment``:
   corrupt one, rebuilding both indexes from what survives.
 
 Unix semantics for readers: the ``.log`` is read with ``os.pread`` on a file
-descriptor kept open for the life of the object, so a segment deleted (or
-replaced by the cleaner) under a reader keeps serving the bytes the reader
-opened.  The descriptor is closed by :meth:`close` or when the object is
-garbage-collected.
+descriptor, so a segment deleted (or replaced by the cleaner) under a reader
+keeps serving the bytes the reader opened.  The descriptor of a sealed segment
+under its own name may be closed by the process's descriptor budget
+(:mod:`engine.file_cache`) and is reopened by name on next use; a segment being
+written, renamed or deleted keeps its descriptor (pinned).  The descriptor is
+closed by :meth:`close` or when the object is garbage-collected.
 
 Read-only segments (a ``--read-only`` mount) open the .log ``O_RDONLY`` and map
 both indexes read-only, so nothing can change a byte or an mtime on disk: every

@@ -3,11 +3,14 @@
 The mount serves ``records`` (one value per line) and ``records.jsonl`` (one
 JSON object per line) as byte-addressable files.  A read at byte position P
 must not decode the log from its start, so every segment keeps a ViewIndex:
-for a sparse set of batches (the segment's first batch and every batch the
-offset index points at) it records where the batch starts in the ``.log`` and
-where its first record starts in each rendering.  A read bisects the column of
-its rendering, then decodes forward from the batch found; the cost is bounded
-by ``index.interval.bytes`` of log, as a fetch is in Kafka.
+for a sparse set of batches (the segment's first batch, then one after every
+``VIEW_INDEX_INTERVAL_BYTES`` of log, at least ``index.interval.bytes``) it
+records where the batch starts in the ``.log`` and where its first record
+starts in each rendering.  A read bisects the column of its rendering, then
+decodes forward from the batch found; the cost is bounded by that interval of
+log, as a fetch is bounded by ``index.interval.bytes`` in Kafka.  A sealed
+segment's index is persisted in ``<base>.viewindex`` (engine.views.persisted)
+and loaded from there after a remount instead of a scan.
 
 Concurrency: there is one writer (appends happen under ``Log.lock``) and any
 number of lock-free readers.  Each column is an ``array('q')`` that only grows;
