@@ -16,6 +16,10 @@ Files that cannot be reopened by name (the active segment while it is written,
 a segment renamed for deletion or being swapped, a deleted one still read by a
 view) are *pinned*: they never enter the LRU.
 
+:class:`LazyFile` is a segment's ``.log`` under the cache (the segment keeps
+its path current across renames); index mappings use the cache directly
+(``engine.index.AbstractIndex._mmap``).
+
 The budget defaults to three quarters of the soft ``RLIMIT_NOFILE`` (the rest
 is left to FUSE requests, sockets, checkpoints and pinned files); see
 :func:`default_budget`.  :func:`set_budget` changes it (the mount's
@@ -28,13 +32,18 @@ import logging
 import os
 import resource
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
+
+from engine.errors import StorageError
 
 logger = logging.getLogger(__name__)
 
 #: Never fewer than this many evictable files (a tiny ulimit still serves reads).
 MIN_BUDGET = 4
+#: Serialises reopening a file the cache closed (rare: only after an eviction).
+_REOPEN_LOCK = threading.Lock()
 
 
 class OpenFile:
@@ -126,6 +135,96 @@ class FileCache:
 
 #: The process's cache (every segment of every log).
 FILE_CACHE = FileCache()
+
+
+def _lazy_evictor(ref: weakref.ref) -> Callable[[], None]:
+    def evict() -> None:
+        lazy = ref()
+        if lazy is not None:
+            lazy.evict()
+    return evict
+
+
+class LazyFile:
+    """A file reopened by name after the FileCache closed it (Kafka's lazily opened ``FileRecords``).
+
+    :meth:`get` returns the :class:`OpenFile`; hold it while using its
+    descriptor.  ``path`` follows renames (the owner sets it).  A pinned file
+    is never closed by the cache: its name may not lead to it any more.
+    """
+
+    __slots__ = ("path", "_flags", "_opener", "_file", "_closed", "_pinned", "_key", "_evict_cb", "__weakref__")
+
+    def __init__(self, path: str, fd: int, flags: int, opener: Callable[[str, int], int]) -> None:
+        self.path = path
+        self._flags = flags                 # how it is reopened (no O_CREAT: it must exist)
+        self._opener = opener               # engine.index.open_regular_file: never through a link
+        self._file: OpenFile | None = OpenFile(fd)
+        self._closed = False
+        self._pinned = False
+        self._key = object()
+        self._evict_cb = _lazy_evictor(weakref.ref(self))
+        FILE_CACHE.opened(self._key, self._evict_cb)
+
+    @property
+    def pinned(self) -> bool:
+        return self._pinned
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def current(self) -> OpenFile | None:
+        """The open file if it is open now (nothing is opened)."""
+        return self._file
+
+    def get(self) -> OpenFile:
+        f = self._file
+        if f is not None:
+            if not self._pinned:
+                FILE_CACHE.touch(self._key)
+            return f
+        with _REOPEN_LOCK:
+            f = self._file
+            if f is not None:
+                return f
+            if self._closed:
+                raise StorageError(f"Log segment {self.path} is closed")
+            try:
+                fd = self._opener(self.path, self._flags)
+            except OSError as exc:
+                raise StorageError(f"Could not open {self.path} again: {exc.strerror or exc}") from exc
+            f = self._file = OpenFile(fd)
+            if not self._pinned:
+                FILE_CACHE.opened(self._key, self._evict_cb)
+            return f
+
+    def evict(self) -> None:
+        if not self._pinned:
+            self._file = None
+
+    def pin(self) -> None:
+        """Keep it open from now on (it is written, or about to lose its name)."""
+        self._pinned = True
+        self.get()
+        FILE_CACHE.pin(self._key)
+
+    def unpin(self) -> None:
+        """Reopenable by name again: the FileCache may close it when over budget."""
+        if self._pinned:
+            self._pinned = False
+            if self._file is not None:
+                FILE_CACHE.opened(self._key, self._evict_cb)
+
+    def close(self) -> None:
+        self._closed = True
+        f, self._file = self._file, None
+        FILE_CACHE.forget(self._key)
+        if f is not None:
+            f.close()       # -1 first: a racing reader gets EBADF, never another file's reused descriptor
+
+    def __del__(self) -> None:
+        FILE_CACHE.forget(self._key)
 
 
 def set_budget(budget: int) -> None:

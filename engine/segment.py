@@ -41,11 +41,9 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import threading
-import weakref
 from enum import Enum
 from typing import Final, Literal, NamedTuple
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from engine import records as _records
 from engine.clock import SYSTEM_CLOCK, Clock
@@ -56,7 +54,7 @@ from engine.files import (  # noqa: F401  (re-exported: engine.segment was their
     TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX, filename_prefix_from_offset, log_file_path,
     offset_from_file_name, offset_index_file_path, time_index_file_path, unlink_if_exists, view_index_file_path,
 )
-from engine.file_cache import FILE_CACHE, OpenFile
+from engine.file_cache import LazyFile, OpenFile
 from engine.index import OffsetIndex, TimeIndex, open_regular_file
 from engine.records.reader import read_batches
 from engine.records import (HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, read_header,
@@ -120,18 +118,6 @@ def topic_partition_of_dir(dir: str) -> TopicPartition:
     return parse_topic_partition_dir(name)
 
 
-#: Serialises reopening a .log the FileCache closed (rare: only after an eviction).
-_REOPEN_LOCK = threading.Lock()
-
-
-def _log_evictor(ref: weakref.ref) -> Callable[[], None]:
-    def evict() -> None:
-        segment = ref()
-        if segment is not None:
-            segment._evict()
-    return evict
-
-
 class LogSegment:
     """One segment of a partition's log: ``<base>.log`` + ``.index`` + ``.timeindex``."""
 
@@ -146,7 +132,7 @@ class LogSegment:
         self.index_interval_bytes: int = config.index_interval_bytes
         self.max_index_size: int = config.segment_index_bytes
         self.roll_jitter_ms = 0
-        self.log_path = log_file_path(dir, base_offset, file_suffix)
+        log_path = log_file_path(dir, base_offset, file_suffix)
         self._topic_partition = topic_partition
         self._preallocated = preallocate and not file_already_exists and not read_only
         # Read-only: no O_CREAT either, a missing .log is an error rather than a new file.
@@ -154,20 +140,16 @@ class LogSegment:
         # permissions come from the process umask (private by default, see logfs.cli).
         flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
         try:
-            fd = open_regular_file(self.log_path, flags, 0o666)
+            fd = open_regular_file(log_path, flags, 0o666)
         except UnsafeFileError:
             raise
         except OSError as exc:
-            raise StorageError(f"Could not open log file {self.log_path}: {exc.strerror}") from exc
+            raise StorageError(f"Could not open log file {log_path}: {exc.strerror}") from exc
         # The descriptor closes when the last reference to its OpenFile goes: the
         # segment's (dropped by the FileCache when over budget, reopened by name on
         # next use, see _log) and any reader's in flight.  A view holding a deleted
         # segment keeps reading it: a segment renamed or deleted is pinned (_pin).
-        self._file: OpenFile | None = OpenFile(fd)
-        self._log_closed = False
-        self._pinned = False
-        self._cache_key = object()
-        self._evict_cb = _log_evictor(weakref.ref(self))
+        self._lazy = LazyFile(log_path, fd, os.O_RDONLY if read_only else os.O_RDWR, open_regular_file)
         try:
             if self._preallocated:
                 os.posix_fallocate(fd, 0, max(config.segment_bytes, 1))
@@ -182,7 +164,6 @@ class LogSegment:
         except BaseException:
             self._close_fd()
             raise
-        FILE_CACHE.opened(self._cache_key, self._evict_cb)
         self._created = clock.milliseconds()
         self._bytes_since_last_index_entry = 0
         self._next_offset: int | None = None if self._size else base_offset
@@ -298,7 +279,7 @@ class LogSegment:
 
     @property
     def last_modified(self) -> int:
-        f = self._file
+        f = self._lazy.current()
         try:
             st = os.fstat(f.fd) if f is not None and f.fd >= 0 else os.stat(self.log_path)
         except OSError as exc:
@@ -308,7 +289,7 @@ class LogSegment:
     def set_last_modified(self, ms: int) -> None:
         self._check_writable("set the modification time of")
         ns = ms * 1_000_000
-        f = self._file
+        f = self._lazy.current()
         if f is not None and f.fd >= 0:
             os.utime(f.fd, ns=(ns, ns))
         else:
@@ -389,7 +370,7 @@ class LogSegment:
         self._size = position + n           # publish: readers may now see the batch
 
     def _write(self, data: bytes, position: int) -> None:
-        if not self._pinned:
+        if not self._lazy.pinned:
             self._pin()                     # written to: the active segment (or the cleaner's output)
         f = self._log()
         fd = f.fd
@@ -844,10 +825,10 @@ class LogSegment:
         self.time_index.trim_to_valid_size()
         self._trim_preallocated()
         if self.log_path.endswith(LOG_FILE_SUFFIX):
-            self._unpin()               # sealed: the FileCache may close it while unused
+            self._lazy.unpin()          # sealed: the FileCache may close it while unused
 
     def _trim_preallocated(self) -> None:
-        if self._preallocated and not self._log_closed:
+        if self._preallocated and not self._lazy.closed:
             self._truncate_file(self._size)
             self._preallocated = False
 
@@ -892,61 +873,23 @@ class LogSegment:
         self._close_fd()
 
     def _close_fd(self) -> None:
-        self._log_closed = True
-        f, self._file = self._file, None
-        FILE_CACHE.forget(self._cache_key)
-        if f is not None:
-            f.close()       # -1 first: a racing reader gets EBADF, never another file's reused descriptor
+        self._lazy.close()
 
     # ------------------------------------------------------------ the .log descriptor
-    def __del__(self) -> None:
-        # the OpenFile closes itself; the cache must stop counting it (pinned or not)
-        key = self.__dict__.get("_cache_key")
-        if key is not None:
-            FILE_CACHE.forget(key)
+    @property
+    def log_path(self) -> str:
+        return self._lazy.path
+
+    @log_path.setter
+    def log_path(self, path: str) -> None:
+        self._lazy.path = path
 
     def _log(self) -> OpenFile:
         """The open .log (reopened by name if the FileCache closed it); hold it while using its fd."""
-        f = self._file
-        if f is not None:
-            if not self._pinned:
-                FILE_CACHE.touch(self._cache_key)
-            return f
-        return self._reopen()
-
-    def _reopen(self) -> OpenFile:
-        with _REOPEN_LOCK:
-            f = self._file
-            if f is not None:
-                return f
-            if self._log_closed:
-                raise StorageError(f"Log segment {self.log_path} is closed")
-            try:
-                fd = open_regular_file(self.log_path, os.O_RDONLY if self.read_only else os.O_RDWR)
-            except OSError as exc:
-                raise StorageError(f"Could not open log file {self.log_path} again: "
-                                   f"{exc.strerror or exc}") from exc
-            f = self._file = OpenFile(fd)
-            if not self._pinned:
-                FILE_CACHE.opened(self._cache_key, self._evict_cb)
-            return f
-
-    def _evict(self) -> None:
-        if not self._pinned:
-            self._file = None
+        return self._lazy.get()
 
     def _pin(self) -> None:
-        """Keep the .log open from now on (it is written, or about to lose its name)."""
-        self._pinned = True
-        self._log()
-        FILE_CACHE.pin(self._cache_key)
-
-    def _unpin(self) -> None:
-        """The .log can be reopened by name again: let the FileCache close it when over budget."""
-        if self._pinned:
-            self._pinned = False
-            if self._file is not None:
-                FILE_CACHE.opened(self._cache_key, self._evict_cb)
+        self._lazy.pin()
 
     def file_size(self) -> int:
         """The .log file's length on disk (fstat)."""
@@ -959,8 +902,7 @@ class LogSegment:
     def delete_if_exists(self) -> None:
         """Unlink the three files; the .log descriptor stays open so open views read on."""
         self._check_writable("delete")
-        if not self._log_closed:
-            self._pin()                 # open views read on after the unlink
+        self._pin()                     # open views read on after the unlink
         # One line per segment: a compaction or retention run deletes hundreds of
         # segments, and a file already gone (an index never created, a crash
         # between two unlinks) is what "if exists" means, not a failure.
@@ -1001,7 +943,7 @@ class LogSegment:
         self.offset_index.rename_to(replace_suffix(self.offset_index.path, old_suffix, new_suffix))
         self.time_index.rename_to(replace_suffix(self.time_index.path, old_suffix, new_suffix))
         if new_suffix == "":
-            self._unpin()               # under its final name again (the cleaner's swap)
+            self._lazy.unpin()          # under its final name again (the cleaner's swap)
 
     def has_suffix(self, suffix: str) -> bool:
         return (self.log_path.endswith(suffix) and self.offset_index.path.endswith(suffix)
