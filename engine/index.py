@@ -34,7 +34,10 @@ import os
 import stat
 import struct
 import threading
+import weakref
+from collections.abc import Callable
 
+from engine.file_cache import FILE_CACHE
 from engine.errors import (CorruptIndexError, InvalidConfigError, InvalidRequestError, LogDirFullError,
                            LogfsError, StorageError, UnsafeFileError)
 
@@ -171,6 +174,14 @@ def _search(mm: mmap.mmap, entries: int, target: int, unpack_from, entry_size: i
     return lo
 
 
+def _evictor(ref: weakref.ref) -> Callable[[], None]:
+    def evict() -> None:
+        index = ref()
+        if index is not None:
+            index._evict()
+    return evict
+
+
 class AbstractIndex:
     """The mmap'ed file, its sizing and its lifecycle, shared by both indexes.
 
@@ -194,11 +205,18 @@ class AbstractIndex:
         self._in_memory = in_memory
         self.writable = writable or in_memory
         self._lock = threading.RLock()
-        self._mmap: mmap.mmap | None = None
+        # The mapping is evictable (engine.file_cache): ``_mmap`` maps the file again
+        # on first use after the FileCache dropped it, so sealed segments' indexes hold
+        # no descriptor while unused (a Python mmap keeps a dup of its file's descriptor).
+        self._mm: mmap.mmap | None = None
+        self._evicted = False
         self._closed = False
         #: the file's size changed (a trim, a re-grow) since the last flush: the next flush fsyncs the file,
         #: as a msync of the mapping (or of no mapping, for an index trimmed to nothing) may not persist it
         self._size_unsynced = False
+        self._cache_key = object()
+        self._evict_cb = _evictor(weakref.ref(self))
+        self._mmap = None
         self._warm_entries = WARM_SECTION_BYTES // self.entry_size
         if in_memory:
             rounded = self._round_down(max_index_size)
@@ -259,6 +277,60 @@ class AbstractIndex:
             os.close(fd)   # the mapping keeps its own reference to the file
         self.length = length
         self.max_entries = length // self.entry_size
+
+    def __del__(self) -> None:
+        # not a weakref.finalize: one per index of 100,000s of segments would cost memory
+        key = self.__dict__.get("_cache_key")
+        if key is not None:
+            FILE_CACHE.forget(key)
+
+    @property
+    def _mmap(self) -> mmap.mmap | None:
+        mm = self._mm
+        if mm is None:
+            if self._evicted and not self._closed:
+                return self._remap()
+            return None
+        FILE_CACHE.touch(self._cache_key)
+        return mm
+
+    @_mmap.setter
+    def _mmap(self, mm: mmap.mmap | None) -> None:
+        self._mm = mm
+        self._evicted = False
+        if mm is not None and not self._in_memory:
+            FILE_CACHE.opened(self._cache_key, self._evict_cb)
+        else:
+            FILE_CACHE.forget(self._cache_key)
+
+    def _evict(self) -> None:
+        """Drop the mapping (FileCache): a reader inside it keeps it until it returns; next use maps again."""
+        if self._mm is not None and not self._in_memory:
+            self._evicted = True
+            self._mm = None
+
+    def _remap(self) -> mmap.mmap | None:
+        with self._lock:
+            mm = self._mm
+            if mm is not None or not self._evicted or self._closed:
+                return mm
+            try:
+                fd = open_regular_file(self.path, os.O_RDWR if self.writable else os.O_RDONLY)
+            except OSError as exc:
+                raise StorageError(f"Could not open {self._kind} {self.path} again: {exc.strerror or exc}") from exc
+            try:
+                # the file's own length: never a mapping beyond its end (a concurrent resize
+                # truncates the file before it maps it)
+                length = min(os.fstat(fd).st_size, self.length)
+                access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
+                mm = mmap.mmap(fd, length, access=access) if length else None
+            finally:
+                os.close(fd)
+            if mm is None:
+                self._evicted = False
+                return None
+            self._mmap = mm
+            return mm
 
     def _round_down(self, size: int) -> int:
         return (size // self.entry_size) * self.entry_size if size > 0 else 0

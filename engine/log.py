@@ -78,6 +78,9 @@ class AppendObserver(Protocol):
                   values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                   first: int, timestamp: int) -> None: ...
 
+    def on_roll(self, segment: LogSegment) -> None:
+        """``segment`` was sealed (it stopped being the active segment) or the log is closing (under ``Log.lock``)."""
+
 #: ListOffsets special timestamps (Kafka's ListOffsetsRequest).
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -535,6 +538,8 @@ class Log:
                                "failed roll (the next append rolls again): %s", active, exc)
             raise
         self._add_segment(segment)
+        if self.append_observer is not None:
+            self.append_observer.on_roll(active)
         self._update_log_end_offset(end)
         logger.info(self._prefix + "Rolled new log segment at offset %d in %d ms.", new_offset,
                     (time.monotonic() - start) * 1000)
@@ -941,6 +946,8 @@ class Log:
             if self._closed:
                 return
             self._closed = True
+            if self.append_observer is not None and not self.read_only:
+                self.append_observer.on_roll(self.active_segment)     # its state at a clean close
             for segment in self._segments.values():
                 segment.close()
             for pending in self._pending:

@@ -17,9 +17,10 @@ from sortedcontainers import SortedDict
 
 from engine.clock import Clock
 from engine.files import (CLEANED_FILE_SUFFIX, DELETE_DIR_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX,
-                          LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX,
-                          filename_prefix_from_offset, log_file_path, offset_from_file_name, offset_index_file_path,
-                          parse_segment_file_name, time_index_file_path, unlink_if_exists)
+                          LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TMP_FILE_SUFFIX,
+                          TXN_INDEX_FILE_SUFFIX, VIEW_INDEX_FILE_SUFFIX, filename_prefix_from_offset, log_file_path,
+                          offset_from_file_name, offset_index_file_path, parse_segment_file_name,
+                          time_index_file_path, unlink_if_exists)
 from engine.errors import (CorruptIndexError, CorruptRecordError, LogfsError, ReadOnlyError, StorageError,
                            UnsafeFileError)
 from engine.records import validate_batch
@@ -238,7 +239,7 @@ class LogLoader:
         min_cleaned_offset = None
         for name in files:
             path = os.path.join(self.dir, name)
-            if name.endswith(DELETED_FILE_SUFFIX):
+            if name.endswith((DELETED_FILE_SUFFIX, VIEW_INDEX_FILE_SUFFIX + TMP_FILE_SUFFIX)):
                 if not self.read_only:
                     logger.debug(self._prefix + "Deleting stray temporary file %s", path)
                     unlink_if_exists(path)
@@ -297,7 +298,7 @@ class LogLoader:
         base = segment.base_offset
         first: int | None = None
         next_offset = base
-        size = os.fstat(segment._fd).st_size
+        size = segment.file_size()
         for pos, header, buf, off in segment._batches_with_bytes(0, size):
             try:
                 validate_batch(buf, off)

@@ -38,12 +38,16 @@ from engine.files import (
 from engine.index import OFFSET_INDEX_ENTRY as _OFFSET_ENTRY
 from engine.index import TIME_INDEX_ENTRY as _TIME_ENTRY
 from engine.records import (
-    HEADER_SIZE, BatchHeader, TimestampType, decode_batch, decode_values, iter_batches, read_header,
+    HEADER_SIZE, BatchHeader, TimestampType, decode_batch, decode_values, read_header,
     validate_batch,
 )
+from engine.records.reader import read_batches
 from engine.topic import TopicPartition, parse_topic_partition_dir
 
 logger = logging.getLogger(__name__)
+
+#: Read size of the index dumps' walk of a segment's batches (the shared chunked reader).
+_TOOL_READ_CHUNK = 4 << 20
 
 CHECKPOINT_FILES = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT)
 
@@ -188,7 +192,14 @@ def _batches_by_position(log_path: str) -> dict[int, BatchHeader]:
     found: dict[int, BatchHeader] = {}
     if not os.path.exists(log_path):
         return found
-    found.update(iter_batches(_read_file(log_path), lenient=True))
+    with open(log_path, "rb") as f:
+        fd = f.fileno()
+        try:
+            for position, header, _, _ in read_batches(lambda pos, size: os.pread(fd, size, pos), 0, None,
+                                                       _TOOL_READ_CHUNK, path=log_path, strict=False):
+                found[position] = header
+        except CorruptRecordError:
+            pass                # what is found up to the damage; `logfs check` reports the damage itself
     return found
 
 

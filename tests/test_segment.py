@@ -230,7 +230,7 @@ def test_enospc_truncates_back_and_raises_log_dir_full(tmp_path):
 def test_descriptor_closes_on_close_and_on_garbage_collection(tmp_path):
     import gc
     seg = LogSegment.open(str(tmp_path), 0, make_config(), ManualClock())
-    fd = seg._fd
+    fd = seg._log().fd
     os.fstat(fd)
     seg.delete_if_exists()
     del seg
@@ -241,8 +241,8 @@ def test_descriptor_closes_on_close_and_on_garbage_collection(tmp_path):
     seg = LogSegment.open(str(tmp_path), 5, make_config(), ManualClock())
     fill(seg, 1, start=5)
     seg.close()
-    with pytest.raises(StorageError, match="Bad file descriptor"):
-        seg.read_bytes(0, 10)         # never another file's reused descriptor
+    with pytest.raises(StorageError, match="is closed"):
+        seg.read_bytes(0, 10)         # never another file's reused descriptor, never reopened
 
 
 # ---- damage: strict walkers, indexes checked against the log, in-memory recovery (issue 9/12)
