@@ -155,6 +155,7 @@ class PowerLossFS(pyfuse3.Operations):
     def _fd(self, node: Node) -> int:
         """The node's descriptor on its backing inode, opened through any backing name it has."""
         if node.fd is None:
+            dir_fd: int | None
             if node.staged:
                 dir_fd, name = self.staging, str(node.ino).encode()
             else:
@@ -225,7 +226,8 @@ class PowerLossFS(pyfuse3.Operations):
         assert d.dentries is not None and name not in d.dentries
         if not node.is_dir:
             if node.staged:
-                src_fd, src = self.staging, str(node.ino).encode()
+                src_fd: int | None = self.staging
+                src = str(node.ino).encode()
             else:
                 parent, src = next(iter(node.blinks))
                 src_fd = self.nodes[parent].fd
@@ -378,7 +380,7 @@ class PowerLossFS(pyfuse3.Operations):
     # ------------------------------------------------------------------ attributes
 
     def _attr(self, node: Node) -> pyfuse3.EntryAttributes:
-        st = os.fstat(node.fd if node.is_dir else self._fd(node))
+        st = os.fstat(self._fd(node))
         a = pyfuse3.EntryAttributes()
         a.st_ino = node.ino
         a.generation = 0
@@ -405,12 +407,12 @@ class PowerLossFS(pyfuse3.Operations):
         if self.lost:
             raise pyfuse3.FUSEError(errno.EIO)
 
-    def _dir(self, ino: int) -> Node:
+    def _dir(self, ino: int) -> tuple[Node, dict[bytes, int]]:
+        """A directory node and its pending names."""
         node = self._node(ino)
         if not node.is_dir:
             raise pyfuse3.FUSEError(errno.ENOTDIR)
-        self._load(node)
-        return node
+        return node, self._load(node)
 
     @staticmethod
     def _check_name(d: Node, name: bytes) -> None:
@@ -422,8 +424,8 @@ class PowerLossFS(pyfuse3.Operations):
 
     async def lookup(self, parent_inode, name, ctx=None):
         self._check()
-        d = self._dir(parent_inode)
-        ino = d.entries.get(name)
+        _, entries = self._dir(parent_inode)
+        ino = entries.get(name)
         if ino is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
         node = self.nodes[ino]
@@ -447,7 +449,7 @@ class PowerLossFS(pyfuse3.Operations):
     async def setattr(self, inode, attr, fields, fh, ctx):
         self._check()
         node = self._node(inode)
-        fd = node.fd if node.is_dir else self._fd(node)
+        fd = self._fd(node)
         if fields.update_size:
             if node.is_dir:
                 raise pyfuse3.FUSEError(errno.EISDIR)
@@ -467,10 +469,10 @@ class PowerLossFS(pyfuse3.Operations):
 
     async def opendir(self, inode, ctx):
         self._check()
-        d = self._dir(inode)
+        d, entries = self._dir(inode)
         fh = self.next_fh
         self.next_fh += 1
-        self.dir_handles[fh] = sorted(d.entries.items())
+        self.dir_handles[fh] = sorted(entries.items())
         self.handles[fh] = inode
         d.opens += 1
         return fh
@@ -501,9 +503,9 @@ class PowerLossFS(pyfuse3.Operations):
 
     async def mkdir(self, parent_inode, name, mode, ctx):
         self._check()
-        d = self._dir(parent_inode)
+        d, entries = self._dir(parent_inode)
         self._check_name(d, name)
-        if name in d.entries:
+        if name in entries:
             raise pyfuse3.FUSEError(errno.EEXIST)
         node = self._new_node(True)
         os.mkdir(str(node.ino), stat.S_IMODE(mode), dir_fd=self.staging)
@@ -511,16 +513,16 @@ class PowerLossFS(pyfuse3.Operations):
         node.staged = True
         node.entries, node.dentries = {}, {}
         node.links = 1
-        d.entries[name] = node.ino
+        entries[name] = node.ino
         attr = self._attr(node)
         node.nlookup += 1
         return attr
 
     async def create(self, parent_inode, name, mode, flags, ctx):
         self._check()
-        d = self._dir(parent_inode)
+        d, entries = self._dir(parent_inode)
         self._check_name(d, name)
-        if name in d.entries:
+        if name in entries:
             raise pyfuse3.FUSEError(errno.EEXIST)
         if not stat.S_ISREG(mode) and stat.S_IFMT(mode):
             log.warning("create of %r with mode %o: only regular files are supported", name, mode)
@@ -534,7 +536,7 @@ class PowerLossFS(pyfuse3.Operations):
         node.staged = True
         node.links = 1
         node.mtime_ns = st.st_mtime_ns
-        d.entries[name] = node.ino
+        entries[name] = node.ino
         attr = self._attr(node)
         node.nlookup += 1
         return pyfuse3.FileInfo(fh=self._open_handle(node)), attr
@@ -549,21 +551,21 @@ class PowerLossFS(pyfuse3.Operations):
 
     async def unlink(self, parent_inode, name, ctx):
         self._check()
-        d = self._dir(parent_inode)
-        ino = d.entries.get(name)
+        _, entries = self._dir(parent_inode)
+        ino = entries.get(name)
         if ino is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
         node = self.nodes[ino]
         if node.is_dir:
             raise pyfuse3.FUSEError(errno.EISDIR)
-        del d.entries[name]
+        del entries[name]
         node.links -= 1
         self._maybe_drop(node)
 
     async def rmdir(self, parent_inode, name, ctx):
         self._check()
-        d = self._dir(parent_inode)
-        ino = d.entries.get(name)
+        _, entries = self._dir(parent_inode)
+        ino = entries.get(name)
         if ino is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
         node = self.nodes[ino]
@@ -571,22 +573,23 @@ class PowerLossFS(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         if self._load(node):
             raise pyfuse3.FUSEError(errno.ENOTEMPTY)
-        del d.entries[name]
+        del entries[name]
         node.links = 0
         self._maybe_drop(node)
 
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
         self._check()
-        src, dst = self._dir(parent_inode_old), self._dir(parent_inode_new)
+        src, src_entries = self._dir(parent_inode_old)
+        dst, dst_entries = self._dir(parent_inode_new)
         self._check_name(dst, name_new)
-        ino = src.entries.get(name_old)
+        ino = src_entries.get(name_old)
         if ino is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
-        target = dst.entries.get(name_new)
+        target = dst_entries.get(name_new)
         if flags & pyfuse3.RENAME_EXCHANGE:
             if target is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
-            src.entries[name_old], dst.entries[name_new] = target, ino
+            src_entries[name_old], dst_entries[name_new] = target, ino
         else:
             if target is not None:
                 if flags & pyfuse3.RENAME_NOREPLACE:
@@ -598,8 +601,8 @@ class PowerLossFS(pyfuse3.Operations):
                     raise pyfuse3.FUSEError(errno.ENOTEMPTY)
             if target == ino:
                 return
-            del src.entries[name_old]
-            dst.entries[name_new] = ino
+            del src_entries[name_old]
+            dst_entries[name_new] = ino
             if target is not None:
                 old = self.nodes[target]
                 old.links = 0 if old.is_dir else old.links - 1
@@ -612,13 +615,13 @@ class PowerLossFS(pyfuse3.Operations):
     async def link(self, inode, new_parent_inode, new_name, ctx):
         self._check()
         node = self._node(inode)
-        d = self._dir(new_parent_inode)
+        d, entries = self._dir(new_parent_inode)
         self._check_name(d, new_name)
         if node.is_dir:
             raise pyfuse3.FUSEError(errno.EPERM)
-        if new_name in d.entries:
+        if new_name in entries:
             raise pyfuse3.FUSEError(errno.EEXIST)
-        d.entries[new_name] = node.ino
+        entries[new_name] = node.ino
         node.links += 1
         attr = self._attr(node)
         node.nlookup += 1

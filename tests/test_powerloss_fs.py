@@ -42,10 +42,11 @@ class Layer:
 
     def start(self) -> Layer:
         with open(self.log_file, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, str(LAYER), str(self.backing), str(self.mnt), *self.args],
-                                         stdout=log, stderr=subprocess.STDOUT)
-        wait_for(lambda: _is_mounted(self.mnt) or self.proc.poll() is not None, "the layer to mount")
-        assert self.proc.poll() is None, self.log()
+            proc = subprocess.Popen([sys.executable, str(LAYER), str(self.backing), str(self.mnt), *self.args],
+                                    stdout=log, stderr=subprocess.STDOUT)
+        self.proc = proc
+        wait_for(lambda: _is_mounted(self.mnt) or proc.poll() is not None, "the layer to mount")
+        assert proc.poll() is None, self.log()
         return self
 
     def lose_power(self) -> None:
