@@ -29,6 +29,10 @@ that exist but have no durable name yet.  Signals:
 * ``SIGTERM``/``SIGINT``, or ``fusermount3 -u``: an orderly shutdown; every
   file and directory is made durable first (as ``sync`` before a power-off).
 
+``--lying-fsync`` is a self-test for harnesses: a file's ``fsync`` returns
+success and makes nothing durable (a disk that lies), so acknowledged data
+must go missing at the next power loss.
+
 Modes, owners and times go straight to ``BACKING`` (they are not what the
 harness checks); only regular files and directories are supported (anything
 else: EPERM and one log line).  The layer never fsyncs ``BACKING`` itself: the
@@ -89,10 +93,11 @@ class Node:
 class PowerLossFS(pyfuse3.Operations):
     """The operations of the layer; every handler runs to its end without awaiting, so a loss never cuts one."""
 
-    def __init__(self, backing: str, *, torn_writes: bool = False, seed: int = 0) -> None:
+    def __init__(self, backing: str, *, torn_writes: bool = False, seed: int = 0, lying_fsync: bool = False) -> None:
         super().__init__()
         self.backing = os.path.abspath(backing)
         self.torn_writes = torn_writes
+        self.lying_fsync = lying_fsync
         self.rng = random.Random(seed)
         self.lost = False
         root_fd = os.open(self.backing, os.O_RDONLY | os.O_DIRECTORY)
@@ -653,7 +658,8 @@ class PowerLossFS(pyfuse3.Operations):
 
     async def fsync(self, fh, datasync):
         self._check()
-        self.sync_file(self._node(self.handles[fh]))
+        if not self.lying_fsync:
+            self.sync_file(self._node(self.handles[fh]))
 
     async def flush(self, fh):
         self._check()
@@ -687,13 +693,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torn-writes", action="store_true",
                         help="at a power loss, write a random half of the dirty pages of durably named files")
     parser.add_argument("--seed", type=int, default=0, help="seed of the torn-write choices")
+    parser.add_argument("--lying-fsync", action="store_true",
+                        help="self-test of a harness: fsync of a file returns success and makes nothing durable")
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO,
                         format="%(asctime)s powerloss_fs %(levelname)s %(message)s")
     os.umask(0)                  # modes come from the callers (their umask is applied by the kernel)
     _raise_fd_limit()
-    ops = PowerLossFS(args.backing, torn_writes=args.torn_writes, seed=args.seed)
+    ops = PowerLossFS(args.backing, torn_writes=args.torn_writes, seed=args.seed, lying_fsync=args.lying_fsync)
     options = set(pyfuse3.default_options) | {"fsname=powerloss", "subtype=powerloss_fs"}
     pyfuse3.init(ops, args.mountpoint, options)
     mountpoint = os.path.abspath(args.mountpoint)

@@ -359,3 +359,11 @@ def test_the_staging_directory_is_not_reachable(layer):
     assert "staging directory" in lay.log()
     lay.lose_power()
     assert os.listdir(lay.backing) == []
+
+
+def test_lying_fsync_makes_nothing_durable(layer):
+    lay = layer("--lying-fsync")
+    write_file(lay.mnt / "f", b"acknowledged", sync=True)
+    fsync_path(lay.mnt)
+    lay.lose_power()
+    assert lay.durable() == {"f": b""}
