@@ -18,6 +18,16 @@ clean shutdown), remounts, and checks through the views:
 * followers never saw an offset twice or out of order, random readers never
   read a wrong value.
 
+With ``--power-loss`` the data dir is the mount point of
+``scripts/powerloss_fs.py``, a FUSE layer over ``<work dir>/backing`` that
+holds data writes and namespace changes in memory until their ``fsync`` (of
+the file, of the directory).  A crash cycle is then a power loss (``kill -9``
+of the mount, then the layer drops everything not durable, and restarts over
+what a disk would hold), or with ``--power-loss-rate`` below 1 sometimes a
+plain ``kill -9`` with the layer kept, so the remount times of the two can be
+compared; ``--torn-writes`` writes a random half of the dirty pages at each
+power loss.  The same checks follow.
+
 Every ``--clean-every`` cycles (and at the end) the mount is instead shut down
 cleanly and the disk is checked with kafka-python (every batch's CRC), against
 the views read just before, and with ``logfs check`` (no problem allowed).
@@ -29,6 +39,7 @@ misplaced or inconsistent.  The defaults run in well under a minute (CI);
 
     .venv/bin/python scripts/torture.py                  # CI defaults
     .venv/bin/python scripts/torture.py --duration 600 --writers 6 --json
+    .venv/bin/python scripts/torture.py --power-loss --power-loss-rate 0.5
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ import errno
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -53,6 +65,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 #: ``python -m logfs`` with this interpreter: the work tree's code, whatever the venv's entry script is
 LOGFS = [sys.executable, "-m", "logfs"]
+#: the power-loss layer, run under this interpreter
+POWERLOSS_FS = [sys.executable, str(ROOT / "scripts" / "powerloss_fs.py")]
 
 #: topic -> (partitions, topic config lines): retention by size, by time, compaction
 TOPICS = {
@@ -116,6 +130,8 @@ class Totals:
     unacked_absent: int = 0
     faults: collections.Counter = field(default_factory=collections.Counter)
     recovery_s: list[float] = field(default_factory=list)
+    #: crash kind ("kill-9", "power-loss") -> [(seconds until the mount answered, the mount's own load ms)]
+    remounts: dict[str, list[tuple[float, int]]] = field(default_factory=lambda: collections.defaultdict(list))
     peak_rss_kb: int = 0
     failures: list[str] = field(default_factory=list)
 
@@ -135,6 +151,10 @@ class Torture:
         self.log_path = self.work / "logfs.log"
         self.mnt.mkdir(parents=True, exist_ok=True)
         self.data.mkdir(parents=True, exist_ok=True)
+        #: --power-loss: the durable state under the data dir (the data dir is the layer's mount point)
+        self.backing = self.work / "backing"
+        self.layer_log = self.work / "powerloss_fs.log"
+        self.layer: subprocess.Popen | None = None
         self.proc: subprocess.Popen | None = None
         self.totals = Totals()
         self.parts = {f"{t}/{p}": Partition(f"{t}/{p}") for t, (n, _) in TOPICS.items() for p in range(n)}
@@ -152,7 +172,13 @@ class Torture:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
     def start(self, timeout: float = 120.0) -> float:
-        """Mount; returns the seconds until the mount answered (recovery included)."""
+        """Mount; returns the seconds until the mount answered (recovery included).
+
+        ``self.last_load_ms`` is then the mount's own figure for loading the logs (its summary line).
+        """
+        if self.args.power_loss and self.layer is None:
+            self.start_layer()
+        log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         started = time.monotonic()
         self._spawn()
         while not _is_mounted(self.mnt):
@@ -161,7 +187,65 @@ class Torture:
             if time.monotonic() - started > timeout:
                 raise RuntimeError(f"logfs mount not ready after {timeout}s; see {self.log_path}")
             time.sleep(0.01)
-        return time.monotonic() - started
+        elapsed = time.monotonic() - started
+        with open(self.log_path, "rb") as log:
+            log.seek(log_start)
+            found = re.findall(rb"loaded \d+ logs from .* in (\d+) ms", log.read())
+        self.last_load_ms = int(found[-1]) if found else -1
+        return elapsed
+
+    # ------------------------------------------------------------------ the power-loss layer
+
+    def start_layer(self, timeout: float = 60.0) -> None:
+        """Mount scripts/powerloss_fs.py on the data dir, over the backing dir (what the disk holds)."""
+        self.backing.mkdir(parents=True, exist_ok=True)
+        cmd = [*POWERLOSS_FS, str(self.backing), str(self.data)]
+        if self.args.torn_writes:
+            cmd += ["--torn-writes", "--seed", str(self.rng.randrange(1 << 30))]
+        if self.args.lying_fsync:
+            cmd.append("--lying-fsync")
+        with open(self.layer_log, "ab") as log:
+            self.layer = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        started = time.monotonic()
+        while not _is_mounted(self.data):
+            if self.layer.poll() is not None:
+                raise RuntimeError(f"powerloss_fs exited with {self.layer.returncode}; see {self.layer_log}")
+            if time.monotonic() - started > timeout:
+                raise RuntimeError(f"powerloss_fs not mounted after {timeout}s; see {self.layer_log}")
+            time.sleep(0.01)
+
+    def power_loss(self) -> None:
+        """The machine loses power: the mount dies (kill -9), then the layer drops all that is not durable."""
+        self.kill()
+        if self.layer is None:
+            return
+        self.layer.send_signal(signal.SIGUSR1)
+        code = self.layer.wait(timeout=120)
+        self.layer = None
+        if code != 0:
+            self.totals.fail(f"powerloss_fs exited with {code} at a power loss; see {self.layer_log}")
+        subprocess.run(["fusermount3", "-uz", str(self.data)], capture_output=True)
+
+    def stop_layer(self) -> None:
+        """An orderly power-off of the layer: everything made durable, then unmounted."""
+        if self.layer is None:
+            return
+        deadline = time.monotonic() + 120
+        while _is_mounted(self.data) and time.monotonic() < deadline:
+            if subprocess.run(["fusermount3", "-u", str(self.data)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        code = self.layer.wait(timeout=120)
+        self.layer = None
+        if code != 0:
+            self.totals.fail(f"powerloss_fs exited with {code} at its shutdown; see {self.layer_log}")
+
+    def crash(self, lose_power: bool) -> None:
+        """kill -9 of the mount, or a power loss."""
+        if lose_power:
+            self.power_loss()
+        else:
+            self.kill()
 
     def _note_memory(self) -> None:
         try:
@@ -556,41 +640,52 @@ class Torture:
             clean = cycle % args.clean_every == 0
             threads = self.traffic(args.cycle_seconds)
             time.sleep(self.rng.uniform(0.2, args.cycle_seconds))
+            # --power-loss: the crash is a power loss (the layer drops what is not durable), or a kill -9
+            lose = args.power_loss and self.rng.random() < args.power_loss_rate
+            crash = "power-loss" if lose else "kill-9"
             if clean:
                 self.end_traffic(threads)
                 views = self.check_views()
                 self.stop()
                 self.totals.faults["clean-shutdown"] += 1
                 self.check_disk(views)
+                crash = "clean-shutdown"
             elif self.rng.random() < args.shutdown_kill_rate:
                 # SIGTERM starts a clean shutdown (flush, checkpoints, marker); crash in the middle of it
                 self.proc.send_signal(signal.SIGTERM)
                 time.sleep(self.rng.uniform(0.0, 0.3))
-                self.kill()
-                self.totals.faults["kill-9-during-shutdown"] += 1
+                self.crash(lose)
+                self.totals.faults[f"{crash}-during-shutdown"] += 1
                 self.end_traffic(threads)
             else:
-                self.kill()                         # in the middle of the traffic
-                self.totals.faults["kill-9"] += 1
+                self.crash(lose)                    # in the middle of the traffic
+                self.totals.faults[crash] += 1
                 self.end_traffic(threads)
-                if args.damage and not self.totals.faults["damage-truncated-segment"]:
+                if args.damage and not lose and not self.totals.faults["damage-truncated-segment"]:
                     self.damage()
             if self.rng.random() < args.startup_kill_rate:
                 # crash again during startup, i.e. during recovery of what the last crash left
+                lose = args.power_loss and self.rng.random() < args.power_loss_rate
+                crash = "power-loss" if lose else "kill-9"
+                if args.power_loss and self.layer is None:
+                    self.start_layer()
                 self._spawn()
                 time.sleep(self.rng.uniform(0.0, max(0.05, statistics.median(self.totals.recovery_s or [0.5]))))
-                self.kill()
-                self.totals.faults["kill-9-during-startup"] += 1
+                self.crash(lose)
+                self.totals.faults[f"{crash}-during-startup"] += 1
             self.totals.recovery_s.append(self.start())
+            self.totals.remounts[crash].append((self.totals.recovery_s[-1], self.last_load_ms))
             self.check_views()
             self.totals.cycles += 1
             if args.verbose:
                 print(f"cycle {cycle}: acknowledged {self.totals.acknowledged}, lost {self.totals.lost}, "
-                      f"recovery {self.totals.recovery_s[-1]:.2f}s", flush=True)
+                      f"recovery after {crash} {self.totals.recovery_s[-1]:.2f}s "
+                      f"(load {self.last_load_ms} ms)", flush=True)
         views = self.check_views()
         self.stop()
         self.totals.faults["clean-shutdown"] += 1
         self.check_disk(views)
+        self.stop_layer()
         return self.report()
 
     def _background_work(self) -> dict[str, int]:
@@ -601,7 +696,22 @@ class Torture:
             return {}
         return {"compactions": text.count("Swapping in cleaned segment"),
                 "retention_deletions": text.count("Found deletable segments"),
-                "recoveries_of_unflushed_segments": text.count("Recovering unflushed segment")}
+                "recoveries_of_unflushed_segments": text.count("Recovering unflushed segment"),
+                "corrupted_index_rebuilds": text.count("Found a corrupted index file")}
+
+    def _layer_figures(self) -> dict[str, int]:
+        """What the power losses dropped, summed from the layer's log lines."""
+        try:
+            text = self.layer_log.read_text(errors="replace")
+        except OSError:
+            return {}
+        totals: collections.Counter = collections.Counter()
+        for line in re.findall(r"power loss: (.*)", text):
+            for part in line.split(", "):
+                name, _, value = part.rpartition(" ")
+                if value.isdigit():
+                    totals[name] += int(value)
+        return dict(totals)
 
     def report(self) -> int:
         t = self.totals
@@ -614,6 +724,13 @@ class Torture:
             "unacknowledged_batches_present": t.unacked_present, "unacknowledged_batches_absent": t.unacked_absent,
             "recovery_median_s": round(statistics.median(rec), 3), "recovery_max_s": round(rec[-1], 3),
             "faults": dict(sorted(t.faults.items())), "peak_rss_mib": round(t.peak_rss_kb / 1024, 1),
+            "remount_after": {kind: {"count": len(runs),
+                                     "median_s": round(statistics.median(r[0] for r in runs), 3),
+                                     "max_s": round(max(r[0] for r in runs), 3),
+                                     "load_median_ms": statistics.median(r[1] for r in runs),
+                                     "load_max_ms": max(r[1] for r in runs)}
+                              for kind, runs in sorted(t.remounts.items())},
+            **({"dropped_at_power_losses": self._layer_figures()} if self.args.power_loss else {}),
             **self._background_work(),
             "failures": t.failures,
         }
@@ -643,6 +760,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="probability of a second crash during the next startup")
     parser.add_argument("--shutdown-kill-rate", type=float, default=0.2,
                         help="probability that a crash cycle crashes during a clean shutdown instead")
+    parser.add_argument("--power-loss", action="store_true",
+                        help="run over scripts/powerloss_fs.py: crashes are power losses (un-fsynced writes "
+                             "and directory entries dropped)")
+    parser.add_argument("--power-loss-rate", type=float, default=1.0,
+                        help="with --power-loss: the share of crashes that are power losses, the rest kill -9 "
+                             "(default 1)")
+    parser.add_argument("--torn-writes", action="store_true",
+                        help="with --power-loss: a random half of the dirty pages is written at each power loss")
+    parser.add_argument("--lying-fsync", action="store_true",
+                        help="with --power-loss, self-test: fsync makes nothing durable; the run must report "
+                             "lost records")
     parser.add_argument("--segment-bytes", type=int, default=16384)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--work-dir", help="mount point and log live here (default: a new temp dir)")
@@ -668,6 +796,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if torture.proc is not None:
             torture.kill()
+        if torture.layer is not None:
+            torture.layer.kill()
+            torture.layer.wait()
+            subprocess.run(["fusermount3", "-uz", str(torture.data)], capture_output=True)
         if not args.keep and not args.work_dir:
             shutil.rmtree(torture.work, ignore_errors=True)
         elif args.keep:
