@@ -29,9 +29,9 @@ that exist but have no durable name yet.  Signals:
 * ``SIGTERM``/``SIGINT``, or ``fusermount3 -u``: an orderly shutdown; every
   file and directory is made durable first (as ``sync`` before a power-off).
 
-``--lying-fsync`` is a self-test for harnesses: a file's ``fsync`` returns
-success and makes nothing durable (a disk that lies), so acknowledged data
-must go missing at the next power loss.
+``--lying-fsync`` is a self-test for harnesses: ``fsync`` of a file or a
+directory returns success and makes nothing durable (a disk that lies), so
+acknowledged data must go missing at the next power loss.
 
 Modes, owners and times go straight to ``BACKING`` (they are not what the
 harness checks); only regular files and directories are supported (anything
@@ -504,7 +504,8 @@ class PowerLossFS(pyfuse3.Operations):
 
     async def fsyncdir(self, fh, datasync):
         self._check()
-        self.sync_dir(self._node(self.handles[fh]))
+        if not self.lying_fsync:
+            self.sync_dir(self._node(self.handles[fh]))
 
     async def mkdir(self, parent_inode, name, mode, ctx):
         self._check()
@@ -694,7 +695,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="at a power loss, write a random half of the dirty pages of durably named files")
     parser.add_argument("--seed", type=int, default=0, help="seed of the torn-write choices")
     parser.add_argument("--lying-fsync", action="store_true",
-                        help="self-test of a harness: fsync of a file returns success and makes nothing durable")
+                        help="self-test of a harness: fsync of a file or directory makes nothing durable")
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO,

@@ -449,7 +449,13 @@ class Torture:
     # ------------------------------------------------------------------ checks
 
     def read_view(self, part: Partition) -> tuple[int, list[tuple[int, str | None, str]]]:
-        """(log start offset, [(offset, key, value)]) of a partition, through the mount."""
+        """(log start offset, [(offset, key, value)]) of a partition, through the mount.
+
+        A partition that is gone (a power loss took its directory) reads as empty: its records count as lost.
+        """
+        if not (self.mnt / part.name).exists():
+            self.totals.fail(f"{part.name}: the partition is gone")
+            return 0, []
         with open(self.mnt / part.name / "records.jsonl", "rb") as f:
             state = json.loads((self.mnt / part.name / "state").read_bytes())   # after the view is anchored
             records = [json.loads(line) for line in f.read().splitlines()]
@@ -489,6 +495,7 @@ class Torture:
                 if part.compacted:
                     self._check_compacted(part, by_offset, start)
                 else:
+                    gone: list[int] = []
                     for offset, value in part.acked.items():
                         if offset < start:
                             continue
@@ -501,6 +508,9 @@ class Torture:
                         else:
                             t.lost += 1
                             t.fail(f"{part.name}: acknowledged record {offset} ({value!r}) lost")
+                            gone.append(offset)
+                    for offset in gone:             # counted once, not again at every later check
+                        del part.acked[offset]
                 # unacknowledged batches: all or nothing, contiguous
                 for batch in part.unacked:
                     present = [at_value[v] for v in batch if v in at_value]
@@ -565,7 +575,7 @@ class Torture:
             topic, p = part.name.split("/")
             pdir = self.data / f"{topic}-{p}"
             disk: dict[int, str] = {}
-            for name in sorted(os.listdir(pdir)):
+            for name in sorted(os.listdir(pdir)) if pdir.exists() else ():
                 if not name.endswith(".log"):
                     continue
                 records = MemoryRecords((pdir / name).read_bytes())

@@ -39,3 +39,25 @@ def test_torture_detects_acknowledged_records_lost_behind_its_back():
     assert code == 1, output
     assert summary["lost"] > 0, output
     assert summary["faults"]["damage-truncated-segment"] == 1
+
+
+def test_power_loss_round_loses_nothing():
+    """A short --power-loss round: crashes are power losses of scripts/powerloss_fs.py (a third kill -9)."""
+    code, summary, output = _run("--power-loss", "--power-loss-rate", "0.67", "--cycles", "8",
+                                 "--cycle-seconds", "1.2", "--seed", "18")
+    assert summary, output
+    assert summary["lost"] == 0 and summary["duplicated"] == 0 and summary["misplaced"] == 0, output
+    assert code == 0, output
+    faults = summary["faults"]
+    assert sum(n for kind, n in faults.items() if kind.startswith("power-loss")) >= 3, output
+    assert summary["acknowledged"] > 1000, output
+    assert summary["remount_after"]["power-loss"]["count"] >= 3, output
+
+
+def test_power_loss_round_detects_a_disk_that_lies_about_fsync():
+    """Self-test of the mode: when fsync makes nothing durable, a power loss must show acknowledged records lost."""
+    code, summary, output = _run("--power-loss", "--lying-fsync", "--cycles", "2", "--clean-every", "100",
+                                 "--startup-kill-rate", "0", "--shutdown-kill-rate", "0", "--seed", "18")
+    assert code == 1, output
+    assert summary["lost"] > 0, output
+    assert summary["faults"]["power-loss"] == 2, output
