@@ -130,12 +130,17 @@ class Totals:
     unacked_absent: int = 0
     faults: collections.Counter = field(default_factory=collections.Counter)
     recovery_s: list[float] = field(default_factory=list)
-    #: crash kind ("kill-9", "power-loss") -> [(seconds until the mount answered, the mount's own load ms)]
-    remounts: dict[str, list[tuple[float, int]]] = field(default_factory=lambda: collections.defaultdict(list))
+    #: crash kind ("kill-9", "power-loss") -> [(seconds until the mount answered, the mount's own load ms,
+    #: index files it found corrupt and rebuilt, 1 if it skipped recovery on a clean-shutdown marker)]
+    remounts: dict[str, list[tuple[float, int, int, int]]] = field(
+        default_factory=lambda: collections.defaultdict(list))
+    context: str = ""                       # what the failures found now follow ("after power-loss")
     peak_rss_kb: int = 0
     failures: list[str] = field(default_factory=list)
 
     def fail(self, message: str) -> None:
+        if self.context:
+            message = f"{message} [{self.context}]"
         if len(self.failures) < 50:
             self.failures.append(message)
         print(f"  FAIL {message}", file=sys.stderr, flush=True)
@@ -190,8 +195,11 @@ class Torture:
         elapsed = time.monotonic() - started
         with open(self.log_path, "rb") as log:
             log.seek(log_start)
-            found = re.findall(rb"loaded \d+ logs from .* in (\d+) ms", log.read())
+            text = log.read()
+        found = re.findall(rb"loaded \d+ logs from .* in (\d+) ms", text)
         self.last_load_ms = int(found[-1]) if found else -1
+        self.last_index_rebuilds = text.count(b"Found a corrupted index file")
+        self.last_skipped_recovery = int(b"since clean shutdown file was found" in text)
         return elapsed
 
     # ------------------------------------------------------------------ the power-loss layer
@@ -665,7 +673,8 @@ class Torture:
                 self.proc.send_signal(signal.SIGTERM)
                 time.sleep(self.rng.uniform(0.0, 0.3))
                 self.crash(lose)
-                self.totals.faults[f"{crash}-during-shutdown"] += 1
+                crash += "-during-shutdown"
+                self.totals.faults[crash] += 1
                 self.end_traffic(threads)
             else:
                 self.crash(lose)                    # in the middle of the traffic
@@ -676,16 +685,19 @@ class Torture:
             if self.rng.random() < args.startup_kill_rate:
                 # crash again during startup, i.e. during recovery of what the last crash left
                 lose = args.power_loss and self.rng.random() < args.power_loss_rate
-                crash = "power-loss" if lose else "kill-9"
+                crash = ("power-loss" if lose else "kill-9") + "-during-startup"
                 if args.power_loss and self.layer is None:
                     self.start_layer()
                 self._spawn()
                 time.sleep(self.rng.uniform(0.0, max(0.05, statistics.median(self.totals.recovery_s or [0.5]))))
                 self.crash(lose)
-                self.totals.faults[f"{crash}-during-startup"] += 1
+                self.totals.faults[crash] += 1
             self.totals.recovery_s.append(self.start())
-            self.totals.remounts[crash].append((self.totals.recovery_s[-1], self.last_load_ms))
+            self.totals.remounts[crash].append((self.totals.recovery_s[-1], self.last_load_ms,
+                                                self.last_index_rebuilds, self.last_skipped_recovery))
+            self.totals.context = f"cycle {cycle}, after {crash}"
             self.check_views()
+            self.totals.context = ""
             self.totals.cycles += 1
             if args.verbose:
                 print(f"cycle {cycle}: acknowledged {self.totals.acknowledged}, lost {self.totals.lost}, "
@@ -738,7 +750,9 @@ class Torture:
                                      "median_s": round(statistics.median(r[0] for r in runs), 3),
                                      "max_s": round(max(r[0] for r in runs), 3),
                                      "load_median_ms": statistics.median(r[1] for r in runs),
-                                     "load_max_ms": max(r[1] for r in runs)}
+                                     "load_max_ms": max(r[1] for r in runs),
+                                     "corrupted_index_rebuilds": sum(r[2] for r in runs),
+                                     "recovery_skipped_on_marker": sum(r[3] for r in runs)}
                               for kind, runs in sorted(t.remounts.items())},
             **({"dropped_at_power_losses": self._layer_figures()} if self.args.power_loss else {}),
             **self._background_work(),
