@@ -108,6 +108,7 @@ class Partition:
     #: offsets of `acked` that were never fsynced: unacknowledged batches found whole after a recovery
     #: (a kill -9 keeps them in the page cache; a power loss may still take them, until an fsync covers them)
     promoted: set[int] = field(default_factory=set)
+    gone: bool = False                                   # its directory vanished (reported once)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -444,9 +445,10 @@ class Torture:
             self.totals.faults["delete-records"] += 1
 
     def new_topic(self, cycle: int) -> Partition | None:
-        """A topic created now (``n<cycle>``, one partition): its records are acknowledged at once.
+        """A topic created now (``n<cycle>``, one partition), right before a crash (see run()).
 
-        Under --power-loss this is what makes a new partition directory's durability matter.
+        Its first records are acknowledged at once: under --power-loss this checks that a new
+        partition directory is durable before its records are acknowledged.
         """
         name = f"n{cycle}"
         try:
@@ -458,16 +460,41 @@ class Torture:
         self.totals.faults["new-topic"] += 1
         return part
 
+    def write_acked_batch(self, part: Partition) -> None:
+        """One batch appended to ``part`` and fsynced; acknowledged once its offsets are read back."""
+        values = [f"n-{self._next_seq()}" for _ in range(5)]
+        try:
+            fd = os.open(self.mnt / part.name / "append", os.O_RDWR)
+        except OSError as exc:
+            self.totals.fail(f"{part.name}: open append: {exc}")
+            return
+        try:
+            os.write(fd, "".join(f"{v}\n" for v in values).encode())
+            os.fsync(fd)
+            reply = b""
+            while not reply.endswith(b"\n"):
+                chunk = os.read(fd, 100)
+                if not chunk:
+                    raise OSError(errno.EIO, "no offset reply")
+                reply += chunk
+        except OSError as exc:
+            with part.lock:
+                part.unacked.append(values)
+            self.totals.fail(f"{part.name}: acknowledged batch: {exc}")
+            return
+        finally:
+            os.close(fd)
+        first, last = map(int, reply.split())
+        with part.lock:
+            for i, value in enumerate(values):
+                part.acked[first + i] = value
+            self.totals.acknowledged += len(values)
+
     def traffic(self, seconds: float, cycle: int = 0) -> list[threading.Thread]:
         stop = threading.Event()
         targets = [p for p in self.parts.values() if not p.name.startswith("n")]
         threads = [threading.Thread(target=self.writer, args=(i, targets[i % len(targets)], stop), daemon=True)
                    for i in range(self.args.writers)]
-        fresh = None
-        if self.args.new_topic_rate and self.rng.random() < self.args.new_topic_rate:
-            fresh = self.new_topic(cycle)
-        if fresh is not None:
-            threads.append(threading.Thread(target=self.writer, args=(self.args.writers, fresh, stop), daemon=True))
         threads += [threading.Thread(target=self.follower, args=(p, stop), daemon=True)
                     for p in list(self.parts.values())[:self.args.followers]]
         threads += [threading.Thread(target=self.reader, args=(stop,), daemon=True)
@@ -493,7 +520,9 @@ class Torture:
         A partition that is gone (a power loss took its directory) reads as empty: its records count as lost.
         """
         if not (self.mnt / part.name).exists():
-            self.totals.fail(f"{part.name}: the partition is gone")
+            if not part.gone:
+                self.totals.fail(f"{part.name}: the partition is gone")
+            part.gone = True
             return 0, []
         with open(self.mnt / part.name / "records.jsonl", "rb") as f:
             state = json.loads((self.mnt / part.name / "state").read_bytes())   # after the view is anchored
@@ -705,6 +734,10 @@ class Torture:
             clean = cycle % args.clean_every == 0
             threads = self.traffic(args.cycle_seconds, cycle)
             time.sleep(self.rng.uniform(0.2, args.cycle_seconds))
+            if args.new_topic_rate and not clean and self.rng.random() < args.new_topic_rate:
+                fresh = self.new_topic(cycle)      # created and written to, then the crash
+                if fresh is not None:
+                    self.write_acked_batch(fresh)
             # --power-loss: the crash is a power loss (the layer drops what is not durable), or a kill -9
             lose = args.power_loss and self.rng.random() < args.power_loss_rate
             crash = "power-loss" if lose else "kill-9"
@@ -845,8 +878,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --power-loss, self-test: fsync makes nothing durable; the run must report "
                              "lost records")
     parser.add_argument("--new-topic-rate", type=float, default=None,
-                        help="probability that a cycle creates a topic and writes to it at once "
-                             "(default 0.5 with --power-loss, else 0)")
+                        help="probability that a crash cycle creates a topic and acknowledges a batch in it just "
+                             "before the crash (default 0.5 with --power-loss, else 0)")
     parser.add_argument("--segment-bytes", type=int, default=16384)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--work-dir", help="mount point and log live here (default: a new temp dir)")
