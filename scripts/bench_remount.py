@@ -93,13 +93,13 @@ class Bench:
         self.logfs = None
 
     def fill(self, partitions: int, megabytes: int) -> None:
-        """Append fsynced batches of 1 KB records until each partition holds ``megabytes`` / ``partitions`` MB."""
+        """Append 256 KB batches of 1 KB records, each fsynced, until the topic grew by ``megabytes`` MB."""
         batch = b"".join(b"%08d" % i + b"x" * 1015 + b"\n" for i in range(256))       # 256 KB
         for p in range(partitions):
             fd = os.open(self.mnt / "t" / str(p) / "append", os.O_WRONLY)
             for _ in range(megabytes * 4 // partitions):
                 os.write(fd, batch)
-            os.fsync(fd)
+                os.fsync(fd)                  # as a producer with acks: every batch acknowledged
             os.close(fd)
 
     def stop(self) -> None:
