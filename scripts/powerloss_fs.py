@@ -555,33 +555,27 @@ class PowerLossFS(pyfuse3.Operations):
         log.warning("symlink %r: only regular files and directories are supported", name)
         raise pyfuse3.FUSEError(errno.EPERM)
 
-    async def unlink(self, parent_inode, name, ctx):
+    def _remove(self, parent_inode: int, name: bytes, *, directory: bool) -> None:
+        """unlink (``directory`` False) or rmdir: the name goes from the pending namespace only."""
         self._check()
         _, entries = self._dir(parent_inode)
         ino = entries.get(name)
         if ino is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
         node = self.nodes[ino]
-        if node.is_dir:
-            raise pyfuse3.FUSEError(errno.EISDIR)
-        del entries[name]
-        node.links -= 1
-        self._maybe_drop(node)
-
-    async def rmdir(self, parent_inode, name, ctx):
-        self._check()
-        _, entries = self._dir(parent_inode)
-        ino = entries.get(name)
-        if ino is None:
-            raise pyfuse3.FUSEError(errno.ENOENT)
-        node = self.nodes[ino]
-        if not node.is_dir:
-            raise pyfuse3.FUSEError(errno.ENOTDIR)
-        if self._load(node):
+        if node.is_dir != directory:
+            raise pyfuse3.FUSEError(errno.EISDIR if node.is_dir else errno.ENOTDIR)
+        if directory and self._load(node):
             raise pyfuse3.FUSEError(errno.ENOTEMPTY)
         del entries[name]
-        node.links = 0
+        node.links = 0 if directory else node.links - 1
         self._maybe_drop(node)
+
+    async def unlink(self, parent_inode, name, ctx):
+        self._remove(parent_inode, name, directory=False)
+
+    async def rmdir(self, parent_inode, name, ctx):
+        self._remove(parent_inode, name, directory=True)
 
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
         self._check()

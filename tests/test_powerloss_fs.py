@@ -10,6 +10,7 @@ what an fsync of a file or of a directory makes durable).
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import os
 import signal
@@ -367,3 +368,17 @@ def test_lying_fsync_makes_nothing_durable(layer):
     fsync_path(lay.mnt)
     lay.lose_power()
     assert lay.durable() == {}
+
+
+def test_refusals_name_their_cause(layer):
+    lay = layer()
+    (lay.mnt / "d").mkdir()
+    write_file(lay.mnt / "d" / "f", b"x", sync=False)
+    with pytest.raises(OSError) as exc:
+        os.rmdir(lay.mnt / "d")
+    assert exc.value.errno == errno.ENOTEMPTY
+    with pytest.raises(PermissionError):
+        os.symlink("f", lay.mnt / "d" / "link")
+    assert "symlink b'link': only regular files and directories are supported" in lay.log()
+    lay.stop()
+    assert lay.durable() == {"d": None, "d/f": b"x"}
