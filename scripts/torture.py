@@ -776,6 +776,9 @@ class Torture:
             self.totals.remounts[crash].append((self.totals.recovery_s[-1], self.last_load_ms,
                                                 self.last_index_rebuilds, self.last_skipped_recovery))
             self.totals.context = f"cycle {cycle}, after {crash}"
+            if crash in ("power-loss", "kill-9") and self.last_skipped_recovery:
+                # the mount had removed its clean-shutdown marker at startup: it must not come back
+                self.totals.fail("the mount skipped recovery on a clean-shutdown marker after a crash in traffic")
             self.check_views()
             self.totals.context = ""
             self.totals.cycles += 1
