@@ -769,16 +769,28 @@ class Torture:
                 if args.power_loss and self.layer is None:
                     self.start_layer()
                 self._spawn()
-                time.sleep(self.rng.uniform(0.0, max(0.05, statistics.median(self.totals.recovery_s or [0.5]))))
+                if lose and self.rng.random() < 0.5:
+                    # right after it answered: what it did at startup must be durable by then
+                    answer_by = time.monotonic() + 120
+                    while not _is_mounted(self.mnt) and self.proc.poll() is None and time.monotonic() < answer_by:
+                        time.sleep(0.01)
+                else:
+                    time.sleep(self.rng.uniform(0.0, max(0.05, statistics.median(self.totals.recovery_s or [0.5]))))
+                answered = _is_mounted(self.mnt)     # then it had taken its clean-shutdown marker
                 self.crash(lose)
                 self.totals.faults[crash] += 1
+                if answered:
+                    crash += "-after-it-answered"
             self.totals.recovery_s.append(self.start())
             self.totals.remounts[crash].append((self.totals.recovery_s[-1], self.last_load_ms,
                                                 self.last_index_rebuilds, self.last_skipped_recovery))
             self.totals.context = f"cycle {cycle}, after {crash}"
-            if crash in ("power-loss", "kill-9") and self.last_skipped_recovery:
-                # the mount had removed its clean-shutdown marker at startup: it must not come back
-                self.totals.fail("the mount skipped recovery on a clean-shutdown marker after a crash in traffic")
+            if (crash in ("power-loss", "kill-9") or crash.endswith("-after-it-answered")) \
+                    and self.last_skipped_recovery:
+                # the crashed mount had answered, so it had removed its clean-shutdown marker: it must not
+                # come back (a power loss brings it back when its unlink was never made durable)
+                self.totals.fail("the mount skipped recovery on a clean-shutdown marker that the crashed "
+                                 "mount had removed")
             self.check_views()
             self.totals.context = ""
             self.totals.cycles += 1
