@@ -177,7 +177,13 @@ class Torture:
 
     def _spawn(self) -> None:
         cmd = [*LOGFS, "mount", str(self.mnt), "--data-dir", str(self.data)]
-        for name, value in {**BROKER, "log.segment.bytes": str(self.args.segment_bytes)}.items():
+        broker = {**BROKER, "log.segment.bytes": str(self.args.segment_bytes)}
+        if self.args.power_loss:
+            # Kafka's default checkpoint intervals: a checkpoint's fsync of the data dir must not be
+            # what makes a missing fsync harmless
+            broker["log.flush.offset.checkpoint.interval.ms"] = str(self.args.checkpoint_ms)
+            broker["log.flush.start.offset.checkpoint.interval.ms"] = str(self.args.checkpoint_ms)
+        for name, value in broker.items():
             cmd += ["-o", f"{name}={value}"]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
         with open(self.log_path, "ab") as log:
@@ -887,6 +893,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--power-loss-rate", type=float, default=1.0,
                         help="with --power-loss: the share of crashes that are power losses, the rest kill -9 "
                              "(default 1)")
+    parser.add_argument("--checkpoint-ms", type=int, default=60000,
+                        help="with --power-loss: the checkpoint intervals (default 60000, Kafka's)")
     parser.add_argument("--torn-writes", action="store_true",
                         help="with --power-loss: a random half of the dirty pages is written at each power loss")
     parser.add_argument("--lying-fsync", action="store_true",

@@ -42,9 +42,9 @@ def test_torture_detects_acknowledged_records_lost_behind_its_back():
 
 
 def test_power_loss_round_loses_nothing():
-    """A short --power-loss round: crashes are power losses of scripts/powerloss_fs.py (a third kill -9)."""
-    code, summary, output = _run("--power-loss", "--power-loss-rate", "0.67", "--cycles", "8",
-                                 "--cycle-seconds", "1.2", "--seed", "18")
+    """A short --power-loss round: every crash a power loss of scripts/powerloss_fs.py, a new topic before each."""
+    code, summary, output = _run("--power-loss", "--cycles", "8", "--cycle-seconds", "1.2", "--new-topic-rate", "1",
+                                 "--shutdown-kill-rate", "0.1", "--seed", "18")
     assert summary, output
     assert summary["lost"] == 0 and summary["duplicated"] == 0 and summary["misplaced"] == 0, output
     assert code == 0, output
