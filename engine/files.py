@@ -20,7 +20,8 @@ __all__ = [
     "SEGMENT_FILE_SUFFIXES", "IN_FLIGHT_SUFFIXES", "filename_prefix_from_offset", "segment_file_name",
     "log_file_path", "offset_index_file_path", "time_index_file_path", "parse_segment_file_name",
     "offset_from_file_name",
-    "fsync_dir", "atomic_write", "unlink_if_exists",
+    "fsync_dir", "atomic_write", "unlink_if_exists", "VIEW_INDEX_FILE_SUFFIX", "view_index_file_path",
+    "write_cache_file",
 ]
 
 LOG_FILE_SUFFIX = ".log"
@@ -39,6 +40,11 @@ TMP_FILE_SUFFIX = ".tmp"
 #: ``LocalLog.DeleteDirSuffix``.  Kafka also inserts a unique id before it so a
 #: topic of the same name can be created (and deleted) again at once.
 DELETE_DIR_SUFFIX = "-delete"
+
+#: logfs's own sidecar of a sealed segment: where each record starts in the mount's
+#: renderings (engine.views.persisted).  A validated cache, not part of a Kafka log:
+#: Kafka's loader ignores it and ``logfs to-kafka adopt`` removes it.
+VIEW_INDEX_FILE_SUFFIX = ".viewindex"
 
 #: The files of one segment, in the order a segment listing shows them.
 SEGMENT_FILE_SUFFIXES = (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)
@@ -85,6 +91,10 @@ def parse_segment_file_name(name: str) -> tuple[int, str] | None:
     return int(stem), dot + rest
 
 
+def view_index_file_path(dir: str, offset: int) -> str:
+    return os.path.join(dir, filename_prefix_from_offset(offset) + VIEW_INDEX_FILE_SUFFIX)
+
+
 def offset_from_file_name(name: str) -> int:
     """The base offset a segment file name starts with; ValueError if it has none."""
     parsed = parse_segment_file_name(name)
@@ -129,6 +139,26 @@ def atomic_write(path: str, data: bytes, mode: int = 0o666) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
         fsync_dir(os.path.dirname(path))
+    except OSError:
+        unlink_if_exists(tmp, ignore_errors=True)
+        raise
+
+
+def write_cache_file(path: str, data: bytes, mode: int = 0o666) -> None:
+    """Replace ``path`` by ``data`` atomically but without fsync: for a cache that is validated when read.
+
+    ``path.tmp`` then a rename, so a reader sees the old file or the new one;
+    after a power loss the file may be missing, empty or zero-filled, so its
+    reader must check it (a checksum) and rebuild it rather than trust it.
+    Costs no disk flush, so it can run where a flush would stall appends.
+    Raises OSError (the temporary file removed).
+    """
+    tmp = path + TMP_FILE_SUFFIX
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
     except OSError:
         unlink_if_exists(tmp, ignore_errors=True)
         raise

@@ -34,7 +34,10 @@ import os
 import stat
 import struct
 import threading
+import weakref
+from collections.abc import Callable
 
+from engine.file_cache import FILE_CACHE
 from engine.errors import (CorruptIndexError, InvalidConfigError, InvalidRequestError, LogDirFullError,
                            LogfsError, StorageError, UnsafeFileError)
 
@@ -171,6 +174,14 @@ def _search(mm: mmap.mmap, entries: int, target: int, unpack_from, entry_size: i
     return lo
 
 
+def _evictor(ref: weakref.ref) -> Callable[[], None]:
+    def evict() -> None:
+        index = ref()
+        if index is not None:
+            index._evict()
+    return evict
+
+
 class AbstractIndex:
     """The mmap'ed file, its sizing and its lifecycle, shared by both indexes.
 
@@ -194,8 +205,18 @@ class AbstractIndex:
         self._in_memory = in_memory
         self.writable = writable or in_memory
         self._lock = threading.RLock()
-        self._mmap: mmap.mmap | None = None
+        # The mapping is evictable (engine.file_cache): ``_mmap`` maps the file again
+        # on first use after the FileCache dropped it, so sealed segments' indexes hold
+        # no descriptor while unused (a Python mmap keeps a dup of its file's descriptor).
+        self._mm: mmap.mmap | None = None
+        self._evicted = False
         self._closed = False
+        #: the file's size changed (a trim, a re-grow) since the last flush: the next flush fsyncs the file,
+        #: as a msync of the mapping (or of no mapping, for an index trimmed to nothing) may not persist it
+        self._size_unsynced = False
+        self._cache_key = object()
+        self._evict_cb = _evictor(weakref.ref(self))
+        self._mmap = None
         self._warm_entries = WARM_SECTION_BYTES // self.entry_size
         if in_memory:
             rounded = self._round_down(max_index_size)
@@ -256,6 +277,60 @@ class AbstractIndex:
             os.close(fd)   # the mapping keeps its own reference to the file
         self.length = length
         self.max_entries = length // self.entry_size
+
+    def __del__(self) -> None:
+        # not a weakref.finalize: one per index of 100,000s of segments would cost memory
+        key = self.__dict__.get("_cache_key")
+        if key is not None:
+            FILE_CACHE.forget(key)
+
+    @property
+    def _mmap(self) -> mmap.mmap | None:
+        mm = self._mm
+        if mm is None:
+            if self._evicted and not self._closed:
+                return self._remap()
+            return None
+        FILE_CACHE.touch(self._cache_key)
+        return mm
+
+    @_mmap.setter
+    def _mmap(self, mm: mmap.mmap | None) -> None:
+        self._mm = mm
+        self._evicted = False
+        if mm is not None and not self._in_memory:
+            FILE_CACHE.opened(self._cache_key, self._evict_cb)
+        else:
+            FILE_CACHE.forget(self._cache_key)
+
+    def _evict(self) -> None:
+        """Drop the mapping (FileCache): a reader inside it keeps it until it returns; next use maps again."""
+        if self._mm is not None and not self._in_memory:
+            self._evicted = True
+            self._mm = None
+
+    def _remap(self) -> mmap.mmap | None:
+        with self._lock:
+            mm = self._mm
+            if mm is not None or not self._evicted or self._closed:
+                return mm
+            try:
+                fd = open_regular_file(self.path, os.O_RDWR if self.writable else os.O_RDONLY)
+            except OSError as exc:
+                raise StorageError(f"Could not open {self._kind} {self.path} again: {exc.strerror or exc}") from exc
+            try:
+                # the file's own length: never a mapping beyond its end (a concurrent resize
+                # truncates the file before it maps it)
+                length = min(os.fstat(fd).st_size, self.length)
+                access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
+                mm = mmap.mmap(fd, length, access=access) if length else None
+            finally:
+                os.close(fd)
+            if mm is None:
+                self._evicted = False
+                return None
+            self._mmap = mm
+            return mm
 
     def _round_down(self, size: int) -> int:
         return (size // self.entry_size) * self.entry_size if size > 0 else 0
@@ -360,6 +435,7 @@ class AbstractIndex:
             fd = open_regular_file(self.path, os.O_RDWR)
             try:
                 os.ftruncate(fd, rounded)
+                self._size_unsynced = True
                 # The old mapping is dropped, not closed: a lock-free reader may
                 # still be inside it, and it only reads entries that survive.
                 self._mmap = mmap.mmap(fd, rounded, access=mmap.ACCESS_WRITE) if rounded else None
@@ -423,17 +499,39 @@ class AbstractIndex:
     # -- lifecycle --------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Write dirty pages of the mapping to disk (Kafka's ``mmap.force``)."""
+        """Write dirty pages of the mapping to disk (Kafka's ``mmap.force``), and the file's size if it changed.
+
+        A sealed segment's trimmed index must come back trimmed after a power
+        loss: one that comes back at its preallocated size, zero-filled, is
+        rebuilt at the next load (issue 18).
+        """
         with self._lock:
+            if not self.writable or self._in_memory:
+                return
             mm = self._mmap
-            if mm is not None and self.writable and not self._in_memory:
+            if mm is not None and not self._size_unsynced:
                 mm.flush()
+            if self._size_unsynced:         # the fsync writes the mapping's dirty pages too (one page cache)
+                try:
+                    fd = open_regular_file(self.path, os.O_RDONLY)
+                except FileNotFoundError:
+                    return          # deleted meanwhile: nothing left to make durable
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                self._size_unsynced = False
 
     def close(self) -> None:
-        """Trim to the valid entries and release the mapping (a clean shutdown)."""
+        """Trim to the valid entries, make that durable, and release the mapping (a clean shutdown).
+
+        Durable before the clean-shutdown marker is written: the marker makes
+        the next load trust the indexes as they are on disk.
+        """
         with self._lock:
             if self.writable and not self._closed and not self._in_memory:
                 self.trim_to_valid_size()
+                self.flush()
             self.close_handler()
 
     def close_handler(self) -> None:

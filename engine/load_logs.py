@@ -163,6 +163,9 @@ def _take_clean_shutdown_marker(log_dir: str, read_only: bool) -> bool:
     if not read_only:
         try:
             os.unlink(marker)
+            # Durable before any log is touched: a power loss must not bring the marker
+            # back, or the next start would skip the recovery of what this run writes.
+            fsync_dir(log_dir)
         except OSError as exc:
             raise StorageError(f"Failed to delete clean shutdown file {marker}: {exc.strerror}") from exc
     return True

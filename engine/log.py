@@ -58,8 +58,8 @@ from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import (InvalidRecordError, InvalidRequestError, OffsetOutOfRangeError, ReadOnlyError,
                            RecordTooLargeError, StorageError, UnsafeFileError)
 from engine.files import (CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX, fsync_dir, log_file_path,
-                          offset_index_file_path, time_index_file_path)
-from engine.log_loader import LoadedLog, LogLoader, PendingDeletion
+                          offset_index_file_path, time_index_file_path, unlink_if_exists)
+from engine.log_loader import DeletedSegmentFiles, LoadedLog, LogLoader, PendingDeletion
 from engine.records import (HEADER_SIZE, Compression, Record, decode_batch, encode_values, iter_batches,
                             validate_batch)
 from engine.segment import FetchDataInfo, LogSegment, topic_partition_of_dir
@@ -78,6 +78,9 @@ class AppendObserver(Protocol):
     def on_append(self, segment: LogSegment, position: int, batch_size: int,
                   values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                   first: int, timestamp: int) -> None: ...
+
+    def on_roll(self, segment: LogSegment) -> None:
+        """``segment`` was sealed (it stopped being the active segment) or the log is closing (under ``Log.lock``)."""
 
 #: ListOffsets special timestamps (Kafka's ListOffsetsRequest).
 EARLIEST_TIMESTAMP = -2
@@ -131,6 +134,8 @@ class Log:
         self._recovery_point = loaded.recovery_point
         self._last_flush_time = clock.milliseconds()
         self._pending: list[PendingDeletion] = list(loaded.pending_deletions)
+        #: segments sealed by a roll whose trimmed indexes no flush has made durable yet
+        self._sealed_unflushed: list[LogSegment] = []
         #: The one hook through which state derived from appended values is kept
         #: (the mount's view indexes, engine.views.index.attach); None: nothing is.
         self.append_observer: AppendObserver | None = None
@@ -559,14 +564,37 @@ class Log:
             raise StorageError(
                 f"Trying to roll a new log segment for topic partition {self.topic_partition} with start offset "
                 f"{new_offset} lower than start offset of the active segment {active}")
-        for path in (log_file_path(self.dir, new_offset), offset_index_file_path(self.dir, new_offset),
-                     time_index_file_path(self.dir, new_offset)):
+        paths = (log_file_path(self.dir, new_offset), offset_index_file_path(self.dir, new_offset),
+                 time_index_file_path(self.dir, new_offset))
+        for path in paths:
             if os.path.exists(path):
                 logger.warning(self._prefix + "Newly rolled segment file %s already exists; deleting it first", path)
                 os.unlink(path)
-        active.on_becoming_inactive_segment()
-        segment = self._open_segment(new_offset)
+        # All or nothing: the new segment is opened before the active one is sealed,
+        # so a roll that fails (EMFILE, ENOSPC) leaves the log exactly as it was.
+        try:
+            segment = self._open_segment(new_offset)
+        except BaseException:
+            for path in paths:
+                unlink_if_exists(path, ignore_errors=True)
+            raise
+        try:
+            active.on_becoming_inactive_segment()
+            # Its trimmed indexes are fsynced by the next flush, whatever the recovery point.
+            self._sealed_unflushed.append(active)
+        except BaseException:
+            segment.close_handlers()
+            for path in paths:
+                unlink_if_exists(path, ignore_errors=True)
+            try:
+                active.resize_indexes(active.max_index_size)      # room again for the next append
+            except Exception as exc:
+                logger.warning(self._prefix + "Could not re-grow the indexes of the active segment %r after a "
+                               "failed roll (the next append rolls again): %s", active, exc)
+            raise
         self._add_segment(segment)
+        if self.append_observer is not None:
+            self.append_observer.on_roll(active)
         self._update_log_end_offset(end)
         logger.info(self._prefix + "Rolled new log segment at offset %d in %d ms.", new_offset,
                     (time.monotonic() - start) * 1000)
@@ -709,10 +737,20 @@ class Log:
         self._check_writable("flush")
         end = self.log_end_offset
         offset = end if offset is None else min(offset, end)
-        recovery_point = self._recovery_point
+        with self.lock:
+            sealed, self._sealed_unflushed = self._sealed_unflushed, []
+            recovery_point = self._recovery_point
         if offset <= recovery_point:
+            # The records are durable already (writers that fsync), but a segment sealed
+            # since had its indexes trimmed: that must survive a power loss too.
+            for segment in sealed:
+                if self._segments.get(segment.base_offset) is segment:      # not deleted meanwhile
+                    segment.flush()
             return
         to_flush = self._segments_in_range(recovery_point, offset)
+        for segment in sealed:
+            if segment not in to_flush and self._segments.get(segment.base_offset) is segment:
+                segment.flush()
         for segment in to_flush:
             segment.flush()
         if any(s.base_offset >= recovery_point for s in to_flush):
@@ -745,13 +783,17 @@ class Log:
                     logger.info(self._prefix + "Deleting segments as part of log truncation: %s",
                                 ",".join(map(repr, deletable)))
                     self._remove_and_delete_segments(deletable)
+                    del deletable          # their descriptors go now: the truncation below may need some
                 active = self.active_segment
-                active.truncate_to(offset)
-                # Whole batches go: if ``offset`` fell inside one, the log now ends
-                # before it (Kafka assumes batch boundaries and would leave a gap).
-                end = active.next_offset
-                self._update_log_end_offset(end)
-                self._log_start_offset = min(end, self._log_start_offset)
+                try:
+                    active.truncate_to(offset)
+                finally:
+                    # Whole batches go: if ``offset`` fell inside one, the log now ends
+                    # before it (Kafka assumes batch boundaries and would leave a gap).
+                    # Also after a failure: the log end is what the segment holds now.
+                    end = active.next_offset
+                    self._update_log_end_offset(end)
+                    self._log_start_offset = min(end, self._log_start_offset)
         return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -876,7 +918,9 @@ class Log:
         for segment in to_delete:
             if not segment.has_suffix(DELETED_FILE_SUFFIX):
                 segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
-            self._pending.append(PendingDeletion(due, segment))
+            # Only the .log descriptor waits for the delay (views that opened the segment
+            # read on through it); its index maps go now (DeletedSegmentFiles).
+            self._pending.append(PendingDeletion(due, DeletedSegmentFiles(segment)))
 
     def delete_expired_segment_files(self, now_ms: int | None = None) -> int:
         """Unlink ``.deleted`` segments whose ``file.delete.delay.ms`` has elapsed; returns how many."""
@@ -908,11 +952,18 @@ class Log:
             old_sorted = sorted((s for s in old_segments if current.get(s.base_offset) is s),
                                 key=lambda s: s.base_offset)
             segments = current.copy()
+            renamed = False
             for segment in reversed(new_sorted):
                 if segment.has_suffix(CLEANED_FILE_SUFFIX):
                     segment.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
+                    renamed = True
                 segment.topic_partition = self.topic_partition
                 segments[segment.base_offset] = segment
+            if renamed:
+                # The .swap names are on disk before any old segment is renamed .deleted:
+                # a power loss that kept a .deleted but lost a .swap (still .cleaned, which
+                # the loader discards) would lose the records of both.
+                fsync_dir(self.dir, missing_ok=True)
             new_bases = {s.base_offset for s in new_sorted}
             for segment in old_sorted:
                 if segment.base_offset not in new_bases:
@@ -939,8 +990,10 @@ class Log:
                 raise StorageError(f"Error while renaming dir for {self.topic_partition} in log dir "
                                    f"{os.path.dirname(self.dir)}: {exc.strerror}") from exc
             self.dir = new_dir
-            for segment in list(self._segments.values()) + [p.segment for p in self._pending]:
+            for segment in self._segments.values():
                 segment.update_parent_dir(new_dir)
+            for pending in self._pending:
+                pending.segment.update_parent_dir(new_dir)
 
     def close(self) -> None:
         """Close every segment: the active one gets its final time index entry and trimmed indexes."""
@@ -948,6 +1001,8 @@ class Log:
             if self._closed:
                 return
             self._closed = True
+            if self.append_observer is not None and not self.read_only:
+                self.append_observer.on_roll(self.active_segment)     # its state at a clean close
             for segment in self._segments.values():
                 segment.close()
             for pending in self._pending:
@@ -957,11 +1012,14 @@ class Log:
         """Delete every segment file and the directory now (a deleted topic's final step)."""
         self._check_writable("delete")
         with self.lock:
-            segments = list(self._segments.values()) + [p.segment for p in self._pending]
-            self._pending = []
+            segments = list(self._segments.values())
+            pending, self._pending = self._pending, []
             for segment in segments:
                 segment.delete_if_exists()
                 segment.close_handlers()
+            for deleted in pending:
+                deleted.segment.delete_if_exists()
+                deleted.segment.close_handlers()
             self._closed = True
             shutil.rmtree(self.dir, ignore_errors=True)
         logger.info(self._prefix + "Deleted log for partition %s in %s.", self.topic_partition, self.dir)

@@ -17,9 +17,10 @@ from sortedcontainers import SortedDict
 
 from engine.clock import Clock
 from engine.files import (CLEANED_FILE_SUFFIX, DELETE_DIR_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX,
-                          LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX,
-                          filename_prefix_from_offset, log_file_path, offset_from_file_name, offset_index_file_path,
-                          parse_segment_file_name, time_index_file_path, unlink_if_exists)
+                          LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TMP_FILE_SUFFIX,
+                          TXN_INDEX_FILE_SUFFIX, VIEW_INDEX_FILE_SUFFIX, filename_prefix_from_offset, log_file_path,
+                          offset_from_file_name, offset_index_file_path, parse_segment_file_name,
+                          time_index_file_path, unlink_if_exists)
 from engine.errors import (CorruptIndexError, CorruptRecordError, LogfsError, ReadOnlyError, StorageError,
                            UnsafeFileError)
 from engine.records import validate_batch
@@ -29,11 +30,58 @@ from engine.topic import TopicPartition
 logger = logging.getLogger("engine.log")        # the operator's familiar logger name, as before the split
 
 
+class DeletedSegmentFiles:
+    """A segment renamed ``.deleted``, waiting for ``file.delete.delay.ms``, holding one descriptor.
+
+    As Kafka keeps a deleted segment's channel open until the delayed delete
+    (a fetch that took the segment reads on), the ``.log`` descriptor stays:
+    views that opened the segment before the deletion read on through it.
+    Its index maps (a descriptor each) are released at once: nothing reads a
+    deleted segment's indexes.  A roll per record with retention or the
+    cleaner behind it would otherwise keep three descriptors per segment for
+    the delay (issue 18: EMFILE on every append for a minute).
+    """
+
+    __slots__ = ("paths", "size", "segment", "_repr")
+
+    def __init__(self, segment: LogSegment) -> None:
+        self.paths = [segment.log_path, segment.offset_index.path, segment.time_index.path]
+        self.size = segment.size
+        self._repr = repr(segment)
+        self.segment = segment
+        for index in (segment.offset_index, segment.time_index):
+            index.close_handler()
+
+    def update_parent_dir(self, dir: str) -> None:
+        self.paths = [os.path.join(dir, os.path.basename(p)) for p in self.paths]
+        self.segment.update_parent_dir(dir)
+
+    def close_handlers(self) -> None:
+        self.segment.close_handlers()
+
+    def delete_if_exists(self) -> None:
+        """Unlink the three files (a view still holding the segment reads on: Unix semantics)."""
+        deleted = []
+        for kind, path in zip(("log", "offset index", "time index"), self.paths, strict=True):
+            try:
+                os.unlink(path)
+                deleted.append(kind)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise StorageError(f"Delete of {kind} {path} failed: {exc.strerror}") from exc
+        if deleted:
+            logging.getLogger("engine.segment").info("Deleted %s of segment %s.", ", ".join(deleted), self.paths[0])
+
+    def __repr__(self) -> str:
+        return self._repr
+
+
 class PendingDeletion(NamedTuple):
     """A segment renamed ``.deleted`` whose files are unlinked once ``due_ms`` passed (file.delete.delay.ms)."""
 
     due_ms: int
-    segment: LogSegment
+    segment: DeletedSegmentFiles
 
 
 class LoadedLog(NamedTuple):
@@ -115,6 +163,8 @@ class LogLoader:
         self.recovery_point_checkpoint = recovery_point_checkpoint
         self.segments = SortedDict()
         self.pending: list[PendingDeletion] = []
+        #: bases of segments installed from a ``.swap`` here: a missing index of theirs is expected
+        self._installed_from_swap: set[int] = set()
         #: read-only: valid .swap segments by base offset, with their next offset (installed in memory)
         self._swapped_in_memory: dict[int, tuple[LogSegment, int]] = {}
         self._prefix = f"[LogLoader partition={topic_partition}, dir={os.path.dirname(dir)}] "
@@ -170,7 +220,8 @@ class LogLoader:
             else:
                 recovery_point, log_end = self._recover_log()
                 if not self.read_only:
-                    self.segments.peekitem(-1)[1].resize_indexes(self.config.segment_index_bytes)
+                    active = self.segments.peekitem(-1)[1]
+                    active.resize_indexes(active.max_index_size)
         except BaseException:
             if self.read_only:
                 for segment in self.segments.values():
@@ -188,7 +239,7 @@ class LogLoader:
         min_cleaned_offset = None
         for name in files:
             path = os.path.join(self.dir, name)
-            if name.endswith(DELETED_FILE_SUFFIX):
+            if name.endswith((DELETED_FILE_SUFFIX, VIEW_INDEX_FILE_SUFFIX + TMP_FILE_SUFFIX)):
                 if not self.read_only:
                     logger.debug(self._prefix + "Deleting stray temporary file %s", path)
                     unlink_if_exists(path)
@@ -247,7 +298,7 @@ class LogLoader:
         base = segment.base_offset
         first: int | None = None
         next_offset = base
-        size = os.fstat(segment._fd).st_size
+        size = segment.file_size()
         for pos, header, buf, off in segment._batches_with_bytes(0, size):
             try:
                 validate_batch(buf, off)
@@ -338,6 +389,7 @@ class LogLoader:
                     logger.info(self._prefix + "Deleting segment files %s that is compacted but has not "
                                 "been deleted yet.", name)
                     unlink_if_exists(os.path.join(self.dir, name))
+        self._installed_from_swap.update(base for _, base, _ in installed)
         installed_logs = {os.path.basename(path)[:-len(SWAP_FILE_SUFFIX)] for path, _, _ in installed}
         for name in self._files():
             if name.endswith(SWAP_FILE_SUFFIX):
@@ -405,9 +457,14 @@ class LogLoader:
         if recover_from is not None and base >= recover_from:
             return                        # recovered (indexes rebuilt) by _recover_log
         if missing:
-            logger.error(self._prefix + "Could not find index file %s corresponding to log file %s, "
-                         "recovering segment and rebuilding index files%s...", missing[0], segment.log_path,
-                         " in memory (read-only)" if self.read_only else "")
+            # A crash inside the cleaner's swap (between the renames of a segment's .log and
+            # its indexes) leaves exactly this: a normal recovery, not damage (issue 18).
+            expected = base in self._installed_from_swap or base in self._swapped_in_memory
+            logger.log(logging.INFO if expected else logging.ERROR,
+                       self._prefix + "Could not find index file %s corresponding to log file %s%s, "
+                       "recovering segment and rebuilding index files%s...", missing[0], segment.log_path,
+                       " (installed from an interrupted log cleaner swap)" if expected else "",
+                       " in memory (read-only)" if self.read_only else "")
             self._recover_segment(segment, truncate=is_last)
             return
         try:
@@ -421,7 +478,12 @@ class LogLoader:
 
     def _recover_segment(self, segment: LogSegment, truncate: bool = True, report: bool = True) -> int:
         try:
-            return segment.recover(truncate=truncate, in_memory=self.read_only, report=report)
+            truncated = segment.recover(truncate=truncate, in_memory=self.read_only, report=report)
+            if not self.read_only:
+                # The rebuilt indexes and a truncated tail are durable before the recovery
+                # point can move past them: a power loss must not bring the damage back.
+                segment.flush()
+            return truncated
         except (LogfsError, OSError) as exc:
             if self.read_only:
                 raise self._needs_recovery(f"recovering {segment.log_path} failed ({exc})") from exc
@@ -515,4 +577,4 @@ class LogLoader:
         for segment in segments:
             del self.segments[segment.base_offset]
             segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
-            self.pending.append(PendingDeletion(due, segment))
+            self.pending.append(PendingDeletion(due, DeletedSegmentFiles(segment)))

@@ -105,8 +105,10 @@ from collections.abc import Mapping
 from engine import transactions
 from engine.checkpoint import (
     CLEAN_SHUTDOWN_FILE,
+    CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
+    PREVIOUS_SUFFIX,
     OffsetCheckpointFile,
 )
 from engine.cleaner import LogCleaner
@@ -128,6 +130,7 @@ from engine.files import atomic_write, fsync_dir
 from engine.log import CLIENT_RECORD_DELETION, Log
 from engine.load_logs import load_logs
 from engine.log_deletion import LogDeletionQueue, PendingDeletion
+from engine.partition_metadata import new_topic_id, read_topic_id, write_partition_metadata
 from engine.log_dirs import (
     LogDirLock,
     create_and_validate_log_dirs,
@@ -422,9 +425,10 @@ class LogManager:
                 self._overrides[topic] = overrides
             self._topic_configs[topic] = config
             created: list[Log] = []
+            topic_id = new_topic_id()
             try:
                 for partition in range(count):
-                    created.append(self._create_log(TopicPartition(topic, partition), config))
+                    created.append(self._create_log(TopicPartition(topic, partition), config, topic_id))
             except BaseException:
                 self._undo_create(topic, created)
                 raise
@@ -441,7 +445,8 @@ class LogManager:
             if partition != len(current):
                 raise InvalidPartitionError(
                     f"Cannot add partition {partition} to topic {topic}: the next partition is {len(current)}")
-            return self._create_log(TopicPartition(topic, partition), self._config_for(topic))
+            return self._create_log(TopicPartition(topic, partition), self._config_for(topic),
+                                    self._topic_id_of(topic))
 
     def create_missing_partition(self, tp: TopicPartition) -> Log:
         """The log of ``tp``, created if its topic exists without it (a copy of one broker's log.dirs
@@ -451,10 +456,30 @@ class LogManager:
             if not self.partitions(tp.topic):
                 raise UnknownTopicOrPartitionError(f"Topic {tp.topic} does not exist")
             existing = self._logs.get(tp)
-            return existing if existing is not None else self._create_log(tp, self._config_for(tp.topic))
+            if existing is not None:
+                return existing
+            return self._create_log(tp, self._config_for(tp.topic), self._topic_id_of(tp.topic))
 
-    def _create_log(self, tp: TopicPartition, config: LogConfig) -> Log:
-        """Create the partition dir in the emptiest log dir and register the log (under _lock)."""
+    def _topic_id_of(self, topic: str) -> str:
+        """The topic ID of ``topic``'s existing partitions (a new one when none carries it: older data dirs)."""
+        for tp, log in sorted(self._logs.items()):
+            if tp.topic == topic:
+                topic_id = read_topic_id(log.dir)
+                if topic_id is not None:
+                    return topic_id
+        return new_topic_id()
+
+    def _create_log(self, tp: TopicPartition, config: LogConfig, topic_id: str) -> Log:
+        """Create the partition dir in the emptiest log dir and register the log (under _lock).
+
+        Before the dir exists, every checkpoint entry a deleted partition of
+        the same name may have left is dropped durably
+        (:meth:`_drop_stale_checkpoint_entries`); the dir holds its segment
+        files and ``partition.metadata`` (Kafka's topic ID), fsynced, and is
+        fsynced in its parent before the log can take an append: a power loss
+        after the first acknowledged record cannot lose the directory.
+        """
+        self._drop_stale_checkpoint_entries(tp)
         parent = self._next_log_dir()
         path = os.path.join(parent, tp.dir_name)
         try:
@@ -464,6 +489,12 @@ class LogManager:
             raise error(f"Error while creating log for {tp} in dir {parent}: {exc.strerror}") from exc
         try:
             log = Log.load(path, config, clock=self.clock)
+            try:
+                write_partition_metadata(path, topic_id)     # fsyncs the partition dir: segment files too
+                fsync_dir(parent)
+            except BaseException:
+                log.close()
+                raise
         except OSError as exc:
             shutil.rmtree(path, ignore_errors=True)
             error = LogDirFullError if exc.errno == errno.ENOSPC else StorageError
@@ -473,9 +504,52 @@ class LogManager:
             raise
         log.before_log_start_offset_moves = self._checkpoint_moving_log_start_offset
         self._logs[tp] = log
-        logger.info("Created log for partition %s in %s with properties %s", tp, path,
+        logger.info("Created log for partition %s in %s with topic ID %s and properties %s", tp, path, topic_id,
                     self._overrides.get(tp.topic, {}))
         return log
+
+    def _drop_stale_checkpoint_entries(self, tp: TopicPartition) -> None:
+        """Drop ``tp`` from every checkpoint of every log dir, durably, before a partition ``tp`` is created.
+
+        Kafka's checkpoints name a partition, not its topic ID: an entry left
+        by a deleted topic of the same name (a crash between the rename of its
+        dirs and the checkpoint rewrite of :meth:`delete_topic`, or a periodic
+        write that raced the deletion) would give the new partition the old
+        log start offset (hiding acknowledged records, which retention then
+        deletes), recovery point or cleaner position.  Both generations go
+        (the reader falls back to ``.prev``).  Costs a read of each checkpoint
+        and nothing more unless an entry is there.  Raises StorageError (the
+        partition is then not created).
+        """
+        for log_dir in self.log_dirs:
+            for name in (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT):
+                path = os.path.join(log_dir, name)
+                for _generation in range(2):
+                    if not _mentions(path, tp):
+                        break
+                    logger.info("Dropping the entry of deleted partition %s from %s before creating it again",
+                                tp, path)
+                    self._rewrite_checkpoint_without(log_dir, name, tp)
+                if _mentions(path, tp):
+                    raise StorageError(f"Cannot create partition {tp}: the entry a deleted partition of that name "
+                                       f"left in {path} could not be removed (see the ERROR before)")
+
+    def _rewrite_checkpoint_without(self, log_dir: str, name: str, tp: TopicPartition) -> None:
+        """One new generation of ``log_dir``'s checkpoint ``name`` without ``tp`` (not a live partition)."""
+        if name == RECOVERY_POINT_CHECKPOINT:
+            self._checkpoint_recovery_points_in_dir(log_dir)
+        elif name == LOG_START_OFFSET_CHECKPOINT:
+            self._checkpoint_log_start_offsets_in_dir(log_dir)
+        elif self.cleaner is not None:
+            self.cleaner.update_checkpoints(log_dir, partition_to_remove=tp)     # under the cleaner's lock
+        else:
+            checkpoint = OffsetCheckpointFile(os.path.join(log_dir, name))
+            try:
+                offsets = checkpoint.read()
+            except (LogfsError, OSError, ValueError):
+                offsets = {}
+            offsets.pop(tp, None)
+            checkpoint.write(offsets)
 
     def _undo_create(self, topic: str, created: list[Log]) -> None:
         for log in created:
@@ -567,6 +641,13 @@ class LogManager:
                     fsync_dir(parent)          # the renames survive a power loss, not only kill -9
                 except OSError as exc:
                     failures.append(f"fsync of {parent}: {exc.strerror}")
+                # As Kafka's asyncDelete: the dir's checkpoints without the deleted partitions.  If
+                # this fails, creating a partition of the same name drops the entries first.
+                try:
+                    self._checkpoint_recovery_points_in_dir(parent)
+                    self._checkpoint_log_start_offsets_in_dir(parent)
+                except LogfsError as exc:
+                    logger.error("Could not rewrite the checkpoints of %s without topic %s: %s", parent, topic, exc)
             if not failures:
                 # Every dir carries the suffix now: the intent has done its job.  If
                 # clearing it fails it stays, harmless: only dirs of this name that
@@ -606,13 +687,24 @@ class LogManager:
         if self.read_only:
             return
         failures = []
-        for log_dir, logs in self.logs_by_dir().items():
+        for log_dir in self.log_dirs:
             try:
-                self._write_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT,
-                                       {log.topic_partition: log.recovery_point for log in logs})
+                self._checkpoint_recovery_points_in_dir(log_dir)
             except LogfsError as exc:
                 failures.append(str(exc))
         _raise_failures("recovery point checkpoint", failures)
+
+    def _checkpoint_recovery_points_in_dir(self, log_dir: str) -> None:
+        """Write ``log_dir``'s recovery-point checkpoint from the logs live now (under the dir's lock).
+
+        The map is taken under the lock, not before it: a map taken before a
+        topic deletion and written after it would put the deleted partition's
+        recovery point back, for a new topic of that name to inherit.
+        """
+        with self._checkpoint_locks.setdefault(log_dir, threading.Lock()):
+            logs = [log for log in self._logs.copy().values() if os.path.dirname(log.dir) == log_dir]
+            self._write_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT,
+                                   {log.topic_partition: log.recovery_point for log in logs})
 
     def checkpoint_log_start_offsets(self) -> None:
         """Write each dir's ``log-start-offset-checkpoint``.
@@ -845,6 +937,22 @@ def _raise_failures(job: str, failures: list[str], done: str = "") -> None:
     more = f" and {len(failures) - 3} more" if len(failures) > 3 else ""
     achieved = f" ({done})" if done else ""
     raise TaskFailedError(f"{job} failed for {len(failures)} item(s){achieved}: {'; '.join(failures[:3])}{more}")
+
+
+def _mentions(path: str, tp: TopicPartition) -> bool:
+    """Whether the checkpoint ``path`` or its previous generation holds an entry for ``tp``.
+
+    An unreadable generation counts as holding it: it cannot be shown not to.
+    """
+    for candidate in (path, path + PREVIOUS_SUFFIX):
+        if not os.path.lexists(candidate):
+            continue
+        try:
+            if tp in OffsetCheckpointFile(candidate).read():
+                return True
+        except (LogfsError, OSError, ValueError):
+            return True
+    return False
 
 
 def _moved_log_start_offsets(logs: list[Log]) -> dict[TopicPartition, int]:

@@ -1,38 +1,67 @@
-"""``partition.metadata``: the topic ID a partition directory belongs to (Kafka's ``PartitionMetadataFile``).
+"""Kafka's ``PartitionMetadataFile``: the topic ID of the topic a partition directory belongs to.
 
-Kafka writes ``version: 0`` and ``topic_id: <base64 UUID>`` lines into every
-partition directory, so a directory left from a deleted topic is never taken
-for a new topic of the same name.  logfs writes it for the partitions a
-cluster mount replicates (logfs.cluster), with the same purpose: a topic
-recreated on the cluster gets a new ID, and the replica of the old one is
-dropped instead of being served as the new topic's data.  The loader leaves
-the file alone (engine.log_loader skips files it does not know).
+Every partition directory Kafka creates holds ``partition.metadata``::
+
+    version: 0
+    topic_id: <the topic's Uuid, base64 url-safe without padding>
+
+The topic ID tells two topics of the same name apart: a topic deleted and
+created again gets a new ID.  logfs writes the file when it creates a
+partition (so a data dir stays a log dir Kafka recognises, and ``logfs
+to-kafka adopt`` replaces it with the broker's ID), and reads it only to give
+the next partition of a topic the same ID.  The checkpoints keep Kafka's
+``topic partition offset`` format, which has no topic ID: what keeps a deleted
+topic's checkpoint entries away from a new topic of the same name is
+:meth:`engine.manager.LogManager` dropping them durably before the new
+partition exists (see its module docstring, "Deletion and crashes").
 """
 
 from __future__ import annotations
 
+import base64
 import os
+import uuid
 
 from engine.files import atomic_write
 
+__all__ = ["PARTITION_METADATA_FILE", "new_topic_id", "read_topic_id", "write_partition_metadata"]
+
+#: Kafka's ``PartitionMetadataFile.PARTITION_METADATA_FILE_NAME``.
 PARTITION_METADATA_FILE = "partition.metadata"
+_VERSION = 0
+
+
+def new_topic_id() -> str:
+    """Kafka's ``Uuid.randomUuid().toString()``: 16 random bytes, base64 url-safe, no padding.
+
+    As Kafka, never the reserved zero or metadata-topic IDs and never a string
+    starting with ``-`` (it would read as an option on a command line).
+    """
+    while True:
+        raw = uuid.uuid4().bytes
+        text = base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+        if not text.startswith("-") and raw not in (bytes(16), bytes(15) + b"\x01"):
+            return text
+
+
+def write_partition_metadata(partition_dir: str, topic_id: str) -> None:
+    """Write ``partition.metadata`` durably (file fsynced, then the directory); raises OSError."""
+    data = f"version: {_VERSION}\ntopic_id: {topic_id}\n".encode("ascii")
+    atomic_write(os.path.join(partition_dir, PARTITION_METADATA_FILE), data)
 
 
 def read_topic_id(partition_dir: str) -> str | None:
-    """The topic ID recorded in ``partition_dir``, or None when there is no (readable) file."""
+    """The topic ID in ``partition_dir``'s ``partition.metadata``; None when it is missing or unreadable."""
     try:
         with open(os.path.join(partition_dir, PARTITION_METADATA_FILE), encoding="utf-8") as f:
-            text = f.read()
-    except OSError:
+            text = f.read(4096)
+    except (OSError, UnicodeDecodeError):
         return None
+    fields = {}
     for line in text.splitlines():
-        name, _, value = line.partition(":")
-        if name.strip() == "topic_id" and value.strip():
-            return value.strip()
-    return None
-
-
-def write_topic_id(partition_dir: str, topic_id: str) -> None:
-    """Record ``topic_id`` in ``partition_dir`` (atomically, durable once this returns)."""
-    atomic_write(os.path.join(partition_dir, PARTITION_METADATA_FILE),
-                 f"version: 0\ntopic_id: {topic_id}\n".encode())
+        name, sep, value = line.partition(":")
+        if sep:
+            fields[name.strip()] = value.strip()
+    if fields.get("version") != str(_VERSION):
+        return None
+    return fields.get("topic_id") or None

@@ -14,10 +14,12 @@ follows Kafka's ``LogSegment``:
   corrupt one, rebuilding both indexes from what survives.
 
 Unix semantics for readers: the ``.log`` is read with ``os.pread`` on a file
-descriptor kept open for the life of the object, so a segment deleted (or
-replaced by the cleaner) under a reader keeps serving the bytes the reader
-opened.  The descriptor is closed by :meth:`close` or when the object is
-garbage-collected.
+descriptor, so a segment deleted (or replaced by the cleaner) under a reader
+keeps serving the bytes the reader opened.  The descriptor of a sealed segment
+under its own name may be closed by the process's descriptor budget
+(:mod:`engine.file_cache`) and is reopened by name on next use; a segment being
+written, renamed or deleted keeps its descriptor (pinned).  The descriptor is
+closed by :meth:`close` or when the object is garbage-collected.
 
 Read-only segments (a ``--read-only`` mount) open the .log ``O_RDONLY`` and map
 both indexes read-only, so nothing can change a byte or an mtime on disk: every
@@ -39,7 +41,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import weakref
 from enum import Enum
 from typing import Final, Literal, NamedTuple
 from collections.abc import Iterator
@@ -48,8 +49,11 @@ from engine import records as _records
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import (CorruptIndexError, CorruptRecordError, InvalidRequestError, LogDirFullError, ReadOnlyError,
                            StorageError, UnsafeFileError)
-from engine.files import DELETE_DIR_SUFFIX, log_file_path, offset_index_file_path, time_index_file_path
+from engine.file_cache import LazyFile, OpenFile
+from engine.files import (DELETE_DIR_SUFFIX, LOG_FILE_SUFFIX, log_file_path, offset_index_file_path,
+                          time_index_file_path, unlink_if_exists, view_index_file_path)
 from engine.index import OffsetIndex, TimeIndex, open_regular_file
+from engine.records.reader import read_batches
 from engine.records import (HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, read_header,
                             validate_batch)
 from engine.topic import TopicPartition, parse_topic_partition_dir
@@ -59,6 +63,24 @@ log = logging.getLogger(__name__)
 
 _INT32_MAX = 0x7FFFFFFF
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+#: Below this an index file is not made smaller (one page: nothing to gain, see index_bytes_needed).
+_MIN_INDEX_BYTES = 4096
+
+
+def index_bytes_needed(segment_bytes: int, segment_index_bytes: int) -> int:
+    """The size an index of a segment of ``segment_bytes`` is preallocated to: what it can ever hold.
+
+    Kafka preallocates every index to ``segment.index.bytes`` (10 MiB by
+    default).  A segment holds at most one offset index entry per batch and
+    one time index entry per batch plus the final one, and a batch is at least
+    ``HEADER_SIZE`` bytes, so a small segment never needs more than a page.
+    The first write into a large sparse mapping costs about 2 ms per MiB of
+    file here (a 10 MiB index: over 20 ms per roll), which made a roll of a
+    tiny segment cost 5-25 ms (issue 18).  For the default segment size the
+    result is ``segment.index.bytes``, as in Kafka.
+    """
+    needed = (max(segment_bytes, 0) // HEADER_SIZE + 2) * 12      # 12: the wider (time index) entry
+    return min(segment_index_bytes, max(_MIN_INDEX_BYTES, needed))
 
 
 class _Unknown(Enum):
@@ -123,9 +145,11 @@ class LogSegment:
         self.base_offset = base_offset
         self.clock = clock
         self.index_interval_bytes: int = config.index_interval_bytes
-        self.max_index_size: int = config.segment_index_bytes
+        self._segment_index_bytes: int = config.segment_index_bytes
+        self._segment_bytes: int = config.segment_bytes
+        self.max_index_size: int = index_bytes_needed(config.segment_bytes, config.segment_index_bytes)
         self.roll_jitter_ms = 0
-        self.log_path = log_file_path(dir, base_offset, file_suffix)
+        log_path = log_file_path(dir, base_offset, file_suffix)
         self._topic_partition = topic_partition
         self._preallocated = preallocate and not file_already_exists and not read_only
         # Read-only: no O_CREAT either, a missing .log is an error rather than a new file.
@@ -133,28 +157,31 @@ class LogSegment:
         # permissions come from the process umask (private by default, see logfs.cli).
         flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
         try:
-            fd = open_regular_file(self.log_path, flags, 0o666)
+            fd = open_regular_file(log_path, flags, 0o666)
         except UnsafeFileError:
             raise
         except OSError as exc:
-            raise StorageError(f"Could not open log file {self.log_path}: {exc.strerror}") from exc
-        self._fd = fd
-        # The descriptor closes when the segment is garbage-collected, so a view
-        # holding a deleted segment keeps reading and releases it when it lets go.
-        self._fd_finalizer = weakref.finalize(self, os.close, fd)
+            raise StorageError(f"Could not open log file {log_path}: {exc.strerror}") from exc
+        # The descriptor closes when the last reference to its OpenFile goes: the
+        # segment's (dropped by the FileCache when over budget, reopened by name on
+        # next use, see _log) and any reader's in flight.  A view holding a deleted
+        # segment keeps reading it: a segment renamed or deleted is pinned (_pin).
+        self._lazy = LazyFile(log_path, fd, os.O_RDONLY if read_only else os.O_RDWR, open_regular_file)
         try:
             if self._preallocated:
                 os.posix_fallocate(fd, 0, max(config.segment_bytes, 1))
                 self._size = 0
             else:
                 self._size = os.fstat(fd).st_size
+            if self._size > self._segment_bytes:       # written under a larger segment.bytes
+                self.max_index_size = index_bytes_needed(self._size, self._segment_index_bytes)
             #: True when an index file of a read-only segment is missing: an empty
             #: in-memory index stands in for it until recover() fills it
             self.indexes_missing = False
             self.offset_index = self._open_index(OffsetIndex, offset_index_file_path(dir, base_offset, file_suffix))
             self.time_index = self._open_index(TimeIndex, time_index_file_path(dir, base_offset, file_suffix))
         except BaseException:
-            self._fd_finalizer()
+            self._close_fd()
             raise
         self._created = clock.milliseconds()
         self._bytes_since_last_index_entry = 0
@@ -271,8 +298,9 @@ class LogSegment:
 
     @property
     def last_modified(self) -> int:
+        f = self._lazy.current()
         try:
-            st = os.fstat(self._fd) if self._fd >= 0 else os.stat(self.log_path)
+            st = os.fstat(f.fd) if f is not None and f.fd >= 0 else os.stat(self.log_path)
         except OSError as exc:
             raise StorageError(f"Could not stat {self.log_path}: {exc.strerror}") from exc
         return st.st_mtime_ns // 1_000_000
@@ -280,8 +308,9 @@ class LogSegment:
     def set_last_modified(self, ms: int) -> None:
         self._check_writable("set the modification time of")
         ns = ms * 1_000_000
-        if self._fd >= 0:
-            os.utime(self._fd, ns=(ns, ns))
+        f = self._lazy.current()
+        if f is not None and f.fd >= 0:
+            os.utime(f.fd, ns=(ns, ns))
         else:
             os.utime(self.log_path, ns=(ns, ns), follow_symlinks=False)
         for path in (self.offset_index.path, self.time_index.path):
@@ -360,7 +389,10 @@ class LogSegment:
         self._size = position + n           # publish: readers may now see the batch
 
     def _write(self, data: bytes, position: int) -> None:
-        fd = self._fd
+        if not self._lazy.pinned:
+            self._pin()                     # written to: the active segment (or the cleaner's output)
+        f = self._log()
+        fd = f.fd
         try:
             written = os.pwrite(fd, data, position)
             if written < len(data):
@@ -380,12 +412,20 @@ class LogSegment:
             raise StorageError(f"I/O error appending to {self.log_path}: {exc.strerror}") from exc
 
     # ------------------------------------------------------------------- read
+    def _pread(self, position: int, size: int) -> bytes:
+        f = self._log()
+        try:
+            return os.pread(f.fd, size, position)
+        except OSError as exc:
+            raise StorageError(f"I/O error reading {self.log_path} at {position}: {exc.strerror}") from exc
+
     def read_bytes(self, position: int, size: int) -> bytes:
         """Raw bytes of the .log; works after the file was deleted (the descriptor is kept)."""
         if size <= 0:
             return b""
+        f = self._log()
         try:
-            return os.pread(self._fd, size, position)
+            return os.pread(f.fd, size, position)
         except OSError as exc:
             raise StorageError(f"I/O error reading {self.log_path} at {position}: {exc.strerror}") from exc
 
@@ -421,18 +461,24 @@ class LogSegment:
 
     def _walk(self, start: int, end: int, strict: bool = True,
               whole: bool = True) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
-        """The segment's one batch walker over [start, end): (position, header, buffer, offset in buffer).
+        """The segment's batch walker over [start, end): (position, header, buffer, offset in buffer).
 
-        ``whole`` walks read big chunks (``_BODY_SCAN_CHUNK``) and re-read a
-        batch that does not fit, so every batch yielded is whole in its buffer
-        (recovery, decoding, view index rebuilds).  Header-only walks
+        ``whole`` walks go through the shared chunked reader
+        (:func:`engine.records.reader.read_batches`, ``_BODY_SCAN_CHUNK`` at a
+        time), so every batch yielded is whole in its buffer (recovery,
+        decoding, view index rebuilds) and damage is reported as every other
+        reader reports it.  Header-only walks
         (``whole=False``: offset and timestamp translation) read small chunks
         (``_HEADER_SCAN_CHUNK``) and skip over batch bodies without reading
         them; the buffer then holds the header, not necessarily the body.
         See _check_header for ``strict``.
         """
-        fd = self._fd
-        chunk = _BODY_SCAN_CHUNK if whole else _HEADER_SCAN_CHUNK
+        if whole:
+            yield from read_batches(self._pread, start, end, _BODY_SCAN_CHUNK, path=self.log_path, strict=strict)
+            return
+        f = self._log()
+        fd = f.fd
+        chunk = _HEADER_SCAN_CHUNK
         pos = start
         buf = b""
         buf_start = start
@@ -448,12 +494,6 @@ class LogSegment:
             if not self._check_header(header, pos, end, strict):
                 return
             size = LOG_OVERHEAD + header.batch_length
-            if whole and off + size > len(buf):
-                buf = os.pread(fd, max(size, min(chunk, end - pos)), pos)
-                buf_start, off = pos, 0
-                if len(buf) < size:
-                    self._short(pos, end, strict)
-                    return
             yield pos, header, buf, off
             pos += size
         if pos < end:
@@ -683,6 +723,8 @@ class LogSegment:
         """
         if not in_memory:
             self._check_writable("recover")
+        self.max_index_size = max(self.max_index_size,
+                                  index_bytes_needed(self.file_size(), self._segment_index_bytes))
         if in_memory:
             self.offset_index = OffsetIndex(self.offset_index.path, self.base_offset, self.max_index_size,
                                             in_memory=True)
@@ -693,7 +735,7 @@ class LogSegment:
             self.offset_index.resize(self.max_index_size)
             self.time_index.truncate()
             self.time_index.resize(self.max_index_size)
-        file_size = os.fstat(self._fd).st_size
+        file_size = self.file_size()
         if self._preallocated:
             file_size = min(file_size, self._size)
         valid_bytes = 0
@@ -754,8 +796,9 @@ class LogSegment:
         return truncated
 
     def _truncate_file(self, size: int) -> None:
+        f = self._log()
         try:
-            os.ftruncate(self._fd, size)
+            os.ftruncate(f.fd, size)
         except OSError as exc:
             raise StorageError(f"Could not truncate {self.log_path} to {size}: {exc.strerror}") from exc
 
@@ -765,9 +808,6 @@ class LogSegment:
         mapping = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
-        # The segment becomes (or stays) the active one: give its indexes room again.
-        self.offset_index.resize(self.max_index_size)
-        self.time_index.resize(self.max_index_size)
         if mapping is None:
             truncated = 0
         else:
@@ -781,6 +821,10 @@ class LogSegment:
         self._next_offset = None
         self._max_timestamp_and_offset = self._read_largest_timestamp()
         self.sidecar = None
+        # The segment becomes (or stays) the active one: give its indexes room again.
+        # Last, as it needs new descriptors (mmap): when they run out (EMFILE) the
+        # records are gone all the same, and a full index only makes the next append roll.
+        self.resize_indexes(self.max_index_size)
         return truncated
 
     def _read_largest_timestamp(self) -> tuple[int, int]:
@@ -802,18 +846,22 @@ class LogSegment:
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
         self._trim_preallocated()
+        if self.log_path.endswith(LOG_FILE_SUFFIX):
+            self._lazy.unpin()          # sealed: the FileCache may close it while unused
 
     def _trim_preallocated(self) -> None:
-        if self._preallocated and self._fd >= 0:
+        if self._preallocated and not self._lazy.closed:
             self._truncate_file(self._size)
+            os.fsync(self._log().fd)    # the size a power loss brings back is the trimmed one
             self._preallocated = False
 
     def flush(self) -> None:
         """fsync the .log and both indexes (Kafka's LogSegment.flush)."""
         if self.read_only:
             return          # nothing was written, so nothing can be lost
+        f = self._log()
         try:
-            os.fsync(self._fd)
+            os.fsync(f.fd)
         except OSError as exc:
             raise StorageError(f"Error while flushing {self.log_path}: {exc.strerror}") from exc
         self.offset_index.flush()
@@ -848,13 +896,36 @@ class LogSegment:
         self._close_fd()
 
     def _close_fd(self) -> None:
-        # -1 first: a racing reader gets EBADF, never another file's reused descriptor.
-        self._fd = -1
-        self._fd_finalizer()
+        self._lazy.close()
+
+    # ------------------------------------------------------------ the .log descriptor
+    @property
+    def log_path(self) -> str:
+        return self._lazy.path
+
+    @log_path.setter
+    def log_path(self, path: str) -> None:
+        self._lazy.path = path
+
+    def _log(self) -> OpenFile:
+        """The open .log (reopened by name if the FileCache closed it); hold it while using its fd."""
+        return self._lazy.get()
+
+    def _pin(self) -> None:
+        self._lazy.pin()
+
+    def file_size(self) -> int:
+        """The .log file's length on disk (fstat)."""
+        f = self._log()
+        try:
+            return os.fstat(f.fd).st_size
+        except OSError as exc:
+            raise StorageError(f"Could not stat {self.log_path}: {exc.strerror}") from exc
 
     def delete_if_exists(self) -> None:
         """Unlink the three files; the .log descriptor stays open so open views read on."""
         self._check_writable("delete")
+        self._pin()                     # open views read on after the unlink
         # One line per segment: a compaction or retention run deletes hundreds of
         # segments, and a file already gone (an index never created, a crash
         # between two unlinks) is what "if exists" means, not a failure.
@@ -869,6 +940,9 @@ class LogSegment:
         for kind, index in (("offset index", self.offset_index), ("time index", self.time_index)):
             if index.delete_if_exists():
                 deleted.append(kind)
+        # The mount's view index sidecar goes with the last segment of its base offset.
+        if not os.path.lexists(log_file_path(self.dir, self.base_offset)):
+            unlink_if_exists(view_index_file_path(self.dir, self.base_offset), ignore_errors=True)
         if deleted:
             log.info("Deleted %s of segment %s.", ", ".join(deleted), self.log_path)
         else:
@@ -882,6 +956,7 @@ class LogSegment:
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename the .log and both indexes from ``old_suffix`` to ``new_suffix`` (.deleted, .cleaned, .swap)."""
         self._check_writable("rename")
+        self._pin()                     # a reader keeps its descriptor across the rename
         new_log_path = replace_suffix(self.log_path, old_suffix, new_suffix)
         try:
             os.rename(self.log_path, new_log_path)
@@ -890,6 +965,8 @@ class LogSegment:
         self.log_path = new_log_path
         self.offset_index.rename_to(replace_suffix(self.offset_index.path, old_suffix, new_suffix))
         self.time_index.rename_to(replace_suffix(self.time_index.path, old_suffix, new_suffix))
+        if new_suffix == "":
+            self._lazy.unpin()          # under its final name again (the cleaner's swap)
 
     def has_suffix(self, suffix: str) -> bool:
         return (self.log_path.endswith(suffix) and self.offset_index.path.endswith(suffix)
@@ -905,8 +982,8 @@ class LogSegment:
     def resize_indexes(self, size: int) -> None:
         """Give both indexes ``size`` bytes again (the active segment after a load)."""
         self._check_writable("resize the indexes of")
-        self.offset_index.resize(size)
-        self.time_index.resize(size)
+        for index in (self.offset_index, self.time_index):
+            index.resize(max(size, index.size_in_bytes))       # never below the entries it holds
 
     def __repr__(self) -> str:
         ts = self._max_timestamp_and_offset

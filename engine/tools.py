@@ -24,7 +24,12 @@ from typing import NamedTuple, TextIO
 
 from crc32c import crc32c
 
-from engine.checkpoint import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT
+from engine.checkpoint import (
+    CLEAN_SHUTDOWN_FILE,
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+)
 from engine.errors import CorruptCheckpointError, CorruptRecordError, InvalidTopicError
 from engine.files import (
     INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX,
@@ -33,12 +38,16 @@ from engine.files import (
 from engine.index import OFFSET_INDEX_ENTRY as _OFFSET_ENTRY
 from engine.index import TIME_INDEX_ENTRY as _TIME_ENTRY
 from engine.records import (
-    HEADER_SIZE, BatchHeader, TimestampType, decode_batch, decode_values, iter_batches, read_header,
+    HEADER_SIZE, BatchHeader, TimestampType, decode_batch, decode_values, read_header,
     validate_batch,
 )
+from engine.records.reader import read_batches
 from engine.topic import TopicPartition, parse_topic_partition_dir
 
 logger = logging.getLogger(__name__)
+
+#: Read size of the index dumps' walk of a segment's batches (the shared chunked reader).
+_TOOL_READ_CHUNK = 4 << 20
 
 CHECKPOINT_FILES = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT)
 
@@ -183,7 +192,14 @@ def _batches_by_position(log_path: str) -> dict[int, BatchHeader]:
     found: dict[int, BatchHeader] = {}
     if not os.path.exists(log_path):
         return found
-    found.update(iter_batches(_read_file(log_path), lenient=True))
+    with open(log_path, "rb") as f:
+        fd = f.fileno()
+        try:
+            for position, header, _, _ in read_batches(lambda pos, size: os.pread(fd, size, pos), 0, None,
+                                                       _TOOL_READ_CHUNK, path=log_path, strict=False):
+                found[position] = header
+        except CorruptRecordError:
+            pass                # what is found up to the damage; `logfs check` reports the damage itself
     return found
 
 
@@ -383,8 +399,18 @@ class _Checker:
             position += header.size
         return SegmentSummary(base_offset, next_offset), batches, min(position, len(data))
 
+    def _sealed_tail(self, path: str, entries: int, size: int, entry_size: int) -> None:
+        """A zero-filled preallocated tail in a sealed index: the trim at its roll (or close) was lost.
+
+        The loader finds the same index corrupt and rebuilds it (a WARNING and
+        the cost of a scan at every load until then), so it is reported here too.
+        """
+        self.problem(path, f"sealed index has a zero-filled preallocated tail of {size - entries * entry_size} "
+                           f"bytes after its {entries} entries (its trim was lost, e.g. by a power loss); "
+                           "the next mount rebuilds it", entries * entry_size)
+
     def check_offset_index(self, path: str, base_offset: int, batches: dict[int, BatchHeader],
-                           next_offset: int, readable: int | None = None) -> None:
+                           next_offset: int, readable: int | None = None, sealed: bool = False) -> None:
         raw = _read_file(path)
         if len(raw) % _OFFSET_ENTRY.size:
             self.problem(path, f"index file size {len(raw)} is not a multiple of {_OFFSET_ENTRY.size}")
@@ -392,7 +418,10 @@ class _Checker:
         for i in range(len(raw) // _OFFSET_ENTRY.size):
             relative, position = _OFFSET_ENTRY.unpack_from(raw, i * _OFFSET_ENTRY.size)
             if relative == 0 and position == 0 and (i > 0 or not batches):
-                break                       # the zero-filled preallocated tail (all of it: an empty segment)
+                # the zero-filled preallocated tail (all of it: an empty segment): normal while active
+                if sealed:
+                    self._sealed_tail(path, i, len(raw), _OFFSET_ENTRY.size)
+                break
             offset = base_offset + relative
             where = i * _OFFSET_ENTRY.size
             if readable is not None and position >= readable:
@@ -411,7 +440,7 @@ class _Checker:
                              where)
 
     def check_time_index(self, path: str, base_offset: int, next_offset: int, max_timestamp: int,
-                         complete: bool = True) -> None:
+                         complete: bool = True, sealed: bool = False) -> None:
         raw = _read_file(path)
         if len(raw) % _TIME_ENTRY.size:
             self.problem(path, f"time index file size {len(raw)} is not a multiple of {_TIME_ENTRY.size}")
@@ -420,7 +449,10 @@ class _Checker:
         for i in range(len(raw) // _TIME_ENTRY.size):
             timestamp, relative = _TIME_ENTRY.unpack_from(raw, i * _TIME_ENTRY.size)
             if timestamp == 0 and relative == 0 and (i > 0 or max_timestamp < 0):
-                break                       # the zero-filled preallocated tail (all of it: an empty segment)
+                # the zero-filled preallocated tail (all of it: an empty segment): normal while active
+                if sealed:
+                    self._sealed_tail(path, i, len(raw), _TIME_ENTRY.size)
+                break
             offset = base_offset + relative
             if not complete and offset >= next_offset:
                 continue                    # indexes the part of the log that cannot be framed
@@ -442,11 +474,14 @@ class _Checker:
 
     # -- one partition -----------------------------------------------------------
 
-    def check_partition(self, partition_dir: str) -> tuple[int, int | None]:
+    def check_partition(self, partition_dir: str, clean_shutdown: bool = False) -> tuple[int, int | None]:
         """Check every segment and every ``.swap``; returns (first segment base offset, log end offset).
 
         The log end offset is None when part of a segment cannot be framed:
-        checkpoints can then not be judged against it.
+        checkpoints can then not be judged against it.  Every segment but the
+        last is sealed (its indexes trimmed at the roll); after a clean
+        shutdown (``clean_shutdown``: the log dir has the marker) the last one
+        is too.
         """
         names = os.listdir(partition_dir)
         parsed = {name: parse_segment_file_name(name) for name in names}
@@ -463,13 +498,14 @@ class _Checker:
             if first_offset is None:
                 first_offset = summary.base_offset
             stem = log_path[:-len(LOG_FILE_SUFFIX)]
+            sealed = clean_shutdown or name != logs[-1]
             if os.path.exists(stem + INDEX_FILE_SUFFIX):
                 self.check_offset_index(stem + INDEX_FILE_SUFFIX, summary.base_offset, batches,
-                                        summary.next_offset, readable)
+                                        summary.next_offset, readable, sealed)
             if os.path.exists(stem + TIME_INDEX_FILE_SUFFIX):
                 max_timestamp = max((h.max_timestamp for h in batches.values()), default=-1)
                 self.check_time_index(stem + TIME_INDEX_FILE_SUFFIX, summary.base_offset,
-                                      summary.next_offset, max_timestamp, complete)
+                                      summary.next_offset, max_timestamp, complete, sealed)
             end_offset = max(end_offset, summary.next_offset)
         # A .swap is what the next mount installs in place of segments (the
         # cleaner's crash-interrupted swap): it must be a sound segment.
@@ -499,7 +535,7 @@ class _Checker:
                 if not name.startswith("."):             # hidden non-topic dirs (.snapshot, ...) are not ours
                     self.problem(path, str(exc))
                 continue
-            ranges[tp] = self.check_partition(path)
+            ranges[tp] = self.check_partition(path, os.path.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)))
         for checkpoint_name in CHECKPOINT_FILES:
             self.check_checkpoint(os.path.join(log_dir, checkpoint_name), ranges)
 

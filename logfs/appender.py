@@ -46,6 +46,7 @@ Kafka counterpart: the console producer's ``LineMessageReader`` feeding a
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -375,17 +376,20 @@ class AppendHandle(Handle):
         """close(): the last line without a newline becomes a record."""
         with self._lock:
             if self._partial:
-                rest = self._partial
+                # Taken out first: refused, it is dropped here and close() says why, once
+                # (release() must not try it again and log it a second time).
+                rest, self._partial = self._partial, b""
                 self._append_lines([rest], len(rest), self._config())
-                self._partial = b""
 
     def release(self) -> None:
+        size = len(self._partial)
         try:
             self.flush()
         except Exception as exc:  # no client left to tell: say it in the log
-            log.error("Dropped the unterminated last line (%d bytes) written to %s: %s",
-                      len(self._partial), self._describe(), exc)
-            self._partial = b""
+            # bad input is a WARNING (SPEC: one line naming the cause); a failing disk an ERROR
+            level = logging.WARNING if getattr(exc, "errno", None) == errno.EINVAL else logging.ERROR
+            log.log(level, "Dropped the unterminated last line (%d bytes) written to %s: %s",
+                    size, self._describe(), exc)
 
     def fsync(self) -> None:
         """Kafka's flush of every log this handle appended to (or its partition's)."""

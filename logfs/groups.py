@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, cast
 from engine.views.consume import ConsumerView, open_consumer_view
 from engine.consumer_offsets import GroupMetadataManager
 from engine.errors import InvalidRequestError, LogfsError
+from engine.numbers import INT_MAX, parse_canonical_int
 from engine.topic import TopicPartition
 from engine.views import ViewFormat
 from logfs.errors import NoSuchNameError, RetryAfterRelease
@@ -193,6 +194,11 @@ class GroupFile(FileNode):
         return GroupCommandHandle(self, content)
 
 
+def _shown(text: str, limit: int = 80) -> str:
+    """``text`` quoted for a log line, cut to ``limit`` characters (a 5000-digit line is named, not dumped)."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
+
+
 class GroupCommandHandle(Handle):
     """Lines written to ``groups/<group>``: validated per write, applied together at close."""
 
@@ -260,13 +266,27 @@ class GroupCommandHandle(Handle):
             if spec in ("earliest", "latest"):
                 return ("reset", spec)
             if spec.isdigit() and spec.isascii():
-                return ("reset-offset", int(spec))
+                # one spelling per number (engine.numbers): no leading zero, at most 19 digits
+                reset_to = parse_canonical_int(spec)
+                if reset_to is None:
+                    raise InvalidRequestError(
+                        f"Invalid line {_shown(line)} for {node.describe()}: {_shown(spec)} is not an offset "
+                        "(digits without leading zeros, at most 2^63-1)")
+                return ("reset-offset", reset_to)
             when = parse_timestamp(spec[1:]) if spec.startswith("@") and spec[1:].isdigit() else \
                 (None if spec.isdigit() else parse_timestamp(spec))
             if when is not None:
                 return ("reset-time", when)
         elif len(words) == 2 and all(w.isdigit() and w.isascii() for w in words):
-            partition, offset = int(words[0]), int(words[1])
+            parsed_partition = parse_canonical_int(words[0], maximum=INT_MAX)
+            parsed_offset = parse_canonical_int(words[1])
+            if parsed_partition is None or parsed_offset is None:
+                bad = words[0] if parsed_partition is None else words[1]
+                raise InvalidRequestError(
+                    f"Invalid line {_shown(line)} for {node.describe()}: {_shown(bad)} is not "
+                    f"{'a partition' if parsed_partition is None else 'an offset'} (digits without leading zeros, "
+                    f"at most 2^{31 if parsed_partition is None else 63}-1)")
+            partition, offset = parsed_partition, parsed_offset
             target = ns.manager.get_log(TopicPartition(node.topic, partition))
             if target is None:
                 raise InvalidRequestError(
@@ -278,7 +298,7 @@ class GroupCommandHandle(Handle):
                     f"offset {end} of {node.topic}-{partition}")
             return ("commit", (partition, offset))
         raise InvalidRequestError(
-            f"Invalid line {line!r} for {node.describe()}: expected '<partition> <offset>' or "
+            f"Invalid line {_shown(line)} for {node.describe()}: expected '<partition> <offset>' or "
             "'reset earliest|latest|<offset>|<ISO 8601>|@<epoch ms>'")
 
     def _apply(self, actions: list[tuple[str, object]]) -> None:

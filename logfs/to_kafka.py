@@ -29,7 +29,9 @@ procedure lets the broker create the topics first and adopts its IDs:
 2. Stop the broker cleanly.
 3. ``logfs to-kafka adopt DATA_DIR --broker-log-dir LOG_DIR`` moves (or with
    ``--copy`` copies) each logfs partition directory over the broker's empty
-   one, after writing into it the ``partition.metadata`` the broker created,
+   one, after writing into it the ``partition.metadata`` the broker created
+   and removing the mount's ``.viewindex`` sidecars (Kafka would keep them
+   forever: its retention deletes only its own files),
    and merges the partitions' log start offsets, recovery points, cleaner
    offsets and high watermarks (= log end offsets: everything logfs stored is
    committed) into the broker log dir's checkpoint files.
@@ -57,15 +59,14 @@ from collections.abc import Iterable, Sequence
 from engine.checkpoint import (CLEAN_SHUTDOWN_FILE, CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
                                RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile)
 from engine.errors import LogfsError
-from engine.files import LOG_FILE_SUFFIX, atomic_write, fsync_dir
+from engine.files import LOG_FILE_SUFFIX, TMP_FILE_SUFFIX, VIEW_INDEX_FILE_SUFFIX, atomic_write, fsync_dir
+from engine.partition_metadata import PARTITION_METADATA_FILE
 from engine.topic import TopicPartition
 
 logger = logging.getLogger(__name__)
 
 #: Kafka's high watermark checkpoint (ReplicaManager), which logfs has no use for.
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
-#: Kafka's file of a partition's topic ID (PartitionMetadataFile).
-PARTITION_METADATA_FILE = "partition.metadata"
 META_PROPERTIES = "meta.properties"
 LOCK_FILE = ".lock"
 
@@ -328,6 +329,7 @@ def adopt(data_dirs: Sequence[str], broker_log_dir: str, *, copy: bool = False) 
                 shutil.copytree(p.dir, source)
             else:
                 source = p.dir
+            _remove_view_indexes(source)
             # The topic ID goes in before the dir does: Kafka treats a log without one as a stray.
             atomic_write(os.path.join(source, PARTITION_METADATA_FILE), metadata)
             shutil.rmtree(target)
@@ -337,6 +339,18 @@ def adopt(data_dirs: Sequence[str], broker_log_dir: str, *, copy: bool = False) 
                         topic_ids[tp], p.log_start_offset, p.log_end_offset)
         return Adoption(broker_dir, [(p.topic_partition, topic_ids[p.topic_partition], p.log_start_offset,
                                       p.log_end_offset) for p in state.partitions])
+
+
+def _remove_view_indexes(partition_dir: str) -> None:
+    """Remove the mount's ``.viewindex`` sidecars (engine.views.persisted): Kafka gets only its own files.
+
+    Kafka's loader would ignore them, but nothing would ever delete them (its
+    retention and cleaner delete only the files it knows); a mount over the
+    dir again rebuilds them by one scan per segment.
+    """
+    for name in os.listdir(partition_dir):
+        if name.endswith((VIEW_INDEX_FILE_SUFFIX, VIEW_INDEX_FILE_SUFFIX + TMP_FILE_SUFFIX)):
+            os.unlink(os.path.join(partition_dir, name))
 
 
 def _merge_checkpoint(log_dir: str, name: str, offsets: dict[TopicPartition, int],

@@ -24,12 +24,18 @@ the mount's trio thread sees): the main thread sleeps 1 ms in a loop during an
 engine-level ``clean_once`` in a worker thread and records how late it wakes
 up, with the cleaner's per-batch GIL yield (``Cleaner.gil_yield``) on and off.
 
+``kafka``: Kafka 4.3.1's own cleaner beside logfs's on the same segments
+(written once by the engine, cleaned by the engine from a copy and by a
+single-node broker after ``logfs to-kafka adopt``); Kafka's MB/s from its
+cleaner's summary line in the broker log.
+
 ``all`` (the default) runs engine and mount and prints one table.
 
     .venv/bin/python scripts/bench_cleaner.py all
     .venv/bin/python scripts/bench_cleaner.py gil
     .venv/bin/python scripts/bench_cleaner.py engine --records 200000 --keys 10000
     .venv/bin/python scripts/bench_cleaner.py mount --lines 3000
+    .venv/bin/python scripts/bench_cleaner.py kafka --records 200000 --keys 10000
 """
 
 from __future__ import annotations
@@ -98,6 +104,93 @@ def bench_engine(records: int, keys: int, batch: int, value_size: int, segment_b
             "bytes_written_mb": round(stats.bytes_written / 2**20, 2),
             "records_after": remaining,
             "map_utilization": round(stats.buffer_utilization, 4),
+        }
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------- kafka
+
+def bench_vs_kafka(records: int, keys: int, batch: int, value_size: int) -> dict:
+    """Kafka's own cleaner and logfs's on the same segments, one after the other on this machine.
+
+    The data is written once by the logfs engine (topic ``bench``, compacted,
+    1 MiB segments: Kafka 4's minimum) and shut down cleanly.  A copy is
+    cleaned by the logfs engine (``LogCleaner.clean_once``); the original is
+    handed to a single-node Kafka broker with ``logfs to-kafka adopt`` (topic
+    created first, broker stopped, started again with the cleaner on), whose
+    cleaner's summary ("N MB of log processed in S seconds (R MB/sec)") is read
+    from its log.  Both clean the same dirty bytes from scratch.
+    """
+    import re
+
+    from engine.cleaner import LogCleaner
+    from engine.config import BrokerConfig
+    from engine.manager import LogManager
+    from engine.topic import TopicPartition
+    from logfs.to_kafka import adopt
+    from tests.kafka_broker import KafkaBroker
+
+    base = Path(tempfile.mkdtemp(prefix="bench-cleaner-kafka-"))
+    try:
+        data = base / "logfs"
+        manager = LogManager(BrokerConfig.from_props({"log.dirs": str(data), "log.cleaner.enable": "false"}))
+        manager.startup()
+        manager.create_topic("bench", 1, {"cleanup.policy": "compact", "segment.bytes": str(1 << 20),
+                                          "min.cleanable.dirty.ratio": "0.01"})
+        log = manager.get_log(TopicPartition("bench", 0))
+        value = b"v" * value_size
+        for first in range(0, records, batch):
+            n = min(batch, records - first)
+            log.append_values([value] * n, [b"key-%d" % ((first + i) % keys) for i in range(n)])
+        log.roll()
+        dirty_bytes = log.size
+        manager.shutdown()
+
+        # logfs: a copy of the same dirty segments
+        copy = base / "logfs-copy"
+        shutil.copytree(data, copy)
+        broker_config = BrokerConfig.from_props({"log.dirs": str(copy)})
+        manager = LogManager(broker_config)
+        manager.startup()
+        log = manager.get_log(TopicPartition("bench", 0))
+        cleaner = LogCleaner(broker_config, [str(copy)], lambda: [log])
+        started = time.perf_counter()
+        stats = cleaner.clean_once()
+        logfs_secs = time.perf_counter() - started
+        assert stats is not None, "logfs cleaned nothing"
+        logfs_after = len(log.read_records(log.log_start_offset))
+        manager.shutdown()
+
+        # Kafka: the topic, then the same segments adopted, then its cleaner
+        broker = KafkaBroker(base / "kafka", {"log.cleaner.enable": "false", "log.cleaner.backoff.ms": "200",
+                                              "log.cleaner.io.max.bytes.per.second": "1.7976931348623157E308"})
+        broker.start()
+        try:
+            broker.create_topic("bench", 1, {"cleanup.policy": "compact", "segment.bytes": str(1 << 20),
+                                             "min.cleanable.dirty.ratio": "0.01"})
+        finally:
+            broker.stop()
+        adopt([str(data)], str(broker.log_dir))
+        broker.properties["log.cleaner.enable"] = "true"
+        broker.config_file.write_text("".join(f"{k}={v}" + "\n" for k, v in broker.properties.items()))
+        broker.start()
+        pattern = re.compile(r"([\d.,]+) MB of log processed in ([\d.,]+) seconds \(([\d.,]+) MB/sec\)")
+        try:
+            broker.wait_for(lambda: pattern.search(broker.log_file.read_text(errors="replace")),
+                            "Kafka's cleaner to clean bench-0", timeout=600)
+            text = broker.log_file.read_text(errors="replace")
+        finally:
+            broker.stop()
+        mb, secs, rate = (float(x.replace(",", "")) for x in pattern.search(text).groups())
+        indexed = re.search(r"Indexed ([\d.,]+) MB in ([\d.,]+) seconds", text)
+        return {
+            "records": records, "keys": keys, "batch": batch, "dirty_mb": round(dirty_bytes / 2**20, 2),
+            "logfs_secs": round(logfs_secs, 3), "logfs_mb_per_sec": round(dirty_bytes / 2**20 / logfs_secs, 2),
+            "logfs_index_secs": round(stats.elapsed_index_secs, 3), "logfs_records_after": logfs_after,
+            "kafka_mb_processed": mb, "kafka_secs": secs, "kafka_mb_per_sec": rate,
+            "kafka_index_secs": float(indexed.group(2).replace(",", "")) if indexed else None,
+            "kafka_dirty_mb_per_sec": round(dirty_bytes / 2**20 / secs, 2) if secs else None,
         }
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -276,6 +369,11 @@ def main(argv: list[str] | None = None) -> int:
     mnt.add_argument("--backoff-ms", type=int, default=50)
     mnt.add_argument("--preload-mb", type=float, default=4.0,
                      help="MB of keyed data in a second compacted topic, cleaned during the measurement")
+    kaf = sub.add_parser("kafka", help="Kafka's own cleaner and logfs's on the same segments")
+    kaf.add_argument("--records", type=int, default=200_000)
+    kaf.add_argument("--keys", type=int, default=10_000)
+    kaf.add_argument("--batch", type=int, default=10, help="records per append (one batch)")
+    kaf.add_argument("--value-size", type=int, default=100)
     gil = sub.add_parser("gil", help="another thread's wait for the GIL during a clean, yield on and off")
     gil.add_argument("--records", type=int, default=200_000)
     gil.add_argument("--keys", type=int, default=10_000)
@@ -293,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "engine":
         print(bench_engine(args.records, args.keys, args.batch, args.value_size, args.segment_bytes,
                            args.profile))
+    elif args.what == "kafka":
+        print(bench_vs_kafka(args.records, args.keys, args.batch, args.value_size))
     elif args.what == "gil":
         for yield_gil in (False, True):
             print(bench_gil(args.records, args.keys, yield_gil))

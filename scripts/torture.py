@@ -18,6 +18,16 @@ clean shutdown), remounts, and checks through the views:
 * followers never saw an offset twice or out of order, random readers never
   read a wrong value.
 
+With ``--power-loss`` the data dir is the mount point of
+``scripts/powerloss_fs.py``, a FUSE layer over ``<work dir>/backing`` that
+holds data writes and namespace changes in memory until their ``fsync`` (of
+the file, of the directory).  A crash cycle is then a power loss (``kill -9``
+of the mount, then the layer drops everything not durable, and restarts over
+what a disk would hold), or with ``--power-loss-rate`` below 1 sometimes a
+plain ``kill -9`` with the layer kept, so the remount times of the two can be
+compared; ``--torn-writes`` writes a random half of the dirty pages at each
+power loss.  The same checks follow.
+
 Every ``--clean-every`` cycles (and at the end) the mount is instead shut down
 cleanly and the disk is checked with kafka-python (every batch's CRC), against
 the views read just before, and with ``logfs check`` (no problem allowed).
@@ -29,6 +39,7 @@ misplaced or inconsistent.  The defaults run in well under a minute (CI);
 
     .venv/bin/python scripts/torture.py                  # CI defaults
     .venv/bin/python scripts/torture.py --duration 600 --writers 6 --json
+    .venv/bin/python scripts/torture.py --power-loss --power-loss-rate 0.5
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ import errno
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -53,6 +65,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 #: ``python -m logfs`` with this interpreter: the work tree's code, whatever the venv's entry script is
 LOGFS = [sys.executable, "-m", "logfs"]
+#: the power-loss layer, run under this interpreter
+POWERLOSS_FS = [sys.executable, str(ROOT / "scripts" / "powerloss_fs.py")]
 
 #: topic -> (partitions, topic config lines): retention by size, by time, compaction
 TOPICS = {
@@ -91,6 +105,10 @@ class Partition:
     max_start: int = 0                                   # highest log start offset ever observed
     deleted_before: int = 0                              # highest acknowledged `before N`
     keys: dict[str, str] = field(default_factory=dict)   # value -> key (compacted topic)
+    #: offsets of `acked` that were never fsynced: unacknowledged batches found whole after a recovery
+    #: (a kill -9 keeps them in the page cache; a power loss may still take them, until an fsync covers them)
+    promoted: set[int] = field(default_factory=set)
+    gone: bool = False                                   # its directory vanished (reported once)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -107,6 +125,8 @@ class Totals:
     misplaced: int = 0
     partial_batches: int = 0
     start_went_back: int = 0
+    retention_undone_by_power_loss: int = 0
+    recovered_unflushed_dropped: int = 0
     reader_errors: int = 0
     follower_errors: int = 0
     disk_errors: int = 0
@@ -116,10 +136,17 @@ class Totals:
     unacked_absent: int = 0
     faults: collections.Counter = field(default_factory=collections.Counter)
     recovery_s: list[float] = field(default_factory=list)
+    #: crash kind ("kill-9", "power-loss") -> [(seconds until the mount answered, the mount's own load ms,
+    #: index files it found corrupt and rebuilt, 1 if it skipped recovery on a clean-shutdown marker)]
+    remounts: dict[str, list[tuple[float, int, int, int]]] = field(
+        default_factory=lambda: collections.defaultdict(list))
+    context: str = ""                       # what the failures found now follow ("after power-loss")
     peak_rss_kb: int = 0
     failures: list[str] = field(default_factory=list)
 
     def fail(self, message: str) -> None:
+        if self.context:
+            message = f"{message} [{self.context}]"
         if len(self.failures) < 50:
             self.failures.append(message)
         print(f"  FAIL {message}", file=sys.stderr, flush=True)
@@ -135,6 +162,11 @@ class Torture:
         self.log_path = self.work / "logfs.log"
         self.mnt.mkdir(parents=True, exist_ok=True)
         self.data.mkdir(parents=True, exist_ok=True)
+        #: --power-loss: the durable state under the data dir (the data dir is the layer's mount point)
+        self.backing = self.work / "backing"
+        self.layer_log = self.work / "powerloss_fs.log"
+        self.layer: subprocess.Popen | None = None
+        self.lost_power = False               # a power loss since the last check_views()
         self.proc: subprocess.Popen | None = None
         self.totals = Totals()
         self.parts = {f"{t}/{p}": Partition(f"{t}/{p}") for t, (n, _) in TOPICS.items() for p in range(n)}
@@ -145,14 +177,26 @@ class Torture:
 
     def _spawn(self) -> None:
         cmd = [*LOGFS, "mount", str(self.mnt), "--data-dir", str(self.data)]
-        for name, value in {**BROKER, "log.segment.bytes": str(self.args.segment_bytes)}.items():
+        broker = {**BROKER, "log.segment.bytes": str(self.args.segment_bytes)}
+        if self.args.power_loss:
+            # Kafka's default checkpoint intervals: a checkpoint's fsync of the data dir must not be
+            # what makes a missing fsync harmless
+            broker["log.flush.offset.checkpoint.interval.ms"] = str(self.args.checkpoint_ms)
+            broker["log.flush.start.offset.checkpoint.interval.ms"] = str(self.args.checkpoint_ms)
+        for name, value in broker.items():
             cmd += ["-o", f"{name}={value}"]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
     def start(self, timeout: float = 120.0) -> float:
-        """Mount; returns the seconds until the mount answered (recovery included)."""
+        """Mount; returns the seconds until the mount answered (recovery included).
+
+        ``self.last_load_ms`` is then the mount's own figure for loading the logs (its summary line).
+        """
+        if self.args.power_loss and self.layer is None:
+            self.start_layer()
+        log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         started = time.monotonic()
         self._spawn()
         while not _is_mounted(self.mnt):
@@ -161,7 +205,69 @@ class Torture:
             if time.monotonic() - started > timeout:
                 raise RuntimeError(f"logfs mount not ready after {timeout}s; see {self.log_path}")
             time.sleep(0.01)
-        return time.monotonic() - started
+        elapsed = time.monotonic() - started
+        with open(self.log_path, "rb") as log:
+            log.seek(log_start)
+            text = log.read()
+        found = re.findall(rb"loaded \d+ logs from .* in (\d+) ms", text)
+        self.last_load_ms = int(found[-1]) if found else -1
+        self.last_index_rebuilds = text.count(b"Found a corrupted index file")
+        self.last_skipped_recovery = int(b"since clean shutdown file was found" in text)
+        return elapsed
+
+    # ------------------------------------------------------------------ the power-loss layer
+
+    def start_layer(self, timeout: float = 60.0) -> None:
+        """Mount scripts/powerloss_fs.py on the data dir, over the backing dir (what the disk holds)."""
+        self.backing.mkdir(parents=True, exist_ok=True)
+        cmd = [*POWERLOSS_FS, str(self.backing), str(self.data)]
+        if self.args.torn_writes:
+            cmd += ["--torn-writes", "--seed", str(self.rng.randrange(1 << 30))]
+        if self.args.lying_fsync:
+            cmd.append("--lying-fsync")
+        with open(self.layer_log, "ab") as log:
+            self.layer = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        started = time.monotonic()
+        while not _is_mounted(self.data):
+            if self.layer.poll() is not None:
+                raise RuntimeError(f"powerloss_fs exited with {self.layer.returncode}; see {self.layer_log}")
+            if time.monotonic() - started > timeout:
+                raise RuntimeError(f"powerloss_fs not mounted after {timeout}s; see {self.layer_log}")
+            time.sleep(0.01)
+
+    def power_loss(self) -> None:
+        """The machine loses power: the mount dies (kill -9), then the layer drops all that is not durable."""
+        self.kill()
+        if self.layer is None:
+            return
+        self.layer.send_signal(signal.SIGUSR1)
+        code = self.layer.wait(timeout=120)
+        self.layer = None
+        if code != 0:
+            self.totals.fail(f"powerloss_fs exited with {code} at a power loss; see {self.layer_log}")
+        subprocess.run(["fusermount3", "-uz", str(self.data)], capture_output=True)
+
+    def stop_layer(self) -> None:
+        """An orderly power-off of the layer: everything made durable, then unmounted."""
+        if self.layer is None:
+            return
+        deadline = time.monotonic() + 120
+        while _is_mounted(self.data) and time.monotonic() < deadline:
+            if subprocess.run(["fusermount3", "-u", str(self.data)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        code = self.layer.wait(timeout=120)
+        self.layer = None
+        if code != 0:
+            self.totals.fail(f"powerloss_fs exited with {code} at its shutdown; see {self.layer_log}")
+
+    def crash(self, lose_power: bool) -> None:
+        """kill -9 of the mount, or a power loss."""
+        if lose_power:
+            self.power_loss()
+            self.lost_power = True
+        else:
+            self.kill()
 
     def _note_memory(self) -> None:
         try:
@@ -252,6 +358,10 @@ class Torture:
                                                      f"({previous!r}, then {value!r})")
                                 part.acked[first + i] = value
                             self.totals.acknowledged += len(values_)
+                        if part.promoted and acks:
+                            # the fsync flushed the log up to its end: what was found after a recovery too
+                            covered = max(last for _, last in acks)
+                            part.promoted = {o for o in part.promoted if o > covered}
                     written = []
         except OSError as exc:
             if exc.errno not in DEAD:
@@ -340,9 +450,55 @@ class Torture:
             part.deleted_before = max(part.deleted_before, target)
             self.totals.faults["delete-records"] += 1
 
-    def traffic(self, seconds: float) -> list[threading.Thread]:
+    def new_topic(self, cycle: int) -> Partition | None:
+        """A topic created now (``n<cycle>``, one partition), right before a crash (see run()).
+
+        Its first records are acknowledged at once: under --power-loss this checks that a new
+        partition directory is durable before its records are acknowledged.
+        """
+        name = f"n{cycle}"
+        try:
+            (self.mnt / name).mkdir()
+        except OSError as exc:
+            self.totals.fail(f"mkdir {name}: {exc}")
+            return None
+        part = self.parts[f"{name}/0"] = Partition(f"{name}/0")
+        self.totals.faults["new-topic"] += 1
+        return part
+
+    def write_acked_batch(self, part: Partition) -> None:
+        """One batch appended to ``part`` and fsynced; acknowledged once its offsets are read back."""
+        values = [f"n-{self._next_seq()}" for _ in range(5)]
+        try:
+            fd = os.open(self.mnt / part.name / "append", os.O_RDWR)
+        except OSError as exc:
+            self.totals.fail(f"{part.name}: open append: {exc}")
+            return
+        try:
+            os.write(fd, "".join(f"{v}\n" for v in values).encode())
+            os.fsync(fd)
+            reply = b""
+            while not reply.endswith(b"\n"):
+                chunk = os.read(fd, 100)
+                if not chunk:
+                    raise OSError(errno.EIO, "no offset reply")
+                reply += chunk
+        except OSError as exc:
+            with part.lock:
+                part.unacked.append(values)
+            self.totals.fail(f"{part.name}: acknowledged batch: {exc}")
+            return
+        finally:
+            os.close(fd)
+        first, last = map(int, reply.split())
+        with part.lock:
+            for i, value in enumerate(values):
+                part.acked[first + i] = value
+            self.totals.acknowledged += len(values)
+
+    def traffic(self, seconds: float, cycle: int = 0) -> list[threading.Thread]:
         stop = threading.Event()
-        targets = list(self.parts.values())
+        targets = [p for p in self.parts.values() if not p.name.startswith("n")]
         threads = [threading.Thread(target=self.writer, args=(i, targets[i % len(targets)], stop), daemon=True)
                    for i in range(self.args.writers)]
         threads += [threading.Thread(target=self.follower, args=(p, stop), daemon=True)
@@ -365,7 +521,15 @@ class Torture:
     # ------------------------------------------------------------------ checks
 
     def read_view(self, part: Partition) -> tuple[int, list[tuple[int, str | None, str]]]:
-        """(log start offset, [(offset, key, value)]) of a partition, through the mount."""
+        """(log start offset, [(offset, key, value)]) of a partition, through the mount.
+
+        A partition that is gone (a power loss took its directory) reads as empty: its records count as lost.
+        """
+        if not (self.mnt / part.name).exists():
+            if not part.gone:
+                self.totals.fail(f"{part.name}: the partition is gone")
+            part.gone = True
+            return 0, []
         with open(self.mnt / part.name / "records.jsonl", "rb") as f:
             state = json.loads((self.mnt / part.name / "state").read_bytes())   # after the view is anchored
             records = [json.loads(line) for line in f.read().splitlines()]
@@ -378,7 +542,13 @@ class Torture:
         for part in self.parts.values():
             start, records = self.read_view(part)
             t = self.totals
-            if start < part.max_start:
+            if start < part.max_start and self.lost_power and start >= part.deleted_before:
+                # Retention moved the log start (nobody acknowledged that) and the power loss undid the
+                # deletion: counted, not a failure; an acknowledged `before N` must hold (below).
+                t.retention_undone_by_power_loss += 1
+                print(f"  note: {part.name}: log start {start} went back from {part.max_start} "
+                      f"after a power loss [{t.context}]", file=sys.stderr, flush=True)
+            elif start < part.max_start:
                 t.start_went_back += 1
                 t.fail(f"{part.name}: log start {start} went back from {part.max_start}")
             if start < part.deleted_before:
@@ -401,10 +571,19 @@ class Torture:
                 at_value[value] = offset
             snapshot[part.name] = by_offset
             with part.lock:
+                if self.lost_power and part.promoted:
+                    # found after an earlier recovery, never fsynced: a power loss may take them (Kafka's
+                    # recovery does not flush either); counted, not a failure
+                    for offset in sorted(part.promoted):
+                        if offset in part.acked and by_offset.get(offset) != part.acked[offset]:
+                            del part.acked[offset]
+                            part.promoted.discard(offset)
+                            t.recovered_unflushed_dropped += 1
                 # acknowledged records
                 if part.compacted:
                     self._check_compacted(part, by_offset, start)
                 else:
+                    gone: list[int] = []
                     for offset, value in part.acked.items():
                         if offset < start:
                             continue
@@ -417,6 +596,9 @@ class Torture:
                         else:
                             t.lost += 1
                             t.fail(f"{part.name}: acknowledged record {offset} ({value!r}) lost")
+                            gone.append(offset)
+                    for offset in gone:             # counted once, not again at every later check
+                        del part.acked[offset]
                 # unacknowledged batches: all or nothing, contiguous
                 for batch in part.unacked:
                     present = [at_value[v] for v in batch if v in at_value]
@@ -436,11 +618,13 @@ class Torture:
                     t.unacked_present += 1
                     for value, offset in zip(batch, present) if complete else ():
                         part.acked[offset] = value          # seen after recovery: held to it from now on
+                        part.promoted.add(offset)
                 part.unacked = []
                 # records below the log start are gone by design (retention, DeleteRecords): stop tracking them
                 for offset in [o for o in part.acked if o < start]:
                     del part.acked[offset]
                     t.retained += 1
+        self.lost_power = False
         return snapshot
 
     def _check_compacted(self, part: Partition, by_offset: dict[int, str], start: int) -> None:
@@ -481,7 +665,7 @@ class Torture:
             topic, p = part.name.split("/")
             pdir = self.data / f"{topic}-{p}"
             disk: dict[int, str] = {}
-            for name in sorted(os.listdir(pdir)):
+            for name in sorted(os.listdir(pdir)) if pdir.exists() else ():
                 if not name.endswith(".log"):
                     continue
                 records = MemoryRecords((pdir / name).read_bytes())
@@ -554,43 +738,77 @@ class Torture:
             elif cycle > args.cycles:
                 break
             clean = cycle % args.clean_every == 0
-            threads = self.traffic(args.cycle_seconds)
+            threads = self.traffic(args.cycle_seconds, cycle)
             time.sleep(self.rng.uniform(0.2, args.cycle_seconds))
+            if args.new_topic_rate and not clean and self.rng.random() < args.new_topic_rate:
+                fresh = self.new_topic(cycle)      # created and written to, then the crash
+                if fresh is not None:
+                    self.write_acked_batch(fresh)
+            # --power-loss: the crash is a power loss (the layer drops what is not durable), or a kill -9
+            lose = args.power_loss and self.rng.random() < args.power_loss_rate
+            crash = "power-loss" if lose else "kill-9"
             if clean:
                 self.end_traffic(threads)
                 views = self.check_views()
                 self.stop()
                 self.totals.faults["clean-shutdown"] += 1
                 self.check_disk(views)
+                crash = "clean-shutdown"
             elif self.rng.random() < args.shutdown_kill_rate:
                 # SIGTERM starts a clean shutdown (flush, checkpoints, marker); crash in the middle of it
                 self.proc.send_signal(signal.SIGTERM)
                 time.sleep(self.rng.uniform(0.0, 0.3))
-                self.kill()
-                self.totals.faults["kill-9-during-shutdown"] += 1
+                self.crash(lose)
+                crash += "-during-shutdown"
+                self.totals.faults[crash] += 1
                 self.end_traffic(threads)
             else:
-                self.kill()                         # in the middle of the traffic
-                self.totals.faults["kill-9"] += 1
+                self.crash(lose)                    # in the middle of the traffic
+                self.totals.faults[crash] += 1
                 self.end_traffic(threads)
-                if args.damage and not self.totals.faults["damage-truncated-segment"]:
+                if args.damage and not lose and not self.totals.faults["damage-truncated-segment"]:
                     self.damage()
             if self.rng.random() < args.startup_kill_rate:
                 # crash again during startup, i.e. during recovery of what the last crash left
+                lose = args.power_loss and self.rng.random() < args.power_loss_rate
+                crash = ("power-loss" if lose else "kill-9") + "-during-startup"
+                if args.power_loss and self.layer is None:
+                    self.start_layer()
                 self._spawn()
-                time.sleep(self.rng.uniform(0.0, max(0.05, statistics.median(self.totals.recovery_s or [0.5]))))
-                self.kill()
-                self.totals.faults["kill-9-during-startup"] += 1
+                if lose and self.rng.random() < 0.5:
+                    # right after it answered: what it did at startup must be durable by then
+                    answer_by = time.monotonic() + 120
+                    while not _is_mounted(self.mnt) and self.proc.poll() is None and time.monotonic() < answer_by:
+                        time.sleep(0.01)
+                else:
+                    time.sleep(self.rng.uniform(0.0, max(0.05, statistics.median(self.totals.recovery_s or [0.5]))))
+                answered = _is_mounted(self.mnt)     # then it had taken its clean-shutdown marker
+                self.crash(lose)
+                self.totals.faults[crash] += 1
+                if answered:
+                    crash += "-after-it-answered"
             self.totals.recovery_s.append(self.start())
+            self.totals.remounts[crash].append((self.totals.recovery_s[-1], self.last_load_ms,
+                                                self.last_index_rebuilds, self.last_skipped_recovery))
+            self.totals.context = f"cycle {cycle}, after {crash}"
+            if (crash in ("power-loss", "kill-9") or crash.endswith("-after-it-answered")) \
+                    and self.last_skipped_recovery:
+                # the crashed mount had answered, so it had removed its clean-shutdown marker: it must not
+                # come back (a power loss brings it back when its unlink was never made durable)
+                self.totals.fail("the mount skipped recovery on a clean-shutdown marker that the crashed "
+                                 "mount had removed")
             self.check_views()
+            self.totals.context = ""
             self.totals.cycles += 1
             if args.verbose:
                 print(f"cycle {cycle}: acknowledged {self.totals.acknowledged}, lost {self.totals.lost}, "
-                      f"recovery {self.totals.recovery_s[-1]:.2f}s", flush=True)
+                      f"recovery after {crash} {self.totals.recovery_s[-1]:.2f}s "
+                      f"(load {self.last_load_ms} ms)", flush=True)
         views = self.check_views()
         self.stop()
         self.totals.faults["clean-shutdown"] += 1
         self.check_disk(views)
+        self.stop_layer()
         return self.report()
 
     def _background_work(self) -> dict[str, int]:
@@ -601,7 +819,22 @@ class Torture:
             return {}
         return {"compactions": text.count("Swapping in cleaned segment"),
                 "retention_deletions": text.count("Found deletable segments"),
-                "recoveries_of_unflushed_segments": text.count("Recovering unflushed segment")}
+                "recoveries_of_unflushed_segments": text.count("Recovering unflushed segment"),
+                "corrupted_index_rebuilds": text.count("Found a corrupted index file")}
+
+    def _layer_figures(self) -> dict[str, int]:
+        """What the power losses dropped, summed from the layer's log lines."""
+        try:
+            text = self.layer_log.read_text(errors="replace")
+        except OSError:
+            return {}
+        totals: collections.Counter = collections.Counter()
+        for line in re.findall(r"power loss: (.*)", text):
+            for part in line.split(", "):
+                name, _, value = part.rpartition(" ")
+                if value.isdigit():
+                    totals[name] += int(value)
+        return dict(totals)
 
     def report(self) -> int:
         t = self.totals
@@ -609,11 +842,22 @@ class Torture:
         summary = {
             "cycles": t.cycles, "acknowledged": t.acknowledged, "lost": t.lost, "duplicated": t.duplicated,
             "misplaced": t.misplaced, "partial_batches": t.partial_batches, "start_went_back": t.start_went_back,
+            "retention_undone_by_power_loss": t.retention_undone_by_power_loss,
+            "recovered_unflushed_dropped": t.recovered_unflushed_dropped,
             "reader_errors": t.reader_errors, "follower_errors": t.follower_errors, "disk_errors": t.disk_errors,
             "check_problems": t.check_problems, "retained_or_deleted": t.retained,
             "unacknowledged_batches_present": t.unacked_present, "unacknowledged_batches_absent": t.unacked_absent,
             "recovery_median_s": round(statistics.median(rec), 3), "recovery_max_s": round(rec[-1], 3),
             "faults": dict(sorted(t.faults.items())), "peak_rss_mib": round(t.peak_rss_kb / 1024, 1),
+            "remount_after": {kind: {"count": len(runs),
+                                     "median_s": round(statistics.median(r[0] for r in runs), 3),
+                                     "max_s": round(max(r[0] for r in runs), 3),
+                                     "load_median_ms": statistics.median(r[1] for r in runs),
+                                     "load_max_ms": max(r[1] for r in runs),
+                                     "corrupted_index_rebuilds": sum(r[2] for r in runs),
+                                     "recovery_skipped_on_marker": sum(r[3] for r in runs)}
+                              for kind, runs in sorted(t.remounts.items())},
+            **({"dropped_at_power_losses": self._layer_figures()} if self.args.power_loss else {}),
             **self._background_work(),
             "failures": t.failures,
         }
@@ -643,6 +887,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="probability of a second crash during the next startup")
     parser.add_argument("--shutdown-kill-rate", type=float, default=0.2,
                         help="probability that a crash cycle crashes during a clean shutdown instead")
+    parser.add_argument("--power-loss", action="store_true",
+                        help="run over scripts/powerloss_fs.py: crashes are power losses (un-fsynced writes "
+                             "and directory entries dropped)")
+    parser.add_argument("--power-loss-rate", type=float, default=1.0,
+                        help="with --power-loss: the share of crashes that are power losses, the rest kill -9 "
+                             "(default 1)")
+    parser.add_argument("--checkpoint-ms", type=int, default=60000,
+                        help="with --power-loss: the checkpoint intervals (default 60000, Kafka's)")
+    parser.add_argument("--torn-writes", action="store_true",
+                        help="with --power-loss: a random half of the dirty pages is written at each power loss")
+    parser.add_argument("--lying-fsync", action="store_true",
+                        help="with --power-loss, self-test: fsync makes nothing durable; the run must report "
+                             "lost records")
+    parser.add_argument("--new-topic-rate", type=float, default=None,
+                        help="probability that a crash cycle creates a topic and acknowledges a batch in it just "
+                             "before the crash (default 0.5 with --power-loss, else 0)")
     parser.add_argument("--segment-bytes", type=int, default=16384)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--work-dir", help="mount point and log live here (default: a new temp dir)")
@@ -656,6 +916,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seed is None:
         args.seed = random.randrange(1 << 30)
+    if args.new_topic_rate is None:
+        args.new_topic_rate = 0.5 if args.power_loss else 0.0
     print(f"seed: {args.seed}", flush=True)
     torture = Torture(args)
     try:
@@ -668,6 +930,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if torture.proc is not None:
             torture.kill()
+        if torture.layer is not None:
+            torture.layer.kill()
+            torture.layer.wait()
+            subprocess.run(["fusermount3", "-uz", str(torture.data)], capture_output=True)
         if not args.keep and not args.work_dir:
             shutil.rmtree(torture.work, ignore_errors=True)
         elif args.keep:

@@ -153,3 +153,122 @@ def _write_lines_then_close(path, lines: list[bytes]) -> None:
             os.write(fd, line + b"\n")
     finally:
         os.close(fd)
+
+
+# --------------------------------------------------------------------------- a seeded hostile session
+
+#: How the session found issue 18: every namespace call with bad names, bytes, JSON, configs, markers
+#: and group lines, racing threads, and a kill -9 and remount every few hundred calls.  Seeded and bounded
+#: (operations and seconds), so a failure replays with the same seed.
+SESSION_SEED = 18
+SESSION_ROUNDS = 6
+SESSION_OPS_PER_THREAD = 60
+SESSION_THREADS = 3
+SESSION_SECONDS = 45.0
+#: topics the session creates, deletes and creates again (the recreated-topic path of issue 18)
+SESSION_TOPICS = ["h0", "h1", "h.2", "h_3"]
+HUGE = "9" * 5000
+
+
+def _hostile_op(rnd, mount, topic: str) -> tuple[str, int]:
+    """One random call through the mount; returns (what, errno or 0)."""
+    p = rnd.choice(["0", "1", "00", "-1", "٣", HUGE[:30]])
+    junk = bytes(rnd.randrange(256) for _ in range(rnd.randrange(40)))
+    choice = rnd.randrange(13)
+    if choice == 0:
+        return "mkdir topic", _errno(os.mkdir, mount / rnd.choice([topic, topic + "x" * rnd.randrange(300), "..."]))
+    if choice == 1:
+        return "rmdir topic", _errno(os.rmdir, mount / topic)
+    if choice == 2:
+        lines = rnd.choice([b"a\nb\n", junk, junk + b"\n", b"\n" * 3, b"x" * 5000 + b"\n"])
+        return "append", _errno(_write, mount / topic / p / "append", lines)
+    if choice == 3:
+        line = rnd.choice([b'{"value": "v"}\n', b'{"key": "k", "value": 1}\n', b"{bad\n", junk + b"\n",
+                           b'{"value": "' + HUGE.encode() + b'"}\n'])
+        return "append.jsonl", _errno(_write, mount / topic / p / "append.jsonl", line)
+    if choice == 4:
+        line = rnd.choice(["segment.bytes=100", "segment.bytes=14", "segment.bytes=" + HUGE, "retention.ms=-1",
+                           "cleanup.policy=compact", "cleanup.policy=delete", "x=y", "segment.bytes=",
+                           "cleanup.policy=", "max.message.bytes=00"]).encode()
+        return "config", _errno(_write, mount / topic / "config", line + b"\n")
+    if choice == 5:
+        marker = rnd.choice([b"before 3", b"before " + HUGE.encode(), b"before 003", b"key k", b"topic", junk])
+        return "delete marker", _errno(_write, mount / topic / p / "delete", marker + b"\n")
+    if choice == 6:
+        line = rnd.choice(["0 1", "0 003", "reset 002", "00 1", "reset earliest", "reset latest", "0 " + HUGE,
+                           "reset " + HUGE, "reset @" + HUGE, "reset 2020-01-01", "9 9"]).encode()
+        return "group line", _errno(_write_created, mount / topic / "groups" / rnd.choice(["g", "g2"]), line + b"\n")
+    if choice == 7:
+        return "read", _errno(lambda: (mount / topic / p / rnd.choice(["records", "records.jsonl", "state"]))
+                              .read_bytes())
+    if choice == 8:
+        return "offset lookup", _errno(os.stat, mount / topic / p / "offset" / rnd.choice(["0", "007", HUGE, "x"]))
+    if choice == 9:
+        return "add partition", _errno(os.mkdir, mount / topic / rnd.choice(["1", "2", "01", HUGE[:40]]))
+    if choice == 10:
+        return "stat junk", _errno(os.stat, mount / topic / junk.decode("latin-1").replace("/", "_").replace(
+            "\0", "_")[:200] if junk else mount / topic)
+    if choice == 11:
+        return "consume", _errno(lambda: (mount / topic / p / "consume" / "g").read_bytes())
+    return "listdir", _errno(os.listdir, mount / topic)
+
+
+def test_a_seeded_hostile_session_with_crashes_loses_no_acknowledged_record(logfs_mount):
+    import random
+    import threading
+    import time
+
+    mount = logfs_mount({"log.segment.bytes": "300", "log.cleaner.backoff.ms": "200"})
+    os.mkdir(mount / "ctl")
+    acknowledged: list[bytes] = []            # control records whose write() returned: never lost
+    failures: list[str] = []
+    deadline = time.monotonic() + SESSION_SECONDS
+    rnd_main = random.Random(SESSION_SEED)
+    calls = 0
+
+    def worker(seed: int) -> None:
+        rnd = random.Random(seed)
+        for _ in range(SESSION_OPS_PER_THREAD):
+            what, code = _hostile_op(rnd, mount, rnd.choice(SESSION_TOPICS))
+            if code in (errno.EIO, errno.ENOTCONN, errno.ECONNABORTED):
+                failures.append(f"{what}: {os.strerror(code)}")
+
+    for round_ in range(SESSION_ROUNDS):
+        if time.monotonic() > deadline:
+            break
+        threads = [threading.Thread(target=worker, args=(SESSION_SEED * 100 + round_ * 10 + i,))
+                   for i in range(SESSION_THREADS)]
+        for t in threads:
+            t.start()
+        for i in range(20):                   # control records, interleaved with the hostile calls
+            value = b"ctl-%d-%d" % (round_, i)
+            _write(mount / "ctl/0/append", value + b"\n")
+            acknowledged.append(value)
+        for t in threads:
+            t.join()
+        calls += SESSION_THREADS * SESSION_OPS_PER_THREAD
+        assert not failures, failures
+        assert mount.proc is not None and mount.proc.poll() is None, mount.log_tail()
+        if rnd_main.random() < 0.7:           # kill -9 and remount; otherwise a clean restart
+            mount.kill()
+        else:
+            assert mount.stop() == 0
+        mount.start()
+        assert (mount / "ctl/0/records").read_bytes().splitlines() == acknowledged
+        for topic in SESSION_TOPICS:          # every surviving topic reads whole, without EIO
+            for partition in (os.listdir(mount / topic) if (mount / topic).is_dir() else []):
+                if partition.isdigit():
+                    (mount / topic / partition / "records").read_bytes()
+    assert calls >= SESSION_THREADS * SESSION_OPS_PER_THREAD * 2
+    log = mount.log()
+    assert "Traceback" not in log and "unexpected error" not in log, log[-3000:]
+    assert "checkpointed log start offset" not in log    # no false damage report (issue 18)
+
+
+def _write_created(path, data: bytes) -> None:
+    """``echo ... > path``: created if missing (a group file), then one write and close."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)

@@ -199,6 +199,21 @@ def test_bad_group_lines_are_einval_and_apply_nothing(mount):
     assert "Invalid line '0 nine' for t/groups/g" in mount.log()
 
 
+def test_group_numbers_have_one_spelling_and_huge_ones_are_einval(mount):
+    """Issue 18: 5000 digits gave EIO and a traceback; '0 003', 'reset 002', '00 1' were accepted."""
+    mount.sh("mkdir t && seq 1 4 > t/0/append && echo '0 2' > t/groups/g")
+    huge = "9" * 5000
+    for bad in [f"0 {huge}", f"reset {huge}", f"reset @{huge}", f"{huge} 1", "0 003", "reset 002", "00 1",
+                "0 00", "reset 00"]:
+        result = mount.sh(f"printf '%s\\n' '{bad}' > t/groups/g", check=False)
+        assert result.returncode != 0 and b"Invalid argument" in result.stderr, bad[:20]
+    assert group_rows(mount, "t", "g") == [[0, 2, 4, 2]]
+    log = mount.log()
+    assert "Traceback" not in log and "ERROR" not in log
+    assert "'0 003' for t/groups/g: '003' is not an offset" in log
+    assert huge not in log                              # named by its length, not dumped
+
+
 @pytest.mark.mount_options(OPTIONS)
 def test_rm_deletes_a_groups_commits_with_tombstones(mount):
     mount.sh("mkdir t && seq 1 3 > t/0/append && cat t/0/consume/x > /dev/null && cat t/0/consume/y > /dev/null")

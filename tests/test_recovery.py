@@ -56,7 +56,8 @@ def test_reload_after_clean_shutdown(tmp_path):
     assert list(loaded.segments.keys()) == bases
     assert loaded.recovery_point == loaded.log_end_offset == records[-1].offset + 1
     active = loaded.active_segment
-    assert os.path.getsize(active.offset_index.path) == make_config().segment_index_bytes // 8 * 8   # re-grown
+    # re-grown to what a segment of this size can hold (engine.segment.index_bytes_needed)
+    assert os.path.getsize(active.offset_index.path) == active.max_index_size // 8 * 8 > 4 * 8
     assert loaded.append_values([b"next"])[0] == records[-1].offset + 1
     loaded.close()
 
@@ -273,3 +274,21 @@ def test_log_start_offset_checkpoint(tmp_path):
     assert beyond.read_records(0) == records
     beyond.close()
     shutil.rmtree(path)
+
+
+def test_a_swap_interrupted_between_its_renames_is_recovered_without_an_error(tmp_path, caplog):
+    """Issue 18: a crash between the .log.swap and .index.swap renames logged ERROR for a normal recovery."""
+    import logging
+    path = str(tmp_path / "t-0")
+    log, records = build_log(path)
+    segments = list(log.segments.values())
+    keep = [r for r in records if r.offset < segments[2].base_offset and r.offset % 2 == 0]
+    log.close()
+    with open(os.path.join(path, "%020d.log.swap" % segments[0].base_offset), "wb") as f:
+        f.write(encode_records(keep))                   # its .index.swap / .timeindex.swap: not renamed yet
+    with caplog.at_level(logging.INFO, logger="engine"):
+        loaded = reload(path, had_clean_shutdown=False, recovery_point=records[-1].offset + 1)
+    assert loaded.read_records(0) == keep + [r for r in records if r.offset >= segments[2].base_offset]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    assert "installed from an interrupted log cleaner swap" in caplog.text
+    loaded.close()

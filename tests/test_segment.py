@@ -230,7 +230,7 @@ def test_enospc_truncates_back_and_raises_log_dir_full(tmp_path):
 def test_descriptor_closes_on_close_and_on_garbage_collection(tmp_path):
     import gc
     seg = LogSegment.open(str(tmp_path), 0, make_config(), ManualClock())
-    fd = seg._fd
+    fd = seg._log().fd
     os.fstat(fd)
     seg.delete_if_exists()
     del seg
@@ -241,8 +241,8 @@ def test_descriptor_closes_on_close_and_on_garbage_collection(tmp_path):
     seg = LogSegment.open(str(tmp_path), 5, make_config(), ManualClock())
     fill(seg, 1, start=5)
     seg.close()
-    with pytest.raises(StorageError, match="Bad file descriptor"):
-        seg.read_bytes(0, 10)         # never another file's reused descriptor
+    with pytest.raises(StorageError, match="is closed"):
+        seg.read_bytes(0, 10)         # never another file's reused descriptor, never reopened
 
 
 # ---- damage: strict walkers, indexes checked against the log, in-memory recovery (issue 9/12)
@@ -380,3 +380,20 @@ def test_a_time_index_naming_offsets_outside_its_segment_fails_the_check(tmp_pat
             seg.check_index_against_log()
     finally:
         seg.close()
+
+
+def test_a_small_segment_preallocates_small_indexes_and_a_default_one_kafkas_size(tmp_path):
+    """Issue 18: a roll of a 100-byte segment mapped two 10 MiB indexes (5-25 ms a roll)."""
+    from engine.config import LogConfig
+    from engine.segment import LogSegment, index_bytes_needed
+
+    tiny = LogSegment.open(str(tmp_path), 0, LogConfig.from_props({"segment.bytes": "100"}))
+    assert os.path.getsize(tiny.offset_index.path) <= 4096 and os.path.getsize(tiny.time_index.path) <= 4096
+    default = LogSegment.open(str(tmp_path), 1000, LogConfig.from_props({}))
+    assert default.offset_index.max_index_size == LogConfig.from_props({}).segment_index_bytes
+    # a segment never holds more batches (each at least 61 bytes) than its indexes have room for
+    for segment_bytes in (14, 100, 8192, 1 << 20):
+        room = index_bytes_needed(segment_bytes, 10 << 20) // 12
+        assert room >= segment_bytes // 61 + 2
+    tiny.close()
+    default.close()

@@ -189,6 +189,7 @@ def test_a_logfs_data_dir_is_served_by_kafka_after_the_procedure(kafka_broker, l
     imported = expected[("imported", 0)][2]
     assert {r[4] for r in imported} == {0} and any(r[5] for r in imported) and any(r[1] is None for r in imported)
     assert mount.stop() == 0
+    assert list(mount.data.glob("*/*.viewindex")), "the mount wrote no view index file"
 
     # Step 1: the plan, run by Kafka's own kafka-topics (TopicCommand) against the broker.
     kafka_topics = shlex.join(java_command("org.apache.kafka.tools.TopicCommand",
@@ -209,6 +210,8 @@ def test_a_logfs_data_dir_is_served_by_kafka_after_the_procedure(kafka_broker, l
     assert (kafka_broker.log_dir / ".kafka_cleanshutdown").exists()
     adopted = _logfs("to-kafka", "adopt", str(mount.data), "--broker-log-dir", str(kafka_broker.log_dir))
     assert f"Adopted {len(expected)} partitions" in adopted.stdout.decode()
+    # the mount's view index sidecars stay behind: the broker's log dir holds Kafka's files only
+    assert not list(kafka_broker.log_dir.glob("*/*.viewindex*"))
     kafka_broker.start()
 
     for (topic, partition), (start, end, records) in sorted(expected.items()):

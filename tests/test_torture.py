@@ -39,3 +39,27 @@ def test_torture_detects_acknowledged_records_lost_behind_its_back():
     assert code == 1, output
     assert summary["lost"] > 0, output
     assert summary["faults"]["damage-truncated-segment"] == 1
+
+
+def test_power_loss_round_loses_nothing():
+    """A short --power-loss round: every crash a power loss of scripts/powerloss_fs.py, a new topic before each."""
+    code, summary, output = _run("--power-loss", "--cycles", "8", "--cycle-seconds", "1.2", "--new-topic-rate", "1",
+                                 "--shutdown-kill-rate", "0.1", "--seed", "18")
+    assert summary, output
+    assert summary["lost"] == 0 and summary["duplicated"] == 0 and summary["misplaced"] == 0, output
+    assert code == 0, output
+    faults = summary["faults"]
+    assert sum(n for kind, n in faults.items() if kind.startswith("power-loss")) >= 3, output
+    assert summary["acknowledged"] > 1000, output
+    remounts = summary["remount_after"]
+    assert sum(r["count"] for kind, r in remounts.items() if kind.startswith("power-loss")) >= 3, output
+    assert faults["new-topic"] >= 1, output
+
+
+def test_power_loss_round_detects_a_disk_that_lies_about_fsync():
+    """Self-test of the mode: when fsync makes nothing durable, a power loss must show acknowledged records lost."""
+    code, summary, output = _run("--power-loss", "--lying-fsync", "--cycles", "2", "--clean-every", "100",
+                                 "--startup-kill-rate", "0", "--shutdown-kill-rate", "0", "--seed", "18")
+    assert code == 1, output
+    assert summary["lost"] > 0, output
+    assert summary["faults"]["power-loss"] == 2, output

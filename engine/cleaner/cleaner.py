@@ -13,7 +13,7 @@ import weakref
 from itertools import compress
 from operator import ge
 from typing import TYPE_CHECKING, cast
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from engine.cleaner.stats import CleanerStats
 from engine.cleaner.throttler import GilYield, Throttler
@@ -21,9 +21,9 @@ from engine.cleaner.cleaner_manager import LogToClean, log_segments
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import CorruptRecordError, LogfsError
 from engine.cleaner.offset_map import OffsetMap
-from engine.records import (LOG_OVERHEAD, BatchHeader, Record, decode_batch, decode_key_columns, iter_batches,
-                            read_header, rebuild_batch, validate_batch)
 from engine.files import CLEANED_FILE_SUFFIX, log_file_path, offset_index_file_path, time_index_file_path
+from engine.records import (LOG_OVERHEAD, BatchHeader, Record, decode_batch, decode_key_columns, rebuild_batch)
+from engine.records.reader import BatchChunk, read_chunks
 from engine.segment import LogSegment
 from engine.topic import TopicPartition
 from engine.transactions import AbortedTxn, TransactionState
@@ -174,17 +174,13 @@ class Cleaner:
         end = segment.size
         pause = self.gil_yield
         try:
-            while position < end:
-                self.check_done(tp)
-                chunk = segment.read_bytes(position, min(self._read_buffer_size, end - position))
-                self.throttler.maybe_throttle(len(chunk))
-                consumed = 0
+            for batch_chunk in self._chunks(log, segment, position, end, tp, verify_crc=False):
+                chunk = batch_chunk.buf
                 offsets: list[int] = []
                 keys: list[bytes] = []
                 # (number of keys up to the end of the batch, its last offset) per mapped batch
                 batch_ends: list[tuple[int, int]] = []
-                for pos, header in iter_batches(chunk):
-                    consumed = pos + header.batch_length + LOG_OVERHEAD
+                for pos, header in batch_chunk.batches:
                     last_offset = header.base_offset + header.last_offset_delta
                     if last_offset < start:
                         continue
@@ -204,12 +200,9 @@ class Cleaner:
                         keys += cast("list[bytes]", batch_keys)     # keyless records were left out above
                     batch_ends.append((len(keys), last_offset))
                     pause()
-                position += consumed
-                stats.map_bytes_read += consumed
-                if consumed == 0:
-                    self._grow_buffers_or_fail(segment, position, chunk, log.config.max_message_bytes)
-                elif batch_ends and not self._put_chunk(offset_map, keys, offsets, batch_ends,
-                                                        max_desired_map_size):
+                stats.map_bytes_read += batch_chunk.end - batch_chunk.position
+                if batch_ends and not self._put_chunk(offset_map, keys, offsets, batch_ends,
+                                                      max_desired_map_size):
                     return True
             # Offsets may have gaps (an earlier clean): the whole segment is covered.
             offset_map.update_latest_offset(next_segment_start - 1)
@@ -353,22 +346,10 @@ class Cleaner:
         if aborted is None:
             aborted = self.aborted_transactions(log)
         pause = self.gil_yield
-        position = 0
-        end = source.size
         try:
-            while position < end:
-                self.check_done(tp)
-                chunk = source.read_bytes(position, min(self._read_buffer_size, end - position))
-                self.throttler.maybe_throttle(len(chunk))
-                consumed = 0
-                batches: list[tuple[int, BatchHeader]] = []
-                for pos, header in iter_batches(chunk):
-                    consumed = pos + header.batch_length + LOG_OVERHEAD
-                    try:
-                        validate_batch(chunk, pos)
-                    except CorruptRecordError as exc:
-                        raise exc.at(source.log_path, position + pos) from None
-                    batches.append((pos, header))
+            for batch_chunk in self._chunks(log, source, 0, source.size, tp, verify_crc=True):
+                chunk = batch_chunk.buf
+                batches = batch_chunk.batches
                 columns, latest_of = self._key_lookup(chunk, batches, offset_map, latest_offset)
                 # One append per retained batch: LogSegment.append indexes the position it
                 # writes at under the batch's last offset, which is what Kafka's index holds
@@ -439,9 +420,6 @@ class Cleaner:
                             stats.recopy_messages(len(kept), len(out))
                             max_ts, max_ts_offset = _max_timestamp(kept)
                     self._append(dest, out, last_offset, max_ts, max_ts_offset)
-                position += consumed
-                if consumed == 0:
-                    self._grow_buffers_or_fail(source, position, chunk, log.config.max_message_bytes)
         finally:
             self._restore_buffers()
 
@@ -476,20 +454,37 @@ class Cleaner:
 
     # -- buffers -----------------------------------------------------------------------------
 
-    def _grow_buffers_or_fail(self, segment: LogSegment, position: int, chunk: bytes,
-                              max_log_message_size: int) -> None:
+    def _chunks(self, log: Log, segment: LogSegment, start: int, end: int, tp: TopicPartition, *,
+                verify_crc: bool) -> Iterator[BatchChunk]:
+        """The shared chunked reader over ``segment`` (engine.records.reader), throttled and abortable.
+
+        Between chunks the clean may be aborted (``check_done``) and the I/O is
+        throttled; a batch larger than the read buffer grows it as Kafka's
+        ``growBuffersOrFail`` does.
+        """
+        max_message_bytes = log.config.max_message_bytes
+
+        def grow(chunk_size: int, batch_size: int, position: int) -> int:
+            return self._grow_buffers_or_fail(segment, position, batch_size, max_message_bytes)
+
+        position = start
+        while position < end:
+            self.check_done(tp)
+            chunks = read_chunks(segment.read_bytes, position, end, self._read_buffer_size, path=segment.log_path,
+                                 verify_crc=verify_crc, grow=grow)
+            batch_chunk = next(chunks, None)
+            if batch_chunk is None:
+                return
+            self.throttler.maybe_throttle(len(batch_chunk.buf))
+            yield batch_chunk
+            position = batch_chunk.end
+
+    def _grow_buffers_or_fail(self, segment: LogSegment, position: int, next_batch_size: int,
+                              max_log_message_size: int) -> int:
         """The next batch did not fit in the read buffer: grow it (Kafka's ``growBuffersOrFail``)."""
         bytes_left = segment.size - position
         where = f"log segment {segment.log_path} at position {position}"
-        if len(chunk) >= bytes_left and len(chunk) < self._read_buffer_size:
-            raise CorruptRecordError(f"Log segment may be corrupt, truncated batch at the end of {where}",
-                                     path=segment.log_path, position=position)
         if self._read_buffer_size >= max_log_message_size:
-            next_batch_size = read_header(chunk).size
-            if next_batch_size <= self._read_buffer_size:
-                raise CorruptRecordError(f"Batch size {next_batch_size} < buffer size "
-                                         f"{self._read_buffer_size}, but not processed for {where}",
-                                         path=segment.log_path, position=position)
             if next_batch_size > bytes_left:
                 raise CorruptRecordError(f"Log segment may be corrupt, batch size {next_batch_size} > "
                                          f"{bytes_left} bytes left in segment for {where}",
@@ -501,9 +496,15 @@ class Cleaner:
         if self._read_buffer_size >= max_buffer_size:
             raise CorruptRecordError(f"This log contains a message larger than maximum allowable size of "
                                      f"{max_buffer_size}.", path=segment.log_path, position=position)
-        new_size = min(self._read_buffer_size * 2, max_buffer_size)
+        new_size = self._read_buffer_size
+        while new_size < next_batch_size and new_size < max_buffer_size:
+            new_size = min(new_size * 2, max_buffer_size)
+        if new_size < next_batch_size:
+            raise CorruptRecordError(f"This log contains a message larger than maximum allowable size of "
+                                     f"{max_buffer_size}.", path=segment.log_path, position=position)
         self._info("Growing cleaner I/O buffers from %d bytes to %d bytes.", self._read_buffer_size, new_size)
         self._read_buffer_size = new_size
+        return new_size
 
     def _restore_buffers(self) -> None:
         self._read_buffer_size = self.io_buffer_size

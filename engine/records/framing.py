@@ -1,11 +1,11 @@
-"""Framing and validation of the batches in a buffer: header reads, CRC checks, the batch walk.
+"""Framing and validation of the batches in a buffer: header reads, CRC checks, a shallow batch walk.
 
-:func:`iter_batches` is the batch walker over bytes already in memory (the
-cleaner's read chunks, the Spark source's reads, the tools' whole files).  The
-other walker, ``LogSegment._walk`` in :mod:`engine.segment`, stays separate
-because its I/O is its own: it ``pread``s a ``.log`` chunk by chunk, skips
-batch bodies on header-only walks, re-reads a batch that straddles a chunk,
-and tells a torn tail from damage by the segment's published size.
+:func:`iter_batches` walks batches already in memory.  Readers of a ``.log``
+file do not use it: they all go through the one chunked reader,
+:mod:`engine.records.reader` (read a chunk, walk its batches, grow when one
+does not fit), so framing, CRC and corruption errors are the same everywhere.
+The header-only walk of ``LogSegment._walk`` (offset and timestamp
+translation) stays in :mod:`engine.segment`: it skips batch bodies unread.
 """
 
 from __future__ import annotations

@@ -3,11 +3,14 @@
 The mount serves ``records`` (one value per line) and ``records.jsonl`` (one
 JSON object per line) as byte-addressable files.  A read at byte position P
 must not decode the log from its start, so every segment keeps a ViewIndex:
-for a sparse set of batches (the segment's first batch and every batch the
-offset index points at) it records where the batch starts in the ``.log`` and
-where its first record starts in each rendering.  A read bisects the column of
-its rendering, then decodes forward from the batch found; the cost is bounded
-by ``index.interval.bytes`` of log, as a fetch is in Kafka.
+for a sparse set of batches (the segment's first batch, then one after every
+``VIEW_INDEX_INTERVAL_BYTES`` of log, at least ``index.interval.bytes``) it
+records where the batch starts in the ``.log`` and where its first record
+starts in each rendering.  A read bisects the column of its rendering, then
+decodes forward from the batch found; the cost is bounded by that interval of
+log, as a fetch is bounded by ``index.interval.bytes`` in Kafka.  A sealed
+segment's index is persisted in ``<base>.viewindex`` (engine.views.persisted)
+and loaded from there after a remount instead of a scan.
 
 Concurrency: there is one writer (appends happen under ``Log.lock``) and any
 number of lock-free readers.  Each column is an ``array('q')`` that only grows;
@@ -34,6 +37,7 @@ from collections.abc import Sequence
 
 from engine import records as _records
 from engine.errors import CorruptRecordError
+from engine.views import persisted
 from engine.views.render import appended_view_sizes, columns_view_sizes
 
 if TYPE_CHECKING:
@@ -64,7 +68,7 @@ class ViewIndex:
 
     __slots__ = ("base_offset", "_offsets", "_log_positions", "_text_positions",
                  "_json_positions", "entries", "totals", "_bytes_since_last_entry",
-                 "index_interval_bytes")
+                 "index_interval_bytes", "last_position")
 
     def __init__(self, base_offset: int, index_interval_bytes: int = 4096) -> None:
         self.base_offset = base_offset
@@ -77,6 +81,8 @@ class ViewIndex:
         self.totals = ViewTotals(base_offset, 0, 0, 0, 0)
         # Only used when the index decides spacing itself (a rebuild by scan).
         self._bytes_since_last_entry = 0
+        #: .log position of the last batch covered (-1: none)
+        self.last_position = -1
 
     # -- running totals (each read is one attribute load of an immutable tuple) --
     @property
@@ -119,6 +125,7 @@ class ViewIndex:
             self.entries += 1          # published last: readers never see a half entry
         count = (next_offset - first_offset) if records is None else records
         end = log_position + batch_size if batch_size else max(totals.log_size, log_position)
+        self.last_position = log_position
         self.totals = ViewTotals(next_offset, end, totals.text_size + text_size,
                                  totals.json_size + json_size, totals.record_count + count)
 
@@ -135,6 +142,19 @@ class ViewIndex:
         self._bytes_since_last_entry += batch_size
         self.append(first_offset, log_position, text_size, json_size, next_offset, indexed,
                     batch_size=batch_size, records=records)
+
+    def columns(self) -> tuple[array, array, array, array]:
+        """The four columns (offset, log, text and JSON positions); only the first ``entries`` are valid."""
+        return self._offsets, self._log_positions, self._text_positions, self._json_positions
+
+    def load_columns(self, columns: Sequence[array], entries: int, totals: ViewTotals, last_position: int,
+                     bytes_since_last_entry: int) -> None:
+        """Fill an empty index from a persisted one (engine.views.persisted); appends may follow."""
+        self._offsets, self._log_positions, self._text_positions, self._json_positions = columns
+        self.last_position = last_position
+        self._bytes_since_last_entry = bytes_since_last_entry
+        self.totals = totals
+        self.entries = entries
 
     def _entry(self, n: int) -> tuple[int, int, int, int]:
         return (self._offsets[n], self._log_positions[n], self._text_positions[n],
@@ -168,6 +188,17 @@ class ViewIndex:
                 f"nextOffset={t.next_offset}, textSize={t.text_size}, jsonSize={t.json_size})")
 
 
+#: Log bytes between two view index entries at least: a random read decodes at
+#: most this much before the position it wants (it reads 256 KiB anyway), and
+#: the index costs 32 bytes per entry in memory and in ``<base>.viewindex``
+#: (0.5 MB per GB stored instead of 8 MB at Kafka's 4 KiB index interval).
+VIEW_INDEX_INTERVAL_BYTES = 64 * 1024
+
+
+def _interval(segment: LogSegment) -> int:
+    return max(segment.index_interval_bytes, VIEW_INDEX_INTERVAL_BYTES)
+
+
 class SegmentViews:
     """What a segment's ``sidecar`` holds: its view index and the topic partition it was sized for.
 
@@ -176,12 +207,14 @@ class SegmentViews:
     scans; an append never waits for it (see :meth:`ViewsObserver.on_append`).
     """
 
-    __slots__ = ("index", "topic_partition", "lock")
+    __slots__ = ("index", "topic_partition", "lock", "loaded", "persisted")
 
     def __init__(self, segment: LogSegment) -> None:
-        self.index = ViewIndex(segment.base_offset, segment.index_interval_bytes)
+        self.index = ViewIndex(segment.base_offset, _interval(segment))
         self.topic_partition: TopicPartition = segment.topic_partition
         self.lock = threading.Lock()
+        self.loaded = False         # the persisted file was looked for (sealed segments)
+        self.persisted = False      # the complete index is on disk (or cannot be written)
 
 
 def _views_of(segment: LogSegment) -> SegmentViews:
@@ -192,19 +225,23 @@ def _views_of(segment: LogSegment) -> SegmentViews:
     return views
 
 
-def view_index(segment: LogSegment) -> ViewIndex:
+def view_index(segment: LogSegment, sealed: bool = False) -> ViewIndex:
     """The segment's view index, caught up to the current size (one scan when loaded from disk).
 
+    ``sealed`` says the segment is no longer the log's active one: its index
+    is then loaded from ``<base>.viewindex`` when that file is valid, and
+    written there after a scan (engine.views.persisted).
     CorruptRecordError (file, position) if the segment is damaged before
     its size: a view never ends silently at damage.
     """
-    vi, damage = view_index_and_damage(segment)
+    vi, damage = view_index_and_damage(segment, sealed)
     if damage is not None:
         raise damage
     return vi
 
 
-def view_index_and_damage(segment: LogSegment) -> tuple[ViewIndex, CorruptRecordError | None]:
+def view_index_and_damage(segment: LogSegment,
+                          sealed: bool = False) -> tuple[ViewIndex, CorruptRecordError | None]:
     """The view index caught up as far as the log is whole, and the damage that stopped it (or None).
 
     For a reader that serves the good bytes before damage and then fails
@@ -214,16 +251,30 @@ def view_index_and_damage(segment: LogSegment) -> tuple[ViewIndex, CorruptRecord
     """
     views = segment.sidecar
     if isinstance(views, SegmentViews) and views.index.log_size >= segment.size \
-            and views.topic_partition == segment.topic_partition:
+            and views.topic_partition == segment.topic_partition and (views.persisted or not sealed):
         return views.index, None
     views = _views_of(segment)
     with views.lock:
         vi = views.index
+        if not views.loaded:
+            # First use since the segment was opened: its persisted index, if valid,
+            # instead of a scan (a sealed segment's covers it all; an active one's
+            # what it held at the last clean shutdown, caught up below).
+            views.loaded = True
+            if vi.log_size == 0 and segment.size > 0:
+                loaded = persisted.load(segment, ViewIndex)
+                if loaded is not None:
+                    views.index = vi = loaded
+                    views.persisted = loaded.log_size == segment.size
         damage = None
-        try:
-            _catch_up(segment, vi, segment.size)
-        except CorruptRecordError as exc:
-            damage = exc
+        if vi.log_size < segment.size:
+            try:
+                _catch_up(segment, vi, segment.size)
+            except CorruptRecordError as exc:
+                damage = exc
+        if sealed and damage is None and not views.persisted:
+            views.persisted = True          # once, written or not (the failure is logged)
+            persisted.persist(segment, vi)
         return vi, damage
 
 
@@ -279,6 +330,25 @@ class ViewsObserver:
             views.lock.release()
 
 
+    def on_roll(self, segment: LogSegment) -> None:
+        """``segment`` was sealed, or the log is closing (under ``Log.lock``): persist its view index if exact.
+
+        The index kept exact by appends is written as it is (no scan, no
+        flush: engine.views.persisted); a sealed segment's that is not is
+        written after the scan of its first use.
+        """
+        views = segment.sidecar
+        if not isinstance(views, SegmentViews) or not views.lock.acquire(blocking=False):
+            return
+        try:
+            if views.index.log_size == segment.size and views.topic_partition == segment.topic_partition:
+                views.persisted = True
+                views.loaded = True
+                persisted.persist(segment, views.index)
+        finally:
+            views.lock.release()
+
+
 _OBSERVER = ViewsObserver()
 
 
@@ -307,7 +377,7 @@ def committed_view_index(txn: TransactionState, segment: LogSegment) -> ViewInde
     with txn._lock:
         vi = indexes.get(segment)
         if vi is None:
-            vi = indexes[segment] = ViewIndex(segment.base_offset, segment.index_interval_bytes)
+            vi = indexes[segment] = ViewIndex(segment.base_offset, _interval(segment))
         size = segment.size
         if vi.log_size >= size:
             return vi

@@ -55,9 +55,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, cast
 from collections.abc import Callable, Iterator
 
-from crc32c import crc32c as _crc32c
-
 from engine import records as _records
+from engine.records.reader import read_chunks
 from engine.views import render
 from engine.views.index import attach, committed_view_index, view_index
 from engine import transactions
@@ -73,8 +72,6 @@ logger = logging.getLogger(__name__)
 #: Minimum bytes of ``.log`` read per pread while rendering: large enough that a
 #: sequential ``cat`` costs one system call per many batches.
 _MIN_LOG_CHUNK = 256 * 1024
-#: Where the part of a batch its CRC32C covers starts (the attributes field).
-_CRC_COVERED_FROM = _records.ATTRIBUTES_OFFSET
 #: What a hidden batch (an aborted transaction's, under read_committed) renders from.
 _NO_COLUMNS = _records.BatchColumns([], [], None, [], None)
 
@@ -163,7 +160,10 @@ class LogView:
     # ------------------------------------------------------------------ sizes
 
     def _view_index(self, segment: LogSegment):
-        return view_index(segment) if self._txn is None else committed_view_index(self._txn, segment)
+        if self._txn is not None:
+            return committed_view_index(self._txn, segment)
+        # a sealed segment's index is loaded from (or written to) its .viewindex file
+        return view_index(segment, segment is not self.log.segments.peekitem(-1)[1])
 
     def _segment_size(self, segment: LogSegment) -> int:
         index = self._view_index(segment)
@@ -405,10 +405,10 @@ class LogView:
                  hint: int = 0) -> Iterator[tuple[BatchHeader, BatchColumns | bytes, int]]:
         """Yield (header, columns or rendered text, log position after the batch) from ``log_pos`` on.
 
-        Reads the ``.log`` in chunks through the segment (pread on its own
-        descriptor, valid after unlink) and decodes lazily, batch by batch; a
-        batch larger than a chunk is read whole.  A short tail is a batch still
-        being written and ends the walk.
+        Reads the ``.log`` up to the segment's published size in chunks
+        through the shared reader (:func:`engine.records.reader.read_chunks`:
+        pread on the segment's descriptor, valid after unlink) and decodes
+        lazily, batch by batch; a batch larger than a chunk is read whole.
 
         Every batch is CRC-checked before it is rendered (SPEC section 7): a
         flipped bit in a stored value must fail the read with EIO rather than be
@@ -420,35 +420,27 @@ class LogView:
         # batch's lines straight from the log bytes; the JSON view renders from
         # columns (records.decode_columns).
         decode = _records.decode_columns if full else _records.decode_text
-        while True:
-            data = segment.read_bytes(log_pos, chunk_size)
-            if len(data) < _records.HEADER_SIZE:
-                return
-            end = rel = 0
-            view = memoryview(data)
-            try:
-                for rel, header in _records.iter_batches(data):
-                    end = rel + header.size
-                    # iter_batches parsed the header; the CRC is all that is left
-                    # of validate_batch, which runs only to word the error
-                    if _crc32c(view[rel + _CRC_COVERED_FROM:end]) != header.crc:
-                        _records.validate_batch(data, rel)
-                    if self._txn is not None and self._txn.hides(header):
-                        yield header, (_NO_COLUMNS if full else b""), log_pos + end
+        txn = self._txn
+        hidden = _NO_COLUMNS if full else b""
+        # Bounded by the published size: a batch being appended is never seen.
+        chunks = read_chunks(segment.read_bytes, log_pos, segment.size, chunk_size, path=segment.log_path,
+                             verify_crc=True)
+        try:
+            for chunk in chunks:
+                base, data = chunk.position, chunk.buf
+                for rel, header in chunk.batches:
+                    if txn is not None and txn.hides(header):
+                        yield header, hidden, base + rel + header.size
                         continue
-                    yield header, decode(data, rel, header), log_pos + end
-            except CorruptRecordError as exc:
-                position = log_pos + (exc.position if exc.position >= 0 else rel)
-                raise CorruptRecordError(
-                    f"{exc.detail} while rendering the view of partition "
-                    f"{self.log.topic_partition}", path=segment.log_path, position=position) from None
-            if end == 0:
-                needed = _records.read_header(data, 0).size
-                if needed > len(data) and len(data) == chunk_size:
-                    chunk_size = needed
-                    continue
-                return
-            log_pos += end
+                    try:
+                        item = decode(data, rel, header)
+                    except CorruptRecordError as exc:
+                        raise exc.at(segment.log_path, base + rel) from None
+                    yield header, item, base + rel + header.size
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(
+                f"{exc.detail} while rendering the view of partition "
+                f"{self.log.topic_partition}", path=exc.path, position=exc.position) from None
 
     # ------------------------------------------------------------------ memory
 

@@ -32,6 +32,7 @@ its connection manager); the records stay bytes from socket to segment.
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 import time
@@ -41,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import LogfsError
-from engine.partition_metadata import read_topic_id, write_topic_id
+from engine.partition_metadata import read_topic_id, write_partition_metadata
 from engine.topic import TopicPartition
 from logfs.cluster.errors import quiet_kafka_python
 
@@ -256,7 +257,7 @@ class ReplicaFetcher:
         return None if target is None else read_topic_id(target.dir)
 
     def _ensure_topic(self, name: str, meta: _TopicMetadata) -> None:
-        topic_id = str(meta.topic_id)
+        topic_id = kafka_topic_id(meta.topic_id)
         local = self.manager.partitions(name)
         if local and self._local_topic_id(name) != topic_id:
             self._drop_topic(name, f"the cluster's topic of this name has a new topic ID {topic_id} "
@@ -266,11 +267,11 @@ class ReplicaFetcher:
         if not local:
             logs = self.manager.create_topic(name, num_partitions=count)
             for created in logs:
-                write_topic_id(created.dir, topic_id)
+                write_partition_metadata(created.dir, topic_id)
             log.info("Replicating topic %s (topic ID %s, %d partitions)", name, topic_id, count)
         for partition in range(len(local) if local else count, count):
             added = self.manager.add_partition(name, partition)
-            write_topic_id(added.dir, topic_id)
+            write_partition_metadata(added.dir, topic_id)
             log.info("Replicating partition %s-%d", name, partition)
         for partition, (leader, epoch) in meta.partitions.items():
             tp = TopicPartition(name, partition)
@@ -411,3 +412,8 @@ class ReplicaFetcher:
             target.truncate_fully_and_start_at(start)
         with self._appended:
             self._appended.notify_all()
+
+
+def kafka_topic_id(topic_id: uuid.UUID) -> str:
+    """A topic ID as Kafka writes it (``Uuid.toString``: base64 url-safe without padding)."""
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")

@@ -19,10 +19,10 @@ from engine.records import (
     MAGIC,
     BatchColumns,
     decode_columns,
-    iter_batches,
     read_header,
     validate_batch,
 )
+from engine.records.reader import read_chunks
 from logfs.spark.mount_client import partition_state, skip_deleted
 from logfs.spark.options import SourceOptions
 from logfs.spark.planning import OffsetRangePartition
@@ -236,36 +236,35 @@ class SegmentRangeReader:
             yield last
 
     def _read_segment(self, segment: Any, path: str, base: int, start: int) -> Iterator[pa.RecordBatch]:
-        """Walk one ``.log`` from byte ``start``, adding the wanted records to the builder."""
+        """Walk one ``.log`` from byte ``start``, adding the wanted records to the builder.
+
+        Batches come from the shared chunked reader (engine.records.reader:
+        framing and CRC checked, errors naming the file and its byte), read
+        until the end of the file: a torn tail is not part of the log.
+        """
         until = self.until_offset
         builder = self.builder
-        segment.seek(start)
-        file_position = start            # file position of buf[0]
-        buf = b""
-        want = _SEGMENT_READ_BYTES
-        # A position from the index is trusted once the batch there proves to be one of
-        # this segment's (magic, base offset in range, CRC): see _StaleIndex.
-        trusted = start == 0
-        while True:
-            data = segment.read(want)
-            if not data:
-                if not trusted:
-                    raise _StaleIndex()
-                return                   # end of the segment (a torn tail is not part of the log)
-            buf = buf + data if buf else data
-            consumed = 0
-            try:
-                if not trusted:
-                    self._check_index_position(buf, base)
-                    trusted = True
-                for pos, header in iter_batches(buf):
-                    consumed = pos + header.size
+        fd = segment.fileno()
+
+        def read(position: int, size: int) -> bytes:
+            return os.pread(fd, size, position)
+
+        if start:
+            # A position from the index is trusted once the batch there proves to be one of
+            # this segment's (magic, base offset in range, CRC): see _StaleIndex.
+            self._check_index_position(read(start, 64 << 10), base)
+        try:
+            for chunk in read_chunks(read, start, None, _SEGMENT_READ_BYTES, path=path, verify_crc=True):
+                buf = chunk.buf
+                for pos, header in chunk.batches:
                     if header.next_offset <= self.next_offset:
                         continue         # before the range, or emitted: skipped without decoding
                     if header.base_offset >= until:
                         return
-                    validate_batch(buf, pos)
-                    columns = decode_columns(buf, pos, header)   # a control batch gives no records
+                    try:
+                        columns = decode_columns(buf, pos, header)   # a control batch gives no records
+                    except CorruptRecordError as exc:
+                        raise exc.at(path, chunk.position + pos) from None
                     offsets = columns.offsets
                     if offsets:
                         if type(offsets) is range:
@@ -279,26 +278,16 @@ class SegmentRangeReader:
                     self.next_offset = header.next_offset
                     if self.next_offset >= until:
                         return
-                if consumed:
-                    buf = buf[consumed:]
-                    file_position += consumed
-                want = _SEGMENT_READ_BYTES
-                if len(buf) >= HEADER_SIZE:
-                    # A batch larger than one read: read the rest of it in one go.
-                    pending = read_header(buf)
-                    if pending.magic != MAGIC:
-                        raise CorruptRecordError(f"Record batch has magic {pending.magic}, only magic "
-                                                 f"{MAGIC} is supported", position=0)
-                    want = max(want, pending.size - len(buf))
-            except CorruptRecordError as exc:
-                # Name the file and the position in it, not in this read's buffer.
-                raise CorruptRecordError(f"{exc} while reading {self._name}", path=path,
-                                         position=file_position + max(exc.position, 0)) from exc
-            if len(builder) >= _FLUSH_RECORDS:
-                yield builder.flush()
+                if len(builder) >= _FLUSH_RECORDS:
+                    yield builder.flush()
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"{exc.detail} while reading {self._name}", path=path,
+                                     position=exc.position) from exc
 
     def _check_index_position(self, buf: bytes, base: int) -> None:
         """Raise _StaleIndex unless ``buf`` starts with a valid batch at or before next_offset."""
+        if not buf:
+            raise _StaleIndex()
         try:
             header = validate_batch(buf, 0)
         except CorruptRecordError:
