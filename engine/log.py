@@ -60,7 +60,8 @@ from engine.errors import (InvalidRecordError, InvalidRequestError, OffsetOutOfR
 from engine.files import (CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX, fsync_dir, log_file_path,
                           offset_index_file_path, time_index_file_path, unlink_if_exists)
 from engine.log_loader import DeletedSegmentFiles, LoadedLog, LogLoader, PendingDeletion
-from engine.records import HEADER_SIZE, Compression, Record, decode_batch, encode_values, validate_batch
+from engine.records import (HEADER_SIZE, Compression, Record, decode_batch, encode_values, iter_batches,
+                            validate_batch)
 from engine.segment import FetchDataInfo, LogSegment, topic_partition_of_dir
 from engine.topic import TopicPartition
 
@@ -452,6 +453,60 @@ class Log:
             flush_needed = self.log_end_offset - self._recovery_point >= config.flush_messages
         self._after_append(rolled, flush_needed)
         return first, last
+
+    def append_as_follower(self, records: bytes | memoryview) -> int:
+        """Append fetched record batches byte for byte at the leader's offsets; returns the new log end.
+
+        Kafka's ``UnifiedLog.appendAsFollower``: what a replica fetched from
+        its leader is kept exactly (offsets, leader epochs, timestamps,
+        producer ids, codec), so nothing is assigned or re-encoded.  Each whole
+        batch is CRC-checked (``CorruptRecordError`` on damage, nothing
+        appended); a short tail (a fetch response cut at its size limit) is
+        left out, as the fetcher does.  The leader validated sizes and keys, so
+        the local ``max.message.bytes`` and ``cleanup.policy`` do not apply.
+
+        The first batch may start below the log end only when the log is
+        empty: a leader's log start inside a batch (DeleteRecords) makes it
+        return the whole batch, and the replica then starts its log at that
+        batch (``Partition.appendRecordsToFollowerOrFutureReplica``); the
+        caller moves the log start offset up to the leader's afterwards.
+        """
+        self._check_writable("append to")
+        headers = [(pos, validate_batch(records, pos)) for pos, _ in iter_batches(records)]
+        if not headers:
+            return self.log_end_offset
+        end_pos = headers[-1][0] + headers[-1][1].size
+        buf = bytes(records[:end_pos])
+        with self.lock:
+            self._check_open()
+            end = self._end.message_offset
+            first_base = headers[0][1].base_offset
+            if first_base < end:
+                if self.size == 0 and headers[0][1].next_offset > end:
+                    logger.info(self._prefix + "First offset %d fetched is below the log end offset %d of an "
+                                "empty log: starting the log at %d", first_base, end, first_base)
+                    self.truncate_fully_and_start_at(first_base)
+                else:
+                    raise InvalidRecordError(
+                        f"Unexpected offset in append to {self.topic_partition}: first offset {first_base} is "
+                        f"below the log end offset {end}")
+            previous = first_base
+            max_ts, offset_of_max = -1, first_base
+            for _, header in headers:
+                if header.base_offset < previous:
+                    raise InvalidRecordError(
+                        f"Out of order offsets found in append to {self.topic_partition}: batch at offset "
+                        f"{header.base_offset} is below {previous}")
+                previous = header.next_offset
+                if header.max_timestamp > max_ts:
+                    max_ts, offset_of_max = header.max_timestamp, header.last_offset
+            first, last = first_base, headers[-1][1].last_offset
+            segment, rolled = self._maybe_roll(len(buf), max_ts, first, last)
+            segment.append(last, max_ts, offset_of_max, buf)
+            self._update_log_end_offset(last + 1)
+            flush_needed = self.log_end_offset - self._recovery_point >= self.config.flush_messages
+        self._after_append(rolled, flush_needed)
+        return last + 1
 
     def _maybe_roll(self, batch_size: int, max_timestamp: int, first_offset: int,
                     last_offset: int) -> tuple[LogSegment, int | None]:

@@ -52,12 +52,12 @@ import threading
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from engine.errors import InvalidPartitionError, LogfsError, RecordTooLargeError, UnknownTopicOrPartitionError
-from engine.jsonl_in import JsonRecord, append_json_records, parse_jsonl_lines
-from engine.numbers import LONG_MAX
+from engine.jsonl_in import JsonRecord, parse_jsonl_lines
 from engine.partitioner import partition_for_key
 from engine.text_in import parse_text_lines
 from engine.topic import TopicPartition
 from engine.views import attach as attach_views
+from logfs.backend import Backend, EmbeddedBackend
 from logfs.handles import Handle
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -156,8 +156,9 @@ class LineFormat:
         """The records of ``lines`` (the first being line ``first_number`` of ``what``); InvalidRecordError."""
         raise NotImplementedError
 
-    def append(self, target: Log, parsed: ParsedLines) -> tuple[int, int]:
-        """Append ``parsed`` to ``target`` as one batch (or consecutive batches), all or nothing."""
+    def append(self, backend: Backend, tp: TopicPartition, parsed: ParsedLines) -> tuple[int, int]:
+        """Append ``parsed`` to ``tp`` as one batch (or consecutive batches), all or nothing, through the
+        mount's backend (logfs.backend: the log itself, or a Kafka cluster)."""
         raise NotImplementedError
 
     def record_size(self, parsed: ParsedLines, i: int) -> int:
@@ -183,8 +184,8 @@ class _TextLines(LineFormat):
                                         what=what)
         return ParsedLines(values, keys, None, None, first_number)
 
-    def append(self, target: Log, parsed: ParsedLines) -> tuple[int, int]:
-        return target.append_values(parsed.items, parsed.keys)
+    def append(self, backend: Backend, tp: TopicPartition, parsed: ParsedLines) -> tuple[int, int]:
+        return backend.append_values(tp, parsed.items, parsed.keys)
 
     def record_size(self, parsed: ParsedLines, i: int) -> int:
         value = parsed.items[i]
@@ -211,8 +212,8 @@ class _JsonLines(LineFormat):
         return ParsedLines(items, keys if any(k is not None for k in keys) else None,
                            partitions if any(p is not None for p in partitions) else None, numbers, first_number)
 
-    def append(self, target: Log, parsed: ParsedLines) -> tuple[int, int]:
-        return append_json_records(target, parsed.items)
+    def append(self, backend: Backend, tp: TopicPartition, parsed: ParsedLines) -> tuple[int, int]:
+        return backend.append_json_records(tp, parsed.items)
 
     def record_size(self, parsed: ParsedLines, i: int) -> int:
         record: JsonRecord = parsed.items[i]
@@ -241,8 +242,9 @@ class AppendHandle(Handle):
     offload_reads_from = None   # offset replies are tiny: always read inline
 
     def __init__(self, manager: LogManager, topic: str, partition: int | None, fmt: LineFormat,
-                 router: TopicRouter, stats: MountStats) -> None:
+                 router: TopicRouter, stats: MountStats, backend: Backend | None = None) -> None:
         self._manager = manager
+        self._backend: Backend = backend if backend is not None else EmbeddedBackend(manager)
         self._topic = topic
         self._partition = partition
         self._format = fmt
@@ -268,7 +270,7 @@ class AppendHandle(Handle):
         does not reorder a writer's batches.
         """
         try:
-            return self._config().flush_messages < LONG_MAX
+            return self._backend.append_blocks(self._topic)   # flush.messages, or a cluster's round trip
         except LogfsError:
             return False
 
@@ -429,7 +431,7 @@ class AppendHandle(Handle):
 
     def _append(self, partition: int, parsed: ParsedLines, tag: int | None) -> None:
         target = self._log(partition)
-        first, last = self._format.append(target, parsed)
+        first, last = self._format.append(self._backend, TopicPartition(self._topic, partition), parsed)
         self._written[partition] = target
         if tag is None:
             self._replies.add(b"%d %d\n" % (first, last))

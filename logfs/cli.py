@@ -33,6 +33,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("logfs")
 
+#: Data directory of the local replica of a mount of a Kafka cluster (--bootstrap-server)
+DEFAULT_CLUSTER_DATA_DIR = "./data-cluster"
+
 _LOG_FORMAT = "[%(asctime)s] %(levelname)s %(message)s (%(name)s)"
 
 
@@ -71,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     mount.add_argument("--config", metavar="FILE", help="broker settings in server.properties syntax")
     mount.add_argument("-o", dest="options", action="append", default=[], metavar="NAME=VALUE",
                        help="a broker setting (Kafka name), applied after --config; repeatable")
+    mount.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT...]",
+                       help="mount a Kafka cluster: its topics served from a local replica in the data dir "
+                            f"(default {DEFAULT_CLUSTER_DATA_DIR}); -o also takes Kafka client settings")
     mount.add_argument("--read-only", action="store_true", help="serve the logs read-only (EROFS on writes)")
     mount.add_argument("--allow-other", action="store_true", help="let other users access the mount")
     mount.add_argument("--foreground", action="store_true", default=True,
@@ -116,7 +122,8 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
     if args.data_dir:
         overrides["log.dirs"] = ",".join(os.path.abspath(d) for d in args.data_dir)
     elif not any(name in props for props in (file_props, overrides) for name in ("log.dirs", "log.dir")):
-        overrides["log.dirs"] = os.path.abspath(DEFAULT_LOG_DIR)
+        default = DEFAULT_CLUSTER_DATA_DIR if getattr(args, "bootstrap_server", None) else DEFAULT_LOG_DIR
+        overrides["log.dirs"] = os.path.abspath(default)
     return BrokerConfig.from_props(file_props).with_overrides(overrides, strict=True)
 
 
@@ -144,7 +151,15 @@ def _mount(args: argparse.Namespace) -> int:
     if not is_dir:
         log.error("Mount point %s is not a directory", mountpoint)
         return 2
+    cluster_options = None
     try:
+        if args.bootstrap_server:
+            from logfs.cluster.config import split_options
+            if args.read_only:
+                raise LogfsError("--read-only cannot be combined with --bootstrap-server (the replica follows "
+                                 "the cluster)")
+            cluster_options = split_options(args.bootstrap_server, args.options)
+            args.options = cluster_options.local
         config = broker_config(args)
     except (LogfsError, OSError) as exc:
         log.error("Invalid configuration: %s", exc)
@@ -174,7 +189,22 @@ def _mount(args: argparse.Namespace) -> int:
         manager.shutdown()
         log.info("Shutdown completed")
         return 0
-    namespace = Namespace(manager, stats, read_only=args.read_only, views_direct_io=not args.page_cache)
+    backend = None
+    if cluster_options is not None:
+        from logfs.cluster.backend import ClusterBackend
+        try:
+            backend = ClusterBackend(manager, cluster_options)
+            backend.start()
+        except (LogfsError, OSError, ValueError) as exc:   # ValueError: a client setting librdkafka refuses
+            log.error("Cannot mount the Kafka cluster at %s: %s", cluster_options.bootstrap, exc)
+            if backend is not None:
+                backend.close()
+            manager.shutdown()
+            return 1
+        log.info("Serving the Kafka cluster at %s from the local replica in %s", cluster_options.bootstrap,
+                 ",".join(config.log_dirs))
+    namespace = Namespace(manager, stats, read_only=args.read_only, views_direct_io=not args.page_cache,
+                          backend=backend)
     ops = LogfsOperations(namespace)
     options = set(pyfuse3.default_options)
     options |= {"fsname=logfs", "subtype=logfs"}
@@ -201,6 +231,7 @@ def _mount(args: argparse.Namespace) -> int:
         pyfuse3.init(ops, mountpoint, options)
     except RuntimeError as exc:
         log.error("Mounting %s failed: %s", mountpoint, exc)
+        namespace.backend.close()
         manager.shutdown()
         return 1
     status = 0
@@ -217,6 +248,7 @@ def _mount(args: argparse.Namespace) -> int:
         # The kernel will send no release/forget any more: close what they would have.
         try:
             ops.close_all()
+            namespace.backend.close()
             manager.shutdown()
             log.info("Shutdown completed")
         finally:

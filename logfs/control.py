@@ -11,7 +11,7 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
-from engine.config import TOPIC_CONFIG_KEYS, validate_topic_overrides
+from engine.config import TOPIC_CONFIG_KEYS
 from engine.errors import (
     InvalidConfigError,
     InvalidRequestError,
@@ -77,7 +77,7 @@ class ConfigEditHandle(Handle):
                 f"({self._refused}); nothing written through it will be applied")
         try:
             updates = self._node.parse_lines(lines)
-            validate_topic_overrides(updates)
+            self._node.ns.backend.validate_topic_overrides(self._node.topic, updates)
         except LogfsError as exc:
             self._refused = str(exc)
             self._updates.clear()
@@ -148,7 +148,7 @@ class TopicConfigFile(GeneratedFile):
 
     def render(self) -> bytes:
         self.ns.require_topic(self.topic)
-        props = self.ns.manager.topic_config(self.topic).to_props()
+        props = self.ns.backend.topic_config_props(self.topic)
         overrides = self.overrides()
         out = [f"# Overrides of topic {self.topic}: a write with > replaces them, >> adds to them, "
                "and name= removes one\n"]
@@ -158,7 +158,7 @@ class TopicConfigFile(GeneratedFile):
         return "".join(out).encode()
 
     def overrides(self) -> dict[str, str]:
-        return self.ns.manager.topic_overrides(self.topic)
+        return self.ns.backend.topic_overrides(self.topic)
 
     def open(self, write: bool) -> Handle:
         if not write:
@@ -193,7 +193,7 @@ class TopicConfigFile(GeneratedFile):
 
     def apply(self, updates: dict[str, str | None]) -> None:
         # LogManager.alter_topic_config logs the change (once).
-        self.ns.manager.alter_topic_config(self.topic, updates)
+        self.ns.backend.alter_topic_config(self.topic, updates)
 
 
 # ---- control files
@@ -275,11 +275,11 @@ class PartitionDeleteFile(_MarkerFile):
                 # returns: once `echo before N > delete` succeeds, no crash brings
                 # the records back.  Beyond the log end: InvalidRequestError (EINVAL).
                 # (LineCommandHandle is blocking: this runs off the trio thread.)
-                start = self.ns.manager.delete_records(self.tp, action)
+                start = self.ns.backend.delete_records(self.tp, action)
                 log.info("[Log partition=%s, dir=%s] DeleteRecords before offset %s: log start offset is now %d",
                          self.tp, target.dir, action, start)
             else:
-                first, _ = target.append_values([None], [action])
+                first, _ = self.ns.backend.append_values(self.tp, [None], [action])
                 self.ns.stats.record_append(1, 0)
                 log.info("[Log partition=%s, dir=%s] Appended tombstone at offset %d", self.tp, target.dir, first)
 
@@ -324,7 +324,7 @@ class AppendTargetFile(FileNode):
         else:
             self.ns.log(TopicPartition(self.topic, self.partition))
         return AppendHandle(self.ns.manager, self.topic, self.partition, self.format,
-                            self.ns.router(self.topic), self.ns.stats)
+                            self.ns.router(self.topic), self.ns.stats, self.ns.backend)
 
 
 class AppendFile(AppendTargetFile):

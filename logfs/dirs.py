@@ -52,7 +52,7 @@ class RootDir(Directory):
         if name == ".logfs":
             raise NotPermittedError(".logfs is reserved")
         validate_topic_name(name)
-        self.ns.manager.create_topic(name)
+        self.ns.backend.create_topic(name)
         return self.ns.stable(TopicDir, name)
 
     def rmdir(self, name: str) -> None:
@@ -121,7 +121,7 @@ class TopicDir(Directory):
     def mkdir(self, name: str) -> Node:
         self.ns.check_writable()
         partition = parse_partition(name)
-        self.ns.manager.add_partition(self.topic, partition)
+        self.ns.backend.add_partition(self.topic, partition)
         return self.ns.stable(PartitionDir, TopicPartition(self.topic, partition))
 
     def rmdir(self, name: str) -> None:

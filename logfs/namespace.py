@@ -38,7 +38,6 @@ import time
 from typing import TYPE_CHECKING, TypeVar, cast
 from collections.abc import Callable
 
-from engine.consumer_offsets import GroupMetadataManager
 from engine.errors import (
     ReadOnlyError,
     UnknownTopicOrPartitionError,
@@ -47,6 +46,7 @@ from engine.topic import TopicPartition
 from engine.views import ViewFormat
 from logfs import stats as _stats
 from logfs.appender import TopicRouter
+from logfs.backend import Backend, EmbeddedBackend
 from logfs.dirs import RootDir
 from logfs.groups import GroupLeases
 from logfs.nodes import RETIRED_NODES, Node, ViewFile
@@ -63,8 +63,10 @@ class Namespace:
     """The tree of SPEC.md section 4 over one ``LogManager``."""
 
     def __init__(self, manager: LogManager, stats: _stats.MountStats, *, read_only: bool = False,
-                 views_direct_io: bool = True) -> None:
+                 views_direct_io: bool = True, backend: Backend | None = None) -> None:
         self.manager = manager
+        #: where changes go: the LogManager itself, or a Kafka cluster (logfs.backend, logfs.cluster)
+        self.backend: Backend = backend if backend is not None else EmbeddedBackend(manager)
         self.stats = stats
         self.read_only = read_only
         self.views_direct_io = views_direct_io
@@ -76,11 +78,14 @@ class Namespace:
         self._retired: collections.OrderedDict[tuple, Node] = collections.OrderedDict()
         self.root = RootDir(self)
         self._nodes[self.root.key] = self.root
-        # consumer groups (logfs.groups): the committed offsets, loaded from __consumer_offsets
-        # at mount start, and which group is consuming which partition through an open file
-        self.group_coordinator = GroupMetadataManager(manager).load()
+        # consumer groups (logfs.groups): the committed offsets (the backend's: loaded from
+        # __consumer_offsets at mount start, or a cluster's coordinator), and which group is
+        # consuming which partition through an open file
+        self.group_coordinator = self.backend.group_coordinator()
         self.group_leases = GroupLeases()
         stats.groups = self.group_coordinator
+        # a cluster deletes or recreates topics behind the mount's back (logfs.cluster)
+        self.backend.watch_topics(self.forget_topic)
 
     # ---- helpers used by nodes
 
@@ -164,12 +169,20 @@ class Namespace:
 
     def delete_topic(self, topic: str) -> None:
         self.require_topic(topic)
-        self.manager.delete_topic(topic)
+        self.backend.delete_topic(topic)
         self._routers.pop(topic, None)
         if not self.read_only:
             self.group_coordinator.on_topic_deleted(topic)   # Kafka drops a deleted topic's commits
-        # Stable nodes of the topic resolve it by name; drop them so a topic of
-        # the same name created later starts from fresh objects.
+        self.forget_topic(topic)
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop the nodes of a deleted topic (called from any thread; logfs.cluster calls it too).
+
+        Stable nodes of the topic resolve it by name, and a view node checks its
+        segments against the log it was made for; drop them so a topic of the
+        same name created later starts from fresh objects.
+        """
+        self._routers.pop(topic, None)
         for key in list(self._nodes):   # list(): a snapshot, lookups may add keys meanwhile
             if _mentions_topic(key, topic):
                 self._nodes.pop(key, None)

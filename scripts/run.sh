@@ -17,6 +17,8 @@ from another shell), which shuts it down cleanly.  Arguments go to
 
   scripts/run.sh -o num.partitions=3 -o log.retention.hours=1
   scripts/run.sh --read-only
+  scripts/run.sh --bootstrap-server broker1:9092,broker2:9092   # a Kafka cluster,
+                                              # its local replica in ./data-cluster
 
 A mount left behind by a logfs that was killed (kill -9: "Transport endpoint
 is not connected") is detached first.  A mount served by a running logfs is
@@ -47,6 +49,14 @@ if awk -v m="$mnt" '$5 == m { found = 1 } END { exit !found }' /proc/self/mounti
     echo "run: $mnt is a stale mount of a logfs that was killed; detaching it"
     fusermount3 -uz "$mnt"
 fi
-mkdir -p mnt data
-echo "run: mounting logfs at $mnt with data in $PWD/data (Ctrl-C to unmount)"
-exec .venv/bin/logfs mount mnt --data-dir data "$@"
+# With --bootstrap-server the mount serves a Kafka cluster; its local replica
+# lives in ./data-cluster (an embedded ./data is never mixed with a replica).
+data=data
+for arg in "$@"; do
+    case "$arg" in
+        --bootstrap-server|--bootstrap-server=*) data=data-cluster ;;
+    esac
+done
+mkdir -p mnt "$data"
+echo "run: mounting logfs at $mnt with data in $PWD/$data (Ctrl-C to unmount)"
+exec .venv/bin/logfs mount mnt --data-dir "$data" "$@"

@@ -26,7 +26,7 @@ from typing import NamedTuple
 import pytest
 
 #: The real Kafka broker's module-scoped ``kafka_broker`` fixture, for the modules that ask for it.
-pytest_plugins = ["tests.kafka_broker"]
+pytest_plugins = ["tests.kafka_broker", "tests.kafka_cluster"]
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGFS = ROOT / ".venv" / "bin" / "logfs"

@@ -1,0 +1,142 @@
+"""Where the namespace's writes go: the embedded engine, or a Kafka cluster (SPEC.md section 10).
+
+The namespace (logfs.dirs, control, appender, jsonl_append, groups) reads
+every view from a local ``LogManager`` in both cases; what differs is who
+decides a change.  An embedded mount changes its own logs; a cluster mount
+asks the cluster (CreateTopics, Produce, DeleteRecords, ...) and its local
+logs are replicas that follow the cluster (logfs.cluster).  This module is
+the seam: :class:`Backend` is what the namespace calls, :class:`EmbeddedBackend`
+does it with the ``LogManager`` as before.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Mapping, Sequence
+
+from engine.errors import UnknownTopicOrPartitionError
+from engine.topic import TopicPartition
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.consumer_offsets import GroupMetadataManager
+    from engine.jsonl_in import JsonRecord
+    from engine.log import Log
+    from engine.manager import LogManager
+
+__all__ = ["Backend", "EmbeddedBackend"]
+
+_LONG_MAX = 2**63 - 1
+
+
+class Backend(Protocol):
+    """The changes a mount makes, by the Kafka request each one is."""
+
+    #: whether appends wait on something outside this process (then they leave the trio thread)
+    remote: bool
+
+    def create_topic(self, topic: str) -> None:
+        """CreateTopics with the defaults (``num.partitions``)."""
+
+    def add_partition(self, topic: str, partition: int) -> None:
+        """CreatePartitions: ``partition`` must be the next number."""
+
+    def delete_topic(self, topic: str) -> None:
+        """DeleteTopics."""
+
+    def topic_config_props(self, topic: str) -> dict[str, str]:
+        """DescribeConfigs: the effective topic configuration, ``name -> value``."""
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        """The topic's own settings (DescribeConfigs entries whose source is the topic)."""
+
+    def validate_topic_overrides(self, topic: str, updates: Mapping[str, str | None]) -> None:
+        """InvalidConfigError (EINVAL) for the first name or value that would be refused; nothing changes."""
+
+    def alter_topic_config(self, topic: str, updates: Mapping[str, str | None]) -> None:
+        """IncrementalAlterConfigs: set (value) or remove (None) overrides, all or nothing."""
+
+    def delete_records(self, tp: TopicPartition, offset: int) -> int:
+        """DeleteRecords before ``offset``; returns the new log start offset."""
+
+    def append_values(self, tp: TopicPartition, values: Sequence[bytes | None],
+                      keys: Sequence[bytes | None] | None) -> tuple[int, int]:
+        """Produce one batch; returns (first offset, last offset) once readable through the mount."""
+
+    def append_json_records(self, tp: TopicPartition, records: Sequence[JsonRecord]) -> tuple[int, int]:
+        """Produce parsed ``append.jsonl`` records; returns (first offset, last offset)."""
+
+    def append_blocks(self, topic: str) -> bool:
+        """Whether an append to ``topic`` may block (fsync, network): then it runs off the trio thread."""
+
+    def group_coordinator(self) -> GroupMetadataManager:
+        """The committed offsets of consumer groups (``groups/``, ``consume/``)."""
+
+    def watch_topics(self, removed: Callable[[str], None]) -> None:
+        """Have ``removed(topic)`` called when a topic goes away other than through the namespace."""
+
+    def close(self) -> None:
+        """Stop whatever the backend runs (called before the LogManager shuts down)."""
+
+
+class EmbeddedBackend:
+    """The mount is the broker: every change goes to its own ``LogManager``."""
+
+    remote = False
+
+    def __init__(self, manager: LogManager) -> None:
+        self.manager = manager
+
+    def _log(self, tp: TopicPartition) -> Log:
+        target = self.manager.get_log(tp)
+        if target is None:
+            raise UnknownTopicOrPartitionError(f"No partition {tp}")
+        return target
+
+    def create_topic(self, topic: str) -> None:
+        self.manager.create_topic(topic)
+
+    def add_partition(self, topic: str, partition: int) -> None:
+        self.manager.add_partition(topic, partition)
+
+    def delete_topic(self, topic: str) -> None:
+        self.manager.delete_topic(topic)
+
+    def topic_config_props(self, topic: str) -> dict[str, str]:
+        return self.manager.topic_config(topic).to_props()
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        return self.manager.topic_overrides(topic)
+
+    def validate_topic_overrides(self, topic: str, updates: Mapping[str, str | None]) -> None:
+        from engine.config import validate_topic_overrides
+        validate_topic_overrides(updates)
+
+    def alter_topic_config(self, topic: str, updates: Mapping[str, str | None]) -> None:
+        self.manager.alter_topic_config(topic, updates)
+
+    def delete_records(self, tp: TopicPartition, offset: int) -> int:
+        return self.manager.delete_records(tp, offset)
+
+    def append_values(self, tp: TopicPartition, values: Sequence[bytes | None],
+                      keys: Sequence[bytes | None] | None) -> tuple[int, int]:
+        from engine.views import attach as attach_views
+        target = self._log(tp)
+        attach_views(target)        # the mount's appends keep the view indexes exact, no rescan
+        return target.append_values(values, keys)
+
+    def append_json_records(self, tp: TopicPartition, records: Sequence[JsonRecord]) -> tuple[int, int]:
+        from engine.jsonl_in import append_json_records
+        return append_json_records(self._log(tp), records)
+
+    def append_blocks(self, topic: str) -> bool:
+        return self.manager.topic_config(topic).flush_messages < _LONG_MAX
+
+    def group_coordinator(self) -> GroupMetadataManager:
+        from engine.consumer_offsets import GroupMetadataManager
+        return GroupMetadataManager(self.manager).load()
+
+    def watch_topics(self, removed: Callable[[str], None]) -> None:
+        pass        # only the namespace deletes topics of an embedded mount
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,176 @@
+"""``ClusterBackend``: the namespace's changes made on a Kafka cluster, its views served from the replica.
+
+Each change is the cluster's request (logfs.cluster.admin, producer, groups)
+and returns once the local replica shows it, so the namespace behaves as on
+an embedded mount: ``mkdir t`` returns with ``t/`` listed, ``write()`` to
+``append`` returns with the records readable (read-your-writes), ``before N``
+returns with the records gone from every new view.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, cast
+
+from engine.config import validate_topic_overrides
+from engine.errors import InvalidPartitionError, LogfsError, UnknownTopicOrPartitionError
+from engine.topic import TopicPartition, validate_topic_name
+from logfs.cluster.admin import ClusterAdmin
+from logfs.cluster.config import LOCAL_TOPIC_NAMES, ClusterOptions
+from logfs.cluster.errors import ClusterTimeoutError
+from logfs.cluster.groups import ClusterGroupCoordinator
+from logfs.cluster.producer import ClusterProducer
+from logfs.cluster.replica_fetcher import LEADER_LOG_START_OFFSET, ReplicaFetcher
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.consumer_offsets import GroupMetadataManager
+    from engine.jsonl_in import JsonRecord
+    from engine.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ClusterBackend", "CREATED_TOPIC_CONFIG"]
+
+#: what topics created through the mount get: records stamped by the broker at append, as an embedded
+#: mount stamps appended lines (SPEC.md "Writing": LogAppendTime)
+CREATED_TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
+
+
+class ClusterBackend:
+    """The backend of a mount of a Kafka cluster (logfs.backend.Backend)."""
+
+    remote = True
+
+    def __init__(self, manager: LogManager, options: ClusterOptions) -> None:
+        self.manager = manager
+        self.options = options
+        self.brokers = options.bootstrap
+        self.timeout_s = options.timeout_s
+        self.admin = ClusterAdmin(options.client_config(), self.timeout_s, options.create)
+        self.fetcher = ReplicaFetcher(
+            manager, self.admin, options.fetcher_client_config(),
+            metadata_max_age_s=int(options.fetcher.get("metadata.max.age.ms", "2000")) / 1000,
+            fetch_max_wait_ms=int(options.fetcher.get("fetch.max.wait.ms", "500")))
+        self.producer: ClusterProducer | None = None
+        self._coordinator = ClusterGroupCoordinator(manager, self.admin)
+
+    def start(self) -> None:
+        """Reach the cluster and bring the replica's topics in line (bounded by the request timeout)."""
+        self.fetcher.start(self.timeout_s)
+        self.producer = ClusterProducer(self.options.client_config())
+
+    def close(self) -> None:
+        if self.producer is not None:
+            self.producer.close()
+        self.fetcher.stop()
+
+    # ------------------------------------------------------------------ waiting for the replica
+
+    def _wait_until(self, condition, what: str) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while not condition():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ClusterTimeoutError(f"{what}: the cluster did the change, but its metadata did not show "
+                                          f"it within {self.timeout_s:g} s (bootstrap servers {self.brokers})")
+            self.fetcher.request_sync(min(left, 5.0))
+
+    # ------------------------------------------------------------------ topics
+
+    def create_topic(self, topic: str) -> None:
+        validate_topic_name(topic)
+        self.admin.create_topic(topic, CREATED_TOPIC_CONFIG)
+        self._wait_until(lambda: topic in self.manager.topics(), f"Creating topic {topic}")
+
+    def add_partition(self, topic: str, partition: int) -> None:
+        current = len(self.manager.partitions(topic))
+        if not current:
+            raise UnknownTopicOrPartitionError(f"Topic {topic} does not exist")
+        if partition != current:
+            raise InvalidPartitionError(
+                f"Cannot add partition {partition} to topic {topic}: the next partition is {current}")
+        self.admin.create_partitions(topic, partition + 1)
+        self._wait_until(lambda: partition in self.manager.partitions(topic),
+                         f"Adding partition {partition} to topic {topic}")
+
+    def delete_topic(self, topic: str) -> None:
+        self.admin.delete_topic(topic)
+        self._wait_until(lambda: topic not in self.manager.topics(), f"Deleting topic {topic}")
+
+    # ------------------------------------------------------------------ configs
+
+    def topic_config_props(self, topic: str) -> dict[str, str]:
+        """The cluster's DescribeConfigs, plus the mount's own line settings (``parse.key``, ...)."""
+        local = self.manager.topic_config(topic).to_props()
+        props, _ = self.admin.describe_topic_config(topic)
+        props.update({k: v for k, v in local.items() if k in LOCAL_TOPIC_NAMES})
+        return props
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        _, overrides = self.admin.describe_topic_config(topic)
+        local = self.manager.topic_overrides(topic)
+        overrides.update({k: v for k, v in local.items() if k in LOCAL_TOPIC_NAMES})
+        return overrides
+
+    def validate_topic_overrides(self, topic: str, updates: Mapping[str, str | None]) -> None:
+        """The mount's own names checked here, the rest by the broker (IncrementalAlterConfigs, validateOnly)."""
+        local = {k: v for k, v in updates.items() if k in LOCAL_TOPIC_NAMES}
+        remote = {k: v for k, v in updates.items() if k not in LOCAL_TOPIC_NAMES}
+        validate_topic_overrides(local)
+        if remote:
+            self.admin.alter_topic_config(topic, remote, validate_only=True)
+
+    def alter_topic_config(self, topic: str, updates: Mapping[str, str | None]) -> None:
+        local = {k: v for k, v in updates.items() if k in LOCAL_TOPIC_NAMES}
+        remote = {k: v for k, v in updates.items() if k not in LOCAL_TOPIC_NAMES}
+        if local:
+            validate_topic_overrides(local)
+        if remote:
+            self.admin.alter_topic_config(topic, remote)
+        if local:
+            self.manager.alter_topic_config(topic, local)
+
+    # ------------------------------------------------------------------ records
+
+    def delete_records(self, tp: TopicPartition, offset: int) -> int:
+        low = self.admin.delete_records(tp, offset)
+        target = self.manager.get_log(tp)
+        if target is not None:      # gone from the namespace now, as on an embedded mount
+            target.maybe_increment_log_start_offset(min(low, target.log_end_offset), LEADER_LOG_START_OFFSET)
+        return low
+
+    def _visible(self, tp: TopicPartition, first: int, last: int) -> tuple[int, int]:
+        """Read-your-writes: wait until the local replica holds ``last``."""
+        if not self.fetcher.wait_for_offset(tp, last, self.timeout_s):
+            # Acknowledged by the cluster: failing the write would make the writer append it twice.
+            log.warning("Offsets %d..%d of %s were acknowledged by the cluster but not yet fetched by the local "
+                        "replica after %g s: a read right now may not show them", first, last, tp, self.timeout_s)
+        return first, last
+
+    def _producer(self) -> ClusterProducer:
+        if self.producer is None:
+            raise LogfsError("The cluster mount is not started")
+        return self.producer
+
+    def append_values(self, tp: TopicPartition, values: Sequence[bytes | None],
+                      keys: Sequence[bytes | None] | None) -> tuple[int, int]:
+        first, last = self._producer().produce(tp, values, keys)
+        return self._visible(tp, first, last)
+
+    def append_json_records(self, tp: TopicPartition, records: Sequence[JsonRecord]) -> tuple[int, int]:
+        first, last = self._producer().produce(
+            tp, [r.value for r in records], [r.key for r in records], [r.headers for r in records],
+            [r.timestamp for r in records])
+        return self._visible(tp, first, last)
+
+    def append_blocks(self, topic: str) -> bool:
+        return True     # every append waits for the cluster
+
+    def watch_topics(self, removed: Callable[[str], None]) -> None:
+        self.fetcher.topic_removed = removed
+
+    def group_coordinator(self) -> GroupMetadataManager:
+        # the embedded coordinator's interface (what logfs.groups calls), answered by the cluster
+        return cast("GroupMetadataManager", self._coordinator)

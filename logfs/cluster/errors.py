@@ -1,0 +1,89 @@
+"""Kafka's error codes, as the errno the mount answers with (SPEC.md sections 7 and 10).
+
+The cluster's refusal is kept as the message (the broker's own words), so the
+one log line of ``logfs.fs`` names it.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import logging
+
+from engine.errors import (InvalidConfigError, InvalidPartitionError, InvalidRequestError, InvalidTopicError,
+                           LogfsError, RecordTooLargeError, TopicExistsError, UnknownTopicOrPartitionError)
+
+
+class ClusterError(LogfsError):
+    """The cluster failed a request or could not be reached (EIO)."""
+
+    errno = _errno.EIO
+
+
+class ClusterTimeoutError(ClusterError):
+    """No answer from the cluster within the mount's bound (ETIMEDOUT)."""
+
+    errno = _errno.ETIMEDOUT
+
+
+# Kafka error names (librdkafka's KafkaError.name()) -> the engine's error of the same meaning
+_BY_NAME: dict[str, type[LogfsError]] = {
+    "TOPIC_ALREADY_EXISTS": TopicExistsError,
+    "UNKNOWN_TOPIC_OR_PART": UnknownTopicOrPartitionError,
+    "_UNKNOWN_TOPIC": UnknownTopicOrPartitionError,
+    "_UNKNOWN_PARTITION": UnknownTopicOrPartitionError,
+    "UNKNOWN_TOPIC_ID": UnknownTopicOrPartitionError,
+    "INVALID_TOPIC_EXCEPTION": InvalidTopicError,
+    "INVALID_PARTITIONS": InvalidPartitionError,
+    "INVALID_REPLICATION_FACTOR": InvalidRequestError,
+    "INVALID_REPLICA_ASSIGNMENT": InvalidRequestError,
+    "INVALID_CONFIG": InvalidConfigError,
+    "POLICY_VIOLATION": InvalidRequestError,
+    "INVALID_REQUEST": InvalidRequestError,
+    "OFFSET_OUT_OF_RANGE": InvalidRequestError,
+    "MSG_SIZE_TOO_LARGE": RecordTooLargeError,
+    "RECORD_LIST_TOO_LARGE": RecordTooLargeError,
+    "INVALID_RECORD": InvalidRequestError,
+    "_MSG_TIMED_OUT": ClusterTimeoutError,
+    "_TIMED_OUT": ClusterTimeoutError,
+    "REQUEST_TIMED_OUT": ClusterTimeoutError,
+    "_TRANSPORT": ClusterError,
+    "_ALL_BROKERS_DOWN": ClusterError,
+}
+
+
+class ClientLog:
+    """Where librdkafka's and kafka-python's own log lines go: DEBUG of the mount's log.
+
+    Both clients log every failed reconnect at ERROR; the mount says once
+    that the cluster cannot be reached (and when it answers again) and names
+    each failed request, so their lines only matter with ``--log-level DEBUG``.
+    Passed to librdkafka as its ``logger``.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._log = logging.getLogger(name)
+
+    def log(self, level: int, message: str, *args: object) -> None:
+        self._log.debug(message, *args)
+
+
+def quiet_kafka_python() -> None:
+    """kafka-python's loggers at DEBUG of the mount only (see :class:`ClientLog`)."""
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
+
+
+def from_kafka(error: object, what: str, brokers: str) -> LogfsError:
+    """The engine error for a librdkafka ``KafkaError`` (or a ``KafkaException`` holding one).
+
+    ``what`` says what the mount was doing; transport failures and timeouts name
+    the brokers the mount was given.
+    """
+    inner = error.args[0] if isinstance(error, Exception) and error.args and hasattr(error.args[0], "name") \
+        else error
+    name = inner.name() if hasattr(inner, "name") else type(inner).__name__
+    text = inner.str() if hasattr(inner, "str") else str(inner)
+    cls = _BY_NAME.get(name, ClusterError)
+    if issubclass(cls, ClusterError):
+        return cls(f"{what}: {text} ({name}; bootstrap servers {brokers})")
+    return cls(f"{what}: the cluster refused it: {text} ({name})")

@@ -1,0 +1,125 @@
+"""Appends to the cluster: an idempotent ``acks=all`` producer (librdkafka) and its delivery reports.
+
+``write()`` of an ``append`` file produces its records to the partition the
+namespace chose (the mount's own partitioner, Kafka's murmur2, so a keyed line
+lands where an embedded mount puts it) and returns once every record of the
+write has its delivery report: acknowledged by all in-sync replicas, or
+failed.  Idempotence (``enable.idempotence=true``) keeps the order and
+removes duplicates across librdkafka's retries and leader changes, as SPEC.md
+section 4 promises.  A write that cannot be delivered within
+``delivery.timeout.ms`` (the mount's default: 30 s) fails with ETIMEDOUT, a
+refusal with the errno of its Kafka error (logfs.cluster.errors).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+
+from confluent_kafka import KafkaException, Producer
+
+from engine.topic import TopicPartition
+from logfs.cluster.errors import ClientLog, ClusterTimeoutError, from_kafka
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ClusterProducer", "PRODUCER_DEFAULTS"]
+
+#: what the mount sets unless ``-o`` says otherwise; ``acks`` and idempotence are not negotiable
+PRODUCER_DEFAULTS = {
+    "linger.ms": "5",   # the records of one write() leave as one batch
+    "delivery.timeout.ms": "30000",
+    "request.timeout.ms": "10000",
+    "message.max.bytes": str(64 * 1024 * 1024),
+}
+_FORCED = {"acks": "all", "enable.idempotence": "true"}
+
+
+class _Delivery:
+    """The delivery reports of one write."""
+
+    __slots__ = ("expected", "offsets", "error", "done", "lock")
+
+    def __init__(self, expected: int) -> None:
+        self.lock = threading.Lock()     # reports are served by whichever thread polls librdkafka
+        self.expected = expected
+        self.offsets: list[int] = []
+        self.error: object | None = None
+        self.done = threading.Event()
+
+    def report(self, err, msg) -> None:
+        with self.lock:
+            if err is not None:
+                if self.error is None:
+                    self.error = err
+            else:
+                self.offsets.append(msg.offset())
+            self.expected -= 1
+            if self.expected == 0:
+                self.done.set()
+
+
+class ClusterProducer:
+    """One librdkafka producer per mount, served by a poll thread; :meth:`produce` blocks its caller."""
+
+    def __init__(self, client_config: Mapping[str, str]) -> None:
+        config = {**PRODUCER_DEFAULTS, **client_config, **_FORCED}
+        self.brokers = config["bootstrap.servers"]
+        self.delivery_timeout_s = int(config["delivery.timeout.ms"]) / 1000
+        self._producer = Producer({**config, "logger": ClientLog("logfs.cluster.librdkafka")})
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="logfs-producer", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            self._producer.poll(0.05)
+
+    def produce(self, tp: TopicPartition, values: Sequence[bytes | None],
+                keys: Sequence[bytes | None] | None = None,
+                headers: Sequence[Sequence[tuple[str, bytes | None]]] | None = None,
+                timestamps: Sequence[int | None] | None = None) -> tuple[int, int]:
+        """Produce the records in order and wait for their delivery; (first offset, last offset)."""
+        n = len(values)
+        delivery = _Delivery(n)
+        what = f"Appending {n} records to {tp}"
+        try:
+            for i, value in enumerate(values):
+                kwargs: dict = {}
+                if keys is not None and keys[i] is not None:
+                    kwargs["key"] = keys[i]
+                if headers is not None and headers[i]:
+                    kwargs["headers"] = list(headers[i])
+                if timestamps is not None and timestamps[i] is not None:
+                    kwargs["timestamp"] = timestamps[i]
+                self._produce_one(tp, value, delivery, kwargs)
+        except KafkaException as exc:
+            # the records queued before the failure are delivered or fail on their own; say which
+            log.warning("%s: %d of them were queued before librdkafka refused one: %s", what, i, exc)
+            raise from_kafka(exc, what, self.brokers) from None
+        if not delivery.done.wait(self.delivery_timeout_s + 5):
+            raise ClusterTimeoutError(f"{what}: no delivery report within {self.delivery_timeout_s + 5:g} s "
+                                      f"(bootstrap servers {self.brokers})")
+        if delivery.error is not None:
+            if delivery.offsets:
+                log.warning("%s: offsets %s were acknowledged before the write failed", what,
+                            sorted(delivery.offsets))
+            raise from_kafka(delivery.error, what, self.brokers)
+        return min(delivery.offsets), max(delivery.offsets)
+
+    def _produce_one(self, tp: TopicPartition, value: bytes | None, delivery: _Delivery, kwargs: dict) -> None:
+        while True:
+            try:
+                self._producer.produce(tp.topic, value, partition=tp.partition, on_delivery=delivery.report,
+                                       **kwargs)
+                return
+            except BufferError:         # the local queue is full: wait for deliveries to drain it
+                self._producer.poll(0.1)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        remaining = self._producer.flush(timeout_s)
+        if remaining:
+            log.error("%d records were not delivered to the cluster before the mount stopped", remaining)
+        self._stop.set()
+        self._thread.join()

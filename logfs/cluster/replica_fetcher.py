@@ -1,0 +1,419 @@
+"""The local replica: Kafka's ``ReplicaFetcherThread`` for a mount of a cluster.
+
+One thread keeps the local data dir a copy of the cluster's partitions:
+
+* **metadata** (every ``metadata.max.age`` of the mount, 2 s, and at once
+  when a request fails or an admin change asks for it): every topic the
+  cluster has (internal ones excepted) exists locally with as many
+  partitions, each partition directory carrying the topic ID in Kafka's
+  ``partition.metadata``.  A topic gone from the cluster is deleted locally;
+  a topic whose ID changed (deleted and recreated behind the mount's back) is
+  deleted locally and fetched again from the start, so no data of the old
+  topic is ever served as the new one's.
+* **fetch**: one Fetch request (v13+, topic IDs, so a recreated topic answers
+  UNKNOWN_TOPIC_ID instead of its own records) per leader in flight, each
+  long-polling at the leader.  It fetches as a consumer does (replica id -1):
+  the leader returns records up to the high watermark only, so everything
+  stored locally is committed and never needs the divergence truncation a
+  real follower does (KIP-279/KIP-320 epochs); the batches are appended byte
+  for byte at the leader's offsets by ``Log.append_as_follower``.
+* **log start**: the leader's log start offset in each response (retention,
+  DeleteRecords on the cluster) moves the local log start up; a fetch offset
+  below it (OFFSET_OUT_OF_RANGE) truncates the local log fully and starts it
+  at the leader's log start (Kafka's ``truncateFullyAndStartAt``); beyond the
+  leader's end (an unclean leader election) truncates to it.
+* **leader changes**: NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, a
+  broken connection: the partition backs off briefly, metadata is refreshed
+  and the fetch goes to the new leader.
+
+Kafka's raw wire format is kafka-python's (``kafka.protocol`` request classes,
+its connection manager); the records stay bytes from socket to segment.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import LogfsError
+from engine.partition_metadata import read_topic_id, write_partition_metadata
+from engine.topic import TopicPartition
+from logfs.cluster.errors import quiet_kafka_python
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.log import Log
+    from engine.manager import LogManager
+    from logfs.cluster.admin import ClusterAdmin
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ReplicaFetcher", "LEADER_LOG_START_OFFSET"]
+
+#: the reason logged when the local log start follows the leader's
+LEADER_LOG_START_OFFSET = "leader log start offset"
+
+# Kafka error codes the fetcher acts on
+_NONE = 0
+_OFFSET_OUT_OF_RANGE = 1
+_RETRIABLE_METADATA = {3, 5, 6, 56, 74, 75, 100}   # unknown topic/partition, leader not available, not leader,
+#                                                    storage error, fenced/unknown leader epoch, unknown topic id
+
+_BACKOFF_S = 0.2
+
+
+@dataclass
+class PartitionFetchState:
+    """Kafka's ``PartitionFetchState``: where a partition is fetched from."""
+
+    log: Log
+    topic_id: uuid.UUID
+    leader: int
+    leader_epoch: int
+    delayed_until: float = 0.0
+    high_watermark: int = -1
+
+
+@dataclass
+class _TopicMetadata:
+    topic_id: uuid.UUID
+    partitions: dict[int, tuple[int, int]] = field(default_factory=dict)   # partition -> (leader, epoch)
+
+
+class ReplicaFetcher:
+    """Keeps a ``LogManager``'s logs a replica of the cluster's partitions (see the module docstring)."""
+
+    def __init__(self, manager: LogManager, admin: ClusterAdmin, client_config: Mapping[str, Any], *,
+                 metadata_max_age_s: float = 2.0, fetch_max_wait_ms: int = 500,
+                 partition_max_bytes: int = 8 << 20) -> None:
+        from kafka.net.compat import KafkaNetClient
+
+        quiet_kafka_python()
+        self.manager = manager
+        self.admin = admin
+        self.brokers = admin.brokers
+        self.metadata_max_age_s = metadata_max_age_s
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.partition_max_bytes = partition_max_bytes
+        self._client = KafkaNetClient(**{
+            "bootstrap_servers": self.brokers.split(","),
+            "client_id": "logfs-replica-fetcher",
+            "request_timeout_ms": 10_000,
+            "reconnect_backoff_ms": 100,
+            "reconnect_backoff_max_ms": 1_000,
+            "receive_message_max_bytes": 256 << 20,
+            **client_config,
+        })
+        self._states: dict[TopicPartition, PartitionFetchState] = {}
+        self._inflight: dict[int, tuple[Any, dict[tuple[uuid.UUID, int], TopicPartition]]] = {}
+        self._node_delayed: dict[int, float] = {}
+        self._appended = threading.Condition()
+        self._sync_wanted = threading.Event()
+        self._sync_generation = 0
+        self._next_sync = 0.0
+        self._unreachable_since: float | None = None
+        self._stop = threading.Event()
+        #: called with a topic's name after its local replica was deleted (the namespace forgets its nodes)
+        self.topic_removed: Callable[[str], None] | None = None
+        self._thread = threading.Thread(target=self._run, name="logfs-replica-fetcher", daemon=True)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout_s: float) -> None:
+        """Bootstrap, bring the local topics in line with the cluster's, then fetch in the background."""
+        from kafka.errors import KafkaError
+
+        try:
+            self._client._manager.bootstrap(int(timeout_s * 1000))
+        except KafkaError as exc:
+            raise LogfsError(f"Cannot reach the Kafka cluster at {self.brokers} within {timeout_s:g} s: "
+                             f"{exc}") from None
+        self._sync_metadata()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._client.wakeup()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+        self._client.close()
+
+    # ------------------------------------------------------------------ for the backend
+
+    def request_sync(self, timeout_s: float) -> bool:
+        """Refresh metadata now (an admin change was made); True once a sync started after this call ended."""
+        with self._appended:
+            target = self._sync_generation + 2      # a sync running now may have read the old metadata
+        self._sync_wanted.set()
+        self._client.wakeup()
+        deadline = time.monotonic() + timeout_s
+        with self._appended:
+            while self._sync_generation < target:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._appended.wait(left)
+                if self._sync_generation < target:
+                    self._sync_wanted.set()
+                    self._client.wakeup()
+        return True
+
+    def wait_for_offset(self, tp: TopicPartition, offset: int, timeout_s: float) -> bool:
+        """Wait until the local replica of ``tp`` holds ``offset`` (read-your-writes); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._appended:
+            while True:
+                target = self.manager.get_log(tp)
+                if target is not None and target.log_end_offset > offset:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._appended.wait(left)
+
+    # ------------------------------------------------------------------ the thread
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                now = time.monotonic()
+                if self._sync_wanted.is_set() or now >= self._next_sync:
+                    self._sync_wanted.clear()
+                    self._sync_metadata()
+                self._send_fetches()
+                self._client.poll(timeout_ms=100)
+                self._complete_fetches()
+            except Exception as exc:  # the thread must survive anything: say it and go on
+                if not self._stop.is_set():
+                    log.exception("Replica fetcher: unexpected error, retrying: %s", exc)
+                    self._stop.wait(_BACKOFF_S)
+
+    # ------------------------------------------------------------------ metadata
+
+    def _metadata(self):
+        from kafka.protocol.metadata import MetadataRequest
+
+        node = self._client.least_loaded_node(bootstrap_fallback=True)
+        if node is None:
+            raise LogfsError("no broker to ask for metadata")
+        return self._client.send_and_receive(node, MetadataRequest(topics=None, max_version=12),
+                                             timeout_ms=10_000)
+
+    def _sync_metadata(self) -> None:
+        """Local topics and fetch states as the cluster's metadata says (see the module docstring)."""
+        self._next_sync = time.monotonic() + self.metadata_max_age_s
+        try:
+            md = self._metadata()
+        except Exception as exc:
+            self._unreachable(exc)
+            self._bump_generation()
+            return
+        self.admin.reachable = True
+        if self._unreachable_since is not None:
+            log.info("The Kafka cluster at %s answers again after %.1f s", self.brokers,
+                     time.monotonic() - self._unreachable_since)
+            self._unreachable_since = None
+        cluster: dict[str, _TopicMetadata] = {}
+        uncertain: set[str] = set()
+        for t in md.topics:
+            if t.is_internal or t.name.startswith("__"):
+                continue
+            if t.error_code != _NONE or not t.partitions:
+                uncertain.add(t.name)
+                continue
+            meta = _TopicMetadata(t.topic_id)
+            for p in t.partitions:
+                meta.partitions[p.partition_index] = (p.leader_id, p.leader_epoch)
+            cluster[t.name] = meta
+        for topic in self.manager.topics():
+            if topic not in cluster and topic not in uncertain:
+                self._drop_topic(topic, "it no longer exists on the cluster")
+        for name, meta in cluster.items():
+            try:
+                self._ensure_topic(name, meta)
+            except LogfsError as exc:
+                log.error("Cannot replicate topic %s locally: %s", name, exc)
+        self._bump_generation()
+
+    def _bump_generation(self) -> None:
+        with self._appended:
+            self._sync_generation += 1
+            self._appended.notify_all()
+
+    def _unreachable(self, exc: Exception) -> None:
+        self.admin.reachable = False
+        if self._unreachable_since is None:
+            self._unreachable_since = time.monotonic()
+            log.warning("The Kafka cluster at %s cannot be reached (%s): serving the local replica, "
+                        "writes fail until it answers", self.brokers, exc)
+
+    def _local_topic_id(self, topic: str) -> str | None:
+        target = self.manager.get_log(TopicPartition(topic, 0))
+        return None if target is None else read_topic_id(target.dir)
+
+    def _ensure_topic(self, name: str, meta: _TopicMetadata) -> None:
+        topic_id = kafka_topic_id(meta.topic_id)
+        local = self.manager.partitions(name)
+        if local and self._local_topic_id(name) != topic_id:
+            self._drop_topic(name, f"the cluster's topic of this name has a new topic ID {topic_id} "
+                                   "(deleted and recreated)")
+            local = []
+        count = max(meta.partitions) + 1
+        if not local:
+            logs = self.manager.create_topic(name, num_partitions=count)
+            for created in logs:
+                write_partition_metadata(created.dir, topic_id)
+            log.info("Replicating topic %s (topic ID %s, %d partitions)", name, topic_id, count)
+        for partition in range(len(local) if local else count, count):
+            added = self.manager.add_partition(name, partition)
+            write_partition_metadata(added.dir, topic_id)
+            log.info("Replicating partition %s-%d", name, partition)
+        for partition, (leader, epoch) in meta.partitions.items():
+            tp = TopicPartition(name, partition)
+            target = self.manager.get_log(tp)
+            if target is None:
+                continue
+            state = self._states.get(tp)
+            if state is None or state.log is not target:
+                self._states[tp] = PartitionFetchState(target, meta.topic_id, leader, epoch)
+            elif (state.leader, state.leader_epoch) != (leader, epoch):
+                log.info("Partition %s: leader %d (epoch %d), was %d (epoch %d)", tp, leader, epoch,
+                         state.leader, state.leader_epoch)
+                state.leader, state.leader_epoch, state.delayed_until = leader, epoch, 0.0
+
+    def _drop_topic(self, topic: str, why: str) -> None:
+        log.info("Deleting the local replica of topic %s: %s", topic, why)
+        for tp in [tp for tp in self._states if tp.topic == topic]:
+            del self._states[tp]
+        try:
+            self.manager.delete_topic(topic)
+        except LogfsError as exc:
+            log.error("Could not delete the local replica of topic %s: %s", topic, exc)
+        if self.topic_removed is not None:
+            self.topic_removed(topic)
+        with self._appended:
+            self._appended.notify_all()
+
+    # ------------------------------------------------------------------ fetching
+
+    def _send_fetches(self) -> None:
+        from kafka.protocol.consumer import FetchRequest
+
+        now = time.monotonic()
+        by_leader: dict[int, list[tuple[TopicPartition, PartitionFetchState]]] = {}
+        for tp, state in self._states.items():
+            if state.leader < 0 or state.delayed_until > now or state.leader in self._inflight:
+                continue
+            if self._node_delayed.get(state.leader, 0.0) > now:
+                continue
+            by_leader.setdefault(state.leader, []).append((tp, state))
+        fetch_topic = FetchRequest.FetchTopic
+        fetch_partition = fetch_topic.FetchPartition
+        for leader, parts in by_leader.items():
+            topics: dict[uuid.UUID, tuple[str, list]] = {}
+            keys: dict[tuple[uuid.UUID, int], TopicPartition] = {}
+            for tp, state in parts:
+                entry = topics.setdefault(state.topic_id, (tp.topic, []))
+                entry[1].append(fetch_partition(
+                    partition=tp.partition, current_leader_epoch=state.leader_epoch,
+                    fetch_offset=state.log.log_end_offset, last_fetched_epoch=-1, log_start_offset=-1,
+                    partition_max_bytes=self.partition_max_bytes))
+                keys[(state.topic_id, tp.partition)] = tp
+            request = FetchRequest(
+                replica_id=-1, max_wait_ms=self.fetch_max_wait_ms, min_bytes=1, max_bytes=64 << 20,
+                isolation_level=0, session_id=0, session_epoch=-1,
+                topics=[fetch_topic(topic=name, topic_id=tid, partitions=ps) for tid, (name, ps) in topics.items()],
+                forgotten_topics_data=[], rack_id="", min_version=13, max_version=16)
+            future = self._client.send(leader, request)
+            self._inflight[leader] = (future, keys)
+
+    def _complete_fetches(self) -> None:
+        for leader, (future, keys) in list(self._inflight.items()):
+            if not future.is_done:
+                continue
+            del self._inflight[leader]
+            if future.failed():
+                self._node_failed(leader, future.exception)
+                continue
+            self._node_delayed.pop(leader, None)
+            response = future.value
+            if getattr(response, "error_code", _NONE) != _NONE:
+                self._node_failed(leader, f"fetch error code {response.error_code}")
+                continue
+            for topic in response.responses:
+                for pd in topic.partitions:
+                    tp = keys.get((topic.topic_id, pd.partition_index))
+                    if tp is not None:
+                        self._partition_data(tp, topic.topic_id, pd)
+
+    def _node_failed(self, node: int, why: object) -> None:
+        log.debug("Fetch from broker %d failed: %s", node, why)
+        self._node_delayed[node] = time.monotonic() + _BACKOFF_S
+        self._sync_wanted.set()
+
+    def _partition_data(self, tp: TopicPartition, topic_id: uuid.UUID, pd) -> None:
+        state = self._states.get(tp)
+        if state is None or state.topic_id != topic_id or self.manager.get_log(tp) is not state.log:
+            return      # dropped or recreated while the fetch was in flight
+        error = pd.error_code
+        if error == _NONE:
+            self._append(tp, state, pd)
+        elif error == _OFFSET_OUT_OF_RANGE:
+            self._out_of_range(tp, state)
+        else:
+            if error not in _RETRIABLE_METADATA:
+                log.warning("Fetch of %s failed with Kafka error code %d; retrying", tp, error)
+            state.delayed_until = time.monotonic() + _BACKOFF_S
+            self._sync_wanted.set()
+
+    def _append(self, tp: TopicPartition, state: PartitionFetchState, pd) -> None:
+        target = state.log
+        records = pd.records
+        try:
+            if records:
+                target.append_as_follower(records)
+            leader_start = pd.log_start_offset
+            if leader_start > target.log_start_offset:
+                target.maybe_increment_log_start_offset(min(leader_start, target.log_end_offset),
+                                                        LEADER_LOG_START_OFFSET)
+        except LogfsError as exc:
+            log.error("Partition %s: could not append what the leader returned at offset %d: %s", tp,
+                      target.log_end_offset, exc)
+            state.delayed_until = time.monotonic() + 1.0
+            return
+        state.high_watermark = pd.high_watermark
+        if records:
+            with self._appended:
+                self._appended.notify_all()
+
+    def _out_of_range(self, tp: TopicPartition, state: PartitionFetchState) -> None:
+        """Kafka's ``handleOutOfRangeError``: follow the leader's log start, or its end."""
+        target = state.log
+        try:
+            start, end = self.admin.list_offsets(tp)
+        except LogfsError as exc:
+            log.warning("Partition %s: fetch offset %d out of range and the leader's offsets unknown: %s",
+                        tp, target.log_end_offset, exc)
+            state.delayed_until = time.monotonic() + 1.0
+            return
+        local_end = target.log_end_offset
+        if local_end > end:
+            log.warning("Partition %s: the local replica ends at %d, beyond the leader's high watermark %d "
+                        "(an unclean leader election): truncating to it", tp, local_end, end)
+            target.truncate_to(end)
+        elif local_end < start:
+            log.info("Partition %s: the leader's log starts at %d, after the local log end %d (retention or "
+                     "DeleteRecords on the cluster): starting the local log there", tp, start, local_end)
+            target.truncate_fully_and_start_at(start)
+        with self._appended:
+            self._appended.notify_all()
+
+
+def kafka_topic_id(topic_id: uuid.UUID) -> str:
+    """A topic ID as Kafka writes it (``Uuid.toString``: base64 url-safe without padding)."""
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")

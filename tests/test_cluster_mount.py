@@ -1,0 +1,385 @@
+"""A mount of a real 3-node Kafka cluster (issue 20, SPEC.md section 10).
+
+One cluster for the module (tests/kafka_cluster.py: KRaft, replication factor
+3, ``min.insync.replicas=2``); each test mounts it with ``logfs mount
+--bootstrap-server`` and drives the mount with real tools and files.  The
+tests that stop brokers run last and leave the cluster whole again.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import subprocess
+import threading
+
+import pytest
+
+from tests.conftest import Mount
+from tests.helpers import wait_for
+from tests.kafka_cluster import KafkaCluster
+
+pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.mount]
+
+_TIMESTAMP = re.compile(rb'"timestamp":[0-9]+,"timestampType":[01]')
+
+
+def normalised(jsonl: bytes) -> bytes:
+    """records.jsonl with the timestamps blanked: a topic the mount creates is LogAppendTime, so the broker
+    stamps every record, ``append.jsonl`` ones too, where an embedded mount stamps its own clock and keeps a
+    JSON line's CreateTime (README, "Mounting a Kafka cluster"); everything else is compared byte for byte."""
+    return _TIMESTAMP.sub(b'"timestamp":0,"timestampType":0', jsonl)
+
+
+@pytest.fixture
+def cluster_mount(kafka_cluster: KafkaCluster, logfs_mount):
+    """Factory: a started mount of the module's cluster (``options``: more ``-o`` settings)."""
+    def make(options: dict[str, str] | None = None, name: str = "c") -> Mount:
+        return logfs_mount(options, name=name, extra_args=["--bootstrap-server", kafka_cluster.bootstrap])
+    return make
+
+
+def _admin(cluster: KafkaCluster):
+    from confluent_kafka.admin import AdminClient
+    return AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+
+def _consume(cluster: KafkaCluster, topic: str, partition: int = 0) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every record a Kafka consumer reads from the partition, log start to end."""
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "logfs-test-reader",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+        consumer.assign([TopicPartition(topic, partition, low)])
+        out: list[tuple[int, bytes | None, bytes | None]] = []
+        while (out[-1][0] + 1 if out else low) < high:
+            msg = consumer.poll(10)
+            assert msg is not None, f"consumer got nothing more after {out[-1:]} (high watermark {high})"
+            assert msg.error() is None, msg.error()
+            out.append((msg.offset(), msg.key(), msg.value()))
+        return out
+    finally:
+        consumer.close()
+
+
+# --------------------------------------------------------------------------- same bytes as an embedded mount
+
+
+def test_every_view_matches_an_embedded_mount(cluster_mount, logfs_mount, kafka_cluster: KafkaCluster) -> None:
+    """The same writes to an embedded mount and a cluster mount give the same bytes in every view."""
+    options = {"num.partitions": "3"}
+    embedded = logfs_mount(options, name="e")
+    cluster = cluster_mount(options)
+    writes = [b"alpha\n", b"beta\ngamma\n", "ünïcödé line\n".encode(), b"\n", b'quote " and \\ backslash\n',
+              b"\x01\x02 control\n"] + [b"line %d\n" % i for i in range(50)]
+    keyed = [b"k1\tv1\n", b"k2\tv2\nk3\tv3\n", b"k1\tv4\n", b"k9\tnull-me\n"]
+    for m in (embedded, cluster):
+        (m / "t").mkdir()
+        assert sorted(os.listdir(m / "t")) == sorted(os.listdir(embedded / "t"))
+        for data in writes:
+            with open(m / "t/0/append", "ab", buffering=0) as f:
+                f.write(data)
+            # read-your-writes: the records are there as soon as write() returned
+            assert (m / "t/0/records").read_bytes().endswith(data if data != b"\n" else b"\n")
+        with open(m / "t/config", "a") as f:        # >>: added to the overrides (LogAppendTime stays)
+            f.write("parse.key=true\nnull.marker=null-me\n")
+        for data in keyed:
+            with open(m / "t/append", "ab", buffering=0) as f:
+                f.write(data)
+        with open(m / "t/1/append.jsonl", "ab", buffering=0) as f:
+            f.write(b'{"key":"a","value":"from json","headers":[{"key":"h","value":"x"}]}\n'
+                    b'{"key":null,"value":null}\n{"valueEncoding":"base64","value":"AAEC"}\n')
+    for p in range(3):
+        for view in ("records", "offset/0", "from/1"):
+            path = f"t/{p}/{view}"
+            if not (embedded / path).exists():
+                assert not (cluster / path).exists(), path
+                continue
+            assert (cluster / path).read_bytes() == (embedded / path).read_bytes(), path
+        for view in ("records.jsonl", "from/1.jsonl"):
+            path = f"t/{p}/{view}"
+            if (embedded / path).exists():
+                assert normalised((cluster / path).read_bytes()) == normalised((embedded / path).read_bytes()), path
+    records = (cluster / "t/0/records").read_bytes()
+    assert records.startswith(b"".join(writes))
+    for n in (0, 3, 55):
+        assert (cluster / f"t/0/offset/{n}").read_bytes() == (embedded / f"t/0/offset/{n}").read_bytes()
+    # the cluster holds what the mount shows: a Kafka consumer reads the same values
+    assert [v for _, _, v in _consume(kafka_cluster, "t", 0)] == records.split(b"\n")[:-1]
+
+
+# --------------------------------------------------------------------------- admin operations
+
+
+def test_admin_operations_act_on_the_cluster(cluster_mount, kafka_cluster: KafkaCluster) -> None:
+    from confluent_kafka.admin import ConfigResource
+
+    m = cluster_mount()
+    admin = _admin(kafka_cluster)
+    (m / "adm").mkdir()
+    md = admin.list_topics("adm", timeout=10).topics["adm"]
+    assert len(md.partitions) == 1 and len(md.partitions[0].replicas) == 3   # the cluster's defaults
+    with pytest.raises(FileExistsError):
+        (m / "adm").mkdir()
+    (m / "adm/1").mkdir()
+    assert len(admin.list_topics("adm", timeout=10).topics["adm"].partitions) == 2
+    assert sorted(os.listdir(m / "adm")).count("1") == 1
+    # config: IncrementalAlterConfigs; the broker's refusal is EINVAL with its message in the log
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "adm")
+    assert "message.timestamp.type=LogAppendTime" in (m / "adm/config").read_text().splitlines()
+    (m / "adm/config").write_text("retention.ms=86400000\n")
+    configs = admin.describe_configs([resource])[resource].result()
+    assert configs["retention.ms"].value == "86400000"
+    with pytest.raises(OSError) as refused:
+        (m / "adm/config").write_text("retention.ms=soon\n")
+    assert refused.value.errno == errno.EINVAL
+    assert "Invalid value soon for configuration retention.ms" in m.log()
+    assert admin.describe_configs([resource])[resource].result()["retention.ms"].value == "86400000"
+    # DeleteRecords and a tombstone
+    with open(m / "adm/0/append", "ab", buffering=0) as f:
+        for i in range(6):
+            f.write(b"r%d\n" % i)
+    (m / "adm/0/delete").write_text("before 4\n")
+    assert (m / "adm/0/records").read_bytes() == b"r4\nr5\n"
+    consumer_low = _consume(kafka_cluster, "adm")[0][0]
+    assert consumer_low == 4
+    (m / "adm/0/delete").write_text("key gone\n")
+    assert _consume(kafka_cluster, "adm")[-1] == (6, b"gone", None)
+    assert '"key":"gone","value":null' in (m / "adm/0/records.jsonl").read_text()
+    # DeleteTopics
+    os.rmdir(m / "adm")
+    assert "adm" not in os.listdir(m.path)
+    wait_for(lambda: "adm" not in admin.list_topics(timeout=10).topics, "adm deleted on the cluster")
+
+
+# --------------------------------------------------------------------------- topics changed behind the mount
+
+
+def test_topic_deleted_and_recreated_behind_the_mount(cluster_mount, kafka_cluster: KafkaCluster) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import NewTopic
+
+    m = cluster_mount()
+    admin = _admin(kafka_cluster)
+
+    def produce(values: list[bytes]) -> None:
+        producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap, "acks": "all"})
+        for v in values:
+            producer.produce("behind", v, partition=0)
+        assert producer.flush(30) == 0
+
+    admin.create_topics([NewTopic("behind", 1)])["behind"].result()
+    wait_for(lambda: (m / "behind").exists(), "a topic created on the cluster to show up")
+    produce([b"old-%d" % i for i in range(20)])
+    wait_for(lambda: (m / "behind/0/records").read_bytes().count(b"\n") == 20, "the old records replicated")
+    admin.delete_topics(["behind"])["behind"].result()
+    wait_for(lambda: not (m / "behind").exists(), "a topic deleted on the cluster to disappear")
+    wait_for(lambda: _create(admin, "behind"), "the topic recreated (the cluster finishes the deletion first)")
+    produce([b"new-%d" % i for i in range(5)])
+    wait_for(lambda: (m / "behind/0/records").exists() and
+             (m / "behind/0/records").read_bytes() == b"".join(b"new-%d\n" % i for i in range(5)),
+             "the recreated topic's records, and none of the old ones", timeout=60)
+    assert b"old-" not in (m / "behind/0/records.jsonl").read_bytes()
+    assert "Deleting the local replica of topic behind" in m.log()
+
+
+def _create(admin, topic: str) -> bool:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewTopic
+    try:
+        admin.create_topics([NewTopic(topic, 1)])[topic].result()
+        return True
+    except KafkaException:
+        return False
+
+
+def test_the_replica_survives_kill_9_of_the_mount(cluster_mount, kafka_cluster: KafkaCluster) -> None:
+    """kill -9 of the mount: the next mount recovers the replica and fetches on from its end, nothing twice."""
+    m = cluster_mount()
+    (m / "crash").mkdir()
+    with open(m / "crash/0/append", "ab", buffering=0) as f:
+        for i in range(50):
+            f.write(b"c%d\n" % i)
+    m.kill()
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap, "acks": "all"})
+    for i in range(50, 60):
+        producer.produce("crash", b"c%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    m.start()
+    expected = b"".join(b"c%d\n" % i for i in range(60))
+    wait_for(lambda: (m / "crash/0/records").read_bytes() == expected, "the replica caught up after the crash")
+    assert [v for _, _, v in _consume(kafka_cluster, "crash")] == expected.split(b"\n")[:-1]
+
+
+# --------------------------------------------------------------------------- consumer groups
+
+
+def test_groups_are_the_cluster_coordinators(cluster_mount, kafka_cluster: KafkaCluster) -> None:
+    m = cluster_mount()
+    (m / "grp").mkdir()
+    with open(m / "grp/0/append", "ab", buffering=0) as f:
+        f.write(b"".join(b"g%d\n" % i for i in range(10)))
+    (m / "grp/groups/mountgroup").write_text("0 3\n")
+
+    def describe(group: str) -> dict[int, tuple[str, str]]:
+        out = kafka_cluster.tool("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+                                 "--bootstrap-server", kafka_cluster.bootstrap, "--describe", "--group", group)
+        rows = {}
+        for line in out.splitlines():
+            words = line.split()
+            if len(words) >= 6 and words[1] == "grp":
+                rows[int(words[2])] = (words[3], words[4])     # CURRENT-OFFSET, LOG-END-OFFSET
+        return rows
+
+    assert describe("mountgroup")[0] == ("3", "10")
+    assert (m / "grp/groups/mountgroup").read_text() == "0 3 10 7\n"
+    # consume/<group> reads from the committed offset and commits at close
+    assert (m / "grp/0/consume/mountgroup").read_bytes() == b"".join(b"g%d\n" % i for i in range(3, 10))
+    assert describe("mountgroup")[0] == ("10", "10")
+    # a Kafka consumer's commit shows up in the mount
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": kafka_cluster.bootstrap, "group.id": "kafkagroup",
+                         "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition("grp", 0, 6)], asynchronous=False)
+    consumer.close()
+    assert (m / "grp/groups/kafkagroup").read_text() == "0 6 10 4\n"
+    assert "kafkagroup" in os.listdir(m / "grp/groups")
+
+
+# --------------------------------------------------------------------------- faults
+
+
+def test_leader_killed_during_appends(cluster_mount, kafka_cluster: KafkaCluster) -> None:
+    """kill -9 of the partition leader while a writer appends: every acknowledged line there once, in order."""
+    m = cluster_mount()
+    (m / "ha").mkdir()
+    acked: list[int] = []
+    failed: list[tuple[int, int]] = []
+    stop = threading.Event()
+
+    def writer() -> None:
+        n = 0
+        with open(m / "ha/0/append", "ab", buffering=0) as f:
+            while not stop.is_set():
+                try:
+                    f.write(b"seq-%06d\n" % n)
+                    acked.append(n)
+                except OSError as exc:
+                    failed.append((n, exc.errno))
+                n += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        wait_for(lambda: len(acked) >= 200, "200 acknowledged appends", timeout=60)
+        leader, _ = kafka_cluster.partition_state("ha", 0)
+        kafka_cluster.node(leader).kill()
+        wait_for(lambda: kafka_cluster.partition_state("ha", 0)[0] not in (leader, -1),
+                 "a new leader", timeout=60)
+        mark = len(acked)
+        wait_for(lambda: len(acked) >= mark + 200, "200 more acknowledged appends under the new leader",
+                 timeout=120)
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+    lines = (m / "ha/0/records").read_bytes().split(b"\n")[:-1]
+    seqs = [int(line[4:]) for line in lines]
+    assert len(seqs) == len(set(seqs)), "a record appears twice"
+    assert seqs == sorted(seqs), "records out of order"
+    missing = set(acked) - set(seqs)
+    assert not missing, f"acknowledged records lost: {sorted(missing)[:10]}"
+    assert all(code in (errno.EIO, errno.ETIMEDOUT) for _, code in failed), failed
+    # the cluster agrees with the mount
+    assert [v for _, _, v in _consume(kafka_cluster, "ha")] == lines
+    # the killed broker comes back and catches up (the next tests want the whole cluster)
+    kafka_cluster.node(leader).start()
+    kafka_cluster.wait_ready()
+    wait_for(lambda: len(kafka_cluster.partition_state("ha", 0)[1]) == 3, "the ISR whole again", timeout=120)
+
+
+def test_cluster_unreachable(cluster_mount, kafka_cluster: KafkaCluster) -> None:
+    """All brokers down: reads of the replica go on, writes fail in bounded time, service resumes by itself."""
+    m = cluster_mount({"delivery.timeout.ms": "5000"})
+    (m / "down").mkdir()
+    with open(m / "down/0/append", "ab", buffering=0) as f:
+        f.write(b"before\n")
+    for node in kafka_cluster.nodes:
+        node.stop()
+    try:
+        result = subprocess.run(["bash", "-c", "echo during >> down/0/append"], cwd=m.path, capture_output=True,
+                                timeout=60)
+        assert result.returncode != 0
+        assert re.search(rb"(Connection timed out|Input/output error)", result.stderr), result.stderr
+        assert kafka_cluster.bootstrap.split(",")[0] in m.log()
+        wait_for(lambda: "cannot be reached" in m.log(), "the mount to log that the cluster is unreachable",
+                 timeout=60)
+        # a request made on the mount's request thread fails fast instead of stalling the mount
+        config = subprocess.run(["cat", "down/config"], cwd=m.path, capture_output=True, timeout=60)
+        assert config.returncode != 0 and b"Connection timed out" in config.stderr, config.stderr
+        assert (m / "down/0/records").read_bytes() == b"before\n"
+        assert "before" in (m / "down/0/records.jsonl").read_text()
+    finally:
+        for node in kafka_cluster.nodes:
+            node.start()
+        kafka_cluster.wait_ready()
+
+    def write_again() -> bool:
+        return subprocess.run(["bash", "-c", "echo after >> down/0/append"], cwd=m.path,
+                              capture_output=True, timeout=60).returncode == 0
+    wait_for(write_again, "a write to succeed once the cluster is back", timeout=120, interval=1.0)
+    assert (m / "down/0/records").read_bytes().endswith(b"after\n")
+
+
+# --------------------------------------------------------------------------- the README, as written
+
+
+def test_readme_cluster_section_runs_as_written(kafka_cluster: KafkaCluster, tmp_path) -> None:
+    """The first ```sh block of the README's "Mounting a Kafka cluster", against this cluster."""
+    from tests.conftest import ROOT
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Mounting a Kafka cluster", 1)[1]
+    body = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    commands: list[tuple[str, list[str]]] = []
+    for line in body.splitlines():
+        if line.startswith("$ "):
+            commands.append((line[2:], []))
+        else:
+            commands[-1][1].append(line)
+    (tmp_path / ".venv").symlink_to(ROOT / ".venv")
+    background: list[subprocess.Popen] = []
+    try:
+        for command, expected in commands:
+            command = command.replace("broker1:9092,broker2:9092,broker3:9092", kafka_cluster.bootstrap)
+            if command.endswith("&"):
+                background.append(subprocess.Popen(["bash", "-c", command], cwd=tmp_path))
+                continue
+            result = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, timeout=120)
+            assert result.returncode == 0, (command, result.stderr, (tmp_path / "logfs.log").read_text()[-3000:])
+            assert result.stdout.decode().splitlines() == expected, command
+    finally:
+        if subprocess.run(["mountpoint", "-q", str(tmp_path / "mnt")]).returncode == 0:
+            subprocess.run(["fusermount3", "-u", str(tmp_path / "mnt")])
+        for proc in background:
+            assert proc.wait(timeout=60) == 0, (tmp_path / "logfs.log").read_text()[-3000:]
+
+
+# --------------------------------------------------------------------------- refused at start
+
+
+def test_a_mount_of_an_unreachable_cluster_or_a_bad_setting_exits_naming_it(logfs_mount) -> None:
+    closed = "127.0.0.1:1"
+    m = logfs_mount({"delivery.timeout.ms": "3000"}, name="u", extra_args=["--bootstrap-server", closed],
+                    start=False)
+    with pytest.raises(RuntimeError, match="exited with 1"):
+        m.start()
+    m.proc = None           # refused at start, as expected: nothing to unmount
+    assert f"Cannot mount the Kafka cluster at {closed}" in m.log()
+    bad = logfs_mount({"no.such.client.setting": "1"}, name="b", extra_args=["--bootstrap-server", closed],
+                      start=False)
+    with pytest.raises(RuntimeError, match="exited with 1"):
+        bad.start()
+    bad.proc = None
+    assert "Invalid Kafka client setting: No such configuration property: \"no.such.client.setting\"" in bad.log()
