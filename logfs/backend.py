@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from collections.abc import Callable, Mapping, Sequence
 
 from engine.errors import UnknownTopicOrPartitionError
+from engine.numbers import LONG_MAX
 from engine.topic import TopicPartition
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["Backend", "EmbeddedBackend"]
 
-_LONG_MAX = 2**63 - 1
+
 
 
 class Backend(Protocol):
@@ -129,7 +130,7 @@ class EmbeddedBackend:
         return append_json_records(self._log(tp), records)
 
     def append_blocks(self, topic: str) -> bool:
-        return self.manager.topic_config(topic).flush_messages < _LONG_MAX
+        return self.manager.topic_config(topic).flush_messages < LONG_MAX
 
     def group_coordinator(self) -> GroupMetadataManager:
         from engine.consumer_offsets import GroupMetadataManager
