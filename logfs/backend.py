@@ -27,8 +27,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Backend", "EmbeddedBackend"]
 
 
-
-
 class Backend(Protocol):
     """The changes a mount makes, by the Kafka request each one is."""
 
