@@ -385,19 +385,7 @@ class GroupMetadataManager:
 
     def lag(self, group: str, topic: str) -> list[GroupLag]:
         """Every partition of ``topic``: committed (-1 if none), log end, lag (from the log start if none)."""
-        out = []
-        committed = self.committed_offsets(group, topic)
-        for p in sorted(self.manager.partitions(topic)):
-            target = self.manager.get_log(TopicPartition(topic, p))
-            if target is None:
-                continue
-            end = target.log_end_offset
-            offset = committed.get(p)
-            if offset is None:
-                out.append(GroupLag(p, -1, end, end - target.log_start_offset))
-            else:
-                out.append(GroupLag(p, offset, end, max(end - max(offset, target.log_start_offset), 0)))
-        return out
+        return group_lag(self.manager, topic, self.committed_offsets(group, topic))
 
     # ------------------------------------------------------------------ writing
 
@@ -483,3 +471,23 @@ def _control_type(key: bytes | None) -> int:
     if key is None or len(key) < 4:
         return -1
     return _INT16.unpack_from(key, 2)[0]
+
+
+def group_lag(manager: LogManager, topic: str, committed: Mapping[int, int]) -> list[GroupLag]:
+    """Every partition of ``topic``: committed (-1 if none), log end, lag (from the log start if none).
+
+    Kafka's ``kafka-consumer-groups.sh --describe`` columns, counted against the
+    local logs (an embedded mount's, or a cluster mount's replicas).
+    """
+    out = []
+    for p in sorted(manager.partitions(topic)):
+        target = manager.get_log(TopicPartition(topic, p))
+        if target is None:
+            continue
+        end = target.log_end_offset
+        offset = committed.get(p)
+        if offset is None:
+            out.append(GroupLag(p, -1, end, end - target.log_start_offset))
+        else:
+            out.append(GroupLag(p, offset, end, max(end - max(offset, target.log_start_offset), 0)))
+    return out

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from engine.consumer_offsets import GroupLag
+from engine.consumer_offsets import GroupLag, group_lag
 from engine.errors import InvalidRequestError
 from engine.manager import LogManager
 from engine.topic import TopicPartition
@@ -73,19 +73,7 @@ class ClusterGroupCoordinator:
 
     def lag(self, group: str, topic: str) -> list[GroupLag]:
         """Every partition of ``topic``: committed (-1 if none), log end, lag (from the log start if none)."""
-        out = []
-        committed = self.committed_offsets(group, topic)
-        for p in sorted(self.manager.partitions(topic)):
-            target = self.manager.get_log(TopicPartition(topic, p))
-            if target is None:
-                continue
-            end = target.log_end_offset
-            offset = committed.get(p)
-            if offset is None:
-                out.append(GroupLag(p, -1, end, end - target.log_start_offset))
-            else:
-                out.append(GroupLag(p, offset, end, max(end - max(offset, target.log_start_offset), 0)))
-        return out
+        return group_lag(self.manager, topic, self.committed_offsets(group, topic))
 
     # ------------------------------------------------------------------ writing
 
