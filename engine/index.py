@@ -23,6 +23,10 @@ current mapping, and only ever touches entries below that count.  Mappings are
 never closed in place: resizing or closing drops the index's reference and
 CPython unmaps the old region when the last reader lets go of it, so a reader
 racing a roll never sees a closed map.
+
+Size (~850 lines): Kafka's AbstractIndex with its two subclasses, kept together
+as in Kafka because both share the mapping, locking, resizing and durability
+code of the base class and differ only in their entry format and lookups.
 """
 
 from __future__ import annotations
