@@ -40,6 +40,7 @@ import struct
 import threading
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 from engine.file_cache import FILE_CACHE
 from engine.errors import (CorruptIndexError, InvalidConfigError, InvalidRequestError, LogDirFullError,
@@ -145,7 +146,11 @@ class IndexOffsetOverflowError(LogfsError):
     errno = _errno.EINVAL
 
 
-def _search(mm: mmap.mmap, entries: int, target: int, unpack_from, entry_size: int, field: int,
+#: ``struct.Struct.unpack_from`` of an index entry or field: (buffer, offset) -> the unpacked tuple.
+_UnpackFrom = Callable[[mmap.mmap, int], tuple[Any, ...]]
+
+
+def _search(mm: mmap.mmap, entries: int, target: int, unpack_from: _UnpackFrom, entry_size: int, field: int,
             warm_entries: int, smallest_upper_bound: bool) -> int:
     """Kafka's ``indexSlotRangeFor``: the slot of the largest entry whose field is <= target
     (or, with ``smallest_upper_bound``, the smallest whose field is >= target); -1 if none.
@@ -652,8 +657,8 @@ class OffsetIndex(AbstractIndex):
             self._last_offset = offset
             self._entries = entries + 1   # published last: readers see only complete entries
 
-    def lookup(self, target_offset: int, _unpack=_I32.unpack_from,
-               _unpack_entry=_OFFSET_ENTRY.unpack_from) -> tuple[int, int]:
+    def lookup(self, target_offset: int, _unpack: _UnpackFrom = _I32.unpack_from,
+               _unpack_entry: _UnpackFrom = _OFFSET_ENTRY.unpack_from) -> tuple[int, int]:
         """The ``(offset, position)`` of the largest entry <= target, else ``(base_offset, 0)``."""
         # The hot path of every view read: _search inlined (about 15% faster), entry
         # count read before the mapping (see the module docstring).
@@ -810,8 +815,8 @@ class TimeIndex(AbstractIndex):
             self._last_entry = (timestamp, offset)
             self._entries = entries + 1
 
-    def lookup(self, target_timestamp: int, _unpack=_I64.unpack_from,
-               _unpack_entry=_TIME_ENTRY.unpack_from) -> tuple[int, int]:
+    def lookup(self, target_timestamp: int, _unpack: _UnpackFrom = _I64.unpack_from,
+               _unpack_entry: _UnpackFrom = _TIME_ENTRY.unpack_from) -> tuple[int, int]:
         """``(timestamp, offset)`` of the largest entry with timestamp <= target, else ``(-1, base_offset)``."""
         entries = self._entries
         if entries == 0:

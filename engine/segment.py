@@ -43,7 +43,7 @@ import errno
 import logging
 import os
 from enum import Enum
-from typing import Final, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeVar
 from collections.abc import Iterator
 
 from engine import records as _records
@@ -57,9 +57,15 @@ from engine.index import OffsetIndex, TimeIndex, open_regular_file
 from engine.records.reader import read_batches, read_headers
 from engine.records import (HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, read_header,
                             validate_batch)
+from engine.records.format import RecordBuffer
 from engine.topic import TopicPartition, parse_topic_partition_dir
 
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.config import LogConfig
+
 log = logging.getLogger(__name__)
+
+_IndexT = TypeVar("_IndexT", OffsetIndex, TimeIndex)
 
 
 _INT32_MAX = 0x7FFFFFFF
@@ -137,7 +143,7 @@ def topic_partition_of_dir(dir: str) -> TopicPartition:
 class LogSegment:
     """One segment of a partition's log: ``<base>.log`` + ``.index`` + ``.timeindex``."""
 
-    def __init__(self, dir: str, base_offset: int, config, clock: Clock = SYSTEM_CLOCK, *,
+    def __init__(self, dir: str, base_offset: int, config: LogConfig, clock: Clock = SYSTEM_CLOCK, *,
                  file_suffix: str = "", file_already_exists: bool = False,
                  preallocate: bool = False, topic_partition: TopicPartition | None = None,
                  read_only: bool = False) -> None:
@@ -179,7 +185,9 @@ class LogSegment:
             #: True when an index file of a read-only segment is missing: an empty
             #: in-memory index stands in for it until recover() fills it
             self.indexes_missing = False
-            self.offset_index = self._open_index(OffsetIndex, offset_index_file_path(dir, base_offset, file_suffix))
+            #: an OffsetIndex, or a _ScanOnlyIndex once it was found to disagree with the .log
+            self.offset_index: OffsetIndex | _ScanOnlyIndex = self._open_index(
+                OffsetIndex, offset_index_file_path(dir, base_offset, file_suffix))
             self.time_index = self._open_index(TimeIndex, time_index_file_path(dir, base_offset, file_suffix))
         except BaseException:
             self._close_fd()
@@ -197,14 +205,14 @@ class LogSegment:
         #: after which the observer rebuilds it by a scan, as after a remount.
         self.sidecar: object | None = None
 
-    def _open_index(self, kind, path: str):
+    def _open_index(self, kind: type[_IndexT], path: str) -> _IndexT:
         if self.read_only and not os.path.lexists(path):
             self.indexes_missing = True
             return kind(path, self.base_offset, self.max_index_size, in_memory=True)
         return kind(path, self.base_offset, self.max_index_size, writable=not self.read_only)
 
     @classmethod
-    def open(cls, dir: str, base_offset: int, config, clock: Clock = SYSTEM_CLOCK, *,
+    def open(cls, dir: str, base_offset: int, config: LogConfig, clock: Clock = SYSTEM_CLOCK, *,
              file_suffix: str = "", file_already_exists: bool = False, preallocate: bool = False,
              topic_partition: TopicPartition | None = None, read_only: bool = False) -> LogSegment:
         """Open (creating if missing) the segment at ``base_offset`` in ``dir``.
@@ -280,7 +288,7 @@ class LogSegment:
     def _max_ts_and_offset(self) -> tuple[int, int]:
         value = self._max_timestamp_and_offset
         if value is _UNKNOWN:
-            value = self._max_timestamp_and_offset = tuple(self.time_index.last_entry)
+            value = self._max_timestamp_and_offset = self.time_index.last_entry
         return value
 
     @property
@@ -335,7 +343,7 @@ class LogSegment:
             return message_timestamp - ts
         return now_ms - self._created
 
-    def should_roll(self, config, max_timestamp_in_batch: int, max_offset_in_batch: int,
+    def should_roll(self, config: LogConfig, max_timestamp_in_batch: int, max_offset_in_batch: int,
                     now_ms: int, batch_size: int) -> bool:
         """Kafka's shouldRoll: size, segment.ms since the first batch, full indexes, offset overflow."""
         size = self._size
@@ -546,13 +554,13 @@ class LogSegment:
                         return record.timestamp, record.offset
         return None
 
-    def _decode(self, buf, off: int, header: BatchHeader, position: int) -> list:
+    def _decode(self, buf: RecordBuffer, off: int, header: BatchHeader, position: int) -> list:
         try:
             return _records.decode_batch(buf, off, header)
         except CorruptRecordError as exc:
             raise exc.at(self.log_path, position) from None
 
-    def validate_and_decode(self, buf, off: int, header: BatchHeader, position: int) -> list:
+    def validate_and_decode(self, buf: RecordBuffer, off: int, header: BatchHeader, position: int) -> list:
         """CRC-check then decode one batch; CorruptRecordError names this file and position."""
         try:
             validate_batch(buf, off)
@@ -954,7 +962,7 @@ class _ScanOnlyIndex:
     rebuilds it (LogLoader).
     """
 
-    def __init__(self, index: OffsetIndex) -> None:
+    def __init__(self, index: OffsetIndex | _ScanOnlyIndex) -> None:
         self._index = index.__dict__.get("_index", index)
 
     def lookup(self, target_offset: int) -> tuple[int, int]:
@@ -963,5 +971,5 @@ class _ScanOnlyIndex:
     def fetch_upper_bound_offset(self, fetch_position: int, fetch_size: int) -> None:
         return None
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._index, name)
