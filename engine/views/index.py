@@ -147,13 +147,16 @@ class ViewIndex:
         """The four columns (offset, log, text and JSON positions); only the first ``entries`` are valid."""
         return self._offsets, self._log_positions, self._text_positions, self._json_positions
 
-    def load_columns(self, columns: Sequence[array], entries: int, totals: ViewTotals, last_position: int,
-                     bytes_since_last_entry: int) -> None:
-        """Fill an empty index from a persisted one (engine.views.persisted); appends may follow."""
+    def load_columns(self, columns: Sequence[array], entries: int, totals: tuple[int, int, int, int, int],
+                     last_position: int, bytes_since_last_entry: int) -> None:
+        """Fill an empty index from a persisted one (engine.views.persisted); appends may follow.
+
+        ``totals`` are the fields of :class:`ViewTotals` in order.
+        """
         self._offsets, self._log_positions, self._text_positions, self._json_positions = columns
         self.last_position = last_position
         self._bytes_since_last_entry = bytes_since_last_entry
-        self.totals = totals
+        self.totals = ViewTotals(*totals)
         self.entries = entries
 
     def _entry(self, n: int) -> tuple[int, int, int, int]:

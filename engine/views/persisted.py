@@ -199,7 +199,6 @@ def load(segment: LogSegment, new_index: Callable[[int, int], ViewIndex]) -> Vie
         # it ends with must still be there, or the bytes before it may have changed
         return _reject(path, f"the batch at byte {last_position} of the log is not the one it ends with",
                        stale=True)
-    from engine.views.index import ViewTotals
     vi = new_index(base, interval)
     cols = []
     at = columns_at
@@ -214,7 +213,7 @@ def load(segment: LogSegment, new_index: Callable[[int, int], ViewIndex]) -> Vie
     if (log_positions[0] != 0 or log_positions[-1] > last_position or text_positions[-1] > text_size
             or json_positions[-1] > json_size or offsets[0] < base or offsets[-1] >= next_offset):
         return _reject(path, "its entries lie outside the segment")
-    vi.load_columns(cols, n, ViewTotals(next_offset, log_size, text_size, json_size, records), last_position,
+    vi.load_columns(cols, n, (next_offset, log_size, text_size, json_size, records), last_position,
                     since_entry)
     counters["loaded"] += 1
     return vi
