@@ -55,6 +55,7 @@ from sortedcontainers import SortedDict
 
 from engine import retention
 from engine.clock import SYSTEM_CLOCK, Clock
+from engine.config import LogConfig
 from engine.errors import (InvalidRecordError, InvalidRequestError, OffsetOutOfRangeError, ReadOnlyError,
                            RecordTooLargeError, StorageError, UnsafeFileError)
 from engine.files import (CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX, fsync_dir, log_file_path,
@@ -120,7 +121,7 @@ def _compression_of(name: str) -> Compression:
 class Log:
     """The segments of one partition and its offsets; see the module docstring for the rules."""
 
-    def __init__(self, dir: str, config, loaded: LoadedLog, *, clock: Clock = SYSTEM_CLOCK,
+    def __init__(self, dir: str, config: LogConfig, loaded: LoadedLog, *, clock: Clock = SYSTEM_CLOCK,
                  topic_partition: TopicPartition | None = None, read_only: bool = False) -> None:
         self.dir = os.path.abspath(dir)
         self.read_only = read_only
@@ -151,7 +152,7 @@ class Log:
 
     # ---------------------------------------------------------------- loading
     @classmethod
-    def load(cls, dir: str, config, *, log_start_offset: int = 0, recovery_point: int = 0,
+    def load(cls, dir: str, config: LogConfig, *, log_start_offset: int = 0, recovery_point: int = 0,
              had_clean_shutdown: bool = False, clock: Clock = SYSTEM_CLOCK,
              topic_partition: TopicPartition | None = None, read_only: bool = False) -> Log:
         """Open (creating if needed) the log in ``dir``, running Kafka's LogLoader over it.
@@ -239,7 +240,7 @@ class Log:
     def pending_deletion_bytes(self) -> int:
         return sum(p.segment.size for p in self._pending)
 
-    def update_config(self, config) -> None:
+    def update_config(self, config: LogConfig) -> None:
         with self.lock:
             self.config = config
             self._compression = _compression_of(config.compression_type)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from sortedcontainers import SortedDict
 
 from engine.clock import Clock
+from engine.config import LogConfig
 from engine.files import (CLEANED_FILE_SUFFIX, DELETE_DIR_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX,
                           LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TMP_FILE_SUFFIX,
                           TXN_INDEX_FILE_SUFFIX, VIEW_INDEX_FILE_SUFFIX, filename_prefix_from_offset, log_file_path,
@@ -150,7 +151,7 @@ class LogLoader:
     * A loader is used once: ``load()`` is called once per instance.
     """
 
-    def __init__(self, dir: str, topic_partition: TopicPartition, config, clock: Clock,
+    def __init__(self, dir: str, topic_partition: TopicPartition, config: LogConfig, clock: Clock,
                  had_clean_shutdown: bool, log_start_offset_checkpoint: int,
                  recovery_point_checkpoint: int, read_only: bool = False) -> None:
         self.dir = dir

@@ -7,7 +7,9 @@ crash-ordering rules below; splitting it further would split those invariants.
 What has a job of its own lives apart: :mod:`engine.log_dirs` (validation,
 locks, scanning, placement), :mod:`engine.load_logs` (loading every log at
 startup, Kafka's ``loadLogs``), :mod:`engine.topic_configs` (the topic-config
-store) and :mod:`engine.log_deletion` (the ``-delete`` dir queue).
+store), :mod:`engine.log_deletion` (the ``-delete`` dir queue) and
+:mod:`engine.log_checkpoints` (the per-dir checkpoint writers, Kafka's
+``checkpointLogRecoveryOffsets``/``checkpointLogStartOffsets``).
 
 Responsibilities, as in Kafka:
 
@@ -103,14 +105,7 @@ import uuid
 from collections.abc import Mapping
 
 from engine import transactions
-from engine.checkpoint import (
-    CLEAN_SHUTDOWN_FILE,
-    CLEANER_OFFSET_CHECKPOINT,
-    LOG_START_OFFSET_CHECKPOINT,
-    RECOVERY_POINT_CHECKPOINT,
-    PREVIOUS_SUFFIX,
-    OffsetCheckpointFile,
-)
+from engine.checkpoint import CLEAN_SHUTDOWN_FILE
 from engine.cleaner import LogCleaner
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.config import TOPIC_CONFIG_NAMES, BrokerConfig, LogConfig
@@ -129,6 +124,7 @@ from engine.errors import (
 from engine.files import atomic_write, fsync_dir
 from engine.log import CLIENT_RECORD_DELETION, Log
 from engine.load_logs import load_logs
+from engine.log_checkpoints import LogDirCheckpoints
 from engine.log_deletion import LogDeletionQueue, PendingDeletion
 from engine.partition_metadata import new_topic_id, read_topic_id, write_partition_metadata
 from engine.log_dirs import (
@@ -171,10 +167,10 @@ class LogManager:
         self._logs_to_be_deleted = LogDeletionQueue()
         #: topics whose partition dirs are being renamed -delete (persisted in topic-configs.json)
         self._deleting_topics: set[str] = set()
-        # One writer at a time per checkpoint file: OffsetCheckpointFile writes
-        # through a fixed ``.tmp`` name, and a map computed outside the lock could
-        # overwrite a newer log start offset with an older one.
-        self._checkpoint_locks: dict[str, threading.Lock] = {d: threading.Lock() for d in self.log_dirs}
+        #: the recovery-point and log-start-offset checkpoints of each dir, from the logs live
+        #: at each write (dict.copy of the logs map: one atomic step, no lock taken)
+        self._checkpoints = LogDirCheckpoints(self.log_dirs, lambda: self._logs.copy().values(),
+                                              lambda: self.cleaner)
         self.had_clean_shutdown: dict[str, bool] = {}
         #: the log cleaner; None when disabled, read-only, or before startup()
         self.cleaner: LogCleaner | None = None
@@ -474,12 +470,12 @@ class LogManager:
 
         Before the dir exists, every checkpoint entry a deleted partition of
         the same name may have left is dropped durably
-        (:meth:`_drop_stale_checkpoint_entries`); the dir holds its segment
+        (:meth:`LogDirCheckpoints.drop_stale_entries`); the dir holds its segment
         files and ``partition.metadata`` (Kafka's topic ID), fsynced, and is
         fsynced in its parent before the log can take an append: a power loss
         after the first acknowledged record cannot lose the directory.
         """
-        self._drop_stale_checkpoint_entries(tp)
+        self._checkpoints.drop_stale_entries(tp)
         parent = self._next_log_dir()
         path = os.path.join(parent, tp.dir_name)
         try:
@@ -507,49 +503,6 @@ class LogManager:
         logger.info("Created log for partition %s in %s with topic ID %s and properties %s", tp, path, topic_id,
                     self._overrides.get(tp.topic, {}))
         return log
-
-    def _drop_stale_checkpoint_entries(self, tp: TopicPartition) -> None:
-        """Drop ``tp`` from every checkpoint of every log dir, durably, before a partition ``tp`` is created.
-
-        Kafka's checkpoints name a partition, not its topic ID: an entry left
-        by a deleted topic of the same name (a crash between the rename of its
-        dirs and the checkpoint rewrite of :meth:`delete_topic`, or a periodic
-        write that raced the deletion) would give the new partition the old
-        log start offset (hiding acknowledged records, which retention then
-        deletes), recovery point or cleaner position.  Both generations go
-        (the reader falls back to ``.prev``).  Costs a read of each checkpoint
-        and nothing more unless an entry is there.  Raises StorageError (the
-        partition is then not created).
-        """
-        for log_dir in self.log_dirs:
-            for name in (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT):
-                path = os.path.join(log_dir, name)
-                for _generation in range(2):
-                    if not _mentions(path, tp):
-                        break
-                    logger.info("Dropping the entry of deleted partition %s from %s before creating it again",
-                                tp, path)
-                    self._rewrite_checkpoint_without(log_dir, name, tp)
-                if _mentions(path, tp):
-                    raise StorageError(f"Cannot create partition {tp}: the entry a deleted partition of that name "
-                                       f"left in {path} could not be removed (see the ERROR before)")
-
-    def _rewrite_checkpoint_without(self, log_dir: str, name: str, tp: TopicPartition) -> None:
-        """One new generation of ``log_dir``'s checkpoint ``name`` without ``tp`` (not a live partition)."""
-        if name == RECOVERY_POINT_CHECKPOINT:
-            self._checkpoint_recovery_points_in_dir(log_dir)
-        elif name == LOG_START_OFFSET_CHECKPOINT:
-            self._checkpoint_log_start_offsets_in_dir(log_dir)
-        elif self.cleaner is not None:
-            self.cleaner.update_checkpoints(log_dir, partition_to_remove=tp)     # under the cleaner's lock
-        else:
-            checkpoint = OffsetCheckpointFile(os.path.join(log_dir, name))
-            try:
-                offsets = checkpoint.read()
-            except (LogfsError, OSError, ValueError):
-                offsets = {}
-            offsets.pop(tp, None)
-            checkpoint.write(offsets)
 
     def _undo_create(self, topic: str, created: list[Log]) -> None:
         for log in created:
@@ -644,8 +597,8 @@ class LogManager:
                 # As Kafka's asyncDelete: the dir's checkpoints without the deleted partitions.  If
                 # this fails, creating a partition of the same name drops the entries first.
                 try:
-                    self._checkpoint_recovery_points_in_dir(parent)
-                    self._checkpoint_log_start_offsets_in_dir(parent)
+                    self._checkpoints.write_recovery_points(parent)
+                    self._checkpoints.write_log_start_offsets(parent)
                 except LogfsError as exc:
                     logger.error("Could not rewrite the checkpoints of %s without topic %s: %s", parent, topic, exc)
             if not failures:
@@ -689,22 +642,10 @@ class LogManager:
         failures = []
         for log_dir in self.log_dirs:
             try:
-                self._checkpoint_recovery_points_in_dir(log_dir)
+                self._checkpoints.write_recovery_points(log_dir)
             except LogfsError as exc:
                 failures.append(str(exc))
         _raise_failures("recovery point checkpoint", failures)
-
-    def _checkpoint_recovery_points_in_dir(self, log_dir: str) -> None:
-        """Write ``log_dir``'s recovery-point checkpoint from the logs live now (under the dir's lock).
-
-        The map is taken under the lock, not before it: a map taken before a
-        topic deletion and written after it would put the deleted partition's
-        recovery point back, for a new topic of that name to inherit.
-        """
-        with self._checkpoint_locks.setdefault(log_dir, threading.Lock()):
-            logs = [log for log in self._logs.copy().values() if os.path.dirname(log.dir) == log_dir]
-            self._write_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT,
-                                   {log.topic_partition: log.recovery_point for log in logs})
 
     def checkpoint_log_start_offsets(self) -> None:
         """Write each dir's ``log-start-offset-checkpoint``.
@@ -717,37 +658,11 @@ class LogManager:
         failures = []
         for log_dir in self.log_dirs:
             try:
-                self._checkpoint_log_start_offsets_in_dir(log_dir)
+                self._checkpoints.write_log_start_offsets(log_dir)
             except LogfsError as exc:
                 logger.error("%s", exc)
                 failures.append(str(exc))
         _raise_failures("log start offset checkpoint", failures)
-
-    def _checkpoint_log_start_offsets_in_dir(self, log_dir: str, planned: tuple[Log, int] | None = None) -> None:
-        """Write ``log_dir``'s log-start-offset checkpoint; raises StorageError.
-
-        ``planned`` is ``(log, offset)`` for a log start offset about to be
-        reached by a deletion that has not moved it in memory yet.  The map is
-        taken under the dir's lock, so the last writer always writes the
-        newest offsets.  Callers hold a Log's lock, so this takes neither
-        ``_lock`` (topic deletion holds it while it takes Log locks to rename)
-        nor any Log's lock: ``dict.copy`` of the logs map is one atomic step.
-        """
-        with self._checkpoint_locks.setdefault(log_dir, threading.Lock()):
-            logs = [log for log in self._logs.copy().values() if os.path.dirname(log.dir) == log_dir]
-            offsets = _moved_log_start_offsets(logs)
-            if planned is not None:
-                log, offset = planned
-                first_base = next(iter(log.segments.keys()), 0)
-                if offset > first_base and offset > offsets.get(log.topic_partition, -1):
-                    offsets[log.topic_partition] = offset
-            try:
-                OffsetCheckpointFile(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)).write(offsets)
-            except LogDirFullError:
-                raise                  # ENOSPC stays ENOSPC for the caller (`before N` on a full disk)
-            except (OSError, LogfsError) as exc:
-                raise StorageError(f"Disk error while writing {LOG_START_OFFSET_CHECKPOINT} in dir {log_dir}: "
-                                   f"{exc}") from exc
 
     def delete_records(self, tp: TopicPartition, offset: int) -> int:
         """Kafka's DeleteRecords: records below ``offset`` are gone for every reader; returns the log start.
@@ -774,16 +689,6 @@ class LogManager:
             # The Log calls _checkpoint_moving_log_start_offset before the start moves.
             log.maybe_increment_log_start_offset(offset, CLIENT_RECORD_DELETION)
             return log.log_start_offset
-
-    def _write_checkpoint(self, log_dir: str, name: str, offsets: Mapping[TopicPartition, int]) -> None:
-        """Write one checkpoint; logs and re-raises a failure (LogDirFullError or StorageError)."""
-        try:
-            OffsetCheckpointFile(os.path.join(log_dir, name)).write(offsets)
-        except (OSError, LogfsError) as exc:
-            logger.error("Disk error while writing %s in dir %s: %s", name, log_dir, exc)
-            if isinstance(exc, LogfsError):
-                raise
-            raise StorageError(f"Disk error while writing {name} in dir {log_dir}: {exc}") from exc
 
     def cleanup_logs(self) -> int:
         """Retention (kafka-log-retention); returns the number of segments deleted.
@@ -834,7 +739,9 @@ class LogManager:
         returns) never brings deleted records back.  A failed write raises
         StorageError and the log start offset does not move.
         """
-        self._checkpoint_log_start_offsets_in_dir(os.path.dirname(log.dir), (log, new_start))
+        # Callers hold the Log's lock: this takes neither ``_lock`` (topic deletion holds it while it
+        # takes Log locks to rename) nor any Log's lock.
+        self._checkpoints.write_log_start_offsets(os.path.dirname(log.dir), (log, new_start))
 
     def delete_expired_segment_files(self) -> int:
         """Remove ``.deleted`` segment files whose ``file.delete.delay.ms`` has passed."""
@@ -897,11 +804,7 @@ class LogManager:
             if self.read_only:
                 continue
             try:
-                OffsetCheckpointFile(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT)).write(
-                    {log.topic_partition: log.recovery_point for log in logs})
-                with self._checkpoint_locks.setdefault(log_dir, threading.Lock()):
-                    OffsetCheckpointFile(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)).write(
-                        _moved_log_start_offsets(logs))
+                self._checkpoints.write_at_shutdown(log_dir, logs)
             except (OSError, LogfsError) as exc:
                 ok = False
                 logger.error("Error writing checkpoints in %s during shutdown: %s", log_dir, exc)
@@ -937,30 +840,3 @@ def _raise_failures(job: str, failures: list[str], done: str = "") -> None:
     more = f" and {len(failures) - 3} more" if len(failures) > 3 else ""
     achieved = f" ({done})" if done else ""
     raise TaskFailedError(f"{job} failed for {len(failures)} item(s){achieved}: {'; '.join(failures[:3])}{more}")
-
-
-def _mentions(path: str, tp: TopicPartition) -> bool:
-    """Whether the checkpoint ``path`` or its previous generation holds an entry for ``tp``.
-
-    An unreadable generation counts as holding it: it cannot be shown not to.
-    """
-    for candidate in (path, path + PREVIOUS_SUFFIX):
-        if not os.path.lexists(candidate):
-            continue
-        try:
-            if tp in OffsetCheckpointFile(candidate).read():
-                return True
-        except (LogfsError, OSError, ValueError):
-            return True
-    return False
-
-
-def _moved_log_start_offsets(logs: list[Log]) -> dict[TopicPartition, int]:
-    """Log start offsets above the first segment's base offset (the only ones Kafka checkpoints)."""
-    offsets = {}
-    for log in logs:
-        segments = log.segments
-        first_base = next(iter(segments.keys())) if len(segments) else 0
-        if log.log_start_offset > first_base:
-            offsets[log.topic_partition] = log.log_start_offset
-    return offsets

@@ -29,11 +29,12 @@ Concurrency: appends happen under ``Log.lock`` (one writer).  Reads never lock:
 they bound themselves by a snapshot of :attr:`size`, which is published only
 after the bytes are written, so a reader never sees a partial batch.
 
-Size (~950 lines): one class whose parts (append, read and translate, the
+Size (~970 lines): one class whose parts (append, read and translate, the
 index-against-log checks, recovery, truncation, file renames) all work on the
 same private state (size, next offset, max timestamp, index byte counter);
-cutting them apart would publish that state.  Batch walking and file naming
-are candidates to leave (engine.records, the on-disk facts module).
+cutting them apart would publish that state.  What needs none of it lives
+apart: both batch walks (:mod:`engine.records.reader`), file names and
+suffixes (:mod:`engine.files`), the descriptor budget (:mod:`engine.file_cache`).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import errno
 import logging
 import os
 from enum import Enum
-from typing import Final, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeVar
 from collections.abc import Iterator
 
 from engine import records as _records
@@ -53,12 +54,18 @@ from engine.file_cache import LazyFile, OpenFile
 from engine.files import (DELETE_DIR_SUFFIX, LOG_FILE_SUFFIX, log_file_path, offset_index_file_path,
                           time_index_file_path, unlink_if_exists, view_index_file_path)
 from engine.index import OffsetIndex, TimeIndex, open_regular_file
-from engine.records.reader import read_batches
+from engine.records.reader import read_batches, read_headers
 from engine.records import (HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, read_header,
                             validate_batch)
+from engine.records.format import RecordBuffer
 from engine.topic import TopicPartition, parse_topic_partition_dir
 
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.config import LogConfig
+
 log = logging.getLogger(__name__)
+
+_IndexT = TypeVar("_IndexT", OffsetIndex, TimeIndex)
 
 
 _INT32_MAX = 0x7FFFFFFF
@@ -136,7 +143,7 @@ def topic_partition_of_dir(dir: str) -> TopicPartition:
 class LogSegment:
     """One segment of a partition's log: ``<base>.log`` + ``.index`` + ``.timeindex``."""
 
-    def __init__(self, dir: str, base_offset: int, config, clock: Clock = SYSTEM_CLOCK, *,
+    def __init__(self, dir: str, base_offset: int, config: LogConfig, clock: Clock = SYSTEM_CLOCK, *,
                  file_suffix: str = "", file_already_exists: bool = False,
                  preallocate: bool = False, topic_partition: TopicPartition | None = None,
                  read_only: bool = False) -> None:
@@ -178,7 +185,9 @@ class LogSegment:
             #: True when an index file of a read-only segment is missing: an empty
             #: in-memory index stands in for it until recover() fills it
             self.indexes_missing = False
-            self.offset_index = self._open_index(OffsetIndex, offset_index_file_path(dir, base_offset, file_suffix))
+            #: an OffsetIndex, or a _ScanOnlyIndex once it was found to disagree with the .log
+            self.offset_index: OffsetIndex | _ScanOnlyIndex = self._open_index(
+                OffsetIndex, offset_index_file_path(dir, base_offset, file_suffix))
             self.time_index = self._open_index(TimeIndex, time_index_file_path(dir, base_offset, file_suffix))
         except BaseException:
             self._close_fd()
@@ -196,14 +205,14 @@ class LogSegment:
         #: after which the observer rebuilds it by a scan, as after a remount.
         self.sidecar: object | None = None
 
-    def _open_index(self, kind, path: str):
+    def _open_index(self, kind: type[_IndexT], path: str) -> _IndexT:
         if self.read_only and not os.path.lexists(path):
             self.indexes_missing = True
             return kind(path, self.base_offset, self.max_index_size, in_memory=True)
         return kind(path, self.base_offset, self.max_index_size, writable=not self.read_only)
 
     @classmethod
-    def open(cls, dir: str, base_offset: int, config, clock: Clock = SYSTEM_CLOCK, *,
+    def open(cls, dir: str, base_offset: int, config: LogConfig, clock: Clock = SYSTEM_CLOCK, *,
              file_suffix: str = "", file_already_exists: bool = False, preallocate: bool = False,
              topic_partition: TopicPartition | None = None, read_only: bool = False) -> LogSegment:
         """Open (creating if missing) the segment at ``base_offset`` in ``dir``.
@@ -279,7 +288,7 @@ class LogSegment:
     def _max_ts_and_offset(self) -> tuple[int, int]:
         value = self._max_timestamp_and_offset
         if value is _UNKNOWN:
-            value = self._max_timestamp_and_offset = tuple(self.time_index.last_entry)
+            value = self._max_timestamp_and_offset = self.time_index.last_entry
         return value
 
     @property
@@ -334,7 +343,7 @@ class LogSegment:
             return message_timestamp - ts
         return now_ms - self._created
 
-    def should_roll(self, config, max_timestamp_in_batch: int, max_offset_in_batch: int,
+    def should_roll(self, config: LogConfig, max_timestamp_in_batch: int, max_offset_in_batch: int,
                     now_ms: int, batch_size: int) -> bool:
         """Kafka's shouldRoll: size, segment.ms since the first batch, full indexes, offset overflow."""
         size = self._size
@@ -432,82 +441,30 @@ class LogSegment:
     def _damaged(self, detail: str, position: int) -> CorruptRecordError:
         return CorruptRecordError(detail, path=self.log_path, position=position)
 
-    def _check_header(self, header: BatchHeader, pos: int, end: int, strict: bool) -> bool:
-        """Framing of one batch header at ``pos`` of a walk ending at ``end``; False at a torn tail.
-
-        ``strict`` walks end at a boundary the segment published (its size, or
-        a log end position): every batch before it is whole, so one crossing it
-        is damage (a file cut mid-batch, a damaged length field), never a
-        batch still being written.  Only recovery walks are not strict.
-        """
-        if header.batch_length < _MIN_BATCH_LENGTH:
-            raise self._damaged(f"Record batch size {header.batch_length + LOG_OVERHEAD} is smaller than the "
-                                f"minimum allowed ({HEADER_SIZE})", pos)
-        if header.magic != MAGIC:
-            raise self._damaged(f"Record batch has magic {header.magic}, only magic {MAGIC} is supported", pos)
-        if pos + LOG_OVERHEAD + header.batch_length > end:
-            if strict:
-                raise self._damaged(
-                    f"Record batch of {header.batch_length + LOG_OVERHEAD} bytes runs past the end of the "
-                    f"valid data at byte {end} (the file is cut short or the batch length is damaged)", pos)
-            return False
-        return True
-
-    def _short(self, pos: int, end: int, strict: bool) -> None:
-        """A walk found fewer bytes than a header where its end says there is a batch."""
-        if strict:
-            raise self._damaged(f"The {end - pos} bytes up to the segment's valid size {end} do not hold "
-                                "a whole record batch (the file is cut short or damaged)", pos)
-
-    def _walk(self, start: int, end: int, strict: bool = True,
-              whole: bool = True) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
-        """The segment's batch walker over [start, end): (position, header, buffer, offset in buffer).
-
-        ``whole`` walks go through the shared chunked reader
-        (:func:`engine.records.reader.read_batches`, ``_BODY_SCAN_CHUNK`` at a
-        time), so every batch yielded is whole in its buffer (recovery,
-        decoding, view index rebuilds) and damage is reported as every other
-        reader reports it.  Header-only walks
-        (``whole=False``: offset and timestamp translation) read small chunks
-        (``_HEADER_SCAN_CHUNK``) and skip over batch bodies without reading
-        them; the buffer then holds the header, not necessarily the body.
-        See _check_header for ``strict``.
-        """
-        if whole:
-            yield from read_batches(self._pread, start, end, _BODY_SCAN_CHUNK, path=self.log_path, strict=strict)
-            return
-        f = self._log()
-        fd = f.fd
-        chunk = _HEADER_SCAN_CHUNK
-        pos = start
-        buf = b""
-        buf_start = start
-        while pos + HEADER_SIZE <= end:
-            off = pos - buf_start
-            if off + HEADER_SIZE > len(buf):
-                buf = os.pread(fd, min(chunk, end - pos), pos)
-                buf_start, off = pos, 0
-                if len(buf) < HEADER_SIZE:
-                    self._short(pos, end, strict)
-                    return
-            header = read_header(buf, off)
-            if not self._check_header(header, pos, end, strict):
-                return
-            size = LOG_OVERHEAD + header.batch_length
-            yield pos, header, buf, off
-            pos += size
-        if pos < end:
-            self._short(pos, end, strict)
-
     def _headers(self, start: int, end: int, strict: bool = True) -> Iterator[tuple[int, BatchHeader]]:
-        """Header-only walk of [start, end): (position, header); see _walk."""
-        for pos, header, _, _ in self._walk(start, end, strict, whole=False):
-            yield pos, header
+        """Header-only walk of [start, end): (position, header), for offset and timestamp translation.
+
+        Small reads (``_HEADER_SCAN_CHUNK``) that skip over batch bodies
+        (:func:`engine.records.reader.read_headers`).  ``strict`` walks end at a
+        boundary the segment published (its size, or a log end position): every
+        batch before it is whole, so one crossing it is damage, never a batch
+        still being written.  Only recovery walks are not strict.
+        """
+        f = self._log()                     # held for the walk: the descriptor stays open under it
+        fd = f.fd
+        yield from read_headers(lambda position, size: os.pread(fd, size, position), start, end,
+                                _HEADER_SCAN_CHUNK, path=self.log_path, strict=strict)
 
     def _batches_with_bytes(self, start: int, end: int,
                             strict: bool = True) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
-        """Whole-batch walk of [start, end): (position, header, buffer, offset in buffer); see _walk."""
-        return self._walk(start, end, strict)
+        """Whole-batch walk of [start, end): (position, header, buffer, offset in buffer); see _headers.
+
+        Through the shared chunked reader (:func:`engine.records.reader.read_batches`,
+        ``_BODY_SCAN_CHUNK`` at a time), so every batch yielded is whole in its
+        buffer (recovery, decoding, view index rebuilds) and damage is reported
+        as every other reader reports it.
+        """
+        return read_batches(self._pread, start, end, _BODY_SCAN_CHUNK, path=self.log_path, strict=strict)
 
     def batches(self, start_position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of every batch from ``start_position`` up to the current size."""
@@ -597,13 +554,13 @@ class LogSegment:
                         return record.timestamp, record.offset
         return None
 
-    def _decode(self, buf, off: int, header: BatchHeader, position: int) -> list:
+    def _decode(self, buf: RecordBuffer, off: int, header: BatchHeader, position: int) -> list:
         try:
             return _records.decode_batch(buf, off, header)
         except CorruptRecordError as exc:
             raise exc.at(self.log_path, position) from None
 
-    def validate_and_decode(self, buf, off: int, header: BatchHeader, position: int) -> list:
+    def validate_and_decode(self, buf: RecordBuffer, off: int, header: BatchHeader, position: int) -> list:
         """CRC-check then decode one batch; CorruptRecordError names this file and position."""
         try:
             validate_batch(buf, off)
@@ -1005,7 +962,7 @@ class _ScanOnlyIndex:
     rebuilds it (LogLoader).
     """
 
-    def __init__(self, index: OffsetIndex) -> None:
+    def __init__(self, index: OffsetIndex | _ScanOnlyIndex) -> None:
         self._index = index.__dict__.get("_index", index)
 
     def lookup(self, target_offset: int) -> tuple[int, int]:
@@ -1014,5 +971,5 @@ class _ScanOnlyIndex:
     def fetch_upper_bound_offset(self, fetch_position: int, fetch_size: int) -> None:
         return None
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._index, name)

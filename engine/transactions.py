@@ -44,6 +44,7 @@ from engine.errors import CorruptRecordError
 if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
     from engine.records import BatchHeader
+    from engine.records.format import RecordBuffer
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def read_committed_state(log: Log) -> TransactionState | None:
         return state
 
 
-def marker_type(buf, off: int, header: BatchHeader) -> int:
+def marker_type(buf: RecordBuffer, off: int, header: BatchHeader) -> int:
     """COMMIT or ABORT: the type field of a control batch's (only) record key."""
     records = _records.decode_batch(buf, off, header, include_control=True)
     if not records or records[0].key is None or len(records[0].key) < 4:
@@ -136,7 +137,7 @@ class TransactionState:
                 self._segment = weakref.ref(segment)
             current = None
 
-    def _observe(self, header: BatchHeader, buf, off: int) -> None:
+    def _observe(self, header: BatchHeader, buf: RecordBuffer, off: int) -> None:
         if not header.is_transactional:
             return
         pid = header.producer_id

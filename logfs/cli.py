@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from typing import TYPE_CHECKING
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from engine.config import DEFAULT_LOG_DIR
 
@@ -258,7 +258,7 @@ def _mount(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _startup_summary_first():
+def _startup_summary_first() -> Iterator[Callable[[str], None]]:
     """Hold the lines logged while the logs load, so the summary is the mount's first line.
 
     Loading logs one line per partition (Kafka's LogLoader messages); an

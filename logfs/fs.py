@@ -44,8 +44,8 @@ import logging
 import os
 import stat
 import time
-from typing import Any, NoReturn
-from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar, cast
+from collections.abc import Callable, Coroutine, Sequence
 
 import pyfuse3
 import trio
@@ -87,7 +87,7 @@ class _RefusalLog:
     def __init__(self) -> None:
         self._last: dict[str, float] = {}
 
-    def log(self, level: int, message: str, *args) -> None:
+    def log(self, level: int, message: str, *args: object) -> None:
         text = message % args
         now = time.monotonic()
         seen = self._last.get(text)
@@ -112,11 +112,15 @@ def _level_of(exc: LogfsError) -> int:
     return logging.WARNING
 
 
-def _translating(op: Callable) -> Callable:
+#: An operation of LogfsOperations: _translating keeps its signature.
+_Op = TypeVar("_Op", bound=Callable[..., Coroutine[Any, Any, Any]])
+
+
+def _translating(op: _Op) -> _Op:
     """Turn engine and OS exceptions into FUSEError, logging the cause once."""
 
     @functools.wraps(op)
-    async def wrapper(self, *args):
+    async def wrapper(self: LogfsOperations, *args: Any) -> Any:
         try:
             return await op(self, *args)
         except pyfuse3.FUSEError:
@@ -133,7 +137,7 @@ def _translating(op: Callable) -> Callable:
             log.exception("%s failed with an unexpected error", op.__name__)
             raise pyfuse3.FUSEError(errno.EIO) from None
 
-    return wrapper
+    return cast(_Op, wrapper)
 
 
 class _RecursiveRemovals:
@@ -337,7 +341,7 @@ class LogfsOperations(pyfuse3.Operations):
         temp = self._temps.get(parent, decoded)
         return self._entry(temp if temp is not None else parent.lookup(decoded))
 
-    async def forget(self, inode_list) -> None:
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
         for ino, nlookup in inode_list:
             self._drop(ino, nlookup)
 
@@ -347,7 +351,8 @@ class LogfsOperations(pyfuse3.Operations):
         return self._attr(inode, self._node(inode))
 
     @_translating
-    async def setattr(self, inode: int, attr, fields, fh, ctx) -> pyfuse3.EntryAttributes:
+    async def setattr(self, inode: int, attr: pyfuse3.EntryAttributes, fields: pyfuse3.SetattrFields,
+                      fh: int | None, ctx: pyfuse3.RequestContext | None) -> pyfuse3.EntryAttributes:
         node = self._node(inode)
         if isinstance(node, TempFile):
             self._check_writable(f"change the attributes of {describe(node)}")
@@ -372,7 +377,8 @@ class LogfsOperations(pyfuse3.Operations):
         return self._attr(inode, node)
 
     @_translating
-    async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx) -> pyfuse3.EntryAttributes:
+    async def mkdir(self, parent_inode: int, name: bytes, mode: int,
+                    ctx: pyfuse3.RequestContext | None) -> pyfuse3.EntryAttributes:
         self._check_writable(f"create directory {os.fsdecode(name)!r}")
         parent = self._node(parent_inode)
         if not isinstance(parent, Directory):
@@ -381,7 +387,7 @@ class LogfsOperations(pyfuse3.Operations):
         return self._entry(node)
 
     @_translating
-    async def rmdir(self, parent_inode: int, name: bytes, ctx) -> None:
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext | None) -> None:
         self._check_writable(f"remove directory {os.fsdecode(name)!r}")
         parent = self._node(parent_inode)
         if not isinstance(parent, Directory):
@@ -401,13 +407,13 @@ class LogfsOperations(pyfuse3.Operations):
             return    # part of `rm -r` of the topic: its rmdir of the topic deletes it
         await trio.to_thread.run_sync(parent.rmdir, decoded)
 
-    async def _fixed(self, *args) -> NoReturn:
+    async def _fixed(self, *args: object) -> NoReturn:
         self._check_writable("create, remove, link or rename files")
         raise NotPermittedError("The namespace is fixed: files cannot be created, removed, linked or renamed "
                                 "(except temporary files next to config and append)")
 
     @_translating
-    async def unlink(self, parent_inode, name, ctx) -> None:
+    async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext | None) -> None:
         self._check_writable(f"remove {os.fsdecode(name)!r}")
         parent = self._node(parent_inode)
         if not isinstance(parent, Directory):
@@ -423,7 +429,8 @@ class LogfsOperations(pyfuse3.Operations):
             raise
 
     @_translating
-    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx) -> None:
+    async def rename(self, parent_inode_old: int, name_old: bytes, parent_inode_new: int, name_new: bytes,
+                     flags: int, ctx: pyfuse3.RequestContext | None) -> None:
         # only a temporary file moves: to a free name, or over config/append (logfs.tempfiles)
         old_parent, new_parent = self._node(parent_inode_old), self._node(parent_inode_new)
         if flags == 0 and self._temps.get(old_parent, os.fsdecode(name_old)) is not None:
@@ -433,19 +440,23 @@ class LogfsOperations(pyfuse3.Operations):
         await self._fixed()
 
     @_translating
-    async def link(self, inode, new_parent_inode, new_name, ctx):
+    async def link(self, inode: int, new_parent_inode: int, new_name: bytes,
+                   ctx: pyfuse3.RequestContext | None) -> NoReturn:
         await self._fixed()
 
     @_translating
-    async def symlink(self, parent_inode, name, target, ctx):
+    async def symlink(self, parent_inode: int, name: bytes, target: bytes,
+                      ctx: pyfuse3.RequestContext | None) -> NoReturn:
         await self._fixed()
 
     @_translating
-    async def mknod(self, parent_inode, name, mode, rdev, ctx):
+    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int,
+                    ctx: pyfuse3.RequestContext | None) -> NoReturn:
         await self._fixed()
 
     @_translating
-    async def create(self, parent_inode, name, mode, flags, ctx):
+    async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
+                     ctx: pyfuse3.RequestContext | None) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         self._check_writable()
         parent = self._node(parent_inode)
         if not isinstance(parent, Directory):
@@ -462,7 +473,7 @@ class LogfsOperations(pyfuse3.Operations):
     # ------------------------------------------------------------------ files
 
     @_translating
-    async def open(self, inode: int, flags: int, ctx) -> pyfuse3.FileInfo:
+    async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext | None) -> pyfuse3.FileInfo:
         node = self._node(inode)
         if not isinstance(node, FileNode):
             raise pyfuse3.FUSEError(errno.EISDIR)
@@ -534,7 +545,7 @@ class LogfsOperations(pyfuse3.Operations):
     # ------------------------------------------------------------------ directories
 
     @_translating
-    async def opendir(self, inode: int, ctx) -> int:
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext | None) -> int:
         node = self._node(inode)
         if not isinstance(node, Directory):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
@@ -549,7 +560,7 @@ class LogfsOperations(pyfuse3.Operations):
         return fh
 
     @_translating
-    async def readdir(self, fh: int, start_id: int, token) -> None:
+    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
         dh = self._dir_handles[fh]
         parent = self._node(dh.inode)
         for i in range(start_id, len(dh.names)):
@@ -591,7 +602,7 @@ class LogfsOperations(pyfuse3.Operations):
         await trio.to_thread.run_sync(node.fsync)   # type: ignore[attr-defined]
 
     @_translating
-    async def statfs(self, ctx) -> pyfuse3.StatvfsData:
+    async def statfs(self, ctx: pyfuse3.RequestContext | None) -> pyfuse3.StatvfsData:
         st = os.statvfs(self.ns.manager.log_dirs[0])
         data = pyfuse3.StatvfsData()
         data.f_bsize = st.f_bsize

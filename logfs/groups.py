@@ -413,6 +413,7 @@ class ConsumeHandle(ViewHandle):
     """Reads of a consumer view; closing it commits what the reader was given."""
 
     __slots__ = ("_node", "_expected", "_given", "_flushed_at", "_lease", "_lock")
+    _view: ConsumerView                 # the slot of ViewHandle, holding the view this handle was opened on
     blocking = True    # the commit appends to __consumer_offsets, which may create the topic
 
     def __init__(self, node: ConsumeFile, view: ConsumerView, committed: int | None, lease: _Lease) -> None:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from logfs.errors import AccessDeniedError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.views import LogView
 
 
 class Handle:
@@ -73,7 +77,7 @@ class ViewHandle(Handle):
     __slots__ = ("_view",)
     offload_reads_from = 128 * 1024
 
-    def __init__(self, view, direct_io: bool) -> None:
+    def __init__(self, view: LogView, direct_io: bool) -> None:
         self._view = view
         self.direct_io = direct_io
 

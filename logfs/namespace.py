@@ -89,7 +89,7 @@ class Namespace:
 
     # ---- helpers used by nodes
 
-    def stable(self, cls, *args) -> Node:
+    def stable(self, cls: Callable[..., Node], *args: object) -> Node:
         """The one node object of a structural name (so its inode is reused)."""
         node = cls(self, *args)
         existing = self._nodes.get(node.key)

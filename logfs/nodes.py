@@ -310,7 +310,7 @@ class FollowedViewHandle(ViewHandle):
 
     __slots__ = ("_first", "_shift")
 
-    def __init__(self, view, direct_io: bool) -> None:
+    def __init__(self, view: LogView, direct_io: bool) -> None:
         super().__init__(view, direct_io)
         # where this opening may start reading; 0 for one opened before anything was deleted,
         # which reads on what it opened

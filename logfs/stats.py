@@ -16,14 +16,16 @@ from __future__ import annotations
 import threading
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:  # pragma: no cover
+    from engine.consumer_offsets import GroupMetadataManager
     from engine.log import Log
     from engine.manager import LogManager
 
@@ -178,7 +180,7 @@ class _MountCollector:
         self._manager = manager
         self._stats = stats
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         labels = ["topic", "partition"]
         size = GaugeMetricFamily("kafka_log_log_size", "Size of the log in bytes", labels=labels)
         end = GaugeMetricFamily("kafka_log_log_logendoffset", "Log end offset", labels=labels)
@@ -225,7 +227,7 @@ class _MountCollector:
             yield from _consumer_group_metrics(st.groups)
 
 
-def _cleaner_metrics(manager: LogManager):
+def _cleaner_metrics(manager: LogManager) -> Iterator[Metric]:
     """Kafka's LogCleaner/LogCleanerManager gauges, per-partition dirty ratios and cumulative counters."""
     cleaner = manager.cleaner
     if cleaner is None:         # the caller checks too; a mount without a cleaner has none of these metrics
@@ -289,7 +291,7 @@ def _cleaner_metrics(manager: LogManager):
     yield from (ratio, position)
 
 
-def _consumer_groups(store) -> dict[str, Any]:
+def _consumer_groups(store: GroupMetadataManager | None) -> dict[str, Any]:
     """group -> topic -> {"lag": total, "partitions": {p: {committed, log_end_offset, lag}}} (issue 13)."""
     if store is None:
         return {}
@@ -305,7 +307,7 @@ def _consumer_groups(store) -> dict[str, Any]:
     return out
 
 
-def _consumer_group_metrics(store):
+def _consumer_group_metrics(store: GroupMetadataManager) -> Iterator[Metric]:
     """kafka_exporter's consumer group gauges (kafka_consumergroup_*), from the committed offsets."""
     labels = ["consumergroup", "topic", "partition"]
     current = GaugeMetricFamily("kafka_consumergroup_current_offset",

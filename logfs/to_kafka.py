@@ -46,6 +46,7 @@ partition must exist in the broker's log dir with no record in it.
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import json
 import logging
@@ -366,7 +367,7 @@ def _merge_checkpoint(log_dir: str, name: str, offsets: dict[TopicPartition, int
 
 # ------------------------------------------------------------------------------ the command line
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``logfs to-kafka plan|adopt`` on the ``logfs`` command's subparsers."""
     parser = sub.add_parser("to-kafka", help="hand a logfs data directory to an Apache Kafka (KRaft) broker",
                             description="Move a logfs data directory to Kafka: `plan` creates the topics, "
@@ -387,7 +388,7 @@ def add_parser(sub) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     import sys
     # The read-only load of the data dirs is an implementation detail here: only warnings matter.
     logging.getLogger("engine").setLevel(max(logging.WARNING, logging.getLogger().getEffectiveLevel()))

@@ -18,7 +18,7 @@ from engine.errors import CorruptRecordError
 from engine.log import Log
 from engine.cleaner.offset_map import OffsetMap
 from engine.records import encode_values
-from engine.records.reader import read_batches, read_chunks
+from engine.records.reader import read_batches, read_chunks, read_headers
 from engine.views.log_view import LogView, ViewFormat
 
 
@@ -89,6 +89,30 @@ def test_a_bad_length_is_damage_even_in_a_lenient_walk():
         list(read_batches(_reader(bytes(data)), 0, None, 64, path="x.log", strict=False))
     assert err.value.position == second and "smaller than the minimum" in err.value.detail
 
+
+
+def test_the_header_walk_skips_bodies_and_reports_damage_as_the_whole_batch_walk_does():
+    data = _batches([10, 5000, 20, 30])
+    calls: list[tuple[int, int]] = []
+    headers = list(read_headers(_reader(data, calls), 0, len(data), 256))
+    assert [(pos, h) for pos, h, _, _ in read_batches(_reader(data), 0, len(data), 256)] == headers
+    assert max(size for _, size in calls) <= 256      # the 5000-byte body is skipped, never read
+    cut = data[:-5]                                   # a torn last batch
+    assert [h.base_offset for _, h in read_headers(_reader(cut), 0, len(cut), 64, strict=False)] == [0, 1, 2]
+    # strict: a batch crossing the published end, and fewer bytes than a header before it
+    for damaged, end in ((cut, len(cut)), (data + b"\0" * 20, len(data) + 20)):
+        with pytest.raises(CorruptRecordError) as by_headers:
+            list(read_headers(_reader(damaged), 0, end, 64, path="x.log"))
+        with pytest.raises(CorruptRecordError) as by_batches:
+            list(read_batches(_reader(damaged), 0, end, 64, path="x.log"))
+        assert (by_headers.value.path, by_headers.value.position, by_headers.value.detail) == \
+            (by_batches.value.path, by_batches.value.position, by_batches.value.detail)
+    bad = bytearray(data)
+    second = len(_batches([10]))
+    bad[second + 8:second + 12] = (5).to_bytes(4, "big")
+    with pytest.raises(CorruptRecordError) as err:
+        list(read_headers(_reader(bytes(bad)), 0, len(bad), 64, path="x.log", strict=False))
+    assert err.value.position == second and "smaller than the minimum" in err.value.detail
 
 def _damaged_log(tmp_path) -> tuple[Log, int]:
     d = tmp_path / "t-0"

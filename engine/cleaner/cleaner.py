@@ -77,7 +77,7 @@ class Cleaner:
         #: called once per batch in the inner loops, so that appends are not starved of the GIL
         self.gil_yield = GilYield()
 
-    def _info(self, msg: str, *args) -> None:
+    def _info(self, msg: str, *args: object) -> None:
         logger.info(self._prefix + msg, *args)
 
     # -- entry point ------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from engine.topic import TopicPartition
 if TYPE_CHECKING:   # pragma: no cover
     from engine.config import BrokerConfig
     from engine.log import Log
+    from engine.manager import LogManager
 
 logger = logging.getLogger("engine.cleaner")     # one logger for the package, as before it was split
 
@@ -72,7 +73,7 @@ class LogCleaner:
         self.totals = CleanerTotals()
 
     @classmethod
-    def for_log_manager(cls, log_manager) -> LogCleaner:
+    def for_log_manager(cls, log_manager: LogManager) -> LogCleaner:
         """The cleaner of a LogManager's logs, with its broker config and clock."""
         return cls(log_manager.config, log_manager.log_dirs, log_manager.all_logs, log_manager.clock)
 
@@ -238,7 +239,7 @@ class LogCleaner:
     def maybe_truncate_checkpoint(self, log_dir: str, tp: TopicPartition, offset: int) -> None:
         self.manager.maybe_truncate_checkpoint(log_dir, tp, offset)
 
-    def pause_cleaning_for_non_compacted_partitions(self):
+    def pause_cleaning_for_non_compacted_partitions(self) -> list[tuple[TopicPartition, Log]]:
         return self.manager.pause_cleaning_for_non_compacted_partitions()
 
     def cleaner_state(self, log: Log) -> dict:

@@ -66,7 +66,7 @@ def _compress(codec: int, data: bytes) -> bytes:
     raise InvalidRecordError(f"Unknown compression codec id {codec}")
 
 
-def _decompress(codec: int, data) -> bytes:
+def _decompress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
     if codec == Compression.GZIP:
         return bytes(cramjam.gzip.decompress(data))
     if codec == Compression.SNAPPY:

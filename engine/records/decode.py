@@ -17,7 +17,7 @@ from engine.records.compression import _decompress
 from engine.records.fastpath import _uniform_values
 from engine.records.format import (
     _EMPTY_BATCH_LENGTH, COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK, HEADER_SIZE, LOG_OVERHEAD, MAGIC,
-    TIMESTAMP_TYPE_MASK, BatchHeader, Compression, Record, _new_record,
+    TIMESTAMP_TYPE_MASK, BatchHeader, Compression, Record, RecordBuffer, _new_record,
 )
 from engine.records.framing import read_header
 from engine.records.varint import _read_varint
@@ -26,7 +26,7 @@ from engine.records.varint import _read_varint
 # Decoding
 # ---------------------------------------------------------------------------
 
-def _records_section(buf, pos: int, header: BatchHeader | None,
+def _records_section(buf: RecordBuffer, pos: int, header: BatchHeader | None,
                      include_control: bool = False) -> tuple[BatchHeader, bytes | None]:
     """Header and (decompressed) records bytes; None for a control batch."""
     if header is None:
@@ -290,7 +290,7 @@ def _batch_timestamp(header: BatchHeader) -> int:
 
 # --- public entry points ------------------------------------------------------------
 
-def decode_values(buf, pos: int = 0, header: BatchHeader | None = None) -> list[bytes | None]:
+def decode_values(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None = None) -> list[bytes | None]:
     """Only the values of the batch at ``pos``, in offset order (the text view's path)."""
     header, data = _records_section(buf, pos, header)
     if data is None:
@@ -305,7 +305,7 @@ def decode_values(buf, pos: int = 0, header: BatchHeader | None = None) -> list[
         raise _corrupt(header, pos, str(exc)) from None
 
 
-def decode_text(buf, pos: int = 0, header: BatchHeader | None = None) -> bytes:
+def decode_text(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None = None) -> bytes:
     """The text view of the batch at ``pos``: every value followed by ``\\n``.
 
     Equal to ``b"".join(v + b"\\n" for v in decode_values(...))`` with a null
@@ -331,7 +331,7 @@ def decode_text(buf, pos: int = 0, header: BatchHeader | None = None) -> bytes:
     return parts[0] if len(parts) == 1 and type(parts[0]) is bytes else b"".join(parts)
 
 
-def decode_batch(buf, pos: int = 0, header: BatchHeader | None = None, *,
+def decode_batch(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None = None, *,
                  include_control: bool = False) -> list[Record]:
     """Every record of the batch at ``pos`` (decompressed).
 
@@ -372,7 +372,7 @@ class BatchColumns(NamedTuple):
     headers: list[tuple[tuple[str, bytes | None], ...]] | None
 
 
-def decode_columns(buf, pos: int = 0, header: BatchHeader | None = None) -> BatchColumns:
+def decode_columns(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None = None) -> BatchColumns:
     """The records of the batch at ``pos`` as columns, without a Record object per record.
 
     Equal field for field to :func:`decode_batch` (the hypothesis test in
@@ -422,7 +422,7 @@ def decode_columns(buf, pos: int = 0, header: BatchHeader | None = None) -> Batc
                         values, headers if any(headers) else None)
 
 
-def decode_key_columns(buf, pos: int, header: BatchHeader) -> tuple[list[int], list[bytes | None], list[int]]:
+def decode_key_columns(buf: bytes, pos: int, header: BatchHeader) -> tuple[list[int], list[bytes | None], list[int]]:
     """(offsets, keys, indexes of null values) of the data batch at ``pos``: the log cleaner's view.
 
     All the cleaner needs to build its offset map and decide retention, read

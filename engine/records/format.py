@@ -155,6 +155,9 @@ class BatchHeader(NamedTuple):
         return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
 
 
+#: The bytes a batch is read from: a chunk read from a file, a slice of one, or a view of a buffer.
+RecordBuffer = bytes | bytearray | memoryview
+
 _new_header = tuple.__new__
 _new_record = tuple.__new__
 _unpack_header = _HEADER.unpack_from

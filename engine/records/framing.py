@@ -18,10 +18,10 @@ from crc32c import crc32c as _crc32c
 from engine.errors import CorruptRecordError
 from engine.records.format import (
     _EMPTY_BATCH_LENGTH, ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader,
-    _new_header, _unpack_header,
+    RecordBuffer, _new_header, _unpack_header,
 )
 
-def read_header(buf, pos: int = 0) -> BatchHeader:
+def read_header(buf: RecordBuffer, pos: int = 0) -> BatchHeader:
     """The header of the batch at ``pos``; checks only that 61 bytes are there."""
     try:
         return _new_header(BatchHeader, _unpack_header(buf, pos))
@@ -31,7 +31,7 @@ def read_header(buf, pos: int = 0) -> BatchHeader:
             f"record batch header ({HEADER_SIZE} bytes)", position=pos) from None
 
 
-def validate_batch(buf, pos: int = 0, *, path: str | None = None) -> BatchHeader:
+def validate_batch(buf: RecordBuffer, pos: int = 0, *, path: str | None = None) -> BatchHeader:
     """Check framing, magic and CRC32C of the batch at ``pos`` (Kafka's ``ensureValid``)."""
     available = len(buf) - pos
     if available < HEADER_SIZE:
@@ -64,7 +64,7 @@ def validate_batch(buf, pos: int = 0, *, path: str | None = None) -> BatchHeader
     return header
 
 
-def iter_batches(buf, start: int = 0, end: int | None = None, *,
+def iter_batches(buf: RecordBuffer, start: int = 0, end: int | None = None, *,
                  lenient: bool = False) -> Iterator[tuple[int, BatchHeader]]:
     """Walk the batches in ``buf[start:end]``, yielding (position, header).
 

@@ -147,3 +147,50 @@ def read_batches(read: ReadAt, start: int, end: int | None, chunk_size: int, *, 
         base, buf = chunk.position, chunk.buf
         for off, header in chunk.batches:
             yield base + off, header, buf, off
+
+
+def read_headers(read: ReadAt, start: int, end: int, chunk_size: int, *, path: str | None = None,
+                 strict: bool = True) -> Iterator[tuple[int, BatchHeader]]:
+    """Batch headers only, one by one over [start, end): (file position, header).
+
+    The header-only walk of offset and timestamp translation (Kafka's
+    ``FileRecords.searchForOffsetFromPosition`` walks ``batchesFrom`` reading
+    headers only): small ``chunk_size`` reads that skip over batch bodies
+    without reading them, so a large batch is never dragged in to find the
+    next header.  Framing checks and their errors are those of
+    :func:`read_chunks`; see the module docstring for ``strict``.
+    """
+    pos = start
+    buf = b""
+    buf_start = start
+    while pos + HEADER_SIZE <= end:
+        off = pos - buf_start
+        if off + HEADER_SIZE > len(buf):
+            buf = read(pos, min(chunk_size, end - pos))
+            buf_start, off = pos, 0
+            if len(buf) < HEADER_SIZE:
+                _short_tail(pos, end, strict, path)
+                return
+        header = _new_header(BatchHeader, _unpack_header(buf, off))
+        if header.batch_length < _EMPTY_BATCH_LENGTH:
+            raise _damaged(f"Record batch size {header.batch_length + LOG_OVERHEAD} is smaller than the "
+                           f"minimum allowed ({HEADER_SIZE})", path, pos)
+        if header.magic != MAGIC:
+            raise _damaged(f"Record batch has magic {header.magic}, only magic {MAGIC} is supported", path, pos)
+        size = LOG_OVERHEAD + header.batch_length
+        if pos + size > end:
+            if strict:
+                raise _damaged(f"Record batch of {size} bytes runs past the end of the valid data at byte {end} "
+                               "(the file is cut short or the batch length is damaged)", path, pos)
+            return                      # a torn tail ends a lenient walk
+        yield pos, header
+        pos += size
+    if pos < end:
+        _short_tail(pos, end, strict, path)
+
+
+def _short_tail(pos: int, end: int, strict: bool, path: str | None) -> None:
+    """Fewer bytes than a header where ``end`` says there is a batch: damage in a strict walk."""
+    if strict:
+        raise _damaged(f"The {end - pos} bytes up to the segment's valid size {end} do not hold "
+                       "a whole record batch (the file is cut short or damaged)", path, pos)

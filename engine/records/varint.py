@@ -12,6 +12,8 @@ from bisect import bisect_left
 from itertools import repeat
 from operator import add
 
+from engine.records.format import RecordBuffer
+
 def _zigzag_varint(n: int) -> bytes:
     """Kafka's ``ByteUtils.writeVarlong``: zig-zag, then 7 bits per byte, low first."""
     v = (n << 1) if n >= 0 else ((-n << 1) - 1)
@@ -73,7 +75,7 @@ def _varint(n: int) -> bytes:
     return _VARINT[n] if 0 <= n < _TABLE_SIZE else _zigzag_varint(n)
 
 
-def _read_varint(buf, pos: int) -> tuple[int, int]:
+def _read_varint(buf: RecordBuffer, pos: int) -> tuple[int, int]:
     """Decode the zig-zag varint at ``pos``; returns (value, position after it)."""
     shift = 0
     raw = 0

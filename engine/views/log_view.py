@@ -66,6 +66,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
     from engine.records import BatchColumns, BatchHeader, Record
     from engine.segment import LogSegment
+    from engine.views.index import ViewIndex
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ class LogView:
 
     # ------------------------------------------------------------------ sizes
 
-    def _view_index(self, segment: LogSegment):
+    def _view_index(self, segment: LogSegment) -> ViewIndex:
         if self._txn is not None:
             return committed_view_index(self._txn, segment)
         # a sealed segment's index is loaded from (or written to) its .viewindex file

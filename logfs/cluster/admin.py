@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+from typing import Any
 from collections.abc import Mapping
 
 from confluent_kafka import KafkaException
@@ -46,7 +47,7 @@ class ClusterAdmin:
         #: whether the cluster answered the replica fetcher's last metadata request (set by the fetcher)
         self.reachable = True
 
-    def _result(self, future: concurrent.futures.Future, what: str):
+    def _result(self, future: concurrent.futures.Future, what: str) -> Any:
         # While the cluster is known to be unreachable, a request waits a short while only: some are
         # made on the mount's request thread (a lookup of groups/, a read of config), which must not
         # stall every other file of the mount for the whole timeout.

@@ -68,7 +68,7 @@ class ClusterBackend:
 
     # ------------------------------------------------------------------ waiting for the replica
 
-    def _wait_until(self, condition, what: str) -> None:
+    def _wait_until(self, condition: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + self.timeout_s
         while not condition():
             left = deadline - time.monotonic()

@@ -17,7 +17,7 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from engine.topic import TopicPartition
 from logfs.cluster.errors import ClientLog, ClusterTimeoutError, from_kafka
@@ -48,13 +48,18 @@ class _Delivery:
         self.error: object | None = None
         self.done = threading.Event()
 
-    def report(self, err, msg) -> None:
+    def report(self, err: KafkaError | None, msg: Message) -> None:
         with self.lock:
             if err is not None:
                 if self.error is None:
                     self.error = err
             else:
-                self.offsets.append(msg.offset())
+                offset = msg.offset()
+                if offset is None or offset < 0:    # acks=all and idempotence always report one
+                    if self.error is None:
+                        self.error = f"delivered without an offset ({offset})"
+                else:
+                    self.offsets.append(offset)
             self.expected -= 1
             if self.expected == 0:
                 self.done.set()

@@ -195,7 +195,7 @@ class ReplicaFetcher:
 
     # ------------------------------------------------------------------ metadata
 
-    def _metadata(self):
+    def _metadata(self) -> Any:
         from kafka.protocol.metadata import MetadataRequest
 
         node = self._client.least_loaded_node(bootstrap_fallback=True)
@@ -356,7 +356,7 @@ class ReplicaFetcher:
         self._node_delayed[node] = time.monotonic() + _BACKOFF_S
         self._sync_wanted.set()
 
-    def _partition_data(self, tp: TopicPartition, topic_id: uuid.UUID, pd) -> None:
+    def _partition_data(self, tp: TopicPartition, topic_id: uuid.UUID, pd: Any) -> None:
         state = self._states.get(tp)
         if state is None or state.topic_id != topic_id or self.manager.get_log(tp) is not state.log:
             return      # dropped or recreated while the fetch was in flight
@@ -371,7 +371,7 @@ class ReplicaFetcher:
             state.delayed_until = time.monotonic() + _BACKOFF_S
             self._sync_wanted.set()
 
-    def _append(self, tp: TopicPartition, state: PartitionFetchState, pd) -> None:
+    def _append(self, tp: TopicPartition, state: PartitionFetchState, pd: Any) -> None:
         target = state.log
         records = pd.records
         try:
