@@ -47,8 +47,8 @@ import logging
 import struct
 import threading
 import time
-from typing import TYPE_CHECKING, NamedTuple
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, NamedTuple
 
 from engine import records as _records
 from engine.errors import CorruptRecordError, InvalidRequestError, LogfsError, TopicExistsError

@@ -42,9 +42,16 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from engine.errors import (
+    CorruptIndexError,
+    InvalidConfigError,
+    InvalidRequestError,
+    LogDirFullError,
+    LogfsError,
+    StorageError,
+    UnsafeFileError,
+)
 from engine.file_cache import FILE_CACHE
-from engine.errors import (CorruptIndexError, InvalidConfigError, InvalidRequestError, LogDirFullError,
-                           LogfsError, StorageError, UnsafeFileError)
 
 logger = logging.getLogger(__name__)
 

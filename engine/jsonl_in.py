@@ -32,8 +32,8 @@ import base64
 import binascii
 import logging
 import time
-from typing import TYPE_CHECKING, NamedTuple
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 import orjson
 

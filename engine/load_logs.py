@@ -27,8 +27,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engine.checkpoint import CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOINT, PREVIOUS_SUFFIX, \
-    RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
+from engine.checkpoint import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    PREVIOUS_SUFFIX,
+    RECOVERY_POINT_CHECKPOINT,
+    OffsetCheckpointFile,
+)
 from engine.clock import Clock
 from engine.config import LogConfig
 from engine.errors import LogfsError, StorageError, UnsafeFileError

@@ -48,21 +48,35 @@ import shutil
 import struct
 import threading
 import time
-from typing import NamedTuple, Protocol
 from collections.abc import Callable, Sequence
+from typing import NamedTuple, Protocol
 
 from sortedcontainers import SortedDict
 
 from engine import retention
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.config import LogConfig
-from engine.errors import (InvalidRecordError, InvalidRequestError, OffsetOutOfRangeError, ReadOnlyError,
-                           RecordTooLargeError, StorageError, UnsafeFileError)
-from engine.files import (CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX, fsync_dir, log_file_path,
-                          offset_index_file_path, time_index_file_path, unlink_if_exists)
+from engine.errors import (
+    InvalidRecordError,
+    InvalidRequestError,
+    OffsetOutOfRangeError,
+    ReadOnlyError,
+    RecordTooLargeError,
+    StorageError,
+    UnsafeFileError,
+)
+from engine.files import (
+    CLEANED_FILE_SUFFIX,
+    DELETED_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
+    fsync_dir,
+    log_file_path,
+    offset_index_file_path,
+    time_index_file_path,
+    unlink_if_exists,
+)
 from engine.log_loader import DeletedSegmentFiles, LoadedLog, LogLoader, PendingDeletion
-from engine.records import (HEADER_SIZE, Compression, Record, decode_batch, encode_values, iter_batches,
-                            validate_batch)
+from engine.records import HEADER_SIZE, Compression, Record, decode_batch, encode_values, iter_batches, validate_batch
 from engine.segment import FetchDataInfo, LogSegment, topic_partition_of_dir
 from engine.topic import TopicPartition
 

@@ -10,20 +10,40 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import NamedTuple
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from sortedcontainers import SortedDict
 
 from engine.clock import Clock
 from engine.config import LogConfig
-from engine.files import (CLEANED_FILE_SUFFIX, DELETE_DIR_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX,
-                          LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TMP_FILE_SUFFIX,
-                          TXN_INDEX_FILE_SUFFIX, VIEW_INDEX_FILE_SUFFIX, filename_prefix_from_offset, log_file_path,
-                          offset_from_file_name, offset_index_file_path, parse_segment_file_name,
-                          time_index_file_path, unlink_if_exists)
-from engine.errors import (CorruptIndexError, CorruptRecordError, LogfsError, ReadOnlyError, StorageError,
-                           UnsafeFileError)
+from engine.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    LogfsError,
+    ReadOnlyError,
+    StorageError,
+    UnsafeFileError,
+)
+from engine.files import (
+    CLEANED_FILE_SUFFIX,
+    DELETE_DIR_SUFFIX,
+    DELETED_FILE_SUFFIX,
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    TMP_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
+    VIEW_INDEX_FILE_SUFFIX,
+    filename_prefix_from_offset,
+    log_file_path,
+    offset_from_file_name,
+    offset_index_file_path,
+    parse_segment_file_name,
+    time_index_file_path,
+    unlink_if_exists,
+)
 from engine.records import validate_batch
 from engine.segment import LogSegment
 from engine.topic import TopicPartition

@@ -122,11 +122,10 @@ from engine.errors import (
     UnknownTopicOrPartitionError,
 )
 from engine.files import atomic_write, fsync_dir
-from engine.log import CLIENT_RECORD_DELETION, Log
 from engine.load_logs import load_logs
+from engine.log import CLIENT_RECORD_DELETION, Log
 from engine.log_checkpoints import LogDirCheckpoints
 from engine.log_deletion import LogDeletionQueue, PendingDeletion
-from engine.partition_metadata import new_topic_id, read_topic_id, write_partition_metadata
 from engine.log_dirs import (
     LogDirLock,
     create_and_validate_log_dirs,
@@ -134,6 +133,7 @@ from engine.log_dirs import (
     next_log_dir,
     unlock_log_dirs,
 )
+from engine.partition_metadata import new_topic_id, read_topic_id, write_partition_metadata
 from engine.topic import (
     TopicPartition,
     delete_dir_name,

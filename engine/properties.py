@@ -7,7 +7,6 @@ from collections.abc import Mapping
 
 from engine.errors import InvalidConfigError
 
-
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _BLANKS = " \t\f"
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}

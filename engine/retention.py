@@ -22,8 +22,8 @@ segments not renamed yet.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from engine.segment import LogSegment

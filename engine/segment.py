@@ -42,22 +42,35 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from collections.abc import Iterator
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeVar
-from collections.abc import Iterator
 
 from engine import records as _records
 from engine.clock import SYSTEM_CLOCK, Clock
-from engine.errors import (CorruptIndexError, CorruptRecordError, InvalidRequestError, LogDirFullError, ReadOnlyError,
-                           StorageError, UnsafeFileError)
+from engine.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    InvalidRequestError,
+    LogDirFullError,
+    ReadOnlyError,
+    StorageError,
+    UnsafeFileError,
+)
 from engine.file_cache import LazyFile, OpenFile
-from engine.files import (DELETE_DIR_SUFFIX, LOG_FILE_SUFFIX, log_file_path, offset_index_file_path,
-                          time_index_file_path, unlink_if_exists, view_index_file_path)
+from engine.files import (
+    DELETE_DIR_SUFFIX,
+    LOG_FILE_SUFFIX,
+    log_file_path,
+    offset_index_file_path,
+    time_index_file_path,
+    unlink_if_exists,
+    view_index_file_path,
+)
 from engine.index import OffsetIndex, TimeIndex, open_regular_file
-from engine.records.reader import read_batches, read_headers
-from engine.records import (HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, read_header,
-                            validate_batch)
+from engine.records import HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, read_header, validate_batch
 from engine.records.format import RecordBuffer
+from engine.records.reader import read_batches, read_headers
 from engine.topic import TopicPartition, parse_topic_partition_dir
 
 if TYPE_CHECKING:  # pragma: no cover

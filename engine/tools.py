@@ -32,13 +32,24 @@ from engine.checkpoint import (
 )
 from engine.errors import CorruptCheckpointError, CorruptRecordError, InvalidTopicError
 from engine.files import (
-    INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX,
-    DELETE_DIR_SUFFIX, offset_from_file_name, parse_segment_file_name,
+    DELETE_DIR_SUFFIX,
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
+    offset_from_file_name,
+    parse_segment_file_name,
 )
 from engine.index import OFFSET_INDEX_ENTRY as _OFFSET_ENTRY
 from engine.index import TIME_INDEX_ENTRY as _TIME_ENTRY
 from engine.records import (
-    HEADER_SIZE, BatchHeader, TimestampType, decode_batch, decode_values, read_header,
+    HEADER_SIZE,
+    BatchHeader,
+    TimestampType,
+    decode_batch,
+    decode_values,
+    read_header,
     validate_batch,
 )
 from engine.records.reader import read_batches

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from engine.errors import InvalidTopicError, InvalidPartitionError
+from engine.errors import InvalidPartitionError, InvalidTopicError
 from engine.files import DELETE_DIR_SUFFIX
 from engine.numbers import INT_MAX, parse_canonical_int
 

@@ -11,8 +11,8 @@ does it with the ``LogManager`` as before.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from engine.errors import UnknownTopicOrPartitionError
 from engine.numbers import LONG_MAX

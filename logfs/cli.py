@@ -23,8 +23,8 @@ import stat
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from engine.config import DEFAULT_LOG_DIR
 

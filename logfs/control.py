@@ -22,7 +22,7 @@ from engine.topic import TopicPartition
 from logfs.appender import JSON_LINES, TEXT_LINES, AppendHandle, LineFormat
 from logfs.errors import shown
 from logfs.handles import BytesHandle, Handle, LineCommandHandle
-from logfs.nodes import STABLE_TIMEOUT_S, FileNode, GeneratedFile, RW_MODE, WRITE_ONLY_MODE
+from logfs.nodes import RW_MODE, STABLE_TIMEOUT_S, WRITE_ONLY_MODE, FileNode, GeneratedFile
 
 if TYPE_CHECKING:  # pragma: no cover
     from logfs.namespace import Namespace

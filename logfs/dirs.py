@@ -11,24 +11,37 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.files import SEGMENT_FILE_SUFFIXES, filename_prefix_from_offset, parse_segment_file_name, segment_file_name
 from engine.errors import OffsetOutOfRangeError
+from engine.files import SEGMENT_FILE_SUFFIXES, filename_prefix_from_offset, parse_segment_file_name, segment_file_name
 from engine.numbers import parse_canonical_int
 from engine.topic import TopicPartition, parse_partition, validate_topic_name
 from engine.views import ViewFormat, record_at
 from logfs.control import (
-    AppendFile, BrokerConfigFile, JsonlAppendFile, PartitionDeleteFile, TopicConfigFile, TopicDeleteFile,
+    AppendFile,
+    BrokerConfigFile,
+    JsonlAppendFile,
+    PartitionDeleteFile,
+    TopicConfigFile,
+    TopicDeleteFile,
 )
-from logfs.errors import shown, MalformedNameError, NoSuchNameError, NotPermittedError
+from logfs.errors import MalformedNameError, NoSuchNameError, NotPermittedError, shown
 from logfs.groups import ConsumeDir, GroupsDir
 from logfs.names import JSONL_SUFFIX, parse_timestamp, split_format
 from logfs.nodes import (
-    STABLE_TIMEOUT_S, Directory, MetricsFile, Node, RecordFile, SegmentFile, StateFile, StatsFile, record_digest,
+    STABLE_TIMEOUT_S,
+    Directory,
+    MetricsFile,
+    Node,
+    RecordFile,
+    SegmentFile,
+    StateFile,
+    StatsFile,
+    record_digest,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from logfs.namespace import Namespace
     from engine.log import Log
+    from logfs.namespace import Namespace
 
 
 class RootDir(Directory):

@@ -44,8 +44,8 @@ import logging
 import os
 import stat
 import time
-from typing import Any, NoReturn, TypeVar, cast
 from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, NoReturn, TypeVar, cast
 
 import pyfuse3
 import trio

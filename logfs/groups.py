@@ -42,15 +42,15 @@ import logging
 import threading
 from typing import TYPE_CHECKING, cast
 
-from engine.views.consume import ConsumerView, open_consumer_view
 from engine.consumer_offsets import GroupMetadataManager
 from engine.errors import InvalidRequestError, LogfsError
 from engine.numbers import INT_MAX, parse_canonical_int
 from engine.topic import TopicPartition
 from engine.views import ViewFormat
+from engine.views.consume import ConsumerView, open_consumer_view
 from logfs.errors import NoSuchNameError, RetryAfterRelease
-from logfs.names import parse_timestamp, split_format
 from logfs.handles import BytesHandle, Handle, ViewHandle
+from logfs.names import parse_timestamp, split_format
 from logfs.nodes import RW_MODE, Directory, FileNode, Node
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import TYPE_CHECKING, TypeVar, cast
 from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from engine.errors import (
     ReadOnlyError,

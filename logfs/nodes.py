@@ -9,13 +9,13 @@ import hashlib
 import logging
 import os
 import weakref
-from typing import TYPE_CHECKING
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import orjson
 
-from engine.files import DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX
 from engine.errors import LogfsError
+from engine.files import DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX
 from engine.topic import TopicPartition
 from engine.views import LogView, ViewFormat, ViewIdentity
 from logfs import stats as _stats
@@ -23,9 +23,9 @@ from logfs.errors import AccessDeniedError, NotPermittedError, StaleNameError
 from logfs.handles import BytesHandle, Handle, RawFileHandle, ViewHandle
 
 if TYPE_CHECKING:  # pragma: no cover
-    from logfs.namespace import Namespace
     from engine.log import Log
     from engine.segment import LogSegment
+    from logfs.namespace import Namespace
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ plus ``logfs_cleaner_*`` counters summed over every clean.
 
 from __future__ import annotations
 
-import threading
 import os
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field

@@ -53,12 +53,17 @@ import logging
 import os
 import shlex
 import shutil
+from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from collections.abc import Iterable, Sequence
 
-from engine.checkpoint import (CLEAN_SHUTDOWN_FILE, CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
-                               RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile)
+from engine.checkpoint import (
+    CLEAN_SHUTDOWN_FILE,
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    OffsetCheckpointFile,
+)
 from engine.errors import LogfsError
 from engine.files import LOG_FILE_SUFFIX, TMP_FILE_SUFFIX, VIEW_INDEX_FILE_SUFFIX, atomic_write, fsync_dir
 from engine.partition_metadata import PARTITION_METADATA_FILE

@@ -21,8 +21,8 @@ import os
 import sys
 import tempfile
 import time
-from typing import NamedTuple
 from collections.abc import Callable
+from typing import NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -140,7 +140,7 @@ def log_rows(batches, size) -> list[Row]:
         os.makedirs(log_dir)
         log = Log.load(log_dir, LogConfig.from_props({}))
         try:
-            from engine.views import attach     # as the mount does: view sizes computed as values are appended
+            from engine.views import attach  # as the mount does: view sizes computed as values are appended
         except ImportError:                     # a tree from before engine/views/ computed them in Log itself
             pass
         else:

@@ -66,7 +66,7 @@ def build(data: Path, tree: Path, partitions: int, bytes_per_partition: int, seg
     per_record = VALUE + 10        # on-disk bytes per record, roughly
     records = max(1, bytes_per_partition // per_record)
     try:
-        from engine.views import attach     # appends through the mount keep the view indexes exact
+        from engine.views import attach  # appends through the mount keep the view indexes exact
     except ImportError:                     # pragma: no cover - an older tree
         attach = None
     for p in range(partitions):

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from engine.cleaner import LogCleaner, CleanerStats
+from engine.cleaner import CleanerStats, LogCleaner
 from engine.cleaner.cleaner_manager import LOG_CLEANING_ABORTED
 from engine.clock import ManualClock
 from engine.config import BrokerConfig, LogConfig

@@ -13,10 +13,10 @@ import pytest
 
 from engine.cleaner import Cleaner, Throttler
 from engine.cleaner.cleaner_manager import LogToClean, cleanable_offsets
+from engine.cleaner.offset_map import OffsetMap
 from engine.config import LogConfig
 from engine.errors import CorruptRecordError
 from engine.log import Log
-from engine.cleaner.offset_map import OffsetMap
 from engine.records import encode_values
 from engine.records.reader import read_batches, read_chunks, read_headers
 from engine.views.log_view import LogView, ViewFormat

@@ -6,7 +6,8 @@ import errno
 import os
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine import checkpoint as cp
 from engine.checkpoint import OffsetCheckpointFile

@@ -11,18 +11,24 @@ import threading
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from engine.cleaner import Cleaner, CleanerStats, GilYield, LogCleaner, Throttler
-from engine.cleaner.cleaner_manager import (LogCleanerManager, LogCleaningPaused,
-                                            LogCleaningStateError, LogToClean, cleanable_offsets)
+from engine.cleaner.cleaner_manager import (
+    LogCleanerManager,
+    LogCleaningPaused,
+    LogCleaningStateError,
+    LogToClean,
+    cleanable_offsets,
+)
+from engine.cleaner.offset_map import BYTES_PER_ENTRY, OffsetMap
 from engine.clock import ManualClock
 from engine.config import BrokerConfig, LogConfig
-from engine.log import Log
-from engine.cleaner.offset_map import BYTES_PER_ENTRY, OffsetMap
-from engine.records import Compression, Record, TimestampType, encode_records, iter_batches
 from engine.files import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX
+from engine.log import Log
+from engine.records import Compression, Record, TimestampType, encode_records, iter_batches
 from engine.segment import LogSegment
 from engine.topic import TopicPartition
 from engine.views.index import view_index

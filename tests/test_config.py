@@ -6,10 +6,19 @@ import dataclasses
 import logging
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from engine.config import (BROKER_CONFIG_KEYS, BROKER_CONFIG_NAMES, TOPIC_CONFIG_KEYS, TOPIC_CONFIG_NAMES,
-                           BrokerConfig, LogConfig, format_properties, parse_properties)
+from engine.config import (
+    BROKER_CONFIG_KEYS,
+    BROKER_CONFIG_NAMES,
+    TOPIC_CONFIG_KEYS,
+    TOPIC_CONFIG_NAMES,
+    BrokerConfig,
+    LogConfig,
+    format_properties,
+    parse_properties,
+)
 from engine.errors import InvalidConfigError
 
 LONG_MAX = 9223372036854775807

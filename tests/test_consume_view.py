@@ -8,11 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.config import BrokerConfig
-from engine.views.consume import open_consumer_view
 from engine.manager import LogManager
-from engine.views.render import json_sizes, text_sizes
 from engine.topic import TopicPartition
 from engine.views import ViewFormat
+from engine.views.consume import open_consumer_view
+from engine.views.render import json_sizes, text_sizes
 
 values = st.one_of(st.none(), st.binary(max_size=30), st.text(max_size=30).map(str.encode))
 writes = st.lists(st.lists(st.tuples(values, st.one_of(st.none(), st.binary(max_size=8))), min_size=1, max_size=8),

@@ -33,7 +33,6 @@ from engine.consumer_offsets import (
 from engine.manager import LogManager
 from engine.topic import TopicPartition
 
-
 # ---------------------------------------------------------------- an independent writer of Kafka's schemas
 
 

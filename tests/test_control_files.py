@@ -9,8 +9,8 @@ LogManager on disk and writes to its handle as ``echo ... > file`` would, one
 from __future__ import annotations
 
 import errno
-import os
 import logging
+import os
 
 import pytest
 

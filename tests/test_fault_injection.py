@@ -13,9 +13,8 @@ import os
 
 import pytest
 
-from tests.helpers import add_config, wait_for
-
 from tests.conftest import Mount, kafka_records
+from tests.helpers import add_config, wait_for
 
 pytestmark = pytest.mark.mount
 
@@ -151,6 +150,7 @@ def test_missing_topic_configs_with_a_previous_generation_is_loaded(logfs_mount)
 
 def test_a_link_planted_as_the_lock_file_refuses_the_mount_and_is_not_followed(tmp_path):
     import subprocess
+
     from tests.conftest import LOGFS
     data = tmp_path / "data"
     data.mkdir()

@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import add_config, wait_for
-
 from tests.conftest import Mount, kafka_records
+from tests.helpers import add_config, wait_for
 
 pytestmark = pytest.mark.mount
 

@@ -12,14 +12,15 @@ import json
 import os
 import tempfile
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine.checkpoint import LOG_START_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from engine.config import BrokerConfig
 from engine.errors import CorruptCheckpointError, InvalidConfigError, StorageError
 from engine.manager import LogManager
-from engine.topic_configs import TOPIC_CONFIGS_FILE
 from engine.topic import TopicPartition
+from engine.topic_configs import TOPIC_CONFIGS_FILE
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),

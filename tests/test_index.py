@@ -8,11 +8,19 @@ import random
 import struct
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.errors import CorruptIndexError, InvalidConfigError, InvalidRequestError, LogfsError, StorageError
-from engine.index import (IndexFullError, IndexOffsetOverflowError, InvalidOffsetError, OffsetIndex, TimeIndex,
-                          WARM_SECTION_BYTES, offset_index_file_position)
+from engine.index import (
+    WARM_SECTION_BYTES,
+    IndexFullError,
+    IndexOffsetOverflowError,
+    InvalidOffsetError,
+    OffsetIndex,
+    TimeIndex,
+    offset_index_file_position,
+)
 
 BASE = 1_000
 MB = 1 << 20

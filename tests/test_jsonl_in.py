@@ -13,8 +13,8 @@ from engine.errors import InvalidRecordError, RecordTooLargeError
 from engine.jsonl_in import JsonRecord, append_json_records, parse_jsonl_line, parse_jsonl_lines
 from engine.manager import LogManager
 from engine.records import Record
-from engine.views.render import render_jsonl, render_jsonl_line
 from engine.topic import TopicPartition
+from engine.views.render import render_jsonl, render_jsonl_line
 
 # bytes that are often valid UTF-8 (rendered as strings, escapes included) and often not (base64)
 data = st.one_of(st.none(), st.binary(max_size=40), st.text(max_size=40).map(str.encode))

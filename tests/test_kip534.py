@@ -20,17 +20,28 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine.cleaner import Cleaner, CleanerStats, Throttler
 from engine.cleaner.cleaner_manager import LogToClean, cleanable_offsets
+from engine.cleaner.offset_map import OffsetMap
 from engine.clock import ManualClock
 from engine.config import LogConfig
 from engine.log import Log
-from engine.cleaner.offset_map import OffsetMap
-from engine.records import (DELETE_HORIZON_FLAG_MASK, Compression, Record, TimestampType, decode_batch,
-                            decode_columns, encode_records, iter_batches, read_header, rebuild_batch,
-                            validate_batch)
+from engine.records import (
+    DELETE_HORIZON_FLAG_MASK,
+    Compression,
+    Record,
+    TimestampType,
+    decode_batch,
+    decode_columns,
+    encode_records,
+    iter_batches,
+    read_header,
+    rebuild_batch,
+    validate_batch,
+)
 from tests.conftest import Mount
 from tests.helpers import add_config, wait_for
 

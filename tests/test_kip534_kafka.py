@@ -22,11 +22,11 @@ import pytest
 
 from engine.cleaner import Cleaner, Throttler
 from engine.cleaner.cleaner_manager import LogToClean, cleanable_offsets
+from engine.cleaner.offset_map import OffsetMap
 from engine.clock import ManualClock
 from engine.config import LogConfig
 from engine.errors import CorruptRecordError
 from engine.log import Log
-from engine.cleaner.offset_map import OffsetMap
 from engine.records import decode_batch, iter_batches, validate_batch
 from tests.conftest import LOGFS
 from tests.kafka_broker import run_tool

@@ -10,12 +10,17 @@ from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from engine.clock import ManualClock
-from engine.errors import (CorruptRecordError, InvalidRecordError, LogDirFullError, OffsetOutOfRangeError,
-                           ReadOnlyError, RecordTooLargeError)
+from engine.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    LogDirFullError,
+    OffsetOutOfRangeError,
+    ReadOnlyError,
+    RecordTooLargeError,
+)
 from engine.log import Log
 from engine.records import decode_batch, iter_batches
 from engine.segment import LogSegment
-
 from tests.helpers import make_config
 
 T0 = 1_700_000_000_000
@@ -291,6 +296,7 @@ def test_rename_dir_keeps_segments_usable(tmp_path):
 
 def test_log_dir_full_appends_nothing_partial(tmp_path):
     import subprocess
+
     from engine.errors import LogDirFullError
     mnt = tmp_path / "small"
     mnt.mkdir()

@@ -28,8 +28,8 @@ from engine.errors import (
 )
 from engine.log import Log
 from engine.manager import LogManager
-from engine.topic_configs import TOPIC_CONFIGS_FILE
 from engine.topic import TopicPartition
+from engine.topic_configs import TOPIC_CONFIGS_FILE
 from engine.views import LogView, ViewFormat
 
 

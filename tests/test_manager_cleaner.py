@@ -14,14 +14,13 @@ import threading
 
 import pytest
 
-from engine.errors import StorageError
-
 from engine.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from engine.cleaner.cleaner_manager import LogCleaningPaused
 from engine.clock import ManualClock
 from engine.config import BrokerConfig
-from engine.manager import LogManager
+from engine.errors import StorageError
 from engine.files import CLEANED_FILE_SUFFIX, DELETE_DIR_SUFFIX, SWAP_FILE_SUFFIX
+from engine.manager import LogManager
 from engine.topic import TopicPartition
 from tests.helpers import PausedClean
 

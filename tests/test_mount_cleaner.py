@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import LOGFS, ROOT, Mount, kafka_records
-from tests.helpers import add_config, CLEANER_TASK, mount_stats, wait_for, wait_for_task_runs
+from tests.helpers import CLEANER_TASK, add_config, mount_stats, wait_for, wait_for_task_runs
 
 pytestmark = pytest.mark.mount
 

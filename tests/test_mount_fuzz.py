@@ -11,7 +11,8 @@ import errno
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine.numbers import parse_canonical_int
 from tests.conftest import FAST_TASKS, Mount

@@ -11,8 +11,8 @@ from __future__ import annotations
 import errno
 import json
 import os
-import subprocess
 import struct
+import subprocess
 import time
 from pathlib import Path
 

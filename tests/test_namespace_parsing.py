@@ -9,7 +9,8 @@ one spelling and that no other string is read as a number.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.config import validate_topic_overrides
 from engine.errors import InvalidConfigError, InvalidPartitionError

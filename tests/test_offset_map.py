@@ -6,10 +6,11 @@ import hashlib
 import struct
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from engine.errors import LogfsError
 from engine.cleaner.offset_map import BYTES_PER_ENTRY, OffsetMap, OffsetMapFullError
+from engine.errors import LogfsError
 
 
 def test_slots_and_capacity_follow_memory_and_load_factor():

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from engine.errors import InvalidPartitionError
 from engine.partitioner import murmur2, partition_for_key, to_positive
-
 
 # The expected values of Kafka's own UtilsTest.testMurmur2 (Java's signed ints).
 JAVA_CASES = {

@@ -19,7 +19,13 @@ import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from engine.clock import ManualClock
+from engine.config import LogConfig
+from engine.errors import CorruptRecordError
+from engine.log import Log
 from tests.conftest import Mount, kafka_records
 from tests.helpers import add_config, wait_for
 
@@ -169,12 +175,6 @@ def test_read_only_mount_of_an_unclean_dir_recovers_in_memory_and_writes_nothing
 
 # --------------------------------------------------------------------------- property: read-only == read-write recovery
 
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
-
-from engine.clock import ManualClock  # noqa: E402
-from engine.config import LogConfig  # noqa: E402
-from engine.errors import CorruptRecordError  # noqa: E402
-from engine.log import Log  # noqa: E402
 
 _CONFIG = LogConfig.from_props({"segment.bytes": "1000", "index.interval.bytes": "150"})
 _T0 = 1_700_000_000_000

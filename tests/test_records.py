@@ -14,15 +14,27 @@ import struct
 import cramjam
 import pytest
 from crc32c import crc32c
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.codec import snappy_encode
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from engine.errors import CorruptRecordError, InvalidConfigError, InvalidRecordError
 from engine.records import (
-    HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, Compression, Record, TimestampType,
-    decode_batch, decode_values, encode_records, encode_values, iter_batches, read_header,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    BatchHeader,
+    Compression,
+    Record,
+    TimestampType,
+    decode_batch,
+    decode_values,
+    encode_records,
+    encode_values,
+    iter_batches,
+    read_header,
     validate_batch,
 )
 

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.errors import CorruptRecordError
 from engine.records import (
-    HEADER_SIZE, Compression, Record, TimestampType, decode_batch, decode_columns, decode_key_columns,
-    encode_records, encode_values, read_header,
+    HEADER_SIZE,
+    Compression,
+    Record,
+    TimestampType,
+    decode_batch,
+    decode_columns,
+    decode_key_columns,
+    encode_records,
+    encode_values,
+    read_header,
 )
 
 TS = 1_700_000_000_000

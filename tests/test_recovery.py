@@ -6,14 +6,14 @@ import os
 import random
 import shutil
 import tempfile
-import pytest
 
-from hypothesis import given, settings, strategies as st, HealthCheck
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine.clock import ManualClock
 from engine.log import Log
-from engine.records import HEADER_SIZE, encode_records, Record
-
+from engine.records import HEADER_SIZE, Record, encode_records
 from tests.helpers import make_config
 
 T0 = 1_700_000_000_000

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import add_config, wait_for
-
 from tests.conftest import LOGFS, Mount, kafka_records
+from tests.helpers import add_config, wait_for
 from tests.kafka_broker import require_kafka_marker
 
 pytestmark = pytest.mark.mount

@@ -5,10 +5,11 @@ from __future__ import annotations
 import base64
 import json
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from engine.views import render
 from engine.records import Record
+from engine.views import render
 
 TOPIC = "events.v1-x_y"
 

@@ -10,7 +10,6 @@ from engine import retention
 from engine.clock import ManualClock
 from engine.errors import InvalidRequestError, OffsetOutOfRangeError
 from engine.log import Log
-
 from tests.helpers import make_config
 
 T0 = 1_700_000_000_000

@@ -11,10 +11,9 @@ from kafka.record import MemoryRecords
 
 from engine.clock import ManualClock
 from engine.errors import LogDirFullError, StorageError
-from engine.records import decode_batch, encode_records, encode_values, Record
-from engine.segment import LogSegment, FetchDataInfo
+from engine.records import Record, decode_batch, encode_records, encode_values
+from engine.segment import FetchDataInfo, LogSegment
 from engine.views.index import view_index, view_index_and_damage
-
 from tests.helpers import make_config
 
 T0 = 1_700_000_000_000

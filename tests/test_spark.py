@@ -18,10 +18,10 @@ import threading
 import time
 
 import pytest
+from spark_util import append_lines, create_topic, end_offsets, new_spark, records_jsonl, state, wait_until
 
 from logfs import spark as logfs_spark
 from logfs.spark import read_segments, source
-from spark_util import append_lines, create_topic, end_offsets, new_spark, records_jsonl, state, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.mount]
 

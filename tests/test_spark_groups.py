@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from spark_util import new_spark
 
 pytestmark = [pytest.mark.spark, pytest.mark.mount]

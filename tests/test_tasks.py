@@ -16,8 +16,8 @@ import trio
 from engine.clock import ManualClock
 from engine.config import BrokerConfig
 from engine.manager import LogManager
-from logfs.stats import MountStats
 from engine.numbers import LONG_MAX
+from logfs.stats import MountStats
 from logfs.tasks import Job, build_jobs, run_jobs
 
 HOUR_MS = 3_600_000

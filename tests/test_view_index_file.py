@@ -16,12 +16,10 @@ from pathlib import Path
 import pytest
 
 import engine.views.index as view_index_module
-
 from engine.files import VIEW_INDEX_FILE_SUFFIX, view_index_file_path
 from engine.log import Log
 from engine.segment import LogSegment
-from engine.views import LogView, ViewFormat, attach
-from engine.views import persisted
+from engine.views import LogView, ViewFormat, attach, persisted
 from tests.helpers import make_config, wait_for
 
 CONFIG = dict(segment_bytes=6_000, index_interval_bytes=512)

@@ -6,16 +6,15 @@ import os
 from bisect import bisect_right
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import engine.views.index as view_index_module
-from hypothesis import given, settings, strategies as st
-
 from engine.clock import ManualClock
 from engine.log import Log
-from engine.views.render import render_jsonl, render_text
 from engine.topic import TopicPartition
 from engine.views.index import ViewIndex, attach, view_index
-
+from engine.views.render import render_jsonl, render_text
 from tests.helpers import make_config
 
 

@@ -8,14 +8,14 @@ import os
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from engine.views import render
 from engine.clock import ManualClock
 from engine.config import LogConfig
 from engine.errors import OffsetOutOfRangeError
 from engine.log import Log
-from engine.views import LogView, ViewFormat, record_at
+from engine.views import LogView, ViewFormat, record_at, render
 
 TOPIC = "views"
 

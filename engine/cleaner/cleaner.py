@@ -10,19 +10,19 @@ import logging
 import os
 import time
 import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import compress
 from operator import ge
 from typing import TYPE_CHECKING, cast
-from collections.abc import Callable, Iterable, Iterator, Sequence
 
+from engine.cleaner.cleaner_manager import LogToClean, log_segments
+from engine.cleaner.offset_map import OffsetMap
 from engine.cleaner.stats import CleanerStats
 from engine.cleaner.throttler import GilYield, Throttler
-from engine.cleaner.cleaner_manager import LogToClean, log_segments
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import CorruptRecordError, LogfsError
-from engine.cleaner.offset_map import OffsetMap
 from engine.files import CLEANED_FILE_SUFFIX, log_file_path, offset_index_file_path, time_index_file_path
-from engine.records import (LOG_OVERHEAD, BatchHeader, Record, decode_batch, decode_key_columns, rebuild_batch)
+from engine.records import LOG_OVERHEAD, BatchHeader, Record, decode_batch, decode_key_columns, rebuild_batch
 from engine.records.reader import BatchChunk, read_chunks
 from engine.segment import LogSegment
 from engine.topic import TopicPartition

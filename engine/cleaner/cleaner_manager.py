@@ -25,9 +25,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
-from collections.abc import Callable, Iterable, Sequence
 
 from engine.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from engine.clock import SYSTEM_CLOCK, Clock

@@ -6,15 +6,15 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from engine.cleaner.cleaner import _INT32_MAX, Cleaner
+from engine.cleaner.cleaner_manager import LastCleaning, LogCleanerManager, LogCleaningAbortedError, LogToClean
+from engine.cleaner.offset_map import OffsetMap
 from engine.cleaner.stats import CleanerStats, CleanerTotals, mb, run_dict
 from engine.cleaner.throttler import Throttler
-from engine.cleaner.cleaner_manager import LastCleaning, LogCleanerManager, LogCleaningAbortedError, LogToClean
 from engine.clock import SYSTEM_CLOCK, Clock
-from engine.cleaner.offset_map import OffsetMap
 from engine.topic import TopicPartition
 
 if TYPE_CHECKING:   # pragma: no cover

@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import hashlib
 import mmap
-from array import array
 import struct
 import sys
-from operator import methodcaller
+from array import array
 from collections.abc import Iterable, Sequence
+from operator import methodcaller
 
 from engine.errors import LogfsError
 

@@ -7,7 +7,6 @@ import threading
 import time
 from collections.abc import Callable
 
-
 logger = logging.getLogger("engine.cleaner")     # one logger for the package, as before it was split
 
 #: Kafka's cleaner throttler checks its rate every 300 ms.

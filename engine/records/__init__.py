@@ -40,14 +40,32 @@ decoders).  Everything public is re-exported here: import from
 """
 
 from engine.records.decode import (
-    BatchColumns, decode_batch, decode_columns, decode_key_columns, decode_text, decode_values,
+    BatchColumns,
+    decode_batch,
+    decode_columns,
+    decode_key_columns,
+    decode_text,
+    decode_values,
 )
 from engine.records.encode import encode_records, encode_values, rebuild_batch
 from engine.records.format import (
-    ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK, DELETE_HORIZON_FLAG_MASK,
-    HEADER_SIZE, LOG_OVERHEAD, MAGIC, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID, NO_SEQUENCE, TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_FLAG_MASK, BatchHeader, Compression, Record, TimestampType,
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    DELETE_HORIZON_FLAG_MASK,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+    BatchHeader,
+    Compression,
+    Record,
+    TimestampType,
 )
 from engine.records.framing import iter_batches, read_header, validate_batch
 

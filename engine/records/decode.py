@@ -8,16 +8,26 @@ entry points first try the layout proof of :mod:`engine.records.fastpath`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from itertools import repeat
 from typing import NamedTuple, cast
-from collections.abc import Iterable, Sequence
 
 from engine.errors import CorruptRecordError
 from engine.records.compression import _decompress
 from engine.records.fastpath import _uniform_values
 from engine.records.format import (
-    _EMPTY_BATCH_LENGTH, COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK, HEADER_SIZE, LOG_OVERHEAD, MAGIC,
-    TIMESTAMP_TYPE_MASK, BatchHeader, Compression, Record, RecordBuffer, _new_record,
+    _EMPTY_BATCH_LENGTH,
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    Compression,
+    Record,
+    RecordBuffer,
+    _new_record,
 )
 from engine.records.framing import read_header
 from engine.records.varint import _read_varint

@@ -7,23 +7,47 @@ builtins, one ``b"".join``); the general encoder handles what falls out of them.
 
 from __future__ import annotations
 
-from operator import add
 from collections.abc import Sequence
+from operator import add
 
 from crc32c import crc32c as _crc32c
 
 from engine.errors import InvalidRecordError
 from engine.records.compression import _compress
 from engine.records.format import (
-    _CRC_COVERED_HEADER, _EMPTY_BATCH_LENGTH, _PREFIX, COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK,
-    DELETE_HORIZON_FLAG_MASK, MAGIC, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
-    NO_SEQUENCE, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_FLAG_MASK, BatchHeader, Compression, Record,
+    _CRC_COVERED_HEADER,
+    _EMPTY_BATCH_LENGTH,
+    _PREFIX,
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    DELETE_HORIZON_FLAG_MASK,
+    MAGIC,
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+    BatchHeader,
+    Compression,
+    Record,
     TimestampType,
 )
 from engine.records.varint import (
-    _LENGTH_1, _LENGTH_2, _LENGTH_3, _NULL, _PREFIX_KEYED, _PREFIX_KEYED_LEN1, _PREFIX_NULL_KEY,
-    _TABLE_SIZE, _hc0_varint_piece, _varint, _varint_len, _varint_piece,
+    _LENGTH_1,
+    _LENGTH_2,
+    _LENGTH_3,
+    _NULL,
+    _PREFIX_KEYED,
+    _PREFIX_KEYED_LEN1,
+    _PREFIX_NULL_KEY,
+    _TABLE_SIZE,
+    _hc0_varint_piece,
+    _varint,
+    _varint_len,
+    _varint_piece,
 )
+
 
 def _assemble(base_offset: int, attributes: int, last_offset_delta: int, base_timestamp: int,
               max_timestamp: int, count: int, records: bytes, compression: int,

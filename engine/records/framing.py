@@ -17,9 +17,17 @@ from crc32c import crc32c as _crc32c
 
 from engine.errors import CorruptRecordError
 from engine.records.format import (
-    _EMPTY_BATCH_LENGTH, ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader,
-    RecordBuffer, _new_header, _unpack_header,
+    _EMPTY_BATCH_LENGTH,
+    ATTRIBUTES_OFFSET,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    BatchHeader,
+    RecordBuffer,
+    _new_header,
+    _unpack_header,
 )
+
 
 def read_header(buf: RecordBuffer, pos: int = 0) -> BatchHeader:
     """The header of the batch at ``pos``; checks only that 61 bytes are there."""

@@ -34,7 +34,13 @@ from crc32c import crc32c as _crc32c
 
 from engine.errors import CorruptRecordError
 from engine.records.format import (
-    _EMPTY_BATCH_LENGTH, ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, _new_header,
+    _EMPTY_BATCH_LENGTH,
+    ATTRIBUTES_OFFSET,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    BatchHeader,
+    _new_header,
     _unpack_header,
 )
 from engine.records.framing import validate_batch

@@ -14,6 +14,7 @@ from operator import add
 
 from engine.records.format import RecordBuffer
 
+
 def _zigzag_varint(n: int) -> bytes:
     """Kafka's ``ByteUtils.writeVarlong``: zig-zag, then 7 bits per byte, low first."""
     v = (n << 1) if n >= 0 else ((-n << 1) - 1)

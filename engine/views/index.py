@@ -32,8 +32,8 @@ import threading
 import weakref
 from array import array
 from bisect import bisect_right
-from typing import TYPE_CHECKING, NamedTuple
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from engine import records as _records
 from engine.errors import CorruptRecordError

@@ -51,16 +51,16 @@ import bisect
 import logging
 import threading
 import weakref
+from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import TYPE_CHECKING, cast
-from collections.abc import Callable, Iterator
 
 from engine import records as _records
+from engine import transactions
+from engine.errors import CorruptRecordError, InvalidRequestError, OffsetOutOfRangeError, StorageError
 from engine.records.reader import read_chunks
 from engine.views import render
 from engine.views.index import attach, committed_view_index, view_index
-from engine import transactions
-from engine.errors import CorruptRecordError, InvalidRequestError, OffsetOutOfRangeError, StorageError
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log

@@ -28,9 +28,9 @@ equals ``len(render_*)`` byte for byte.
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from itertools import repeat
-from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, cast
 
 import orjson

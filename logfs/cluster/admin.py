@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from typing import Any
 from collections.abc import Mapping
+from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
-                                   NewPartitions, NewTopic, OffsetSpec)
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    OffsetSpec,
+)
 
 from engine.errors import InvalidConfigError
 from engine.topic import TopicPartition

@@ -14,9 +14,9 @@ the admin client, and, translated, to the replica fetcher (kafka-python).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Sequence
 
 from engine.config import BROKER_CONFIG_NAMES
 from engine.errors import InvalidConfigError

@@ -9,8 +9,16 @@ from __future__ import annotations
 import errno as _errno
 import logging
 
-from engine.errors import (InvalidConfigError, InvalidPartitionError, InvalidRequestError, InvalidTopicError,
-                           LogfsError, RecordTooLargeError, TopicExistsError, UnknownTopicOrPartitionError)
+from engine.errors import (
+    InvalidConfigError,
+    InvalidPartitionError,
+    InvalidRequestError,
+    InvalidTopicError,
+    LogfsError,
+    RecordTooLargeError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
 
 
 class ClusterError(LogfsError):

@@ -6,8 +6,8 @@ import errno
 import functools
 import logging
 import os
-from typing import TYPE_CHECKING, Any
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import (
     InvalidConfigError,

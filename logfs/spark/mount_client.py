@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-from typing import Any
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import orjson
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import orjson
-
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,

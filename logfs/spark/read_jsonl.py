@@ -5,8 +5,8 @@ from __future__ import annotations
 import base64
 import logging
 import os
-from typing import TYPE_CHECKING, Any
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import (
     StorageError,

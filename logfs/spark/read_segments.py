@@ -5,15 +5,15 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-from typing import TYPE_CHECKING, Any
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
-from engine.files import segment_file_name
-from engine.index import offset_index_file_position
 from engine.errors import (
     CorruptRecordError,
     StorageError,
 )
+from engine.files import segment_file_name
+from engine.index import offset_index_file_position
 from engine.records import (
     HEADER_SIZE,
     MAGIC,

@@ -6,8 +6,8 @@ import logging
 import os
 import subprocess
 import sys
-from typing import TYPE_CHECKING, Any
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from logfs.spark.source import LogfsDataSource
 

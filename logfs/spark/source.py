@@ -7,8 +7,8 @@ this module path, so moving them is a change of what workers import.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -29,11 +29,23 @@ from engine.errors import (
     OffsetOutOfRangeError,
 )
 from logfs.spark.mount_client import (
-    _as_offsets, _from_offsets, _topic_partitions, ending_offsets, offset_bounds, starting_offsets,
+    _as_offsets,
+    _from_offsets,
+    _topic_partitions,
+    ending_offsets,
+    offset_bounds,
+    starting_offsets,
 )
 from logfs.spark.options import (
-    EARLIEST, HEADERS_FIELD, KAFKA_SCHEMA, LATEST, OffsetSpec, SOURCE_NAME, SourceOptions,
-    _bool_option, group_offsets,
+    EARLIEST,
+    HEADERS_FIELD,
+    KAFKA_SCHEMA,
+    LATEST,
+    SOURCE_NAME,
+    OffsetSpec,
+    SourceOptions,
+    _bool_option,
+    group_offsets,
 )
 from logfs.spark.planning import OffsetRangePartition, plan_ranges
 from logfs.spark.read_segments import read_range
