@@ -153,3 +153,14 @@ def test_get_many_walks_collision_chains_of_a_full_table():
     assert m.put_many(keys, list(range(500, 531))) == 31
     assert m.collision_rate > 0
     assert m.get_many(keys + [b"absent"]) == list(range(500, 531)) + [-1]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=8), st.integers(0, 50)), max_size=60, unique_by=lambda p: p[1]))
+def test_latest_offsets_are_the_sorted_offsets_held(pairs):
+    m = OffsetMap(97 * BYTES_PER_ENTRY)
+    latest: dict[bytes, int] = {}
+    for key, offset in sorted(pairs, key=lambda p: p[1]):
+        m.put(key, offset)
+        latest[key] = offset
+    assert m.latest_offsets(stride=7).tolist() == sorted(latest.values())   # offset 0 too

@@ -36,6 +36,8 @@ import sys
 from operator import methodcaller
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 from engine.errors import LogfsError
 
 HASH_SIZE = 16                      # MD5 digest length
@@ -327,6 +329,33 @@ class OffsetMap:
         self._lookups += len(out)
         self._probes += len(out)
         return out
+
+    def latest_offsets(self, stride: int = 1 << 15) -> np.ndarray:
+        """Every offset in the map, sorted (an int64 array of ``size`` entries).
+
+        A mapped record is the latest of its key exactly when its offset is one
+        of these (offsets are unique, and the map holds the highest offset put
+        for each digest), so the copy pass can decide retention from offsets
+        alone, without decoding or hashing the keys again.  The table is read
+        ``stride`` slots at a time, in C; only the result (8 bytes per key, a
+        third of the map's own memory) is allocated.
+        """
+        found: list[np.ndarray] = []
+        if self._entries:
+            buf = self._bytes
+            for first in range(0, self.slots, stride):
+                count = min(stride, self.slots - first)
+                # The offset column of the slots: an empty slot reads 0, and so does the one
+                # slot that may hold offset 0 (offsets are unique), told apart by the count below.
+                column = np.frombuffer(buf, dtype=">i8", count=count * 3,
+                                       offset=first * BYTES_PER_ENTRY)[2::3]
+                found.append(column[column != 0].astype(np.int64))
+                del column
+        if sum(map(len, found)) < self._entries:
+            found.append(np.zeros(1, dtype=np.int64))
+        result = np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+        result.sort()
+        return result
 
     def clear(self) -> None:
         """Forget every key and the latest offset, keeping the (fixed-size) mapping."""
