@@ -347,12 +347,14 @@ class Cleaner:
         its batch has no delete horizon or ``current_time_ms`` is before it,
         and the first clean that keeps one sets the horizon (KIP-534).
 
-        Per read chunk: validate every batch, read the keys and offsets of those
-        in the mapped range, look up their distinct keys in the map at once
-        (:meth:`OffsetMap.get_many`), and decide retention record by record from
-        those columns.  Only batches that lose a record or get a delete horizon
-        are decoded and re-encoded; the others are copied byte for byte,
-        undecoded.
+        Per read chunk: validate every batch; a batch the map pass read whole
+        with no tombstone and no keyless record is judged by its offsets alone
+        (:meth:`_offset_retention`: its keys were decoded once, by the map pass);
+        for the other batches in the mapped range read the keys and offsets, look
+        up their distinct keys in the map at once (:meth:`OffsetMap.get_many`),
+        and decide retention record by record from those columns.  Only batches
+        that lose a record or get a delete horizon are decoded and re-encoded;
+        the others are copied byte for byte, undecoded.
         """
         tp = log.topic_partition
         latest_offset = offset_map.latest_offset
