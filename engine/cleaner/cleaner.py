@@ -630,6 +630,8 @@ class AbortedTransactions:
 
     def contains(self, header: BatchHeader) -> bool:
         """True for a transactional data batch inside one of its producer's aborted transactions."""
+        if not self._firsts:        # no aborted transaction at all: the common case, no header flag read
+            return False
         if not header.is_transactional or header.is_control:
             return False
         firsts = self._firsts.get(header.producer_id)
