@@ -218,7 +218,9 @@ class OffsetMap:
     # The cleaner puts or looks up thousands of keys per read chunk; one call per
     # chunk hashes them all with map(md5, ...) and probes in a loop over local
     # variables, which costs a third of a put()/get() per key.  Slots, probing and
-    # the full-map rule are exactly those of put() and get().
+    # the full-map rule are exactly those of put() and get(); a put_many that cannot
+    # fill the map goes in bulk (_put_bulk), where colliding keys of one call may
+    # take each other's slots, with the same entries and the same lookups.
 
     def _first_positions(self, digests: list[bytes]) -> list[int]:
         """Byte positions of the first probe of each digest, computed in bulk.
