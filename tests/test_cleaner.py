@@ -636,7 +636,7 @@ def test_map_filling_up_inside_one_read_chunk_stops_at_the_same_record(tmp_path)
 def test_gil_yield_sleeps_once_per_interval():
     now = [0.0]
     sleeps = []
-    gil_yield = GilYield(0.001, 0.0, clock=lambda: now[0], sleep=sleeps.append)
+    gil_yield = GilYield(0.001, 0.0, clock=lambda: now[0], sleep=sleeps.append, threads=lambda: 2)
     calls_that_slept = []
     for call in range(1, 11):       # 0.4 ms apart: the deadline is 1 ms after the last yield
         now[0] += 0.0004
@@ -644,3 +644,40 @@ def test_gil_yield_sleeps_once_per_interval():
         if len(sleeps) > len(calls_that_slept):
             calls_that_slept.append(call)
     assert calls_that_slept == [3, 6, 9] and sleeps == [0.0] * 3
+
+
+def test_gil_yield_does_not_sleep_without_another_thread():
+    now = [0.0]
+    sleeps: list[float] = []
+    gil_yield = GilYield(0.001, 0.0, clock=lambda: now[0], sleep=sleeps.append, threads=lambda: 1)
+    for _ in range(10):
+        now[0] += 0.0004
+        gil_yield()
+    assert sleeps == []
+
+
+def test_keys_are_decoded_once_per_batch_and_retention_is_judged_by_offsets(tmp_path, monkeypatch):
+    """The copy pass decides a mapped batch without tombstones by its offsets: its keys were read once."""
+    import engine.cleaner.cleaner as cleaner_module
+    log = new_log(tmp_path, log_config())
+    for i in range(0, 400, 4):      # batches of 4 records over 30 keys: some kept whole, some rebuilt
+        log.append_values([b"v%d" % j for j in range(i, i + 4)], [b"k%d" % (j % 30) for j in range(i, i + 4)])
+    append(log, [(b"k1", None)])    # one batch with a tombstone: judged by its key, as before
+    log.roll()
+    batches = sum(1 for segment in log.segments.values() for _ in iter_batches(segment.read_bytes(0, segment.size)))
+    decoded: list[int] = []
+    real = cleaner_module.decode_key_columns
+
+    def counting(buf, pos, header):
+        decoded.append(header.base_offset)
+        return real(buf, pos, header)
+
+    monkeypatch.setattr(cleaner_module, "decode_key_columns", counting)
+    stats = clean(log, cleaner_for(log))
+    latest = {b"k%d" % (j % 30): j for j in range(400)}
+    latest.pop(b"k1")
+    assert [r.offset for r in all_records(log)] == sorted([*latest.values(), 400])
+    assert stats.messages_read == 401 and stats.messages_written == 30
+    # every batch once in the map pass, and only the tombstone's batch again in the copy pass
+    assert sorted(decoded) == sorted([*range(0, 400, 4), 400, 400]) and len(decoded) == batches + 1
+    log.close()

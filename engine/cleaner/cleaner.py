@@ -15,6 +15,8 @@ from itertools import compress
 from operator import ge
 from typing import TYPE_CHECKING, cast
 
+import numpy as np
+
 from engine.cleaner.cleaner_manager import LogToClean, log_segments
 from engine.cleaner.offset_map import OffsetMap
 from engine.cleaner.stats import CleanerStats
@@ -76,6 +78,8 @@ class Cleaner:
         self._transaction_states: weakref.WeakKeyDictionary[Log, TransactionState] = weakref.WeakKeyDictionary()
         #: called once per batch in the inner loops, so that appends are not starved of the GIL
         self.gil_yield = GilYield()
+        #: what the last build_offset_map saw, so that the copy pass need not read keys again
+        self._mapped: MappedRange | None = None
 
     def _info(self, msg: str, *args: object) -> None:
         logger.info(self._prefix + msg, *args)
@@ -144,21 +148,25 @@ class Cleaner:
         if aborted is None:
             aborted = self.aborted_transactions(log)
         offset_map.clear()
+        self._mapped = None
+        special: set[int] = set()
         dirty = log_segments(log, start, end)
         self._info("Building offset map for log %s for %d segments in offset range [%d, %d).",
                    log.name, len(dirty), start, end)
         next_starts = [s.base_offset for s in dirty[1:]] + [end]
         for index, (segment, next_start) in enumerate(zip(dirty, next_starts)):
             self.check_done(log.topic_partition)
-            if self._build_offset_map_for_segment(log, segment, offset_map, start, next_start, stats, aborted):
+            if self._build_offset_map_for_segment(log, segment, offset_map, start, next_start, stats, aborted,
+                                                  special):
                 logger.debug("%sOffset map is full, %d segments fully mapped, segment with base offset %d "
                              "is partially mapped", self._prefix, index, segment.base_offset)
                 break
+        self._mapped = MappedRange(offset_map, start, special)
         self._info("Offset map for log %s complete.", log.name)
 
     def _build_offset_map_for_segment(self, log: Log, segment: LogSegment, offset_map: OffsetMap,
                                       start: int, next_segment_start: int, stats: CleanerStats,
-                                      aborted: AbortedTransactions) -> bool:
+                                      aborted: AbortedTransactions, special: set[int] | None = None) -> bool:
         """Add the keys of one segment; True if the map filled up before its end.
 
         Works a read chunk at a time: the keys and offsets of every batch in the
@@ -166,7 +174,10 @@ class Cleaner:
         When the chunk cannot reach the map's load factor, only each key's last
         offset in the chunk is put, which leaves the map as putting every record
         would; otherwise the records are put one by one, batch by batch, so the
-        map stops at exactly the record where Kafka's would.
+        map stops at exactly the record where Kafka's would.  The base offsets
+        of mapped batches that the copy pass cannot judge by offsets alone (a
+        tombstone, a keyless record, offsets other than ``base_offset ..`` in
+        order) go into ``special``.
         """
         tp = log.topic_partition
         max_desired_map_size = int(offset_map.slots * self.dup_buffer_load_factor)
@@ -189,9 +200,15 @@ class Cleaner:
                     elif aborted.contains(header):
                         stats.map_messages_read += header.records_count     # never supersedes anything
                     else:
-                        batch_offsets, batch_keys, _ = decode_key_columns(chunk, pos, header)
+                        batch_offsets, batch_keys, tombstones = decode_key_columns(chunk, pos, header)
                         stats.map_messages_read += len(batch_offsets)
-                        if header.base_offset < start or None in batch_keys:
+                        keyless = None in batch_keys
+                        base = header.base_offset
+                        if (special is not None and base >= start
+                                and (tombstones or keyless
+                                     or batch_offsets != [*range(base, base + header.records_count)])):
+                            special.add(base)
+                        if base < start or keyless:
                             pairs = [(o, k) for o, k in zip(batch_offsets, batch_keys)
                                      if k is not None and o >= start]
                             batch_offsets = [o for o, _ in pairs]
@@ -330,12 +347,14 @@ class Cleaner:
         its batch has no delete horizon or ``current_time_ms`` is before it,
         and the first clean that keeps one sets the horizon (KIP-534).
 
-        Per read chunk: validate every batch, read the keys and offsets of those
-        in the mapped range, look up their distinct keys in the map at once
-        (:meth:`OffsetMap.get_many`), and decide retention record by record from
-        those columns.  Only batches that lose a record or get a delete horizon
-        are decoded and re-encoded; the others are copied byte for byte,
-        undecoded.
+        Per read chunk: validate every batch; a batch the map pass read whole
+        with no tombstone and no keyless record is judged by its offsets alone
+        (:meth:`_offset_retention`: its keys were decoded once, by the map pass);
+        for the other batches in the mapped range read the keys and offsets, look
+        up their distinct keys in the map at once (:meth:`OffsetMap.get_many`),
+        and decide retention record by record from those columns.  Only batches
+        that lose a record or get a delete horizon are decoded and re-encoded;
+        the others are copied byte for byte, undecoded.
         """
         tp = log.topic_partition
         latest_offset = offset_map.latest_offset
@@ -350,7 +369,8 @@ class Cleaner:
             for batch_chunk in self._chunks(log, source, 0, source.size, tp, verify_crc=True):
                 chunk = batch_chunk.buf
                 batches = batch_chunk.batches
-                columns, latest_of = self._key_lookup(chunk, batches, offset_map, latest_offset)
+                by_offset = self._offset_retention(batches, offset_map, aborted)
+                columns, latest_of = self._key_lookup(chunk, batches, offset_map, latest_offset, by_offset)
                 # One append per retained batch: LogSegment.append indexes the position it
                 # writes at under the batch's last offset, which is what Kafka's index holds
                 # (DumpLogSegments checks every entry against the batch found there).
@@ -384,6 +404,27 @@ class Cleaner:
                             stats.aborted_records_removed += header.records_count
                             continue
                         horizon = header.delete_horizon_ms
+                        fast = by_offset.get(pos)
+                        if fast is not None:
+                            # Mapped, no tombstone, no keyless record: a record stays exactly when
+                            # its offset is the latest of its key, i.e. one of the map's offsets.
+                            kept_count, hit = fast
+                            count = header.records_count
+                            stats.read_messages(count, size)
+                            if not kept_count:
+                                continue
+                            last_offset = header.last_offset
+                            if kept_count == count:
+                                out = chunk[pos:pos + size]
+                                stats.recopy_messages(count, len(out))
+                                max_ts, max_ts_offset = header.max_timestamp, header.last_offset
+                            else:
+                                kept = list(compress(decode_batch(chunk, pos, header), hit.tolist()))
+                                out = rebuild_batch(header, kept, delete_horizon_ms=header.delete_horizon_ms)
+                                stats.recopy_messages(len(kept), len(out))
+                                max_ts, max_ts_offset = _max_timestamp(kept)
+                            self._append(dest, out, last_offset, max_ts, max_ts_offset)
+                            continue
                         # KIP-534: tombstones stay until the batch's horizon (none yet: until set).
                         batch_retains_deletes = horizon is None or now < horizon
                         batch_columns = columns.get(pos)
@@ -423,9 +464,49 @@ class Cleaner:
         finally:
             self._restore_buffers()
 
+    def _offset_retention(self, batches: list[tuple[int, BatchHeader]], offset_map: OffsetMap,
+                          aborted: AbortedTransactions) -> dict[int, tuple[int, np.ndarray]]:
+        """Retention of the chunk's batches that offsets alone decide: position -> (kept, mask).
+
+        A batch fully inside the range the last :meth:`build_offset_map` mapped,
+        whose records it read as ``base_offset ..`` in order with a key and a
+        value each, keeps exactly the records whose offset is in the map (the
+        map holds the latest offset of every key).  All such batches of a chunk
+        are looked up in one sorted search over the map's offsets; their keys
+        are neither decoded nor hashed again.
+        """
+        mapped = self._mapped
+        if mapped is None or not mapped.covers(offset_map):
+            return {}
+        start, special, latest = mapped.start, mapped.special, mapped.latest_offset
+        chosen = [(pos, header) for pos, header in batches
+                  if not header.is_control and header.records_count
+                  and header.base_offset >= start and header.last_offset <= latest
+                  and header.records_count == header.last_offset_delta + 1
+                  and header.base_offset not in special and not aborted.contains(header)]
+        if not chosen:
+            return {}
+        bases = np.fromiter((header.base_offset for _, header in chosen), np.int64, len(chosen))
+        counts = np.fromiter((header.records_count for _, header in chosen), np.int64, len(chosen))
+        ends = np.cumsum(counts)
+        firsts = ends - counts
+        offsets = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(bases - firsts, counts)
+        offsets_in_map = mapped.offsets()
+        if len(offsets_in_map):
+            found = np.searchsorted(offsets_in_map, offsets)
+            found[found == len(offsets_in_map)] = 0
+            hits = offsets_in_map[found] == offsets
+        else:
+            hits = np.zeros(len(offsets), dtype=bool)
+        kept = np.add.reduceat(hits.astype(np.int64), firsts).tolist()
+        return {pos: (kept_count, hits[first:end])
+                for (pos, _), kept_count, first, end in zip(chosen, kept, firsts.tolist(), ends.tolist())}
+
     def _key_lookup(self, chunk: bytes, batches: list[tuple[int, BatchHeader]], offset_map: OffsetMap,
-                    latest_offset: int) -> tuple[dict[int, KeyColumns], dict]:
+                    latest_offset: int, skip: dict | None = None) -> tuple[dict[int, KeyColumns], dict]:
         """Key columns of the chunk's mapped data batches (by position) and key -> offset in the map.
+
+        Batches in ``skip`` (decided by offsets, :meth:`_offset_retention`) are left out.
 
         A keyless record maps to an offset no record has, so that it is never
         retained (it is counted as invalid by :func:`_retained`).
@@ -434,7 +515,7 @@ class Cleaner:
         keys: list[bytes | None] = []
         pause = self.gil_yield
         for pos, header in batches:
-            if header.base_offset <= latest_offset and not header.is_control:
+            if header.base_offset <= latest_offset and not header.is_control and (skip is None or pos not in skip):
                 batch_columns = decode_key_columns(chunk, pos, header)
                 columns[pos] = batch_columns
                 keys += batch_columns[1]
@@ -510,6 +591,31 @@ class Cleaner:
         self._read_buffer_size = self.io_buffer_size
 
 
+class MappedRange:
+    """What one :meth:`Cleaner.build_offset_map` saw: where it started, its special batches, its offsets."""
+
+    __slots__ = ("offset_map", "start", "special", "latest_offset", "entries", "_offsets")
+
+    def __init__(self, offset_map: OffsetMap, start: int, special: set[int]) -> None:
+        self.offset_map = offset_map
+        self.start = start
+        self.special = special
+        self.latest_offset = offset_map.latest_offset
+        self.entries = offset_map.size
+        self._offsets: np.ndarray | None = None
+
+    def covers(self, offset_map: OffsetMap) -> bool:
+        """True while ``offset_map`` is the map that was built and nothing was put into it since."""
+        return (offset_map is self.offset_map and offset_map.latest_offset == self.latest_offset
+                and offset_map.size == self.entries)
+
+    def offsets(self) -> np.ndarray:
+        """The map's offsets, sorted (read from the map once, at the first use)."""
+        if self._offsets is None:
+            self._offsets = self.offset_map.latest_offsets()
+        return self._offsets
+
+
 class AbortedTransactions:
     """Which data batches belong to aborted transactions: per producer, sorted ranges first offset .. marker."""
 
@@ -524,6 +630,8 @@ class AbortedTransactions:
 
     def contains(self, header: BatchHeader) -> bool:
         """True for a transactional data batch inside one of its producer's aborted transactions."""
+        if not self._firsts:        # no aborted transaction at all: the common case, no header flag read
+            return False
         if not header.is_transactional or header.is_control:
             return False
         firsts = self._firsts.get(header.producer_id)

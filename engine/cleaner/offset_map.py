@@ -36,6 +36,8 @@ from array import array
 from collections.abc import Iterable, Sequence
 from operator import methodcaller
 
+import numpy as np
+
 from engine.errors import LogfsError
 
 HASH_SIZE = 16                      # MD5 digest length
@@ -216,7 +218,9 @@ class OffsetMap:
     # The cleaner puts or looks up thousands of keys per read chunk; one call per
     # chunk hashes them all with map(md5, ...) and probes in a loop over local
     # variables, which costs a third of a put()/get() per key.  Slots, probing and
-    # the full-map rule are exactly those of put() and get().
+    # the full-map rule are exactly those of put() and get(); a put_many that cannot
+    # fill the map goes in bulk (_put_bulk), where colliding keys of one call may
+    # take each other's slots, with the same entries and the same lookups.
 
     def _first_positions(self, digests: list[bytes]) -> list[int]:
         """Byte positions of the first probe of each digest, computed in bulk.
@@ -265,6 +269,11 @@ class OffsetMap:
         slots = self.slots
         limit = slots if max_entries is None else min(max_entries, slots)
         digests = digests_of(keys)
+        if keys and self._entries + len(keys) <= limit:
+            # Even if every key is new the map stays under the limit: no stopping point
+            # to find, so the pairs can go in all at once.
+            self._put_bulk(digests, offsets)
+            return len(keys)
         buf = self._bytes
         entries = self._entries
         empty_digest = _EMPTY_DIGEST
@@ -304,6 +313,60 @@ class OffsetMap:
             self._probes += done     # _position_of counted the probes after the first
         return done
 
+    def _put_bulk(self, digests: list[bytes], offsets: Sequence[int]) -> None:
+        """Put pairs that cannot fill the map, the common case, in a few array operations.
+
+        Each digest's last offset is put.  A digest already in its first slot is
+        overwritten, and a new digest whose first slot is empty takes it (the
+        first of several wanting the same slot); only the rest probe on in Python,
+        one by one.  The map then holds the same entries as after one put() per
+        pair, though colliding keys may sit in each other's slots: slots are
+        never emptied, so every key's probe sequence still reaches it first.
+        """
+        latest = dict(zip(digests, offsets))        # each digest's last offset
+        distinct = list(latest)
+        n = len(distinct)
+        joined = b"".join(distinct)
+        words = np.frombuffer(joined, dtype=np.uint64).reshape(n, 2)
+        probes = np.frombuffer(joined, dtype=">i4")[::HASH_SIZE // 4].astype(np.int64)
+        positions = np.abs(probes) % self.slots
+        positions[probes == _INT_MIN] = 0       # Utils.abs(Integer.MIN_VALUE) is 0
+        new_offsets = np.fromiter(latest.values(), dtype=np.int64, count=n)
+        table = np.frombuffer(self._bytes, dtype=np.uint64).reshape(self.slots, 3)
+        table_offsets = np.frombuffer(self._bytes, dtype=">i8").reshape(self.slots, 3)
+        try:
+            heads = table[positions]
+            present = (heads[:, 0] == words[:, 0]) & (heads[:, 1] == words[:, 1])
+            table_offsets[positions[present], 2] = new_offsets[present]
+            empty = ~heads.any(axis=1)
+            candidates = np.flatnonzero(empty)
+            _, first = np.unique(positions[candidates], return_index=True)
+            winners = candidates[first]
+            table[positions[winners], :2] = words[winners]
+            table_offsets[positions[winners], 2] = new_offsets[winners]
+            self._entries += len(winners)
+            rest = np.ones(n, dtype=bool)
+            rest[present] = False
+            rest[winners] = False
+            rest_indexes = np.flatnonzero(rest).tolist()
+        finally:
+            del table, table_offsets
+        if rest_indexes:
+            buf = self._bytes
+            pack_into = _INT64_PACK_INTO
+            max_attempts = self.slots + HASH_SIZE - 4
+            offset_list = new_offsets.tolist()
+            for i in rest_indexes:
+                digest, offset = distinct[i], offset_list[i]
+                pos, found = self._probe_on(digest, int(positions[i]) * BYTES_PER_ENTRY, max_attempts)
+                if not found:
+                    buf[pos:pos + HASH_SIZE] = digest
+                    self._entries += 1
+                pack_into(buf, pos + HASH_SIZE, offset)
+        self._last_offset = offsets[-1]
+        self._lookups += len(digests)
+        self._probes += len(digests)
+
     def get_many(self, keys: Sequence[bytes]) -> list[int]:
         """``[get(key) for key in keys]``: the latest offset of each key, -1 where absent."""
         digests = digests_of(keys)
@@ -327,6 +390,33 @@ class OffsetMap:
         self._lookups += len(out)
         self._probes += len(out)
         return out
+
+    def latest_offsets(self, stride: int = 1 << 15) -> np.ndarray:
+        """Every offset in the map, sorted (an int64 array of ``size`` entries).
+
+        A mapped record is the latest of its key exactly when its offset is one
+        of these (offsets are unique, and the map holds the highest offset put
+        for each digest), so the copy pass can decide retention from offsets
+        alone, without decoding or hashing the keys again.  The table is read
+        ``stride`` slots at a time, in C; only the result (8 bytes per key, a
+        third of the map's own memory) is allocated.
+        """
+        found: list[np.ndarray] = []
+        if self._entries:
+            buf = self._bytes
+            for first in range(0, self.slots, stride):
+                count = min(stride, self.slots - first)
+                # The offset column of the slots: an empty slot reads 0, and so does the one
+                # slot that may hold offset 0 (offsets are unique), told apart by the count below.
+                column = np.frombuffer(buf, dtype=">i8", count=count * 3,
+                                       offset=first * BYTES_PER_ENTRY)[2::3]
+                found.append(column[column != 0].astype(np.int64))
+                del column
+        if sum(map(len, found)) < self._entries:
+            found.append(np.zeros(1, dtype=np.int64))
+        result = np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+        result.sort()
+        return result
 
     def clear(self) -> None:
         """Forget every key and the latest offset, keeping the (fixed-size) mapping."""
