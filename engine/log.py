@@ -34,10 +34,10 @@ in anonymous maps, a valid ``.swap`` swapped in the segment map only, stray
 directory mounts without a clean-shutdown marker; every mutator of a
 read-only Log raises ReadOnlyError.
 
-Size (~940 lines): UnifiedLog and LocalLog in one class, as their state (the
+Size (~980 lines): UnifiedLog and LocalLog in one class, as their state (the
 segment map, the three offsets, the pending deletions) is shared by every
-operation under one lock; loading lives in engine.log_loader, renderings in
-engine.views.
+operation under one lock; loading lives in engine.log_loader, the checks an
+append must pass in engine.log_validator, renderings in engine.views.
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ from engine.files import (
     unlink_if_exists,
 )
 from engine.log_loader import DeletedSegmentFiles, LoadedLog, LogLoader, PendingDeletion
-from engine.records import HEADER_SIZE, Compression, Record, decode_batch, encode_values, iter_batches, validate_batch
+from engine.log_validator import check_in_order, check_record_sizes, validate_batches
+from engine.records import HEADER_SIZE, Compression, Record, encode_values, iter_batches, validate_batch
 from engine.segment import FetchDataInfo, LogSegment, topic_partition_of_dir
 from engine.topic import TopicPartition
 
@@ -106,10 +107,6 @@ MAX_TIMESTAMP = -3
 CLIENT_RECORD_DELETION = "client delete records request"
 SEGMENT_DELETION = "segment deletion"
 
-# Upper bound of a single record's overhead inside a one-record batch: record
-# length, attributes, timestamp and offset deltas, key and value lengths, header
-# count.  Used to skip the exact size check when every record clearly fits.
-_RECORD_OVERHEAD_BOUND = 19
 # The same bound without any assumption on sizes (every varint at its widest
 # for a 32-bit length or delta): what splitting a write relies on.
 _SPLIT_RECORD_BOUND = 23
@@ -313,7 +310,7 @@ class Log:
             size = len(batch)
             if size > config.max_message_bytes or self._compression != Compression.NONE:
                 # An uncompressed batch within the limit proves every record alone is.
-                self._check_record_sizes(values, keys, config.max_message_bytes)
+                check_record_sizes(self.topic_partition, values, keys, config.max_message_bytes)
             if size <= config.segment_bytes:
                 rolled = self._append_encoded_locked(batch, values, keys, first, now)
             else:
@@ -379,34 +376,6 @@ class Log:
             raise
         return rolled
 
-    def _check_record_sizes(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
-                            max_bytes: int) -> None:
-        """RecordTooLargeError if any record alone makes a batch over ``max.message.bytes``.
-
-        One C-level pass finds the longest value and key; only when that bound
-        is too close to the limit is each suspicious record's exact batch size
-        computed.
-        """
-        def longest(items: Sequence[bytes | None] | None) -> int:
-            if not items:
-                return 0
-            try:
-                return max(map(len, items))  # type: ignore[arg-type]  # a None raises TypeError, handled below
-            except TypeError:
-                return max((len(i) for i in items if i is not None), default=0)
-        if longest(values) + longest(keys) + HEADER_SIZE + _RECORD_OVERHEAD_BOUND <= max_bytes:
-            return
-        for i, value in enumerate(values):
-            key = keys[i] if keys is not None else None
-            rough = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
-            if rough + HEADER_SIZE + _RECORD_OVERHEAD_BOUND <= max_bytes:
-                continue
-            size = len(encode_values(0, [value], 0, None if keys is None else [key]))
-            if size > max_bytes:
-                raise RecordTooLargeError(
-                    f"The record at index {i} of the append to {self.topic_partition} is {size} bytes which "
-                    f"exceeds the maximum configured value of {max_bytes}.")
-
     def append_batch(self, batch: bytes, assign_offsets: bool = True) -> tuple[int, int]:
         """Append record batches built elsewhere (kafka-python, tools), validating each CRC.
 
@@ -417,28 +386,8 @@ class Log:
         """
         self._check_writable("append to")
         buf = bytearray(batch)
-        headers = []
-        pos = 0
         config = self.config
-        while pos < len(buf):
-            header = validate_batch(buf, pos)
-            if header.size > config.max_message_bytes:
-                raise RecordTooLargeError(
-                    f"The record batch size in the append to {self.topic_partition} is {header.size} bytes "
-                    f"which exceeds the maximum configured value of {config.max_message_bytes}.")
-            if config.compact and not header.is_control:
-                if any(r.key is None for r in decode_batch(buf, pos, header)):
-                    raise InvalidRecordError(
-                        f"Compacted topic cannot accept message without key in topic partition "
-                        f"{self.topic_partition}.")
-            headers.append((pos, header))
-            pos += header.size
-        if not headers:
-            raise InvalidRecordError(f"Cannot append an empty batch to {self.topic_partition}")
-        if len(buf) > config.segment_bytes:
-            raise RecordTooLargeError(
-                f"Message batch size is {len(buf)} bytes in append to partition {self.topic_partition} which "
-                f"exceeds the maximum configured segment size of {config.segment_bytes}.")
+        headers = validate_batches(self.topic_partition, buf, config)
         with self.lock:
             self._check_open()
             end = self._end.message_offset
@@ -449,13 +398,7 @@ class Log:
                     next_offset += header.last_offset_delta + 1
                 first, last = end, next_offset - 1
             else:
-                previous = end
-                for _, header in headers:
-                    if header.base_offset < previous:
-                        raise InvalidRecordError(
-                            f"Out of order offsets found in append to {self.topic_partition}: batch at offset "
-                            f"{header.base_offset} is below {previous}")
-                    previous = header.next_offset
+                check_in_order(self.topic_partition, headers, end)
                 first, last = headers[0][1].base_offset, headers[-1][1].last_offset
             max_ts, offset_of_max = -1, first
             for pos, header in headers:
@@ -505,14 +448,9 @@ class Log:
                     raise InvalidRecordError(
                         f"Unexpected offset in append to {self.topic_partition}: first offset {first_base} is "
                         f"below the log end offset {end}")
-            previous = first_base
+            check_in_order(self.topic_partition, headers, first_base)
             max_ts, offset_of_max = -1, first_base
             for _, header in headers:
-                if header.base_offset < previous:
-                    raise InvalidRecordError(
-                        f"Out of order offsets found in append to {self.topic_partition}: batch at offset "
-                        f"{header.base_offset} is below {previous}")
-                previous = header.next_offset
                 if header.max_timestamp > max_ts:
                     max_ts, offset_of_max = header.max_timestamp, header.last_offset
             first, last = first_base, headers[-1][1].last_offset
