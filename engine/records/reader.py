@@ -62,6 +62,22 @@ def _damaged(detail: str, path: str | None, position: int) -> CorruptRecordError
     return CorruptRecordError(detail, path=path, position=position)
 
 
+def _framing_error(header: BatchHeader, path: str | None, position: int) -> CorruptRecordError | None:
+    """The damage a header's framing shows (a length too small to be a batch, another magic), or None."""
+    if header.batch_length < _EMPTY_BATCH_LENGTH:
+        return _damaged(f"Record batch size {header.batch_length + LOG_OVERHEAD} is smaller than the minimum "
+                        f"allowed ({HEADER_SIZE})", path, position)
+    if header.magic != MAGIC:
+        return _damaged(f"Record batch has magic {header.magic}, only magic {MAGIC} is supported", path, position)
+    return None
+
+
+def _past_end(size: int, end: int, path: str | None, position: int) -> CorruptRecordError:
+    """A batch of ``size`` bytes at ``position`` that runs past ``end``, the valid data's end."""
+    return _damaged(f"Record batch of {size} bytes runs past the end of the valid data at byte {end} (the file is "
+                    "cut short or the batch length is damaged)", path, position)
+
+
 def read_chunks(read: ReadAt, start: int, end: int | None, chunk_size: int, *, path: str | None = None,
                 strict: bool = True, verify_crc: bool = False,
                 grow: Callable[[int, int, int], int] | None = None) -> Iterator[BatchChunk]:
@@ -92,21 +108,13 @@ def read_chunks(read: ReadAt, start: int, end: int | None, chunk_size: int, *, p
         view = memoryview(buf) if verify_crc else None
         while off + HEADER_SIZE <= n:
             header = _new_header(BatchHeader, _unpack_header(buf, off))
-            batch_length = header.batch_length
-            if batch_length < _EMPTY_BATCH_LENGTH:
-                error = _damaged(f"Record batch size {batch_length + LOG_OVERHEAD} is smaller than the minimum "
-                                 f"allowed ({HEADER_SIZE})", path, pos + off)
+            error = _framing_error(header, path, pos + off)
+            if error is not None:
                 break
-            if header.magic != MAGIC:
-                error = _damaged(f"Record batch has magic {header.magic}, only magic {MAGIC} is supported",
-                                 path, pos + off)
-                break
-            batch_end = off + LOG_OVERHEAD + batch_length
+            batch_end = off + LOG_OVERHEAD + header.batch_length
             if end is not None and pos + batch_end > end:
                 if strict:
-                    error = _damaged(f"Record batch of {batch_length + LOG_OVERHEAD} bytes runs past the end of "
-                                     f"the valid data at byte {end} (the file is cut short or the batch length "
-                                     "is damaged)", path, pos + off)
+                    error = _past_end(batch_end - off, end, path, pos + off)
                 else:
                     eof = True          # a torn tail ends a lenient walk
                 break
@@ -178,16 +186,13 @@ def read_headers(read: ReadAt, start: int, end: int, chunk_size: int, *, path: s
                 _short_tail(pos, end, strict, path)
                 return
         header = _new_header(BatchHeader, _unpack_header(buf, off))
-        if header.batch_length < _EMPTY_BATCH_LENGTH:
-            raise _damaged(f"Record batch size {header.batch_length + LOG_OVERHEAD} is smaller than the "
-                           f"minimum allowed ({HEADER_SIZE})", path, pos)
-        if header.magic != MAGIC:
-            raise _damaged(f"Record batch has magic {header.magic}, only magic {MAGIC} is supported", path, pos)
+        error = _framing_error(header, path, pos)
+        if error is not None:
+            raise error
         size = LOG_OVERHEAD + header.batch_length
         if pos + size > end:
             if strict:
-                raise _damaged(f"Record batch of {size} bytes runs past the end of the valid data at byte {end} "
-                               "(the file is cut short or the batch length is damaged)", path, pos)
+                raise _past_end(size, end, path, pos)
             return                      # a torn tail ends a lenient walk
         yield pos, header
         pos += size
