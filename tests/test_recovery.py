@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import shutil
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from engine.clock import ManualClock
 from engine.log import Log
 from engine.records import HEADER_SIZE, Record, encode_records
+from engine.segment import LogSegment
 from tests.helpers import make_config
 
 T0 = 1_700_000_000_000
@@ -205,21 +207,29 @@ def _tree(path: str) -> dict:
             for n in sorted(os.listdir(path))}
 
 
-@pytest.mark.parametrize("old_segments_left", [True, False])
-def test_a_valid_swap_is_completed_in_memory_read_only_and_on_disk_read_write(tmp_path, old_segments_left):
-    """Both crash points of replace_segments: before and after the old segments were renamed .deleted."""
-    path = str(tmp_path / "t-0")
+def _log_with_cleaned_swap(path: str) -> tuple[list[Record], list[LogSegment], list[Record]]:
+    """A closed log whose first two segments a crashed clean left as one ``.log.swap`` (even offsets kept).
+
+    Returns the records written, the segments, and the records the log holds once the swap is installed.
+    """
     log, records = build_log(path)
     segments = list(log.segments.values())
     keep = [r for r in records if r.offset < segments[2].base_offset and r.offset % 2 == 0]
     log.close()
     with open(os.path.join(path, "%020d.log.swap" % segments[0].base_offset), "wb") as f:
         f.write(encode_records(keep))
+    return records, segments, keep + [r for r in records if r.offset >= segments[2].base_offset]
+
+
+@pytest.mark.parametrize("old_segments_left", [True, False])
+def test_a_valid_swap_is_completed_in_memory_read_only_and_on_disk_read_write(tmp_path, old_segments_left):
+    """Both crash points of replace_segments: before and after the old segments were renamed .deleted."""
+    path = str(tmp_path / "t-0")
+    records, segments, expected = _log_with_cleaned_swap(path)
     if not old_segments_left:
         for segment in segments[:2]:
             for p in (segment.log_path, segment.offset_index.path, segment.time_index.path):
                 os.rename(p, p + ".deleted")
-    expected = keep + [r for r in records if r.offset >= segments[2].base_offset]
     before = _tree(path)
     ro = reload(path, had_clean_shutdown=True, read_only=True)
     assert ro.read_records(0) == expected
@@ -278,17 +288,11 @@ def test_log_start_offset_checkpoint(tmp_path):
 
 def test_a_swap_interrupted_between_its_renames_is_recovered_without_an_error(tmp_path, caplog):
     """Issue 18: a crash between the .log.swap and .index.swap renames logged ERROR for a normal recovery."""
-    import logging
     path = str(tmp_path / "t-0")
-    log, records = build_log(path)
-    segments = list(log.segments.values())
-    keep = [r for r in records if r.offset < segments[2].base_offset and r.offset % 2 == 0]
-    log.close()
-    with open(os.path.join(path, "%020d.log.swap" % segments[0].base_offset), "wb") as f:
-        f.write(encode_records(keep))                   # its .index.swap / .timeindex.swap: not renamed yet
+    records, _, expected = _log_with_cleaned_swap(path)   # its .index.swap / .timeindex.swap: not renamed yet
     with caplog.at_level(logging.INFO, logger="engine"):
         loaded = reload(path, had_clean_shutdown=False, recovery_point=records[-1].offset + 1)
-    assert loaded.read_records(0) == keep + [r for r in records if r.offset >= segments[2].base_offset]
+    assert loaded.read_records(0) == expected
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
     assert "installed from an interrupted log cleaner swap" in caplog.text
     loaded.close()
