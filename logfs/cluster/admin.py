@@ -55,7 +55,11 @@ class ClusterAdmin:
         #: whether the cluster answered the replica fetcher's last metadata request (set by the fetcher)
         self.reachable = True
 
-    def _result(self, future: concurrent.futures.Future, what: str) -> Any:
+    def result(self, future: concurrent.futures.Future, what: str) -> Any:
+        """The answer of one admin request, or the engine error for the cluster's refusal or silence.
+
+        Also used by logfs.cluster.groups for its group requests.
+        """
         # While the cluster is known to be unreachable, a request waits a short while only: some are
         # made on the mount's request thread (a lookup of groups/, a read of config), which must not
         # stall every other file of the mount for the whole timeout.
@@ -75,24 +79,24 @@ class ClusterAdmin:
         replication = int(self._create_defaults.get("default.replication.factor", "-1"))
         new = NewTopic(topic, num_partitions=partitions, replication_factor=replication, config=dict(config))
         futures = self._admin.create_topics([new], request_timeout=self.timeout_s)
-        self._result(futures[topic], f"Creating topic {topic}")
+        self.result(futures[topic], f"Creating topic {topic}")
         log.info("Created topic %s on the cluster", topic)
 
     def create_partitions(self, topic: str, total: int) -> None:
         futures = self._admin.create_partitions([NewPartitions(topic, total)], request_timeout=self.timeout_s)
-        self._result(futures[topic], f"Adding partition {total - 1} to topic {topic}")
+        self.result(futures[topic], f"Adding partition {total - 1} to topic {topic}")
         log.info("Topic %s has %d partitions on the cluster", topic, total)
 
     def delete_topic(self, topic: str) -> None:
         futures = self._admin.delete_topics([topic], request_timeout=self.timeout_s)
-        self._result(futures[topic], f"Deleting topic {topic}")
+        self.result(futures[topic], f"Deleting topic {topic}")
         log.info("Deleted topic %s on the cluster", topic)
 
     def describe_topic_config(self, topic: str) -> tuple[dict[str, str], dict[str, str]]:
         """DescribeConfigs: (every setting, the topic's own overrides), ``name -> value``."""
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
         futures = self._admin.describe_configs([resource], request_timeout=self.timeout_s)
-        entries = self._result(futures[resource], f"Describing the config of topic {topic}")
+        entries = self.result(futures[resource], f"Describing the config of topic {topic}")
         props = {name: entry.value for name, entry in entries.items()
                  if entry.value is not None and not entry.is_sensitive}
         overrides = {name: value for name, value in props.items()
@@ -108,7 +112,7 @@ class ClusterAdmin:
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
         futures = self._admin.incremental_alter_configs([resource], request_timeout=self.timeout_s,
                                                         validate_only=validate_only)
-        self._result(futures[resource], f"Altering the config of topic {topic}")
+        self.result(futures[resource], f"Altering the config of topic {topic}")
         if validate_only:
             return
         log.info("Altered the config of topic %s on the cluster: %s", topic,
@@ -118,7 +122,7 @@ class ClusterAdmin:
         """DeleteRecords before ``offset``; the partition's new low watermark."""
         target = KafkaTopicPartition(tp.topic, tp.partition, offset)
         futures = self._admin.delete_records([target], request_timeout=self.timeout_s)
-        result = self._result(futures[target], f"Deleting the records of {tp} before offset {offset}")
+        result = self.result(futures[target], f"Deleting the records of {tp} before offset {offset}")
         return int(getattr(result, "low_watermark", offset))
 
     def list_offsets(self, tp: TopicPartition) -> tuple[int, int]:
@@ -127,7 +131,7 @@ class ClusterAdmin:
         for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):
             target = KafkaTopicPartition(tp.topic, tp.partition)
             futures = self._admin.list_offsets({target: spec}, request_timeout=self.timeout_s)
-            out.append(int(self._result(futures[target], f"Listing the offsets of {tp}").offset))
+            out.append(int(self.result(futures[target], f"Listing the offsets of {tp}").offset))
         return out[0], out[1]
 
     def raw(self) -> AdminClient:

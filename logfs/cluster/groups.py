@@ -44,13 +44,13 @@ class ClusterGroupCoordinator:
     def _group_offsets(self, group: str) -> dict[TopicPartition, int]:
         futures = self.admin.raw().list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
                                                                request_timeout=self.admin.timeout_s)
-        result = self.admin._result(futures[group], f"Reading the committed offsets of group {group}")
+        result = self.admin.result(futures[group], f"Reading the committed offsets of group {group}")
         return {TopicPartition(tp.topic, tp.partition): tp.offset
                 for tp in (result.topic_partitions or []) if tp.offset >= 0}
 
     def _group_ids(self) -> list[str]:
         future = self.admin.raw().list_consumer_groups(request_timeout=self.admin.timeout_s)
-        result = self.admin._result(future, "Listing the consumer groups")
+        result = self.admin.result(future, "Listing the consumer groups")
         return sorted(g.group_id for g in result.valid)
 
     def groups(self, topic: str) -> list[str]:
@@ -91,7 +91,7 @@ class ClusterGroupCoordinator:
             partitions = [KafkaTopicPartition(tp.topic, tp.partition, offset) for tp, offset in items]
         request = ConsumerGroupTopicPartitions(group, partitions)
         futures = self.admin.raw().alter_consumer_group_offsets([request], request_timeout=self.admin.timeout_s)
-        self.admin._result(futures[group], f"Committing offsets for group {group}")
+        self.admin.result(futures[group], f"Committing offsets for group {group}")
         log.info("[GroupCoordinator] Group %s committed offsets %s on the cluster", group,
                  ", ".join(f"{tp}={offset}" for tp, offset in items))
 
