@@ -714,6 +714,40 @@ class Log:
                 self._last_flush_time = self.clock.milliseconds()
         logger.debug(self._prefix + "Flushed log up to offset %d (exclusive) with recovery point %d", offset, offset)
 
+    # ---------------------------------------------------------- leader epochs
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int] | None:
+        """Kafka's ``LeaderEpochFileCache.endOffsetFor`` for a replica: (the largest leader epoch <= ``epoch``
+        the log holds, the offset where it ends), or None when no batch carries such an epoch.
+
+        Kafka keeps the epochs in ``leader-epoch-checkpoint``; here they come from
+        the batches' own ``partitionLeaderEpoch`` (the leader wrote it, a follower
+        keeps it byte for byte), walking headers back from the log end until the
+        first batch at or below ``epoch``: the last segment's headers in the
+        common case, as only a follower's divergence check asks.  A batch without
+        an epoch (-1, an embedded append) ends the walk: nothing below it is known.
+        """
+        end = self.log_end_offset
+        for segment in reversed(list(self._segments.values())):
+            for _, header in reversed(list(segment.batches())):
+                found = header.partition_leader_epoch
+                if found < 0:
+                    return None
+                if found <= epoch:
+                    return found, end
+                end = header.base_offset
+        return None
+
+    def latest_epoch(self) -> int:
+        """The leader epoch of the last batch in the log (-1 when empty or unknown): a follower's
+        ``lastFetchedEpoch``."""
+        for segment in reversed(list(self._segments.values())):
+            last = None
+            for _, header in segment.batches():
+                last = header
+            if last is not None:
+                return last.partition_leader_epoch
+        return -1
+
     # -------------------------------------------------------------- truncate
     def truncate_to(self, offset: int) -> bool:
         """Remove every record at or above ``offset``; True if anything was removed (Kafka's truncateTo)."""

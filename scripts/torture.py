@@ -28,6 +28,16 @@ plain ``kill -9`` with the layer kept, so the remount times of the two can be
 compared; ``--torn-writes`` writes a random half of the dirty pages at each
 power loss.  The same checks follow.
 
+With ``--bootstrap-server HOST:PORT,...`` (a cluster without topics ``p``,
+``r``, ``c``) or ``--cluster`` (a 3-node KRaft cluster started in the work
+dir from tests/kafka_cluster.py) the mount is a cluster mount (SPEC.md
+section 10): the writers' records are acknowledged by the cluster
+(``acks=all``), the data dir is the mount's local replica, and the crashes
+(kill -9, power losses with ``--power-loss``) hit the replica.  The same
+checks follow with no allowance for a power loss: what the cluster
+acknowledged must be served after every remount, however the replica was
+torn, and the log start is the cluster's.
+
 Every ``--clean-every`` cycles (and at the end) the mount is instead shut down
 cleanly and the disk is checked with kafka-python (every batch's CRC), against
 the views read just before, and with ``logfs check`` (no problem allowed).
@@ -40,6 +50,7 @@ misplaced or inconsistent.  The defaults run in well under a minute (CI);
     .venv/bin/python scripts/torture.py                  # CI defaults
     .venv/bin/python scripts/torture.py --duration 600 --writers 6 --json
     .venv/bin/python scripts/torture.py --power-loss --power-loss-rate 0.5
+    .venv/bin/python scripts/torture.py --cluster --power-loss      # the local replica of a cluster mount
 """
 
 from __future__ import annotations
@@ -74,6 +85,13 @@ TOPICS = {
     "r": (1, b"retention.ms=4000\n"),
     "c": (1, b"cleanup.policy=compact\nparse.key=true\nmin.cleanable.dirty.ratio=0.05\nsegment.bytes=8192\n"),
 }
+#: the same on a cluster mount: the configs are the cluster's (segment.bytes below Kafka's 1 MiB minimum is
+#: refused there; retention runs on the brokers' schedule), parse.key is the mount's own
+CLUSTER_TOPICS = {
+    "p": (2, b"retention.bytes=262144\n"),
+    "r": (1, b"retention.ms=4000\n"),
+    "c": (1, b"cleanup.policy=compact\nparse.key=true\nmin.cleanable.dirty.ratio=0.05\n"),
+}
 KEYS = 40                                  # distinct keys of the compacted topic
 
 BROKER = {
@@ -100,7 +118,8 @@ class Partition:
     """What the harness knows of one partition."""
 
     name: str                                            # "p/0"
-    acked: dict[int, str] = field(default_factory=dict)  # offset -> value, acknowledged by fsync
+    #: offset -> value, acknowledged by fsync (a cluster mount: by write(), the cluster acknowledged it)
+    acked: dict[int, str] = field(default_factory=dict)
     unacked: list[list[str]] = field(default_factory=list)   # batches written, never acknowledged
     max_start: int = 0                                   # highest log start offset ever observed
     deleted_before: int = 0                              # highest acknowledged `before N`
@@ -169,7 +188,10 @@ class Torture:
         self.lost_power = False               # a power loss since the last check_views()
         self.proc: subprocess.Popen | None = None
         self.totals = Totals()
-        self.parts = {f"{t}/{p}": Partition(f"{t}/{p}") for t, (n, _) in TOPICS.items() for p in range(n)}
+        #: --bootstrap-server/--cluster: a cluster mount, the data dir its local replica
+        self.bootstrap: str | None = args.bootstrap_server
+        self.topics = CLUSTER_TOPICS if self.bootstrap else TOPICS
+        self.parts = {f"{t}/{p}": Partition(f"{t}/{p}") for t, (n, _) in self.topics.items() for p in range(n)}
         self.seq = 0
         self.seq_lock = threading.Lock()
 
@@ -177,6 +199,9 @@ class Torture:
 
     def _spawn(self) -> None:
         cmd = [*LOGFS, "mount", str(self.mnt), "--data-dir", str(self.data)]
+        if self.bootstrap:
+            # the broker settings below configure the local replica (small segments: many rolls to tear)
+            cmd += ["--bootstrap-server", self.bootstrap]
         broker = {**BROKER, "log.segment.bytes": str(self.args.segment_bytes)}
         if self.args.power_loss:
             # Kafka's default checkpoint intervals: a checkpoint's fsync of the data dir must not be
@@ -301,10 +326,14 @@ class Torture:
     # ------------------------------------------------------------------ setup
 
     def create_topics(self) -> None:
-        for topic, (partitions, config) in TOPICS.items():
+        for topic, (partitions, config) in self.topics.items():
+            if self.bootstrap and (self.mnt / topic).exists():
+                raise RuntimeError(f"the cluster at {self.bootstrap} already has a topic {topic}: the harness "
+                                   "needs a cluster without topics p, r and c (or --cluster)")
             if not (self.mnt / topic).exists():
                 (self.mnt / topic).mkdir()
-                (self.mnt / topic / "config").write_bytes(config)
+                with open(self.mnt / topic / "config", "ab") as f:    # >>: added to what the topic has
+                    f.write(config)
             for p in range(1, partitions):
                 if not (self.mnt / topic / str(p)).exists():
                     (self.mnt / topic / str(p)).mkdir()
@@ -337,7 +366,8 @@ class Torture:
                 os.write(fd, payload)
                 written.append(values)
                 if rng.random() < 0.4:
-                    os.fsync(fd)
+                    if not self.bootstrap:
+                        os.fsync(fd)    # a cluster mount's write() returned once the cluster acknowledged
                     while replies.count(b"\n") < len(written):
                         chunk = os.read(fd, 65536)
                         if not chunk:
@@ -476,7 +506,8 @@ class Torture:
             return
         try:
             os.write(fd, "".join(f"{v}\n" for v in values).encode())
-            os.fsync(fd)
+            if not self.bootstrap:
+                os.fsync(fd)
             reply = b""
             while not reply.endswith(b"\n"):
                 chunk = os.read(fd, 100)
@@ -542,7 +573,9 @@ class Torture:
         for part in self.parts.values():
             start, records = self.read_view(part)
             t = self.totals
-            if start < part.max_start and self.lost_power and start >= part.deleted_before:
+            # a cluster mount's replica serves the cluster's log start and records, whatever a power loss took
+            tolerant = self.lost_power and not self.bootstrap
+            if start < part.max_start and tolerant and start >= part.deleted_before:
                 # Retention moved the log start (nobody acknowledged that) and the power loss undid the
                 # deletion: counted, not a failure; an acknowledged `before N` must hold (below).
                 t.retention_undone_by_power_loss += 1
@@ -571,7 +604,7 @@ class Torture:
                 at_value[value] = offset
             snapshot[part.name] = by_offset
             with part.lock:
-                if self.lost_power and part.promoted:
+                if tolerant and part.promoted:
                     # found after an earlier recovery, never fsynced: a power loss may take them (Kafka's
                     # recovery does not flush either); counted, not a failure
                     for offset in sorted(part.promoted):
@@ -903,6 +936,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-topic-rate", type=float, default=None,
                         help="probability that a crash cycle creates a topic and acknowledges a batch in it just "
                              "before the crash (default 0.5 with --power-loss, else 0)")
+    parser.add_argument("--bootstrap-server", default=None,
+                        help="torture a cluster mount of this Kafka cluster (it must not have topics p, r, c): "
+                             "the data dir is the mount's local replica")
+    parser.add_argument("--cluster", action="store_true",
+                        help="start a 3-node KRaft cluster in the work dir (tests/kafka_cluster.py, the jars of "
+                             "scripts/setup-kafka.sh) and torture a cluster mount of it")
     parser.add_argument("--segment-bytes", type=int, default=16384)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--work-dir", help="mount point and log live here (default: a new temp dir)")
@@ -918,9 +957,18 @@ def main(argv: list[str] | None = None) -> int:
         args.seed = random.randrange(1 << 30)
     if args.new_topic_rate is None:
         args.new_topic_rate = 0.5 if args.power_loss else 0.0
+    if args.damage and (args.cluster or args.bootstrap_server):
+        parser.error("--damage cuts the embedded data dir; a cluster mount's replica would fetch it back")
     print(f"seed: {args.seed}", flush=True)
     torture = Torture(args)
+    cluster = None
     try:
+        if args.cluster:
+            sys.path.insert(0, str(ROOT))
+            from tests.kafka_cluster import KafkaCluster
+            cluster = KafkaCluster(torture.work / "kafka").start()
+            torture.bootstrap = args.bootstrap_server = cluster.bootstrap
+            torture.topics = CLUSTER_TOPICS
         return torture.run()
     except Exception as exc:
         import traceback
@@ -930,6 +978,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if torture.proc is not None:
             torture.kill()
+        if cluster is not None:
+            cluster.stop()
         if torture.layer is not None:
             torture.layer.kill()
             torture.layer.wait()

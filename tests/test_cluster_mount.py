@@ -9,14 +9,16 @@ tests that stop brokers run last and leave the cluster whole again.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import subprocess
+import sys
 import threading
 
 import pytest
 
-from tests.conftest import Mount
+from tests.conftest import ROOT, Mount
 from tests.helpers import wait_for
 from tests.kafka_cluster import KafkaCluster
 
@@ -212,6 +214,94 @@ def test_the_replica_survives_kill_9_of_the_mount(cluster_mount, kafka_cluster: 
     expected = b"".join(b"c%d\n" % i for i in range(60))
     wait_for(lambda: (m / "crash/0/records").read_bytes() == expected, "the replica caught up after the crash")
     assert [v for _, _, v in _consume(kafka_cluster, "crash")] == expected.split(b"\n")[:-1]
+
+
+def _rewrite_replica_tail(m: Mount, topic: str, start: int, values: list[bytes], epoch: int) -> None:
+    """Behind the stopped mount's back: the local replica's records from ``start`` on replaced by ``values``
+    stamped with leader epoch ``epoch``, as an old leader's lost history would be."""
+    from engine.log import Log
+    from engine.records import encode_values
+    from tests.helpers import make_config
+
+    target = Log.load(str(m.data / f"{topic}-0"), make_config())
+    try:
+        target.truncate_to(start)
+        data = encode_values(start, values, 1_700_000_000_000)
+        target.append_as_follower(data[:12] + epoch.to_bytes(4, "big", signed=True) + data[16:])
+        target.flush()
+    finally:
+        target.close()
+
+
+def test_a_replica_that_diverged_from_the_leader_is_truncated_by_leader_epoch(
+        cluster_mount, kafka_cluster: KafkaCluster) -> None:
+    """KIP-320: the fetch's lastFetchedEpoch finds a local tail the leader never had; the replica truncates to
+    where their epochs agree and fetches the leader's records, instead of serving the stale ones forever."""
+    m = cluster_mount()
+    (m / "div").mkdir()
+    with open(m / "div/0/append", "ab", buffering=0) as f:
+        f.write(b"".join(b"first-%d\n" % i for i in range(5)))        # leader epoch e0
+    leader, _ = kafka_cluster.partition_state("div", 0)
+    kafka_cluster.node(leader).stop()                                  # controlled shutdown: a new epoch
+    try:
+        wait_for(lambda: kafka_cluster.partition_state("div", 0)[0] not in (leader, -1), "a new leader", timeout=60)
+        with open(m / "div/0/append", "ab", buffering=0) as f:
+            f.write(b"".join(b"second-%d\n" % i for i in range(5, 10)))   # epoch e1 > e0
+    finally:
+        kafka_cluster.node(leader).start()
+        kafka_cluster.wait_ready()
+    expected = b"".join(b"first-%d\n" % i for i in range(5)) + b"".join(b"second-%d\n" % i for i in range(5, 10))
+    assert (m / "div/0/records").read_bytes() == expected
+    offsets = [json.loads(line)["offset"] for line in (m / "div/0/records.jsonl").read_text().splitlines()]
+    assert offsets == list(range(10))
+    m.stop()
+    first_epoch = int.from_bytes((m.data / "div-0" / "00000000000000000000.log").read_bytes()[12:16], "big")
+    stale = [b"stale-%d" % i for i in range(5, 10)]
+    # 1. the old leader's epoch e0 went on past offset 5 here: the leader answers with its diverging epoch
+    _rewrite_replica_tail(m, "div", 5, stale, first_epoch)
+    m.start()
+    assert (m / "div/0/records").read_bytes() == expected
+    assert "diverges from the leader after leader epoch" in m.log()
+    # 2. an epoch the leader never had: it answers OFFSET_OUT_OF_RANGE inside its own log
+    m.stop()
+    _rewrite_replica_tail(m, "div", 5, stale, first_epoch + 1000)
+    m.start()
+    assert (m / "div/0/records").read_bytes() == expected
+    assert "holds leader epochs the leader" in m.log()
+    assert [v for _, _, v in _consume(kafka_cluster, "div")] == expected.split(b"\n")[:-1]
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("crash", ["kill-9", "power-loss"])
+def test_torture_of_the_local_replica_loses_nothing_the_cluster_acknowledged(
+        crash: str, kafka_cluster: KafkaCluster, tmp_path) -> None:
+    """scripts/torture.py against a cluster mount: writers, followers, readers and DeleteRecords, the mount
+    killed (or, over scripts/powerloss_fs.py, its replica's disk losing power) again and again; after every
+    remount each record the cluster acknowledged is served once, in order, with the cluster's log start."""
+    args = ["--bootstrap-server", kafka_cluster.bootstrap, "--cycles", "6", "--cycle-seconds", "1.5",
+            "--writers", "3", "--clean-every", "3", "--seed", "20", "--json", "--work-dir", str(tmp_path)]
+    if crash == "power-loss":
+        args += ["--power-loss", "--new-topic-rate", "0.5"]
+    # the topics p, r, c are the harness's: each round gets them fresh
+    admin = _admin(kafka_cluster)
+    existing = [t for t in ("p", "r", "c") if t in admin.list_topics(timeout=30).topics]
+    if existing:
+        for future in admin.delete_topics(existing).values():
+            future.result()
+        wait_for(lambda: not set(existing) & set(admin.list_topics(timeout=30).topics), "the harness's topics gone")
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "torture.py"), *args], capture_output=True,
+                            text=True, timeout=380)
+    out = result.stdout
+    summary = json.loads(out[out.index("{"):]) if "{" in out else {}
+    output = out + result.stderr[-6000:]
+    assert summary, output
+    assert summary["lost"] == 0 and summary["duplicated"] == 0 and summary["misplaced"] == 0, output
+    assert summary["start_went_back"] == 0 and summary["retention_undone_by_power_loss"] == 0, output
+    assert result.returncode == 0, output
+    assert summary["cycles"] >= 6 and summary["acknowledged"] > 500, output
+    faults = summary["faults"]
+    assert sum(n for kind, n in faults.items() if kind.startswith(crash)) >= 2, output
+    assert faults.get("delete-records", 0) >= 1, output
 
 
 # --------------------------------------------------------------------------- consumer groups

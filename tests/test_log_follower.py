@@ -76,3 +76,35 @@ def test_views_follow_follower_appends(tmp_path):
     log.append_as_follower(batch([2]))
     assert view.size() == len(b"v0\nv1\nv2\n")
     assert view.read(6, 100) == b"v2\n"
+
+
+def with_epoch(data: bytes, epoch: int) -> bytes:
+    """The batch with its partitionLeaderEpoch set (bytes 12-16, outside the CRC, as a leader stamps it)."""
+    return data[:12] + epoch.to_bytes(4, "big", signed=True) + data[16:]
+
+
+def test_leader_epochs_come_from_the_batches(tmp_path):
+    """Kafka's LeaderEpochFileCache.endOffsetFor, from the batches' own epochs, across segments."""
+    log = open_log(tmp_path, segment_bytes=200)
+    assert log.latest_epoch() == -1 and log.end_offset_for_epoch(3) is None
+    # epoch 0: offsets 0-3, epoch 2: 4-6, epoch 5: 7-8 (rolls in between: tiny segments)
+    for offsets, epoch in (([0, 1], 0), ([2, 3], 0), ([4, 5, 6], 2), ([7], 5), ([8], 5)):
+        log.append_as_follower(with_epoch(batch(offsets), epoch))
+    assert log.num_segments > 1
+    assert log.latest_epoch() == 5
+    assert log.end_offset_for_epoch(5) == (5, 9)
+    assert log.end_offset_for_epoch(9) == (5, 9)       # above the latest: the latest, to the log end
+    assert log.end_offset_for_epoch(4) == (2, 7)       # not held: the largest epoch below it
+    assert log.end_offset_for_epoch(2) == (2, 7)
+    assert log.end_offset_for_epoch(1) == (0, 4)
+    assert log.end_offset_for_epoch(0) == (0, 4)
+    log.truncate_to(4)
+    assert log.latest_epoch() == 0 and log.end_offset_for_epoch(5) == (0, 4)
+
+
+def test_a_batch_without_an_epoch_ends_what_is_known(tmp_path):
+    log = open_log(tmp_path)
+    log.append_as_follower(batch([0, 1]))                    # -1: an embedded append
+    log.append_as_follower(with_epoch(batch([2]), 3))
+    assert log.end_offset_for_epoch(3) == (3, 3)
+    assert log.end_offset_for_epoch(2) is None

@@ -13,10 +13,21 @@ One thread keeps the local data dir a copy of the cluster's partitions:
 * **fetch**: one Fetch request (v13+, topic IDs, so a recreated topic answers
   UNKNOWN_TOPIC_ID instead of its own records) per leader in flight, each
   long-polling at the leader.  It fetches as a consumer does (replica id -1):
-  the leader returns records up to the high watermark only, so everything
-  stored locally is committed and never needs the divergence truncation a
-  real follower does (KIP-279/KIP-320 epochs); the batches are appended byte
+  the leader returns records up to the high watermark only, so what is stored
+  locally was committed when it was fetched; the batches are appended byte
   for byte at the leader's offsets by ``Log.append_as_follower``.
+* **divergence** (KIP-320, Kafka's ``AbstractFetcherThread.truncateOnFetchResponse``):
+  each fetch carries the leader epoch of the last local batch
+  (``lastFetchedEpoch``).  A leader whose history differs from the replica's
+  there (an unclean leader election, or a local replica written by another
+  history) answers with its diverging epoch and where that epoch ends; the
+  replica truncates to the end of the largest epoch both hold and fetches on
+  from there.  A local epoch the leader never had (OFFSET_OUT_OF_RANGE with
+  the fetch offset inside the leader's log) truncates to the end of the
+  largest local epoch at or below the leader's current one.
+* **start**: the mount answers once every partition's leader answered one
+  fetch (at most ``FIRST_ROUND_MAX_S``), so a remounted replica shows the
+  cluster's log start and its new records from the first read.
 * **log start**: the leader's log start offset in each response (retention,
   DeleteRecords on the cluster) moves the local log start up; a fetch offset
   below it (OFFSET_OUT_OF_RANGE) truncates the local log fully and starts it
@@ -37,12 +48,14 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import LogfsError
 from engine.partition_metadata import read_topic_id, write_partition_metadata
+from engine.records.framing import iter_batches
 from engine.topic import TopicPartition
 from logfs.cluster.errors import quiet_kafka_python
 
@@ -65,6 +78,8 @@ _RETRIABLE_METADATA = {3, 5, 6, 56, 74, 75, 100}   # unknown topic/partition, le
 #                                                    storage error, fenced/unknown leader epoch, unknown topic id
 
 _BACKOFF_S = 0.2
+#: the most the mount's start waits for the first fetch of every partition (see ReplicaFetcher.start)
+FIRST_ROUND_MAX_S = 10.0
 
 
 @dataclass
@@ -77,6 +92,15 @@ class PartitionFetchState:
     leader_epoch: int
     delayed_until: float = 0.0
     high_watermark: int = -1
+    #: a fetch response (records, nothing new, or an error) came back at least once
+    responded: bool = False
+    #: the leader epoch of the last local batch (``lastFetchedEpoch``); None: read it from the log
+    last_epoch: int | None = None
+
+    def last_fetched_epoch(self) -> int:
+        if self.last_epoch is None:
+            self.last_epoch = self.log.latest_epoch()
+        return self.last_epoch
 
 
 @dataclass
@@ -135,6 +159,25 @@ class ReplicaFetcher:
                              f"{exc}") from None
         self._sync_metadata()
         self._thread.start()
+        self._wait_first_round(min(timeout_s, FIRST_ROUND_MAX_S))
+
+    def _wait_first_round(self, timeout_s: float) -> None:
+        """Until every partition's leader answered one fetch: a remounted replica serves the cluster's log
+        start and, up to a fetch's ``partition_max_bytes``, its records from the first read, not what the
+        replica held when the last mount stopped (bounded: past it, the replica catches up while serving)."""
+        deadline = time.monotonic() + timeout_s
+        with self._appended:
+            while True:
+                waiting = [tp for tp, s in list(self._states.items()) if not s.responded]
+                if not waiting:
+                    return
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning("The local replica serves %d partitions (e.g. %s) before their leaders answered "
+                                "a first fetch within %g s: they catch up while the mount serves them",
+                                len(waiting), waiting[0], timeout_s)
+                    return
+                self._appended.wait(min(left, 0.5))
 
     def stop(self) -> None:
         self._stop.set()
@@ -321,7 +364,8 @@ class ReplicaFetcher:
                 entry = topics.setdefault(state.topic_id, (tp.topic, []))
                 entry[1].append(fetch_partition(
                     partition=tp.partition, current_leader_epoch=state.leader_epoch,
-                    fetch_offset=state.log.log_end_offset, last_fetched_epoch=-1, log_start_offset=-1,
+                    fetch_offset=state.log.log_end_offset, last_fetched_epoch=state.last_fetched_epoch(),
+                    log_start_offset=-1,
                     partition_max_bytes=self.partition_max_bytes))
                 keys[(state.topic_id, tp.partition)] = tp
             request = FetchRequest(
@@ -361,7 +405,10 @@ class ReplicaFetcher:
         if state is None or state.topic_id != topic_id or self.manager.get_log(tp) is not state.log:
             return      # dropped or recreated while the fetch was in flight
         error = pd.error_code
-        if error == _NONE:
+        diverging = getattr(pd, "diverging_epoch", None)
+        if error == _NONE and diverging is not None and diverging.epoch >= 0:
+            self._diverged(tp, state, diverging.epoch, diverging.end_offset)
+        elif error == _NONE:
             self._append(tp, state, pd)
         elif error == _OFFSET_OUT_OF_RANGE:
             self._out_of_range(tp, state)
@@ -377,6 +424,9 @@ class ReplicaFetcher:
         try:
             if records:
                 target.append_as_follower(records)
+                last = deque(iter_batches(records, lenient=True), maxlen=1)
+                if last:
+                    state.last_epoch = last[0][1].partition_leader_epoch
             leader_start = pd.log_start_offset
             if leader_start > target.log_start_offset:
                 target.maybe_increment_log_start_offset(min(leader_start, target.log_end_offset),
@@ -385,11 +435,39 @@ class ReplicaFetcher:
             log.error("Partition %s: could not append what the leader returned at offset %d: %s", tp,
                       target.log_end_offset, exc)
             state.delayed_until = time.monotonic() + 1.0
-            return
-        state.high_watermark = pd.high_watermark
-        if records:
+            records = None          # the mount's start need not wait for it: it serves what it has
+        else:
+            state.high_watermark = pd.high_watermark
+        if records or not state.responded:
             with self._appended:
+                state.responded = True
                 self._appended.notify_all()
+
+    def _truncate(self, tp: TopicPartition, state: PartitionFetchState, offset: int) -> None:
+        state.log.truncate_to(offset)
+        state.last_epoch = None
+        with self._appended:
+            self._appended.notify_all()
+
+    def _diverged(self, tp: TopicPartition, state: PartitionFetchState, epoch: int, end_offset: int) -> None:
+        """Kafka's ``getOffsetTruncationState``: truncate to where the leader's and the replica's epochs agree."""
+        target = state.log
+        local = target.end_offset_for_epoch(epoch)
+        if local is None:
+            offset = end_offset
+        else:
+            local_epoch, local_end = local
+            # an epoch the replica does not hold: to the end of its largest lower one, and ask again
+            offset = min(end_offset, local_end) if local_epoch == epoch else local_end
+        offset = min(offset, target.log_end_offset)
+        log.warning("Partition %s: the local replica diverges from the leader after leader epoch %d, which ends at "
+                    "offset %d on the leader: truncating the local replica from %d to %d", tp, epoch, end_offset,
+                    target.log_end_offset, offset)
+        try:
+            self._truncate(tp, state, offset)
+        except LogfsError as exc:
+            log.error("Partition %s: could not truncate the local replica to %d: %s", tp, offset, exc)
+            state.delayed_until = time.monotonic() + 1.0
 
     def _out_of_range(self, tp: TopicPartition, state: PartitionFetchState) -> None:
         """Kafka's ``handleOutOfRangeError``: follow the leader's log start, or its end."""
@@ -405,11 +483,24 @@ class ReplicaFetcher:
         if local_end > end:
             log.warning("Partition %s: the local replica ends at %d, beyond the leader's high watermark %d "
                         "(an unclean leader election): truncating to it", tp, local_end, end)
-            target.truncate_to(end)
+            self._truncate(tp, state, end)
         elif local_end < start:
             log.info("Partition %s: the leader's log starts at %d, after the local log end %d (retention or "
                      "DeleteRecords on the cluster): starting the local log there", tp, start, local_end)
             target.truncate_fully_and_start_at(start)
+            state.last_epoch = None
+        else:
+            # inside the leader's log: the leader does not know the last local batch's epoch
+            local = target.end_offset_for_epoch(state.leader_epoch)
+            agreed = local[1] if local is not None else (start if target.latest_epoch() > state.leader_epoch
+                                                         else local_end)
+            if agreed < local_end:
+                log.warning("Partition %s: the local replica holds leader epochs the leader (epoch %d) never had, "
+                            "from offset %d: truncating the local replica from %d to %d", tp, state.leader_epoch,
+                            agreed, local_end, agreed)
+                self._truncate(tp, state, agreed)
+            else:
+                state.delayed_until = time.monotonic() + _BACKOFF_S
         with self._appended:
             self._appended.notify_all()
 
