@@ -31,3 +31,5 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q -e ".[test,spark]"
     touch "$stamp"
 fi
+# numba compiles engine/records/kernels.py once and caches it in __pycache__: do it now, not at a first read
+.venv/bin/python -c "from engine.records.kernels import uniform_text; uniform_text(b'', 0)"

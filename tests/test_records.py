@@ -579,3 +579,21 @@ def test_every_framing_byte_is_checked(sizes) -> None:
                 damaged = bytearray(section)
                 damaged[at] = replacement
                 assert_fast_equals_general(rebuild(batch, records=bytes(damaged)))
+
+
+def test_the_text_of_mixed_sizes_is_the_compiled_walks() -> None:
+    """engine.records.kernels takes a batch of mixed value sizes whole, and refuses one byte off the layout."""
+    from engine.records.decode import _records_section
+    from engine.records.kernels import uniform_text
+
+    values = [b"v" * (i * 37 % 190) + b"\n" * (i % 3) for i in range(300)]     # empty values and newlines too
+    batch = encode_values(0, values, TS)
+    _, data = _records_section(batch, 0, None)
+    assert uniform_text(data, len(values)) == as_text(values)
+    assert decode_text(batch) == as_text(values)
+    for position, byte in ((1, 1), (2, 5), (len(data) - 1, 1)):       # attributes, timestamp delta, headers
+        bad = bytearray(data)
+        bad[position] = byte
+        assert uniform_text(bytes(bad), len(values)) is None
+    assert uniform_text(data, len(values) - 1) is None          # bytes left after the last record
+    assert uniform_text(data[:-1], len(values)) is None         # a record cut short

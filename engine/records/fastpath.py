@@ -173,6 +173,13 @@ def _uniform_values(data: bytes, count: int, text: bool) -> tuple[list, int, int
         stop = hi if hi < count else count
         fixed = _fixed_size_segment(data, p, lo, stop, w)
         if fixed is None:
+            if text:
+                # mixed sizes: the compiled walk (engine.records.kernels; numba's import, 0.3 s,
+                # is paid only by a process that meets such a batch)
+                from engine.records.kernels import uniform_text
+                chunk = uniform_text(data, count)
+                if chunk is not None:
+                    return [chunk], count, len(data)
             values = _sized_walk(data, count)
             if values is None:          # the general loop goes on from this segment
                 return parts, lo, p
