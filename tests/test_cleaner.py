@@ -26,6 +26,7 @@ from engine.cleaner.cleaner_manager import (
 from engine.cleaner.offset_map import BYTES_PER_ENTRY, OffsetMap
 from engine.clock import ManualClock
 from engine.config import BrokerConfig, LogConfig
+from engine.errors import CorruptRecordError
 from engine.files import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX
 from engine.log import Log
 from engine.records import Compression, Record, TimestampType, encode_records, iter_batches
@@ -672,7 +673,15 @@ def test_keys_are_decoded_once_per_batch_and_retention_is_judged_by_offsets(tmp_
         decoded.append(header.base_offset)
         return real(buf, pos, header)
 
+    import engine.records.kernels as kernels
+    real_columns = kernels.key_columns
+
+    def counting_columns(buf, table, records):      # the map pass's compiled walk, a chunk at a time
+        decoded.extend(table[:, 1].tolist())
+        return real_columns(buf, table, records)
+
     monkeypatch.setattr(cleaner_module, "decode_key_columns", counting)
+    monkeypatch.setattr(kernels, "key_columns", counting_columns)
     stats = clean(log, cleaner_for(log))
     latest = {b"k%d" % (j % 30): j for j in range(400)}
     latest.pop(b"k1")
@@ -681,3 +690,55 @@ def test_keys_are_decoded_once_per_batch_and_retention_is_judged_by_offsets(tmp_
     # every batch once in the map pass, and only the tombstone's batch again in the copy pass
     assert sorted(decoded) == sorted([*range(0, 400, 4), 400, 400]) and len(decoded) == batches + 1
     log.close()
+
+
+_KEYS = st.sampled_from([None, b"", b"a", b"bb", b"k" * 70, b"\x80" * 200])
+_VALUES = st.sampled_from([None, b"", b"v", b"x" * 300])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.tuples(_KEYS, _VALUES, st.integers(0, 3)), min_size=1, max_size=12), min_size=1,
+                max_size=8),
+       st.one_of(st.none(), st.tuples(st.integers(0, 1 << 20), st.integers(0, 255))))
+def test_the_compiled_map_pass_reads_what_the_batch_loop_reads(batches, damage):
+    """engine.records.kernels.key_columns, through the cleaner's chunk walk, against decode_key_columns batch by
+    batch: the same keys, offsets, batch ends and special batches; None exactly when that loop finds damage."""
+    from engine.cleaner.cleaner import AbortedTransactions, _map_chunk_compiled
+    from engine.records import decode_key_columns
+    from engine.records.reader import BatchChunk
+
+    buf, offset = b"", 0
+    for records in batches:
+        built = []
+        for key, value, gap in records:         # gaps: offsets as a clean leaves them
+            built.append(Record(offset, 1_000 + offset, key, value, ()))
+            offset += 1 + gap
+        buf += encode_records(built)
+    framed = list(iter_batches(buf))
+    if damage is not None:                      # one byte of a records section changed (the framing stays)
+        pos, header = framed[damage[0] % len(framed)]
+        at = pos + 61 + damage[0] % (header.size - 61)
+        buf = buf[:at] + bytes([damage[1]]) + buf[at + 1:]
+    chunk = BatchChunk(0, buf, framed, len(buf))
+    special: set[int] = set()
+    got = _map_chunk_compiled(chunk, 0, AbortedTransactions(), special)
+    keys, offsets, ends, expected_special = [], [], [], set()
+    try:
+        for pos, header in framed:
+            batch_offsets, batch_keys, tombstones = decode_key_columns(buf, pos, header)
+            base = header.base_offset
+            if tombstones or None in batch_keys or batch_offsets != [*range(base, base + header.records_count)]:
+                expected_special.add(base)
+            pairs = [(o, k) for o, k in zip(batch_offsets, batch_keys) if k is not None]
+            offsets += [o for o, _ in pairs]
+            keys += [k for _, k in pairs]
+            ends.append((len(keys), header.last_offset))
+    except CorruptRecordError:
+        assert got is None
+        return
+    if damage is None:
+        assert got is not None      # every batch the log writes takes the compiled walk
+    elif got is None:       # damaged: the walk may refuse what the loop still reads (a non-minimal varint),
+        return              # never the reverse, and never another answer
+    assert got == (keys, offsets, ends, sum(h.records_count for _, h in framed))
+    assert special == expected_special

@@ -25,6 +25,7 @@ from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import CorruptRecordError, LogfsError
 from engine.files import CLEANED_FILE_SUFFIX, log_file_path, offset_index_file_path, time_index_file_path
 from engine.records import LOG_OVERHEAD, BatchHeader, Record, decode_batch, decode_key_columns, rebuild_batch
+from engine.records.format import COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK
 from engine.records.reader import BatchChunk, read_chunks
 from engine.segment import LogSegment
 from engine.topic import TopicPartition
@@ -187,10 +188,20 @@ class Cleaner:
         try:
             for batch_chunk in self._chunks(log, segment, position, end, tp, verify_crc=False):
                 chunk = batch_chunk.buf
-                offsets: list[int] = []
-                keys: list[bytes] = []
+                stats.map_bytes_read += batch_chunk.end - batch_chunk.position
+                mapped = _map_chunk_compiled(batch_chunk, start, aborted, special)
+                if mapped is not None:
+                    keys, offsets, batch_ends, records = mapped
+                    stats.map_messages_read += records
+                    pause()
+                    if batch_ends and not self._put_chunk(offset_map, keys, offsets, batch_ends,
+                                                          max_desired_map_size):
+                        return True
+                    continue
+                offsets = []
+                keys = []
                 # (number of keys up to the end of the batch, its last offset) per mapped batch
-                batch_ends: list[tuple[int, int]] = []
+                batch_ends = []
                 for pos, header in batch_chunk.batches:
                     last_offset = header.base_offset + header.last_offset_delta
                     if last_offset < start:
@@ -217,7 +228,6 @@ class Cleaner:
                         keys += cast("list[bytes]", batch_keys)     # keyless records were left out above
                     batch_ends.append((len(keys), last_offset))
                     pause()
-                stats.map_bytes_read += batch_chunk.end - batch_chunk.position
                 if batch_ends and not self._put_chunk(offset_map, keys, offsets, batch_ends,
                                                       max_desired_map_size):
                     return True
@@ -669,6 +679,55 @@ class CleanedTransactions:
 
 #: the map offset given to keyless records in the copy pass: above every real offset
 _NEVER_RETAINED = 1 << 63
+
+
+_NOT_PLAIN = COMPRESSION_CODEC_MASK | CONTROL_FLAG_MASK
+
+
+def _map_chunk_compiled(batch_chunk: BatchChunk, start: int, aborted: AbortedTransactions,
+                        special: set[int] | None) -> tuple[list[bytes], list[int], list[tuple[int, int]], int] | None:
+    """The map pass over one read chunk in one compiled walk (engine.records.kernels.key_columns).
+
+    Returns what the per-batch loop of ``_build_offset_map_for_segment``
+    gathers (keys and offsets to put, keyless records left out; the batch
+    ends; the records read) and adds to ``special`` the same batches, or None
+    when the chunk has anything that loop treats apart (a compressed, control
+    or aborted batch, one below ``start``, an empty one, a malformed record):
+    the loop then does the chunk.  Measured on 1,000,000 records in batches
+    of 10 (``bench_cleaner.py engine``): the map pass's record walk went from
+    3.1 s in Python (``decode_key_columns`` per batch) to 0.1 s.
+    """
+    # numba's import (0.3 s) only in a process that cleans: see engine.records.kernels
+    from engine.records.kernels import key_columns
+
+    batches = batch_chunk.batches
+    if not batches or batches[0][1].base_offset < start:
+        return None
+    rows = []
+    for pos, header in batches:
+        if header.attributes & _NOT_PLAIN or not header.records_count or aborted.contains(header):
+            return None
+        rows.append((pos, header.base_offset, header.batch_length, header.records_count,
+                     header.last_offset_delta))
+    table = np.array(rows, dtype=np.int64)
+    counts = table[:, 3]
+    records = int(counts.sum())
+    columns = key_columns(batch_chunk.buf, table, records)
+    if columns is None:
+        return None
+    firsts = np.cumsum(counts) - counts           # index of each batch's first record
+    keyed = columns.key_lengths >= 0
+    if special is not None:
+        # a batch the copy pass cannot judge by offsets alone: a tombstone, a keyless record, offsets
+        # other than base .. base + count - 1
+        expected = np.repeat(table[:, 1] - firsts, counts) + np.arange(records)
+        odd = columns.null_values | ~keyed | (columns.offsets != expected)
+        special.update(table[np.add.reduceat(odd, firsts) > 0, 1].tolist())
+    buf = batch_chunk.buf
+    keys = [buf[s:s + n] for s, n in zip(columns.key_starts[keyed].tolist(), columns.key_lengths[keyed].tolist())]
+    ends = np.cumsum(keyed)[firsts + counts - 1]
+    batch_ends = list(zip(ends.tolist(), (table[:, 1] + table[:, 4]).tolist()))
+    return keys, columns.offsets[keyed].tolist(), batch_ends, records
 
 
 def _retained(offsets: list[int], keys: list[bytes | None], tombstones: list[int], latest_of: dict,
