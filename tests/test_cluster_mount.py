@@ -272,16 +272,16 @@ def test_a_replica_that_diverged_from_the_leader_is_truncated_by_leader_epoch(
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("crash", ["kill-9", "power-loss"])
 def test_torture_of_the_local_replica_loses_nothing_the_cluster_acknowledged(
-        crash: str, kafka_cluster: KafkaCluster, tmp_path) -> None:
+        kafka_cluster: KafkaCluster, tmp_path) -> None:
     """scripts/torture.py against a cluster mount: writers, followers, readers and DeleteRecords, the mount
-    killed (or, over scripts/powerloss_fs.py, its replica's disk losing power) again and again; after every
-    remount each record the cluster acknowledged is served once, in order, with the cluster's log start."""
-    args = ["--bootstrap-server", kafka_cluster.bootstrap, "--cycles", "6", "--cycle-seconds", "1.5",
-            "--writers", "3", "--clean-every", "3", "--seed", "20", "--json", "--work-dir", str(tmp_path)]
-    if crash == "power-loss":
-        args += ["--power-loss", "--new-topic-rate", "0.5"]
+    killed, or over scripts/powerloss_fs.py its replica's disk losing power, again and again; after every
+    remount each record the cluster acknowledged is served once, in order, with the cluster's log start.
+    (The same run with the first-fetch wait of the mount's start taken out reports acknowledged records
+    lost and the log start below an acknowledged `before N`: the check bites.)"""
+    args = ["--bootstrap-server", kafka_cluster.bootstrap, "--cycles", "8", "--cycle-seconds", "1.5",
+            "--writers", "3", "--clean-every", "4", "--seed", "20", "--power-loss", "--power-loss-rate", "0.5",
+            "--new-topic-rate", "0.5", "--json", "--work-dir", str(tmp_path)]
     # the topics p, r, c are the harness's: each round gets them fresh
     admin = _admin(kafka_cluster)
     existing = [t for t in ("p", "r", "c") if t in admin.list_topics(timeout=30).topics]
@@ -298,9 +298,10 @@ def test_torture_of_the_local_replica_loses_nothing_the_cluster_acknowledged(
     assert summary["lost"] == 0 and summary["duplicated"] == 0 and summary["misplaced"] == 0, output
     assert summary["start_went_back"] == 0 and summary["retention_undone_by_power_loss"] == 0, output
     assert result.returncode == 0, output
-    assert summary["cycles"] >= 6 and summary["acknowledged"] > 500, output
+    assert summary["cycles"] >= 8 and summary["acknowledged"] > 500, output
     faults = summary["faults"]
-    assert sum(n for kind, n in faults.items() if kind.startswith(crash)) >= 2, output
+    for crash in ("kill-9", "power-loss"):
+        assert sum(n for kind, n in faults.items() if kind.startswith(crash)) >= 1, output
     assert faults.get("delete-records", 0) >= 1, output
 
 
