@@ -216,6 +216,21 @@ def test_the_replica_survives_kill_9_of_the_mount(cluster_mount, kafka_cluster: 
     assert [v for _, _, v in _consume(kafka_cluster, "crash")] == expected.split(b"\n")[:-1]
 
 
+def test_one_write_is_one_batch_on_the_cluster(cluster_mount) -> None:
+    """The lines of one write() leave as one produce batch, which the broker appends whole or not at all (as an
+    embedded mount's write is one batch): the replica holds the leader's batches byte for byte, so it shows it."""
+    from engine.records import iter_batches
+
+    m = cluster_mount()
+    (m / "atom").mkdir()
+    with open(m / "atom/0/append", "ab", buffering=0) as f:
+        f.write(b"".join(b"line %05d of one write\n" % i for i in range(5000)))
+        f.write(b"x\ny\n")
+    data = b"".join(p.read_bytes() for p in sorted((m.data / "atom-0").glob("*.log")))
+    assert [(h.base_offset, h.records_count) for _, h in iter_batches(data)] == [(0, 5000), (5000, 2)]
+    assert (m / "atom/0/records").read_bytes().endswith(b"line 04999 of one write\nx\ny\n")
+
+
 def _rewrite_replica_tail(m: Mount, topic: str, start: int, values: list[bytes], epoch: int) -> None:
     """Behind the stopped mount's back: the local replica's records from ``start`` on replaced by ``values``
     stamped with leader epoch ``epoch``, as an old leader's lost history would be."""

@@ -176,8 +176,8 @@ def _transactional_batches(buf: npt.NDArray[np.uint8],
     last = -1
     count = 0
     while p + 61 <= n:
-        length = ((np.int64(buf[p + 8]) << 24) | (np.int64(buf[p + 9]) << 16) | (np.int64(buf[p + 10]) << 8)
-                  | np.int64(buf[p + 11]))
+        length = int((np.int64(buf[p + 8]) << 24) | (np.int64(buf[p + 9]) << 16) | (np.int64(buf[p + 10]) << 8)
+                     | np.int64(buf[p + 11]))
         if length < 49 or p + 12 + length > n:          # shorter than a v2 header, or not whole here
             break
         if buf[p + 22] & 0x10:                           # attributes (int16 at 21): transactional

@@ -72,6 +72,7 @@ class ClusterProducer:
         config = {**PRODUCER_DEFAULTS, **client_config, **_FORCED}
         self.brokers = config["bootstrap.servers"]
         self.delivery_timeout_s = int(config["delivery.timeout.ms"]) / 1000
+        self.queue_max_messages = int(config.get("queue.buffering.max.messages", "100000"))
         self._producer = Producer({**config, "logger": ClientLog("logfs.cluster.librdkafka")})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="logfs-producer", daemon=True)
@@ -89,6 +90,10 @@ class ClusterProducer:
         n = len(values)
         delivery = _Delivery(n)
         what = f"Appending {n} records to {tp}"
+        if not headers or not any(headers):
+            self._produce_batch(tp, values, keys, timestamps, delivery, what)
+            return self._wait(delivery, what)
+        i = 0
         try:
             for i, value in enumerate(values):
                 kwargs: dict = {}
@@ -103,6 +108,47 @@ class ClusterProducer:
             # the records queued before the failure are delivered or fail on their own; say which
             log.warning("%s: %d of them were queued before librdkafka refused one: %s", what, i, exc)
             raise from_kafka(exc, what, self.brokers) from None
+        return self._wait(delivery, what)
+
+    def _produce_batch(self, tp: TopicPartition, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                       timestamps: Sequence[int | None] | None, delivery: _Delivery, what: str) -> None:
+        """The records of one write onto the partition's queue at once (librdkafka's ``rd_kafka_produce_batch``).
+
+        Enqueued in one step, they leave in one ProduceRequest batch as long as
+        they fit in ``batch.size`` (1 MB) and ``batch.num.messages`` (10,000): the
+        broker appends that batch whole or not at all, so such a write is all or
+        nothing on the cluster as on an embedded mount.  (One ``produce()`` per
+        record let librdkafka's sender cut a write that took longer than
+        ``linger.ms`` to enqueue.)  Waits for room in the local queue first, so the
+        batch is never refused half enqueued for a full queue.
+        """
+        messages: list[dict] = []
+        for i, value in enumerate(values):
+            message: dict = {} if value is None else {"value": value}
+            if keys is not None and keys[i] is not None:
+                message["key"] = keys[i]
+            if timestamps is not None and timestamps[i] is not None:
+                message["timestamp"] = timestamps[i]
+            messages.append(message)
+        while len(self._producer) + len(messages) > self.queue_max_messages and len(self._producer):
+            self._producer.poll(0.05)       # deliveries drain the queue
+        try:
+            queued = self._producer.produce_batch(tp.topic, messages, partition=tp.partition,
+                                                  on_delivery=delivery.report)
+        except (KafkaException, BufferError) as exc:
+            raise from_kafka(exc, what, self.brokers) from None
+        if queued != len(messages):
+            refused = [m["_error"] for m in messages if "_error" in m]
+            with delivery.lock:             # refused messages get no delivery report
+                delivery.expected -= len(refused)
+                if delivery.error is None and refused:
+                    delivery.error = refused[0]
+                if delivery.expected == 0:
+                    delivery.done.set()
+            log.warning("%s: librdkafka queued %d of them and refused the rest: %s", what, queued,
+                        refused[0] if refused else "no reason given")
+
+    def _wait(self, delivery: _Delivery, what: str) -> tuple[int, int]:
         if not delivery.done.wait(self.delivery_timeout_s + 5):
             raise ClusterTimeoutError(f"{what}: no delivery report within {self.delivery_timeout_s + 5:g} s "
                                       f"(bootstrap servers {self.brokers})")
