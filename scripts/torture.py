@@ -51,6 +51,7 @@ misplaced or inconsistent.  The defaults run in well under a minute (CI);
     .venv/bin/python scripts/torture.py --duration 600 --writers 6 --json
     .venv/bin/python scripts/torture.py --power-loss --power-loss-rate 0.5
     .venv/bin/python scripts/torture.py --cluster --power-loss      # the local replica of a cluster mount
+    .venv/bin/python scripts/torture.py --power-loss --fd-limit 64  # segment files closed and reopened
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -211,8 +213,14 @@ class Torture:
         for name, value in broker.items():
             cmd += ["-o", f"{name}={value}"]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        limit = None
+        if self.args.fd_limit:
+            # the mount's descriptor budget is three quarters of it (engine.file_cache): segment files and
+            # index maps are closed and reopened all the time
+            def limit() -> None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (self.args.fd_limit, self.args.fd_limit))
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=limit)
 
     def start(self, timeout: float = 120.0) -> float:
         """Mount; returns the seconds until the mount answered (recovery included).
@@ -942,6 +950,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", action="store_true",
                         help="start a 3-node KRaft cluster in the work dir (tests/kafka_cluster.py, the jars of "
                              "scripts/setup-kafka.sh) and torture a cluster mount of it")
+    parser.add_argument("--fd-limit", type=int, default=None,
+                        help="the mount's ulimit -n (its segment files then live under a budget of 3/4 of it)")
     parser.add_argument("--segment-bytes", type=int, default=16384)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--work-dir", help="mount point and log live here (default: a new temp dir)")

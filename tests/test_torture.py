@@ -41,10 +41,13 @@ def test_torture_detects_acknowledged_records_lost_behind_its_back():
     assert summary["faults"]["damage-truncated-segment"] == 1
 
 
-def test_power_loss_round_loses_nothing():
-    """A short --power-loss round: every crash a power loss of scripts/powerloss_fs.py, a new topic before each."""
+def test_power_loss_round_loses_nothing(tmp_path):
+    """A short --power-loss round: every crash a power loss of scripts/powerloss_fs.py, a new topic before each;
+    the mount under ``ulimit -n 128`` (a descriptor budget of 96) with 4 KiB segments, so that segment files
+    and index maps are closed and reopened all along."""
     code, summary, output = _run("--power-loss", "--cycles", "8", "--cycle-seconds", "1.2", "--new-topic-rate", "1",
-                                 "--shutdown-kill-rate", "0.1", "--seed", "18")
+                                 "--shutdown-kill-rate", "0.1", "--seed", "18", "--fd-limit", "128",
+                                 "--segment-bytes", "4096", "--work-dir", str(tmp_path))
     assert summary, output
     assert summary["lost"] == 0 and summary["duplicated"] == 0 and summary["misplaced"] == 0, output
     assert code == 0, output
@@ -54,6 +57,8 @@ def test_power_loss_round_loses_nothing():
     remounts = summary["remount_after"]
     assert sum(r["count"] for kind, r in remounts.items() if kind.startswith("power-loss")) >= 3, output
     assert faults["new-topic"] >= 1, output
+    segment_files = [f for f in (tmp_path / "backing").glob("*/*") if f.suffix in (".log", ".index", ".timeindex")]
+    assert len(segment_files) > 96, "the run never held more segment files than its descriptor budget"
 
 
 def test_power_loss_round_detects_a_disk_that_lies_about_fsync():
