@@ -12,7 +12,9 @@ One thread keeps the local data dir a copy of the cluster's partitions:
   topic is ever served as the new one's.
 * **fetch**: one Fetch request (v13+, topic IDs, so a recreated topic answers
   UNKNOWN_TOPIC_ID instead of its own records) per leader in flight, each
-  long-polling at the leader.  It fetches as a consumer does (replica id -1):
+  long-polling at the leader, in an incremental fetch session (KIP-227,
+  ``FetchSession``: after the first, requests and responses carry only the
+  partitions that moved).  It fetches as a consumer does (replica id -1):
   the leader returns records up to the high watermark only, so what is stored
   locally was committed when it was fetched; the batches are appended byte
   for byte at the leader's offsets by ``Log.append_as_follower``.
@@ -77,6 +79,8 @@ _OFFSET_OUT_OF_RANGE = 1
 _RETRIABLE_METADATA = {3, 5, 6, 56, 74, 75, 100}   # unknown topic/partition, leader not available, not leader,
 #                                                    storage error, fenced/unknown leader epoch, unknown topic id
 
+_FETCH_SESSION_ERRORS = {70, 71}   # FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH
+_INT32_MAX = 0x7FFFFFFF
 _BACKOFF_S = 0.2
 #: the most the mount's start waits for the first fetch of every partition (see ReplicaFetcher.start)
 FIRST_ROUND_MAX_S = 10.0
@@ -101,6 +105,61 @@ class PartitionFetchState:
         if self.last_epoch is None:
             self.last_epoch = self.log.latest_epoch()
         return self.last_epoch
+
+
+class FetchSession:
+    """Kafka's ``FetchSessionHandler`` (KIP-227): one incremental fetch session per leader.
+
+    The first request of a session is full (session id 0, epoch 0) and lists
+    every partition the replica fetches from that leader; the broker answers
+    with a session id.  Each later request (epoch 1, 2, ...) lists only the
+    partitions whose fetch position changed (records appended, truncation, a
+    new leader epoch) or are new, and forgets those no longer fetched there;
+    the broker answers only for partitions with something new.  So an idle
+    mount of 10,000 partitions sends and decodes a few bytes per poll, not every
+    partition.  Any error (an evicted session, a broken connection) starts a
+    new session with a full request.  A broker that gives no session id (its
+    session cache is full) gets full requests without a session (epoch -1).
+    """
+
+    __slots__ = ("session_id", "epoch", "sent", "sessionless")
+
+    def __init__(self) -> None:
+        self.session_id = 0
+        self.epoch = 0
+        #: what the broker's session holds: partition -> (fetch offset, last fetched epoch, leader epoch)
+        self.sent: dict[tuple[uuid.UUID, int], tuple[int, int, int]] = {}
+        self.sessionless = False
+
+    def next_request(self, wanted: Mapping[tuple[uuid.UUID, int], tuple[TopicPartition, tuple[int, int, int]]]
+                     ) -> tuple[int, int, list[tuple[uuid.UUID, int]], list[tuple[uuid.UUID, int]]]:
+        """(session id, epoch, partitions to send, partitions to forget) of the next request."""
+        if self.sessionless:
+            return 0, -1, list(wanted), []
+        if self.session_id == 0:
+            return 0, 0, list(wanted), []
+        send = [key for key, (_, position) in wanted.items() if self.sent.get(key) != position]
+        forget = [key for key in self.sent if key not in wanted]
+        return self.session_id, self.epoch, send, forget
+
+    def acknowledged(self, session_id: int, sent: Mapping[tuple[uuid.UUID, int], tuple[int, int, int]],
+                     forgotten: list[tuple[uuid.UUID, int]]) -> None:
+        """The broker answered the request built by next_request without a top-level error."""
+        if self.sessionless:
+            return
+        if self.session_id == 0:                # a full request
+            if session_id == 0:
+                self.sessionless = True         # no session was created: full requests from now on
+                return
+            self.session_id, self.epoch, self.sent = session_id, 1, dict(sent)
+            return
+        self.sent.update(sent)
+        for key in forgotten:
+            self.sent.pop(key, None)
+        self.epoch = self.epoch + 1 if self.epoch < _INT32_MAX else 1
+
+    def reset(self) -> None:
+        self.session_id, self.epoch, self.sent, self.sessionless = 0, 0, {}, False
 
 
 @dataclass
@@ -134,7 +193,10 @@ class ReplicaFetcher:
             **client_config,
         })
         self._states: dict[TopicPartition, PartitionFetchState] = {}
-        self._inflight: dict[int, tuple[Any, dict[tuple[uuid.UUID, int], TopicPartition]]] = {}
+        self._inflight: dict[int, tuple[Any, dict[tuple[uuid.UUID, int], TopicPartition],
+                                        dict[tuple[uuid.UUID, int], tuple[int, int, int]],
+                                        list[tuple[uuid.UUID, int]]]] = {}
+        self._sessions: dict[int, FetchSession] = {}
         self._node_delayed: dict[int, float] = {}
         self._appended = threading.Condition()
         self._sync_wanted = threading.Event()
@@ -357,38 +419,58 @@ class ReplicaFetcher:
             by_leader.setdefault(state.leader, []).append((tp, state))
         fetch_topic = FetchRequest.FetchTopic
         fetch_partition = fetch_topic.FetchPartition
+        forgotten_topic = FetchRequest.ForgottenTopic
         for leader, parts in by_leader.items():
-            topics: dict[uuid.UUID, tuple[str, list]] = {}
-            keys: dict[tuple[uuid.UUID, int], TopicPartition] = {}
+            session = self._sessions.setdefault(leader, FetchSession())
+            wanted: dict[tuple[uuid.UUID, int], tuple[TopicPartition, tuple[int, int, int]]] = {}
             for tp, state in parts:
-                entry = topics.setdefault(state.topic_id, (tp.topic, []))
-                entry[1].append(fetch_partition(
-                    partition=tp.partition, current_leader_epoch=state.leader_epoch,
-                    fetch_offset=state.log.log_end_offset, last_fetched_epoch=state.last_fetched_epoch(),
-                    log_start_offset=-1,
-                    partition_max_bytes=self.partition_max_bytes))
-                keys[(state.topic_id, tp.partition)] = tp
+                wanted[(state.topic_id, tp.partition)] = (
+                    tp, (state.log.log_end_offset, state.last_fetched_epoch(), state.leader_epoch))
+            session_id, epoch, send, forget = session.next_request(wanted)
+            topics: dict[uuid.UUID, tuple[str, list]] = {}
+            for key in send:
+                tp, (offset, last_epoch, leader_epoch) = wanted[key]
+                topics.setdefault(key[0], (tp.topic, []))[1].append(fetch_partition(
+                    partition=tp.partition, current_leader_epoch=leader_epoch, fetch_offset=offset,
+                    last_fetched_epoch=last_epoch, log_start_offset=-1, partition_max_bytes=self.partition_max_bytes))
+            forgotten: dict[uuid.UUID, list[int]] = {}
+            for topic_id, partition in forget:
+                forgotten.setdefault(topic_id, []).append(partition)
             request = FetchRequest(
                 replica_id=-1, max_wait_ms=self.fetch_max_wait_ms, min_bytes=1, max_bytes=64 << 20,
-                isolation_level=0, session_id=0, session_epoch=-1,
+                isolation_level=0, session_id=session_id, session_epoch=epoch,
                 topics=[fetch_topic(topic=name, topic_id=tid, partitions=ps) for tid, (name, ps) in topics.items()],
-                forgotten_topics_data=[], rack_id="", min_version=13, max_version=16)
+                forgotten_topics_data=[forgotten_topic(topic_id=tid, partitions=ps) for tid, ps in forgotten.items()],
+                rack_id="", min_version=13, max_version=16)
             future = self._client.send(leader, request)
-            self._inflight[leader] = (future, keys)
+            keys = {key: tp for key, (tp, _) in wanted.items()}
+            self._inflight[leader] = (future, keys, {key: wanted[key][1] for key in send}, forget)
 
     def _complete_fetches(self) -> None:
-        for leader, (future, keys) in list(self._inflight.items()):
+        for leader, (future, keys, sent, forgotten) in list(self._inflight.items()):
             if not future.is_done:
                 continue
             del self._inflight[leader]
+            session = self._sessions.setdefault(leader, FetchSession())
             if future.failed():
+                session.reset()
                 self._node_failed(leader, future.exception)
                 continue
             self._node_delayed.pop(leader, None)
             response = future.value
-            if getattr(response, "error_code", _NONE) != _NONE:
-                self._node_failed(leader, f"fetch error code {response.error_code}")
+            error = getattr(response, "error_code", _NONE)
+            if error != _NONE:
+                session.reset()
+                if error in _FETCH_SESSION_ERRORS:      # evicted from the broker's cache: a full fetch next
+                    log.debug("Fetch session %d with broker %d: error code %d, starting a new one",
+                              session.session_id, leader, error)
+                else:
+                    self._node_failed(leader, f"fetch error code {error}")
                 continue
+            was = session.session_id
+            session.acknowledged(getattr(response, "session_id", 0), sent, forgotten)
+            if session.session_id != was:
+                log.debug("Fetch session %d with broker %d for %d partitions", session.session_id, leader, len(sent))
             for topic in response.responses:
                 for pd in topic.partitions:
                     tp = keys.get((topic.topic_id, pd.partition_index))
