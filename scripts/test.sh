@@ -16,7 +16,7 @@ if [ "${#lint_failed[@]}" -gt 0 ]; then
     exit 1
 fi
 
-.venv/bin/python -m pytest -q tests "$@"
+.venv/bin/python -m pytest -q --durations=25 tests "$@"   # the 25 slowest, to keep the suite short
 status=$?
 if [ "$status" -eq 5 ]; then
     echo "test: pytest collected no tests" >&2
