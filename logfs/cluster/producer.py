@@ -140,9 +140,9 @@ class ClusterProducer:
         if queued != len(messages):
             refused = [m["_error"] for m in messages if "_error" in m]
             with delivery.lock:             # refused messages get no delivery report
-                delivery.expected -= len(refused)
-                if delivery.error is None and refused:
-                    delivery.error = refused[0]
+                delivery.expected -= len(messages) - queued
+                if delivery.error is None:
+                    delivery.error = refused[0] if refused else "refused by librdkafka"
                 if delivery.expected == 0:
                     delivery.done.set()
             log.warning("%s: librdkafka queued %d of them and refused the rest: %s", what, queued,
