@@ -61,11 +61,8 @@ if str(ROOT) not in sys.path:
 def _load_kernels() -> None:
     """numba's import and the load of the compiled kernels the cleaner uses (0.3-0.5 s, once per process: a
     mount pays it at its first clean), before the timing, as a broker has loaded its cleaner's classes."""
-    import numpy as np
-
-    from engine.records.kernels import key_columns, transactional_batches
-    key_columns(b"", np.zeros((0, 5), dtype=np.int64), 0)
-    transactional_batches(b"")
+    from engine.records.kernels import load
+    load()
 
 
 def bench_engine(records: int, keys: int, batch: int, value_size: int, segment_bytes: int,

@@ -30,7 +30,6 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q -e ".[test,spark]"
     # numba compiles engine/records/kernels.py once and caches it in __pycache__: now, not at a first read
-    .venv/bin/python -c "import engine.records.kernels as k, numpy as n; k.uniform_text(b'', 0); \
-k.key_columns(b'', n.zeros((0, 5), dtype=n.int64), 0); k.transactional_batches(b'')"
+    .venv/bin/python -c "from engine.records.kernels import load; load()"
     touch "$stamp"
 fi

@@ -115,6 +115,15 @@ def _is_mounted(path: Path) -> bool:
     return subprocess.run(["mountpoint", "-q", str(path)]).returncode == 0
 
 
+def _unmount(path: Path, timeout: float = 120.0) -> None:
+    """``fusermount3 -u`` until it takes (a busy mount refuses while a request is in flight), at most ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while _is_mounted(path) and time.monotonic() < deadline:
+        if subprocess.run(["fusermount3", "-u", str(path)], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.1)
+
+
 @dataclass
 class Partition:
     """What the harness knows of one partition."""
@@ -284,11 +293,7 @@ class Torture:
         """An orderly power-off of the layer: everything made durable, then unmounted."""
         if self.layer is None:
             return
-        deadline = time.monotonic() + 120
-        while _is_mounted(self.data) and time.monotonic() < deadline:
-            if subprocess.run(["fusermount3", "-u", str(self.data)], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.1)
+        _unmount(self.data)
         code = self.layer.wait(timeout=120)
         self.layer = None
         if code != 0:
@@ -321,11 +326,7 @@ class Torture:
     def stop(self) -> None:
         """Clean unmount; the mount flushes, checkpoints and writes its clean-shutdown marker."""
         self._note_memory()
-        deadline = time.monotonic() + 120
-        while _is_mounted(self.mnt) and time.monotonic() < deadline:
-            if subprocess.run(["fusermount3", "-u", str(self.mnt)], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.1)
+        _unmount(self.mnt)
         code = self.proc.wait(timeout=120)
         self.proc = None
         if code != 0:
