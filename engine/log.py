@@ -76,8 +76,16 @@ from engine.files import (
     unlink_if_exists,
 )
 from engine.log_loader import DeletedSegmentFiles, LoadedLog, LogLoader, PendingDeletion
-from engine.log_validator import check_in_order, check_record_sizes, validate_batches
-from engine.records import HEADER_SIZE, Compression, Record, encode_values, iter_batches, validate_batch
+from engine.log_validator import RECORD_OVERHEAD_BOUND, check_in_order, check_record_sizes, validate_batches
+from engine.records import (
+    HEADER_SIZE,
+    Compression,
+    Record,
+    encode_text_lines,
+    encode_values,
+    iter_batches,
+    validate_batch,
+)
 from engine.segment import FetchDataInfo, LogSegment, topic_partition_of_dir
 from engine.topic import TopicPartition
 
@@ -94,6 +102,11 @@ class AppendObserver(Protocol):
     def on_append(self, segment: LogSegment, position: int, batch_size: int,
                   values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                   first: int, timestamp: int) -> None: ...
+
+    def on_append_lines(self, segment: LogSegment, position: int, batch_size: int, block: bytes, count: int,
+                        first: int, timestamp: int) -> None:
+        """Like ``on_append`` for a batch of ``Log.append_text_lines``: its values are the ``count`` lines of
+        ``block`` (each ending in ``\\n``), its keys null."""
 
     def on_roll(self, segment: LogSegment) -> None:
         """``segment`` was sealed (it stopped being the active segment) or the log is closing (under ``Log.lock``)."""
@@ -316,6 +329,61 @@ class Log:
             else:
                 rolled = self._append_split_locked(values, keys, first, now)
             last = first + n - 1
+            flush_needed = self.log_end_offset - self._recovery_point >= config.flush_messages
+        self._after_append(rolled, flush_needed)
+        return first, last
+
+    def append_text_lines(self, block: bytes) -> tuple[int, int]:
+        """Append the lines of ``block`` (each ending in ``\\n``) as the values of one batch without keys.
+
+        The same batch ``append_values`` writes for the lines without their
+        newlines, encoded without splitting them into Python objects
+        (``encode_text_lines``): the hot path of ``cat file >> append``.
+        What that path does not cover (compression, a batch over
+        ``max.message.bytes`` or ``segment.bytes``) goes through
+        ``append_values``, which checks and splits as for any append.
+        """
+        self._check_writable("append to")
+        config = self.config
+        if config.compact:
+            raise InvalidRecordError(
+                f"Compacted topic cannot accept message without key in topic partition {self.topic_partition}.")
+        if self._compression == Compression.NONE:
+            appended = self._append_text_lines_fast(block, config)
+            if appended is not None:
+                return appended
+        # each line alone checked against max.message.bytes, split across segments, or compressed
+        values = block.split(b"\n")
+        if values.pop():
+            raise InvalidRecordError(f"The last line of an append to {self.topic_partition} has no newline")
+        return self.append_values(values)
+
+    def _append_text_lines_fast(self, block: bytes, config: LogConfig) -> tuple[int, int] | None:
+        """``append_text_lines`` of an uncompressed batch that needs no record checked alone and fits a
+        segment; None (nothing appended) for any other."""
+        with self.lock:
+            self._check_open()
+            first = self._end.message_offset
+            now = self.clock.milliseconds()
+            encoded = encode_text_lines(first, block, now)
+            if encoded is None:
+                return None         # no lines, or not whole ones: the general path says which
+            batch, layout = encoded
+            size = len(batch)
+            # Like append_values: a batch within max.message.bytes proves every record alone is.
+            if size > config.segment_bytes or (
+                    size > config.max_message_bytes
+                    and layout.longest + HEADER_SIZE + RECORD_OVERHEAD_BOUND > config.max_message_bytes):
+                return None
+            count = layout.lines
+            last = first + count - 1
+            segment, rolled = self._maybe_roll(size, now, first, last)
+            position = segment.size
+            segment.append(last, now, last, batch)
+            observer = self.append_observer
+            if observer is not None:
+                observer.on_append_lines(segment, position, size, block, count, first, now)
+            self._update_log_end_offset(last + 1)
             flush_needed = self.log_end_offset - self._recovery_point >= config.flush_messages
         self._after_append(rolled, flush_needed)
         return first, last

@@ -370,7 +370,7 @@ class LogSegment:
 
     # ----------------------------------------------------------------- append
     def append(self, largest_offset: int, largest_timestamp: int, offset_of_max_timestamp: int,
-               records: bytes) -> None:
+               records: bytes | bytearray) -> None:
         """Append batch bytes whose last offset is ``largest_offset`` (Kafka's LogSegment.append).
 
         On ENOSPC the .log is truncated back and
@@ -410,7 +410,7 @@ class LogSegment:
         self._next_offset = largest_offset + 1
         self._size = position + n           # publish: readers may now see the batch
 
-    def _write(self, data: bytes, position: int) -> None:
+    def _write(self, data: bytes | bytearray, position: int) -> None:
         if not self._lazy.pinned:
             self._pin()                     # written to: the active segment (or the cleaner's output)
         f = self._log()

@@ -169,6 +169,10 @@ class LineFormat:
         """The longest line that can hold a record within ``max.message.bytes``."""
         return config.max_message_bytes
 
+    def plain_values(self, config: LogConfig) -> bool:
+        """Whether each line is the value of a record without key, byte for byte (``append_text_lines``)."""
+        return False
+
     def describe_limit(self, config: LogConfig, topic: str) -> str:
         return f"max.message.bytes={config.max_message_bytes} of topic {topic}"
 
@@ -186,6 +190,9 @@ class _TextLines(LineFormat):
 
     def append(self, backend: Backend, tp: TopicPartition, parsed: ParsedLines) -> tuple[int, int]:
         return backend.append_values(tp, parsed.items, parsed.keys)
+
+    def plain_values(self, config: LogConfig) -> bool:
+        return not config.parse_key and config.null_marker is None
 
     def record_size(self, parsed: ParsedLines, i: int) -> int:
         value = parsed.items[i]
@@ -307,23 +314,24 @@ class AppendHandle(Handle):
             return
         partial = self._partial
         buf = partial + data if partial else data
-        lines = buf.split(_NEWLINE)
-        rest = lines.pop()
+        end = buf.rfind(_NEWLINE) + 1       # the complete lines are buf[:end]
+        rest = buf[end:]
         config = self._config()
         limit = self._format.line_limit(config)
-        if partial and lines and len(lines[0]) > limit:
-            self._reject(data, len(lines[0]), config, drop_partial=True)
+        first_length = buf.find(_NEWLINE) if partial and end else 0    # the line the partial one ends
+        if first_length > limit:
+            self._reject(data, first_length, config, drop_partial=True)
         if len(rest) > limit:
             # A line that can never fit: refuse it now rather than buffer without bound.
-            self._reject(data, len(rest), config, drop_partial=not lines)
-        if lines:
+            self._reject(data, len(rest), config, drop_partial=not end)
+        if end:
             try:
-                # the bytes of the lines appended, a partial line carried over from earlier requests included
-                self._append_lines(lines, len(buf) - len(rest), config)
+                # the lines appended, a partial line carried over from earlier requests included
+                self._append_block(buf if end == len(buf) else buf[:end], config)
             except RecordTooLargeError:
                 # Framing overhead can push a line just under the limit over it;
                 # if that line began in an earlier request, drop its head with it.
-                if partial and len(lines[0]) > config.max_message_bytes - _BATCH_OVERHEAD:
+                if first_length > config.max_message_bytes - _BATCH_OVERHEAD:
                     self._partial = b""
                     self._lines_done += 1
                     self._rejected = bytes(data[:_RETRY_PREFIX])
@@ -418,6 +426,22 @@ class AppendHandle(Handle):
             raise UnknownTopicOrPartitionError(f"No partition {self._topic}-{partition}")
         attach_views(target)        # the mount's appends keep the view indexes exact, no rescan
         return target
+
+    def _append_block(self, block: bytes, config: LogConfig) -> None:
+        """Append the lines of ``block``, each ending in a newline."""
+        if self._partition is not None and self._format.plain_values(config):
+            # The hot path of ``cat file >> append``: the lines are never split here.
+            target = self._log(self._partition)
+            first, last, count = self._backend.append_text_lines(TopicPartition(self._topic, self._partition),
+                                                                 block)
+            self._written[self._partition] = target
+            self._replies.add(b"%d %d\n" % (first, last))
+            self._stats.record_append(count, len(block))
+            self._lines_done += count
+            return
+        lines = block.split(_NEWLINE)
+        lines.pop()
+        self._append_lines(lines, len(block), config)
 
     def _append_lines(self, lines: list[bytes], nbytes: int, config: LogConfig) -> None:
         parsed = self._format.parse(lines, self._lines_done + 1, self._describe(), config)

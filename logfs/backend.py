@@ -61,6 +61,10 @@ class Backend(Protocol):
                       keys: Sequence[bytes | None] | None) -> tuple[int, int]:
         """Produce one batch; returns (first offset, last offset) once readable through the mount."""
 
+    def append_text_lines(self, tp: TopicPartition, block: bytes) -> tuple[int, int, int]:
+        """``append_values`` of the lines of ``block`` (each ending in ``\\n``) as values, without keys;
+        returns (first offset, last offset, number of lines)."""
+
     def append_json_records(self, tp: TopicPartition, records: Sequence[JsonRecord]) -> tuple[int, int]:
         """Produce parsed ``append.jsonl`` records; returns (first offset, last offset)."""
 
@@ -122,6 +126,13 @@ class EmbeddedBackend:
         target = self._log(tp)
         attach_views(target)        # the mount's appends keep the view indexes exact, no rescan
         return target.append_values(values, keys)
+
+    def append_text_lines(self, tp: TopicPartition, block: bytes) -> tuple[int, int, int]:
+        from engine.views import attach as attach_views
+        target = self._log(tp)
+        attach_views(target)
+        first, last = target.append_text_lines(block)
+        return first, last, last - first + 1       # one batch of consecutive offsets
 
     def append_json_records(self, tp: TopicPartition, records: Sequence[JsonRecord]) -> tuple[int, int]:
         from engine.jsonl_in import append_json_records

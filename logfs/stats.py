@@ -24,6 +24,8 @@ import orjson
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from engine.records import compiled
+
 if TYPE_CHECKING:  # pragma: no cover
     from engine.consumer_offsets import GroupMetadataManager
     from engine.log import Log
@@ -164,6 +166,7 @@ def stats_json(manager: LogManager, stats: MountStats) -> bytes:
         "appends": {"records": stats.appended_records, "bytes": stats.appended_bytes,
                     "batches": stats.append_batches},
         "views_open": stats.views_open,
+        "compiled_kernels": compiled.state(),
         "metadata_requests": stats.metadata_requests,
         "pending_log_deletions": manager.pending_deletions(),
         "tasks": {name: run.as_dict() for name, run in sorted(stats.tasks.items())},

@@ -167,6 +167,49 @@ def test_validation_refuses_without_appending(tmp_path):
     compacted.close()
 
 
+@pytest.mark.parametrize("overrides", [{}, {"compression_type": "zstd"}, {"segment_bytes": 20_000},
+                                       {"max_message_bytes": 30_000}])
+def test_append_text_lines_writes_what_append_values_writes(tmp_path, overrides):
+    """A block of lines appended whole: the same batches as append_values of the lines, on the compiled path
+    and on each path it hands over to (compression, a write over segment.bytes, over max.message.bytes)."""
+    from engine.records import compiled
+
+    assert compiled.wait_loaded() is not None
+    lines = [b"line %05d " % i + b"z" * (i % 50) for i in range(2000)]
+    block = b"".join(line + b"\n" for line in lines)
+    by_lines, by_values = open_log(tmp_path, name="a-0", **overrides), open_log(tmp_path, name="b-0", **overrides)
+    for target in (by_lines, by_values):
+        target.append_values([b"first"])
+    assert by_lines.append_text_lines(block) == by_values.append_values(lines) == (1, 2000)
+    assert by_lines.append_text_lines(b"tiny\n") == by_values.append_values([b"tiny"]) == (2001, 2001)
+    for a, b in zip(by_lines.segments.values(), by_values.segments.values(), strict=True):
+        with open(a.log_path, "rb") as fa, open(b.log_path, "rb") as fb:
+            assert fa.read() == fb.read()
+    assert [r.value for r in by_lines.read_records(0)] == [b"first", *lines, b"tiny"]
+    by_lines.close()
+    by_values.close()
+
+
+def test_append_text_lines_refuses_what_append_values_refuses(tmp_path):
+    from engine.records import compiled
+
+    assert compiled.wait_loaded() is not None
+    log = open_log(tmp_path, max_message_bytes=5000)
+    with pytest.raises(RecordTooLargeError, match="record at index 2 of the append to t-0 is 6070 bytes"):
+        log.append_text_lines(b"a\nb\n" + b"x" * 6000 + b"\n" + b"y\n" * 3000)
+    with pytest.raises(InvalidRecordError, match="The last line of an append to t-0 has no newline"):
+        log.append_text_lines(b"a\n" * 3000 + b"b")
+    with pytest.raises(InvalidRecordError, match="Cannot append an empty batch to t-0"):
+        log.append_text_lines(b"")
+    assert log.log_end_offset == 0
+    compacted = open_log(tmp_path, name="c-0", cleanup_policy="compact")
+    with pytest.raises(InvalidRecordError, match="Compacted topic cannot accept message without key"):
+        compacted.append_text_lines(b"v\n" * 5000)
+    assert compacted.log_end_offset == 0
+    log.close()
+    compacted.close()
+
+
 def test_concurrent_readers_never_see_partial_batches(tmp_path):
     log = open_log(tmp_path, segment_bytes=4000)
     stop = threading.Event()

@@ -199,6 +199,28 @@ def test_broker_files_stats_and_metrics(mount):
     assert 'logfs_task_runs_total{task="kafka-log-flusher"}' in metrics
 
 
+def test_cat_of_a_big_file_appends_through_the_compiled_kernels(mount, tmp_path):
+    """``cat file >> append`` before and after the mount's compiled kernels load: the same records, views of the
+    sizes they say, and segment files kafka-python reads (the kernels encode without splitting the lines)."""
+    lines = [b"line %06d " % i + (b"plain" if i % 3 else b'"quoted" \xc3\xa9 \t') * (i % 40) for i in range(60_000)]
+    data = b"".join(line + b"\n" for line in lines)
+    half = len(data) // 2
+    (tmp_path / "first").write_bytes(data[:half])
+    (tmp_path / "second").write_bytes(data[half:])
+    mount.sh("mkdir t")
+    assert mount_stats(mount)["compiled_kernels"] == "not loaded"      # a mount pays for them only when used
+    mount.sh(f"cat {tmp_path / 'first'} >> t/0/append")
+    wait_for(lambda: mount_stats(mount)["compiled_kernels"] == "loaded", "the compiled kernels to load", 120)
+    mount.sh(f"cat {tmp_path / 'second'} >> t/0/append")
+    assert (mount / "t/0/records").read_bytes() == data
+    jsonl = (mount / "t/0/records.jsonl").read_bytes()
+    assert os.stat(mount / "t/0/records.jsonl").st_size == len(jsonl)
+    assert os.stat(mount / "t/0/records").st_size == len(data)
+    assert [json.loads(line)["value"].encode() for line in jsonl.splitlines()] == lines
+    assert mount.stop() == 0
+    assert [r.value for r in kafka_records(mount.data / "t-0")] == lines
+
+
 def test_binary_values_survive_jsonl(mount):
     (mount / "b").mkdir()
     payload = b"\xff\xfe\x00bin"

@@ -583,8 +583,11 @@ def test_every_framing_byte_is_checked(sizes) -> None:
 
 def test_the_text_of_mixed_sizes_is_the_compiled_walks() -> None:
     """engine.records.kernels takes a batch of mixed value sizes whole, and refuses one byte off the layout."""
+    from engine.records import compiled
     from engine.records.decode import _records_section
     from engine.records.kernels import uniform_text
+
+    assert compiled.wait_loaded() is not None       # so decode_text below takes the compiled walk too
 
     values = [b"v" * (i * 37 % 190) + b"\n" * (i % 3) for i in range(300)]     # empty values and newlines too
     batch = encode_values(0, values, TS)
@@ -597,3 +600,41 @@ def test_the_text_of_mixed_sizes_is_the_compiled_walks() -> None:
         assert uniform_text(bytes(bad), len(values)) is None
     assert uniform_text(data, len(values) - 1) is None          # bytes left after the last record
     assert uniform_text(data[:-1], len(values)) is None         # a record cut short
+
+
+# --- a block of text lines encoded whole (the hot path of ``cat file >> append``) ----------------
+
+lines_without_newline = st.lists(st.binary(max_size=300).map(lambda b: b.replace(b"\n", b"")), min_size=1,
+                                 max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines_without_newline, st.integers(1, 200), st.integers(0, 2 ** 40))
+def test_a_block_of_lines_encodes_as_encode_values_encodes_them(lines, repeat, base_offset) -> None:
+    """encode_text_lines (the compiled kernels) writes byte for byte what encode_values writes for the lines."""
+    from engine.records import compiled, encode_text_lines
+    from engine.records.encode import COMPILED_FROM
+
+    assert compiled.wait_loaded() is not None
+    values = lines * repeat
+    block = b"".join(value + b"\n" for value in values)
+    encoded = encode_text_lines(base_offset, block, TS)
+    if len(block) < COMPILED_FROM:
+        assert encoded is None                      # the Python path is as fast there
+        return
+    assert encoded is not None
+    batch, layout = encoded
+    assert bytes(batch) == encode_values(base_offset, values, TS)
+    assert (layout.lines, layout.longest) == (len(values), max(map(len, values)))
+    assert encode_text_lines(base_offset, block + b"x", TS) is None      # the last line not whole
+
+
+def test_a_block_of_lines_is_encoded_by_the_kernels() -> None:
+    """The equality above proves something only if the compiled path ran: a block it cannot take is refused."""
+    from engine.records import compiled, encode_text_lines
+
+    assert compiled.wait_loaded() is not None
+    block = b"line\n" * 5000
+    batch, layout = encode_text_lines(0, block, TS)
+    assert layout.lines == 5000 and decode_values(bytes(batch)) == [b"line"] * 5000
+    assert encode_text_lines(0, block + b"no newline", TS) is None

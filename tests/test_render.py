@@ -105,6 +105,19 @@ def test_appended_view_sizes_equal_rendering(values, keyed, key_pool, first_offs
     assert render.batch_view_sizes(records, TOPIC, partition, 1) == expected
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(byte_strings.filter(lambda b: b is not None).map(lambda b: b.replace(b"\n", b"")), min_size=1,
+                max_size=30),
+       st.integers(0, 10**12), st.integers(0, 2**45), st.integers(0, 1000))
+def test_appended_lines_view_sizes_equal_rendering(values, first_offset, timestamp, partition) -> None:
+    """The sizes of a block of lines appended whole (Log.append_text_lines) equal the rendered views."""
+    block = b"".join(value + b"\n" for value in values)
+    records = [Record(first_offset + i, timestamp, None, value, ()) for i, value in enumerate(values)]
+    expected = (len(render.render_text(records)), len(render.render_jsonl(records, TOPIC, partition, 1)))
+    assert render.appended_lines_view_sizes(block, len(values), first_offset, timestamp, TOPIC,
+                                            partition) == expected
+
+
 def test_appended_sizes_across_digit_boundaries() -> None:
     values = [b"x" * (i % 7) for i in range(2500)]
     for first in (0, 7, 95, 998, 9_999_000, 10**15 - 3):

@@ -113,6 +113,32 @@ def test_positions_equal_real_rendering_lengths(tmp_path, keyed, monkeypatch):
     reloaded.close()
 
 
+def test_blocks_of_lines_keep_the_view_index_exact(tmp_path):
+    """Log.append_text_lines tells the observer the sizes of its views without splitting the lines: plain
+    blocks by arithmetic, the others (escapes, UTF-8, binary) line by line."""
+    from engine.records import compiled
+
+    assert compiled.wait_loaded() is not None
+    clock = ManualClock()
+    log = Log.load(str(tmp_path / "views-3"), make_config(segment_bytes=60_000), clock=clock)
+    attach(log)
+    for i in range(20):
+        lines = [VALUES[(i + j) % len(VALUES)] or b"%d" % j for j in range(300 + i)]
+        if i % 2:
+            lines = [b"plain line %d" % j for j in range(400 + i)]
+        log.append_text_lines(b"".join(line + b"\n" for line in lines))
+        clock.sleep(3)
+    assert log.num_segments > 2
+    for segment in log.segments.values():
+        vi = segment.sidecar.index          # maintained on append by the observer, not by a scan
+        records = _segment_records(segment)
+        assert vi.log_size == segment.size
+        assert vi.text_size == len(render_text(records))
+        assert vi.json_size == len(render_jsonl(records, "views", 3, 1))
+        assert (vi.next_offset, vi.record_count) == (segment.next_offset, len(records))
+    log.close()
+
+
 def test_lazy_index_catches_up_with_batches_appended_without_sizes(tmp_path):
     from engine.records import encode_values
     clock = ManualClock()

@@ -47,7 +47,7 @@ from engine.records.decode import (
     decode_text,
     decode_values,
 )
-from engine.records.encode import encode_records, encode_values, rebuild_batch
+from engine.records.encode import encode_records, encode_text_lines, encode_values, rebuild_batch
 from engine.records.format import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_CODEC_MASK,
@@ -76,5 +76,6 @@ __all__ = [
     "TRANSACTIONAL_FLAG_MASK",
     "BatchColumns", "BatchHeader", "Compression", "Record", "TimestampType",
     "decode_batch", "decode_columns", "decode_key_columns", "decode_text", "decode_values",
-    "encode_records", "encode_values", "iter_batches", "read_header", "rebuild_batch", "validate_batch",
+    "encode_records", "encode_text_lines", "encode_values", "iter_batches", "read_header", "rebuild_batch",
+    "validate_batch",
 ]

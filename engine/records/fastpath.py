@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from operator import itemgetter
 
+from engine.records import compiled
 from engine.records.encode import _encode_unkeyed
 from engine.records.varint import _PREFIX_NULL_KEY, _TABLE_SIZE, _VARINT, _VARINT_LEN, _read_varint
 
@@ -173,11 +174,11 @@ def _uniform_values(data: bytes, count: int, text: bool) -> tuple[list, int, int
         stop = hi if hi < count else count
         fixed = _fixed_size_segment(data, p, lo, stop, w)
         if fixed is None:
-            if text:
-                # mixed sizes: the compiled walk (engine.records.kernels; numba's import, 0.3 s,
-                # is paid only by a process that meets such a batch)
-                from engine.records.kernels import uniform_text
-                chunk = uniform_text(data, count)
+            kernels = compiled.kernels() if text else None
+            if kernels is not None:
+                # mixed sizes: the compiled walk (loaded in the background by the first
+                # process that meets such a batch; the Python walk serves until then)
+                chunk = kernels.uniform_text(data, count)
                 if chunk is not None:
                     return [chunk], count, len(data)
             values = _sized_walk(data, count)

@@ -7,7 +7,9 @@ record's position depends on the previous record's length varint:
 * ``key_columns``: the log cleaner's offset-map pass, the offset, key and
   tombstone flag of every record of a read chunk's batches;
 * ``transactional_batches``: the walk for transaction markers
-  (engine.transactions), which must see every batch header of a log.
+  (engine.transactions), which must see every batch header of a log;
+* ``encode_lines``: the records section of a block of text lines, each line a
+  value (the hot path of ``cat file >> append``).
 
 A records section of values of mixed sizes must be walked record by record:
 each record's position depends on the previous record's length varint.  In
@@ -25,13 +27,61 @@ exactly as before and names what is wrong.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import llvmlite.ir as llvm_ir
 import numba
 import numpy as np
 import numpy.typing as npt
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
-__all__ = ["KeyColumns", "key_columns", "load", "transactional_batches", "uniform_text"]
+__all__ = ["KeyColumns", "encode_lines", "key_columns", "lines_layout", "load", "transactional_batches",
+           "uniform_text"]
+
+
+# Two libc calls numba has no spelling for, emitted as LLVM code (so they are
+# cached like the kernels, where a ctypes function pointer would not be).
+# Measured on 1 MiB of 100-byte lines: copying each value with a numba slice
+# assignment costs 0.60 ms, with _memcpy 0.12 ms; finding the newlines with
+# np.flatnonzero costs 0.37 ms, with _memchr per line 0.08 ms.
+
+def _memcpy_intrinsic(typingctx: Any, dst: Any, dst_pos: Any, src: Any, src_pos: Any,
+                      n: Any) -> tuple[Any, Any]:  # pragma: no cover - compiled
+    """``_memcpy(dst, dst_pos, src, src_pos, n)``: ``dst[dst_pos:dst_pos + n] = src[src_pos:src_pos + n]``
+    as one ``memcpy`` (no bounds check)."""
+    sig = types.void(dst, types.intp, src, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        d = context.make_array(signature.args[0])(context, builder, args[0])
+        s = context.make_array(signature.args[2])(context, builder, args[2])
+        cgutils.raw_memcpy(builder, builder.gep(d.data, [args[1]]), builder.gep(s.data, [args[3]]), args[4], 1)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+def _memchr_intrinsic(typingctx: Any, src: Any, start: Any, end: Any,
+                      byte: Any) -> tuple[Any, Any]:  # pragma: no cover - compiled
+    """``_memchr(src, start, end, byte)``: the position of the first ``byte`` in ``src[start:end]`` (libc
+    ``memchr``), or -1."""
+    sig = types.intp(src, types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        s = context.make_array(signature.args[0])(context, builder, args[0])
+        i8p = llvm_ir.IntType(8).as_pointer()
+        i64 = llvm_ir.IntType(64)
+        fnty = llvm_ir.FunctionType(i8p, [i8p, llvm_ir.IntType(32), i64])
+        memchr = cgutils.get_or_insert_function(builder.module, fnty, "memchr")
+        base = builder.bitcast(s.data, i8p)
+        found = builder.call(memchr, [builder.gep(base, [args[1]]), builder.trunc(args[3], llvm_ir.IntType(32)),
+                                      builder.sub(args[2], args[1])])
+        position = builder.sub(builder.ptrtoint(found, i64), builder.ptrtoint(base, i64))
+        return builder.select(cgutils.is_null(builder, found), llvm_ir.Constant(i64, -1), position)
+    return sig, codegen
+
+
+_memcpy: Any = intrinsic(_memcpy_intrinsic)
+_memchr: Any = intrinsic(_memchr_intrinsic)
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
@@ -200,9 +250,107 @@ def transactional_batches(buf: bytes) -> tuple[list[int], int, int]:
     return found[:count].tolist(), last, end
 
 
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _varint_size(zigzagged: int) -> int:  # pragma: no cover - compiled
+    n = 1
+    while zigzagged >= 0x80:
+        zigzagged >>= 7
+        n += 1
+    return n
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _put_varint(out: npt.NDArray[np.uint8], o: int, zigzagged: int) -> int:  # pragma: no cover - compiled
+    while zigzagged >= 0x80:
+        out[o] = (zigzagged & 0x7F) | 0x80
+        zigzagged >>= 7
+        o += 1
+    out[o] = zigzagged
+    return o + 1
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _lines_layout(data: npt.NDArray[np.uint8]) -> tuple[int, int, int]:  # pragma: no cover - compiled
+    end = data.shape[0]
+    p = 0
+    i = 0
+    size = 0
+    longest = 0
+    while p < end:
+        q = _memchr(data, p, end, 10)
+        if q < 0:
+            return -1, 0, 0
+        length = q - p
+        body = 4 + _varint_size(i << 1) + _varint_size(length << 1) + length
+        size += _varint_size(body << 1) + body
+        longest = max(longest, length)
+        i += 1
+        p = q + 1
+    return i, size, longest
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _encode_lines(data: npt.NDArray[np.uint8], out: npt.NDArray[np.uint8],
+                  o: int) -> int:  # pragma: no cover - compiled
+    end = data.shape[0]
+    p = 0
+    i = 0
+    while p < end:
+        q = _memchr(data, p, end, 10)
+        length = q - p
+        body = 4 + _varint_size(i << 1) + _varint_size(length << 1) + length
+        o = _put_varint(out, o, body << 1)
+        out[o] = 0                              # attributes
+        out[o + 1] = 0                          # timestamp delta
+        o = _put_varint(out, o + 2, i << 1)     # offset delta
+        out[o] = 1                              # null key (varint -1)
+        o = _put_varint(out, o + 1, length << 1)
+        _memcpy(out, o, data, p, length)
+        o += length
+        out[o] = 0                              # no headers
+        o += 1
+        i += 1
+        p = q + 1
+    return o
+
+
+class LinesLayout(NamedTuple):
+    """What ``encode_lines`` will write for a block of lines."""
+
+    lines: int          # lines (records)
+    size: int           # bytes of the records section
+    longest: int        # bytes of the longest line, its newline not counted
+
+
+def lines_layout(block: bytes) -> LinesLayout | None:
+    """The layout of the records section of ``block``'s lines (each ending in ``\n``); None when ``block``
+    does not end with a newline."""
+    count, size, longest = _lines_layout(np.frombuffer(block, dtype=np.uint8))
+    if count < 0:
+        return None
+    return LinesLayout(count, size, longest)
+
+
+def encode_lines(block: bytes, out: bytearray, position: int) -> int:
+    """Write the records section of ``block``'s lines into ``out`` from ``position``; returns the end.
+
+    Each line is a record: attributes 0, timestamp delta 0, offset delta its
+    index, a null key, the line without its newline as the value, no headers;
+    byte for byte what ``encode_values`` writes for the same values.  ``out``
+    must hold ``lines_layout(block).size`` bytes from ``position``.
+    """
+    view = np.frombuffer(out, dtype=np.uint8)
+    try:
+        return int(_encode_lines(np.frombuffer(block, dtype=np.uint8), view, position))
+    finally:
+        del view                # the bytearray can be resized once no array exports it
+
+
 def load() -> None:
     """Compile (the first time) or load from ``__pycache__`` every kernel of this module, on empty input:
     ``scripts/setup.sh`` does it at install, the benchmarks before they time anything."""
     uniform_text(b"", 0)
     key_columns(b"", np.zeros((0, 5), dtype=np.int64), 0)
     transactional_batches(b"")
+    encode_lines(b"", bytearray(), 0)
+    lines_layout(b"")

@@ -32,13 +32,13 @@ import threading
 import weakref
 from array import array
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from engine import records as _records
 from engine.errors import CorruptRecordError
 from engine.views import persisted
-from engine.views.render import appended_view_sizes, columns_view_sizes
+from engine.views.render import appended_lines_view_sizes, appended_view_sizes, columns_view_sizes
 
 if TYPE_CHECKING:
     from engine.log import Log
@@ -312,6 +312,18 @@ class ViewsObserver:
     def on_append(self, segment: LogSegment, position: int, batch_size: int,
                   values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                   first: int, timestamp: int) -> None:
+        self._appended(segment, position, batch_size, first, len(values),
+                       lambda tp: appended_view_sizes(values, keys, first, timestamp, tp.topic, tp.partition))
+
+    def on_append_lines(self, segment: LogSegment, position: int, batch_size: int, block: bytes, count: int,
+                        first: int, timestamp: int) -> None:
+        self._appended(segment, position, batch_size, first, count,
+                       lambda tp: appended_lines_view_sizes(block, count, first, timestamp, tp.topic,
+                                                            tp.partition))
+
+    @staticmethod
+    def _appended(segment: LogSegment, position: int, batch_size: int, first: int, count: int,
+                  view_sizes: Callable[[TopicPartition], tuple[int, int]]) -> None:
         views = segment.sidecar
         if views is None:
             if position != 0:
@@ -327,12 +339,10 @@ class ViewsObserver:
             vi = views.index
             tp = views.topic_partition
             if vi.log_size == position and tp == segment.topic_partition:
-                n = len(values)
-                text_size, json_size = appended_view_sizes(values, keys, first, timestamp, tp.topic, tp.partition)
-                vi.append_scanned(first, position, batch_size, text_size, json_size, first + n, n)
+                text_size, json_size = view_sizes(tp)
+                vi.append_scanned(first, position, batch_size, text_size, json_size, first + count, count)
         finally:
             views.lock.release()
-
 
     def on_roll(self, segment: LogSegment) -> None:
         """``segment`` was sealed, or the log is closing (under ``Log.lock``): persist its view index if exact.

@@ -43,6 +43,7 @@ RecordFields = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, byte
 
 __all__ = [
     "LOG_APPEND_TIME",
+    "appended_lines_view_sizes",
     "render_text",
     "render_values",
     "render_jsonl",
@@ -291,6 +292,31 @@ def appended_view_sizes(values: Sequence[bytes | None], keys: Sequence[bytes | N
     records the batch decodes to, computed without rendering.
     """
     return _contiguous_sizes(values, keys, first_offset, timestamp, topic, partition, LOG_APPEND_TIME)
+
+
+def appended_lines_view_sizes(block: bytes, count: int, first_offset: int, timestamp: int, topic: str,
+                              partition: int) -> tuple[int, int]:
+    """:func:`appended_view_sizes` of the ``count`` lines of ``block`` (each ending in ``\\n``) as the values
+    of a batch without keys (``Log.append_text_lines``), without splitting the block when it is plain.
+
+    The text view is the block itself.  For the JSON view the block is tested
+    whole, newlines included: orjson writes each ``\\n`` as two characters,
+    so the block is plain ASCII with nothing else to escape exactly when the
+    dump is ``len(block) + 2 + count`` long (0.24 ms per MiB).
+    """
+    try:
+        plain = len(orjson.dumps(block.decode("ascii"))) == len(block) + 2 + count
+    except UnicodeDecodeError:
+        plain = False
+    if not plain:
+        values = block.split(b"\n")
+        values.pop()
+        return appended_view_sizes(values, None, first_offset, timestamp, topic, partition)
+    pieces = _json_pieces(topic, partition, LOG_APPEND_TIME)
+    # per record: the constant pieces and timestamp, the offset's digits, a null key, the value in quotes
+    json = (count * (pieces.fixed_len + len(str(timestamp)) + 4 + 2) + _digits_total(first_offset, count)
+            + len(block) - count)
+    return len(block), json
 
 
 def _contiguous_sizes(values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,

@@ -159,6 +159,12 @@ class ClusterBackend:
         first, last = self._producer().produce(tp, values, keys)
         return self._visible(tp, first, last)
 
+    def append_text_lines(self, tp: TopicPartition, block: bytes) -> tuple[int, int, int]:
+        values = block.split(b"\n")
+        values.pop()                # after the last newline: nothing
+        first, last = self.append_values(tp, values, None)
+        return first, last, len(values)
+
     def append_json_records(self, tp: TopicPartition, records: Sequence[JsonRecord]) -> tuple[int, int]:
         first, last = self._producer().produce(
             tp, [r.value for r in records], [r.key for r in records], [r.headers for r in records],
