@@ -6,10 +6,12 @@ cleaned ``.log`` files as the independent check of the bytes.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -702,7 +704,8 @@ _VALUES = st.sampled_from([None, b"", b"v", b"x" * 300])
        st.one_of(st.none(), st.tuples(st.integers(0, 1 << 20), st.integers(0, 255))))
 def test_the_compiled_map_pass_reads_what_the_batch_loop_reads(batches, damage):
     """engine.records.kernels.key_columns, through the cleaner's chunk walk, against decode_key_columns batch by
-    batch: the same keys, offsets, batch ends and special batches; None exactly when that loop finds damage."""
+    batch: the same keys (by their MD5, hashed compiled), offsets, batch ends and special batches; None exactly
+    when that loop finds damage."""
     from engine.cleaner.cleaner import AbortedTransactions, _map_chunk_compiled
     from engine.records import decode_key_columns
     from engine.records.reader import BatchChunk
@@ -740,5 +743,41 @@ def test_the_compiled_map_pass_reads_what_the_batch_loop_reads(batches, damage):
         assert got is not None      # every batch the log writes takes the compiled walk
     elif got is None:       # damaged: the walk may refuse what the loop still reads (a non-minimal varint),
         return              # never the reverse, and never another answer
-    assert got == (keys, offsets, ends, sum(h.records_count for _, h in framed))
+    digests, got_offsets, got_ends, got_records = got
+    assert [bytes(d) for d in digests] == [hashlib.md5(k).digest() for k in keys]
+    assert (got_offsets.tolist(), got_ends, got_records) == (offsets, ends, sum(h.records_count for _, h in framed))
     assert special == expected_special
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([None, b"a", b"b", b"c", b"d", b"e", b"f", b"g"]), max_size=5),
+                min_size=1, max_size=8),
+       st.integers(0, 6), st.integers(1, 8))
+def test_the_compiled_put_of_a_chunk_stops_where_the_batch_loop_stops(batches, before, max_desired):
+    """Cleaner._put_chunk_digests (the compiled map pass) against _put_chunk (keys by value): the same answer,
+    the same keys in the map and the same latest offset, wherever the map reaches its load factor -- at a
+    batch's first key, inside a batch, after keyless batches."""
+    from engine.cleaner.cleaner import Cleaner
+
+    keys, offsets, batch_ends = [], [], []
+    offset = 0
+    for batch in batches:
+        for key in batch:
+            if key is not None:
+                keys.append(key)
+                offsets.append(offset)
+            offset += 1
+        batch_ends.append((len(keys), offset - 1 if batch else offset))
+        offset += 1 if not batch else 0
+    by_keys, by_digests = OffsetMap(40 * BYTES_PER_ENTRY, 1.0), OffsetMap(40 * BYTES_PER_ENTRY, 1.0)
+    for m in (by_keys, by_digests):
+        for i in range(before):                       # keys from earlier chunks
+            m.put(b"old-%d" % i, i - 100)
+    digests = np.frombuffer(b"".join(hashlib.md5(k).digest() for k in keys), dtype=np.uint8).reshape(-1, 16)
+    expected = Cleaner._put_chunk(by_keys, keys, offsets, batch_ends, max_desired)
+    got = Cleaner._put_chunk_digests(by_digests, digests, np.array(offsets, dtype=np.int64), batch_ends,
+                                     max_desired)
+    assert got == expected
+    assert (by_digests.size, by_digests.latest_offset) == (by_keys.size, by_keys.latest_offset)
+    probes = [b"a", b"b", b"c", b"d", b"e", b"f", b"g", *(b"old-%d" % i for i in range(before))]
+    assert [by_digests.get(k) for k in probes] == [by_keys.get(k) for k in probes]

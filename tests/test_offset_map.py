@@ -144,6 +144,41 @@ def test_put_many_and_get_many_are_put_and_get_in_a_loop(ops, extra_slots, max_e
     assert batched.get_many(probes) == [one_by_one.get(k) for k in probes]
 
 
+def _digests(keys):
+    import numpy as np
+    return np.frombuffer(b"".join(hashlib.md5(k).digest() for k in keys), dtype=np.uint8).reshape(-1, 16)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=6), st.integers(0, 2**40)), max_size=200),
+       st.integers(min_value=0, max_value=8), st.none() | st.integers(min_value=0, max_value=40))
+def test_put_digests_is_put_in_a_loop_byte_for_byte(ops, extra_slots, max_entries):
+    """The compiled put of the cleaner's map pass: the same slots (byte for byte), probes, size, latest offset
+    and stopping point as one put() per pair, and the same refusal of a new key when every slot is taken."""
+    import numpy as np
+    distinct = len({k for k, _ in ops})
+    memory = max(distinct // 2 + extra_slots, 1) * BYTES_PER_ENTRY      # may be too small: the full-map rule
+    one_by_one, compiled = OffsetMap(memory, 1.0), OffsetMap(memory, 1.0)
+    limit = one_by_one.slots if max_entries is None else min(max_entries, one_by_one.slots)
+    expected_done, expected_full = 0, False
+    for key, offset in ops:
+        if one_by_one.size >= limit:
+            expected_full = max_entries is None or max_entries >= one_by_one.slots
+            break
+        one_by_one.put(key, offset)
+        expected_done += 1
+    digests = _digests([k for k, _ in ops]) if ops else np.zeros((0, 16), dtype=np.uint8)
+    offsets = np.array([o for _, o in ops], dtype=np.int64)
+    if expected_full:
+        with pytest.raises(OffsetMapFullError, match="full offset map"):
+            compiled.put_digests(digests, offsets, max_entries)
+    else:
+        assert compiled.put_digests(digests, offsets, max_entries) == expected_done
+    assert bytes(compiled._bytes) == bytes(one_by_one._bytes)
+    assert (compiled.size, compiled.latest_offset) == (one_by_one.size, one_by_one.latest_offset)
+    assert compiled.collision_rate == one_by_one.collision_rate
+
+
 def test_put_many_refuses_a_new_key_when_every_slot_is_taken():
     m = OffsetMap(3 * BYTES_PER_ENTRY, load_factor=1.0)
     with pytest.raises(OffsetMapFullError, match="full offset map, entries: 3, slots: 3"):

@@ -191,11 +191,11 @@ class Cleaner:
                 stats.map_bytes_read += batch_chunk.end - batch_chunk.position
                 mapped = _map_chunk_compiled(batch_chunk, start, aborted, special)
                 if mapped is not None:
-                    keys, offsets, batch_ends, records = mapped
+                    digests, key_offsets, batch_ends, records = mapped
                     stats.map_messages_read += records
                     pause()
-                    if batch_ends and not self._put_chunk(offset_map, keys, offsets, batch_ends,
-                                                          max_desired_map_size):
+                    if batch_ends and not self._put_chunk_digests(offset_map, digests, key_offsets, batch_ends,
+                                                                  max_desired_map_size):
                         return True
                     continue
                 offsets = []
@@ -242,8 +242,9 @@ class Cleaner:
                    batch_ends: list[tuple[int, int]], max_desired_map_size: int) -> bool:
         """Put one chunk's keys; False if the map reached ``max_desired_map_size`` first."""
         latest = dict(zip(keys, offsets))       # each key's last offset in the chunk
-        if offset_map.size + len(latest) <= max_desired_map_size:
-            # Even if every key is new, the map stays within the load factor.
+        if offset_map.size + len(latest) < max_desired_map_size:
+            # Even if every key is new, the map stays below the load factor. (Reaching it exactly
+            # is not enough: Kafka stops at the next record after that, even a known key's.)
             offset_map.put_many(list(latest), list(latest.values()))
             offset_map.update_latest_offset(batch_ends[-1][1])
             return True
@@ -259,6 +260,21 @@ class Cleaner:
                 done = key_count
             offset_map.update_latest_offset(last_offset)
         return True
+
+    @staticmethod
+    def _put_chunk_digests(offset_map: OffsetMap, digests: np.ndarray, offsets: np.ndarray,
+                           batch_ends: list[tuple[int, int]], max_desired_map_size: int) -> bool:
+        """:meth:`_put_chunk` of keys given by their digests, put one by one in compiled code: the map
+        stops at exactly the record :meth:`_put_chunk` stops at, with the same latest offset."""
+        done = offset_map.put_digests(digests, offsets, max_desired_map_size)
+        if done == len(offsets):
+            offset_map.update_latest_offset(batch_ends[-1][1])
+            return True
+        # Stopped inside the batch holding key ``done``: the batches before it were wholly put.
+        whole = bisect.bisect_right([key_count for key_count, _ in batch_ends], done)
+        if whole and done == batch_ends[whole - 1][0]:
+            offset_map.update_latest_offset(batch_ends[whole - 1][1])    # nothing of the next batch went in
+        return False
 
     # -- phase 2: grouping -------------------------------------------------------------------
 
@@ -685,12 +701,13 @@ _NOT_PLAIN = COMPRESSION_CODEC_MASK | CONTROL_FLAG_MASK
 
 
 def _map_chunk_compiled(batch_chunk: BatchChunk, start: int, aborted: AbortedTransactions,
-                        special: set[int] | None) -> tuple[list[bytes], list[int], list[tuple[int, int]], int] | None:
-    """The map pass over one read chunk in one compiled walk (engine.records.kernels.key_columns).
+                        special: set[int] | None) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]], int] | None:
+    """The map pass over one read chunk in one compiled walk (engine.records.kernels.key_columns) and one
+    compiled hash of its keys (``key_digests``).
 
     Returns what the per-batch loop of ``_build_offset_map_for_segment``
-    gathers (keys and offsets to put, keyless records left out; the batch
-    ends; the records read) and adds to ``special`` the same batches, or None
+    gathers (the keys' MD5 digests and offsets to put, keyless records left
+    out; the batch ends; the records read) and adds to ``special`` the same batches, or None
     when the chunk has anything that loop treats apart (a compressed, control
     or aborted batch, one below ``start``, an empty one, a malformed record):
     the loop then does the chunk.  Measured on 1,000,000 records in batches
@@ -698,7 +715,7 @@ def _map_chunk_compiled(batch_chunk: BatchChunk, start: int, aborted: AbortedTra
     3.1 s in Python (``decode_key_columns`` per batch) to 0.1 s.
     """
     # numba's import (0.3 s) only in a process that cleans: see engine.records.kernels
-    from engine.records.kernels import key_columns
+    from engine.records.kernels import key_columns, key_digests
 
     batches = batch_chunk.batches
     if not batches or batches[0][1].base_offset < start:
@@ -723,11 +740,10 @@ def _map_chunk_compiled(batch_chunk: BatchChunk, start: int, aborted: AbortedTra
         expected = np.repeat(table[:, 1] - firsts, counts) + np.arange(records)
         odd = columns.null_values | ~keyed | (columns.offsets != expected)
         special.update(table[np.add.reduceat(odd, firsts) > 0, 1].tolist())
-    buf = batch_chunk.buf
-    keys = [buf[s:s + n] for s, n in zip(columns.key_starts[keyed].tolist(), columns.key_lengths[keyed].tolist())]
+    digests = key_digests(batch_chunk.buf, columns.key_starts[keyed], columns.key_lengths[keyed])
     ends = np.cumsum(keyed)[firsts + counts - 1]
     batch_ends = list(zip(ends.tolist(), (table[:, 1] + table[:, 4]).tolist()))
-    return keys, columns.offsets[keyed].tolist(), batch_ends, records
+    return digests, columns.offsets[keyed], batch_ends, records
 
 
 def _retained(offsets: list[int], keys: list[bytes | None], tombstones: list[int], latest_of: dict,

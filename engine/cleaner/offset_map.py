@@ -313,6 +313,28 @@ class OffsetMap:
             self._probes += done     # _position_of counted the probes after the first
         return done
 
+    def put_digests(self, digests: np.ndarray, offsets: np.ndarray, max_entries: int | None = None) -> int:
+        """:meth:`put_many` of keys given by their digests (a ``(n, 16)`` uint8 array, the cleaner's compiled
+        map pass hashes them in ``engine.records.kernels``), put one by one in compiled code.
+
+        Exactly ``put`` per pair in order (the same slots, probes and stopping
+        point); 0.25 us a pair where ``put_many`` costs about 1 us a key.
+        """
+        from engine.records.kernels import put_digests
+        slots = self.slots
+        limit = slots if max_entries is None else min(max_entries, slots)
+        count = len(offsets)
+        done, entries, probes = put_digests(self._bytes, slots, digests, offsets, limit, self._entries)
+        self._entries = entries
+        self._lookups += done
+        self._probes += probes
+        if done:
+            self._last_offset = int(offsets[done - 1])
+        if done < count and limit == slots:
+            raise OffsetMapFullError(
+                f"Attempted to add a new entry to a full offset map, entries: {entries}, slots: {slots}")
+        return done
+
     def _put_bulk(self, digests: list[bytes], offsets: Sequence[int]) -> None:
         """Put pairs that cannot fill the map, the common case, in a few array operations.
 

@@ -27,6 +27,8 @@ exactly as before and names what is wrong.
 
 from __future__ import annotations
 
+import math
+import mmap
 from typing import Any, NamedTuple
 
 import llvmlite.ir as llvm_ir
@@ -346,6 +348,167 @@ def encode_lines(block: bytes, out: bytearray, position: int) -> int:
         del view                # the bytearray can be resized once no array exports it
 
 
+# -- the log cleaner's offset map: MD5 of each key and Kafka's SkimpyOffsetMap put, compiled ---------------
+
+_MASK32 = np.uint64(0xFFFFFFFF)
+#: MD5's per-step left rotations (RFC 1321), and 32 minus each
+_MD5_SHIFT = np.array([7, 12, 17, 22] * 4 + [5, 9, 14, 20] * 4 + [4, 11, 16, 23] * 4 + [6, 10, 15, 21] * 4,
+                      dtype=np.uint64)
+_MD5_UNSHIFT = np.uint64(32) - _MD5_SHIFT
+#: MD5's per-step constants, floor(abs(sin(i + 1)) * 2**32)
+_MD5_K = np.array([int(abs(math.sin(i + 1)) * 2 ** 32) & 0xFFFFFFFF for i in range(64)], dtype=np.uint64)
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _md5_compress(data: npt.NDArray[np.uint8], p: int, state: npt.NDArray[np.uint64],
+                  words: npt.NDArray[np.uint64]) -> None:  # pragma: no cover - compiled
+    for i in range(16):
+        q = p + 4 * i
+        words[i] = (np.uint64(data[q]) | (np.uint64(data[q + 1]) << np.uint64(8))
+                    | (np.uint64(data[q + 2]) << np.uint64(16)) | (np.uint64(data[q + 3]) << np.uint64(24)))
+    a = state[0]
+    b = state[1]
+    c = state[2]
+    d = state[3]
+    for i in range(64):
+        if i < 16:
+            f = (b & c) | (~b & d)
+            g = i
+        elif i < 32:
+            f = (d & b) | (~d & c)
+            g = (5 * i + 1) & 15
+        elif i < 48:
+            f = b ^ c ^ d
+            g = (3 * i + 5) & 15
+        else:
+            f = c ^ (b | ~d)
+            g = (7 * i) & 15
+        f = (f + a + _MD5_K[i] + words[g]) & _MASK32
+        a = d
+        d = c
+        c = b
+        b = (b + ((f << _MD5_SHIFT[i]) | (f >> _MD5_UNSHIFT[i]))) & _MASK32
+    state[0] = (state[0] + a) & _MASK32
+    state[1] = (state[1] + b) & _MASK32
+    state[2] = (state[2] + c) & _MASK32
+    state[3] = (state[3] + d) & _MASK32
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _md5(data: npt.NDArray[np.uint8], start: int, length: int, out: npt.NDArray[np.uint8], o: int,
+         state: npt.NDArray[np.uint64], words: npt.NDArray[np.uint64],
+         tail: npt.NDArray[np.uint8]) -> None:  # pragma: no cover - compiled
+    """The MD5 digest (RFC 1321) of ``data[start:start + length]`` into ``out[o:o + 16]``."""
+    state[0] = np.uint64(0x67452301)
+    state[1] = np.uint64(0xEFCDAB89)
+    state[2] = np.uint64(0x98BADCFE)
+    state[3] = np.uint64(0x10325476)
+    p = start
+    end = start + length
+    while p + 64 <= end:
+        _md5_compress(data, p, state, words)
+        p += 64
+    rest = end - p
+    tail[:] = 0
+    for i in range(rest):
+        tail[i] = data[p + i]
+    tail[rest] = 0x80
+    blocks = 1 if rest < 56 else 2
+    bits = np.uint64(length) << np.uint64(3)
+    for i in range(8):
+        tail[blocks * 64 - 8 + i] = (bits >> np.uint64(8 * i)) & np.uint64(0xFF)
+    for b in range(blocks):
+        _md5_compress(tail, b * 64, state, words)
+    for i in range(4):
+        for j in range(4):
+            out[o + 4 * i + j] = (state[i] >> np.uint64(8 * j)) & np.uint64(0xFF)
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _key_digests(buf: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64],
+                 out: npt.NDArray[np.uint8]) -> None:  # pragma: no cover - compiled
+    state = np.empty(4, dtype=np.uint64)
+    words = np.empty(16, dtype=np.uint64)
+    tail = np.empty(128, dtype=np.uint8)
+    for i in range(starts.shape[0]):
+        _md5(buf, starts[i], lengths[i], out, 16 * i, state, words, tail)
+
+
+def key_digests(buf: bytes, starts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8]:
+    """The MD5 digests of the keys ``buf[s:s + n]`` for each start ``s`` and length ``n`` (all >= 0), as
+    one ``(count, 16)`` array: what ``hashlib.md5(key).digest()`` gives, without a bytes object per key."""
+    out = np.empty((len(starts), 16), dtype=np.uint8)
+    _key_digests(np.frombuffer(buf, dtype=np.uint8), starts, lengths, out.reshape(-1))
+    return out
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _probe_position(digest: npt.NDArray[np.uint8], d: int, attempt: int, slots: int) -> int:  # pragma: no cover
+    at = min(attempt, 12)
+    probe = ((np.int64(digest[d + at]) << 24) | (np.int64(digest[d + at + 1]) << 16)
+             | (np.int64(digest[d + at + 2]) << 8) | np.int64(digest[d + at + 3]))
+    if probe >= 1 << 31:
+        probe -= 1 << 32                        # a Java int
+    if attempt > 12:
+        probe = ((probe + attempt - 12 + (1 << 31)) % (1 << 32)) - (1 << 31)     # Java's wrapping add
+    if probe == -(1 << 31):
+        return 0                                # Utils.abs(Integer.MIN_VALUE)
+    return int(abs(probe) % slots)
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _put_digests(table: npt.NDArray[np.uint8], slots: int, digests: npt.NDArray[np.uint8],
+                 offsets: npt.NDArray[np.int64], limit: int,
+                 entries: int) -> tuple[int, int, int]:  # pragma: no cover - compiled
+    probes = 0
+    for i in range(offsets.shape[0]):
+        if entries >= limit:
+            return i, entries, probes
+        d = 16 * i
+        attempt = 0
+        while True:
+            pos = 24 * _probe_position(digests, d, attempt, slots)
+            probes += 1
+            same = True
+            empty = True
+            for k in range(16):
+                byte = table[pos + k]
+                if byte != digests[d + k]:
+                    same = False
+                if byte != 0:
+                    empty = False
+            if not same and empty:
+                for k in range(16, 24):
+                    if table[pos + k] != 0:
+                        empty = False
+            if same or empty:
+                break
+            attempt += 1
+        if not same:
+            for k in range(16):
+                table[pos + k] = digests[d + k]
+            entries += 1
+        offset = offsets[i]
+        for k in range(8):
+            table[pos + 23 - k] = (offset >> (8 * k)) & 0xFF
+    return offsets.shape[0], entries, probes
+
+
+def put_digests(table: mmap.mmap, slots: int, digests: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64],
+                limit: int, entries: int) -> tuple[int, int, int]:
+    """``OffsetMap.put`` of each (digest, offset) pair in order, into the map's table, compiled.
+
+    Stops before the first pair at which the map holds ``limit`` keys, as
+    ``OffsetMap.put_many`` does.  Returns (pairs put, entries after, probes).
+    """
+    view = np.frombuffer(table, dtype=np.uint8)
+    try:
+        done, entries, probes = _put_digests(view, slots, digests.reshape(-1), offsets, limit, entries)
+    finally:
+        del view
+    return int(done), int(entries), int(probes)
+
+
 def load() -> None:
     """Compile (the first time) or load from ``__pycache__`` every kernel of this module, on empty input:
     ``scripts/setup.sh`` does it at install, the benchmarks before they time anything."""
@@ -354,3 +517,6 @@ def load() -> None:
     transactional_batches(b"")
     encode_lines(b"", bytearray(), 0)
     lines_layout(b"")
+    empty = np.zeros(0, dtype=np.int64)
+    key_digests(b"", empty, empty)
+    put_digests(mmap.mmap(-1, 24), 1, np.zeros((0, 16), dtype=np.uint8), empty, 1, 0)
