@@ -61,8 +61,8 @@ if str(ROOT) not in sys.path:
 def _load_kernels() -> None:
     """numba's import and the load of the compiled kernels the cleaner uses (0.3-0.5 s, once per process: a
     mount pays it at its first clean), before the timing, as a broker has loaded its cleaner's classes."""
-    from engine.records.kernels import load
-    load()
+    from engine.records import compiled
+    compiled.wait_loaded()
 
 
 def bench_engine(records: int, keys: int, batch: int, value_size: int, segment_bytes: int,

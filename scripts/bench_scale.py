@@ -23,14 +23,21 @@ Scaled down for a quick run on a shared machine::
     .venv/bin/python scripts/bench_scale.py rss --rss-gb 0.5
 
 ``--tree DIR`` runs the mount from another checkout (before/after figures).
-The cleaner and the mixed-size rows have their own scripts
-(``scripts/bench_cleaner.py``, ``scripts/bench_engine.py --mixed-sizes``).
+
+The issue's other rows come from their own scripts, run and summed up here on
+request: ``cleaner`` (``bench_cleaner.py kafka``, 23.5 MB and 118 MB, needs
+``scripts/setup-kafka.sh``), ``append`` (``bench_mount.py --mb 200``) and
+``mixed`` (``bench_views.py --mixed``)::
+
+    .venv/bin/python scripts/bench_scale.py cleaner append mixed
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -223,12 +230,50 @@ def case_rss(args, base: Path, tree: Path) -> list[tuple[str, str, str]]:
     return rows
 
 
+def _script(args: list[str]) -> str:
+    """The output of one of the other benchmark scripts (run from this checkout's venv)."""
+    result = subprocess.run([str(PYTHON), *args], cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+    return result.stdout
+
+
+def case_cleaner(args, base: Path, tree: Path) -> list[tuple[str, str, str]]:
+    rows = []
+    for records, keys in ((200_000, 10_000), (1_000_000, 50_000)):
+        out = _script(["scripts/bench_cleaner.py", "kafka", "--records", str(records), "--keys", str(keys)])
+        figures = ast.literal_eval(out.strip().splitlines()[-1])
+        ours, kafka = figures["logfs_mb_per_sec"], figures["kafka_mb_per_sec"]
+        rows.append((f"log cleaner, {figures['dirty_mb']:.0f} MB: logfs beside Kafka's own, same segments",
+                     f"{ours:.1f} vs {kafka:.1f} MB/s ({ours / kafka:.2f}x)", ">= Kafka's"))
+    return rows
+
+
+def case_append(args, base: Path, tree: Path) -> list[tuple[str, str, str]]:
+    out = _script(["scripts/bench_mount.py", "--mb", "200", "--skip-jsonl"])
+    ratio = re.search(r"cp\+sync / cat >> append: ([0-9.]+)", out)
+    assert ratio is not None, out
+    return [("cp+sync / cat file >> append, 200 MB (steady state)", ratio.group(1), ">= 0.25")]
+
+
+def case_mixed(args, base: Path, tree: Path) -> list[tuple[str, str, str]]:
+    out = _script(["scripts/bench_views.py", "--mixed", "--records", "200000", "--batch", "1000", "--repeat", "2"])
+    rows = []
+    for path in ("append", "text", "jsonl"):
+        line = re.search(rf"^{path}\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)$", out, re.MULTILINE)
+        assert line is not None, out
+        rows.append((f"mixed 40-200 B / uniform 100 B, CPU per byte: {path}", line.group(3), "<= 1.5"))
+    return rows
+
+
 CASES = {"first-tail": case_first_tail, "segments": case_segments, "rss": case_rss}
+#: the rows measured by the other benchmark scripts, run on request (the cleaner's needs Kafka's jars)
+OTHER_CASES = {"cleaner": case_cleaner, "append": case_append, "mixed": case_mixed}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("cases", nargs="*", default=list(CASES), choices=[*CASES, []])
+    parser.add_argument("cases", nargs="*", default=list(CASES), choices=[*CASES, *OTHER_CASES, []])
     parser.add_argument("--gb", type=float, default=10.0, help="first-tail: GB in the partition")
     parser.add_argument("--segment-mb", type=int, default=1024, help="first-tail: segment.bytes in MB")
     parser.add_argument("--segments", type=int, default=100_000, help="segments: how many")
@@ -245,7 +290,7 @@ def main() -> int:
         base = Path(args.dir) / case if args.dir else Path(tempfile.mkdtemp(prefix=f"logfs-scale-{case}-"))
         base.mkdir(parents=True, exist_ok=True)
         try:
-            rows += CASES[case](args, base, tree)
+            rows += {**CASES, **OTHER_CASES}[case](args, base, tree)
         finally:
             if not args.keep:
                 shutil.rmtree(base, ignore_errors=True)
