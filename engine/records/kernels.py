@@ -8,8 +8,10 @@ record's position depends on the previous record's length varint:
   tombstone flag of every record of a read chunk's batches;
 * ``transactional_batches``: the walk for transaction markers
   (engine.transactions), which must see every batch header of a log;
-* ``encode_lines``: the records section of a block of text lines, each line a
-  value (the hot path of ``cat file >> append``).
+* ``lines_layout``/``encode_lines``: the records section of a block of text
+  lines, each line a value (the hot path of ``cat file >> append``);
+* ``key_digests``/``put_digests``: the cleaner's offset map, the MD5 of each
+  key and Kafka's ``SkimpyOffsetMap.put`` of each (digest, offset) pair.
 
 A records section of values of mixed sizes must be walked record by record:
 each record's position depends on the previous record's length varint.  In
@@ -38,8 +40,8 @@ import numpy.typing as npt
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-__all__ = ["KeyColumns", "encode_lines", "key_columns", "lines_layout", "load", "transactional_batches",
-           "uniform_text"]
+__all__ = ["KeyColumns", "LinesLayout", "encode_lines", "key_columns", "key_digests", "lines_layout", "load",
+           "put_digests", "transactional_batches", "uniform_text"]
 
 
 # Two libc calls numba has no spelling for, emitted as LLVM code (so they are
