@@ -443,18 +443,7 @@ class Cleaner:
                             stats.read_messages(count, size)
                             if not kept_count:
                                 continue
-                            last_offset = header.last_offset
-                            if kept_count == count:
-                                out = chunk[pos:pos + size]
-                                stats.recopy_messages(count, len(out))
-                                max_ts, max_ts_offset = header.max_timestamp, header.last_offset
-                            else:
-                                mask = hits[first:first + count].tolist()
-                                kept = list(compress(decode_batch(chunk, pos, header), mask))
-                                out = rebuild_batch(header, kept, delete_horizon_ms=header.delete_horizon_ms)
-                                stats.recopy_messages(len(kept), len(out))
-                                max_ts, max_ts_offset = _max_timestamp(kept)
-                            self._append(dest, out, last_offset, max_ts, max_ts_offset)
+                            self._copy_kept(dest, chunk, pos, header, kept_count, hits[first:first + count], stats)
                             continue
                         # KIP-534: tombstones stay until the batch's horizon (none yet: until set).
                         batch_retains_deletes = horizon is None or now < horizon
@@ -516,20 +505,26 @@ class Cleaner:
             if not kept_count:
                 continue
             pause()
-            size = header.batch_length + LOG_OVERHEAD
-            if kept_count == count:
-                out = chunk[pos:pos + size]
-                stats.recopy_messages(count, len(out))
-                max_ts, max_ts_offset = header.max_timestamp, header.last_offset
-            else:
-                kept = list(compress(decode_batch(chunk, pos, header), hits[first:first + count].tolist()))
-                out = rebuild_batch(header, kept, delete_horizon_ms=header.delete_horizon_ms)
-                stats.recopy_messages(len(kept), len(out))
-                max_ts, max_ts_offset = _max_timestamp(kept)
-            self._append(dest, out, header.last_offset, max_ts, max_ts_offset)
+            self._copy_kept(dest, chunk, pos, header, kept_count, hits[first:first + count], stats)
         last_pos, last_header = batches[-1]
         stats.read_messages(read_count, last_pos + last_header.batch_length + LOG_OVERHEAD - batches[0][0])
         pause()
+
+    def _copy_kept(self, dest: LogSegment, chunk: bytes, pos: int, header: BatchHeader, kept_count: int,
+                   mask: np.ndarray, stats: CleanerStats) -> None:
+        """Copy a batch decided by offsets that keeps ``kept_count`` of its records (``mask``) into ``dest``:
+        its original bytes when it keeps them all (Kafka's writeOriginalBatch), else rebuilt from them."""
+        count = header.records_count
+        if kept_count == count:
+            out = chunk[pos:pos + header.batch_length + LOG_OVERHEAD]
+            stats.recopy_messages(count, len(out))
+            max_ts, max_ts_offset = header.max_timestamp, header.last_offset
+        else:
+            kept = list(compress(decode_batch(chunk, pos, header), mask.tolist()))
+            out = rebuild_batch(header, kept, delete_horizon_ms=header.delete_horizon_ms)
+            stats.recopy_messages(len(kept), len(out))
+            max_ts, max_ts_offset = _max_timestamp(kept)
+        self._append(dest, out, header.last_offset, max_ts, max_ts_offset)
 
     def _offset_retention(self, batches: list[tuple[int, BatchHeader]], offset_map: OffsetMap,
                           aborted: AbortedTransactions) -> dict[int, tuple[int, int, np.ndarray]]:
