@@ -123,6 +123,29 @@ class StorageError(LogfsError):
     errno = _errno.EIO
 
 
+class OutOfDescriptorsError(StorageError):
+    """The process (EMFILE) or the system (ENFILE) has no file descriptor left for a log dir's file.
+
+    Nothing was changed; the request succeeds once descriptors are free again
+    (files closed, a higher ``ulimit -n``), so the caller gets that errno, not
+    EIO, which would say the disk failed.
+    """
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.errno = code
+
+
+def storage_error(message: str, exc: OSError) -> LogfsError:
+    """The error for an ``OSError`` while creating or opening a log dir's files, by its errno: ENOSPC a
+    LogDirFullError, EMFILE and ENFILE an OutOfDescriptorsError, anything else a StorageError (EIO)."""
+    if exc.errno == _errno.ENOSPC:
+        return LogDirFullError(message)
+    if exc.errno in (_errno.EMFILE, _errno.ENFILE):
+        return OutOfDescriptorsError(message, exc.errno)
+    return StorageError(message)
+
+
 class UnsafeFileError(StorageError):
     """A file or directory in a log dir is a symbolic link or not a regular file.
 

@@ -36,7 +36,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 
-from engine.errors import StorageError
+from engine.errors import StorageError, storage_error
 
 logger = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ class LazyFile:
             try:
                 fd = self._opener(self.path, self._flags)
             except OSError as exc:
-                raise StorageError(f"Could not open {self.path} again: {exc.strerror or exc}") from exc
+                raise storage_error(f"Could not open {self.path} again: {exc.strerror or exc}", exc) from exc
             f = self._file = OpenFile(fd)
             if not self._pinned:
                 FILE_CACHE.opened(self._key, self._evict_cb)

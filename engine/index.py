@@ -50,6 +50,7 @@ from engine.errors import (
     LogfsError,
     StorageError,
     UnsafeFileError,
+    storage_error,
 )
 from engine.file_cache import FILE_CACHE
 
@@ -333,7 +334,8 @@ class AbstractIndex:
             try:
                 fd = open_regular_file(self.path, os.O_RDWR if self.writable else os.O_RDONLY)
             except OSError as exc:
-                raise StorageError(f"Could not open {self._kind} {self.path} again: {exc.strerror or exc}") from exc
+                raise storage_error(f"Could not open {self._kind} {self.path} again: {exc.strerror or exc}",
+                                    exc) from exc
             try:
                 # the file's own length: never a mapping beyond its end (a concurrent resize
                 # truncates the file before it maps it)

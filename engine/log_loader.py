@@ -24,6 +24,7 @@ from engine.errors import (
     ReadOnlyError,
     StorageError,
     UnsafeFileError,
+    storage_error,
 )
 from engine.files import (
     CLEANED_FILE_SUFFIX,
@@ -202,7 +203,7 @@ class LogLoader:
                     elif _is_segment_file_name(entry.name):
                         unsafe.append(entry.path)
         except OSError as exc:
-            raise StorageError(f"Could not list log directory {self.dir}: {exc.strerror}") from exc
+            raise storage_error(f"Could not list log directory {self.dir}: {exc.strerror}", exc) from exc
         if unsafe:
             unsafe.sort()
             raise UnsafeFileError(

@@ -95,7 +95,6 @@ periodic jobs do nothing and every other mutator raises ReadOnlyError.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import shutil
@@ -114,14 +113,22 @@ from engine.errors import (
     InvalidPartitionError,
     InvalidRequestError,
     InvalidTopicError,
-    LogDirFullError,
     LogfsError,
     ReadOnlyError,
     StorageError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
+    storage_error,
 )
-from engine.files import atomic_write, fsync_dir
+from engine.files import (
+    TMP_FILE_SUFFIX,
+    atomic_write,
+    fsync_dir,
+    log_file_path,
+    offset_index_file_path,
+    time_index_file_path,
+    unlink_if_exists,
+)
 from engine.load_logs import load_logs
 from engine.log import CLIENT_RECORD_DELETION, Log
 from engine.log_checkpoints import LogDirCheckpoints
@@ -133,7 +140,7 @@ from engine.log_dirs import (
     next_log_dir,
     unlock_log_dirs,
 )
-from engine.partition_metadata import new_topic_id, read_topic_id, write_partition_metadata
+from engine.partition_metadata import PARTITION_METADATA_FILE, new_topic_id, read_topic_id, write_partition_metadata
 from engine.topic import (
     TopicPartition,
     delete_dir_name,
@@ -143,6 +150,31 @@ from engine.topic_configs import TOPIC_CONFIGS_FILE, TopicConfigStore
 
 logger = logging.getLogger(__name__)
 
+
+
+def _remove_new_partition_dir(path: str) -> None:
+    """Take back a partition dir whose creation failed, even when no descriptor is left to list it.
+
+    A creation that failed for want of descriptors (EMFILE) leaves none for
+    ``shutil.rmtree``'s listing either, and a dir left behind would make the
+    next ``mkdir`` of the topic fail with EEXIST and come back as an empty
+    partition at the next start.  The files a new log creates are known by
+    name, and ``unlink``/``rmdir`` take no descriptor; anything else there is
+    removed by a listing.
+    """
+    metadata = os.path.join(path, PARTITION_METADATA_FILE)
+    for name in (log_file_path(path, 0), offset_index_file_path(path, 0), time_index_file_path(path, 0),
+                 metadata, metadata + TMP_FILE_SUFFIX):
+        unlink_if_exists(name, ignore_errors=True)
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+        if os.path.lexists(path):
+            logger.warning("Could not remove %s after its log failed to be created; remove it before creating "
+                           "the topic again", path)
 
 class LogManager:
     """All partitions of all topics over ``config.log_dirs``.
@@ -481,8 +513,7 @@ class LogManager:
         try:
             os.mkdir(path)
         except OSError as exc:
-            error = LogDirFullError if exc.errno == errno.ENOSPC else StorageError
-            raise error(f"Error while creating log for {tp} in dir {parent}: {exc.strerror}") from exc
+            raise storage_error(f"Error while creating log for {tp} in dir {parent}: {exc.strerror}", exc) from exc
         try:
             log = Log.load(path, config, clock=self.clock)
             try:
@@ -492,11 +523,10 @@ class LogManager:
                 log.close()
                 raise
         except OSError as exc:
-            shutil.rmtree(path, ignore_errors=True)
-            error = LogDirFullError if exc.errno == errno.ENOSPC else StorageError
-            raise error(f"Error while creating log for {tp} in dir {parent}: {exc.strerror}") from exc
+            _remove_new_partition_dir(path)
+            raise storage_error(f"Error while creating log for {tp} in dir {parent}: {exc.strerror}", exc) from exc
         except BaseException:
-            shutil.rmtree(path, ignore_errors=True)
+            _remove_new_partition_dir(path)
             raise
         log.before_log_start_offset_moves = self._checkpoint_moving_log_start_offset
         self._logs[tp] = log

@@ -56,6 +56,7 @@ from engine.errors import (
     ReadOnlyError,
     StorageError,
     UnsafeFileError,
+    storage_error,
 )
 from engine.file_cache import LazyFile, OpenFile
 from engine.files import (
@@ -181,7 +182,7 @@ class LogSegment:
         except UnsafeFileError:
             raise
         except OSError as exc:
-            raise StorageError(f"Could not open log file {log_path}: {exc.strerror}") from exc
+            raise storage_error(f"Could not open log file {log_path}: {exc.strerror}", exc) from exc
         # The descriptor closes when the last reference to its OpenFile goes: the
         # segment's (dropped by the FileCache when over budget, reopened by name on
         # next use, see _log) and any reader's in flight.  A view holding a deleted

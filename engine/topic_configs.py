@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 
 from engine.checkpoint import PREVIOUS_SUFFIX, read_no_follow, write_keeping_previous
 from engine.clock import Clock
-from engine.errors import LogDirFullError, StorageError
+from engine.errors import LogDirFullError, StorageError, storage_error
 
 logger = logging.getLogger(__name__)
 
@@ -203,5 +203,5 @@ class TopicConfigStore:
             except OSError as exc:
                 if exc.errno == errno.ENOSPC:
                     raise LogDirFullError(f"No space left in {log_dir} to write {TOPIC_CONFIGS_FILE}") from exc
-                raise StorageError(f"Error while writing {path}: {exc.strerror or exc}") from exc
+                raise storage_error(f"Error while writing {path}: {exc.strerror or exc}", exc) from exc
         self.generation = generation

@@ -86,3 +86,40 @@ def test_segments_waiting_for_deletion_hold_only_their_log_descriptor(tmp_path):
     assert out["deleted_files"] == 3 * out["pending"]          # on disk until file.delete.delay.ms
     assert out["held"] - out["released"] >= out["pending"]      # but their index maps are gone now
     assert out["values"] == ["record-%03d" % i for i in range(95, 100)]
+
+
+def test_a_topic_created_without_descriptors_left_is_emfile_and_leaves_nothing(tmp_path):
+    """mkdir of a topic when the mount has no descriptor left: EMFILE naming the cause (EIO would say the disk
+    failed), no partition directory left behind, and the same mkdir works once descriptors are free."""
+    out = run_child("""
+    import errno, json, os, resource, sys
+    from engine.config import BrokerConfig
+    from engine.errors import LogfsError
+    from engine.manager import LogManager
+
+    data = os.path.join(sys.argv[1], "data")
+    manager = LogManager(BrokerConfig.from_props({"log.dirs": data}))
+    manager.startup()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 4, hard))
+    try:
+        while True:                                     # use up what is left
+            held.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        pass
+    try:
+        manager.create_topic("t", 1)
+        failure = None
+    except LogfsError as exc:
+        failure = {"errno": errno.errorcode[exc.errno], "message": str(exc)}
+    for fd in held:
+        os.close(fd)
+    left = sorted(n for n in os.listdir(data) if n.startswith("t-"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    manager.create_topic("t", 1)
+    print(json.dumps({"failure": failure, "left": left, "after": sorted(manager.topics())}))
+    """, tmp_path)
+    assert out["failure"]["errno"] == "EMFILE", out
+    assert "Too many open files" in out["failure"]["message"]
+    assert out["left"] == [] and out["after"] == ["t"]
