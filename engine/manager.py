@@ -151,7 +151,6 @@ from engine.topic_configs import TOPIC_CONFIGS_FILE, TopicConfigStore
 logger = logging.getLogger(__name__)
 
 
-
 def _remove_new_partition_dir(path: str) -> None:
     """Take back a partition dir whose creation failed, even when no descriptor is left to list it.
 
@@ -175,6 +174,7 @@ def _remove_new_partition_dir(path: str) -> None:
         if os.path.lexists(path):
             logger.warning("Could not remove %s after its log failed to be created; remove it before creating "
                            "the topic again", path)
+
 
 class LogManager:
     """All partitions of all topics over ``config.log_dirs``.
