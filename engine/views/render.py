@@ -294,6 +294,14 @@ def appended_view_sizes(values: Sequence[bytes | None], keys: Sequence[bytes | N
     return _contiguous_sizes(values, keys, first_offset, timestamp, topic, partition, LOG_APPEND_TIME)
 
 
+def _frames_json_size(count: int, first_offset: int, timestamp: int, topic: str, partition: int,
+                      timestamp_type: int) -> int:
+    """JSON bytes of ``count`` lines at consecutive offsets from ``first_offset``, all stamped ``timestamp``,
+    apart from their key and value fields: the constant pieces, the timestamps and the offsets' digits."""
+    pieces = _json_pieces(topic, partition, timestamp_type)
+    return count * (pieces.fixed_len + len(str(timestamp))) + _digits_total(first_offset, count)
+
+
 def appended_lines_view_sizes(block: bytes, count: int, first_offset: int, timestamp: int, topic: str,
                               partition: int) -> tuple[int, int]:
     """:func:`appended_view_sizes` of the ``count`` lines of ``block`` (each ending in ``\\n``) as the values
@@ -312,10 +320,9 @@ def appended_lines_view_sizes(block: bytes, count: int, first_offset: int, times
         values = block.split(b"\n")
         values.pop()
         return appended_view_sizes(values, None, first_offset, timestamp, topic, partition)
-    pieces = _json_pieces(topic, partition, LOG_APPEND_TIME)
-    # per record: the constant pieces and timestamp, the offset's digits, a null key, the value in quotes
-    json = (count * (pieces.fixed_len + len(str(timestamp)) + 4 + 2) + _digits_total(first_offset, count)
-            + len(block) - count)
+    # the lines' frames, a null key each (4), each value in quotes (2): the block less its newlines
+    json = (_frames_json_size(count, first_offset, timestamp, topic, partition, LOG_APPEND_TIME)
+            + count * (4 + 2) + len(block) - count)
     return len(block), json
 
 
@@ -336,9 +343,7 @@ def _contiguous_sizes(values: Sequence[bytes | None], keys: Sequence[bytes | Non
         joined = b"".join(present)
     text = len(joined) + count
 
-    pieces = _json_pieces(topic, partition, timestamp_type)
-    json = (count * (pieces.fixed_len + len(str(timestamp)))
-            + _digits_total(first_offset, count))
+    json = _frames_json_size(count, first_offset, timestamp, topic, partition, timestamp_type)
     if _plain_ascii(joined):
         json += len(joined) + 2 * (count - nulls) + 4 * nulls
     else:
