@@ -8,9 +8,10 @@ records are appended by writing lines to ``append`` files and read back through
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import orjson
+import pytest
 
 from tests.helpers import wait_for
 from tests.kafka_broker import require_marker
@@ -27,6 +28,20 @@ def new_spark(app_name: str):
         "spark.driver.memory": "1g",
         "spark.sql.streaming.noDataMicroBatches.enabled": "false",
     })
+
+
+def spark_fixture(app_name: str) -> Callable:
+    """A module's ``spark`` fixture: one local SparkSession (``new_spark``) for the whole module, logging errors
+    only, stopped after its last test.  ``spark = spark_fixture("logfs-test-...")`` at module level."""
+
+    @pytest.fixture(scope="module", name="spark")
+    def spark() -> Iterator:
+        session = new_spark(app_name)
+        session.sparkContext.setLogLevel("ERROR")
+        yield session
+        session.stop()
+
+    return spark
 
 
 def append_lines(mount: str, topic: str, lines: Sequence[bytes], partition: int | None = None,

@@ -18,7 +18,7 @@ import threading
 import time
 
 import pytest
-from spark_util import append_lines, create_topic, end_offsets, new_spark, records_jsonl, state, wait_until
+from spark_util import append_lines, create_topic, end_offsets, records_jsonl, spark_fixture, state, wait_until
 
 from logfs import spark as logfs_spark
 from logfs.spark import read_segments, source
@@ -28,12 +28,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.mount]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(scope="module")
-def spark():
-    session = new_spark("logfs-test-spark")
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+spark = spark_fixture("logfs-test-spark")
 
 
 def _source(spark, mount, topic: str, **options):

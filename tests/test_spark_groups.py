@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from spark_util import new_spark
+from spark_util import spark_fixture
 
 pytestmark = [pytest.mark.spark, pytest.mark.mount]
 
 
-@pytest.fixture(scope="module")
-def spark():
-    session = new_spark("logfs-test-spark-groups")
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+spark = spark_fixture("logfs-test-spark-groups")
 
 
 @pytest.mark.mount_options({"num.partitions": "2", "offsets.topic.num.partitions": "3"})
