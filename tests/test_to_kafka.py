@@ -22,13 +22,14 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shlex
 import subprocess
 import time
 
 import pytest
 
-from tests.conftest import LOGFS, Mount
+from tests.conftest import LOGFS, ROOT, Mount
 from tests.helpers import add_config, wait_for
 from tests.kafka_broker import java_command
 
@@ -267,3 +268,50 @@ def test_the_plan_creates_the_group_commits_first_and_says_what_to_do_when_the_b
     assert result.returncode == 1
     assert "remove the __consumer_offsets-* directories" in result.stderr
     assert (tmp_path / "calls").read_text().count("--create") == 1      # nothing else was created
+
+
+def _readme_moving_to_kafka_block() -> list[str]:
+    """The commands of README "Moving to Kafka"'s block, continuation lines joined, comments kept for bash."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Moving to Kafka"):]
+    body = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert body is not None, "README's Moving to Kafka section has no sh block"
+    commands: list[str] = []
+    for line in body.group(1).splitlines():
+        if line.startswith("$ "):
+            commands.append(line[2:])
+        elif commands and commands[-1].rstrip().endswith("\\"):
+            commands[-1] = commands[-1].rstrip()[:-1] + " " + line.strip()
+    assert any("kafka-broker.sh" in c for c in commands)
+    return commands
+
+
+@pytest.mark.kafka
+def test_readme_moving_to_kafka_runs_as_written(logfs_mount, tmp_path):
+    """README's block, command by command, in a directory laid out as scripts/run.sh lays it out (./mnt,
+    ./data, scripts/, .venv/): the broker it starts (localhost:9092) then serves what the mount stored."""
+    mount = logfs_mount(MOUNT_OPTIONS)
+    (mount / "events").mkdir()
+    (mount / "events/1").mkdir()
+    for round in range(5):
+        _append(mount, "events/append", [b"event %d-%d" % (round, i) for i in range(10)])
+    expected = {p: _mount_view(mount, "events", p) for p in (0, 1)}
+    assert sum(len(records) for _, _, records in expected.values()) == 50
+
+    for name in ("scripts", ".venv"):
+        (mount.base / name).symlink_to(ROOT / name)
+    shell = subprocess.Popen(["bash", "--norc", "--noprofile", "-e"], cwd=mount.base, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        script = "".join(f"{command}\n" for command in _readme_moving_to_kafka_block())
+        out, _ = shell.communicate(script.encode(), timeout=600)
+        assert shell.returncode == 0, out.decode(errors="replace")[-5000:]
+        assert mount.proc is not None and mount.proc.wait(timeout=60) == 0    # step 1 unmounted it
+        mount.proc = None
+        for partition, (start, end, records) in expected.items():
+            assert _consume("localhost:9092", "events", partition) == (start, end, records)
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+        subprocess.run(["bash", "scripts/kafka-broker.sh", "--stop", "./kafka-logs"], cwd=mount.base,
+                       capture_output=True, timeout=180)
