@@ -52,7 +52,13 @@ import trio
 
 from engine.errors import LogfsError, OffsetOutOfRangeError, ReadOnlyError
 from logfs.dirs import RootDir, TopicDir
-from logfs.errors import AccessDeniedError, MalformedNameError, NotPermittedError, RetryAfterRelease
+from logfs.errors import (
+    AccessDeniedError,
+    MalformedNameError,
+    NoSuchNameError,
+    NotPermittedError,
+    RetryAfterRelease,
+)
 from logfs.handles import Handle
 from logfs.namespace import Namespace
 from logfs.nodes import Directory, FileNode, Node
@@ -73,6 +79,9 @@ _KERNEL_REMOVES: contextvars.ContextVar[bool] = contextvars.ContextVar("kernel_r
 #: how long an open waits for a release on its way (``RetryAfterRelease``), and how often it looks
 _RELEASE_WAIT_S = 2.0
 _RELEASE_POLL_S = 0.002
+
+#: the topic's config file: unlinked and created again by ``mv`` (see _ConfigUnlinks)
+_CONFIG = "config"
 
 # errnos that are part of normal operation (shells probe names, tools test for files)
 _QUIET_ERRNOS = frozenset({errno.ENOENT, errno.ESTALE})
@@ -179,6 +188,44 @@ class _RecursiveRemovals:
             self._listed.clear()
 
 
+class _ConfigUnlinks:
+    """``unlink`` of a topic's ``config``: the first half of a replacement (``mv ~/cfg t/config``).
+
+    ``mv`` across filesystems removes the target, then creates it and copies
+    the file into it.  The unlink is remembered for the process that made it
+    and changes nothing yet: that process no longer sees ``config`` (so its
+    ``O_CREAT|O_EXCL`` goes through) and its create of ``config`` opens a
+    replacement, applied at close whole or not at all as ``>`` is
+    (``logfs.control.ConfigEditHandle``).  If the process exits (or a minute
+    passes) without creating it, the unlink applies: every override is
+    removed, the file shows the defaults.
+    """
+
+    _TTL_S = 60.0
+
+    def __init__(self) -> None:
+        self._pending: dict[tuple[tuple, int], tuple[float, Node]] = {}
+
+    def unlinked(self, parent: Node, pid: int, config: Node) -> None:
+        self._pending[(parent.key, pid)] = (time.monotonic(), config)
+
+    def hidden(self, parent: Node, pid: int) -> bool:
+        return (parent.key, pid) in self._pending
+
+    def take(self, parent: Node, pid: int) -> bool:
+        """The process's create of ``config``: the unlink becomes that opening's replacement."""
+        return self._pending.pop((parent.key, pid), None) is not None
+
+    def settle(self) -> list[Node]:
+        """The config files whose unlink applies now: its process is gone or the minute has passed."""
+        if not self._pending:
+            return []
+        now = time.monotonic()
+        due = [key for key, (since, _) in self._pending.items()
+               if now - since >= self._TTL_S or not os.path.exists(f"/proc/{key[1]}")]
+        return [self._pending.pop(key)[1] for key in due]
+
+
 def describe(node: Node) -> str:
     fn = getattr(node, "describe", None)
     return fn() if fn is not None else type(node).__name__
@@ -225,6 +272,7 @@ class LogfsOperations(pyfuse3.Operations):
         self._uid = os.getuid()
         self._gid = os.getgid()
         self._removals = _RecursiveRemovals()
+        self._config_unlinks = _ConfigUnlinks()
         self._temps = TempFiles(namespace)     # editors' and tools' temporary files (logfs.tempfiles)
         namespace.topic_deleted_listeners.append(self._topic_deleted)
 
@@ -339,7 +387,27 @@ class LogfsOperations(pyfuse3.Operations):
         self.ns.stats.metadata_requests += 1
         decoded = os.fsdecode(name)
         temp = self._temps.get(parent, decoded)
+        if decoded == _CONFIG and temp is None:
+            await self._settle_config_unlinks()
+            if self._config_unlinks.hidden(parent, getattr(ctx, "pid", 0)):
+                raise NoSuchNameError(f"{getattr(parent, 'topic', '?')}/config was unlinked by this process (mv): "
+                                      "its create of config replaces the overrides")
         return self._entry(temp if temp is not None else parent.lookup(decoded))
+
+    async def _settle_config_unlinks(self) -> None:
+        """Apply the unlinks of ``config`` whose process went away without creating it (see _ConfigUnlinks)."""
+        for config in self._config_unlinks.settle():
+            await trio.to_thread.run_sync(self._remove_overrides, config)
+
+    @staticmethod
+    def _remove_overrides(config: Node) -> None:
+        try:
+            handle = config.open(True)      # type: ignore[attr-defined]
+            handle.opened(os.O_WRONLY | os.O_TRUNC)
+            handle.release()                 # the empty text: every override removed
+            log.info("Removed every override of %s: it was unlinked and not created again", describe(config))
+        except LogfsError as exc:
+            log.warning("Could not remove the overrides of unlinked %s: %s", describe(config), exc)
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
         for ino, nlookup in inode_list:
@@ -369,10 +437,14 @@ class LogfsOperations(pyfuse3.Operations):
             self._check_writable(f"change the attributes of {describe(node)}")
             raise NotPermittedError("Modes and owners of the mount are fixed")
         if fields.update_size:
-            # O_TRUNC of a control or append file: accepted, appends only ever append.
+            # O_TRUNC of a control or append file: accepted, appends only ever append;
+            # ftruncate() of an opening of config makes what it writes a replacement (logfs.control)
             self._check_writable(f"change the attributes of {describe(node)}")
             if node.is_dir or not getattr(node, "writable", False):
                 raise AccessDeniedError(f"Cannot truncate {describe(node)}: it is read-only")
+            held = self._handles.get(fh) if fh is not None else None
+            if held is not None:
+                await trio.to_thread.run_sync(held[1].truncate, attr.st_size)
         # Times are not stored: touch is accepted and changes nothing.
         return self._attr(inode, node)
 
@@ -420,6 +492,13 @@ class LogfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         if self._temps.unlink(parent, os.fsdecode(name)):
             return
+        if os.fsdecode(name) == _CONFIG and isinstance(parent, TopicDir):
+            await self._settle_config_unlinks()
+            config = parent.lookup(_CONFIG)
+            self._config_unlinks.unlinked(parent, getattr(ctx, "pid", 0), config)
+            log.info("%s unlinked: the overrides are replaced when the same process creates config "
+                     "(mv), or removed when it exits without doing so", describe(config))
+            return
         try:
             await trio.to_thread.run_sync(parent.unlink, os.fsdecode(name))
         except NotPermittedError:
@@ -461,6 +540,10 @@ class LogfsOperations(pyfuse3.Operations):
         parent = self._node(parent_inode)
         if not isinstance(parent, Directory):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
+        if os.fsdecode(name) == _CONFIG and self._config_unlinks.take(parent, getattr(ctx, "pid", 0)):
+            # the second half of mv's replacement: what this opening writes replaces the overrides
+            attr = self._entry(parent.lookup(_CONFIG))
+            return await self.open(attr.st_ino, flags | os.O_TRUNC, ctx), attr
         create: Callable[[str], Node]
         if self._temps.takes(parent):
             # an editor's or a tool's temporary file next to config and append

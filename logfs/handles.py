@@ -42,6 +42,9 @@ class Handle:
     def write(self, offset: int, data: bytes) -> int:
         raise AccessDeniedError("File is read-only")
 
+    def truncate(self, size: int) -> None:
+        """``ftruncate(fd, size)`` of this opening (the node said it is writable); accepted without effect."""
+
     def flush(self) -> None:
         """close() of one descriptor: commit what is buffered, report its error."""
 

@@ -72,6 +72,8 @@ class Namespace:
         self.views_direct_io = views_direct_io
         self.started_ns = _now_ns()
         self._routers: dict[str, TopicRouter] = {}
+        #: topic -> when a write through the mount last changed its config (``config``'s mtime)
+        self.config_applied_ns: dict[str, int] = {}
         #: called with a topic's name once it is deleted (logfs.fs drops the kernel's cached entry)
         self.topic_deleted_listeners: list[Callable[[str], None]] = []
         self._nodes: dict[tuple, Node] = {}

@@ -266,6 +266,7 @@ class TempFiles:
         handle.opened(os.O_WRONLY | os.O_TRUNC)      # the whole file: its overrides replace the topic's
         handle.write(0, data)
         handle.flush()
+        handle.release()
 
     @staticmethod
     def _append(target: AppendTargetFile, data: bytes) -> None:
