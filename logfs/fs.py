@@ -51,6 +51,7 @@ import pyfuse3
 import trio
 
 from engine.errors import LogfsError, OffsetOutOfRangeError, ReadOnlyError
+from engine.topic import TopicPartition
 from logfs.dirs import RootDir, TopicDir
 from logfs.errors import (
     AccessDeniedError,
@@ -136,11 +137,15 @@ def _translating(op: _Op) -> _Op:
             raise
         except LogfsError as exc:
             code = errno.errorcode.get(exc.errno, exc.errno)
-            _refusals.log(_level_of(exc), "%s failed (%s): %s", op.__name__, code, exc)
+            level = _level_of(exc)
+            _refusals.log(level, "%s failed (%s): %s", op.__name__, code, exc)
+            if level > logging.DEBUG:
+                self._record_refusal(op.__name__, args, exc.errno, exc)
             raise pyfuse3.FUSEError(exc.errno) from None
         except OSError as exc:
             code = exc.errno or errno.EIO
             _refusals.log(logging.WARNING, "%s failed (%s): %s", op.__name__, errno.errorcode.get(code, code), exc)
+            self._record_refusal(op.__name__, args, code, exc)
             raise pyfuse3.FUSEError(code) from None
         except Exception:
             log.exception("%s failed with an unexpected error", op.__name__)
@@ -229,6 +234,35 @@ class _ConfigUnlinks:
 def describe(node: Node) -> str:
     fn = getattr(node, "describe", None)
     return fn() if fn is not None else type(node).__name__
+
+
+#: operations whose first argument is a file handle, and those naming an entry of a directory
+_HANDLE_OPS = frozenset({"read", "write", "flush", "fsync"})
+_NAME_OPS = frozenset({"lookup", "mkdir", "rmdir", "unlink", "rename", "symlink", "mknod", "create"})
+
+
+def _path(node: Node) -> str:
+    """A node's path in the mount, as ``.logfs/errors`` shows it (``t/0/append``, ``t/0/offset``)."""
+    if not node.is_dir:
+        return describe(node)
+    key = node.key
+    kind = key[0]
+    if kind == "root":
+        return ""
+    if kind == "broker":
+        return ".logfs"
+    if kind == "topic":
+        return str(key[1])
+    if kind == "groups":
+        return f"{key[1]}/groups"
+    tp = key[1]
+    if isinstance(tp, TopicPartition):
+        return f"{tp.topic}/{tp.partition}" + ("" if kind == "partition" else f"/{kind}")
+    return describe(node)
+
+
+def _joined(parent: str, name: str) -> str:
+    return f"{parent}/{name}" if parent else name
 
 
 class _Inode:
@@ -372,6 +406,29 @@ class LogfsOperations(pyfuse3.Operations):
         except BaseException:
             self._drop(ino, 1)
             raise
+
+    def _record_refusal(self, op: str, args: tuple, code: int, exc: BaseException) -> None:
+        """Add a refusal to ``.logfs/errors`` (logfs.refusals), with the path the operation was about."""
+        try:
+            path = self._path_of(op, args)
+        except Exception:    # the path is a courtesy: a refusal is recorded without it rather than not at all
+            path = "?"
+        self.ns.refusals.record(path, code, f"{op}: {exc}")
+
+    def _path_of(self, op: str, args: tuple) -> str:
+        """The path an operation's arguments name: a handle's file, an inode, or a name in a directory."""
+        if op in _HANDLE_OPS:
+            held = self._handles.get(args[0])
+            return _path(self._inodes[held[0]].node) if held is not None else "?"
+        entry = self._inodes.get(args[0]) if args else None
+        if entry is None:
+            return "?"
+        if op in _NAME_OPS:
+            return _joined(_path(entry.node), os.fsdecode(args[1]))
+        if op == "link":
+            new_parent = self._inodes.get(args[1])
+            return _joined(_path(new_parent.node) if new_parent else "?", os.fsdecode(args[2]))
+        return _path(entry.node)
 
     def _check_writable(self, what: str = "change the mount") -> None:
         if self.read_only:
