@@ -81,6 +81,9 @@ _KERNEL_REMOVES: contextvars.ContextVar[bool] = contextvars.ContextVar("kernel_r
 _RELEASE_WAIT_S = 2.0
 _RELEASE_POLL_S = 0.002
 
+#: renameat2's flag: fail with EEXIST rather than replace (emacs takes its lock file with it)
+_RENAME_NOREPLACE = 1
+
 #: the topic's config file: unlinked and created again by ``mv`` (see _ConfigUnlinks)
 _CONFIG = "config"
 
@@ -569,9 +572,10 @@ class LogfsOperations(pyfuse3.Operations):
                      flags: int, ctx: pyfuse3.RequestContext | None) -> None:
         # only a temporary file moves: to a free name, or over config/append (logfs.tempfiles)
         old_parent, new_parent = self._node(parent_inode_old), self._node(parent_inode_new)
-        if flags == 0 and self._temps.get(old_parent, os.fsdecode(name_old)) is not None:
-            await trio.to_thread.run_sync(self._temps.rename, old_parent, os.fsdecode(name_old),
-                                          new_parent, os.fsdecode(name_new))
+        if flags in (0, _RENAME_NOREPLACE) and self._temps.get(old_parent, os.fsdecode(name_old)) is not None:
+            await trio.to_thread.run_sync(functools.partial(
+                self._temps.rename, old_parent, os.fsdecode(name_old), new_parent, os.fsdecode(name_new),
+                noreplace=flags == _RENAME_NOREPLACE))
             return
         await self._fixed()
 
