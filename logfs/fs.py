@@ -16,9 +16,11 @@ Everything a name means lives in the namespace (``logfs.namespace``, ``logfs.dir
 * errno translation: an ``engine.errors.LogfsError`` becomes
   ``FUSEError(exc.errno)`` and one log line naming the cause (SPEC.md section
   7), the same refusal repeated within a minute (a tool polling a bad name)
-  logged once;
+  logged once; each refusal logged at INFO or above is also a line of
+  ``.logfs/errors`` (``logfs.refusals``);
 * editors' and tools' temporary files next to ``config`` and ``append``
-  (``logfs.tempfiles``): created, renamed over those files, removed;
+  (``logfs.tempfiles``): created, renamed over those files, removed; and
+  ``mv``'s unlink then create of ``config``, one replacement (``_ConfigUnlinks``);
 * ``rm -r`` of a topic: a process that listed a topic's directories may unlink
   and rmdir what is inside without effect, so its final rmdir of the topic
   directory deletes the topic as ``rmdir`` alone does (see ``_RecursiveRemovals``).
