@@ -429,13 +429,16 @@ class AppendHandle(Handle):
 
     def release(self) -> None:
         size = len(self._partial)
+        self._unreported = False        # no client left to tell; logged when it was refused
         try:
             self.flush()
-        except Exception as exc:  # no client left to tell: say it in the log
+        except Exception as exc:  # no client left to tell: say it in the log (and .logfs/errors)
             # bad input is a WARNING (SPEC: one line naming the cause); a failing disk an ERROR
-            level = logging.WARNING if getattr(exc, "errno", None) == errno.EINVAL else logging.ERROR
-            log.log(level, "Dropped the unterminated last line (%d bytes) written to %s: %s",
-                    size, self._describe(), exc)
+            code = getattr(exc, "errno", None)
+            level = logging.WARNING if code == errno.EINVAL else logging.ERROR
+            message = f"Dropped the unterminated last line ({size} bytes) written to {self._describe()}: {exc}"
+            log.log(level, "%s", message)
+            self.refused_at_release = (code if isinstance(code, int) else errno.EIO, message)
 
     def fsync(self) -> None:
         """Kafka's flush of every log this handle appended to (or its partition's)."""

@@ -681,6 +681,11 @@ class LogfsOperations(pyfuse3.Operations):
                 handle.release()
         except Exception as exc:  # release has no caller to answer: log it
             log.error("Closing %s failed: %s", type(handle).__name__, exc)
+            code = getattr(exc, "errno", None)
+            handle.refused_at_release = (code if isinstance(code, int) else errno.EIO, str(exc))
+        if handle.refused_at_release is not None:
+            self.ns.refusals.record(_path(self._inodes[inode].node) if inode in self._inodes else "?",
+                                    handle.refused_at_release[0], f"release: {handle.refused_at_release[1]}")
         entry = self._inodes.get(inode)
         if entry is not None:
             entry.nopen -= 1
