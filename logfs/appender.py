@@ -261,8 +261,13 @@ class AppendHandle(Handle):
         self._lines_done = 0          # complete lines taken through this opening (for line numbers)
         # the first bytes of the request refused for an oversized record, to know its retry
         self._rejected: bytes | None = None
+        self._rejected_at = 0         # where the refused line starts in those bytes
+        self._rejected_counted = False    # the refused line's newline, in those bytes, is counted already
         self._retries_refused = 0
+        # the bytes up to the next newline are the rest of a refused line: dropped
         self._skip_to_newline = False
+        # a refusal no later write reported (it may have been a short count): close() reports it
+        self._unreported = False
         self._replies = OffsetReplies()
         self._written: dict[int, Log] = {}   # partition -> log, for fsync
         self._lock = threading.Lock()
@@ -297,19 +302,39 @@ class AppendHandle(Handle):
         error the writer sees.  A writer that keeps the refused bytes and sends
         them once more (Python's buffered file does, at close) has seen the
         error: that second retry drops the rest of the oversized line and
-        appends what follows it.  The oversized record is dropped whole (its
-        buffered head included) and nothing else; a write that is not a retry
-        starts afresh, so the descriptor stays usable.
+        appends what follows it.
+
+        The oversized line is dropped whole: its buffered head, and everything
+        up to its newline however it arrives.  A write that is no retry but
+        carries the rest of a refused line (a writer that took the short count
+        and went on, as Python's unbuffered text files do) fails with EMSGSIZE
+        and appends nothing; a refusal no later write reported is reported by
+        close() (flush).  Lines after the refused one's newline append normally.
         """
         with self._lock:
             self._write(data)
         return len(data)
 
     def _write(self, data: bytes) -> None:
-        if self._skip_to_newline:
-            data = self._skip_line_rest(data)
-        if data and self._rejected is not None:
-            data = self._check_retry(data)
+        if not data:
+            return
+        self._unreported = False         # this write reports a refusal, or the writer has moved on
+        if self._rejected is not None and self._is_retry(data):
+            if self._retries_refused == 0:
+                self._retries_refused = 1
+                raise _RetriedRecordTooLarge(
+                    f"The rest of an oversized line written to {self._describe()} was refused again")
+            # the second retry: the writer has seen the error; the line's rest goes, what follows is appended
+            start, lines_done = self._rejected_at, self._lines_done
+            self._rejected, self._retries_refused = None, 0
+            self._skip_to_newline = True
+            data = data[:start] + self._skip_line_rest(data[start:])
+            if self._rejected_counted:      # its newline was counted when the line's rest was refused
+                self._lines_done, self._rejected_counted = lines_done, False
+        else:
+            self._rejected, self._retries_refused, self._rejected_counted = None, 0, False
+            if self._skip_to_newline:
+                self._refuse_line_rest(data)
         if not data:
             return
         partial = self._partial
@@ -320,10 +345,11 @@ class AppendHandle(Handle):
         limit = self._format.line_limit(config)
         first_length = buf.find(_NEWLINE) if partial and end else 0    # the line the partial one ends
         if first_length > limit:
-            self._reject(data, first_length, config, drop_partial=True)
+            self._reject(data, 0, first_length, config, drop_partial=True, open_line=False)
         if len(rest) > limit:
             # A line that can never fit: refuse it now rather than buffer without bound.
-            self._reject(data, len(rest), config, drop_partial=not end)
+            self._reject(data, max(0, len(data) - len(rest)), len(rest), config, drop_partial=not end,
+                         open_line=True)
         if end:
             try:
                 # the lines appended, a partial line carried over from earlier requests included
@@ -334,38 +360,45 @@ class AppendHandle(Handle):
                 if first_length > config.max_message_bytes - _BATCH_OVERHEAD:
                     self._partial = b""
                     self._lines_done += 1
-                    self._rejected = bytes(data[:_RETRY_PREFIX])
+                    self._rejected, self._rejected_at = bytes(data[:_RETRY_PREFIX]), 0
+                    self._unreported = True
                 raise
         self._partial = rest
 
-    def _reject(self, data: bytes, length: int, config: LogConfig, *, drop_partial: bool) -> None:
+    def _reject(self, data: bytes, at: int, length: int, config: LogConfig, *, drop_partial: bool,
+                open_line: bool) -> None:
+        """Refuse the request ``data`` whose line starting at ``at`` is too long; ``open_line``: its newline
+        is still to come (everything up to it belongs to the refused line)."""
         if drop_partial:
             self._partial = b""
-        self._rejected = bytes(data[:_RETRY_PREFIX])
+        self._rejected, self._rejected_at = bytes(data[:_RETRY_PREFIX]), min(at, _RETRY_PREFIX)
+        self._skip_to_newline = open_line
+        self._unreported = True
         raise RecordTooLargeError(
             f"A line of at least {length} bytes written to {self._describe()} exceeds "
             f"{self._format.describe_limit(config, self._topic)}; the line is dropped, nothing else")
 
-    def _check_retry(self, data: bytes) -> bytes:
-        """The writer's retry of the request that carried an oversized record: refused once, then dropped.
-
-        Returns what of ``data`` is left to append (all of it when it is not a retry).
-        """
+    def _is_retry(self, data: bytes) -> bool:
+        """Whether ``data`` is the writer's retry of the request refused for an oversized line (by its bytes)."""
         rejected = self._rejected
-        self._rejected = None
         assert rejected is not None
         n = min(len(rejected), len(data))
-        if not n or data[:n] != rejected[:n]:
-            self._retries_refused = 0
-            return data
-        if self._retries_refused == 0:
-            self._rejected = rejected
-            self._retries_refused = 1
-            raise _RetriedRecordTooLarge(
-                f"The rest of an oversized line written to {self._describe()} was refused again")
-        self._retries_refused = 0
-        self._skip_to_newline = True
-        return self._skip_line_rest(data)
+        return bool(n) and data[:n] == rejected[:n]
+
+    def _refuse_line_rest(self, data: bytes) -> None:
+        """A write that is no retry and carries the rest of a refused line: the rest is dropped, the write fails.
+
+        Nothing of ``data`` is appended (a failed write appends nothing); its
+        retry is taken as the second retry above: the line's rest dropped, the
+        lines after it appended.
+        """
+        self._partial = b""
+        after = self._skip_line_rest(data)
+        self._rejected, self._rejected_at, self._retries_refused = bytes(data[:_RETRY_PREFIX]), 0, 1
+        self._rejected_counted = not self._skip_to_newline     # the line ended in ``data``
+        # logged (and shown in .logfs/errors) at the first refusal of the line
+        raise _RetriedRecordTooLarge(f"The rest of an oversized line written to {self._describe()} was dropped "
+                                     f"with it ({len(data) - len(after)} bytes); this write appended nothing")
 
     def _skip_line_rest(self, data: bytes) -> bytes:
         """Drop the rest of a refused line: ``data`` up to and including its first newline."""
@@ -381,8 +414,13 @@ class AppendHandle(Handle):
         return self._replies.read(size)
 
     def flush(self) -> None:
-        """close(): the last line without a newline becomes a record."""
+        """close(): the last line without a newline becomes a record; a refusal not reported yet fails it."""
         with self._lock:
+            if self._unreported:
+                self._unreported = False
+                raise _RetriedRecordTooLarge(
+                    f"close() of {self._describe()}: a line written through this descriptor was refused "
+                    "(EMSGSIZE, logged when it was refused)")
             if self._partial:
                 # Taken out first: refused, it is dropped here and close() says why, once
                 # (release() must not try it again and log it a second time).
@@ -391,13 +429,16 @@ class AppendHandle(Handle):
 
     def release(self) -> None:
         size = len(self._partial)
+        self._unreported = False        # no client left to tell; logged when it was refused
         try:
             self.flush()
-        except Exception as exc:  # no client left to tell: say it in the log
+        except Exception as exc:  # no client left to tell: say it in the log (and .logfs/errors)
             # bad input is a WARNING (SPEC: one line naming the cause); a failing disk an ERROR
-            level = logging.WARNING if getattr(exc, "errno", None) == errno.EINVAL else logging.ERROR
-            log.log(level, "Dropped the unterminated last line (%d bytes) written to %s: %s",
-                    size, self._describe(), exc)
+            code = getattr(exc, "errno", None)
+            level = logging.WARNING if code == errno.EINVAL else logging.ERROR
+            message = f"Dropped the unterminated last line ({size} bytes) written to {self._describe()}: {exc}"
+            log.log(level, "%s", message)
+            self.refused_at_release = (code if isinstance(code, int) else errno.EIO, message)
 
     def fsync(self) -> None:
         """Kafka's flush of every log this handle appended to (or its partition's)."""

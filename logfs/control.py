@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from engine.config import TOPIC_CONFIG_KEYS
@@ -46,11 +47,19 @@ class ConfigEditHandle(Handle):
     is applied and its further writes fail too.  At close (flush) the collected
     overrides are applied at once, all or nothing (``alter_topic_config``).
 
-    Opened with ``O_TRUNC`` (``>``, an editor saving the file) the text written
-    is the whole set of overrides: one the text does not name is removed, as
-    ``kafka-configs --alter`` with the full list would.  Opened without it
-    (``>>``) the lines are added to the overrides.  The defaults the file shows
-    as ``#name=value`` comments stay defaults when the file is written back.
+    Opened with ``O_TRUNC`` (``>``, an editor saving the file), truncated to 0
+    (``ftruncate``), or created after ``config`` was unlinked (``mv`` across
+    filesystems), the text written is the whole set of overrides: one the text
+    does not name is removed, as ``kafka-configs --alter`` with the full list
+    would.  That replacement is applied at close like the rest, whole or not at
+    all: a close with nothing written yet (bash closes its first descriptor of
+    a redirection before the command writes) applies nothing, a refused line
+    leaves every override as it was, and an opening closed without a write
+    (``: > config``) applies the empty text (every override removed) at its
+    last close.  Opened without it (``>>``) the lines are added to the overrides.
+    The defaults the file shows as ``#name=value`` comments stay defaults when
+    the file is written back.  The same handle serves both backends: what it
+    applies goes through ``Backend.alter_topic_config``.
     """
 
     blocking = True
@@ -61,11 +70,20 @@ class ConfigEditHandle(Handle):
         self._partial = b""
         self._updates: dict[str, str | None] = {}
         self._refused: str | None = None
-        self._replace = False        # O_TRUNC: the text is the whole set of overrides
+        self._replace = False        # O_TRUNC/ftruncate(0): the text is the whole set of overrides
+        self._pending = False        # written (or truncated) since the last apply
         self._lock = threading.Lock()
 
     def opened(self, flags: int) -> None:
         self._replace = bool(flags & os.O_TRUNC)
+
+    def truncate(self, size: int) -> None:
+        """``ftruncate(fd, 0)``: the text written from now on replaces the overrides (at close)."""
+        if size != 0:
+            return          # as before: a size the text will have once written changes nothing
+        with self._lock:
+            self._partial, self._updates, self._refused = b"", {}, None
+            self._replace = self._pending = True
 
     def read(self, offset: int, size: int) -> bytes:
         return self._content[offset:offset + size]
@@ -87,6 +105,7 @@ class ConfigEditHandle(Handle):
 
     def write(self, offset: int, data: bytes) -> int:
         with self._lock:
+            self._pending = True
             buf = self._partial + data
             lines = buf.split(b"\n")
             rest = lines.pop()
@@ -95,21 +114,32 @@ class ConfigEditHandle(Handle):
         return len(data)
 
     def flush(self) -> None:
+        """close(): apply what was written through this opening since the last close, if anything."""
         with self._lock:
-            if self._refused is not None:
-                return          # the write that carried the bad line failed; close succeeds
-            rest, self._partial = self._partial, b""
-            if rest:
-                self._take([rest])
-            updates, self._updates = self._updates, {}
-            if self._replace:
-                self._replace = False        # a later close of the same opening adds what was written since
-                removed = {name: None for name in self._node.overrides() if name not in updates}
-                updates = {**removed, **updates}
-            if updates:
-                self._node.apply(updates)
+            if self._pending:
+                self._apply()
 
-    release = flush
+    def release(self) -> None:
+        """Last close: a replacement nothing was written to (``: > config``) removes every override."""
+        with self._lock:
+            if self._pending or self._replace:
+                self._apply()
+
+    def _apply(self) -> None:
+        self._pending = False
+        if self._refused is not None:
+            self._replace = False
+            return          # the write that carried the bad line failed; nothing of this opening applies
+        rest, self._partial = self._partial, b""
+        if rest:
+            self._take([rest])
+        updates, self._updates = self._updates, {}
+        if self._replace:
+            self._replace = False        # a later close of the same opening adds what was written since
+            removed = {name: None for name in self._node.overrides() if name not in updates}
+            updates = {**removed, **updates}
+        if updates:
+            self._node.apply(updates)
 
 
 class BrokerConfigFile(GeneratedFile):
@@ -194,6 +224,11 @@ class TopicConfigFile(GeneratedFile):
     def apply(self, updates: dict[str, str | None]) -> None:
         # LogManager.alter_topic_config logs the change (once).
         self.ns.backend.alter_topic_config(self.topic, updates)
+        self.ns.config_applied_ns[self.topic] = time.time_ns()
+
+    def mtime_ns(self) -> int:
+        """When a write through the mount last changed the overrides (the mount's start before that)."""
+        return self.ns.config_applied_ns.get(self.topic, self.ns.started_ns)
 
 
 # ---- control files

@@ -38,6 +38,7 @@ from logfs.nodes import (
     StatsFile,
     record_digest,
 )
+from logfs.refusals import ErrorsFile
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
@@ -84,7 +85,7 @@ class BrokerDir(Directory):
     parent_key = ("root",)
     topic: str | None = None
     entry_timeout = attr_timeout = STABLE_TIMEOUT_S
-    _FILES = {"config": BrokerConfigFile, "stats.json": StatsFile, "metrics": MetricsFile}
+    _FILES = {"config": BrokerConfigFile, "errors": ErrorsFile, "stats.json": StatsFile, "metrics": MetricsFile}
 
     def names(self) -> list[str]:
         return list(self._FILES)

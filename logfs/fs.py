@@ -16,9 +16,11 @@ Everything a name means lives in the namespace (``logfs.namespace``, ``logfs.dir
 * errno translation: an ``engine.errors.LogfsError`` becomes
   ``FUSEError(exc.errno)`` and one log line naming the cause (SPEC.md section
   7), the same refusal repeated within a minute (a tool polling a bad name)
-  logged once;
+  logged once; each refusal logged at INFO or above is also a line of
+  ``.logfs/errors`` (``logfs.refusals``);
 * editors' and tools' temporary files next to ``config`` and ``append``
-  (``logfs.tempfiles``): created, renamed over those files, removed;
+  (``logfs.tempfiles``): created, renamed over those files, removed; and
+  ``mv``'s unlink then create of ``config``, one replacement (``_ConfigUnlinks``);
 * ``rm -r`` of a topic: a process that listed a topic's directories may unlink
   and rmdir what is inside without effect, so its final rmdir of the topic
   directory deletes the topic as ``rmdir`` alone does (see ``_RecursiveRemovals``).
@@ -51,8 +53,15 @@ import pyfuse3
 import trio
 
 from engine.errors import LogfsError, OffsetOutOfRangeError, ReadOnlyError
+from engine.topic import TopicPartition
 from logfs.dirs import RootDir, TopicDir
-from logfs.errors import AccessDeniedError, MalformedNameError, NotPermittedError, RetryAfterRelease
+from logfs.errors import (
+    AccessDeniedError,
+    MalformedNameError,
+    NoSuchNameError,
+    NotPermittedError,
+    RetryAfterRelease,
+)
 from logfs.handles import Handle
 from logfs.namespace import Namespace
 from logfs.nodes import Directory, FileNode, Node
@@ -73,6 +82,12 @@ _KERNEL_REMOVES: contextvars.ContextVar[bool] = contextvars.ContextVar("kernel_r
 #: how long an open waits for a release on its way (``RetryAfterRelease``), and how often it looks
 _RELEASE_WAIT_S = 2.0
 _RELEASE_POLL_S = 0.002
+
+#: renameat2's flag: fail with EEXIST rather than replace (emacs takes its lock file with it)
+_RENAME_NOREPLACE = 1
+
+#: the topic's config file: unlinked and created again by ``mv`` (see _ConfigUnlinks)
+_CONFIG = "config"
 
 # errnos that are part of normal operation (shells probe names, tools test for files)
 _QUIET_ERRNOS = frozenset({errno.ENOENT, errno.ESTALE})
@@ -127,11 +142,15 @@ def _translating(op: _Op) -> _Op:
             raise
         except LogfsError as exc:
             code = errno.errorcode.get(exc.errno, exc.errno)
-            _refusals.log(_level_of(exc), "%s failed (%s): %s", op.__name__, code, exc)
+            level = _level_of(exc)
+            _refusals.log(level, "%s failed (%s): %s", op.__name__, code, exc)
+            if level > logging.DEBUG:
+                self._record_refusal(op.__name__, args, exc.errno, exc)
             raise pyfuse3.FUSEError(exc.errno) from None
         except OSError as exc:
             code = exc.errno or errno.EIO
             _refusals.log(logging.WARNING, "%s failed (%s): %s", op.__name__, errno.errorcode.get(code, code), exc)
+            self._record_refusal(op.__name__, args, code, exc)
             raise pyfuse3.FUSEError(code) from None
         except Exception:
             log.exception("%s failed with an unexpected error", op.__name__)
@@ -179,9 +198,76 @@ class _RecursiveRemovals:
             self._listed.clear()
 
 
+class _ConfigUnlinks:
+    """``unlink`` of a topic's ``config``: the first half of a replacement (``mv ~/cfg t/config``).
+
+    ``mv`` across filesystems removes the target, then creates it and copies
+    the file into it.  The unlink is remembered for the process that made it
+    and changes nothing yet: that process no longer sees ``config`` (so its
+    ``O_CREAT|O_EXCL`` goes through) and its create of ``config`` opens a
+    replacement, applied at close whole or not at all as ``>`` is
+    (``logfs.control.ConfigEditHandle``).  If the process exits (or a minute
+    passes) without creating it, the unlink applies: every override is
+    removed, the file shows the defaults.
+    """
+
+    _TTL_S = 60.0
+
+    def __init__(self) -> None:
+        self._pending: dict[tuple[tuple, int], tuple[float, Node]] = {}
+
+    def unlinked(self, parent: Node, pid: int, config: Node) -> None:
+        self._pending[(parent.key, pid)] = (time.monotonic(), config)
+
+    def hidden(self, parent: Node, pid: int) -> bool:
+        return (parent.key, pid) in self._pending
+
+    def take(self, parent: Node, pid: int) -> bool:
+        """The process's create of ``config``: the unlink becomes that opening's replacement."""
+        return self._pending.pop((parent.key, pid), None) is not None
+
+    def settle(self) -> list[Node]:
+        """The config files whose unlink applies now: its process is gone or the minute has passed."""
+        if not self._pending:
+            return []
+        now = time.monotonic()
+        due = [key for key, (since, _) in self._pending.items()
+               if now - since >= self._TTL_S or not os.path.exists(f"/proc/{key[1]}")]
+        return [self._pending.pop(key)[1] for key in due]
+
+
 def describe(node: Node) -> str:
     fn = getattr(node, "describe", None)
     return fn() if fn is not None else type(node).__name__
+
+
+#: operations whose first argument is a file handle, and those naming an entry of a directory
+_HANDLE_OPS = frozenset({"read", "write", "flush", "fsync"})
+_NAME_OPS = frozenset({"lookup", "mkdir", "rmdir", "unlink", "rename", "symlink", "mknod", "create"})
+
+
+def _path(node: Node) -> str:
+    """A node's path in the mount, as ``.logfs/errors`` shows it (``t/0/append``, ``t/0/offset``)."""
+    if not node.is_dir:
+        return describe(node)
+    key = node.key
+    kind = key[0]
+    if kind == "root":
+        return ""
+    if kind == "broker":
+        return ".logfs"
+    if kind == "topic":
+        return str(key[1])
+    if kind == "groups":
+        return f"{key[1]}/groups"
+    tp = key[1]
+    if isinstance(tp, TopicPartition):
+        return f"{tp.topic}/{tp.partition}" + ("" if kind == "partition" else f"/{kind}")
+    return describe(node)
+
+
+def _joined(parent: str, name: str) -> str:
+    return f"{parent}/{name}" if parent else name
 
 
 class _Inode:
@@ -225,6 +311,7 @@ class LogfsOperations(pyfuse3.Operations):
         self._uid = os.getuid()
         self._gid = os.getgid()
         self._removals = _RecursiveRemovals()
+        self._config_unlinks = _ConfigUnlinks()
         self._temps = TempFiles(namespace)     # editors' and tools' temporary files (logfs.tempfiles)
         namespace.topic_deleted_listeners.append(self._topic_deleted)
 
@@ -325,6 +412,29 @@ class LogfsOperations(pyfuse3.Operations):
             self._drop(ino, 1)
             raise
 
+    def _record_refusal(self, op: str, args: tuple, code: int, exc: BaseException) -> None:
+        """Add a refusal to ``.logfs/errors`` (logfs.refusals), with the path the operation was about."""
+        try:
+            path = self._path_of(op, args)
+        except Exception:    # the path is a courtesy: a refusal is recorded without it rather than not at all
+            path = "?"
+        self.ns.refusals.record(path, code, f"{op}: {exc}")
+
+    def _path_of(self, op: str, args: tuple) -> str:
+        """The path an operation's arguments name: a handle's file, an inode, or a name in a directory."""
+        if op in _HANDLE_OPS:
+            held = self._handles.get(args[0])
+            return _path(self._inodes[held[0]].node) if held is not None else "?"
+        entry = self._inodes.get(args[0]) if args else None
+        if entry is None:
+            return "?"
+        if op in _NAME_OPS:
+            return _joined(_path(entry.node), os.fsdecode(args[1]))
+        if op == "link":
+            new_parent = self._inodes.get(args[1])
+            return _joined(_path(new_parent.node) if new_parent else "?", os.fsdecode(args[2]))
+        return _path(entry.node)
+
     def _check_writable(self, what: str = "change the mount") -> None:
         if self.read_only:
             raise ReadOnlyError(f"Cannot {what}: the mount is read-only (--read-only)")
@@ -339,7 +449,27 @@ class LogfsOperations(pyfuse3.Operations):
         self.ns.stats.metadata_requests += 1
         decoded = os.fsdecode(name)
         temp = self._temps.get(parent, decoded)
+        if decoded == _CONFIG and temp is None:
+            await self._settle_config_unlinks()
+            if self._config_unlinks.hidden(parent, getattr(ctx, "pid", 0)):
+                raise NoSuchNameError(f"{getattr(parent, 'topic', '?')}/config was unlinked by this process (mv): "
+                                      "its create of config replaces the overrides")
         return self._entry(temp if temp is not None else parent.lookup(decoded))
+
+    async def _settle_config_unlinks(self) -> None:
+        """Apply the unlinks of ``config`` whose process went away without creating it (see _ConfigUnlinks)."""
+        for config in self._config_unlinks.settle():
+            await trio.to_thread.run_sync(self._remove_overrides, config)
+
+    @staticmethod
+    def _remove_overrides(config: Node) -> None:
+        try:
+            handle = config.open(True)      # type: ignore[attr-defined]
+            handle.opened(os.O_WRONLY | os.O_TRUNC)
+            handle.release()                 # the empty text: every override removed
+            log.info("Removed every override of %s: it was unlinked and not created again", describe(config))
+        except LogfsError as exc:
+            log.warning("Could not remove the overrides of unlinked %s: %s", describe(config), exc)
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
         for ino, nlookup in inode_list:
@@ -369,10 +499,14 @@ class LogfsOperations(pyfuse3.Operations):
             self._check_writable(f"change the attributes of {describe(node)}")
             raise NotPermittedError("Modes and owners of the mount are fixed")
         if fields.update_size:
-            # O_TRUNC of a control or append file: accepted, appends only ever append.
+            # O_TRUNC of a control or append file: accepted, appends only ever append;
+            # ftruncate() of an opening of config makes what it writes a replacement (logfs.control)
             self._check_writable(f"change the attributes of {describe(node)}")
             if node.is_dir or not getattr(node, "writable", False):
                 raise AccessDeniedError(f"Cannot truncate {describe(node)}: it is read-only")
+            held = self._handles.get(fh) if fh is not None else None
+            if held is not None:
+                await trio.to_thread.run_sync(held[1].truncate, attr.st_size)
         # Times are not stored: touch is accepted and changes nothing.
         return self._attr(inode, node)
 
@@ -420,6 +554,13 @@ class LogfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         if self._temps.unlink(parent, os.fsdecode(name)):
             return
+        if os.fsdecode(name) == _CONFIG and isinstance(parent, TopicDir):
+            await self._settle_config_unlinks()
+            config = parent.lookup(_CONFIG)
+            self._config_unlinks.unlinked(parent, getattr(ctx, "pid", 0), config)
+            log.info("%s unlinked: the overrides are replaced when the same process creates config "
+                     "(mv), or removed when it exits without doing so", describe(config))
+            return
         try:
             await trio.to_thread.run_sync(parent.unlink, os.fsdecode(name))
         except NotPermittedError:
@@ -433,9 +574,10 @@ class LogfsOperations(pyfuse3.Operations):
                      flags: int, ctx: pyfuse3.RequestContext | None) -> None:
         # only a temporary file moves: to a free name, or over config/append (logfs.tempfiles)
         old_parent, new_parent = self._node(parent_inode_old), self._node(parent_inode_new)
-        if flags == 0 and self._temps.get(old_parent, os.fsdecode(name_old)) is not None:
-            await trio.to_thread.run_sync(self._temps.rename, old_parent, os.fsdecode(name_old),
-                                          new_parent, os.fsdecode(name_new))
+        if flags in (0, _RENAME_NOREPLACE) and self._temps.get(old_parent, os.fsdecode(name_old)) is not None:
+            await trio.to_thread.run_sync(functools.partial(
+                self._temps.rename, old_parent, os.fsdecode(name_old), new_parent, os.fsdecode(name_new),
+                noreplace=flags == _RENAME_NOREPLACE))
             return
         await self._fixed()
 
@@ -461,6 +603,10 @@ class LogfsOperations(pyfuse3.Operations):
         parent = self._node(parent_inode)
         if not isinstance(parent, Directory):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
+        if os.fsdecode(name) == _CONFIG and self._config_unlinks.take(parent, getattr(ctx, "pid", 0)):
+            # the second half of mv's replacement: what this opening writes replaces the overrides
+            attr = self._entry(parent.lookup(_CONFIG))
+            return await self.open(attr.st_ino, flags | os.O_TRUNC, ctx), attr
         create: Callable[[str], Node]
         if self._temps.takes(parent):
             # an editor's or a tool's temporary file next to config and append
@@ -535,6 +681,11 @@ class LogfsOperations(pyfuse3.Operations):
                 handle.release()
         except Exception as exc:  # release has no caller to answer: log it
             log.error("Closing %s failed: %s", type(handle).__name__, exc)
+            code = getattr(exc, "errno", None)
+            handle.refused_at_release = (code if isinstance(code, int) else errno.EIO, str(exc))
+        if handle.refused_at_release is not None:
+            self.ns.refusals.record(_path(self._inodes[inode].node) if inode in self._inodes else "?",
+                                    handle.refused_at_release[0], f"release: {handle.refused_at_release[1]}")
         entry = self._inodes.get(inode)
         if entry is not None:
             entry.nopen -= 1

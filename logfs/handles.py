@@ -32,6 +32,8 @@ class Handle:
 
     #: reads of at least this many bytes run in a worker thread (None: always inline)
     offload_reads_from: int | None = None
+    #: what ``release`` refused with no caller left to tell, (errno, reason): logfs.fs lists it in .logfs/errors
+    refused_at_release: tuple[int, str] | None = None
 
     def opened(self, flags: int) -> None:
         """The ``open(2)`` flags the handle was opened with (``O_TRUNC``, ``O_APPEND``...)."""
@@ -41,6 +43,9 @@ class Handle:
 
     def write(self, offset: int, data: bytes) -> int:
         raise AccessDeniedError("File is read-only")
+
+    def truncate(self, size: int) -> None:
+        """``ftruncate(fd, size)`` of this opening (the node said it is writable); accepted without effect."""
 
     def flush(self) -> None:
         """close() of one descriptor: commit what is buffered, report its error."""

@@ -50,6 +50,7 @@ from logfs.backend import Backend, EmbeddedBackend
 from logfs.dirs import RootDir
 from logfs.groups import GroupLeases
 from logfs.nodes import RETIRED_NODES, Node, ViewFile
+from logfs.refusals import RecentRefusals
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
@@ -72,6 +73,10 @@ class Namespace:
         self.views_direct_io = views_direct_io
         self.started_ns = _now_ns()
         self._routers: dict[str, TopicRouter] = {}
+        #: the recent refusals, ``.logfs/errors`` (logfs.fs records each one)
+        self.refusals = RecentRefusals()
+        #: topic -> when a write through the mount last changed its config (``config``'s mtime)
+        self.config_applied_ns: dict[str, int] = {}
         #: called with a topic's name once it is deleted (logfs.fs drops the kernel's cached entry)
         self.topic_deleted_listeners: list[Callable[[str], None]] = []
         self._nodes: dict[tuple, Node] = {}

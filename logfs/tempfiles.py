@@ -6,11 +6,16 @@ its ``.config.swp`` swap file and the ``4913`` probe), fill it, and rename it
 over the target.  The namespace is otherwise fixed, so this module gives a
 topic directory and a partition directory room for such files:
 
-* a file created there (any name the directory does not already have) lives
-  in memory, private to the mount: nothing of it reaches the data directory,
-  and it is gone when the mount stops.  It can be written, read, truncated,
-  ``chmod``-ed, renamed to another free name and removed, like a file on disk;
-  ``ls`` shows it while it exists;
+* a file created there lives in memory, private to the mount: nothing of it
+  reaches the data directory, and it is gone when the mount stops.  It can be
+  written, read, truncated, ``chmod``-ed, renamed to another free name and
+  removed, like a file on disk; ``ls`` shows it while it exists;
+* only a temporary file's name can be created (:func:`temporary_name`: what
+  the tools above, emacs, Python's ``tempfile``, ``mktemp`` and an editor's
+  ``name.tmp`` use).  Any other new name, ``t/0/apend`` or ``t/0/notes``, is
+  refused with ``EPERM`` and one log line naming the file probably meant: a
+  file under it would hold what is written to it in memory only, and lose it
+  at unmount without a word;
 * renamed over ``config``, its text is written to the topic's config as a
   whole, as ``cat tmp > config`` would (the overrides it gives replace the
   topic's, the ``#name=value`` defaults stay defaults); renamed over
@@ -29,9 +34,11 @@ rename it over the old one" mapped onto the mount's control files.
 
 from __future__ import annotations
 
+import difflib
 import errno as _errno
 import logging
 import os
+import re
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -55,6 +62,25 @@ MAX_BYTES = 256 << 20
 _APPEND_CHUNK = 1 << 20
 #: the kinds of directory (their node key's first element) that take temporary files
 _DIR_KINDS = ("topic", "partition")
+
+
+#: the names editors and tools give their temporary files (see :func:`temporary_name`)
+_TEMPORARY_NAME = re.compile(r"""
+      \..+                         # hidden: rsync .name.XXXXXX, vim .name.swp/.swx, emacs .#name, .#-emacsXXXXXX
+    | [0-9]+                       # vim's probe of the directory: 4913 (then 5036, ...)
+    | .+~                          # backups: name~ (vim, emacs)
+    | \#.+\#                        # emacs' auto-save: #name#
+    | sed[A-Za-z0-9]{6}            # sed -i
+    | tmp[a-z0-9_]{8}              # Python's tempfile (mkstemp, NamedTemporaryFile) next to the target
+    | tmp\.[A-Za-z0-9]{10}         # mktemp
+    | .+\.(?:tmp|temp|swp|swx|bak|new|orig|part)   # an editor's or a script's name.tmp, then renamed
+    | .+___jb_(?:tmp|old)___       # JetBrains IDEs' safe write
+""", re.VERBOSE)
+
+
+def temporary_name(name: str) -> bool:
+    """Whether ``name`` is one an editor or a tool gives a temporary file (the only new names created here)."""
+    return _TEMPORARY_NAME.fullmatch(name) is not None
 
 
 class TempSpaceError(LogfsError):
@@ -196,6 +222,8 @@ class TempFiles:
                                     "append (temporary files of editors and tools)")
         if self.get(parent, name) is not None or self._exists(parent, name):
             raise NameExistsError(f"{name!r} exists")
+        if not temporary_name(name):
+            raise NotPermittedError(self._not_temporary(parent, name))
         node = TempFile(self._ns, self, _describe(parent), name)
         self._files[(parent.key, name)] = node
         log.debug("Created temporary file %s", node.describe())
@@ -209,7 +237,8 @@ class TempFiles:
         self._drop(node)
         return True
 
-    def rename(self, old_parent: Node, old_name: str, new_parent: Node, new_name: str) -> bool:
+    def rename(self, old_parent: Node, old_name: str, new_parent: Node, new_name: str, *,
+               noreplace: bool = False) -> bool:
         """Rename a temporary file: to a free name, or over ``config``/``append`` (applied, see module docstring).
 
         False if ``old_name`` is no temporary file (the caller refuses as before).
@@ -221,6 +250,8 @@ class TempFiles:
         self._ns.check_writable()
         if not self.takes(new_parent):
             raise NotPermittedError(f"Cannot rename {node.describe()} out of its directory")
+        if noreplace and (self.get(new_parent, new_name) is not None or self._exists(new_parent, new_name)):
+            raise NameExistsError(f"{new_name!r} exists")     # RENAME_NOREPLACE (emacs' lock file)
         existing = self.get(new_parent, new_name)
         if existing is not None or not self._exists(new_parent, new_name):
             if existing is not None and existing is not node:
@@ -247,6 +278,15 @@ class TempFiles:
 
     # ---- internals
 
+    @staticmethod
+    def _not_temporary(parent: Node, name: str) -> str:
+        where = _describe(parent)
+        names = parent.names()      # type: ignore[attr-defined]
+        meant = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+        hint = f"; did you mean {where}/{meant[0]}?" if meant else f" (it holds {', '.join(sorted(names))})"
+        return (f"Cannot create {where}/{name}: the namespace is fixed, and next to config and append only "
+                f"editors' and tools' temporary files can be created (README: Writing){hint}")
+
     def _exists(self, parent: Node, name: str) -> bool:
         try:
             parent.lookup(name)   # type: ignore[attr-defined]
@@ -266,6 +306,7 @@ class TempFiles:
         handle.opened(os.O_WRONLY | os.O_TRUNC)      # the whole file: its overrides replace the topic's
         handle.write(0, data)
         handle.flush()
+        handle.release()
 
     @staticmethod
     def _append(target: AppendTargetFile, data: bytes) -> None:

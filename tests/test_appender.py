@@ -135,9 +135,35 @@ def test_a_line_over_max_message_bytes_is_dropped_whole_and_nothing_else(manager
     with pytest.raises(RecordTooLargeError, match="A line of at least 1200 bytes written to t/0/append exceeds "
                                                   "max.message.bytes=1000 of topic t; the line is dropped"):
         a.write(0, b"y" * 600)                           # refused before it is buffered without bound
-    a.write(0, b"after\n")                              # not a retry: the descriptor goes on
+    # not a retry, but the end of the refused line (a writer that took a short count and went on): the line's
+    # rest is dropped with it and this write fails too, appending nothing
+    with pytest.raises(RecordTooLargeError, match="The rest of an oversized line written to t/0/append was dropped"):
+        a.write(0, b"after\n")
+    a.write(0, b"next\n")                               # the line ended: the descriptor goes on
     a.flush()
-    assert values(manager) == [b"before", b"after"]      # the oversized line, its buffered head included, is gone
+    assert values(manager) == [b"before", b"next"]       # the oversized line, its head and its end, is gone
+
+
+def test_a_refused_line_whose_end_comes_in_a_later_write_leaves_nothing(manager):
+    """Python's unbuffered text file ignores a short count: ``print(long)`` is write(long), then write(newline)."""
+    manager.create_topic("t", 1, {"max.message.bytes": "1000"})
+    a = appender(manager)
+    a.write(0, b"x" * 900)                               # the first request of the write(2): buffered
+    with pytest.raises(RecordTooLargeError, match="the line is dropped"):
+        a.write(0, b"x" * 200)                           # its second: refused; write(2) returns 900
+    with pytest.raises(RecordTooLargeError):
+        a.write(0, b"\n")                                # the newline ends the refused line: no empty record
+    a.write(0, b"next\n")
+    a.flush()
+    assert values(manager) == [b"next"]
+    b = appender(manager)
+    b.write(0, b"x" * 900)
+    with pytest.raises(RecordTooLargeError):
+        b.write(0, b"x" * 200)
+    with pytest.raises(RecordTooLargeError, match="close"):
+        b.flush()                                        # nothing reported the refusal yet: close() does
+    b.flush()
+    assert values(manager) == [b"next"]
 
 
 def test_unkeyed_writes_to_a_topic_go_round_robin_one_write_per_partition(manager):

@@ -175,7 +175,7 @@ def test_topic_append_keys_null_marker_and_round_robin(mount, read_kafka):
 def test_broker_files_stats_and_metrics(mount):
     (mount / "t").mkdir()
     mount.sh("seq 1 1000 > t/0/append")
-    assert sorted(os.listdir(mount / ".logfs")) == ["config", "metrics", "stats.json"]
+    assert sorted(os.listdir(mount / ".logfs")) == ["config", "errors", "metrics", "stats.json"]
     config = (mount / ".logfs/config").read_text()
     assert f"log.dirs={mount.data}\n" in config and "log.segment.bytes=" in config
     assert os.stat(mount / ".logfs/config").st_size == len(config.encode())
