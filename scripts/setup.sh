@@ -16,6 +16,7 @@ command -v mountpoint >/dev/null 2>&1 || need_apt+=(util-linux)
 command -v rsync >/dev/null 2>&1 || need_apt+=(rsync)      # the conformance tests run the everyday tools
 command -v less >/dev/null 2>&1 || need_apt+=(less)
 command -v vim >/dev/null 2>&1 || need_apt+=(vim)          # tests/test_mount_everyday.py saves with vim
+command -v emacs >/dev/null 2>&1 || need_apt+=(emacs-nox)  # tests/test_mount_refusals.py saves with emacs
 source scripts/apt-install.sh
 apt_install "${need_apt[@]}"
 
