@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,7 +30,13 @@ from confluent_kafka.admin import (
 
 from engine.errors import InvalidConfigError
 from engine.topic import TopicPartition
-from logfs.cluster.errors import ClientLog, ClusterTimeoutError, from_kafka
+from logfs.cluster.errors import (
+    ClientLog,
+    ClusterAuthenticationError,
+    ClusterTimeoutError,
+    from_kafka,
+    security_failure,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +54,48 @@ class ClusterAdmin:
         self.brokers = client_config["bootstrap.servers"]
         self.timeout_s = timeout_s
         self._create_defaults = dict(create_defaults or {})
-        config: dict = {**client_config, "logger": ClientLog("logfs.cluster.librdkafka")}
+        self._client_log = logging.getLogger("logfs.cluster.librdkafka")
+        #: the last refused authentication or failed TLS handshake librdkafka reported (see connect)
+        self.security_error: ClusterAuthenticationError | None = None
+        config: dict = {**client_config, "logger": ClientLog("logfs.cluster.librdkafka"),
+                        "error_cb": self._client_error}
         try:
             self._admin = AdminClient(config)
         except KafkaException as exc:     # a client setting librdkafka does not know or refuses
             raise InvalidConfigError(f"Invalid Kafka client setting: {exc.args[0].str()}") from None
         #: whether the cluster answered the replica fetcher's last metadata request (set by the fetcher)
         self.reachable = True
+
+    def _client_error(self, error: Any) -> None:
+        """librdkafka's error_cb (served by poll): note a refused authentication or TLS handshake."""
+        self._client_log.debug("%s: %s", error.name(), error.str())
+        failure = security_failure(error.name(), error.str(), self.brokers)
+        if failure is not None:
+            self.security_error = failure
+
+    def connect(self, timeout_s: float) -> None:
+        """Reach the cluster (a Metadata request), or fail at once when it refuses the mount's credentials or
+        TLS handshake, naming the setting to check (a broker says so within a second; waiting the whole
+        ``timeout_s`` would only hide it)."""
+        deadline = time.monotonic() + timeout_s
+        last: object = None
+        while True:
+            self._admin.poll(0.1)                  # serves _client_error
+            if self.security_error is not None:
+                raise self.security_error
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ClusterTimeoutError(f"Cannot reach the Kafka cluster at {self.brokers} within {timeout_s:g} s"
+                                          + (f" ({last})" if last else ""))
+            try:
+                self._admin.list_topics(timeout=min(0.5, left))
+            except KafkaException as exc:
+                last = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else exc
+                continue
+            self._admin.poll(0)
+            if self.security_error is not None:    # answered through one broker, refused by another
+                raise self.security_error
+            return
 
     def result(self, future: concurrent.futures.Future, what: str) -> Any:
         """The answer of one admin request, or the engine error for the cluster's refusal or silence.

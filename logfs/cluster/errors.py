@@ -33,6 +33,12 @@ class ClusterTimeoutError(ClusterError):
     errno = _errno.ETIMEDOUT
 
 
+class ClusterAuthenticationError(ClusterError):
+    """The cluster refused the mount's credentials or its TLS handshake failed (EACCES)."""
+
+    errno = _errno.EACCES
+
+
 # Kafka error names (librdkafka's KafkaError.name()) -> the engine's error of the same meaning
 _BY_NAME: dict[str, type[LogfsError]] = {
     "TOPIC_ALREADY_EXISTS": TopicExistsError,
@@ -79,6 +85,33 @@ def quiet_kafka_python() -> None:
     """kafka-python's loggers at DEBUG of the mount only (see :class:`ClientLog`)."""
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         logging.getLogger("kafka").setLevel(logging.CRITICAL)
+
+
+def security_failure(name: str, text: str, brokers: str) -> ClusterAuthenticationError | None:
+    """The error naming the setting to check, when librdkafka's error ``name``/``text`` is a refused
+    authentication or a failed TLS handshake; None for any other error."""
+    lowered = text.lower()
+    if name == "_AUTHENTICATION":
+        if "mechanism handshake failed" in lowered or "unsupported sasl mechanism" in lowered:
+            check = "security.protocol and sasl.mechanism (the mechanisms the broker's listener enables)"
+        else:
+            check = "sasl.username and sasl.password (or sasl.jaas.config), and sasl.mechanism"
+        return ClusterAuthenticationError(f"Authentication failed at the Kafka cluster at {brokers}: {text}; "
+                                          f"check {check}")
+    if name == "_SSL":
+        return ClusterAuthenticationError(
+            f"The TLS handshake with the Kafka cluster at {brokers} failed: {text}; check ssl.ca.location (or "
+            "ssl.truststore.location): the CA that signed the broker's certificate, and "
+            "ssl.endpoint.identification.algorithm: whether that certificate must name the host connected to")
+    if name == "_TRANSPORT" and "alert" in lowered and "certificate" in lowered:
+        return ClusterAuthenticationError(
+            f"The Kafka cluster at {brokers} refused the mount's TLS client certificate: {text}; check "
+            "ssl.keystore.location (or ssl.certificate.location and ssl.key.location) and ssl.key.password: a "
+            "client certificate signed by a CA the broker trusts (its listener has ssl.client.auth=required)")
+    if name == "_TRANSPORT" and ("plaintext broker listener" in lowered or "incorrect security.protocol" in lowered):
+        return ClusterAuthenticationError(f"The Kafka cluster at {brokers} closed the connection: {text}; "
+                                          "check security.protocol (the broker listener's)")
+    return None
 
 
 def from_kafka(error: object, what: str, brokers: str) -> LogfsError:
