@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import (
     AdminClient,
@@ -54,11 +54,8 @@ class ClusterAdmin:
         self.brokers = client_config["bootstrap.servers"]
         self.timeout_s = timeout_s
         self._create_defaults = dict(create_defaults or {})
-        self._client_log = logging.getLogger("logfs.cluster.librdkafka")
-        #: the last refused authentication or failed TLS handshake librdkafka reported (see connect)
-        self.security_error: ClusterAuthenticationError | None = None
-        config: dict = {**client_config, "logger": ClientLog("logfs.cluster.librdkafka"),
-                        "error_cb": self._client_error}
+        self._client_config = dict(client_config)
+        config: dict = {**client_config, "logger": ClientLog("logfs.cluster.librdkafka")}
         try:
             self._admin = AdminClient(config)
         except KafkaException as exc:     # a client setting librdkafka does not know or refuses
@@ -66,36 +63,49 @@ class ClusterAdmin:
         #: whether the cluster answered the replica fetcher's last metadata request (set by the fetcher)
         self.reachable = True
 
-    def _client_error(self, error: Any) -> None:
-        """librdkafka's error_cb (served by poll): note a refused authentication or TLS handshake."""
-        self._client_log.debug("%s: %s", error.name(), error.str())
-        failure = security_failure(error.name(), error.str(), self.brokers)
-        if failure is not None:
-            self.security_error = failure
-
     def connect(self, timeout_s: float) -> None:
         """Reach the cluster (a Metadata request), or fail at once when it refuses the mount's credentials or
-        TLS handshake, naming the setting to check (a broker says so within a second; waiting the whole
-        ``timeout_s`` would only hide it)."""
+        TLS handshake, naming the setting to check: a broker says so within a second, and waiting the whole
+        ``timeout_s`` would only hide it.
+
+        Asked by a short-lived librdkafka producer with an ``error_cb`` (librdkafka reports a refused
+        authentication there only; a Metadata request just times out), polled on this thread alone and
+        dropped after: the long-lived admin client gets no Python callback (its requests complete on
+        librdkafka's threads, where one crashed the process).
+        """
+        failures: list[ClusterAuthenticationError] = []
+        client_log = logging.getLogger("logfs.cluster.librdkafka")
+
+        def on_error(error: Any) -> None:
+            client_log.debug("%s: %s", error.name(), error.str())
+            failure = security_failure(error.name(), error.str(), self.brokers)
+            if failure is not None:
+                failures.append(failure)
+
+        probe = Producer({**self._client_config, "logger": ClientLog("logfs.cluster.librdkafka"),
+                          "error_cb": on_error})
         deadline = time.monotonic() + timeout_s
         last: object = None
-        while True:
-            self._admin.poll(0.1)                  # serves _client_error
-            if self.security_error is not None:
-                raise self.security_error
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ClusterTimeoutError(f"Cannot reach the Kafka cluster at {self.brokers} within {timeout_s:g} s"
-                                          + (f" ({last})" if last else ""))
-            try:
-                self._admin.list_topics(timeout=min(0.5, left))
-            except KafkaException as exc:
-                last = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else exc
-                continue
-            self._admin.poll(0)
-            if self.security_error is not None:    # answered through one broker, refused by another
-                raise self.security_error
-            return
+        try:
+            while True:
+                probe.poll(0.1)                    # serves on_error
+                if failures:
+                    raise failures[0]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ClusterTimeoutError(f"Cannot reach the Kafka cluster at {self.brokers} within "
+                                              f"{timeout_s:g} s" + (f" ({last})" if last else ""))
+                try:
+                    probe.list_topics(timeout=min(0.5, left))
+                except KafkaException as exc:
+                    last = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else exc
+                    continue
+                probe.poll(0)
+                if failures:                       # answered through one broker, refused by another
+                    raise failures[0]
+                return
+        finally:
+            probe.flush(0)
 
     def result(self, future: concurrent.futures.Future, what: str) -> Any:
         """The answer of one admin request, or the engine error for the cluster's refusal or silence.

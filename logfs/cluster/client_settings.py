@@ -110,14 +110,12 @@ def parse_jaas_config(text: str) -> tuple[str, str]:
 
     ``org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p";``
     """
-    body = text.strip()
-    module, _, rest = body.partition(" ")
+    words = text.strip().split(None, 2) + ["", ""]
+    module, flag, options = words[0], words[1], words[2]
     if module not in _LOGIN_MODULES:
         raise InvalidConfigError(
             f"Invalid sasl.jaas.config: login module {module or '(none)'} is not supported (supported: "
             f"{', '.join(_LOGIN_MODULES)}; or give sasl.username and sasl.password)")
-    rest = rest.strip()
-    flag, _, options = rest.partition(" ")
     if flag.rstrip(";") not in ("required", "requisite", "sufficient", "optional"):
         raise InvalidConfigError("Invalid sasl.jaas.config: expected 'LoginModule required username=\"...\" "
                                  "password=\"...\";'")
