@@ -69,9 +69,9 @@ class ClusterAdmin:
         ``timeout_s`` would only hide it.
 
         Asked by a short-lived librdkafka producer with an ``error_cb`` (librdkafka reports a refused
-        authentication there only; a Metadata request just times out), polled on this thread alone and
-        dropped after: the long-lived admin client gets no Python callback (its requests complete on
-        librdkafka's threads, where one crashed the process).
+        authentication there only; a Metadata request just times out), polled on this thread and dropped
+        after: the long-lived admin client is never polled, so an ``error_cb`` on it would only pile its
+        errors up on its queue.
         """
         failures: list[ClusterAuthenticationError] = []
         client_log = logging.getLogger("logfs.cluster.librdkafka")
