@@ -5,8 +5,9 @@ every listener a test of a secured cluster needs, to spare the machine a JVM
 per setting family:
 
 * ``PLAINTEXT``: the test's own checks (and inter-broker traffic);
-* ``SASL_PLAINTEXT``: SASL/PLAIN (user ``alice``) and SASL/SCRAM-SHA-512 (user
-  ``bob``, created with ``kafka-storage format --add-scram`` as KRaft wants);
+* ``SASL_PLAINTEXT``: SASL/PLAIN (user ``alice``) and SASL/SCRAM-SHA-512 (users
+  ``bob`` and ``alice``, created with ``kafka-storage format --add-scram`` as KRaft wants);
+* ``SASL_SSL``: the same over TLS;
 * ``TLS`` (SSL): a server certificate for 127.0.0.1 signed by the test CA;
 * ``MTLS`` (SSL, ``ssl.client.auth=required``): clients must show a certificate
   the test CA signed;
@@ -92,11 +93,11 @@ class SecureKafkaBroker(KafkaBroker):
 
     def __init__(self, base: Path) -> None:
         self.certs = make_certificates(base / "certs")
-        self.ports = {name: _free_port() for name in ("SASL_PLAINTEXT", "TLS", "MTLS", "NOHOST")}
+        self.ports = {name: _free_port() for name in ("SASL_PLAINTEXT", "SASL_SSL", "TLS", "MTLS", "NOHOST")}
         super().__init__(base)
         listeners = {"PLAINTEXT": self.port, **self.ports}
         protocols = {"PLAINTEXT": "PLAINTEXT", "CONTROLLER": "PLAINTEXT", "SASL_PLAINTEXT": "SASL_PLAINTEXT",
-                     "TLS": "SSL", "MTLS": "SSL", "NOHOST": "SSL"}
+                     "SASL_SSL": "SASL_SSL", "TLS": "SSL", "MTLS": "SSL", "NOHOST": "SSL"}
         advertised = ",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items())
         jaas_plain = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
                       f'user_alice="{ALICE_PASSWORD}";')
@@ -107,6 +108,9 @@ class SecureKafkaBroker(KafkaBroker):
             "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas_plain,
             "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config":
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas_plain,
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config":
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;",
             "ssl.keystore.type": "PKCS12",
             "ssl.keystore.location": str(self.certs.server_p12),
@@ -153,7 +157,8 @@ class SecureKafkaBroker(KafkaBroker):
         while cluster_id.startswith("-"):
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         run_tool("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config_file),
-                 "--add-scram", f"SCRAM-SHA-512=[name=bob,password={BOB_PASSWORD}]", "--ignore-formatted",
+                 "--add-scram", f"SCRAM-SHA-512=[name=bob,password={BOB_PASSWORD}]",
+                 "--add-scram", f"SCRAM-SHA-512=[name=alice,password={ALICE_PASSWORD}]", "--ignore-formatted",
                  base=self.base)
 
 

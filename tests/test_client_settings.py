@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 
 from engine.errors import InvalidConfigError
-from logfs.cluster.client_settings import CLIENT_SETTINGS, ClientSettings, RedactSecrets, parse_jaas_config
+from logfs.cluster.client_settings import (
+    CLIENT_SETTINGS,
+    ClientSettings,
+    RedactSecrets,
+    client_settings_table,
+    parse_jaas_config,
+)
 from logfs.cluster.config import split_options
 
 JAAS_SCRAM = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="bob" '
@@ -149,3 +155,8 @@ def test_secrets_are_redacted_from_log_lines_and_tracebacks() -> None:
     formatted = logging.Formatter().format(record)
     assert "pw-1" not in formatted and "pw\\\\2" not in formatted and "pw\\2" not in formatted
     assert formatted.startswith("auth [redacted] and b'u\\x00[redacted]'") and "ValueError: bad [redacted]" in formatted
+
+
+def test_the_readme_shows_the_table_the_clients_are_built_from() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert client_settings_table() in readme

@@ -13,13 +13,15 @@ secret ever reaches the log.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Mount
+from engine.properties import parse_properties
+from tests.conftest import ROOT, Mount
 from tests.helpers import wait_for
 from tests.kafka_secure import ALICE_PASSWORD, BOB_PASSWORD, SecureKafkaBroker
 
@@ -141,8 +143,6 @@ def test_a_secured_cluster_mounts_with_its_settings_in_a_file(family: str, secur
 def test_a_refused_login_or_handshake_fails_the_mount_at_once_naming_the_setting(
         family: str, listener: str, props: dict[str, str], message: str, secure_kafka_broker: SecureKafkaBroker,
         logfs_mount, tmp_path: Path) -> None:
-    import re
-
     broker = secure_kafka_broker
     props = {k: v.format(ca=broker.certs.ca, other_ca=broker.certs.other_ca) for k, v in props.items()}
     m = _mount(logfs_mount, broker, tmp_path, "bad", listener, props, start=False)
@@ -193,3 +193,28 @@ def test_no_secret_in_a_debug_log_of_every_client(secure_kafka_broker: SecureKaf
     assert "SaslAuthenticateRequest" in log             # kafka-python's frames were logged, redacted
     _assert_no_secret(m)
     assert stat.S_IMODE((tmp_path / "d.properties").stat().st_mode) == 0o600
+
+
+def test_the_readme_client_properties_mount_as_written(secure_kafka_broker: SecureKafkaBroker, logfs_mount,
+                                                       tmp_path: Path) -> None:
+    """README "Mounting a Kafka cluster": its two client.properties (SASL/SCRAM over TLS, mutual TLS), with
+    this broker's CA, client certificate and password in place of the README's."""
+    broker = secure_kafka_broker
+    section = (ROOT / "README.md").read_text().split("## Mounting a Kafka cluster", 1)[1]
+    blocks = re.findall(r"```properties\n(.*?)```", section, re.S)
+    assert len(blocks) == 2
+    for i, (block, listener) in enumerate(zip(blocks, ("SASL_SSL", "MTLS"), strict=True)):
+        text = (block.replace("/etc/kafka/ca.pem", str(broker.certs.ca))
+                .replace("/etc/kafka/client.pem", str(broker.certs.client_combined))
+                .replace("alice-secret", ALICE_PASSWORD))
+        config = tmp_path / f"readme{i}.properties"
+        config.write_text(text)         # as written: the jaas line continued with a backslash
+        config.chmod(0o600)
+        assert parse_properties(text)["security.protocol"] in ("SASL_SSL", "SSL")
+        m = logfs_mount(name=f"readme{i}", extra_args=["--bootstrap-server", broker.address(listener),
+                                                       "--config", str(config)])
+        (m / f"readme{i}").mkdir()
+        (m / f"readme{i}/0/append").write_bytes(b"x\n")
+        assert (m / f"readme{i}/0/records").read_bytes() == b"x\n"
+        assert m.stop() == 0
+        _assert_no_secret(m)

@@ -101,7 +101,11 @@ def client_settings_table() -> str:
     lines = ["| setting | librdkafka (admin client, producer) | kafka-python (replica fetcher, OffsetDelete) |",
              "|---|---|---|"]
     for row in _ROWS:
-        lines.append(f"| `{row.name}` | {row.librdkafka} | {row.kafka_python or 'not used (producer only)'} |")
+        if not row.producer_only:
+            lines.append(f"| `{row.name}` | {row.librdkafka} | {row.kafka_python} |")
+    producer = [row for row in _ROWS if row.producer_only]
+    lines.append(f"| {', '.join(f'`{row.name}`' for row in producer)} | the same names (`acks` all only, "
+                 "`enable.idempotence` true only) | not used: the fetcher does not produce |")
     return "\n".join(lines)
 
 
