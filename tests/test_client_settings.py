@@ -109,7 +109,16 @@ def test_the_table_names_only_what_the_clients_take(tmp_path: Path) -> None:
     ({"security.protocol": "TLS"}, "Invalid security.protocol"),
     ({"acks": "1"}, "acks=1 is not allowed"),
     ({"ssl.truststore.password": "x"}, "ssl.truststore.password is given without ssl.truststore.location"),
-    ({"ssl.endpoint.identification.algorithm": "dns"}, "Invalid ssl.endpoint.identification.algorithm"),
+    ({"security.protocol": "SSL", "ssl.endpoint.identification.algorithm": "dns"},
+     "Invalid ssl.endpoint.identification.algorithm"),
+    ({"security.protocol": "SASL_SSL", "sasl.username": "u", "sasl.password": "p"},
+     "security.protocol=SASL_SSL needs sasl.mechanism"),
+    ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"},
+     "security.protocol=SASL_PLAINTEXT needs sasl.jaas.config"),
+    ({"sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "p"},
+     "sasl.mechanism, sasl.username, sasl.password given with security.protocol=PLAINTEXT"),
+    ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "p",
+      "ssl.ca.location": "/x"}, "ssl.ca.location given with security.protocol=SASL_PLAINTEXT"),
 ])
 def test_a_setting_no_client_can_honour_is_refused(props: dict[str, str], message: str) -> None:
     with pytest.raises(InvalidConfigError, match=message):
@@ -135,12 +144,15 @@ def test_java_key_and_trust_stores_are_refused_with_the_pem_alternative(tmp_path
     for store, kind in ((p12, "PKCS12"), (jks, "JKS")):
         with pytest.raises(InvalidConfigError, match=f"ssl.truststore.location {store}: a {kind} truststore cannot "
                                                      "be read .* give ssl.ca.location") as info:
-            ClientSettings.from_props({"ssl.truststore.location": str(store), "ssl.truststore.password": "pw"})
+            ClientSettings.from_props({"security.protocol": "SSL", "ssl.truststore.location": str(store),
+                                       "ssl.truststore.password": "pw"})
         assert info.value.errno == 22
     with pytest.raises(InvalidConfigError, match="a PKCS12 keystore cannot be read .* ssl.keystore.type=PEM"):
-        ClientSettings.from_props({"ssl.keystore.location": str(p12), "ssl.keystore.type": "PKCS12"})
+        ClientSettings.from_props({"security.protocol": "SSL", "ssl.keystore.location": str(p12),
+                                   "ssl.keystore.type": "PKCS12"})
     with pytest.raises(InvalidConfigError, match="is a PEM file, not ssl.truststore.type=JKS"):
-        ClientSettings.from_props({"ssl.truststore.location": str(combined), "ssl.truststore.type": "JKS"})
+        ClientSettings.from_props({"security.protocol": "SSL", "ssl.truststore.location": str(combined),
+                                   "ssl.truststore.type": "JKS"})
 
 
 def test_secrets_are_redacted_from_log_lines_and_tracebacks() -> None:

@@ -94,7 +94,9 @@ class ClusterAdmin:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise ClusterTimeoutError(f"Cannot reach the Kafka cluster at {self.brokers} within "
-                                              f"{timeout_s:g} s" + (f" ({last})" if last else ""))
+                                              f"{timeout_s:g} s" + (f" ({last})" if last else "")
+                                              + "; if its brokers are up, check security.protocol (the one of "
+                                              "the listener at that port)")
                 try:
                     probe.list_topics(timeout=min(0.5, left))
                 except KafkaException as exc:

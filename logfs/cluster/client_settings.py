@@ -153,6 +153,32 @@ def _sniff(path: str) -> str:
     return "PKCS12" if head[:1] == b"\x30" else "unknown"
 
 
+_SASL_NAMES = ("sasl.mechanism", "sasl.mechanisms", "sasl.jaas.config", "sasl.username", "sasl.password")
+_SSL_NAMES = ("ssl.truststore.location", "ssl.ca.location", "ssl.keystore.location", "ssl.certificate.location",
+              "ssl.key.location", "ssl.key.password", "ssl.crl.location", "ssl.endpoint.identification.algorithm")
+
+
+def _check_protocol(given: Mapping[str, str], rd: Mapping[str, str]) -> None:
+    """SASL and TLS settings only with a ``security.protocol`` that uses them: one given for nothing is a
+    mistake (the mount would connect without them and wait for a broker that never answers)."""
+    protocol = rd.get("security.protocol", "PLAINTEXT")
+    sasl = [n for n in _SASL_NAMES if n in given]
+    ssl = [n for n in _SSL_NAMES if n in given]
+    if protocol.startswith("SASL_"):
+        if "sasl.mechanisms" not in rd:
+            raise InvalidConfigError(f"security.protocol={protocol} needs sasl.mechanism ({', '.join(_MECHANISMS)}; "
+                                     "Kafka's default GSSAPI is not supported)")
+        if "sasl.username" not in rd or "sasl.password" not in rd:
+            raise InvalidConfigError(f"security.protocol={protocol} needs sasl.jaas.config (or sasl.username and "
+                                     "sasl.password)")
+    elif sasl:
+        raise InvalidConfigError(f"{', '.join(sasl)} given with security.protocol={protocol}, which does not use "
+                                 "them: set security.protocol=SASL_SSL or SASL_PLAINTEXT")
+    if ssl and not protocol.endswith("SSL"):
+        raise InvalidConfigError(f"{', '.join(ssl)} given with security.protocol={protocol}, which does not use "
+                                 "them: set security.protocol=SSL or SASL_SSL")
+
+
 @dataclass
 class ClientSettings:
     """The mount's Kafka client settings, checked, and each client's configuration from them."""
@@ -221,6 +247,7 @@ class ClientSettings:
                     kp[row.kafka_python] = value
             # the truststore and keystore rows are resolved below
         out._stores(given, rd, kp)
+        _check_protocol(given, rd)
         out.librdkafka_config, out.kafka_python_config = rd, kp
         return out
 
