@@ -111,6 +111,8 @@ def test_the_table_names_only_what_the_clients_take(tmp_path: Path) -> None:
     ({"ssl.truststore.password": "x"}, "ssl.truststore.password is given without ssl.truststore.location"),
     ({"security.protocol": "SSL", "ssl.endpoint.identification.algorithm": "dns"},
      "Invalid ssl.endpoint.identification.algorithm"),
+    ({"security.protocol": "SSL", "ssl.ca.location": "/nonexistent/ca.pem"},
+     "ssl.ca.location /nonexistent/ca.pem: No such file or directory"),
     ({"security.protocol": "SASL_SSL", "sasl.username": "u", "sasl.password": "p"},
      "security.protocol=SASL_SSL needs sasl.mechanism"),
     ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"},

@@ -158,6 +158,19 @@ _SSL_NAMES = ("ssl.truststore.location", "ssl.ca.location", "ssl.keystore.locati
               "ssl.key.location", "ssl.key.password", "ssl.crl.location", "ssl.endpoint.identification.algorithm")
 
 
+_FILE_NAMES = ("ssl.truststore.location", "ssl.ca.location", "ssl.keystore.location", "ssl.certificate.location",
+               "ssl.key.location", "ssl.crl.location")
+
+
+def _check_readable(name: str, path: str) -> None:
+    """A file setting names a file this process can read (librdkafka's own message would not say which)."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise InvalidConfigError(f"{name} {path}: {exc.strerror or exc}") from None
+
+
 def _check_protocol(given: Mapping[str, str], rd: Mapping[str, str]) -> None:
     """SASL and TLS settings only with a ``security.protocol`` that uses them: one given for nothing is a
     mistake (the mount would connect without them and wait for a broker that never answers)."""
@@ -246,8 +259,11 @@ class ClientSettings:
                 if row.kafka_python and not row.producer_only and name != "debug":
                     kp[row.kafka_python] = value
             # the truststore and keystore rows are resolved below
-        out._stores(given, rd, kp)
         _check_protocol(given, rd)
+        for name in _FILE_NAMES:
+            if name in given:
+                _check_readable(name, given[name])
+        out._stores(given, rd, kp)
         out.librdkafka_config, out.kafka_python_config = rd, kp
         return out
 
