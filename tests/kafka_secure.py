@@ -8,6 +8,8 @@ per setting family:
 * ``SASL_PLAINTEXT``: SASL/PLAIN (user ``alice``) and SASL/SCRAM-SHA-512 (users
   ``bob`` and ``alice``, created with ``kafka-storage format --add-scram`` as KRaft wants);
 * ``SASL_SSL``: the same over TLS;
+* ACLs (KRaft's ``StandardAuthorizer``): every principal above is a super user
+  but ``carol`` (SASL/PLAIN), who is allowed nothing;
 * ``TLS`` (SSL): a server certificate for 127.0.0.1 signed by the test CA;
 * ``MTLS`` (SSL, ``ssl.client.auth=required``): clients must show a certificate
   the test CA signed;
@@ -34,6 +36,7 @@ from tests.kafka_broker import KafkaBroker, _free_port, run_tool
 #: distinctive secrets, so a test can search the mount's log and argv for them
 ALICE_PASSWORD = "alice-Pw-5b1e9d"
 BOB_PASSWORD = "bob-Scram-8c2f4a"
+CAROL_PASSWORD = "carol-Pw-0a9e3c"
 STORE_PASSWORD = "store-Pw-77d3e1"
 
 
@@ -100,7 +103,7 @@ class SecureKafkaBroker(KafkaBroker):
                      "SASL_SSL": "SASL_SSL", "TLS": "SSL", "MTLS": "SSL", "NOHOST": "SSL"}
         advertised = ",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items())
         jaas_plain = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
-                      f'user_alice="{ALICE_PASSWORD}";')
+                      f'user_alice="{ALICE_PASSWORD}" user_carol="{CAROL_PASSWORD}";')
         self.properties.update({
             "listeners": f"{advertised},CONTROLLER://127.0.0.1:{self.controller_port}",
             "advertised.listeners": advertised,
@@ -120,6 +123,9 @@ class SecureKafkaBroker(KafkaBroker):
             "listener.name.mtls.ssl.truststore.type": "PEM",
             "listener.name.mtls.ssl.truststore.location": str(self.certs.ca),
             "listener.name.nohost.ssl.keystore.location": str(self.certs.nohost_p12),
+            # ACLs: every principal of the tests is a super user but carol, who may do nothing
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS;User:alice;User:bob;User:CN=logfs-client",
             # one partition of __consumer_offsets, loaded by warm_up_group_coordinator before any test
             "offsets.topic.num.partitions": "1",
         })

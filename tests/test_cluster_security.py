@@ -12,6 +12,7 @@ secret ever reaches the log.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -23,13 +24,13 @@ import pytest
 from engine.properties import parse_properties
 from tests.conftest import ROOT, Mount
 from tests.helpers import wait_for
-from tests.kafka_secure import ALICE_PASSWORD, BOB_PASSWORD, SecureKafkaBroker
+from tests.kafka_secure import ALICE_PASSWORD, BOB_PASSWORD, CAROL_PASSWORD, SecureKafkaBroker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.mount]
 
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required \\\n'
               f'    username="alice" password="{ALICE_PASSWORD}";')
-SECRETS = (ALICE_PASSWORD, BOB_PASSWORD)
+SECRETS = (ALICE_PASSWORD, BOB_PASSWORD, CAROL_PASSWORD)
 
 
 def _families(broker: SecureKafkaBroker) -> dict[str, tuple[str, dict[str, str]]]:
@@ -156,6 +157,21 @@ def test_a_refused_login_or_handshake_fails_the_mount_at_once_naming_the_setting
     assert len(errors) == 1 and re.search(message, errors[0]), m.log()[-3000:]
     _assert_no_secret(m)
     assert "not-" + BOB_PASSWORD not in m.log()
+
+
+def test_what_the_acls_do_not_allow_is_eacces_naming_the_acl(secure_kafka_broker: SecureKafkaBroker, logfs_mount,
+                                                            tmp_path: Path) -> None:
+    """carol authenticates (the mount serves) but may do nothing: mkdir is EACCES with one line saying so."""
+    props = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "carol",
+             "sasl.password": CAROL_PASSWORD}
+    m = _mount(logfs_mount, secure_kafka_broker, tmp_path, "acl", "SASL_PLAINTEXT", props)
+    with pytest.raises(PermissionError) as info:
+        (m / "denied").mkdir()
+    assert info.value.errno == errno.EACCES
+    lines = [line for line in m.log().splitlines() if "ACLs do not allow" in line]
+    assert len(lines) == 1 and "Creating topic denied" in lines[0] and "AUTHORIZATION_FAILED" in lines[0], m.log()
+    assert m.stop() == 0
+    _assert_no_secret(m)
 
 
 def test_a_store_the_clients_cannot_read_or_an_unknown_setting_is_refused_naming_it(

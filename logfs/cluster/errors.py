@@ -39,6 +39,12 @@ class ClusterAuthenticationError(ClusterError):
     errno = _errno.EACCES
 
 
+class ClusterAuthorizationError(ClusterError):
+    """The cluster's ACLs do not allow the mount's principal the request (EACCES)."""
+
+    errno = _errno.EACCES
+
+
 # Kafka error names (librdkafka's KafkaError.name()) -> the engine's error of the same meaning
 _BY_NAME: dict[str, type[LogfsError]] = {
     "TOPIC_ALREADY_EXISTS": TopicExistsError,
@@ -62,6 +68,9 @@ _BY_NAME: dict[str, type[LogfsError]] = {
     "REQUEST_TIMED_OUT": ClusterTimeoutError,
     "_TRANSPORT": ClusterError,
     "_ALL_BROKERS_DOWN": ClusterError,
+    "TOPIC_AUTHORIZATION_FAILED": ClusterAuthorizationError,
+    "GROUP_AUTHORIZATION_FAILED": ClusterAuthorizationError,
+    "CLUSTER_AUTHORIZATION_FAILED": ClusterAuthorizationError,
 }
 
 
@@ -124,7 +133,12 @@ def from_kafka(error: object, what: str, brokers: str) -> LogfsError:
         else error
     name = inner.name() if hasattr(inner, "name") else type(inner).__name__
     text = inner.str() if hasattr(inner, "str") else str(inner)
+    security = security_failure(name, text, brokers)
+    if security is not None:        # credentials or a certificate no longer accepted: say which settings
+        return ClusterAuthenticationError(f"{what}: {security}")
     cls = _BY_NAME.get(name, ClusterError)
+    if cls is ClusterAuthorizationError:
+        return cls(f"{what}: the cluster's ACLs do not allow it to the mount's principal: {text} ({name})")
     if issubclass(cls, ClusterError):
         return cls(f"{what}: {text} ({name}; bootstrap servers {brokers})")
     return cls(f"{what}: the cluster refused it: {text} ({name})")
