@@ -558,4 +558,4 @@ def test_a_mount_of_an_unreachable_cluster_or_a_bad_setting_exits_naming_it(logf
     with pytest.raises(RuntimeError, match="exited with 2"):    # refused before connecting (client_settings)
         bad.start()
     bad.proc = None
-    assert "Invalid configuration: Unknown Kafka client setting no.such.client.setting" in bad.log()
+    assert "Invalid configuration: Unsupported Kafka client setting no.such.client.setting" in bad.log()

@@ -183,7 +183,7 @@ def test_a_store_the_clients_cannot_read_or_an_unknown_setting_is_refused_naming
          f"ssl.truststore.location {broker.certs.truststore_p12}: a PKCS12 truststore cannot be read by the mount's "
          "Kafka clients (librdkafka and kafka-python read PEM); give ssl.ca.location"),
         ({"security.protocol": "SSL", "ssl.ca.location": str(broker.certs.ca), "ssl.cipher.suites": "x"},
-         "Unknown Kafka client setting ssl.cipher.suites"),
+         "Unsupported Kafka client setting ssl.cipher.suites"),
     ]
     for i, (props, message) in enumerate(cases):
         m = _mount(logfs_mount, broker, tmp_path, f"r{i}", "TLS", props, start=False)

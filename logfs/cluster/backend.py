@@ -59,7 +59,7 @@ class ClusterBackend:
     def start(self) -> None:
         """Reach the cluster and bring the replica's topics in line (bounded by the request timeout).
 
-        librdkafka's admin client reaches it first: a refused authentication or TLS handshake fails the
+        librdkafka reaches it first (ClusterAdmin.connect): a refused authentication or TLS handshake fails the
         mount within a second, naming the setting to check (logfs.cluster.errors.security_failure)."""
         started = time.monotonic()
         self.admin.connect(self.timeout_s)

@@ -211,8 +211,8 @@ class ClientSettings:
         for name, value in given.items():
             if name not in CLIENT_SETTINGS:
                 raise InvalidConfigError(
-                    f"Unknown Kafka client setting {name}: a cluster mount takes the settings listed in README.md "
-                    "(\"Mounting a Kafka cluster\", Settings)")
+                    f"Unsupported Kafka client setting {name}: a cluster mount takes the client settings listed in "
+                    "README.md (\"Mounting a Kafka cluster\", Settings)")
             if CLIENT_SETTINGS[name].secret and value:
                 out.secrets.append(value)
         if "sasl.jaas.config" in given:
@@ -250,15 +250,13 @@ class ClientSettings:
                 if value.lower() not in wanted:
                     raise InvalidConfigError(f"{name}={value} is not allowed: a cluster mount produces with "
                                              "acks=all and enable.idempotence=true (SPEC.md section 4)")
-            elif name in ("sasl.jaas.config", "sasl.username", "sasl.password", "ssl.ca.location",
-                          "ssl.certificate.location", "ssl.key.location", "ssl.key.password", "ssl.crl.location",
-                          "client.id", "debug") or row.producer_only:
-                if name == "sasl.jaas.config":
-                    continue
+            elif name in ("sasl.username", "sasl.password", "ssl.ca.location", "ssl.certificate.location",
+                          "ssl.key.location", "ssl.key.password", "ssl.crl.location", "client.id",
+                          "debug") or row.producer_only:
                 rd[name] = value
                 if row.kafka_python and not row.producer_only and name != "debug":
                     kp[row.kafka_python] = value
-            # the truststore and keystore rows are resolved below
+            # sasl.jaas.config was resolved above, the truststore and keystore rows are below
         _check_protocol(given, rd)
         for name in _FILE_NAMES:
             if name in given:
