@@ -174,3 +174,22 @@ def test_secrets_are_redacted_from_log_lines_and_tracebacks() -> None:
 def test_the_readme_shows_the_table_the_clients_are_built_from() -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert client_settings_table() in readme
+
+
+def test_a_refusal_of_the_credentials_or_the_acls_during_a_request_is_eacces_naming_the_settings() -> None:
+    """librdkafka's own errors (KafkaError objects as its admin client returns them) -> EACCES."""
+    import errno
+
+    from confluent_kafka import KafkaError
+
+    from logfs.cluster.errors import from_kafka
+
+    login = from_kafka(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: Authentication failed"),
+                       "Creating topic t", "b:9092")
+    assert login.errno == errno.EACCES
+    assert "check sasl.username and sasl.password (or sasl.jaas.config)" in str(login)
+    acl = from_kafka(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "Group authorization failed"),
+                     "Reading the committed offsets of group g", "b:9092")
+    assert acl.errno == errno.EACCES and "the cluster's ACLs do not allow it" in str(acl)
+    other = from_kafka(KafkaError(KafkaError._TRANSPORT, "Broker transport failure"), "Creating topic t", "b:9092")
+    assert other.errno == errno.EIO
