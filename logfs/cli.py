@@ -71,7 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     mount.add_argument("mountpoint")
     mount.add_argument("--data-dir", action="append", default=[], metavar="DIR",
                        help=f"a log directory (repeatable; overrides log.dirs; default {DEFAULT_LOG_DIR})")
-    mount.add_argument("--config", metavar="FILE", help="broker settings in server.properties syntax")
+    mount.add_argument("--config", metavar="FILE",
+                       help="broker settings in server.properties syntax; with --bootstrap-server, a Kafka client "
+                            "properties file (as --command-config of Kafka's tools) and the replica's settings")
     mount.add_argument("-o", dest="options", action="append", default=[], metavar="NAME=VALUE",
                        help="a broker setting (Kafka name), applied after --config; repeatable")
     mount.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT...]",
@@ -127,6 +129,32 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig.from_props(file_props).with_overrides(overrides, strict=True)
 
 
+def _client_properties(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--config`` file of a cluster mount: a Kafka client properties file (``--command-config`` of
+    Kafka's tools), which may also hold the local replica's settings.
+
+    Its secrets are redacted from every log line from now on (logfs.cluster.client_settings); a file
+    holding a secret that the group or others can read is warned about, once.
+    """
+    from engine.config import BrokerConfig
+    from logfs.cluster.client_settings import SECRET_NAMES, RedactSecrets
+
+    if not args.config:
+        return {}
+    props = BrokerConfig.read_properties_file(args.config)
+    secrets = [v for k, v in props.items() if k.strip() in SECRET_NAMES]
+    RedactSecrets(secrets).install()
+    if "bootstrap.servers" in props and props["bootstrap.servers"].strip() != args.bootstrap_server:
+        log.warning("Connecting to --bootstrap-server %s, not to bootstrap.servers=%s of %s", args.bootstrap_server,
+                    props["bootstrap.servers"].strip(), args.config)
+    mode = os.stat(args.config).st_mode
+    if secrets and mode & 0o077:
+        log.warning("Client settings file %s holds secrets (%s) and can be read by %s (mode %03o): chmod 600 it",
+                    args.config, ", ".join(sorted({k.strip() for k in props if k.strip() in SECRET_NAMES})),
+                    "its group and others" if mode & 0o007 else "its group", stat.S_IMODE(mode))
+    return props
+
+
 def _mount(args: argparse.Namespace) -> int:
     import pyfuse3
     import trio
@@ -158,12 +186,16 @@ def _mount(args: argparse.Namespace) -> int:
             if args.read_only:
                 raise LogfsError("--read-only cannot be combined with --bootstrap-server (the replica follows "
                                  "the cluster)")
-            cluster_options = split_options(args.bootstrap_server, args.options)
+            cluster_options = split_options(args.bootstrap_server, args.options, _client_properties(args))
             args.options = cluster_options.local
+            args.config = None          # its settings are in cluster_options (the replica's in .local)
         config = broker_config(args)
     except (LogfsError, OSError) as exc:
         log.error("Invalid configuration: %s", exc)
         return 2
+    if cluster_options is not None:
+        from logfs.cluster.client_settings import RedactSecrets
+        RedactSecrets(cluster_options.settings.secrets).install()   # -o's too (the file's were already)
     # Everything the engine creates (data dirs, partition dirs, segments, indexes,
     # checkpoints) gets its mode from this one umask: the data is as private as the mount.
     os.umask(args.data_umask)

@@ -25,8 +25,9 @@ from typing import NamedTuple
 
 import pytest
 
-#: The real Kafka broker's module-scoped ``kafka_broker`` fixture, for the modules that ask for it.
-pytest_plugins = ["tests.kafka_broker", "tests.kafka_cluster"]
+#: The real Kafka brokers' module-scoped fixtures (``kafka_broker``, ``kafka_cluster``, ``secure_kafka_broker``),
+#: for the modules that ask for them.
+pytest_plugins = ["tests.kafka_broker", "tests.kafka_cluster", "tests.kafka_secure"]
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGFS = ROOT / ".venv" / "bin" / "logfs"

@@ -555,7 +555,7 @@ def test_a_mount_of_an_unreachable_cluster_or_a_bad_setting_exits_naming_it(logf
     assert f"Cannot mount the Kafka cluster at {closed}" in m.log()
     bad = logfs_mount({"no.such.client.setting": "1"}, name="b", extra_args=["--bootstrap-server", closed],
                       start=False)
-    with pytest.raises(RuntimeError, match="exited with 1"):
+    with pytest.raises(RuntimeError, match="exited with 2"):    # refused before connecting (client_settings)
         bad.start()
     bad.proc = None
-    assert "Invalid Kafka client setting: No such configuration property: \"no.such.client.setting\"" in bad.log()
+    assert "Invalid configuration: Unsupported Kafka client setting no.such.client.setting" in bad.log()

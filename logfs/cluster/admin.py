@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import (
     AdminClient,
@@ -29,7 +30,13 @@ from confluent_kafka.admin import (
 
 from engine.errors import InvalidConfigError
 from engine.topic import TopicPartition
-from logfs.cluster.errors import ClientLog, ClusterTimeoutError, from_kafka
+from logfs.cluster.errors import (
+    ClientLog,
+    ClusterAuthenticationError,
+    ClusterTimeoutError,
+    from_kafka,
+    security_failure,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +54,7 @@ class ClusterAdmin:
         self.brokers = client_config["bootstrap.servers"]
         self.timeout_s = timeout_s
         self._create_defaults = dict(create_defaults or {})
+        self._client_config = dict(client_config)
         config: dict = {**client_config, "logger": ClientLog("logfs.cluster.librdkafka")}
         try:
             self._admin = AdminClient(config)
@@ -54,6 +62,52 @@ class ClusterAdmin:
             raise InvalidConfigError(f"Invalid Kafka client setting: {exc.args[0].str()}") from None
         #: whether the cluster answered the replica fetcher's last metadata request (set by the fetcher)
         self.reachable = True
+
+    def connect(self, timeout_s: float) -> None:
+        """Reach the cluster (a Metadata request), or fail at once when it refuses the mount's credentials or
+        TLS handshake, naming the setting to check: a broker says so within a second, and waiting the whole
+        ``timeout_s`` would only hide it.
+
+        Asked by a short-lived librdkafka producer with an ``error_cb`` (librdkafka reports a refused
+        authentication there only; a Metadata request just times out), polled on this thread and dropped
+        after: the long-lived admin client is never polled, so an ``error_cb`` on it would only pile its
+        errors up on its queue.
+        """
+        failures: list[ClusterAuthenticationError] = []
+        client_log = logging.getLogger("logfs.cluster.librdkafka")
+
+        def on_error(error: Any) -> None:
+            client_log.debug("%s: %s", error.name(), error.str())
+            failure = security_failure(error.name(), error.str(), self.brokers)
+            if failure is not None:
+                failures.append(failure)
+
+        probe = Producer({**self._client_config, "logger": ClientLog("logfs.cluster.librdkafka"),
+                          "error_cb": on_error})
+        deadline = time.monotonic() + timeout_s
+        last: object = None
+        try:
+            while True:
+                probe.poll(0.1)                    # serves on_error
+                if failures:
+                    raise failures[0]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ClusterTimeoutError(f"Cannot reach the Kafka cluster at {self.brokers} within "
+                                              f"{timeout_s:g} s" + (f" ({last})" if last else "")
+                                              + "; if its brokers are up, check security.protocol (the one of "
+                                              "the listener at that port)")
+                try:
+                    probe.list_topics(timeout=min(0.5, left))
+                except KafkaException as exc:
+                    last = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else exc
+                    continue
+                probe.poll(0)
+                if failures:                       # answered through one broker, refused by another
+                    raise failures[0]
+                return
+        finally:
+            probe.flush(0)
 
     def result(self, future: concurrent.futures.Future, what: str) -> Any:
         """The answer of one admin request, or the engine error for the cluster's refusal or silence.

@@ -54,11 +54,16 @@ class ClusterBackend:
             metadata_max_age_s=int(options.fetcher.get("metadata.max.age.ms", "2000")) / 1000,
             fetch_max_wait_ms=int(options.fetcher.get("fetch.max.wait.ms", "500")))
         self.producer: ClusterProducer | None = None
-        self._coordinator = ClusterGroupCoordinator(manager, self.admin)
+        self._coordinator = ClusterGroupCoordinator(manager, self.admin, options.fetcher_client_config())
 
     def start(self) -> None:
-        """Reach the cluster and bring the replica's topics in line (bounded by the request timeout)."""
-        self.fetcher.start(self.timeout_s)
+        """Reach the cluster and bring the replica's topics in line (bounded by the request timeout).
+
+        librdkafka reaches it first (ClusterAdmin.connect): a refused authentication or TLS handshake fails the
+        mount within a second, naming the setting to check (logfs.cluster.errors.security_failure)."""
+        started = time.monotonic()
+        self.admin.connect(self.timeout_s)
+        self.fetcher.start(max(1.0, self.timeout_s - (time.monotonic() - started)))
         self.producer = ClusterProducer(self.options.client_config())
 
     def close(self) -> None:

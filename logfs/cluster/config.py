@@ -1,25 +1,28 @@
-"""The ``-o name=value`` options of a cluster mount: which are the local replica's, which the clients'.
+"""The settings of a cluster mount: which are the local replica's, which the Kafka clients'.
 
-``logfs mount MNT --bootstrap-server ... -o name=value``: a name of the
-embedded broker's configuration (SPEC.md section 2: ``log.segment.bytes``,
-``log.flush.interval.ms``, ...) configures the local replica's ``LogManager``;
-``num.partitions`` and ``default.replication.factor`` are the defaults of
-topics the mount creates (the cluster's own when not given); the mount's own
-``metadata.max.age.ms`` and ``fetch.max.wait.ms`` tune the replica fetcher;
-every other name is a Kafka client setting under librdkafka's name
-(``security.protocol``, ``sasl.mechanism``, ``sasl.username``,
-``ssl.ca.location``, ``delivery.timeout.ms``, ...), given to the producer and
-the admin client, and, translated, to the replica fetcher (kafka-python).
+``logfs mount MNT --bootstrap-server ... [--config FILE] -o name=value``: the
+file (a Kafka client properties file, as Kafka's tools take with
+``--command-config``; it may also hold the replica's settings) first, then
+``-o``.  A name of the embedded broker's configuration (SPEC.md section 2:
+``log.segment.bytes``, ``log.flush.interval.ms``, ...) configures the local
+replica's ``LogManager``; ``num.partitions`` and ``default.replication.factor``
+are the defaults of topics the mount creates (the cluster's own when not
+given); the mount's own ``metadata.max.age.ms`` and ``fetch.max.wait.ms`` tune
+the replica fetcher; every other name must be a Kafka client setting of
+logfs.cluster.client_settings (``security.protocol``, ``sasl.jaas.config``,
+``ssl.truststore.location``, ``delivery.timeout.ms``, ...), from which every
+client the mount connects with is configured.  Any other name is refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.config import BROKER_CONFIG_NAMES
 from engine.errors import InvalidConfigError
+from logfs.cluster.client_settings import ClientSettings
 
 __all__ = ["ClusterOptions", "split_options", "LOCAL_TOPIC_NAMES", "REPLICA_DEFAULTS"]
 
@@ -32,41 +35,24 @@ REPLICA_DEFAULTS = {"log.retention.ms": "-1", "log.retention.bytes": "-1", "log.
 _CREATE_NAMES = ("num.partitions", "default.replication.factor")
 _FETCHER_NAMES = ("metadata.max.age.ms", "fetch.max.wait.ms")
 
-# librdkafka's names -> kafka-python's, for the replica fetcher
-_KAFKA_PYTHON_NAMES = {
-    "security.protocol": "security_protocol",
-    "sasl.mechanism": "sasl_mechanism",
-    "sasl.mechanisms": "sasl_mechanism",
-    "sasl.username": "sasl_plain_username",
-    "sasl.password": "sasl_plain_password",
-    "ssl.ca.location": "ssl_cafile",
-    "ssl.certificate.location": "ssl_certfile",
-    "ssl.key.location": "ssl_keyfile",
-    "ssl.key.password": "ssl_password",
-    "client.id": "client_id",
-}
-
 
 @dataclass
 class ClusterOptions:
     bootstrap: str
     local: list[str] = field(default_factory=list)          # name=value for the local LogManager
-    client: dict[str, str] = field(default_factory=dict)    # librdkafka settings
+    client: dict[str, str] = field(default_factory=dict)    # Kafka client settings, as the user named them
     create: dict[str, str] = field(default_factory=dict)    # num.partitions, default.replication.factor
     fetcher: dict[str, str] = field(default_factory=dict)
+    #: the client settings checked and translated for each client (logfs.cluster.client_settings)
+    settings: ClientSettings = field(default_factory=ClientSettings)
 
     def client_config(self) -> dict[str, str]:
-        return {"bootstrap.servers": self.bootstrap, **self.client}
+        """librdkafka's configuration (the admin client and the producer)."""
+        return {"bootstrap.servers": self.bootstrap, **self.settings.librdkafka_config}
 
     def fetcher_client_config(self) -> dict[str, Any]:
-        """The client settings the replica fetcher (kafka-python) understands."""
-        out: dict[str, Any] = {}
-        for name, value in self.client.items():
-            if name in _KAFKA_PYTHON_NAMES:
-                out[_KAFKA_PYTHON_NAMES[name]] = value
-        if "security_protocol" in out:
-            out["security_protocol"] = out["security_protocol"].upper()
-        return out
+        """kafka-python's configuration (the replica fetcher, OffsetDelete), without the bootstrap servers."""
+        return dict(self.settings.kafka_python_config)
 
     @property
     def timeout_s(self) -> float:
@@ -74,18 +60,25 @@ class ClusterOptions:
         return int(self.client.get("delivery.timeout.ms", "30000")) / 1000
 
 
-def split_options(bootstrap: str, options: Sequence[str]) -> ClusterOptions:
-    """Sort ``-o`` options into the local replica's, the topic defaults, the fetcher's and the clients'."""
+def split_options(bootstrap: str, options: Sequence[str],
+                  file_props: Mapping[str, str] | None = None) -> ClusterOptions:
+    """Sort the ``--config`` file's settings, then the ``-o`` options, into the local replica's, the topic
+    defaults, the fetcher's and the clients' (refusing a name none of them knows)."""
     servers = [s.strip() for s in bootstrap.split(",") if s.strip()]
     if not servers or any(":" not in s for s in servers):
         raise InvalidConfigError(f"Invalid --bootstrap-server {bootstrap!r}: expected HOST:PORT[,HOST:PORT...]")
     out = ClusterOptions(",".join(servers))
     given: set[str] = set()
+    pairs: list[tuple[str, str]] = [(k.strip(), v.strip()) for k, v in (file_props or {}).items()
+                                    if k.strip() != "bootstrap.servers"]   # --bootstrap-server says where
     for option in options:
         name, sep, value = option.partition("=")
-        name, value = name.strip(), value.strip()
-        if not sep or not name:
+        if not sep:
             raise InvalidConfigError(f"Invalid -o option {option!r}: expected name=value")
+        if not name.strip():     # the value may be a secret: never shown
+            raise InvalidConfigError("Invalid -o option: no name before '=' (expected name=value)")
+        pairs.append((name.strip(), value.strip()))
+    for name, value in pairs:
         given.add(name)
         if name in _CREATE_NAMES:
             if not value.lstrip("-").isdigit():
@@ -99,6 +92,7 @@ def split_options(bootstrap: str, options: Sequence[str]) -> ClusterOptions:
             out.local.append(f"{name}={value}")
         else:
             out.client[name] = value
+    out.settings = ClientSettings.from_props(out.client)
     for name, value in REPLICA_DEFAULTS.items():
         if name not in given and not (name == "log.retention.ms" and given & {"log.retention.hours",
                                                                                "log.retention.minutes"}):

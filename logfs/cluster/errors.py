@@ -33,6 +33,18 @@ class ClusterTimeoutError(ClusterError):
     errno = _errno.ETIMEDOUT
 
 
+class ClusterAuthenticationError(ClusterError):
+    """The cluster refused the mount's credentials or its TLS handshake failed (EACCES)."""
+
+    errno = _errno.EACCES
+
+
+class ClusterAuthorizationError(ClusterError):
+    """The cluster's ACLs do not allow the mount's principal the request (EACCES)."""
+
+    errno = _errno.EACCES
+
+
 # Kafka error names (librdkafka's KafkaError.name()) -> the engine's error of the same meaning
 _BY_NAME: dict[str, type[LogfsError]] = {
     "TOPIC_ALREADY_EXISTS": TopicExistsError,
@@ -56,6 +68,9 @@ _BY_NAME: dict[str, type[LogfsError]] = {
     "REQUEST_TIMED_OUT": ClusterTimeoutError,
     "_TRANSPORT": ClusterError,
     "_ALL_BROKERS_DOWN": ClusterError,
+    "TOPIC_AUTHORIZATION_FAILED": ClusterAuthorizationError,
+    "GROUP_AUTHORIZATION_FAILED": ClusterAuthorizationError,
+    "CLUSTER_AUTHORIZATION_FAILED": ClusterAuthorizationError,
 }
 
 
@@ -81,6 +96,33 @@ def quiet_kafka_python() -> None:
         logging.getLogger("kafka").setLevel(logging.CRITICAL)
 
 
+def security_failure(name: str, text: str, brokers: str) -> ClusterAuthenticationError | None:
+    """The error naming the setting to check, when librdkafka's error ``name``/``text`` is a refused
+    authentication or a failed TLS handshake; None for any other error."""
+    lowered = text.lower()
+    if name == "_AUTHENTICATION":
+        if "mechanism handshake failed" in lowered or "unsupported sasl mechanism" in lowered:
+            check = "security.protocol and sasl.mechanism (the mechanisms the broker's listener enables)"
+        else:
+            check = "sasl.username and sasl.password (or sasl.jaas.config), and sasl.mechanism"
+        return ClusterAuthenticationError(f"Authentication failed at the Kafka cluster at {brokers}: {text}; "
+                                          f"check {check}")
+    if name == "_SSL":
+        return ClusterAuthenticationError(
+            f"The TLS handshake with the Kafka cluster at {brokers} failed: {text}; check ssl.ca.location (or "
+            "ssl.truststore.location): the CA that signed the broker's certificate, and "
+            "ssl.endpoint.identification.algorithm: whether that certificate must name the host connected to")
+    if name == "_TRANSPORT" and "alert" in lowered and "certificate" in lowered:
+        return ClusterAuthenticationError(
+            f"The Kafka cluster at {brokers} refused the mount's TLS client certificate: {text}; check "
+            "ssl.keystore.location (or ssl.certificate.location and ssl.key.location) and ssl.key.password: a "
+            "client certificate signed by a CA the broker trusts (its listener has ssl.client.auth=required)")
+    if name == "_TRANSPORT" and ("plaintext broker listener" in lowered or "incorrect security.protocol" in lowered):
+        return ClusterAuthenticationError(f"The Kafka cluster at {brokers} closed the connection: {text}; "
+                                          "check security.protocol (the broker listener's)")
+    return None
+
+
 def from_kafka(error: object, what: str, brokers: str) -> LogfsError:
     """The engine error for a librdkafka ``KafkaError`` (or a ``KafkaException`` holding one).
 
@@ -91,7 +133,12 @@ def from_kafka(error: object, what: str, brokers: str) -> LogfsError:
         else error
     name = inner.name() if hasattr(inner, "name") else type(inner).__name__
     text = inner.str() if hasattr(inner, "str") else str(inner)
+    security = security_failure(name, text, brokers)
+    if security is not None:        # credentials or a certificate no longer accepted: say which settings
+        return ClusterAuthenticationError(f"{what}: {security}")
     cls = _BY_NAME.get(name, ClusterError)
+    if cls is ClusterAuthorizationError:
+        return cls(f"{what}: the cluster's ACLs do not allow it to the mount's principal: {text} ({name})")
     if issubclass(cls, ClusterError):
         return cls(f"{what}: {text} ({name}; bootstrap servers {brokers})")
     return cls(f"{what}: the cluster refused it: {text} ({name})")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka import TopicPartition as KafkaTopicPartition
@@ -35,9 +36,12 @@ __all__ = ["ClusterGroupCoordinator"]
 class ClusterGroupCoordinator:
     """Committed offsets kept by the cluster's group coordinator (see the module docstring)."""
 
-    def __init__(self, manager: LogManager, admin: ClusterAdmin) -> None:
+    def __init__(self, manager: LogManager, admin: ClusterAdmin,
+                 kafka_python_config: Mapping[str, Any] | None = None) -> None:
         self.manager = manager
         self.admin = admin
+        #: the mount's client settings for kafka-python (logfs.cluster.client_settings), for OffsetDelete
+        self._kafka_python_config = dict(kafka_python_config or {})
 
     # ------------------------------------------------------------------ reading
 
@@ -103,8 +107,11 @@ class ClusterGroupCoordinator:
         from kafka import KafkaAdminClient
         from kafka import TopicPartition as KpTopicPartition
 
-        admin = KafkaAdminClient(bootstrap_servers=self.admin.brokers.split(","),
-                                 request_timeout_ms=int(self.admin.timeout_s * 1000))
+        # confluent-kafka 2.16 has no OffsetDelete (DeleteConsumerGroupOffsets): kafka-python's admin client
+        # makes it, with the same client settings as every other client of the mount
+        admin = KafkaAdminClient(**{"bootstrap_servers": self.admin.brokers.split(","),
+                                    "request_timeout_ms": int(self.admin.timeout_s * 1000),
+                                    **self._kafka_python_config})
         try:
             admin.delete_group_offsets(group, [KpTopicPartition(topic, p) for p in partitions])
         finally:

@@ -217,8 +217,10 @@ class ReplicaFetcher:
         try:
             self._client._manager.bootstrap(int(timeout_s * 1000))
         except KafkaError as exc:
-            raise LogfsError(f"Cannot reach the Kafka cluster at {self.brokers} within {timeout_s:g} s: "
-                             f"{exc}") from None
+            # librdkafka's admin client reached the cluster just before (ClusterBackend.start)
+            raise LogfsError(f"The replica fetcher (kafka-python) cannot connect to the Kafka cluster at "
+                             f"{self.brokers} within {timeout_s:g} s, though the admin client (librdkafka) did "
+                             f"with the same settings: {exc}") from None
         self._sync_metadata()
         self._thread.start()
         self._wait_first_round(min(timeout_s, FIRST_ROUND_MAX_S))
