@@ -170,6 +170,9 @@ class Log:
         #: log-start-offset-checkpoint here, so no crash after the move can
         #: bring deleted records back; if it raises, nothing moves.
         self.before_log_start_offset_moves: Callable[[Log, int], None] | None = None
+        #: how many times records were removed from the end (truncate_to, truncate_fully_and_start_at):
+        #: a reader caching bytes it read compares it to know they may be gone or replaced
+        self.truncations = 0
         self._closed = False
         self._end = LogOffsetMetadata(loaded.log_end_offset, 0, 0)
         self._update_log_end_offset(loaded.log_end_offset)
@@ -830,6 +833,7 @@ class Log:
                             offset, self.log_end_offset - 1)
                 return False
             logger.info(self._prefix + "Truncating to offset %d", offset)
+            self.truncations += 1
             if self._segments.peekitem(0)[0] > offset:
                 self.truncate_fully_and_start_at(offset)
             else:
@@ -856,6 +860,7 @@ class Log:
         self._check_writable("truncate")
         with self.lock:
             self._check_open()
+            self.truncations += 1
             segments = list(self._segments.values())
             logger.info(self._prefix + "Deleting segments as part of log truncation: %s",
                         ",".join(map(repr, segments)))

@@ -641,7 +641,7 @@ class LogfsOperations(pyfuse3.Operations):
         self._next_fh += 1
         self._handles[fh] = (inode, handle)
         self._inodes[inode].nopen += 1
-        return pyfuse3.FileInfo(fh=fh, direct_io=handle.direct_io, keep_cache=False)
+        return pyfuse3.FileInfo(fh=fh, direct_io=handle.direct_io, keep_cache=handle.keep_cache)
 
     @_translating
     async def read(self, fh: int, off: int, size: int) -> bytes:
