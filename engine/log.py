@@ -173,6 +173,9 @@ class Log:
         #: how many times records were removed from the end (truncate_to, truncate_fully_and_start_at):
         #: a reader caching bytes it read compares it to know they may be gone or replaced
         self.truncations = 0
+        #: called as ``fn(log)`` under the log's lock each time the log end offset was set (an append,
+        #: a truncation, a roll): readers that cache what they read learn that it may have changed
+        self.end_listeners: list[Callable[[Log], None]] = []
         self._closed = False
         self._end = LogOffsetMetadata(loaded.log_end_offset, 0, 0)
         self._update_log_end_offset(loaded.log_end_offset)
@@ -303,6 +306,8 @@ class Log:
         self._end = LogOffsetMetadata(end, active.base_offset, active.size)
         if self._recovery_point > end:
             self._recovery_point = end
+        for listener in self.end_listeners:
+            listener(self)
 
     # ---------------------------------------------------------------- append
     def append_values(self, values: Sequence[bytes | None],

@@ -220,6 +220,8 @@ def _mount(args: argparse.Namespace) -> int:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_watch_signals, stop_signals, name="signal-watcher")
             run_jobs(nursery, jobs, config.log_initial_task_delay_ms, stats)
+            if not namespace.views_direct_io:
+                nursery.start_soon(trio.to_thread.run_sync, _raise_readahead, mountpoint)
             log.info("Mounted logfs at %s (log.dirs=%s%s)", mountpoint, ",".join(config.log_dirs),
                      ", read-only" if args.read_only else "")
             await pyfuse3.main()
@@ -234,8 +236,6 @@ def _mount(args: argparse.Namespace) -> int:
         namespace.backend.close()
         manager.shutdown()
         return 1
-    if not namespace.views_direct_io:
-        _raise_readahead(mountpoint)
     status = 0
     try:
         stop_signals.doing = "finishing the mount's start"
@@ -266,17 +266,14 @@ READAHEAD_KB = 1024
 
 
 def _raise_readahead(mountpoint: str) -> None:
-    """Set the mount's ``read_ahead_kb`` in sysfs (root only; otherwise the kernel's default stays)."""
-    device = None
-    with open("/proc/self/mountinfo") as mounts:     # not stat(): nothing serves the mount yet
-        for line in mounts:
-            fields = line.split()
-            if len(fields) > 4 and fields[4] == mountpoint.replace(" ", "\\040"):
-                device = fields[2]
-    if device is None:
-        return
+    """Set the mount's ``read_ahead_kb`` in sysfs (root only; otherwise the kernel's default stays).
+
+    Runs in a worker thread once the mount serves: its ``stat`` returns after
+    the kernel applied the INIT reply, which sets the readahead it negotiated.
+    """
     try:
-        with open(f"/sys/class/bdi/{device}/read_ahead_kb", "w") as knob:
+        device = os.stat(mountpoint).st_dev
+        with open(f"/sys/class/bdi/{os.major(device)}:{os.minor(device)}/read_ahead_kb", "w") as knob:
             knob.write(str(READAHEAD_KB))
     except OSError as exc:
         log.info("Kernel readahead of the mount stays at its default (cannot set read_ahead_kb: %s)",

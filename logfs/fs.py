@@ -45,6 +45,7 @@ import functools
 import logging
 import os
 import stat
+import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn, TypeVar, cast
@@ -64,7 +65,7 @@ from logfs.errors import (
 )
 from logfs.handles import Handle
 from logfs.namespace import Namespace
-from logfs.nodes import Directory, FileNode, Node
+from logfs.nodes import Directory, FileNode, Node, ViewFile
 from logfs.tempfiles import TempFile, TempFiles
 
 log = logging.getLogger(__name__)
@@ -314,8 +315,31 @@ class LogfsOperations(pyfuse3.Operations):
         self._config_unlinks = _ConfigUnlinks()
         self._temps = TempFiles(namespace)     # editors' and tools' temporary files (logfs.tempfiles)
         namespace.topic_deleted_listeners.append(self._topic_deleted)
+        # partition -> inodes of its views whose attributes the kernel caches (page-cache mode)
+        self._view_inodes: dict[TopicPartition, set[int]] = {}
+        self._view_inodes_lock = threading.Lock()
+        namespace.views_changed_listeners.append(self._views_changed)
 
     # ------------------------------------------------------------------ inode table
+
+    def _views_changed(self, tp: TopicPartition) -> None:
+        """The log end of ``tp`` moved: drop the attributes the kernel cached of its views.
+
+        Called from the thread that changed the log (the trio thread in a
+        write, a replica fetcher, the cleaner...), under the log's lock.  Only
+        attributes are invalidated (no page is locked, so this cannot wait on
+        a request of this process); the kernel asks for the new size at the
+        next ``fstat`` or read at EOF, and a size or mtime that changed makes
+        it drop the view's cached pages (auto_inval_data).
+        """
+        with self._view_inodes_lock:
+            inodes = tuple(self._view_inodes.get(tp, ()))
+        for ino in inodes:
+            try:
+                pyfuse3.invalidate_inode(ino, attr_only=True)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOENT, errno.ENOTCONN, errno.ENODEV):   # forgotten, or unmounted
+                    log.warning("Cannot invalidate the cached attributes of inode %d: %s", ino, exc)
 
     def _node(self, inode: int) -> Node:
         entry = self._inodes.get(inode)
@@ -340,6 +364,9 @@ class LogfsOperations(pyfuse3.Operations):
         entry = self._inodes[ino] = _Inode(node)
         entry.nlookup = 1
         self._inode_of[id(node)] = ino
+        if isinstance(node, ViewFile) and node.attr_timeout:
+            with self._view_inodes_lock:
+                self._view_inodes.setdefault(node.tp, set()).add(ino)
         return ino
 
     def _drop(self, ino: int, nlookup: int) -> None:
@@ -355,6 +382,13 @@ class LogfsOperations(pyfuse3.Operations):
         del self._inodes[ino]
         node = entry.node
         del self._inode_of[id(node)]
+        if isinstance(node, ViewFile) and node.attr_timeout:
+            with self._view_inodes_lock:
+                views = self._view_inodes.get(node.tp)
+                if views is not None:
+                    views.discard(ino)
+                    if not views:
+                        del self._view_inodes[node.tp]
         if node.transient:
             try:
                 node.close()
@@ -771,6 +805,8 @@ class LogfsOperations(pyfuse3.Operations):
 
     def close_all(self) -> None:
         """Release every handle and view still held (the kernel will not send forget/release)."""
+        with self._view_inodes_lock:      # no kernel to tell any more
+            self._view_inodes.clear()
         for _, handle in list(self._handles.values()):
             try:
                 handle.release()

@@ -212,6 +212,12 @@ class ViewFile(FileNode):
         self._last_size = 0
         self._last_mtime_ns = 0
         self._truncations = target.truncations
+        if not ns.views_direct_io:
+            # through the page cache: the kernel keeps the attributes, and logfs.fs drops them at
+            # each change of the log's end (Namespace.views_changed_listeners), so a reader at EOF
+            # (tail -f) sees appends at once and a small read costs no getattr
+            self.attr_timeout = VIEW_ATTR_TIMEOUT_S
+            ns.watch_views_of(target)
 
     @property
     def key(self) -> tuple:
@@ -301,6 +307,9 @@ class ViewFile(FileNode):
 
     close = detach
 
+
+#: attribute cache time of views served through the page cache (invalidated at every append anyway)
+VIEW_ATTR_TIMEOUT_S = 1.0
 
 #: the views a follower by name (``tail -F``) reads: they keep their inode across deletions while open
 FOLLOWED_VIEWS = frozenset(("records", "records.jsonl"))
