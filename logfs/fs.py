@@ -25,12 +25,26 @@ Everything a name means lives in the namespace (``logfs.namespace``, ``logfs.dir
   and rmdir what is inside without effect, so its final rmdir of the topic
   directory deletes the topic as ``rmdir`` alone does (see ``_RecursiveRemovals``).
 
-Views are served with ``direct_io``: measured with scripts/bench_mount.py
-(30 MB, two runs each) ``cat records`` gave 256k/287k records/s direct against
-208k/327k through the page cache, the same within noise, and direct I/O keeps
-one copy of the data, never serves pages cached under an older size, and lets
-a read at EOF see records appended since the last ``stat`` (``--page-cache``
-switches it for views).
+Views are served with ``direct_io`` by default: one copy of the data, and a
+read at EOF sees records appended since the last ``stat``.  ``--page-cache``
+serves them through the kernel's page cache instead, exactly:
+
+* an opening keeps the pages cached for its inode (``keep_cache``): a view's
+  inode is one rendering whose bytes only grow at its end (a deletion, a clean
+  or a recreation gives the name a new inode, ``ViewIdentity``), except a
+  followed ``records`` opened after its first bytes were deleted (its reads are
+  shifted: direct I/O) and consumer views (what is read is committed: direct);
+* attributes are cached ``nodes.VIEW_ATTR_TIMEOUT_S`` and dropped at every
+  change of the partition's log end (``_views_changed``: ``invalidate_inode``
+  with ``attr_only``, which locks no page, so it cannot wait on a request of
+  this process); the kernel then asks the size again at a read at EOF or an
+  ``fstat``, and drops the cached pages of a view whose size or mtime changed
+  (FUSE's auto_inval_data; a truncation of the log moves the mtime too);
+* large reads of one opening run in arrival order (readahead sends the next
+  before the current one is answered), and the mount raises the kernel's
+  readahead to 1 MiB (``cli._raise_readahead``, root only).
+
+``scripts/bench_reads.py`` measures both modes beside a plain file.
 
 Appends and view reads run on the trio thread (they are one ``os.write`` /
 a few ``pread``s in the engine); anything that may fsync or walk directories
