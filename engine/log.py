@@ -170,6 +170,12 @@ class Log:
         #: log-start-offset-checkpoint here, so no crash after the move can
         #: bring deleted records back; if it raises, nothing moves.
         self.before_log_start_offset_moves: Callable[[Log, int], None] | None = None
+        #: how many times records were removed from the end (truncate_to, truncate_fully_and_start_at):
+        #: a reader caching bytes it read compares it to know they may be gone or replaced
+        self.truncations = 0
+        #: called as ``fn(log)`` under the log's lock each time the log end offset was set (an append,
+        #: a truncation, a roll): readers that cache what they read learn that it may have changed
+        self.end_listeners: list[Callable[[Log], None]] = []
         self._closed = False
         self._end = LogOffsetMetadata(loaded.log_end_offset, 0, 0)
         self._update_log_end_offset(loaded.log_end_offset)
@@ -300,6 +306,8 @@ class Log:
         self._end = LogOffsetMetadata(end, active.base_offset, active.size)
         if self._recovery_point > end:
             self._recovery_point = end
+        for listener in self.end_listeners:
+            listener(self)
 
     # ---------------------------------------------------------------- append
     def append_values(self, values: Sequence[bytes | None],
@@ -830,6 +838,7 @@ class Log:
                             offset, self.log_end_offset - 1)
                 return False
             logger.info(self._prefix + "Truncating to offset %d", offset)
+            self.truncations += 1
             if self._segments.peekitem(0)[0] > offset:
                 self.truncate_fully_and_start_at(offset)
             else:
@@ -856,6 +865,7 @@ class Log:
         self._check_writable("truncate")
         with self.lock:
             self._check_open()
+            self.truncations += 1
             segments = list(self._segments.values())
             logger.info(self._prefix + "Deleting segments as part of log truncation: %s",
                         ",".join(map(repr, segments)))

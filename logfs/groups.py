@@ -417,7 +417,8 @@ class ConsumeHandle(ViewHandle):
     blocking = True    # the commit appends to __consumer_offsets, which may create the topic
 
     def __init__(self, node: ConsumeFile, view: ConsumerView, committed: int | None, lease: _Lease) -> None:
-        super().__init__(view, node.ns.views_direct_io)
+        # direct I/O always: what the reader is given is committed, and readahead would give more
+        super().__init__(view, True)
         self._node = node
         self._expected = committed
         self._given = 0

@@ -24,6 +24,8 @@ class Handle:
     """
 
     direct_io = True
+    #: keep the inode's cached pages at open: only for content that is a function of the inode (views)
+    keep_cache = False
 
     @property
     def blocking(self) -> bool:
@@ -77,14 +79,21 @@ class ViewHandle(Handle):
     GIL switches every few ms) for the price of one thread hop per read.
     Small reads (``head``, ``wc``'s 16 KiB) stay inline where the hop would
     dominate.
+
+    Without ``direct_io`` the opening keeps the pages the kernel cached for the
+    inode (``keep_cache``): a view's inode is one rendering whose bytes only
+    grow at the end (``ViewIdentity``; a deletion or a clean below it gives
+    the name a new inode), and a change of its size or mtime makes the kernel
+    drop them (see ``logfs.fs``).
     """
 
-    __slots__ = ("_view",)
+    __slots__ = ("_view", "direct_io", "keep_cache")
     offload_reads_from = 128 * 1024
 
     def __init__(self, view: LogView, direct_io: bool) -> None:
         self._view = view
         self.direct_io = direct_io
+        self.keep_cache = not direct_io
 
     def read(self, offset: int, size: int) -> bytes:
         return self._view.read(offset, size)

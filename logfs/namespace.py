@@ -63,6 +63,15 @@ _N = TypeVar("_N", bound=Node)
 class Namespace:
     """The tree of SPEC.md section 4 over one ``LogManager``."""
 
+    def watch_views_of(self, log: Log) -> None:
+        """Tell ``views_changed_listeners`` of each change of ``log``'s end (page-cache mode only)."""
+        if not self.views_direct_io and self._log_end_moved not in log.end_listeners:
+            log.end_listeners.append(self._log_end_moved)
+
+    def _log_end_moved(self, log: Log) -> None:
+        for listener in self.views_changed_listeners:
+            listener(log.topic_partition)
+
     def __init__(self, manager: LogManager, stats: _stats.MountStats, *, read_only: bool = False,
                  views_direct_io: bool = True, backend: Backend | None = None) -> None:
         self.manager = manager
@@ -79,6 +88,9 @@ class Namespace:
         self.config_applied_ns: dict[str, int] = {}
         #: called with a topic's name once it is deleted (logfs.fs drops the kernel's cached entry)
         self.topic_deleted_listeners: list[Callable[[str], None]] = []
+        #: called with a partition whose views may have grown (its log end moved), when views are
+        #: served through the page cache (logfs.fs drops the attributes the kernel cached of them)
+        self.views_changed_listeners: list[Callable[[TopicPartition], None]] = []
         self._nodes: dict[tuple, Node] = {}
         self._retired: collections.OrderedDict[tuple, Node] = collections.OrderedDict()
         self.root = RootDir(self)

@@ -211,6 +211,13 @@ class ViewFile(FileNode):
         self._view: LogView | None = None
         self._last_size = 0
         self._last_mtime_ns = 0
+        self._truncations = target.truncations
+        if not ns.views_direct_io:
+            # through the page cache: the kernel keeps the attributes, and logfs.fs drops them at
+            # each change of the log's end (Namespace.views_changed_listeners), so a reader at EOF
+            # (tail -f) sees appends at once and a small read costs no getattr
+            self.attr_timeout = VIEW_ATTR_TIMEOUT_S
+            ns.watch_views_of(target)
 
     @property
     def key(self) -> tuple:
@@ -249,7 +256,14 @@ class ViewFile(FileNode):
         return 0
 
     def mtime_ns(self) -> int:
-        """When the last record it shows was appended (the .log's mtime; never goes back)."""
+        """When the last record it shows was appended (the .log's mtime; never goes back).
+
+        A truncation of the log (a replica's truncation to its leader, an append
+        rolled back) adds a nanosecond even when the .log's mtime does not
+        move: the kernel drops the pages it cached of a view whose mtime
+        changed (FUSE's auto_inval_data), so none of the removed bytes is read
+        from its page cache.
+        """
         segment = self.identity.segment() if self._single else self.log.segments.peekitem(-1)[1]
         if segment is not None and (self.identity.is_current() or self.followed):
             try:
@@ -258,6 +272,9 @@ class ViewFile(FileNode):
                 mtime = 0
             if mtime > self._last_mtime_ns:
                 self._last_mtime_ns = mtime
+        if self.log.truncations != self._truncations:
+            self._truncations = self.log.truncations
+            self._last_mtime_ns = max(self._last_mtime_ns, self.ns.started_ns) + 1
         return self._last_mtime_ns or self.ns.started_ns
 
     @property
@@ -291,6 +308,9 @@ class ViewFile(FileNode):
     close = detach
 
 
+#: attribute cache time of views served through the page cache (invalidated at every append anyway)
+VIEW_ATTR_TIMEOUT_S = 1.0
+
 #: the views a follower by name (``tail -F``) reads: they keep their inode across deletions while open
 FOLLOWED_VIEWS = frozenset(("records", "records.jsonl"))
 
@@ -316,6 +336,9 @@ class FollowedViewHandle(ViewHandle):
         # which reads on what it opened
         self._first = view.readable_from()
         self._shift: int | None = None if self._first else 0
+        if self._first:
+            # this opening's bytes are not the inode's (they are moved by _shift): never through its pages
+            self.direct_io, self.keep_cache = True, False
 
     def read(self, offset: int, size: int) -> bytes:
         if self._shift is None:
