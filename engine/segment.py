@@ -61,6 +61,7 @@ from engine.errors import (
 from engine.file_cache import LazyFile, OpenFile
 from engine.files import (
     DELETE_DIR_SUFFIX,
+    DELETED_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
     log_file_path,
     offset_index_file_path,
@@ -911,9 +912,7 @@ class LogSegment:
         for kind, index in (("offset index", self.offset_index), ("time index", self.time_index)):
             if index.delete_if_exists():
                 deleted.append(kind)
-        # The mount's view index sidecar goes with the last segment of its base offset.
-        if not os.path.lexists(log_file_path(self.dir, self.base_offset)):
-            unlink_if_exists(view_index_file_path(self.dir, self.base_offset), ignore_errors=True)
+        remove_view_index_file(self.dir, self.base_offset)
         if deleted:
             log.info("Deleted %s of segment %s.", ", ".join(deleted), self.log_path)
         else:
@@ -936,6 +935,11 @@ class LogSegment:
         self.log_path = new_log_path
         self.offset_index.rename_to(replace_suffix(self.offset_index.path, old_suffix, new_suffix))
         self.time_index.rename_to(replace_suffix(self.time_index.path, old_suffix, new_suffix))
+        if new_suffix == DELETED_FILE_SUFFIX:
+            # No new view reads a deleted segment (open ones hold its index in memory): the mount's
+            # view index sidecar goes now, not with the files after file.delete.delay.ms, which a
+            # restart in between would leave behind for ever.
+            remove_view_index_file(self.dir, self.base_offset)
         if new_suffix == "":
             self._lazy.unpin()          # under its final name again (the cleaner's swap)
 
@@ -965,6 +969,13 @@ class LogSegment:
             modified = -1
         return (f"LogSegment(baseOffset={self.base_offset}, size={self._size}, "
                 f"lastModifiedTime={modified}, largestRecordTimestamp={largest})")
+
+
+def remove_view_index_file(dir: str, base_offset: int) -> None:
+    """Unlink ``<base>.viewindex`` (the mount's sidecar, engine.views.persisted) of a segment that is going,
+    unless a live ``<base>.log`` (the cleaner's replacement of the same base offset) still owns it."""
+    if not os.path.lexists(log_file_path(dir, base_offset)):
+        unlink_if_exists(view_index_file_path(dir, base_offset), ignore_errors=True)
 
 
 class _ScanOnlyIndex:
