@@ -37,7 +37,8 @@ def test_writes_that_would_destroy_the_commits_are_refused(mount):
     _refused(mount, f"echo 'before 1' > {offsets}/delete", "Cannot delete records of internal topic")
     _refused(mount, f"echo 'key x' > {offsets}/delete", "Cannot append to internal topic")
     _refused(mount, f"echo junk >> {offsets}/append", "Cannot append to internal topic")
-    _refused(mount, "echo '{\"key\": \"k\", \"value\": \"x\"}' >> __consumer_offsets/append.jsonl", "Cannot append to internal topic")
+    _refused(mount, "echo '{\"key\": \"k\", \"value\": \"x\"}' >> __consumer_offsets/append.jsonl",
+             "Cannot append to internal topic")
     _refused(mount, "rmdir __consumer_offsets", "Cannot delete internal topic __consumer_offsets")
     _refused(mount, "echo topic > __consumer_offsets/delete", "Cannot delete internal topic __consumer_offsets")
     _refused(mount, f"mkdir __consumer_offsets/{PARTITIONS}", "Cannot add partitions to internal topic")
