@@ -107,7 +107,13 @@ from engine import transactions
 from engine.checkpoint import CLEAN_SHUTDOWN_FILE
 from engine.cleaner import LogCleaner
 from engine.clock import SYSTEM_CLOCK, Clock
-from engine.config import TOPIC_CONFIG_NAMES, BrokerConfig, LogConfig, validate_topic_overrides
+from engine.config import (
+    MIN_SEGMENT_BYTES,
+    TOPIC_CONFIG_NAMES,
+    BrokerConfig,
+    LogConfig,
+    validate_topic_overrides,
+)
 from engine.errors import (
     InternalTopicError,
     InvalidConfigError,
@@ -141,6 +147,7 @@ from engine.log_dirs import (
     next_log_dir,
     unlock_log_dirs,
 )
+from engine.numbers import parse_canonical_int
 from engine.partition_metadata import PARTITION_METADATA_FILE, new_topic_id, read_topic_id, write_partition_metadata
 from engine.topic import (
     TopicPartition,
@@ -303,6 +310,7 @@ class LogManager:
             return
         configs = {}
         for topic, overrides in newest.topics.items():
+            _keep_small_segment_bytes(topic, overrides)
             try:
                 configs[topic] = self.default_config.with_overrides(overrides)
             except InvalidConfigError as exc:
@@ -891,6 +899,21 @@ class LogManager:
 
 class TaskFailedError(StorageError):
     """Some items of a periodic job failed (each was logged); the job counts as failed."""
+
+
+def _keep_small_segment_bytes(topic: str, overrides: dict[str, str]) -> None:
+    """A ``segment.bytes`` override below Kafka 4's 1 MiB minimum, stored by an older logfs (which took
+    Kafka 3's minimum): kept working as ``internal.segment.bytes``, with one warning, so the topic's data
+    and settings load as before.  Setting ``segment.bytes`` again (1 MiB or more) is the way out."""
+    value = overrides.get("segment.bytes")
+    number = parse_canonical_int(value.strip()) if value is not None else None
+    if number is None or number >= MIN_SEGMENT_BYTES or "internal.segment.bytes" in overrides:
+        return
+    del overrides["segment.bytes"]
+    overrides["internal.segment.bytes"] = str(number)
+    logger.warning("Topic %s has segment.bytes=%d, below Kafka 4's minimum of %d: kept as internal.segment.bytes=%d "
+                   "(a setting for tests); set segment.bytes to %d or more in %s/config", topic, number,
+                   MIN_SEGMENT_BYTES, number, MIN_SEGMENT_BYTES, topic)
 
 
 def _check_internal_topic_config(topic: str, config: LogConfig) -> None:

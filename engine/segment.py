@@ -168,8 +168,8 @@ class LogSegment:
         self.clock = clock
         self.index_interval_bytes: int = config.index_interval_bytes
         self._segment_index_bytes: int = config.segment_index_bytes
-        self._segment_bytes: int = config.segment_bytes
-        self.max_index_size: int = index_bytes_needed(config.segment_bytes, config.segment_index_bytes)
+        self._segment_bytes: int = config.segment_size
+        self.max_index_size: int = index_bytes_needed(config.segment_size, config.segment_index_bytes)
         self.roll_jitter_ms = 0
         log_path = log_file_path(dir, base_offset, file_suffix)
         self._topic_partition = topic_partition
@@ -191,7 +191,7 @@ class LogSegment:
         self._lazy = LazyFile(log_path, fd, os.O_RDONLY if read_only else os.O_RDWR, open_regular_file)
         try:
             if self._preallocated:
-                os.posix_fallocate(fd, 0, max(config.segment_bytes, 1))
+                os.posix_fallocate(fd, 0, max(config.segment_size, 1))
                 self._size = 0
             else:
                 self._size = os.fstat(fd).st_size
@@ -364,7 +364,7 @@ class LogSegment:
         size = self._size
         reached_roll_ms = (self.time_waited_for_roll(now_ms, max_timestamp_in_batch)
                            > config.segment_ms - self.roll_jitter_ms)
-        return (size > config.segment_bytes - batch_size
+        return (size > config.segment_size - batch_size
                 or (size > 0 and reached_roll_ms)
                 or self.offset_index.is_full()
                 or self.time_index.is_full()

@@ -165,7 +165,7 @@ def case_first_tail(args, base: Path, tree: Path) -> list[tuple[str, str, str]]:
 def case_segments(args, base: Path, tree: Path) -> list[tuple[str, str, str]]:
     data = base / "data"
     per_partition = max(1, args.segments // args.partitions)
-    segment_bytes = 4096
+    internal_segment_bytes = 4096
     start = time.perf_counter()
     # each segment holds about one batch: the log rolls before an append that would exceed segment.bytes
     build(data, tree, args.partitions, per_partition * 3300, segment_bytes, batch=30)

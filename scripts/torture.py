@@ -90,7 +90,7 @@ POWERLOSS_FS = [sys.executable, str(ROOT / "scripts" / "powerloss_fs.py")]
 TOPICS = {
     "p": (2, b"retention.bytes=262144\n"),
     "r": (1, b"retention.ms=4000\n"),
-    "c": (1, b"cleanup.policy=compact\nparse.key=true\nmin.cleanable.dirty.ratio=0.05\nsegment.bytes=8192\n"),
+    "c": (1, b"cleanup.policy=compact\nparse.key=true\nmin.cleanable.dirty.ratio=0.05\ninternal.segment.bytes=8192\n"),
 }
 #: the same on a cluster mount: the configs are the cluster's (segment.bytes below Kafka's 1 MiB minimum is
 #: refused there; retention runs on the brokers' schedule), parse.key is the mount's own
@@ -123,7 +123,7 @@ def batch_size(values: list[str]) -> int:
 
 BROKER = {
     "num.partitions": "1",
-    "log.segment.bytes": "16384",
+    "internal.log.segment.bytes": "16384",
     "log.initial.task.delay.ms": "100",
     "log.retention.check.interval.ms": "250",
     "log.segment.delete.delay.ms": "400",
@@ -259,7 +259,7 @@ class Torture:
         if self.bootstrap:
             # the broker settings below configure the local replica (small segments: many rolls to tear)
             cmd += ["--bootstrap-server", self.bootstrap]
-        broker = {**BROKER, "log.segment.bytes": str(self.args.segment_bytes)}
+        broker = {**BROKER, "internal.log.segment.bytes": str(self.args.segment_bytes)}
         if self.args.power_loss:
             # Kafka's default checkpoint intervals: a checkpoint's fsync of the data dir must not be
             # what makes a missing fsync harmless

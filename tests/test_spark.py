@@ -70,7 +70,7 @@ def files_conf(spark):
 # ------------------------------------------------------------------------------------ plain files
 
 
-@pytest.mark.mount_options({"log.segment.bytes": "16384"})
+@pytest.mark.mount_options({"internal.log.segment.bytes": "16384"})
 def test_read_text_and_json_split_reads_return_every_record_once(spark, mount, files_conf):
     _make_topic(mount, "plain", 3)
     appended = _fill(mount, "plain", 3, 1500)
@@ -133,7 +133,7 @@ def test_split_reads_while_appends_go_on(spark, mount, files_conf):
 # ------------------------------------------------------------------------------------ logfs source
 
 
-@pytest.mark.mount_options({"log.segment.bytes": "8192"})
+@pytest.mark.mount_options({"internal.log.segment.bytes": "8192"})
 def test_source_returns_what_was_appended_with_kafka_columns(spark, mount, read_kafka):
     _make_topic(mount, "kv", 3, config="parse.key=true\n")
     lines = []
@@ -212,7 +212,7 @@ def test_source_starting_and_ending_offsets(spark, mount):
         _source(spark, mount, "no-such-topic").collect()
 
 
-@pytest.mark.mount_options({"log.segment.bytes": "4096"})
+@pytest.mark.mount_options({"internal.log.segment.bytes": "4096"})
 def test_source_data_loss_below_log_start_offset(spark, mount):
     _make_topic(mount, "trimmed", 1)
     _fill(mount, "trimmed", 1, 200, chunk=40)
@@ -230,7 +230,7 @@ def test_source_data_loss_below_log_start_offset(spark, mount):
 
 #: Small segments, a fast cleaner and retention, so segment files change within seconds.
 CHURN_OPTIONS = {
-    "log.segment.bytes": "4096",
+    "internal.log.segment.bytes": "4096",
     "log.index.interval.bytes": "512",
     "log.initial.task.delay.ms": "0",
     "log.retention.check.interval.ms": "100",

@@ -22,7 +22,7 @@ from engine.segment import LogSegment
 from engine.views import LogView, ViewFormat, attach, persisted
 from tests.helpers import make_config, wait_for
 
-CONFIG = dict(segment_bytes=6_000, index_interval_bytes=512)
+CONFIG = dict(internal_segment_bytes=6_000, index_interval_bytes=512)
 
 
 @pytest.fixture(autouse=True)
@@ -206,7 +206,7 @@ def test_a_read_only_load_writes_no_file(tmp_path):
 def test_view_index_files_survive_kill_9_and_views_stay_exact(logfs_mount):
     mount = logfs_mount()
     (mount / "t").mkdir()
-    (mount / "t/config").write_text("segment.bytes=20000\n")
+    (mount / "t/config").write_text("internal.segment.bytes=20000\n")
     lines = [b'line %d "quoted" %s' % (i, b"y" * (i % 50)) for i in range(3000)]
     with open(mount / "t/0/append", "ab") as f:
         for i in range(0, len(lines), 100):
