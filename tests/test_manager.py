@@ -236,6 +236,28 @@ def test_topic_config_persists_and_invalid_alter_changes_nothing(tmp_path):
     assert again.topic_config("c").segment_size == again.default_config.segment_size
 
 
+def test_a_stored_segment_bytes_below_the_minimum_loads_as_the_internal_setting(tmp_path, caplog):
+    """An older logfs stored segment.bytes=4096 (Kafka 3's minimum was 14): the topic loads with the same
+    segment size, as internal.segment.bytes, and one warning says how to get out of it."""
+    dirs = [tmp_path / "a"]
+    manager = started(dirs)
+    manager.create_topic("t", 1, {"retention.ms": "1234"})
+    manager.shutdown()
+    doc = json.loads((dirs[0] / TOPIC_CONFIGS_FILE).read_text())
+    doc["topics"]["t"]["segment.bytes"] = "4096"
+    (dirs[0] / TOPIC_CONFIGS_FILE).write_text(json.dumps(doc))
+    with caplog.at_level(logging.WARNING, logger="engine.manager"):
+        again = started(dirs)
+    try:
+        config = again.topic_config("t")
+        assert (config.segment_size, config.segment_bytes, config.retention_ms) == (4096, 1 << 30, 1234)
+        assert again.topic_overrides("t") == {"retention.ms": "1234", "internal.segment.bytes": "4096"}
+        warnings = [r.getMessage() for r in caplog.records if "below Kafka 4's minimum" in r.getMessage()]
+        assert len(warnings) == 1 and "Topic t has segment.bytes=4096" in warnings[0]
+    finally:
+        again.shutdown()
+
+
 def test_delete_topic_renames_then_removes_after_delay(tmp_path):
     clock = ManualClock()
     d = tmp_path / "d"

@@ -188,7 +188,8 @@ def _hostile_op(rnd, mount, topic: str) -> tuple[str, int]:
                            b'{"value": "' + HUGE.encode() + b'"}\n'])
         return "append.jsonl", _errno(_write, mount / topic / p / "append.jsonl", line)
     if choice == 4:
-        line = rnd.choice(["internal.segment.bytes=100", "internal.segment.bytes=14", "segment.bytes=" + HUGE, "retention.ms=-1",
+        line = rnd.choice(["internal.segment.bytes=100", "internal.segment.bytes=14", "segment.bytes=" + HUGE,
+                           "segment.bytes=100", "retention.ms=-1",
                            "cleanup.policy=compact", "cleanup.policy=delete", "x=y", "segment.bytes=",
                            "cleanup.policy=", "max.message.bytes=00"]).encode()
         return "config", _errno(_write, mount / topic / "config", line + b"\n")

@@ -195,7 +195,8 @@ def test_logfs_and_a_kafka_broker_exclude_each_other(tmp_path):
 # --------------------------------------------------------------------------- topic configs
 
 
-@pytest.mark.mount_options({"log.retention.ms": "200", "log.cleaner.enable": "false", "internal.log.segment.bytes": "1024"})
+@pytest.mark.mount_options({"log.retention.ms": "200", "log.cleaner.enable": "false",
+                            "internal.log.segment.bytes": "1024"})
 def test_corrupt_topic_configs_load_the_previous_generation_and_never_fall_back_to_delete(mount, caplog):
     (mount / "c").mkdir()
     add_config(mount / "c/config", b"cleanup.policy=compact\nparse.key=true\n")

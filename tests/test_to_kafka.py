@@ -118,7 +118,8 @@ def _write_data(mount: Mount) -> None:
     for codec in CODECS:
         topic = f"codec-{codec}"
         (mount / topic).mkdir()
-        add_config(mount / f"{topic}/config", f"compression.type={codec}\nparse.key=true\ninternal.segment.bytes=4096\n")
+        add_config(mount / f"{topic}/config",
+                   f"compression.type={codec}\nparse.key=true\ninternal.segment.bytes=4096\n")
         for round in range(10):
             _append(mount, f"{topic}/0/append", [b"k%d\t%s value %d %s" % (i, codec.encode(), round, b"y" * i)
                                                  for i in range(25)])
