@@ -272,13 +272,14 @@ def test_source_reads_across_retention_and_compaction_replacing_segments(mount, 
         tasks[fail_on_data_loss] = (task, first)
 
     # Between planning and reading: DeleteRecords below 500 (retention deletes the segments
-    # under it), then compaction rewrites the segments above and, as segment.bytes is
-    # raised, merges them (Kafka groups segments whose sizes add up to segment.bytes).
+    # under it), then compaction rewrites the segments above and, as the segment size is
+    # raised, merges them (Kafka groups segments whose sizes add up to the segment size; the
+    # topic's internal.segment.bytes wins over the mount's internal.log.segment.bytes).
     with open(mount / "churn" / "0" / "delete", "w") as f:
         f.write("before 500\n")
     wait_until(lambda: _segment_bases(mount, "churn")[0] > 0, 30, "segments below the log start to go")
     with open(mount / "churn" / "config", "a") as f:
-        f.write("cleanup.policy=compact\nsegment.bytes=1048576\n")
+        f.write("cleanup.policy=compact\ninternal.segment.bytes=1048576\n")
     wait_until(lambda: (s := state(mp, "churn", 0))["last_cleaning"] and s["cleaning_state"] is None,
                60, "a clean to complete")
     assert {b for b in planned_bases if b >= 500} - set(_segment_bases(mount, "churn")), \
