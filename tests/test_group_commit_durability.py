@@ -87,3 +87,30 @@ def test_a_closed_commit_without_fsync_survives_kill_9(logfs_mount):
     m.start()
     assert m.sh("cat t/groups/g").stdout == b"0 2 5 3\n"
     assert m.sh("cat t/groups/h").stdout == b"0 1 5 4\n"
+
+
+def test_a_commit_fsynced_into_a_new_segment_survives_a_power_loss(tmp_path, layer, logfs_mount):
+    """Tiny segments: each commit rolls ``__consumer_offsets``; its fsync must also make the new segment's
+    name durable (Log.flush fsyncs the partition directory when it flushes a segment created since)."""
+    options = {"offsets.topic.num.partitions": "1", "internal.log.segment.bytes": "120"}
+    m = logfs_mount(options, name="m", start=False)
+    m.data = layer.mnt
+    m.start()
+    m.sh("mkdir t && seq 1 30 > t/0/append")
+    fd = os.open(m.path, os.O_RDONLY | os.O_DIRECTORY)
+    os.fsync(fd)
+    os.close(fd)
+    for offset in range(1, 8):
+        _write_fsync_close(m / "t/groups/g", b"0 %d\n" % offset)
+    segments = [p for p in (layer.mnt / "__consumer_offsets-0").iterdir() if p.suffix == ".log"]
+    assert len(segments) > 3, segments                  # the commits rolled segments
+    m.kill()
+    layer.lose_power()
+
+    after = Mount(tmp_path / "after", options)
+    after.data = layer.backing
+    after.start()
+    try:
+        assert after.sh("cat t/groups/g").stdout == b"0 7 30 23\n"
+    finally:
+        assert after.stop() == 0, after.log_tail()
