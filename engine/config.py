@@ -22,7 +22,14 @@ INT``.  For the settings Kafka leaves unset by default (``log.roll.ms``,
 ``log.dirs``, ``null.marker``) an empty value means "unset", which is how a
 ``name=`` line removes an override.
 
-logfs differs from Kafka in three documented places: ``log.dirs`` falls back to
+Kafka 4's minimum of 1 MiB for ``segment.bytes`` and ``log.segment.bytes`` holds
+(KIP-1030); tests that need tiny segments set ``internal.segment.bytes`` (Kafka 4's
+internal topic setting, which wins over ``segment.bytes``) or its broker default
+``internal.log.segment.bytes`` (logfs's own, for a mount's every topic).
+
+logfs differs from Kafka in four documented places: ``offsets.topic.segment.bytes``
+must be at least 1 MiB too (Kafka accepts 1 but then cannot create the topic with
+it as ``segment.bytes``); ``log.dirs`` falls back to
 ``log.dir``, whose default is ``./data`` (the directory ``scripts/run.sh`` mounts)
 instead of ``/tmp/kafka-logs``; ``segment.index.bytes`` and
 ``log.index.size.max.bytes`` must be at least 12, because Kafka accepts 4 but
@@ -74,8 +81,10 @@ DEFAULT_KEY_SEPARATOR = "\t"
 #: logfs's default data directory: ``scripts/run.sh`` mounts with data in ``./data``.
 DEFAULT_LOG_DIR = "./data"
 
-#: Kafka's ``LegacyRecord.RECORD_OVERHEAD_V0``: the smallest legal ``segment.bytes``.
-MIN_SEGMENT_BYTES = 14
+#: Kafka 4's smallest ``segment.bytes`` and ``log.segment.bytes`` (KIP-1030): 1 MiB.
+MIN_SEGMENT_BYTES = 1024 * 1024
+#: Kafka's ``LegacyRecord.RECORD_OVERHEAD_V0``: the smallest ``internal.segment.bytes`` (the tests' setting).
+MIN_INTERNAL_SEGMENT_BYTES = 14
 #: One 12-byte time index entry: the smallest index a segment can be created with.
 MIN_INDEX_BYTES = 12
 
@@ -324,6 +333,9 @@ _B, _S, _I, _L, _D, _LIST = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.I
 _TOPIC_KEYS = (
     ConfigKey("segment.bytes", _I, DEFAULT_SEGMENT_BYTES, AtLeast(MIN_SEGMENT_BYTES),
               "The segment file size for the log: a new segment is rolled when the active one would exceed it."),
+    ConfigKey("internal.segment.bytes", _I, None, AtLeast(MIN_INTERNAL_SEGMENT_BYTES),
+              "For tests only (Kafka 4's LogConfig.INTERNAL_SEGMENT_BYTES_CONFIG): the segment size, without "
+              "segment.bytes's 1 MiB minimum; when set it wins over segment.bytes.", nullable=True),
     ConfigKey("segment.ms", _L, DEFAULT_SEGMENT_MS, AtLeast(1),
               "Roll a new segment after this time even if the active one is not full."),
     ConfigKey("segment.index.bytes", _I, DEFAULT_SEGMENT_INDEX_BYTES, AtLeast(MIN_INDEX_BYTES),
@@ -392,6 +404,7 @@ class LogConfig:
     """
 
     segment_bytes: int = _TOPIC_DEFAULTS["segment.bytes"]
+    internal_segment_bytes: int | None = _TOPIC_DEFAULTS["internal.segment.bytes"]
     segment_ms: int = _TOPIC_DEFAULTS["segment.ms"]
     segment_index_bytes: int = _TOPIC_DEFAULTS["segment.index.bytes"]
     index_interval_bytes: int = _TOPIC_DEFAULTS["index.interval.bytes"]
@@ -417,6 +430,13 @@ class LogConfig:
             key.validate(checked)
             if checked is not value:
                 object.__setattr__(self, key.attr, checked)   # e.g. a list -> tuple, 1 -> 1.0
+
+    @property
+    def segment_size(self) -> int:
+        """The size a segment rolls at (Kafka's ``LogConfig.segmentSize()``): ``internal.segment.bytes``
+        when set (tests), else ``segment.bytes``."""
+        internal = self.internal_segment_bytes
+        return self.segment_bytes if internal is None else internal
 
     @property
     def compact(self) -> bool:
@@ -463,6 +483,9 @@ _BROKER_KEYS = (
               "Comma-separated data directories; partitions are spread over them.", nullable=True),
     ConfigKey("num.partitions", _I, 1, AtLeast(1), "Partitions of a topic created with mkdir."),
     ConfigKey("log.segment.bytes", _I, DEFAULT_SEGMENT_BYTES, AtLeast(MIN_SEGMENT_BYTES), "segment.bytes default."),
+    ConfigKey("internal.log.segment.bytes", _I, None, AtLeast(MIN_INTERNAL_SEGMENT_BYTES),
+              "For tests only: internal.segment.bytes default, every topic's segment size without the 1 MiB "
+              "minimum (wins over segment.bytes, as internal.segment.bytes does).", nullable=True),
     ConfigKey("log.roll.ms", _L, None, AtLeast(1), "segment.ms default; overrides log.roll.hours.",
               nullable=True),
     ConfigKey("log.roll.hours", _I, DEFAULT_SEGMENT_MS // 3_600_000, AtLeast(1), "segment.ms default in hours."),
@@ -511,7 +534,8 @@ _BROKER_KEYS = (
               "Delay before the first run of each background job."),
     # The group coordinator's (GroupCoordinatorConfig) settings for __consumer_offsets.
     ConfigKey("offsets.topic.num.partitions", _I, 50, AtLeast(1), "Partitions of __consumer_offsets."),
-    ConfigKey("offsets.topic.segment.bytes", _I, 100 * 1024 * 1024, AtLeast(1), "segment.bytes of __consumer_offsets."),
+    ConfigKey("offsets.topic.segment.bytes", _I, 100 * 1024 * 1024, AtLeast(MIN_SEGMENT_BYTES),
+              "segment.bytes of __consumer_offsets."),
     ConfigKey("isolation.level", _S, "read_uncommitted", ValidString("read_uncommitted", "read_committed"),
               "The consumer setting, for every view: read_committed hides aborted transactions."),
 )
@@ -542,6 +566,7 @@ class BrokerConfig:
     log_dirs: list[str] = field(default_factory=lambda: [_BROKER_DEFAULTS["log.dir"]])
     num_partitions: int = _BROKER_DEFAULTS["num.partitions"]
     log_segment_bytes: int = _BROKER_DEFAULTS["log.segment.bytes"]
+    internal_log_segment_bytes: int | None = _BROKER_DEFAULTS["internal.log.segment.bytes"]
     log_roll_ms: int = 3_600_000 * _BROKER_DEFAULTS["log.roll.hours"]
     log_roll_hours: int = _BROKER_DEFAULTS["log.roll.hours"]
     log_index_interval_bytes: int = _BROKER_DEFAULTS["log.index.interval.bytes"]
@@ -683,6 +708,7 @@ class BrokerConfig:
         """Every topic's defaults, from the broker settings (Kafka's ``extractLogConfigMap``)."""
         return LogConfig(
             segment_bytes=self.log_segment_bytes,
+            internal_segment_bytes=self.internal_log_segment_bytes,
             segment_ms=self.log_roll_ms,
             segment_index_bytes=self.log_index_size_max_bytes,
             index_interval_bytes=self.log_index_interval_bytes,

@@ -35,6 +35,11 @@ logfs (the offset part of Kafka's ``GroupMetadataManager``):
   ``offsets.topic.segment.bytes``, as Kafka creates it.  The in-memory cache is
   updated only after the append succeeded, under one lock, so it always equals
   what replaying the log would give.
+* **Durability** (:meth:`GroupMetadataManager.flush`): a commit is
+  acknowledged when it is in the log, as Kafka's coordinator acknowledges it
+  (a crash of the process keeps it); a power loss keeps it once its partition
+  is flushed, by ``flush.messages``/``flush.ms`` or by an explicit flush (the
+  mount's ``fsync()`` of ``groups/<group>`` and ``consume/<group>``).
 
 Not implemented: Kafka's offsets retention (``offsets.retention.minutes``),
 which expires the commits of groups that stay empty; a commit here lives until
@@ -427,6 +432,26 @@ class GroupMetadataManager:
                             OffsetAndMetadata(offset, NO_PARTITION_LEADER_EPOCH, metadata, now))
         logger.info("[GroupCoordinator] Group %s committed offsets %s", group,
                     ", ".join(f"{tp}={offset}" for tp, offset in items))
+
+    def flush(self, groups: Iterable[str]) -> None:
+        """Make the commits of ``groups`` durable: fsync their partitions of ``__consumer_offsets``.
+
+        A commit is acknowledged once it is appended (it survives a crash of
+        the process, as Kafka's coordinator acknowledges it once it is in the
+        log); it survives a power loss once flushed, by the topic's flush
+        policy (``flush.messages``, ``flush.ms``) or by this.  ``Log.flush``
+        fsyncs the directory of a segment created since the last flush, and a
+        partition's directory was made durable in its parent when it was created.
+        """
+        topic = GROUP_METADATA_TOPIC_NAME
+        partitions = self.manager.partitions(topic)
+        if not partitions:
+            return
+        count = max(self.num_partitions, max(partitions) + 1)
+        for p in sorted({partition_for(group, count) for group in groups}):
+            target = self.manager.get_log(TopicPartition(topic, p))
+            if target is not None:
+                target.flush()
 
     def delete_group_offsets(self, group: str, topic: str) -> int:
         """Tombstones for every commit of ``group`` on ``topic`` (Kafka's OffsetDelete); returns their count."""

@@ -47,6 +47,14 @@ class InvalidRecordError(LogfsError):
     errno = _errno.EINVAL
 
 
+class InternalTopicError(LogfsError):
+    """A request an internal topic (``__consumer_offsets``) refuses: produce, DeleteRecords, DeleteTopics,
+    CreatePartitions, or a config that would break the store (Kafka's InvalidTopicException "Cannot append
+    to internal topic", "Cannot delete records of internal topic"...)."""
+
+    errno = _errno.EPERM
+
+
 class TopicExistsError(LogfsError):
     errno = _errno.EEXIST
 

@@ -203,7 +203,7 @@ def append_json_records(log: Log, parsed: Sequence[JsonRecord], now_ms: int | No
     config = log.config
     now = int(time.time() * 1000) if now_ms is None else now_ms
     codec = _codec(config.compression_type)
-    max_batch = min(config.max_message_bytes, config.segment_bytes)
+    max_batch = min(config.max_message_bytes, config.segment_size)
     budget = max_batch - HEADER_SIZE - (_CODEC_SLACK if codec != Compression.NONE else 0)
     batches: list[bytes] = []
     current: list[Record] = []
@@ -223,7 +223,7 @@ def append_json_records(log: Log, parsed: Sequence[JsonRecord], now_ms: int | No
                 raise RecordTooLargeError(
                     f"The record at line {i + 1} of the append to {log.topic_partition} is {len(single)} bytes "
                     f"which exceeds the maximum configured value of {max_batch} (max.message.bytes="
-                    f"{config.max_message_bytes}, segment.bytes={config.segment_bytes}).")
+                    f"{config.max_message_bytes}, segment.bytes={config.segment_size}).")
             close_batch()
             batches.append(single)
             continue
@@ -237,7 +237,7 @@ def append_json_records(log: Log, parsed: Sequence[JsonRecord], now_ms: int | No
     calls: list[bytes] = []
     pending = b""
     for batch in batches:
-        if pending and len(pending) + len(batch) > config.segment_bytes:
+        if pending and len(pending) + len(batch) > config.segment_size:
             calls.append(pending)
             pending = b""
         pending += batch

@@ -332,7 +332,7 @@ class Log:
             if size > config.max_message_bytes or self._compression != Compression.NONE:
                 # An uncompressed batch within the limit proves every record alone is.
                 check_record_sizes(self.topic_partition, values, keys, config.max_message_bytes)
-            if size <= config.segment_bytes:
+            if size <= config.segment_size:
                 rolled = self._append_encoded_locked(batch, values, keys, first, now)
             else:
                 rolled = self._append_split_locked(values, keys, first, now)
@@ -379,7 +379,7 @@ class Log:
             batch, layout = encoded
             size = len(batch)
             # Like append_values: a batch within max.message.bytes proves every record alone is.
-            if size > config.segment_bytes or (
+            if size > config.segment_size or (
                     size > config.max_message_bytes
                     and layout.longest + HEADER_SIZE + RECORD_OVERHEAD_BOUND > config.max_message_bytes):
                 return None
@@ -419,7 +419,7 @@ class Log:
         so no other writer lands between them, and a failure part-way (a full
         disk) truncates the log back to where the write began: all or nothing.
         """
-        limit = self.config.segment_bytes - HEADER_SIZE
+        limit = self.config.segment_size - HEADER_SIZE
         chunks: list[tuple[int, int]] = []
         start, budget = 0, 0
         for i, value in enumerate(values):
@@ -429,7 +429,7 @@ class Log:
             if cost > limit:
                 raise RecordTooLargeError(
                     f"The record at index {i} of the append to {self.topic_partition} does not fit in a "
-                    f"segment of the configured size {self.config.segment_bytes}.")
+                    f"segment of the configured size {self.config.segment_size}.")
             if budget + cost > limit and i > start:
                 chunks.append((start, i))
                 start, budget = i, 0
@@ -544,7 +544,7 @@ class Log:
         if segment.should_roll(self.config, max_timestamp, last_offset, now, batch_size):
             logger.debug(self._prefix + "Rolling new log segment (log_size = %d/%d, offset_index_size = %d/%d, "
                          "time_index_size = %d/%d, inactive_time_ms = %d/%d).", segment.size,
-                         self.config.segment_bytes, segment.offset_index.entries, segment.offset_index.max_entries,
+                         self.config.segment_size, segment.offset_index.entries, segment.offset_index.max_entries,
                          segment.time_index.entries, segment.time_index.max_entries,
                          segment.time_waited_for_roll(now, max_timestamp), self.config.segment_ms)
             new_segment = self._roll_locked(first_offset)

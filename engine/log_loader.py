@@ -46,7 +46,7 @@ from engine.files import (
     unlink_if_exists,
 )
 from engine.records import validate_batch
-from engine.segment import LogSegment
+from engine.segment import LogSegment, remove_view_index_file
 from engine.topic import TopicPartition
 
 logger = logging.getLogger("engine.log")        # the operator's familiar logger name, as before the split
@@ -92,6 +92,8 @@ class DeletedSegmentFiles:
                 pass
             except OSError as exc:
                 raise StorageError(f"Delete of {kind} {path} failed: {exc.strerror}") from exc
+        # renamed .deleted, the segment lost its sidecar then; this catches one a view wrote meanwhile
+        remove_view_index_file(os.path.dirname(self.paths[0]), self.segment.base_offset)
         if deleted:
             logging.getLogger("engine.segment").info("Deleted %s of segment %s.", ", ".join(deleted), self.paths[0])
 
@@ -249,10 +251,30 @@ class LogLoader:
                 for segment in self.segments.values():
                     segment.close_handlers()
             raise
+        if not self.read_only:
+            self._remove_orphaned_view_index_files(files)
         log_start = max(self.log_start_offset_checkpoint, self.segments.peekitem(0)[0])
         logger.info(self._prefix + "Loading producer state till offset %d with message format version 2",
                     log_end)
         return LoadedLog(self.segments, log_start, recovery_point, log_end, self.pending)
+
+    def _remove_orphaned_view_index_files(self, files: list[str]) -> None:
+        """Unlink the ``<base>.viewindex`` files (the mount's sidecars) of segments the log no longer holds:
+        left by a deletion that an older version or a crash did not finish.  One line per partition."""
+        orphans = []
+        for name in files:
+            if not name.endswith(VIEW_INDEX_FILE_SUFFIX):
+                continue
+            try:
+                base = offset_from_file_name(name)
+            except ValueError:
+                continue
+            if base not in self.segments:
+                orphans.append(name)
+                unlink_if_exists(os.path.join(self.dir, name), ignore_errors=True)
+        if orphans:
+            logger.info(self._prefix + "Removed %d view index files of deleted segments: %s", len(orphans),
+                        ", ".join(orphans))
 
     # ------------------------------------------------------------ temp files and swaps
     def _remove_temp_files_and_collect_swap_files(self, files: list[str]) -> list[str]:

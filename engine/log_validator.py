@@ -77,10 +77,10 @@ def validate_batches(tp: TopicPartition, buf: bytes | bytearray, config: LogConf
         pos += header.size
     if not headers:
         raise InvalidRecordError(f"Cannot append an empty batch to {tp}")
-    if len(buf) > config.segment_bytes:
+    if len(buf) > config.segment_size:
         raise RecordTooLargeError(
             f"Message batch size is {len(buf)} bytes in append to partition {tp} which "
-            f"exceeds the maximum configured segment size of {config.segment_bytes}.")
+            f"exceeds the maximum configured segment size of {config.segment_size}.")
     return headers
 
 

@@ -107,8 +107,15 @@ from engine import transactions
 from engine.checkpoint import CLEAN_SHUTDOWN_FILE
 from engine.cleaner import LogCleaner
 from engine.clock import SYSTEM_CLOCK, Clock
-from engine.config import TOPIC_CONFIG_NAMES, BrokerConfig, LogConfig
+from engine.config import (
+    MIN_SEGMENT_BYTES,
+    TOPIC_CONFIG_NAMES,
+    BrokerConfig,
+    LogConfig,
+    validate_topic_overrides,
+)
 from engine.errors import (
+    InternalTopicError,
     InvalidConfigError,
     InvalidPartitionError,
     InvalidRequestError,
@@ -140,10 +147,12 @@ from engine.log_dirs import (
     next_log_dir,
     unlock_log_dirs,
 )
+from engine.numbers import parse_canonical_int
 from engine.partition_metadata import PARTITION_METADATA_FILE, new_topic_id, read_topic_id, write_partition_metadata
 from engine.topic import (
     TopicPartition,
     delete_dir_name,
+    is_internal,
     validate_topic_name,
 )
 from engine.topic_configs import TOPIC_CONFIGS_FILE, TopicConfigStore
@@ -301,6 +310,7 @@ class LogManager:
             return
         configs = {}
         for topic, overrides in newest.topics.items():
+            _keep_small_segment_bytes(topic, overrides)
             try:
                 configs[topic] = self.default_config.with_overrides(overrides)
             except InvalidConfigError as exc:
@@ -351,6 +361,14 @@ class LogManager:
                 raise UnknownTopicOrPartitionError(f"Topic {topic} does not exist")
             return dict(self._overrides.get(topic, {}))
 
+    def validate_topic_overrides(self, topic: str, updates: Mapping[str, str | None]) -> None:
+        """Each name and value on its own (engine.config), and, on an internal topic, a ``cleanup.policy``
+        it must not take (InternalTopicError): what a ``config`` write can check before its close."""
+        validate_topic_overrides(updates)
+        policy = updates.get("cleanup.policy")
+        if is_internal(topic) and policy is not None:
+            _check_internal_topic_config(topic, self.default_config.with_overrides({"cleanup.policy": policy}))
+
     def alter_topic_config(self, topic: str, updates: Mapping[str, str | None]) -> LogConfig:
         """Set (value) or remove (None) overrides: all validated before anything changes."""
         self._check_writable("alter the config of topic " + topic)
@@ -366,6 +384,7 @@ class LogManager:
                 else:
                     overrides[name] = value
             config = self.default_config.with_overrides(overrides)
+            _check_internal_topic_config(topic, config)
             all_overrides = dict(self._overrides)
             all_overrides[topic] = overrides
             self._write_topic_configs(all_overrides)
@@ -397,6 +416,16 @@ class LogManager:
     def get_log(self, tp: TopicPartition) -> Log | None:
         return self._logs.get(tp)
 
+    def produce_target(self, tp: TopicPartition) -> Log:
+        """The log a client's produce appends to (Kafka's ``ReplicaManager.appendToLocalLog`` with
+        ``internalTopicsAllowed=false``): an internal topic is written by its coordinator only."""
+        log = self._logs.get(tp)
+        if log is None:
+            raise UnknownTopicOrPartitionError(f"No partition {tp}")
+        if is_internal(tp.topic):
+            raise InternalTopicError(f"Cannot append to internal topic {tp.topic}")
+        return log
+
     def all_logs(self) -> list[Log]:
         with self._lock:
             return list(self._logs.values())
@@ -427,6 +456,7 @@ class LogManager:
             if name not in TOPIC_CONFIG_NAMES:
                 raise InvalidConfigError(f"Unknown topic config name: {name}")
         config = self.default_config.with_overrides(overrides)
+        _check_internal_topic_config(topic, config)
         with self._lock:
             existing = self._topic_names()
             if topic in existing:
@@ -464,8 +494,16 @@ class LogManager:
         return created
 
     def add_partition(self, topic: str, partition: int) -> Log:
-        """Add partition number ``partition``, which must be the next one."""
+        """Add partition number ``partition``, which must be the next one.
+
+        Refused on an internal topic: the group coordinator places a group by
+        the partition count, so another partition would move groups away from
+        their commits (Kafka's documentation warns against it).
+        """
         self._check_writable(f"add partition {partition} to topic {topic}")
+        if is_internal(topic):
+            raise InternalTopicError(f"Cannot add partitions to internal topic {topic}: its coordinator places "
+                                     "its keys by the partition count")
         with self._lock:
             current = self.partitions(topic)
             if not current:
@@ -564,6 +602,9 @@ class LogManager:
             partitions = sorted(tp for tp in self._logs if tp.topic == topic)
         if not partitions:
             raise UnknownTopicOrPartitionError(f"Topic {topic} does not exist")
+        if is_internal(topic):
+            raise InternalTopicError(f"Cannot delete internal topic {topic}: it holds its coordinator's state "
+                                     "(the committed offsets of every consumer group)")
         cleaner = self.cleaner
         paused: list[TopicPartition] = []
         try:
@@ -708,6 +749,8 @@ class LogManager:
         log = self.get_log(tp)
         if log is None:
             raise UnknownTopicOrPartitionError(f"No partition {tp}")
+        if is_internal(tp.topic):
+            raise InternalTopicError(f"Cannot delete records of internal topic {tp.topic}")
         if not isinstance(offset, int) or offset < 0:
             raise InvalidRequestError(f"Cannot delete records of {tp} before offset {offset!r}: "
                                       "not a non-negative offset")
@@ -856,6 +899,30 @@ class LogManager:
 
 class TaskFailedError(StorageError):
     """Some items of a periodic job failed (each was logged); the job counts as failed."""
+
+
+def _keep_small_segment_bytes(topic: str, overrides: dict[str, str]) -> None:
+    """A ``segment.bytes`` override below Kafka 4's 1 MiB minimum, stored by an older logfs (which took
+    Kafka 3's minimum): kept working as ``internal.segment.bytes``, with one warning, so the topic's data
+    and settings load as before.  Setting ``segment.bytes`` again (1 MiB or more) is the way out."""
+    value = overrides.get("segment.bytes")
+    number = parse_canonical_int(value.strip()) if value is not None else None
+    if number is None or number >= MIN_SEGMENT_BYTES or "internal.segment.bytes" in overrides:
+        return
+    del overrides["segment.bytes"]
+    overrides["internal.segment.bytes"] = str(number)
+    logger.warning("Topic %s has segment.bytes=%d, below Kafka 4's minimum of %d: kept as internal.segment.bytes=%d "
+                   "(a setting for tests); set segment.bytes to %d or more in %s/config", topic, number,
+                   MIN_SEGMENT_BYTES, number, MIN_SEGMENT_BYTES, topic)
+
+
+def _check_internal_topic_config(topic: str, config: LogConfig) -> None:
+    """An internal topic keeps ``cleanup.policy=compact`` alone, as its coordinator creates it: ``delete``
+    (alone or with ``compact``) would let retention remove the newest commit of a group that commits rarely."""
+    if is_internal(topic) and tuple(config.cleanup_policy) != ("compact",):
+        raise InternalTopicError(
+            f"Cannot set cleanup.policy={','.join(config.cleanup_policy)} on internal topic {topic}: it must stay "
+            "compact, or retention would delete the committed offsets it holds")
 
 
 def _raise_failures(job: str, failures: list[str], done: str = "") -> None:

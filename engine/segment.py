@@ -61,6 +61,7 @@ from engine.errors import (
 from engine.file_cache import LazyFile, OpenFile
 from engine.files import (
     DELETE_DIR_SUFFIX,
+    DELETED_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
     log_file_path,
     offset_index_file_path,
@@ -167,8 +168,8 @@ class LogSegment:
         self.clock = clock
         self.index_interval_bytes: int = config.index_interval_bytes
         self._segment_index_bytes: int = config.segment_index_bytes
-        self._segment_bytes: int = config.segment_bytes
-        self.max_index_size: int = index_bytes_needed(config.segment_bytes, config.segment_index_bytes)
+        self._segment_bytes: int = config.segment_size
+        self.max_index_size: int = index_bytes_needed(config.segment_size, config.segment_index_bytes)
         self.roll_jitter_ms = 0
         log_path = log_file_path(dir, base_offset, file_suffix)
         self._topic_partition = topic_partition
@@ -190,7 +191,7 @@ class LogSegment:
         self._lazy = LazyFile(log_path, fd, os.O_RDONLY if read_only else os.O_RDWR, open_regular_file)
         try:
             if self._preallocated:
-                os.posix_fallocate(fd, 0, max(config.segment_bytes, 1))
+                os.posix_fallocate(fd, 0, max(config.segment_size, 1))
                 self._size = 0
             else:
                 self._size = os.fstat(fd).st_size
@@ -363,7 +364,7 @@ class LogSegment:
         size = self._size
         reached_roll_ms = (self.time_waited_for_roll(now_ms, max_timestamp_in_batch)
                            > config.segment_ms - self.roll_jitter_ms)
-        return (size > config.segment_bytes - batch_size
+        return (size > config.segment_size - batch_size
                 or (size > 0 and reached_roll_ms)
                 or self.offset_index.is_full()
                 or self.time_index.is_full()
@@ -911,9 +912,7 @@ class LogSegment:
         for kind, index in (("offset index", self.offset_index), ("time index", self.time_index)):
             if index.delete_if_exists():
                 deleted.append(kind)
-        # The mount's view index sidecar goes with the last segment of its base offset.
-        if not os.path.lexists(log_file_path(self.dir, self.base_offset)):
-            unlink_if_exists(view_index_file_path(self.dir, self.base_offset), ignore_errors=True)
+        remove_view_index_file(self.dir, self.base_offset)
         if deleted:
             log.info("Deleted %s of segment %s.", ", ".join(deleted), self.log_path)
         else:
@@ -936,6 +935,11 @@ class LogSegment:
         self.log_path = new_log_path
         self.offset_index.rename_to(replace_suffix(self.offset_index.path, old_suffix, new_suffix))
         self.time_index.rename_to(replace_suffix(self.time_index.path, old_suffix, new_suffix))
+        if new_suffix == DELETED_FILE_SUFFIX:
+            # No new view reads a deleted segment (open ones hold its index in memory): the mount's
+            # view index sidecar goes now, not with the files after file.delete.delay.ms, which a
+            # restart in between would leave behind for ever.
+            remove_view_index_file(self.dir, self.base_offset)
         if new_suffix == "":
             self._lazy.unpin()          # under its final name again (the cleaner's swap)
 
@@ -965,6 +969,13 @@ class LogSegment:
             modified = -1
         return (f"LogSegment(baseOffset={self.base_offset}, size={self._size}, "
                 f"lastModifiedTime={modified}, largestRecordTimestamp={largest})")
+
+
+def remove_view_index_file(dir: str, base_offset: int) -> None:
+    """Unlink ``<base>.viewindex`` (the mount's sidecar, engine.views.persisted) of a segment that is going,
+    unless a live ``<base>.log`` (the cleaner's replacement of the same base offset) still owns it."""
+    if not os.path.lexists(log_file_path(dir, base_offset)):
+        unlink_if_exists(view_index_file_path(dir, base_offset), ignore_errors=True)
 
 
 class _ScanOnlyIndex:

@@ -13,6 +13,16 @@ MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
+#: Kafka's ``Topic.INTERNAL_TOPICS``: the group coordinator's, the transaction coordinator's and the
+#: share coordinator's stores.  Clients may read them; only their coordinator writes them.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+
+
+def is_internal(topic: str) -> bool:
+    """Kafka's ``Topic.isInternal``."""
+    return topic in INTERNAL_TOPICS
+
+
 #: Longest file name of common Linux file systems (NAME_MAX).
 MAX_FILE_NAME_LENGTH = 255
 

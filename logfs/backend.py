@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from engine.errors import UnknownTopicOrPartitionError
 from engine.numbers import LONG_MAX
 from engine.topic import TopicPartition
 
@@ -90,10 +89,8 @@ class EmbeddedBackend:
         self.manager = manager
 
     def _log(self, tp: TopicPartition) -> Log:
-        target = self.manager.get_log(tp)
-        if target is None:
-            raise UnknownTopicOrPartitionError(f"No partition {tp}")
-        return target
+        """The log a produce goes to; an internal topic refuses it (the engine's rule, EPERM)."""
+        return self.manager.produce_target(tp)
 
     def create_topic(self, topic: str) -> None:
         self.manager.create_topic(topic)
@@ -111,8 +108,7 @@ class EmbeddedBackend:
         return self.manager.topic_overrides(topic)
 
     def validate_topic_overrides(self, topic: str, updates: Mapping[str, str | None]) -> None:
-        from engine.config import validate_topic_overrides
-        validate_topic_overrides(updates)
+        self.manager.validate_topic_overrides(topic, updates)
 
     def alter_topic_config(self, topic: str, updates: Mapping[str, str | None]) -> None:
         self.manager.alter_topic_config(topic, updates)

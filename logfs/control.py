@@ -99,8 +99,10 @@ class ConfigEditHandle(Handle):
         except LogfsError as exc:
             self._refused = str(exc)
             self._updates.clear()
-            raise InvalidConfigError(f"{exc}; nothing written to {self._node.describe()} "
-                                     "through this opening will be applied") from None
+            refused = InvalidConfigError(f"{exc}; nothing written to {self._node.describe()} "
+                                         "through this opening will be applied")
+            refused.errno = exc.errno          # EINVAL, or EPERM for what an internal topic refuses
+            raise refused from None
         self._updates.update(updates)
 
     def write(self, offset: int, data: bytes) -> int:

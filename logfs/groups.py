@@ -33,6 +33,15 @@ loaded at mount start); this module gives them their files:
   fenced: it applies only if the committed offset is still the one this
   opening started from (a ``groups/`` write meanwhile wins).  On a read-only
   mount the files read the same and commit nothing.
+* Durability, as Kafka's coordinator: a commit is acknowledged once it is
+  appended to ``__consumer_offsets`` (the close returned: a crash of the mount
+  keeps it) and survives a power loss once that partition is flushed
+  (``flush.messages``/``flush.ms`` of ``__consumer_offsets``, or ``fsync()``).
+  ``fsync()`` of a ``groups/<group>`` opening applies the complete lines
+  written so far; of a ``consume/<group>`` opening commits what was read so
+  far; of any opening of either (``sync groups/<group>``) flushes the group's
+  partition.  ``fsync`` of the ``groups/`` or ``consume/`` directory flushes
+  the partitions of every group of the topic.
 """
 
 from __future__ import annotations
@@ -154,6 +163,11 @@ class GroupsDir(Directory):
         _check_group_name(name)
         return self.ns.stable(GroupFile, self.topic, name)
 
+    def fsync(self) -> None:
+        """fsyncdir(): the commits of every group on the topic made durable."""
+        store = coordinator(self.ns)
+        store.flush(store.groups(self.topic))
+
     def unlink(self, name: str) -> None:
         """``rm groups/<group>``: tombstones for the group's commits on this topic."""
         self.ns.check_writable()
@@ -189,9 +203,28 @@ class GroupFile(FileNode):
     def open(self, write: bool) -> Handle:
         content = self.render()
         if not write:
-            return BytesHandle(content)
+            return GroupSnapshotHandle(self, content)
         self.ns.check_writable()
         return GroupCommandHandle(self, content)
+
+    def flush_commits(self) -> None:
+        """fsync of the group's partition of ``__consumer_offsets`` (nothing on a read-only mount)."""
+        if not self.ns.read_only:
+            coordinator(self.ns).flush([self.group])
+
+
+class GroupSnapshotHandle(BytesHandle):
+    """``groups/<group>`` opened for reading; its ``fsync()`` (``sync groups/<group>``) makes the group's
+    commits durable."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: GroupFile, content: bytes) -> None:
+        super().__init__(content)
+        self._node = node
+
+    def fsync(self) -> None:
+        self._node.flush_commits()
 
 
 def _shown(text: str, limit: int = 80) -> str:
@@ -253,6 +286,16 @@ class GroupCommandHandle(Handle):
                 self._apply(actions)
 
     release = flush
+
+    def fsync(self) -> None:
+        """fsync(): the complete lines written so far are applied now (an unfinished last line waits for
+        the close), then the group's commits are flushed to disk, so what fsync() returned for survives
+        a power loss."""
+        with self._lock:
+            actions, self._actions = self._actions, []
+            if actions and not self._failed:
+                self._apply(actions)
+        self._node.flush_commits()
 
     def _parse(self, raw: bytes) -> tuple[str, object] | None:
         line = raw.decode("utf-8", "replace").strip()
@@ -350,7 +393,11 @@ class ConsumeDir(Directory):
         return node
 
     def fsync(self) -> None:
+        """fsyncdir(): the partition's records and its groups' commits made durable."""
         self.ns.log(self.tp).flush()
+        if not self.ns.read_only:
+            store = coordinator(self.ns)
+            store.flush(store.groups(self.tp.topic))
 
 
 class ConsumeFile(FileNode):
@@ -439,12 +486,21 @@ class ConsumeHandle(ViewHandle):
     def flush(self) -> None:
         """close() of one descriptor: commit the position (the hold ends at the last one, ``release``)."""
         with self._lock:
-            node = self._node
             if self._lease is not None:
                 self._lease.closing = True
-            if self._given > self._flushed_at and not node.ns.read_only:
-                self._commit(self._view.next_offset_at(self._given))
-                self._flushed_at = self._given
+            self._commit_given()
+
+    def _commit_given(self) -> None:
+        if self._given > self._flushed_at and not self._node.ns.read_only:
+            self._commit(self._view.next_offset_at(self._given))
+            self._flushed_at = self._given
+
+    def fsync(self) -> None:
+        """fsync(): commit what was read so far, as a close would, and make the group's commits durable."""
+        with self._lock:
+            self._commit_given()
+        if not self._node.ns.read_only:
+            coordinator(self._node.ns).flush([self._node.group])
 
     def _commit(self, offset: int) -> None:
         node = self._node

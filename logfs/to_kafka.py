@@ -84,7 +84,7 @@ KAFKA_TOPIC_CONFIGS = frozenset({
 })
 #: Where both Kafka and logfs keep consumer groups' committed offsets, in Kafka's record format.
 GROUP_METADATA_TOPIC = "__consumer_offsets"
-#: Kafka 4 refuses ``segment.bytes`` below 1 MiB (KIP-1030); logfs accepts Kafka 3's minimum.
+#: Kafka 4 refuses ``segment.bytes`` below 1 MiB (KIP-1030); so does logfs, whose tests use ``internal.segment.bytes``.
 KAFKA4_MIN_SEGMENT_BYTES = 1024 * 1024
 
 
@@ -171,7 +171,12 @@ def inspect(data_dirs: Sequence[str]) -> DataDirState:
                 raise MigrationError(f"Topic {topic} has partitions {numbers}: Kafka needs 0..n-1")
             state = TopicState(topic, len(numbers))
             for name, value in sorted(manager.topic_overrides(topic).items()):
-                if name not in KAFKA_TOPIC_CONFIGS:
+                if name == "internal.segment.bytes":
+                    state.configs.setdefault("segment.bytes", str(KAFKA4_MIN_SEGMENT_BYTES))
+                    state.notes.append(f"{name}={value} is below Kafka 4's minimum segment.bytes (a setting for "
+                                       f"tests): segment.bytes set to {KAFKA4_MIN_SEGMENT_BYTES} unless the topic "
+                                       "sets it (existing segments keep their size)")
+                elif name not in KAFKA_TOPIC_CONFIGS:
                     state.notes.append(f"{name}={value} is a logfs mount setting, not a Kafka topic config: "
                                        f"left out")
                 elif name == "segment.bytes" and int(value) < KAFKA4_MIN_SEGMENT_BYTES:

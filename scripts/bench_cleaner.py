@@ -298,7 +298,7 @@ def bench_mount_once(cleaner_enabled: bool, lines: int, keys: int, backoff_ms: i
     data.mkdir()
     mnt.mkdir()
     options = {"log.cleaner.enable": str(cleaner_enabled).lower(), "log.cleaner.backoff.ms": str(backoff_ms),
-               "log.segment.bytes": "16384", "log.cleaner.min.cleanable.ratio": "0.1",
+               "internal.log.segment.bytes": "16384", "log.cleaner.min.cleanable.ratio": "0.1",
                "log.initial.task.delay.ms": "100", "num.partitions": "1"}
     cmd = [str(ROOT / ".venv" / "bin" / "logfs"), "mount", str(mnt), "--data-dir", str(data)]
     for name, value in options.items():

@@ -68,7 +68,9 @@ def build(data: Path, tree: Path, partitions: int, bytes_per_partition: int, seg
     manager = LogManager(BrokerConfig.from_props({"log.dirs": str(data), "log.retention.ms": "-1",
                                                   "log.retention.bytes": "-1"}))
     manager.startup()
-    manager.create_topic(topic, partitions, {"segment.bytes": str(segment_bytes)})
+    # below Kafka 4's 1 MiB minimum of segment.bytes: the internal setting for tests
+    name = "segment.bytes" if segment_bytes >= 1 << 20 else "internal.segment.bytes"
+    manager.create_topic(topic, partitions, {name: str(segment_bytes)})
     batch_values = [b"%011d " % i + b"x" * (VALUE - 12) for i in range(BATCH)]
     per_record = VALUE + 10        # on-disk bytes per record, roughly
     records = max(1, bytes_per_partition // per_record)

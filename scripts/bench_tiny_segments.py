@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The cost of a roll: appends to a topic whose every record fills a segment (issue 18).
 
-Mounts logfs on a temporary data dir, sets ``segment.bytes`` on a topic and
+Mounts logfs on a temporary data dir, sets ``internal.segment.bytes`` (tiny segments: below segment.bytes's 1 MiB
+minimum) on a topic and
 times, through the mount:
 
 * ``seq N > t/0/append``        (one write of N lines: N segments)
@@ -63,12 +64,12 @@ def main() -> int:
         rows = []
         for name, cmd in (("one write (seq N > append)", f"seq {n} > t/0/append"),
                           ("one write per record", f"for i in $(seq {n}); do echo $i > t/0/append; done")):
-            subprocess.run(["bash", "-c", f"rmdir t 2>/dev/null; mkdir t && echo segment.bytes={args.segment_bytes}"
-                            " > t/config"], cwd=mnt, check=True)
+            subprocess.run(["bash", "-c", "rmdir t 2>/dev/null; mkdir t && "
+                            f"echo internal.segment.bytes={args.segment_bytes} > t/config"], cwd=mnt, check=True)
             seconds = _timed(cmd, mnt)
             segments = len(json.loads((mnt / "t/0/state").read_bytes())["segments"])
             rows.append((name, n, segments, seconds))
-        print(f"code: {env['PYTHONPATH']}  segment.bytes={args.segment_bytes}")
+        print(f"code: {env['PYTHONPATH']}  internal.segment.bytes={args.segment_bytes}")
         print(f"{'workload':<28} {'records':>8} {'segments':>9} {'seconds':>8} {'ms/record':>10}")
         for name, records, segments, seconds in rows:
             print(f"{name:<28} {records:>8} {segments:>9} {seconds:>8.2f} {seconds * 1000 / records:>10.2f}")

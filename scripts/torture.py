@@ -18,6 +18,11 @@ clean shutdown), remounts, and checks through the views:
 * followers never saw an offset twice or out of order, random readers never
   read a wrong value.
 
+A committer writes consumer group commits to ``p/groups/<group>`` all along,
+most of them fsynced before the close: after a kill -9 each group's committed
+offset is its last closed commit (or a later one cut by the crash), after a
+power loss its last fsynced commit or a later one.
+
 With ``--power-loss`` the data dir is the mount point of
 ``scripts/powerloss_fs.py``, a FUSE layer over ``<work dir>/backing`` that
 holds data writes and namespace changes in memory until their ``fsync`` (of
@@ -85,7 +90,7 @@ POWERLOSS_FS = [sys.executable, str(ROOT / "scripts" / "powerloss_fs.py")]
 TOPICS = {
     "p": (2, b"retention.bytes=262144\n"),
     "r": (1, b"retention.ms=4000\n"),
-    "c": (1, b"cleanup.policy=compact\nparse.key=true\nmin.cleanable.dirty.ratio=0.05\nsegment.bytes=8192\n"),
+    "c": (1, b"cleanup.policy=compact\nparse.key=true\nmin.cleanable.dirty.ratio=0.05\ninternal.segment.bytes=8192\n"),
 }
 #: the same on a cluster mount: the configs are the cluster's (segment.bytes below Kafka's 1 MiB minimum is
 #: refused there; retention runs on the brokers' schedule), parse.key is the mount's own
@@ -118,7 +123,7 @@ def batch_size(values: list[str]) -> int:
 
 BROKER = {
     "num.partitions": "1",
-    "log.segment.bytes": "16384",
+    "internal.log.segment.bytes": "16384",
     "log.initial.task.delay.ms": "100",
     "log.retention.check.interval.ms": "250",
     "log.segment.delete.delay.ms": "400",
@@ -167,6 +172,21 @@ class Partition:
 
 
 @dataclass
+class GroupCommits:
+    """One consumer group's commits on ``p`` partition 0, written to ``p/groups/<group>``."""
+
+    group: str
+    #: the last commit whose fsync() returned (None: none yet): a power loss must keep it
+    synced: int | None = None
+    #: the last commit whose close() returned: a kill -9 must keep it
+    closed: int | None = None
+    #: commits written since ``synced``/``closed`` whose fate is open (not fsynced, or cut by the crash):
+    #: any of them may be what a remount shows, as a flush for another group may have covered them
+    since_synced: list[int] = field(default_factory=list)
+    since_closed: list[int] = field(default_factory=list)
+
+
+@dataclass
 class Totals:
     cycles: int = 0
     acknowledged: int = 0
@@ -193,6 +213,8 @@ class Totals:
         default_factory=lambda: collections.defaultdict(list))
     context: str = ""                       # what the failures found now follow ("after power-loss")
     peak_rss_kb: int = 0
+    commits_synced: int = 0     # group commits acknowledged by fsync()
+    commits_lost: int = 0
     failures: list[str] = field(default_factory=list)
 
     def fail(self, message: str) -> None:
@@ -226,6 +248,9 @@ class Torture:
         self.parts = {f"{t}/{p}": Partition(f"{t}/{p}") for t, (n, _) in self.topics.items() for p in range(n)}
         self.seq = 0
         self.seq_lock = threading.Lock()
+        #: consumer groups committing on p/0 (an embedded mount: its own coordinator writes __consumer_offsets)
+        self.groups = [] if self.bootstrap else [GroupCommits(f"g{i}") for i in range(3)]
+        self.groups_lock = threading.Lock()
 
     # ------------------------------------------------------------------ mount process
 
@@ -234,7 +259,7 @@ class Torture:
         if self.bootstrap:
             # the broker settings below configure the local replica (small segments: many rolls to tear)
             cmd += ["--bootstrap-server", self.bootstrap]
-        broker = {**BROKER, "log.segment.bytes": str(self.args.segment_bytes)}
+        broker = {**BROKER, "internal.log.segment.bytes": str(self.args.segment_bytes)}
         if self.args.power_loss:
             # Kafka's default checkpoint intervals: a checkpoint's fsync of the data dir must not be
             # what makes a missing fsync harmless
@@ -439,6 +464,70 @@ class Torture:
             except OSError:
                 pass
 
+    def committer(self, stop: threading.Event) -> None:
+        """Commits of the groups on ``p/0`` through ``p/groups/<group>``: most fsynced before the close.
+
+        A commit whose ``fsync()`` returned must survive a power loss; one whose ``close()`` returned
+        must survive a kill -9 (README, "Consumer groups").
+        """
+        rng = random.Random(self.rng.random())
+        part = self.parts["p/0"]
+        while not stop.wait(rng.uniform(0.0, 0.03)):
+            commits = rng.choice(self.groups)
+            with part.lock:
+                top = max(part.acked, default=-1) + 1
+            offset = rng.randint(0, top)
+            sync = rng.random() < 0.7
+            with self.groups_lock:
+                commits.since_synced.append(offset)
+                commits.since_closed.append(offset)
+            try:
+                fd = os.open(self.mnt / "p" / "groups" / commits.group, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            except OSError:
+                return          # the mount is gone (the crash): the traffic ends
+            try:
+                os.write(fd, b"0 %d\n" % offset)
+                if sync:
+                    os.fsync(fd)
+                    with self.groups_lock:
+                        commits.synced, commits.since_synced = offset, []
+                        self.totals.commits_synced += 1
+            except OSError as exc:
+                if exc.errno not in DEAD:
+                    self.totals.fail(f"p/groups/{commits.group}: commit of {offset}: {exc}")
+                return
+            finally:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+                else:
+                    with self.groups_lock:
+                        commits.closed, commits.since_closed = offset, []
+
+    def check_groups(self, tolerant: bool) -> None:
+        """Each group's committed offset on p/0 after a remount: its last fsynced commit or a later one
+        (after a power loss, ``tolerant``), its last closed commit or a later one (after a kill -9)."""
+        for commits in self.groups:
+            try:
+                text = (self.mnt / "p" / "groups" / commits.group).read_text()
+            except FileNotFoundError:
+                text = ""
+            rows = [line.split() for line in text.splitlines()]
+            shown = next((int(row[1]) for row in rows if row and row[0] == "0"), -1)
+            committed = None if shown < 0 else shown
+            with self.groups_lock:
+                base, later = ((commits.synced, commits.since_synced) if tolerant
+                               else (commits.closed, commits.since_closed))
+                allowed = {base, *later}
+                if committed not in allowed:
+                    self.totals.commits_lost += 1
+                    self.totals.fail(f"p/groups/{commits.group}: committed offset {committed}, expected "
+                                     f"{base} or a later commit {later} "
+                                     f"({'fsynced' if tolerant else 'closed'} before the crash)")
+                commits.synced = commits.closed = committed     # what the mount holds now
+                commits.since_synced, commits.since_closed = [], []
+
     def follower(self, part: Partition, stop: threading.Event) -> None:
         try:
             f = open(self.mnt / part.name / "records.jsonl", "rb", buffering=0)
@@ -570,6 +659,8 @@ class Torture:
         threads += [threading.Thread(target=self.reader, args=(stop,), daemon=True)
                     for _ in range(self.args.readers)]
         threads.append(threading.Thread(target=self.deleter, args=(stop,), daemon=True))
+        if self.groups:
+            threads.append(threading.Thread(target=self.committer, args=(stop,), daemon=True))
         for t in threads:
             t.start()
         self._stop_event = stop
@@ -697,6 +788,7 @@ class Torture:
                 for offset in [o for o in part.acked if o < start]:
                     del part.acked[offset]
                     t.retained += 1
+        self.check_groups(self.lost_power)
         self.lost_power = False
         return snapshot
 
@@ -920,6 +1012,7 @@ class Torture:
             "recovered_unflushed_dropped": t.recovered_unflushed_dropped,
             "reader_errors": t.reader_errors, "follower_errors": t.follower_errors, "disk_errors": t.disk_errors,
             "check_problems": t.check_problems, "retained_or_deleted": t.retained,
+            "group_commits_fsynced": t.commits_synced, "group_commits_lost": t.commits_lost,
             "unacknowledged_batches_present": t.unacked_present, "unacknowledged_batches_absent": t.unacked_absent,
             "recovery_median_s": round(statistics.median(rec), 3), "recovery_max_s": round(rec[-1], 3),
             "faults": dict(sorted(t.faults.items())), "peak_rss_mib": round(t.peak_rss_kb / 1024, 1),
@@ -943,8 +1036,8 @@ class Torture:
                     print(f"{name}: {value}")
             for failure in t.failures:
                 print(f"failure: {failure}")
-        bad = (t.lost or t.duplicated or t.misplaced or t.partial_batches or t.start_went_back or t.reader_errors
-               or t.follower_errors or t.disk_errors or t.check_problems or t.failures)
+        bad = (t.lost or t.commits_lost or t.duplicated or t.misplaced or t.partial_batches or t.start_went_back
+               or t.reader_errors or t.follower_errors or t.disk_errors or t.check_problems or t.failures)
         return 1 if bad else 0
 
 

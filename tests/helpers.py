@@ -45,7 +45,7 @@ CLEANER_TASK = "kafka-log-cleaner-thread-0"
 
 
 def make_config(**overrides: object) -> LogConfig:
-    """A topic config from keyword overrides, underscores for dots: ``make_config(segment_bytes=1000)``."""
+    """A topic config from keyword overrides, underscores for dots: ``make_config(internal_segment_bytes=1000)``."""
     return LogConfig.from_props({k.replace("_", "."): str(v) for k, v in overrides.items()})
 
 

@@ -117,7 +117,7 @@ def test_the_header_walk_skips_bodies_and_reports_damage_as_the_whole_batch_walk
 def _damaged_log(tmp_path) -> tuple[Log, int]:
     d = tmp_path / "t-0"
     d.mkdir()
-    config = LogConfig.from_props({"cleanup.policy": "compact", "segment.bytes": "100000",
+    config = LogConfig.from_props({"cleanup.policy": "compact", "internal.segment.bytes": "100000",
                                    "min.cleanable.dirty.ratio": "0.01"})
     log = Log.load(str(d), config)
     for i in range(20):

@@ -44,7 +44,7 @@ DAY = 86_400_000
 # ----------------------------------------------------------------------------------------- helpers
 
 def log_config(**overrides: str) -> LogConfig:
-    props = {"cleanup.policy": "compact", "segment.bytes": "4096", "index.interval.bytes": "256",
+    props = {"cleanup.policy": "compact", "internal.segment.bytes": "4096", "index.interval.bytes": "256",
              "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": str(DAY)}
     props.update(overrides)
     return LogConfig.from_props(props)
@@ -141,7 +141,7 @@ def test_cleaning_keeps_exactly_latest_values_and_tombstones_within_horizon(tmp_
                                                                              first, second, short_retention):
     data = tmp_path_factory.mktemp("data")
     retention = "0" if short_retention else str(DAY)
-    log = new_log(data, log_config(**{"delete.retention.ms": retention, "segment.bytes": "300"}))
+    log = new_log(data, log_config(**{"delete.retention.ms": retention, "internal.segment.bytes": "300"}))
     cleaner = cleaner_for(log)
     history: list = []
     try:
@@ -262,7 +262,7 @@ def test_keyless_records_are_dropped(tmp_path):
 
 
 def test_full_offset_map_cleans_only_what_it_covered(tmp_path):
-    log = new_log(tmp_path, log_config(**{"segment.bytes": "1000"}))
+    log = new_log(tmp_path, log_config(**{"internal.segment.bytes": "1000"}))
     history = []
     for i in range(200):
         key = b"key-%d" % (i % 50)
@@ -295,7 +295,7 @@ def test_full_offset_map_cleans_only_what_it_covered(tmp_path):
 
 
 def test_group_segments_by_size_respects_segment_and_index_bytes(tmp_path):
-    log = new_log(tmp_path, log_config(**{"segment.bytes": "600"}))
+    log = new_log(tmp_path, log_config(**{"internal.segment.bytes": "600"}))
     for i in range(120):
         append(log, [(b"k%d" % i, b"x" * (i % 17))])
     log.roll()
@@ -488,7 +488,7 @@ def test_throttler_sleeps_to_hold_the_rate():
 # ------------------------------------------------------------------------------- crash states
 
 def _prepare_crash(tmp_path):
-    log = new_log(tmp_path, log_config(**{"segment.bytes": "400"}))
+    log = new_log(tmp_path, log_config(**{"internal.segment.bytes": "400"}))
     for i in range(80):
         # Every fifth record has a key of its own, so each segment ends with a record that
         # survives cleaning and the cleaned segment covers the group's whole offset range.
@@ -521,7 +521,7 @@ def test_crash_with_cleaned_files_is_rolled_back_on_load(tmp_path, read_kafka):
     log, group, cleaned, before, _ = _prepare_crash(tmp_path)
     cleaned.close()
     log.close()
-    reloaded = new_log(tmp_path, log_config(**{"segment.bytes": "400"}))
+    reloaded = new_log(tmp_path, log_config(**{"internal.segment.bytes": "400"}))
     assert contents(reloaded) == before
     assert not [n for n in os.listdir(reloaded.dir) if n.endswith(CLEANED_FILE_SUFFIX)]
     assert [(r.offset, r.key, r.value) for r in read_kafka(Path(reloaded.dir))] == before
@@ -533,7 +533,7 @@ def test_crash_after_swap_rename_is_completed_on_load(tmp_path, read_kafka):
     cleaned.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
     cleaned.close()
     log.close()
-    reloaded = new_log(tmp_path, log_config(**{"segment.bytes": "400"}))
+    reloaded = new_log(tmp_path, log_config(**{"internal.segment.bytes": "400"}))
     assert contents(reloaded) == after
     names = os.listdir(reloaded.dir)
     assert not [n for n in names if n.endswith((SWAP_FILE_SUFFIX, CLEANED_FILE_SUFFIX))]
@@ -547,7 +547,7 @@ def test_crash_after_old_segments_partly_renamed_deleted_is_completed_on_load(tm
     cleaned.close()
     group[1].change_file_suffixes("", ".deleted")   # replace_segments got this far
     log.close()
-    reloaded = new_log(tmp_path, log_config(**{"segment.bytes": "400"}))
+    reloaded = new_log(tmp_path, log_config(**{"internal.segment.bytes": "400"}))
     assert contents(reloaded) == after
     assert not [n for n in os.listdir(reloaded.dir) if n.endswith((SWAP_FILE_SUFFIX, CLEANED_FILE_SUFFIX))]
     assert [(r.offset, r.key, r.value) for r in read_kafka(Path(reloaded.dir))] == after
@@ -555,7 +555,7 @@ def test_crash_after_old_segments_partly_renamed_deleted_is_completed_on_load(tm
 
 
 def test_batches_larger_than_the_io_buffer_grow_it(tmp_path, caplog):
-    log = new_log(tmp_path, log_config(**{"segment.bytes": "100000"}))
+    log = new_log(tmp_path, log_config(**{"internal.segment.bytes": "100000"}))
     big = [(b"k%d" % (i % 3), bytes([65 + i]) * 3000) for i in range(9)]
     for pair in big:
         append(log, [pair])
@@ -594,7 +594,7 @@ def test_corrupt_batch_marks_partition_uncleanable_and_changes_nothing(tmp_path,
 def test_largest_dirty_ratio_wins(tmp_path):
     logs = []
     for name in ("a-0", "b-0"):
-        log = new_log(tmp_path, log_config(**{"segment.bytes": "500"}), name=name)
+        log = new_log(tmp_path, log_config(**{"internal.segment.bytes": "500"}), name=name)
         for i in range(60):
             append(log, [(b"k%d" % (i % 4), b"value")])
         log.roll()
@@ -620,7 +620,7 @@ def test_largest_dirty_ratio_wins(tmp_path):
 
 def test_map_filling_up_inside_one_read_chunk_stops_at_the_same_record(tmp_path):
     """A chunk holding the whole dirty section: the map stops where a record-by-record build would."""
-    log = new_log(tmp_path, log_config(**{"segment.bytes": "100000"}))
+    log = new_log(tmp_path, log_config(**{"internal.segment.bytes": "100000"}))
     history = []
     for i in range(0, 200, 4):
         pairs = [(b"key-%d" % ((i + j) % 50), b"%d" % (i + j)) for j in range(4)]

@@ -27,6 +27,7 @@ LONG_MAX = 9223372036854775807
 KAFKA_BROKER_DEFAULTS = {
     "num.partitions": 1,
     "log.segment.bytes": 1073741824,
+    "internal.log.segment.bytes": None,         # logfs's tests' setting: unset
     "log.roll.hours": 168,
     "log.roll.ms": 604800000,
     "log.index.interval.bytes": 4096,
@@ -65,6 +66,7 @@ KAFKA_BROKER_DEFAULTS = {
 }
 
 KAFKA_TOPIC_DEFAULTS = {
+    "internal.segment.bytes": None,             # Kafka 4's internal setting for tests: unset
     "cleanup.policy": ("delete",),
     "retention.ms": 604800000,
     "retention.bytes": -1,
@@ -114,14 +116,17 @@ def test_log_config_is_immutable_and_hashable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.segment_bytes = 5
     assert hash(config) == hash(LogConfig()) and {config: 1}[LogConfig()] == 1
-    assert hash(config.with_overrides({"segment.bytes": "100"})) != hash(config)
+    assert hash(config.with_overrides({"internal.segment.bytes": "100"})) != hash(config)
 
 
 # -- parsing and validation -------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, value, message", [
     ("segment.bytes", "abc", "Invalid value abc for configuration segment.bytes: Not a number of type INT"),
-    ("segment.bytes", "13", "Invalid value 13 for configuration segment.bytes: Value must be at least 14"),
+    ("segment.bytes", "1048575", "Invalid value 1048575 for configuration segment.bytes: Value must be at least "
+                                 "1048576"),
+    ("internal.segment.bytes", "13", "Invalid value 13 for configuration internal.segment.bytes: Value must be at "
+                                     "least 14"),
     ("segment.bytes", "2147483648", "Not a number of type INT"),
     ("segment.bytes", "1_000", "Not a number of type INT"),
     ("segment.bytes", "1e6", "Not a number of type INT"),
@@ -160,17 +165,17 @@ def test_unknown_topic_name_refused():
     with pytest.raises(InvalidConfigError, match="Unknown topic config name: segment.byte"):
         LogConfig.from_props({"segment.byte": "100"})
     with pytest.raises(InvalidConfigError, match="log.segment.bytes"):
-        LogConfig.from_props({"log.segment.bytes": "100"})   # a broker name is not a topic name
+        LogConfig.from_props({"log.segment.bytes": "1048576"})   # a broker name is not a topic name
 
 
 def test_topic_values_parse_like_configdef():
     config = LogConfig.from_props({
-        "segment.bytes": " 14 ", "retention.ms": "-1", "retention.bytes": "500",
+        "segment.bytes": " 1048576 ", "retention.ms": "-1", "retention.bytes": "500",
         "min.cleanable.dirty.ratio": "1", "cleanup.policy": "compact , delete",
         "compression.type": " zstd", "parse.key": "TRUE", "key.separator": " : ", "null.marker": "<null>",
         "flush.messages": str(LONG_MAX),
     })
-    assert (config.segment_bytes, config.retention_ms, config.retention_bytes) == (14, -1, 500)
+    assert (config.segment_bytes, config.retention_ms, config.retention_bytes) == (1048576, -1, 500)
     assert config.min_cleanable_dirty_ratio == 1.0 and isinstance(config.min_cleanable_dirty_ratio, float)
     assert config.cleanup_policy == ("compact", "delete") and config.compact and config.delete
     assert config.compression_type == "zstd" and config.parse_key is True
@@ -194,10 +199,10 @@ def test_overrides_layer_on_defaults():
     broker = BrokerConfig.from_props({"log.retention.hours": "1", "log.cleanup.policy": "compact"})
     defaults = broker.log_config()
     assert defaults.retention_ms == 3_600_000 and defaults.compact
-    topic = LogConfig.from_props({"segment.bytes": "1024"}, defaults=defaults)
-    assert (topic.segment_bytes, topic.retention_ms, topic.compact) == (1024, 3_600_000, True)
+    topic = LogConfig.from_props({"internal.segment.bytes": "1024"}, defaults=defaults)
+    assert (topic.segment_size, topic.retention_ms, topic.compact) == (1024, 3_600_000, True)
     again = topic.with_overrides({"retention.ms": "5"})
-    assert again.retention_ms == 5 and topic.retention_ms == 3_600_000 and again.segment_bytes == 1024
+    assert again.retention_ms == 5 and topic.retention_ms == 3_600_000 and again.segment_size == 1024
     assert topic.with_overrides({}) is topic
 
 
@@ -208,7 +213,8 @@ def test_null_marker_empty_means_unset():
 
 @settings(max_examples=60, deadline=None)
 @given(st.fixed_dictionaries({}, optional={
-    "segment.bytes": st.integers(14, 2**31 - 1).map(str),
+    "segment.bytes": st.integers(1 << 20, 2**31 - 1).map(str),
+    "internal.segment.bytes": st.one_of(st.just(""), st.integers(14, 2**31 - 1).map(str)),
     "retention.ms": st.integers(-1, 2**63 - 1).map(str),
     "min.cleanable.dirty.ratio": st.floats(0, 1).map(repr),
     "cleanup.policy": st.sampled_from(["delete", "compact", "compact,delete", ""]),
@@ -226,8 +232,10 @@ def test_to_props_round_trips(props):
 
 
 def test_direct_construction_is_validated():
-    with pytest.raises(InvalidConfigError, match="segment.bytes: Value must be at least 14"):
-        LogConfig(segment_bytes=1)
+    with pytest.raises(InvalidConfigError, match="internal.segment.bytes: Value must be at least 14"):
+        LogConfig(internal_segment_bytes=1)
+    with pytest.raises(InvalidConfigError, match="segment.bytes: Value must be at least 1048576"):
+        LogConfig(segment_bytes=4096)
     with pytest.raises(InvalidConfigError, match="segment.bytes"):
         LogConfig(segment_bytes="100")
     assert LogConfig(cleanup_policy=["compact"]).cleanup_policy == ("compact",)
@@ -267,7 +275,8 @@ def test_broker_log_dirs():
 
 
 @pytest.mark.parametrize("name, value", [
-    ("num.partitions", "0"), ("log.segment.bytes", "10"), ("log.index.size.max.bytes", "4"),
+    ("num.partitions", "0"), ("log.segment.bytes", "1048575"), ("internal.log.segment.bytes", "13"),
+    ("offsets.topic.segment.bytes", "1000"), ("log.index.size.max.bytes", "4"),
     ("log.retention.check.interval.ms", "0"), ("log.flush.interval.messages", "0"),
     ("log.cleaner.threads", "-1"), ("log.cleaner.min.cleanable.ratio", "2"), ("log.cleaner.enable", "on"),
     ("log.cleanup.policy", "keep"), ("message.max.bytes", "big"), ("num.recovery.threads.per.data.dir", "0"),
@@ -290,9 +299,10 @@ def test_unknown_broker_names(caplog):
 
 def test_broker_with_overrides():
     base = BrokerConfig.from_props({"log.retention.hours": "2", "num.partitions": "4", "log.dirs": "/d1"})
-    over = base.with_overrides({"log.retention.hours": "1", "log.segment.bytes": "1000"})
-    assert (over.log_retention_ms, over.num_partitions, over.log_segment_bytes, over.log_dirs) == \
+    over = base.with_overrides({"log.retention.hours": "1", "internal.log.segment.bytes": "1000"})
+    assert (over.log_retention_ms, over.num_partitions, over.internal_log_segment_bytes, over.log_dirs) == \
         (3_600_000, 4, 1000, ["/d1"])
+    assert over.log_config().segment_size == 1000 and over.log_config().segment_bytes == 1 << 30
     pinned = BrokerConfig.from_props({"log.retention.ms": "5000"})
     assert pinned.with_overrides({"log.retention.hours": "1"}).log_retention_ms == 5000   # ms wins, as in Kafka
     with pytest.raises(InvalidConfigError, match="Unknown broker config name: retention.ms"):

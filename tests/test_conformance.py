@@ -39,7 +39,7 @@ RECORDS = 400
 
 @pytest.fixture(scope="module")
 def m(tmp_path_factory):
-    mount = Mount(tmp_path_factory.mktemp("conformance"), {**FAST_TASKS, "log.segment.bytes": "4000",
+    mount = Mount(tmp_path_factory.mktemp("conformance"), {**FAST_TASKS, "internal.log.segment.bytes": "4000",
                                                              "log.index.interval.bytes": "200"}).start()
     os.mkdir(mount / "t")
     for start in range(0, RECORDS, 50):

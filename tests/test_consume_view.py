@@ -24,7 +24,7 @@ writes = st.lists(st.lists(st.tuples(values, st.one_of(st.none(), st.binary(max_
 def test_next_offset_at_is_the_first_record_not_wholly_given(batches, committed, fmt, data):
     with tempfile.TemporaryDirectory() as d:
         manager = LogManager(BrokerConfig.from_props({
-            "log.dirs": d, "log.cleaner.enable": "false", "log.segment.bytes": "300",
+            "log.dirs": d, "log.cleaner.enable": "false", "internal.log.segment.bytes": "300",
             "log.index.interval.bytes": "64"}))
         manager.startup()
         manager.create_topic("t", 1)
@@ -55,7 +55,7 @@ def test_position_at_the_end_of_a_released_and_deleted_segment(tmp_path):
     import gc
 
     manager = LogManager(BrokerConfig.from_props({
-        "log.dirs": str(tmp_path), "log.cleaner.enable": "false", "log.segment.bytes": "200",
+        "log.dirs": str(tmp_path), "log.cleaner.enable": "false", "internal.log.segment.bytes": "200",
         "log.segment.delete.delay.ms": "0"}))
     manager.startup()
     manager.create_topic("t", 1)

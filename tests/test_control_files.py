@@ -65,12 +65,12 @@ def test_a_failed_write_keeps_the_buffer_as_it_was_so_a_retry_is_safe():
 
 
 def test_config_shows_overrides_as_lines_and_defaults_as_comments(ns, manager):
-    manager.alter_topic_config("t", {"segment.bytes": "4096"})
+    manager.alter_topic_config("t", {"internal.segment.bytes": "4096"})
     text = TopicConfigFile(ns, "t").open(write=False).read(0, 1 << 20)
     lines = text.decode().splitlines()
     assert text.endswith(b"\n") and lines[0].startswith("# Overrides of topic t")
     overrides = [line for line in lines if not line.startswith("#")]
-    assert overrides == ["segment.bytes=4096"]
+    assert overrides == ["internal.segment.bytes=4096"]
     defaults = [line[1:] for line in lines if line.startswith("#") and not line.startswith("# ")]
     assert defaults == sorted(defaults) and "retention.ms=604800000" in defaults   # the broker's default
     assert dict(line.split("=", 1) for line in overrides + defaults) == manager.topic_config("t").to_props()
@@ -86,10 +86,10 @@ def _write(ns, data: bytes, flags: int) -> None:
 
 def test_the_text_read_written_back_with_o_trunc_keeps_the_overrides_and_the_defaults(ns, manager):
     """An editor saving the buffer (or cat config > x; cat x > config): nothing becomes an override."""
-    manager.alter_topic_config("t", {"segment.bytes": "4096", "cleanup.policy": "compact"})
+    manager.alter_topic_config("t", {"internal.segment.bytes": "4096", "cleanup.policy": "compact"})
     text = TopicConfigFile(ns, "t").open(write=False).read(0, 1 << 20)
     _write(ns, text, os.O_WRONLY | os.O_TRUNC)
-    assert manager.topic_overrides("t") == {"segment.bytes": "4096", "cleanup.policy": "compact"}
+    assert manager.topic_overrides("t") == {"internal.segment.bytes": "4096", "cleanup.policy": "compact"}
     _write(ns, b"retention.ms=1234\n", os.O_WRONLY | os.O_TRUNC)          # >: the set of overrides
     assert manager.topic_overrides("t") == {"retention.ms": "1234"}
     _write(ns, b"segment.ms=60000\n", os.O_WRONLY | os.O_APPEND)          # >>: added
@@ -108,31 +108,31 @@ def test_any_key_separator_is_taken_verbatim(ns, manager, separator):
 def test_config_lines_are_checked_at_each_write_and_applied_together_at_close(ns, manager, caplog):
     handle = TopicConfigFile(ns, "t").open(write=True)
     with caplog.at_level(logging.INFO):
-        handle.write(0, b"# a comment\n\n  retention.ms = 1234 \nsegment.")
+        handle.write(0, b"# a comment\n\n  retention.ms = 1234 \ninternal.segment.")
         handle.write(0, b"bytes=4096\n")
         assert manager.topic_config("t").retention_ms == 604800000      # an edit in pieces: nothing yet
         handle.flush()                                                   # close(): all of it at once
     assert manager.topic_config("t").retention_ms == 1234
-    assert manager.topic_config("t").segment_bytes == 4096
+    assert manager.topic_config("t").segment_size == 4096
     changes = [r.getMessage() for r in caplog.records if "retention.ms=1234" in r.getMessage()]
-    assert changes == ["Updated config of topic t: retention.ms=1234, segment.bytes=4096"]   # logged once
+    assert changes == ["Updated config of topic t: retention.ms=1234, internal.segment.bytes=4096"]   # logged once
     handle = TopicConfigFile(ns, "t").open(write=True)
     handle.write(0, b"retention.ms=")                   # name= removes the override; the last line at close
     handle.flush()
     assert manager.topic_config("t").retention_ms == 604800000
-    assert manager.topic_config("t").segment_bytes == 4096
+    assert manager.topic_config("t").segment_size == 4096
 
 
 @pytest.mark.parametrize("line,message", [
     (b"retention.ms 1234", "Invalid config line 'retention.ms 1234' for topic t: expected name=value"),
     (b"=5", "Invalid config line '=5' for topic t: expected name=value"),
     (b"no.such.config=1", "no.such.config"),
-    (b"segment.bytes=12", "segment.bytes"),
+    (b"internal.segment.bytes=12", "segment.bytes"),
 ])
 def test_a_bad_config_line_abandons_everything_written_through_that_opening(ns, manager, line, message):
     before = manager.topic_config("t")
     handle = TopicConfigFile(ns, "t").open(write=True)
-    handle.write(0, b"segment.bytes=4096\n")
+    handle.write(0, b"internal.segment.bytes=4096\n")
     with pytest.raises(InvalidConfigError) as exc:
         handle.write(0, b"retention.ms=1234\n" + line + b"\n")
     assert exc.value.errno == errno.EINVAL and message in str(exc.value)

@@ -95,7 +95,7 @@ def test_the_clean_shutdown_marker_is_gone_for_good_before_any_log_is_loaded(tmp
 
 
 def test_the_cleaners_swap_names_are_durable_before_the_old_segments_are_renamed_deleted(tmp_path, events):
-    log = new_log(tmp_path, log_config(**{"segment.bytes": "1024"}))
+    log = new_log(tmp_path, log_config(**{"internal.segment.bytes": "1024"}))
     for i in range(60):
         append(log, [(b"k%d" % (i % 5), b"v%d" % i)])
     log.roll()

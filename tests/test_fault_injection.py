@@ -18,7 +18,7 @@ from tests.helpers import add_config, wait_for
 
 pytestmark = pytest.mark.mount
 
-FAST_DELETE = {"log.segment.delete.delay.ms": "200", "log.segment.bytes": "2048"}
+FAST_DELETE = {"log.segment.delete.delay.ms": "200", "internal.log.segment.bytes": "2048"}
 
 
 

@@ -24,7 +24,7 @@ from tests.helpers import add_config
 
 pytestmark = pytest.mark.mount
 
-SMALL_SEGMENTS = {"log.segment.bytes": "4096", "log.index.interval.bytes": "256"}
+SMALL_SEGMENTS = {"internal.log.segment.bytes": "4096", "log.index.interval.bytes": "256"}
 
 
 def _fill(mount: Mount, topic: str, records: int, per_write: int = 10) -> None:
@@ -312,7 +312,7 @@ def test_a_split_write_cut_by_a_crash_leaves_a_prefix_of_whole_batches(logfs_mou
     mounted: the records are a prefix of whole batches, contiguous, and the
     next append continues right after them.
     """
-    m = logfs_mount({"log.segment.bytes": "4096", "log.index.interval.bytes": "256"})
+    m = logfs_mount({"internal.log.segment.bytes": "4096", "log.index.interval.bytes": "256"})
     (m / "t").mkdir()
     lines = [b"%04d-" % i + b"v" * 90 for i in range(200)]               # ~19 KB: about 6 batches
     first, last = _append_with_offsets(m, "t/0/append", lines)

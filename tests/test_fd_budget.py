@@ -47,7 +47,7 @@ def _text(log: Log) -> bytes:
 def test_reads_appends_rolls_retention_and_reload_at_a_tiny_budget(tmp_path, tiny_budget):
     before = _open_fds()
     clock = ManualClock(1_700_000_000_000)
-    config = make_config(segment_bytes=1500, index_interval_bytes=200, retention_bytes=60_000,
+    config = make_config(internal_segment_bytes=1500, index_interval_bytes=200, retention_bytes=60_000,
                          file_delete_delay_ms=0)
     log = Log.load(str(tmp_path / "t-0"), config, clock=clock)
     attach(log)
@@ -84,7 +84,7 @@ def test_reads_appends_rolls_retention_and_reload_at_a_tiny_budget(tmp_path, tin
 
 
 def test_a_view_reads_a_deleted_segment_it_holds_at_a_tiny_budget(tmp_path, tiny_budget):
-    config = make_config(segment_bytes=1000, index_interval_bytes=200)
+    config = make_config(internal_segment_bytes=1000, index_interval_bytes=200)
     log = Log.load(str(tmp_path / "t-0"), config)
     for i in range(400):
         log.append_values([b"line %d" % i])
@@ -112,7 +112,7 @@ def test_a_mount_under_a_small_ulimit_serves_more_segments_than_descriptors(tmp_
         from engine.views import attach
         m = LogManager(BrokerConfig.from_props({{"log.dirs": {str(data)!r}}}))
         m.startup()
-        logs = m.create_topic("t", 3, {{"segment.bytes": "1100"}})
+        logs = m.create_topic("t", 3, {{"internal.segment.bytes": "1100"}})
         for log in logs:
             attach(log)
             for i in range(2000):

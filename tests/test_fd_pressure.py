@@ -44,7 +44,7 @@ PRELUDE = """
 
 def test_a_roll_that_runs_out_of_descriptors_leaves_the_log_as_it_was(tmp_path):
     out = run_child(PRELUDE + """
-    log = Log.load(path, LogConfig.from_props({"segment.bytes": "100", "file.delete.delay.ms": "60000"}))
+    log = Log.load(path, LogConfig.from_props({"internal.segment.bytes": "100", "file.delete.delay.ms": "60000"}))
     log.append_values([b"before-0", b"before-1"])
     before = state(log)
     limit = open_fds() + 30
@@ -70,7 +70,7 @@ def test_a_roll_that_runs_out_of_descriptors_leaves_the_log_as_it_was(tmp_path):
 
 def test_segments_waiting_for_deletion_hold_only_their_log_descriptor(tmp_path):
     out = run_child(PRELUDE + """
-    log = Log.load(path, LogConfig.from_props({"segment.bytes": "200", "file.delete.delay.ms": "60000"}))
+    log = Log.load(path, LogConfig.from_props({"internal.segment.bytes": "200", "file.delete.delay.ms": "60000"}))
     for i in range(100):
         log.append_values([b"record-%03d" % i])
     segments = len(log.segments)

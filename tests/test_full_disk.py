@@ -24,7 +24,7 @@ from tests.helpers import add_config, wait_for
 pytestmark = pytest.mark.mount
 
 OPTIONS = {
-    "log.segment.bytes": "65536",
+    "internal.log.segment.bytes": "65536",
     "log.retention.check.interval.ms": "200",
     "log.segment.delete.delay.ms": "300",
     "log.cleaner.enable": "false",

@@ -44,7 +44,7 @@ def fsyncs(monkeypatch) -> list[tuple[str, int]]:
 
 def started(data_dir) -> LogManager:
     manager = LogManager(BrokerConfig.from_props({
-        "log.dirs": str(data_dir), "log.segment.bytes": "600", "log.index.interval.bytes": "100"}),
+        "log.dirs": str(data_dir), "internal.log.segment.bytes": "600", "log.index.interval.bytes": "100"}),
         clock=ManualClock())
     manager.startup()
     return manager

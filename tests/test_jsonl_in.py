@@ -87,7 +87,7 @@ def test_append_keeps_timestamps_headers_and_nulls(tmp_path: Path) -> None:
 
 
 def test_a_write_larger_than_a_segment_is_split_and_atomic(tmp_path: Path) -> None:
-    manager, log = _log(tmp_path, **{"log.segment.bytes": "2000", "message.max.bytes": "1000"})
+    manager, log = _log(tmp_path, **{"internal.log.segment.bytes": "2000", "message.max.bytes": "1000"})
     parsed = [JsonRecord(None, b"x" * 100, (), i, None) for i in range(100)]
     assert append_json_records(log, parsed) == (0, 99)
     assert [r.timestamp for r in log.read_records(0)] == list(range(100))

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.mount, pytest.mark.kafka]
 
 DUMP = "org.apache.kafka.tools.DumpLogSegments"
 OPTIONS = {
-    "log.segment.bytes": "8192",
+    "internal.log.segment.bytes": "8192",
     "log.index.interval.bytes": "256",
     "log.cleaner.backoff.ms": "50",
     "log.initial.task.delay.ms": "0",
@@ -57,7 +57,8 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
              "\\xff\\xfe\\xc0\\xaf\\n\\xed\\xa0\\n\\xe2\\x82\\n' >> binary/0/append")
         # a compacted topic that our cleaner compacts, with tombstones
         m.sh("mkdir compacted && printf 'cleanup.policy=compact\\nparse.key=true\\nnull.marker=NULL\\n"
-             "min.cleanable.dirty.ratio=0.1\\nsegment.bytes=4096\\ncompression.type=lz4\\n' > compacted/config")
+             "min.cleanable.dirty.ratio=0.1\\ninternal.segment.bytes=4096\\ncompression.type=lz4\\n'"
+             " > compacted/config")
         for rnd in range(6):
             m.sh(f"for i in $(seq 1 60); do printf 'key%d\\tround {rnd} %d\\n' $((i % 20)) $i; done "
                  f">> compacted/0/append")

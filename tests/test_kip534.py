@@ -49,7 +49,7 @@ RETENTION_MS = 60_000
 
 
 def _log(tmp_path: Path, clock: ManualClock, **overrides: str) -> Log:
-    props = {"cleanup.policy": "compact", "segment.bytes": "4096", "index.interval.bytes": "256",
+    props = {"cleanup.policy": "compact", "internal.segment.bytes": "4096", "index.interval.bytes": "256",
              "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": str(RETENTION_MS)}
     props.update(overrides)
     d = tmp_path / "t-0"
@@ -276,7 +276,7 @@ def test_a_horizon_batch_reads_back_the_same_records_everywhere(spec, compressio
 CLEANER_OPTIONS = {
     "log.cleaner.backoff.ms": "50",
     "log.initial.task.delay.ms": "0",
-    "log.segment.bytes": "4096",
+    "internal.log.segment.bytes": "4096",
     "log.index.interval.bytes": "512",
     "log.cleaner.dedupe.buffer.size": str(1 << 20),
     "num.partitions": "1",
@@ -297,7 +297,7 @@ def test_a_tombstone_expires_in_a_mount_under_continuous_writes(mount):
     retention_ms = 2000
     (mount / "t").mkdir()
     add_config(mount / "t/config", "cleanup.policy=compact\nparse.key=true\nnull.marker=NULL\n"
-                                    f"min.cleanable.dirty.ratio=0.1\nsegment.bytes=4096\n"
+                                    f"min.cleanable.dirty.ratio=0.1\ninternal.segment.bytes=4096\n"
                                     f"delete.retention.ms={retention_ms}\n")
     fd = os.open(mount / "t/0/append", os.O_WRONLY)
     try:

@@ -61,7 +61,7 @@ def test_append_and_read_round_trip(tmp_path):
 
 def test_rolls_on_size_and_time(tmp_path):
     clock = ManualClock(T0)
-    log = open_log(tmp_path, clock, segment_bytes=1000, segment_ms=60_000)
+    log = open_log(tmp_path, clock, internal_segment_bytes=1000, segment_ms=60_000)
     for i in range(20):
         log.append_values(values_for(i * 10, 10))
     assert log.num_segments > 3
@@ -119,7 +119,7 @@ def test_flush_messages_triggers_flush(tmp_path):
 
 def test_fetch_offset_by_timestamp(tmp_path):
     clock = ManualClock(T0)
-    log = open_log(tmp_path, clock, segment_bytes=600, index_interval_bytes=100)
+    log = open_log(tmp_path, clock, internal_segment_bytes=600, index_interval_bytes=100)
     for i in range(30):
         log.append_values(values_for(i * 3, 3))
         clock.sleep(100)
@@ -135,7 +135,7 @@ def test_fetch_offset_by_timestamp(tmp_path):
 
 
 def test_truncate_to(tmp_path):
-    log = open_log(tmp_path, segment_bytes=500)
+    log = open_log(tmp_path, internal_segment_bytes=500)
     for i in range(10):
         log.append_values(values_for(i * 5, 5))
     assert log.truncate_to(100) is False
@@ -167,7 +167,7 @@ def test_validation_refuses_without_appending(tmp_path):
     compacted.close()
 
 
-@pytest.mark.parametrize("overrides", [{}, {"compression_type": "zstd"}, {"segment_bytes": 20_000},
+@pytest.mark.parametrize("overrides", [{}, {"compression_type": "zstd"}, {"internal_segment_bytes": 20_000},
                                        {"max_message_bytes": 30_000}])
 def test_append_text_lines_writes_what_append_values_writes(tmp_path, overrides):
     """A block of lines appended whole: the same batches as append_values of the lines, on the compiled path
@@ -211,7 +211,7 @@ def test_append_text_lines_refuses_what_append_values_refuses(tmp_path):
 
 
 def test_concurrent_readers_never_see_partial_batches(tmp_path):
-    log = open_log(tmp_path, segment_bytes=4000)
+    log = open_log(tmp_path, internal_segment_bytes=4000)
     stop = threading.Event()
     errors = []
 
@@ -253,7 +253,7 @@ def test_crc_failure_on_read_names_file_and_position(tmp_path):
 
 
 def test_kafka_python_reads_every_log_file(tmp_path):
-    log = open_log(tmp_path, segment_bytes=800, compression_type="gzip")
+    log = open_log(tmp_path, internal_segment_bytes=800, compression_type="gzip")
     for i in range(20):
         log.append_values(values_for(i * 4, 4), [b"k%d" % j for j in range(4)])
     log.flush()
@@ -303,7 +303,7 @@ def test_batches_built_by_kafka_python(tmp_path, compression):
 
 
 def test_replace_segments_swaps_cleaned_files(tmp_path):
-    log = open_log(tmp_path, segment_bytes=400)
+    log = open_log(tmp_path, internal_segment_bytes=400)
     for i in range(12):
         log.append_values(values_for(i * 4, 4), None)
     old = list(log.segments.values())[:2]
@@ -325,7 +325,7 @@ def test_replace_segments_swaps_cleaned_files(tmp_path):
 
 
 def test_rename_dir_keeps_segments_usable(tmp_path):
-    log = open_log(tmp_path, segment_bytes=400)
+    log = open_log(tmp_path, internal_segment_bytes=400)
     for i in range(6):
         log.append_values(values_for(i * 4, 4))
     log.rename_dir("t-0.abc-delete")
@@ -378,7 +378,7 @@ def _snapshot(root) -> dict[str, tuple[bytes, int]]:
 
 
 def _closed_log(tmp_path, clock) -> str:
-    log = open_log(tmp_path, clock, segment_bytes=600, index_interval_bytes=64)
+    log = open_log(tmp_path, clock, internal_segment_bytes=600, index_interval_bytes=64)
     for i in range(40):
         clock.sleep(5)
         log.append_values(values_for(i * 3, 3), [b"k%d" % i, None, b"x"])
@@ -394,7 +394,7 @@ def test_read_only_load_of_a_clean_log_writes_nothing_and_refuses_every_change(t
     with open(os.path.join(d, "00000000000000000000.log.cleaned"), "wb") as f:
         f.write(b"stray")                    # the read-write loader would delete this
     before = _snapshot(tmp_path)
-    config = make_config(segment_bytes=600, index_interval_bytes=64)
+    config = make_config(internal_segment_bytes=600, index_interval_bytes=64)
     log = Log.load(d, config, had_clean_shutdown=True, clock=clock, read_only=True, recovery_point=0)
     assert log.read_only and log.log_end_offset == 120 and log.recovery_point == 120
     assert [r.value for r in log.read_records(0)] == values_for(0, 120)
@@ -435,7 +435,7 @@ def test_read_only_load_recovers_in_memory_and_writes_nothing(tmp_path, damage):
         with open(os.path.join(d, "00000000000000000100.log.swap"), "wb") as f:
             f.write(os.urandom(5000))
     before = _snapshot(tmp_path)
-    log = Log.load(d, make_config(segment_bytes=600, index_interval_bytes=64),
+    log = Log.load(d, make_config(internal_segment_bytes=600, index_interval_bytes=64),
                    had_clean_shutdown=not damage.startswith("unclean"), clock=clock, read_only=True)
     try:
         assert [r.value for r in log.read_records(0)] == expected
@@ -447,14 +447,14 @@ def test_read_only_load_recovers_in_memory_and_writes_nothing(tmp_path, damage):
         log.close()
     assert _snapshot(tmp_path) == before
     # Read-write, the loader repairs it on disk and every record is still there.
-    log = Log.load(d, make_config(segment_bytes=600), had_clean_shutdown=not damage.startswith("unclean"),
+    log = Log.load(d, make_config(internal_segment_bytes=600), had_clean_shutdown=not damage.startswith("unclean"),
                    clock=clock)
     assert [r.value for r in log.read_records(0)][:120] == expected
     log.close()
 
 
 def test_write_larger_than_a_segment_becomes_consecutive_batches(tmp_path):
-    log = open_log(tmp_path, segment_bytes=2000)
+    log = open_log(tmp_path, internal_segment_bytes=2000)
     log.append_values([b"before"])
     values = [b"%05d" % i + b"v" * 95 for i in range(100)]        # ~12 KB: six segments' worth
     assert log.append_values(values) == (1, 100)
@@ -469,7 +469,7 @@ def test_write_larger_than_a_segment_becomes_consecutive_batches(tmp_path):
 
 
 def test_split_write_failing_part_way_is_rolled_back(tmp_path, monkeypatch):
-    log = open_log(tmp_path, segment_bytes=2000)
+    log = open_log(tmp_path, internal_segment_bytes=2000)
     log.append_values([b"kept"])
     real_append = type(log.active_segment).append
     calls = []

@@ -85,7 +85,7 @@ def with_epoch(data: bytes, epoch: int) -> bytes:
 
 def test_leader_epochs_come_from_the_batches(tmp_path):
     """Kafka's LeaderEpochFileCache.endOffsetFor, from the batches' own epochs, across segments."""
-    log = open_log(tmp_path, segment_bytes=200)
+    log = open_log(tmp_path, internal_segment_bytes=200)
     assert log.latest_epoch() == -1 and log.end_offset_for_epoch(3) is None
     # epoch 0: offsets 0-3, epoch 2: 4-6, epoch 5: 7-8 (rolls in between: tiny segments)
     for offsets, epoch in (([0, 1], 0), ([2, 3], 0), ([4, 5, 6], 2), ([7], 5), ([8], 5)):

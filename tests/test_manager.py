@@ -35,7 +35,7 @@ from engine.views import LogView, ViewFormat
 
 def broker(dirs, **props) -> BrokerConfig:
     base = {"log.dirs": ",".join(str(d) for d in dirs), "num.partitions": "3",
-            "log.segment.bytes": "1024", "log.index.interval.bytes": "128"}
+            "internal.log.segment.bytes": "1024", "log.index.interval.bytes": "128"}
     base.update({k.replace("_", "."): str(v) for k, v in props.items()})
     return BrokerConfig.from_props(base)
 
@@ -211,9 +211,9 @@ def test_topic_config_persists_and_invalid_alter_changes_nothing(tmp_path):
     dirs = [tmp_path / "a", tmp_path / "b"]
     manager = started(dirs)
     manager.create_topic("c", 2, {"cleanup.policy": "compact"})
-    config = manager.alter_topic_config("c", {"retention.ms": "1234", "segment.bytes": "4096"})
+    config = manager.alter_topic_config("c", {"retention.ms": "1234", "internal.segment.bytes": "4096"})
     assert config.retention_ms == 1234 and config.compact
-    assert manager.get_log(TopicPartition("c", 1)).config.segment_bytes == 4096
+    assert manager.get_log(TopicPartition("c", 1)).config.segment_size == 4096
     before = [(d / TOPIC_CONFIGS_FILE).read_bytes() for d in dirs]
     with pytest.raises(InvalidConfigError, match="segment.ms"):
         manager.alter_topic_config("c", {"retention.ms": "99", "segment.ms": "-5"})
@@ -222,7 +222,7 @@ def test_topic_config_persists_and_invalid_alter_changes_nothing(tmp_path):
     assert [(d / TOPIC_CONFIGS_FILE).read_bytes() for d in dirs] == before
     assert manager.topic_config("c").retention_ms == 1234
     assert manager.get_log(TopicPartition("c", 0)).config.retention_ms == 1234
-    manager.alter_topic_config("c", {"segment.bytes": None})
+    manager.alter_topic_config("c", {"internal.segment.bytes": None})
     manager.shutdown()
 
     doc = json.loads((dirs[1] / TOPIC_CONFIGS_FILE).read_text())
@@ -233,7 +233,29 @@ def test_topic_config_persists_and_invalid_alter_changes_nothing(tmp_path):
     again = started(dirs)
     assert again.topic_overrides("c") == {"cleanup.policy": "compact", "retention.ms": "1234"}
     assert again.get_log(TopicPartition("c", 0)).config.retention_ms == 1234
-    assert again.topic_config("c").segment_bytes == again.default_config.segment_bytes
+    assert again.topic_config("c").segment_size == again.default_config.segment_size
+
+
+def test_a_stored_segment_bytes_below_the_minimum_loads_as_the_internal_setting(tmp_path, caplog):
+    """An older logfs stored segment.bytes=4096 (Kafka 3's minimum was 14): the topic loads with the same
+    segment size, as internal.segment.bytes, and one warning says how to get out of it."""
+    dirs = [tmp_path / "a"]
+    manager = started(dirs)
+    manager.create_topic("t", 1, {"retention.ms": "1234"})
+    manager.shutdown()
+    doc = json.loads((dirs[0] / TOPIC_CONFIGS_FILE).read_text())
+    doc["topics"]["t"]["segment.bytes"] = "4096"
+    (dirs[0] / TOPIC_CONFIGS_FILE).write_text(json.dumps(doc))
+    with caplog.at_level(logging.WARNING, logger="engine.manager"):
+        again = started(dirs)
+    try:
+        config = again.topic_config("t")
+        assert (config.segment_size, config.segment_bytes, config.retention_ms) == (4096, 1 << 30, 1234)
+        assert again.topic_overrides("t") == {"retention.ms": "1234", "internal.segment.bytes": "4096"}
+        warnings = [r.getMessage() for r in caplog.records if "below Kafka 4's minimum" in r.getMessage()]
+        assert len(warnings) == 1 and "Topic t has segment.bytes=4096" in warnings[0]
+    finally:
+        again.shutdown()
 
 
 def test_delete_topic_renames_then_removes_after_delay(tmp_path):
@@ -296,8 +318,8 @@ def test_flush_dirty_logs_honours_flush_ms(tmp_path):
 def test_cleanup_logs_applies_retention_only_to_delete_policy(tmp_path):
     clock = ManualClock()
     manager = started([tmp_path / "d"], clock=clock)
-    manager.create_topic("del", 1, {"retention.bytes": "1100", "segment.bytes": "500"})
-    manager.create_topic("cmp", 1, {"retention.bytes": "1100", "segment.bytes": "500",
+    manager.create_topic("del", 1, {"retention.bytes": "1100", "internal.segment.bytes": "500"})
+    manager.create_topic("cmp", 1, {"retention.bytes": "1100", "internal.segment.bytes": "500",
                                     "cleanup.policy": "compact"})
     for topic in ("del", "cmp"):
         log = manager.get_log(TopicPartition(topic, 0))

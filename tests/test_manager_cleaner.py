@@ -24,12 +24,12 @@ from engine.manager import LogManager
 from engine.topic import TopicPartition
 from tests.helpers import PausedClean
 
-COMPACT = {"cleanup.policy": "compact", "segment.bytes": "2048", "min.cleanable.dirty.ratio": "0.01"}
+COMPACT = {"cleanup.policy": "compact", "internal.segment.bytes": "2048", "min.cleanable.dirty.ratio": "0.01"}
 
 
 def started(dirs, clock=None, **props) -> LogManager:
     base = {"log.dirs": ",".join(str(d) for d in dirs), "num.partitions": "1",
-            "log.segment.bytes": "2048", "log.index.interval.bytes": "256",
+            "internal.log.segment.bytes": "2048", "log.index.interval.bytes": "256",
             # small maps and buffers: many cleaner reads, little memory
             "log.cleaner.dedupe.buffer.size": str(2 << 20), "log.cleaner.io.buffer.size": "4096"}
     base.update(props)
@@ -109,7 +109,7 @@ def test_compacted_topic_created_after_startup_is_cleaned_with_checkpoint_in_its
 
 def test_topic_switched_to_compact_is_picked_up(tmp_path):
     manager = started([tmp_path / "d"])
-    manager.create_topic("t", 1, {"segment.bytes": "2048", "min.cleanable.dirty.ratio": "0.01"})
+    manager.create_topic("t", 1, {"internal.segment.bytes": "2048", "min.cleanable.dirty.ratio": "0.01"})
     expected = fill(manager, "t", 300, 5)
     assert manager.cleaner.clean_once() is None      # delete policy: never cleaned
     manager.alter_topic_config("t", {"cleanup.policy": "compact"})
@@ -170,7 +170,7 @@ def test_delete_of_an_idle_compacted_topic_removes_its_checkpoint_entry(tmp_path
     manager.shutdown()
 
 
-RETAINED = {"retention.bytes": "2500", "segment.bytes": "1024", "min.cleanable.dirty.ratio": "0.99"}
+RETAINED = {"retention.bytes": "2500", "internal.segment.bytes": "1024", "min.cleanable.dirty.ratio": "0.99"}
 
 
 def mixed_topics(manager: LogManager) -> dict[str, int]:

@@ -46,7 +46,7 @@ pytestmark = pytest.mark.mount
 CLEANER_OPTIONS = {
     "log.cleaner.backoff.ms": "50",
     "log.initial.task.delay.ms": "0",
-    "log.segment.bytes": "4096",
+    "internal.log.segment.bytes": "4096",
     "log.index.interval.bytes": "512",
     "log.cleaner.dedupe.buffer.size": str(1 << 20),
     "num.partitions": "1",
@@ -54,7 +54,7 @@ CLEANER_OPTIONS = {
 
 #: A compacted topic fed by ``key<TAB>value`` lines, ``NULL`` meaning a null value (a tombstone).
 COMPACTED_TOPIC = ("cleanup.policy=compact\nparse.key=true\nnull.marker=NULL\n"
-                   "min.cleanable.dirty.ratio=0.1\nsegment.bytes=4096\n")
+                   "min.cleanable.dirty.ratio=0.1\ninternal.segment.bytes=4096\n")
 
 
 # --------------------------------------------------------------------------------- helpers

@@ -50,7 +50,7 @@ def test_eight_concurrent_writers_lose_nothing_and_never_interleave(mount):
     assert [r.value for r in on_disk] == lines
 
 
-@pytest.mark.mount_options({"log.segment.bytes": "4096", "log.index.interval.bytes": "512"})
+@pytest.mark.mount_options({"internal.log.segment.bytes": "4096", "log.index.interval.bytes": "512"})
 def test_tail_f_follows_across_rolls_and_retention(mount):
     (mount / "t").mkdir()
     mount.sh("seq 1 50 | sed 's/^/first-/' > t/0/append")

@@ -13,7 +13,7 @@ from tests.helpers import wait_for
 pytestmark = pytest.mark.mount
 
 
-@pytest.mark.mount_options({"log.segment.bytes": "8192"})
+@pytest.mark.mount_options({"internal.log.segment.bytes": "8192"})
 def test_remount_after_clean_shutdown_and_after_kill(mount):
     (mount / "d").mkdir()
     mount.sh("seq 1 500 > d/0/append")
@@ -45,7 +45,7 @@ def test_remount_after_clean_shutdown_and_after_kill(mount):
     assert [r.offset for r in kafka_records(mount.partition_dir("d", 0))] == list(range(801))
 
 
-@pytest.mark.mount_options({"num.partitions": "2", "log.segment.bytes": "1024"})
+@pytest.mark.mount_options({"num.partitions": "2", "internal.log.segment.bytes": "1024"})
 def test_deletion_paths(mount):
     for topic in ("a", "b", "c"):
         (mount / topic).mkdir()

@@ -111,7 +111,7 @@ def test_read_only_mount_gives_erofs(logfs_mount):
     assert sum("mkdir failed" in line for line in refusals) == 1
 
 
-@pytest.mark.mount_options({"log.segment.bytes": "1000"})
+@pytest.mark.mount_options({"internal.log.segment.bytes": "1000"})
 def test_corrupt_batch_gives_eio_naming_file_and_position(mount):
     os.mkdir(mount / "t")
     for i in range(4):

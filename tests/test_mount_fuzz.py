@@ -32,7 +32,7 @@ names = st.one_of(
 
 @pytest.fixture(scope="module")
 def m(tmp_path_factory):
-    mount = Mount(tmp_path_factory.mktemp("fuzz"), {**FAST_TASKS, "log.segment.bytes": "2000"}).start()
+    mount = Mount(tmp_path_factory.mktemp("fuzz"), {**FAST_TASKS, "internal.log.segment.bytes": "2000"}).start()
     os.mkdir(mount / "t")
     fd = os.open(mount / "t/0/append", os.O_WRONLY)
     os.write(fd, b"".join(b"v%d\n" % i for i in range(100)))
@@ -188,7 +188,8 @@ def _hostile_op(rnd, mount, topic: str) -> tuple[str, int]:
                            b'{"value": "' + HUGE.encode() + b'"}\n'])
         return "append.jsonl", _errno(_write, mount / topic / p / "append.jsonl", line)
     if choice == 4:
-        line = rnd.choice(["segment.bytes=100", "segment.bytes=14", "segment.bytes=" + HUGE, "retention.ms=-1",
+        line = rnd.choice(["internal.segment.bytes=100", "internal.segment.bytes=14", "segment.bytes=" + HUGE,
+                           "segment.bytes=100", "retention.ms=-1",
                            "cleanup.policy=compact", "cleanup.policy=delete", "x=y", "segment.bytes=",
                            "cleanup.policy=", "max.message.bytes=00"]).encode()
         return "config", _errno(_write, mount / topic / "config", line + b"\n")
@@ -219,7 +220,7 @@ def test_a_seeded_hostile_session_with_crashes_loses_no_acknowledged_record(logf
     import threading
     import time
 
-    mount = logfs_mount({"log.segment.bytes": "300", "log.cleaner.backoff.ms": "200"})
+    mount = logfs_mount({"internal.log.segment.bytes": "300", "log.cleaner.backoff.ms": "200"})
     os.mkdir(mount / "ctl")
     acknowledged: list[bytes] = []            # control records whose write() returned: never lost
     failures: list[str] = []

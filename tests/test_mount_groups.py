@@ -135,7 +135,7 @@ def test_partial_reads_commit_whole_records_only(mount):
     assert group_rows(mount, "t", "g") == [[0, 2, 3, 1]]
 
 
-@pytest.mark.mount_options({**OPTIONS, "num.partitions": "3", "log.segment.bytes": "300"})
+@pytest.mark.mount_options({**OPTIONS, "num.partitions": "3", "internal.log.segment.bytes": "300"})
 def test_reset_commit_and_two_independent_groups(mount):
     mount.sh("mkdir t && for i in $(seq 0 29); do echo v$i; done > t/1/append")
     assert lines(mount.sh("cat t/1/consume/a").stdout) == [f"v{i}" for i in range(30)]
@@ -357,7 +357,7 @@ def test_a_commit_below_the_log_start_reads_from_the_log_start(mount):
     assert group_rows(mount, "t", "g") == [[0, 6, 6, 0]]
 
 
-@pytest.mark.mount_options({**OPTIONS, "offsets.topic.segment.bytes": "160"})   # one commit per segment
+@pytest.mark.mount_options({**OPTIONS, "internal.log.segment.bytes": "160"})   # one commit per segment
 def test_a_corrupt_commit_batch_is_skipped_at_load_naming_its_file(mount):
     # bad commits twice (offsets 1, then 3): the first commit lands in a sealed
     # segment, the second in the active one.  Damage in the active segment is

@@ -158,7 +158,7 @@ def test_topic_level_append_jsonl_routes_by_key_or_explicit_partition(mount):
     assert "names partition 4, but topic t has 4 partitions" in mount.log()
 
 
-@pytest.mark.mount_options({"num.partitions": "3", "log.segment.bytes": "65536"})
+@pytest.mark.mount_options({"num.partitions": "3", "internal.log.segment.bytes": "65536"})
 def test_export_and_reimport_a_whole_topic_with_cat_and_cp(mount, tmp_path):
     mount.sh("mkdir a && for p in 0 1 2; do "
              "for i in $(seq 1 3000); do echo \"p$p-record-$i\"; done > a/$p/append; done")

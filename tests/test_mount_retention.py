@@ -27,7 +27,7 @@ pytestmark = pytest.mark.mount
 AGE_GAP_MS = 3000
 
 FAST = {
-    "log.segment.bytes": "2048",
+    "internal.log.segment.bytes": "2048",
     "log.initial.task.delay.ms": "0",
     "log.retention.check.interval.ms": "100",
     "log.segment.delete.delay.ms": "600",

@@ -105,7 +105,7 @@ def test_cp_install_rsync_tar_shutil_copy_every_kind_of_file(mount, tmp_path):
     assert (out / "t/0/records.jsonl").read_bytes() == (mount / "t/0/records.jsonl").read_bytes()
 
 
-@pytest.mark.mount_options({"log.segment.bytes": "1000"})
+@pytest.mark.mount_options({"internal.log.segment.bytes": "1000"})
 def test_tail_F_and_tail_f_follow_appends_rolls_and_idle_pauses(mount, tmp_path):
     _topic(mount, records=50)
     followers = {}
@@ -308,7 +308,7 @@ def test_an_oversized_single_write_fails_with_emsgsize_and_loses_nothing_else(mo
 # --------------------------------------------------------------------------- reading
 
 
-@pytest.mark.mount_options({"log.segment.bytes": "2000"})
+@pytest.mark.mount_options({"internal.log.segment.bytes": "2000"})
 def test_every_view_opened_after_delete_records_starts_at_the_new_log_start(mount):
     _topic(mount, records=300)
     state = json.loads((mount / "t/0/state").read_bytes())
@@ -330,7 +330,7 @@ def test_every_view_opened_after_delete_records_starts_at_the_new_log_start(moun
     assert not (mount / f"t/0/offset/{target - 1}").exists()
 
 
-@pytest.mark.mount_options({"log.segment.bytes": "1000"})
+@pytest.mark.mount_options({"internal.log.segment.bytes": "1000"})
 def test_cat_prints_the_good_bytes_before_a_corrupt_batch_then_fails(mount):
     os.mkdir(mount / "t")
     for i in range(6):

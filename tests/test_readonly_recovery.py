@@ -31,7 +31,7 @@ from tests.helpers import add_config, wait_for
 
 pytestmark = pytest.mark.mount
 
-SMALL_SEGMENTS = {"log.segment.bytes": "4096", "log.index.interval.bytes": "256", "num.partitions": "2"}
+SMALL_SEGMENTS = {"internal.log.segment.bytes": "4096", "log.index.interval.bytes": "256", "num.partitions": "2"}
 
 KAFKA_ROOT_FILES = {
     "meta.properties": b"#\nnode.id=1\ndirectory.id=kH3sZ2Q0Tnu1oYxq2cJ1aw\nversion=1\n"
@@ -176,7 +176,7 @@ def test_read_only_mount_of_an_unclean_dir_recovers_in_memory_and_writes_nothing
 # --------------------------------------------------------------------------- property: read-only == read-write recovery
 
 
-_CONFIG = LogConfig.from_props({"segment.bytes": "1000", "index.interval.bytes": "150"})
+_CONFIG = LogConfig.from_props({"internal.segment.bytes": "1000", "index.interval.bytes": "150"})
 _T0 = 1_700_000_000_000
 
 

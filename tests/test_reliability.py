@@ -195,7 +195,8 @@ def test_logfs_and_a_kafka_broker_exclude_each_other(tmp_path):
 # --------------------------------------------------------------------------- topic configs
 
 
-@pytest.mark.mount_options({"log.retention.ms": "200", "log.cleaner.enable": "false", "log.segment.bytes": "1024"})
+@pytest.mark.mount_options({"log.retention.ms": "200", "log.cleaner.enable": "false",
+                            "internal.log.segment.bytes": "1024"})
 def test_corrupt_topic_configs_load_the_previous_generation_and_never_fall_back_to_delete(mount, caplog):
     (mount / "c").mkdir()
     add_config(mount / "c/config", b"cleanup.policy=compact\nparse.key=true\n")
@@ -235,7 +236,7 @@ def test_corrupt_topic_configs_load_the_previous_generation_and_never_fall_back_
 # --------------------------------------------------------------------------- log start checkpoint
 
 
-@pytest.mark.mount_options({"log.segment.bytes": "4096"})
+@pytest.mark.mount_options({"internal.log.segment.bytes": "4096"})
 def test_log_start_checkpoint_beyond_the_log_end_keeps_every_segment(mount):
     (mount / "t").mkdir()
     fd = os.open(mount / "t/0/append", os.O_WRONLY)
@@ -355,7 +356,7 @@ def test_check_of_empty_partitions_after_a_crash_is_clean(logfs_mount):
 
 def test_check_reports_a_swap_file_the_next_mount_would_install(mount):
     (mount / "t").mkdir()
-    add_config(mount / "t/config", b"segment.bytes=4096\n")
+    add_config(mount / "t/config", b"internal.segment.bytes=4096\n")
     _write_batches(mount, "t", 1000)
     assert mount.stop() == 0
     pdir = mount.data / "t-0"
@@ -424,7 +425,7 @@ def test_other_users_are_refused_without_allow_other_and_nothing_outside_the_dat
 # --------------------------------------------------------------------------- noise
 
 
-@pytest.mark.mount_options({"log.segment.bytes": "2048", "log.cleaner.backoff.ms": "50",
+@pytest.mark.mount_options({"internal.log.segment.bytes": "2048", "log.cleaner.backoff.ms": "50",
                             "log.cleaner.min.compaction.lag.ms": "0", "log.segment.delete.delay.ms": "100"})
 def test_a_compaction_of_hundreds_of_segments_logs_no_failed_deletes(mount):
     """The probe saw one compaction log 1,200 "Failed to delete ... because it does not exist" lines."""

@@ -47,7 +47,7 @@ def test_deletable_segments_stops_at_first_kept_and_spares_empty_active():
 
 
 def build(tmp_path, clock, **overrides) -> Log:
-    config = dict(segment_bytes=400, retention_ms=10 * HOUR, file_delete_delay_ms=60_000)
+    config = dict(internal_segment_bytes=400, retention_ms=10 * HOUR, file_delete_delay_ms=60_000)
     config.update(overrides)
     log = Log.load(str(tmp_path / "r-0"), make_config(**config), clock=clock)
     for i in range(12):
@@ -112,8 +112,8 @@ def test_all_segments_expired_rolls_so_an_empty_active_remains(tmp_path):
 
 def test_compacted_topic_only_deletes_below_log_start(tmp_path):
     clock = ManualClock(T0)
-    log = Log.load(str(tmp_path / "c-0"), make_config(segment_bytes=600, retention_ms=1, cleanup_policy="compact"),
-                   clock=clock)
+    log = Log.load(str(tmp_path / "c-0"),
+                   make_config(internal_segment_bytes=600, retention_ms=1, cleanup_policy="compact"), clock=clock)
     for _ in range(12):
         log.append_values([b"v"] * 5, [b"k%d" % j for j in range(5)])
     clock.sleep(HOUR)

@@ -102,7 +102,7 @@ def test_lookups_by_offset_and_timestamp(segment):
 
 def test_should_roll_on_each_trigger(tmp_path):
     clock = ManualClock(T0)
-    config = make_config(segment_bytes=2000, segment_ms=1000, segment_index_bytes=24, index_interval_bytes=1)
+    config = make_config(internal_segment_bytes=2000, segment_ms=1000, segment_index_bytes=24, index_interval_bytes=1)
     seg = LogSegment.open(str(tmp_path), 0, config, clock)
     assert not seg.should_roll(config, T0, 0, T0, 100)              # empty: never by time
     fill(seg, 1, ts=T0)
@@ -386,7 +386,7 @@ def test_a_small_segment_preallocates_small_indexes_and_a_default_one_kafkas_siz
     from engine.config import LogConfig
     from engine.segment import LogSegment, index_bytes_needed
 
-    tiny = LogSegment.open(str(tmp_path), 0, LogConfig.from_props({"segment.bytes": "100"}))
+    tiny = LogSegment.open(str(tmp_path), 0, LogConfig.from_props({"internal.segment.bytes": "100"}))
     assert os.path.getsize(tiny.offset_index.path) <= 4096 and os.path.getsize(tiny.time_index.path) <= 4096
     default = LogSegment.open(str(tmp_path), 1000, LogConfig.from_props({}))
     assert default.offset_index.max_index_size == LogConfig.from_props({}).segment_index_bytes

@@ -70,7 +70,7 @@ def files_conf(spark):
 # ------------------------------------------------------------------------------------ plain files
 
 
-@pytest.mark.mount_options({"log.segment.bytes": "16384"})
+@pytest.mark.mount_options({"internal.log.segment.bytes": "16384"})
 def test_read_text_and_json_split_reads_return_every_record_once(spark, mount, files_conf):
     _make_topic(mount, "plain", 3)
     appended = _fill(mount, "plain", 3, 1500)
@@ -133,7 +133,7 @@ def test_split_reads_while_appends_go_on(spark, mount, files_conf):
 # ------------------------------------------------------------------------------------ logfs source
 
 
-@pytest.mark.mount_options({"log.segment.bytes": "8192"})
+@pytest.mark.mount_options({"internal.log.segment.bytes": "8192"})
 def test_source_returns_what_was_appended_with_kafka_columns(spark, mount, read_kafka):
     _make_topic(mount, "kv", 3, config="parse.key=true\n")
     lines = []
@@ -212,7 +212,7 @@ def test_source_starting_and_ending_offsets(spark, mount):
         _source(spark, mount, "no-such-topic").collect()
 
 
-@pytest.mark.mount_options({"log.segment.bytes": "4096"})
+@pytest.mark.mount_options({"internal.log.segment.bytes": "4096"})
 def test_source_data_loss_below_log_start_offset(spark, mount):
     _make_topic(mount, "trimmed", 1)
     _fill(mount, "trimmed", 1, 200, chunk=40)
@@ -230,7 +230,7 @@ def test_source_data_loss_below_log_start_offset(spark, mount):
 
 #: Small segments, a fast cleaner and retention, so segment files change within seconds.
 CHURN_OPTIONS = {
-    "log.segment.bytes": "4096",
+    "internal.log.segment.bytes": "4096",
     "log.index.interval.bytes": "512",
     "log.initial.task.delay.ms": "0",
     "log.retention.check.interval.ms": "100",
@@ -272,13 +272,14 @@ def test_source_reads_across_retention_and_compaction_replacing_segments(mount, 
         tasks[fail_on_data_loss] = (task, first)
 
     # Between planning and reading: DeleteRecords below 500 (retention deletes the segments
-    # under it), then compaction rewrites the segments above and, as segment.bytes is
-    # raised, merges them (Kafka groups segments whose sizes add up to segment.bytes).
+    # under it), then compaction rewrites the segments above and, as the segment size is
+    # raised, merges them (Kafka groups segments whose sizes add up to the segment size; the
+    # topic's internal.segment.bytes wins over the mount's internal.log.segment.bytes).
     with open(mount / "churn" / "0" / "delete", "w") as f:
         f.write("before 500\n")
     wait_until(lambda: _segment_bases(mount, "churn")[0] > 0, 30, "segments below the log start to go")
     with open(mount / "churn" / "config", "a") as f:
-        f.write("cleanup.policy=compact\nsegment.bytes=1048576\n")
+        f.write("cleanup.policy=compact\ninternal.segment.bytes=1048576\n")
     wait_until(lambda: (s := state(mp, "churn", 0))["last_cleaning"] and s["cleaning_state"] is None,
                60, "a clean to complete")
     assert {b for b in planned_bases if b >= 500} - set(_segment_bases(mount, "churn")), \

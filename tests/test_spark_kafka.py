@@ -48,7 +48,7 @@ def both(kafka_broker, tmp_path_factory):
     mount = Mount(base / "m", MOUNT_OPTIONS).start()
     try:
         (mount / "a").mkdir()
-        add_config(mount / "a/config", "parse.key=true\nsegment.bytes=2048\n")
+        add_config(mount / "a/config", "parse.key=true\ninternal.segment.bytes=2048\n")
         for p in (1, 2):
             (mount / f"a/{p}").mkdir()
         (mount / "b").mkdir()

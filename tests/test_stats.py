@@ -23,7 +23,7 @@ T0 = 1_700_000_000_000
 
 
 def _manager(data, read_only: bool = False) -> LogManager:
-    m = LogManager(BrokerConfig.from_props({"log.dirs": str(data), "log.segment.bytes": "1024",
+    m = LogManager(BrokerConfig.from_props({"log.dirs": str(data), "internal.log.segment.bytes": "1024",
                                             "log.segment.delete.delay.ms": "60000"}),
                    clock=ManualClock(T0), read_only=read_only)
     m.startup()

@@ -108,7 +108,7 @@ def _write_data(mount: Mount) -> None:
     """Topics of every kind the procedure must carry over, written through the mount."""
     # Several partitions, unkeyed lines spread over them, small segments: many segments each.
     (mount / "events").mkdir()
-    add_config(mount / "events/config", "segment.bytes=2048\n")
+    add_config(mount / "events/config", "internal.segment.bytes=2048\n")
     for p in (1, 2):
         (mount / f"events/{p}").mkdir()
     for round in range(20):
@@ -119,7 +119,8 @@ def _write_data(mount: Mount) -> None:
     for codec in CODECS:
         topic = f"codec-{codec}"
         (mount / topic).mkdir()
-        add_config(mount / f"{topic}/config", f"compression.type={codec}\nparse.key=true\nsegment.bytes=4096\n")
+        add_config(mount / f"{topic}/config",
+                   f"compression.type={codec}\nparse.key=true\ninternal.segment.bytes=4096\n")
         for round in range(10):
             _append(mount, f"{topic}/0/append", [b"k%d\t%s value %d %s" % (i, codec.encode(), round, b"y" * i)
                                                  for i in range(25)])
@@ -143,7 +144,7 @@ def _write_data(mount: Mount) -> None:
     # A compacted topic cleaned by our cleaner, with a tombstone that keeps its delete horizon.
     (mount / "table").mkdir()
     add_config(mount / "table/config", "cleanup.policy=compact\nparse.key=true\nnull.marker=NULL\n"
-                                        "segment.bytes=2048\nmin.cleanable.dirty.ratio=0.01\n"
+                                        "internal.segment.bytes=2048\nmin.cleanable.dirty.ratio=0.01\n"
                                         "delete.retention.ms=86400000\n")
     for round in range(15):
         _append(mount, "table/0/append", [b"row%d\tversion %d of row %d" % (i, round, i) for i in range(12)])
@@ -155,11 +156,11 @@ def _write_data(mount: Mount) -> None:
 
     # Log start moved by retention (whole segments) and by DeleteRecords inside a segment.
     (mount / "retained").mkdir()
-    add_config(mount / "retained/config", "segment.bytes=1024\n")
+    add_config(mount / "retained/config", "internal.segment.bytes=1024\n")
     for round in range(30):
         _append(mount, "retained/0/append", [b"old %d-%d" % (round, i) for i in range(10)])
     (mount / "deleted").mkdir()
-    add_config(mount / "deleted/config", "segment.bytes=4096\n")
+    add_config(mount / "deleted/config", "internal.segment.bytes=4096\n")
     for round in range(10):
         _append(mount, "deleted/0/append", [b"line %d-%d" % (round, i) for i in range(10)])
     (mount / "deleted/0/delete").write_bytes(b"before 37\n")
@@ -169,7 +170,7 @@ def _write_data(mount: Mount) -> None:
 def test_a_logfs_data_dir_is_served_by_kafka_after_the_procedure(kafka_broker, logfs_mount, tmp_path):
     mount = logfs_mount(MOUNT_OPTIONS)
     _write_data(mount)
-    add_config(mount / "retained/config", "segment.bytes=1024\nretention.bytes=3000\n")
+    add_config(mount / "retained/config", "internal.segment.bytes=1024\nretention.bytes=3000\n")
     wait_for(lambda: json.loads((mount / "retained/0/state").read_bytes())["log_start_offset"] > 0,
              "retention to move the log start of 'retained'", timeout=60, interval=0.1)
 
@@ -197,7 +198,7 @@ def test_a_logfs_data_dir_is_served_by_kafka_after_the_procedure(kafka_broker, l
                                            jvm_opts=["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]))
     plan = _logfs("to-kafka", "plan", str(mount.data), "--node-id", "1",
                   "--bootstrap-server", kafka_broker.bootstrap, "--kafka-topics", kafka_topics).stdout.decode()
-    assert "segment.bytes=4096 is below Kafka 4's minimum" in plan
+    assert "internal.segment.bytes=4096 is below Kafka 4's minimum" in plan
     assert "parse.key=true is a logfs mount setting" in plan
     script = tmp_path / "create-topics.sh"
     script.write_text(plan)

@@ -27,7 +27,7 @@ NAMES = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_
 
 
 def started(data_dir, **props) -> LogManager:
-    config = {"log.dirs": str(data_dir), "num.partitions": "2", "log.segment.bytes": "1024"}
+    config = {"log.dirs": str(data_dir), "num.partitions": "2", "internal.log.segment.bytes": "1024"}
     config.update(props)
     manager = LogManager(BrokerConfig.from_props(config), clock=ManualClock())
     manager.startup()

@@ -29,6 +29,7 @@ def test_torture_ci_defaults_lose_nothing():
     assert summary["lost"] == 0 and summary["duplicated"] == 0, output
     assert code == 0, output
     assert summary["cycles"] >= 10 and summary["acknowledged"] > 1000, output
+    assert summary["group_commits_fsynced"] > 0 and summary["group_commits_lost"] == 0, output
     faults = summary["faults"]
     assert faults.get("kill-9", 0) + faults.get("kill-9-during-shutdown", 0) >= 6, output
     assert faults["clean-shutdown"] >= 3, output
@@ -57,6 +58,7 @@ def test_power_loss_round_loses_nothing(tmp_path):
     remounts = summary["remount_after"]
     assert sum(r["count"] for kind, r in remounts.items() if kind.startswith("power-loss")) >= 3, output
     assert faults["new-topic"] >= 1, output
+    assert summary["group_commits_fsynced"] > 0 and summary["group_commits_lost"] == 0, output
     segment_files = [f for f in (tmp_path / "backing").glob("*/*") if f.suffix in (".log", ".index", ".timeindex")]
     assert len(segment_files) > 96, "the run never held more segment files than its descriptor budget"
 

@@ -22,7 +22,7 @@ from engine.segment import LogSegment
 from engine.views import LogView, ViewFormat, attach, persisted
 from tests.helpers import make_config, wait_for
 
-CONFIG = dict(segment_bytes=6_000, index_interval_bytes=512)
+CONFIG = dict(internal_segment_bytes=6_000, index_interval_bytes=512)
 
 
 @pytest.fixture(autouse=True)
@@ -206,7 +206,7 @@ def test_a_read_only_load_writes_no_file(tmp_path):
 def test_view_index_files_survive_kill_9_and_views_stay_exact(logfs_mount):
     mount = logfs_mount()
     (mount / "t").mkdir()
-    (mount / "t/config").write_text("segment.bytes=20000\n")
+    (mount / "t/config").write_text("internal.segment.bytes=20000\n")
     lines = [b'line %d "quoted" %s' % (i, b"y" * (i % 50)) for i in range(3000)]
     with open(mount / "t/0/append", "ab") as f:
         for i in range(0, len(lines), 100):
@@ -226,3 +226,51 @@ def test_view_index_files_survive_kill_9_and_views_stay_exact(logfs_mount):
     assert len(jsonl) == len(lines) and b'"offset":2999' in jsonl[-1].replace(b" ", b"")
     assert not list(part.glob("*.tmp"))
     assert "is not used: its checksum does not match" in mount.log()
+
+
+def _view_index_files(log_dir: str) -> set[str]:
+    return {name for name in os.listdir(log_dir) if name.endswith(VIEW_INDEX_FILE_SUFFIX)}
+
+
+def test_a_deleted_segment_takes_its_file_along(tmp_path):
+    """Retention or DeleteRecords renames a segment .deleted: its view index file goes at once, and the
+    files of the segments that stay are kept (a remount in between used to leave the file for ever)."""
+    log = _build(tmp_path / "t-0")
+    sealed = list(log.segments.values())[:-1]
+    assert _view_index_files(log.dir) >= {os.path.basename(view_index_file_path(log.dir, s.base_offset))
+                                          for s in sealed}
+    gone, kept = sealed[:2], sealed[2:]
+    log.maybe_increment_log_start_offset(kept[0].base_offset)     # DeleteRecords: renamed .deleted
+    assert sum(name.endswith(".log.deleted") for name in os.listdir(log.dir)) == 2
+    names = _view_index_files(log.dir)
+    assert not any(os.path.basename(view_index_file_path(log.dir, s.base_offset)) in names for s in gone)
+    assert all(os.path.basename(view_index_file_path(log.dir, s.base_offset)) in names for s in kept)
+    log.close()                     # the .deleted files are still due (file.delete.delay.ms)
+    reloaded = Log.load(log.dir, make_config(**CONFIG))
+    try:
+        assert _view_index_files(reloaded.dir) == names | {
+            os.path.basename(view_index_file_path(log.dir, reloaded.active_segment.base_offset))}
+        assert not any(name.endswith(".deleted") for name in os.listdir(reloaded.dir))
+    finally:
+        reloaded.close()
+
+
+def test_orphaned_files_are_removed_at_load_with_one_line(tmp_path, caplog):
+    log = _build(tmp_path / "t-0")
+    bases = [s.base_offset for s in log.segments.values()]
+    log.close()
+    # what an older version left: the files of segments deleted before a remount
+    for orphan in (bases[-1] + 1000, bases[-1] + 2000, bases[-1] + 3000):
+        shutil.copy(view_index_file_path(log.dir, bases[0]), view_index_file_path(log.dir, orphan))
+    before = _view_index_files(log.dir)
+    with caplog.at_level(logging.INFO, logger="engine.log"):
+        reloaded = Log.load(log.dir, make_config(**CONFIG))
+    try:
+        assert len(before) - len(_view_index_files(reloaded.dir)) == 3
+        assert _view_index_files(reloaded.dir) == {
+            os.path.basename(view_index_file_path(log.dir, b)) for b in bases}
+        lines = [r.getMessage() for r in caplog.records if "view index files of deleted segments" in r.getMessage()]
+        assert len(lines) == 1 and "Removed 3 view index files" in lines[0]
+        assert _render_all(reloaded, ViewFormat.TEXT) == b"".join(v + b"\n" for v in _values(1000))
+    finally:
+        reloaded.close()

@@ -75,7 +75,7 @@ def test_positions_equal_real_rendering_lengths(tmp_path, keyed, monkeypatch):
     # offset index entry's position is checked below
     monkeypatch.setattr(view_index_module, "VIEW_INDEX_INTERVAL_BYTES", 0)
     clock = ManualClock()
-    config = make_config(segment_bytes=3_000, index_interval_bytes=256)
+    config = make_config(internal_segment_bytes=3_000, index_interval_bytes=256)
     log = Log.load(str(tmp_path / "views-3"), config, clock=clock)
     attach(log)
     for i in range(60):
@@ -120,7 +120,7 @@ def test_blocks_of_lines_keep_the_view_index_exact(tmp_path):
 
     assert compiled.wait_loaded() is not None
     clock = ManualClock()
-    log = Log.load(str(tmp_path / "views-3"), make_config(segment_bytes=60_000), clock=clock)
+    log = Log.load(str(tmp_path / "views-3"), make_config(internal_segment_bytes=60_000), clock=clock)
     attach(log)
     for i in range(20):
         lines = [VALUES[(i + j) % len(VALUES)] or b"%d" % j for j in range(300 + i)]

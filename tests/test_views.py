@@ -23,7 +23,7 @@ TOPIC = "views"
 def make_log(path, segment_bytes: int = 2048, index_interval: int = 100, **props) -> Log:
     directory = os.path.join(str(path), f"{TOPIC}-3")
     os.makedirs(directory, exist_ok=True)
-    config = LogConfig.from_props({"segment.bytes": str(segment_bytes),
+    config = LogConfig.from_props({"internal.segment.bytes": str(segment_bytes),
                                    "index.interval.bytes": str(index_interval),
                                    **{k.replace("_", "."): str(v) for k, v in props.items()}})
     return Log.load(directory, config, clock=ManualClock())
@@ -103,7 +103,7 @@ def test_random_reads_equal_slices(tmp_path_factory, data):
 
 
 def test_view_grows_while_appending_and_never_shows_partial_records(tmp_path):
-    log = make_log(tmp_path, segment_bytes=600)
+    log = make_log(tmp_path, internal_segment_bytes=600)
     view = LogView(log, ViewFormat.TEXT)
     assert view.size() == 0 and view.read(0, 100) == b""
     seen = b""
@@ -118,7 +118,7 @@ def test_view_grows_while_appending_and_never_shows_partial_records(tmp_path):
 
 
 def test_start_offset_in_the_middle_of_a_segment(tmp_path):
-    log = make_log(tmp_path, segment_bytes=100000, index_interval=50)
+    log = make_log(tmp_path, internal_segment_bytes=100000, index_interval=50)
     fill(log, 30, random.Random(3))
     for start in (0, 1, 17, 100, log.log_end_offset - 1, log.log_end_offset):
         for fmt, expect in ((ViewFormat.TEXT, full_text), (ViewFormat.JSONL, full_json)):
@@ -129,7 +129,7 @@ def test_start_offset_in_the_middle_of_a_segment(tmp_path):
 
 
 def test_view_reads_on_after_its_segments_are_deleted(tmp_path):
-    log = make_log(tmp_path, segment_bytes=500, retention_bytes=600, file_delete_delay_ms=0)
+    log = make_log(tmp_path, internal_segment_bytes=500, retention_bytes=600, file_delete_delay_ms=0)
     fill(log, 60, random.Random(4), max_batch=4)
     expected = full_text(log)
     view = LogView(log, ViewFormat.TEXT)
@@ -152,7 +152,7 @@ def read_all_from(view: LogView, pos: int, chunk: int) -> bytes:
 
 
 def test_view_releases_segments_it_read_past(tmp_path):
-    log = make_log(tmp_path, segment_bytes=400, retention_bytes=500, file_delete_delay_ms=0)
+    log = make_log(tmp_path, internal_segment_bytes=400, retention_bytes=500, file_delete_delay_ms=0)
     fill(log, 60, random.Random(5), max_batch=4)
     view = LogView(log, ViewFormat.TEXT)
     held = view.held_segments()
@@ -171,7 +171,7 @@ def test_view_releases_segments_it_read_past(tmp_path):
 
 
 def test_single_segment_view(tmp_path):
-    log = make_log(tmp_path, segment_bytes=700)
+    log = make_log(tmp_path, internal_segment_bytes=700)
     fill(log, 30, random.Random(6))
     for base, segment in list(log.segments.items()):
         view = LogView(log, ViewFormat.JSONL, segment=segment)
@@ -193,7 +193,7 @@ def test_view_reads_what_it_opened_across_a_cleaner_swap(tmp_path):
     from engine.records import encode_records
     from engine.segment import LogSegment
 
-    log = make_log(tmp_path, segment_bytes=600)
+    log = make_log(tmp_path, internal_segment_bytes=600)
     for i in range(40):
         log.append_values([b"value-%d" % i], [b"key-%d" % (i % 4)])
     before = full_text(log)
@@ -216,7 +216,7 @@ def test_view_reads_what_it_opened_across_a_cleaner_swap(tmp_path):
 def test_tail_while_another_thread_appends(tmp_path):
     import threading
 
-    log = make_log(tmp_path, segment_bytes=1500)
+    log = make_log(tmp_path, internal_segment_bytes=1500)
     view = LogView(log, ViewFormat.TEXT)
     done = threading.Event()
 
@@ -257,7 +257,7 @@ def test_corrupt_batch_fails_the_read_naming_file_and_position(tmp_path, fmt, re
 
     from engine.errors import CorruptRecordError
 
-    log = make_log(tmp_path, segment_bytes=1 << 20, index_interval=200)
+    log = make_log(tmp_path, internal_segment_bytes=1 << 20, index_interval=200)
     batches = [[b"batch %d value %d" % (b, i) for i in range(5)] for b in range(40)]
     for values in batches:
         log.append_values(values)
@@ -302,7 +302,7 @@ def read_all_until(view: LogView, end: int, chunk: int) -> bytes:
 
 def _compacted_log(tmp_path) -> Log:
     # rolls only when the test says so; the cleaner may merge every cleanable segment into one
-    return make_log(tmp_path, segment_bytes=1 << 20, cleanup_policy="compact",
+    return make_log(tmp_path, internal_segment_bytes=1 << 20, cleanup_policy="compact",
                     min_cleanable_dirty_ratio="0.01", file_delete_delay_ms=200)
 
 
@@ -367,7 +367,7 @@ def test_a_reader_idle_at_the_end_releases_what_it_read_past(tmp_path):
     """tail -f resting at the end of a view: when DeleteRecords moves the log start
     past everything it read and a roll starts a new segment, a read that finds
     nothing new must still let the deleted segment go (its disk space with it)."""
-    log = make_log(tmp_path, segment_bytes=400, file_delete_delay_ms=0)
+    log = make_log(tmp_path, internal_segment_bytes=400, file_delete_delay_ms=0)
     fill(log, 30, random.Random(7), max_batch=4)
     view = LogView(log, ViewFormat.TEXT)
     read_all(view, 64)

@@ -38,7 +38,7 @@ DELETE_DELAY_MS = 200
 def _log(tmp_path, clock: ManualClock, **props: str) -> Log:
     directory = tmp_path / "t-0"
     directory.mkdir()
-    config = LogConfig.from_props({"segment.bytes": "700", "index.interval.bytes": "64",
+    config = LogConfig.from_props({"internal.segment.bytes": "700", "index.interval.bytes": "64",
                                    "segment.index.bytes": "4096",
                                    "file.delete.delay.ms": str(DELETE_DELAY_MS), **props})
     return Log.load(str(directory), config, clock=clock)

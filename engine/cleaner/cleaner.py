@@ -115,7 +115,7 @@ class Cleaner:
         cleanable_horizon_ms = cleanable_section[-1].last_modified if cleanable_section else 0
         self._info("Cleaning log %s (cleaning prior to %s, discarding tombstones prior to upper bound "
                    "deletion horizon %s)...", log.name, _date(cleanable_horizon_ms), _date(delete_horizon_ms))
-        groups = self.group_segments_by_size(log_segments(log, 0, end_offset), log.config.segment_bytes,
+        groups = self.group_segments_by_size(log_segments(log, 0, end_offset), log.config.segment_size,
                                              log.config.segment_index_bytes,
                                              cleanable.first_uncleanable_offset)
         transactions = CleanedTransactions()    # carried from group to group, as Kafka does

@@ -16,7 +16,7 @@ watermark by at most one fetch).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions
@@ -98,6 +98,9 @@ class ClusterGroupCoordinator:
         self.admin.result(futures[group], f"Committing offsets for group {group}")
         log.info("[GroupCoordinator] Group %s committed offsets %s on the cluster", group,
                  ", ".join(f"{tp}={offset}" for tp, offset in items))
+
+    def flush(self, groups: Iterable[str]) -> None:
+        """Nothing to make durable here: the cluster acknowledged each commit (``fsync()`` of a group file)."""
 
     def delete_group_offsets(self, group: str, topic: str) -> int:
         """OffsetDelete of ``group``'s commits on ``topic``; returns how many there were."""
