@@ -71,7 +71,7 @@ def _read_twice_equal(path: Path) -> bytes:
 
 @pytest.mark.parametrize("mode", [[], PAGE_CACHE])
 def test_a_reread_after_delete_records_shows_nothing_stale(logfs_mount, mode):
-    mount = logfs_mount({**FAST, "log.segment.bytes": "65536"}, extra_args=mode)
+    mount = logfs_mount({**FAST, "internal.log.segment.bytes": "65536"}, extra_args=mode)
     mount.sh("mkdir t")
     _append(mount, _lines(0, 20_000))
     assert _read_twice_equal(mount / "t/0/records") == _lines(0, 20_000)
@@ -89,7 +89,7 @@ def test_a_reread_after_delete_records_shows_nothing_stale(logfs_mount, mode):
 
 
 def test_a_reread_after_retention_deletes_segments_shows_nothing_stale(logfs_mount):
-    mount = logfs_mount({**FAST, "log.segment.bytes": "16384"}, extra_args=PAGE_CACHE)
+    mount = logfs_mount({**FAST, "internal.log.segment.bytes": "16384"}, extra_args=PAGE_CACHE)
     mount.sh("mkdir t")
     _append(mount, _lines(0, 5000))
     assert _read_twice_equal(mount / "t/0/records") == _lines(0, 5000)
@@ -100,9 +100,9 @@ def test_a_reread_after_retention_deletes_segments_shows_nothing_stale(logfs_mou
 
 
 def test_a_reread_after_a_clean_shows_the_compacted_log(logfs_mount):
-    mount = logfs_mount({**FAST, "log.segment.bytes": "4096", "num.partitions": "1"}, extra_args=PAGE_CACHE)
+    mount = logfs_mount({**FAST, "internal.log.segment.bytes": "4096", "num.partitions": "1"}, extra_args=PAGE_CACHE)
     mount.sh("mkdir t")
-    (mount / "t/config").write_text("parse.key=true\nsegment.bytes=4096\nmin.cleanable.dirty.ratio=0.1\n")
+    (mount / "t/config").write_text("parse.key=true\ninternal.segment.bytes=4096\nmin.cleanable.dirty.ratio=0.1\n")
     _append(mount, b"".join(b"k%02d\tv%05d\n" % (i % 20, i) for i in range(2000)))
     before = _read_twice_equal(mount / "t/0/records.jsonl")
     assert before.count(b"\n") == 2000
