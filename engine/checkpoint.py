@@ -99,6 +99,18 @@ class OffsetCheckpointFile:
                 f"Malformed checkpoint file [{self.path}]: not UTF-8 at byte {exc.start}") from exc
         return self._parse(text)
 
+    def read_generations(self) -> list[dict[TopicPartition, int]]:
+        """The current checkpoint and its previous generation (``.prev``, when there is one), read while no
+        write of this file is under way in this process: a write overwrites ``.prev`` in place before
+        swapping it in (write_keeping_previous), so a read of ``.prev`` beside it could see it half written
+        and take it for corrupt.  Raises as :meth:`read`.
+        """
+        with _path_lock(self.path):     # fresh readers: this object's _lock is taken before _path_lock by write
+            generations = [OffsetCheckpointFile(self.path).read()]
+            if os.path.lexists(self.previous_path):
+                generations.append(OffsetCheckpointFile(self.previous_path).read())
+        return generations
+
     def _current_is_sound(self) -> bool:
         """False when the current file exists but does not parse while ``.prev`` does (see write)."""
         try:

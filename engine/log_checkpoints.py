@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 from engine.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
-    PREVIOUS_SUFFIX,
     RECOVERY_POINT_CHECKPOINT,
     OffsetCheckpointFile,
 )
@@ -165,17 +164,14 @@ def _write_checkpoint(log_dir: str, name: str, offsets: Mapping[TopicPartition, 
 def _mentions(path: str, tp: TopicPartition) -> bool:
     """Whether the checkpoint ``path`` or its previous generation holds an entry for ``tp``.
 
-    An unreadable generation counts as holding it: it cannot be shown not to.
+    An unreadable generation counts as holding it: it cannot be shown not to.  Both are read while no
+    write of the checkpoint is under way (a periodic checkpoint write races a topic's creation).
     """
-    for candidate in (path, path + PREVIOUS_SUFFIX):
-        if not os.path.lexists(candidate):
-            continue
-        try:
-            if tp in OffsetCheckpointFile(candidate).read():
-                return True
-        except (LogfsError, OSError, ValueError):
-            return True
-    return False
+    try:
+        generations = OffsetCheckpointFile(path).read_generations()
+    except (LogfsError, OSError, ValueError):
+        return True
+    return any(tp in offsets for offsets in generations)
 
 
 def moved_log_start_offsets(logs: Iterable[Log]) -> dict[TopicPartition, int]:
