@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING
 
 from engine.config import TOPIC_CONFIG_KEYS
 from engine.errors import (
+    InternalTopicError,
     InvalidConfigError,
     InvalidRequestError,
     LogfsError,
 )
 from engine.numbers import parse_canonical_int
-from engine.topic import TopicPartition
+from engine.topic import TopicPartition, is_internal
 from logfs.appender import JSON_LINES, TEXT_LINES, AppendHandle, LineFormat
 from logfs.errors import shown
 from logfs.handles import BytesHandle, Handle, LineCommandHandle
@@ -263,6 +264,9 @@ class TopicDeleteFile(_MarkerFile):
     def key(self) -> tuple:
         return ("delete", self.topic)
 
+    def describe(self) -> str:
+        return f"{self.topic}/delete"
+
     def _apply(self, lines: list[bytes]) -> None:
         for marker in (line.strip() for line in lines):
             if marker != b"topic":
@@ -282,6 +286,9 @@ class PartitionDeleteFile(_MarkerFile):
     def key(self) -> tuple:
         return ("delete", self.tp)
 
+    def describe(self) -> str:
+        return f"{self.tp.topic}/{self.tp.partition}/delete"
+
     def _apply(self, lines: list[bytes]) -> None:
         # Parse every marker first so a bad one applies none of them: an int is
         # ``before <offset>``, bytes are ``key <key>``, in the order written.
@@ -299,6 +306,9 @@ class PartitionDeleteFile(_MarkerFile):
                 raise InvalidRequestError(
                     f"Invalid marker {shown(line.decode('utf-8', 'replace'))} for {self.tp}/delete:"
                     " expected 'before <offset>' (the offset in digits, no leading zero) or 'key <key>'")
+        if is_internal(self.tp.topic):     # refused whatever the offset, as the engine refuses it
+            raise InternalTopicError(f"Cannot delete records of internal topic {self.tp.topic}: it holds its "
+                                     "coordinator's state")
         target = self.ns.log(self.tp)
         end = target.log_end_offset        # only grows: checking first keeps a bad marker from applying any
         for action in actions:

@@ -35,7 +35,11 @@ def test_writes_that_would_destroy_the_commits_are_refused(mount):
     offsets = f"__consumer_offsets/{p}"
     assert mount.sh(f"cat {offsets}/records.jsonl | wc -l").stdout.strip() == b"1"     # readable
     _refused(mount, f"echo 'before 1' > {offsets}/delete", "Cannot delete records of internal topic")
-    _refused(mount, f"echo 'key x' > {offsets}/delete", "Cannot append to internal topic")
+    _refused(mount, f"echo 'key x' > {offsets}/delete", "Cannot delete records of internal topic")
+    # a partition holding no commit yet: refused as such, not for an offset beyond its end
+    empty = (p + 1) % PARTITIONS
+    _refused(mount, f"echo 'before 1' > __consumer_offsets/{empty}/delete", "Cannot delete records of internal topic")
+    assert f" __consumer_offsets/{empty}/delete EPERM " in mount.sh("cat .logfs/errors").stdout.decode()
     _refused(mount, f"echo junk >> {offsets}/append", "Cannot append to internal topic")
     _refused(mount, "echo '{\"key\": \"k\", \"value\": \"x\"}' >> __consumer_offsets/append.jsonl",
              "Cannot append to internal topic")
