@@ -37,6 +37,8 @@ __all__ = ["ClusterAdmin", "UNREACHABLE_WAIT_S"]
 
 #: how long a request waits while the cluster is known to be unreachable
 UNREACHABLE_WAIT_S = 2.0
+#: how much longer than its ``request_timeout`` the mount waits for librdkafka to complete a request
+_COMPLETION_MARGIN_S = 5.0
 
 
 class ClusterAdmin:
@@ -55,17 +57,23 @@ class ClusterAdmin:
         #: whether the cluster answered the replica fetcher's last metadata request (set by the fetcher)
         self.reachable = True
 
-    def result(self, future: concurrent.futures.Future, what: str) -> Any:
+    def request_timeout(self) -> float:
+        """The bound of a request made now: the mount's timeout, or while the cluster is known to be
+        unreachable a short while only (some requests are made on the mount's request thread, a lookup of
+        ``groups/``, a read of ``config``, which must not stall every other file of the mount)."""
+        return self.timeout_s if self.reachable else min(self.timeout_s, UNREACHABLE_WAIT_S)
+
+    def result(self, future: concurrent.futures.Future, what: str, timeout: float | None = None) -> Any:
         """The answer of one admin request, or the engine error for the cluster's refusal or silence.
 
-        Also used by logfs.cluster.groups for its group requests.
+        ``timeout`` is the ``request_timeout`` the request was made with (default: :meth:`request_timeout`).
+        librdkafka completes the future itself by then (``_TIMED_OUT``), so the wait here, a little longer,
+        never leaves a request pending behind it: an abandoned admin request piles up in librdkafka for the
+        rest of its own timeout and is answered into a future nobody reads.
         """
-        # While the cluster is known to be unreachable, a request waits a short while only: some are
-        # made on the mount's request thread (a lookup of groups/, a read of config), which must not
-        # stall every other file of the mount for the whole timeout.
-        timeout = self.timeout_s if self.reachable else min(self.timeout_s, UNREACHABLE_WAIT_S)
+        timeout = self.request_timeout() if timeout is None else timeout
         try:
-            return future.result(timeout=timeout)
+            return future.result(timeout=timeout + _COMPLETION_MARGIN_S)
         except concurrent.futures.TimeoutError:
             raise ClusterTimeoutError(f"{what}: no answer from the cluster within {timeout:g} s "
                                       f"(bootstrap servers {self.brokers})") from None
@@ -78,25 +86,29 @@ class ClusterAdmin:
         partitions = int(self._create_defaults.get("num.partitions", "-1"))
         replication = int(self._create_defaults.get("default.replication.factor", "-1"))
         new = NewTopic(topic, num_partitions=partitions, replication_factor=replication, config=dict(config))
-        futures = self._admin.create_topics([new], request_timeout=self.timeout_s)
-        self.result(futures[topic], f"Creating topic {topic}")
+        timeout = self.request_timeout()
+        futures = self._admin.create_topics([new], request_timeout=timeout)
+        self.result(futures[topic], f"Creating topic {topic}", timeout)
         log.info("Created topic %s on the cluster", topic)
 
     def create_partitions(self, topic: str, total: int) -> None:
-        futures = self._admin.create_partitions([NewPartitions(topic, total)], request_timeout=self.timeout_s)
-        self.result(futures[topic], f"Adding partition {total - 1} to topic {topic}")
+        timeout = self.request_timeout()
+        futures = self._admin.create_partitions([NewPartitions(topic, total)], request_timeout=timeout)
+        self.result(futures[topic], f"Adding partition {total - 1} to topic {topic}", timeout)
         log.info("Topic %s has %d partitions on the cluster", topic, total)
 
     def delete_topic(self, topic: str) -> None:
-        futures = self._admin.delete_topics([topic], request_timeout=self.timeout_s)
-        self.result(futures[topic], f"Deleting topic {topic}")
+        timeout = self.request_timeout()
+        futures = self._admin.delete_topics([topic], request_timeout=timeout)
+        self.result(futures[topic], f"Deleting topic {topic}", timeout)
         log.info("Deleted topic %s on the cluster", topic)
 
     def describe_topic_config(self, topic: str) -> tuple[dict[str, str], dict[str, str]]:
         """DescribeConfigs: (every setting, the topic's own overrides), ``name -> value``."""
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        futures = self._admin.describe_configs([resource], request_timeout=self.timeout_s)
-        entries = self.result(futures[resource], f"Describing the config of topic {topic}")
+        timeout = self.request_timeout()
+        futures = self._admin.describe_configs([resource], request_timeout=timeout)
+        entries = self.result(futures[resource], f"Describing the config of topic {topic}", timeout)
         props = {name: entry.value for name, entry in entries.items()
                  if entry.value is not None and not entry.is_sensitive}
         overrides = {name: value for name, value in props.items()
@@ -110,9 +122,10 @@ class ClusterAdmin:
         entries = [ConfigEntry(name, value or "", incremental_operation=AlterConfigOpType.SET if value is not None
                                else AlterConfigOpType.DELETE) for name, value in updates.items()]
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
-        futures = self._admin.incremental_alter_configs([resource], request_timeout=self.timeout_s,
+        timeout = self.request_timeout()
+        futures = self._admin.incremental_alter_configs([resource], request_timeout=timeout,
                                                         validate_only=validate_only)
-        self.result(futures[resource], f"Altering the config of topic {topic}")
+        self.result(futures[resource], f"Altering the config of topic {topic}", timeout)
         if validate_only:
             return
         log.info("Altered the config of topic %s on the cluster: %s", topic,
@@ -121,8 +134,9 @@ class ClusterAdmin:
     def delete_records(self, tp: TopicPartition, offset: int) -> int:
         """DeleteRecords before ``offset``; the partition's new low watermark."""
         target = KafkaTopicPartition(tp.topic, tp.partition, offset)
-        futures = self._admin.delete_records([target], request_timeout=self.timeout_s)
-        result = self.result(futures[target], f"Deleting the records of {tp} before offset {offset}")
+        timeout = self.request_timeout()
+        futures = self._admin.delete_records([target], request_timeout=timeout)
+        result = self.result(futures[target], f"Deleting the records of {tp} before offset {offset}", timeout)
         return int(getattr(result, "low_watermark", offset))
 
     def list_offsets(self, tp: TopicPartition) -> tuple[int, int]:
@@ -130,8 +144,9 @@ class ClusterAdmin:
         out = []
         for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):
             target = KafkaTopicPartition(tp.topic, tp.partition)
-            futures = self._admin.list_offsets({target: spec}, request_timeout=self.timeout_s)
-            out.append(int(self.result(futures[target], f"Listing the offsets of {tp}").offset))
+            timeout = self.request_timeout()
+            futures = self._admin.list_offsets({target: spec}, request_timeout=timeout)
+            out.append(int(self.result(futures[target], f"Listing the offsets of {tp}", timeout).offset))
         return out[0], out[1]
 
     def raw(self) -> AdminClient:

@@ -54,7 +54,7 @@ class ClusterBackend:
             metadata_max_age_s=int(options.fetcher.get("metadata.max.age.ms", "2000")) / 1000,
             fetch_max_wait_ms=int(options.fetcher.get("fetch.max.wait.ms", "500")))
         self.producer: ClusterProducer | None = None
-        self._coordinator = ClusterGroupCoordinator(manager, self.admin)
+        self._coordinator = ClusterGroupCoordinator(manager, self.admin, options.fetcher_client_config())
 
     def start(self) -> None:
         """Reach the cluster and bring the replica's topics in line (bounded by the request timeout)."""
@@ -64,6 +64,7 @@ class ClusterBackend:
     def close(self) -> None:
         if self.producer is not None:
             self.producer.close()
+        self._coordinator.close()
         self.fetcher.stop()
 
     # ------------------------------------------------------------------ waiting for the replica

@@ -33,6 +33,13 @@ class ClusterTimeoutError(ClusterError):
     errno = _errno.ETIMEDOUT
 
 
+class GroupBusyError(LogfsError):
+    """The group coordinator refused a commit for a group that has active members (EBUSY): Kafka lets an
+    admin commit only for an empty group (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS...)."""
+
+    errno = _errno.EBUSY
+
+
 # Kafka error names (librdkafka's KafkaError.name()) -> the engine's error of the same meaning
 _BY_NAME: dict[str, type[LogfsError]] = {
     "TOPIC_ALREADY_EXISTS": TopicExistsError,
@@ -56,7 +63,19 @@ _BY_NAME: dict[str, type[LogfsError]] = {
     "REQUEST_TIMED_OUT": ClusterTimeoutError,
     "_TRANSPORT": ClusterError,
     "_ALL_BROKERS_DOWN": ClusterError,
+    # the group has members: only they may commit (or delete) its offsets
+    "UNKNOWN_MEMBER_ID": GroupBusyError,
+    "ILLEGAL_GENERATION": GroupBusyError,
+    "REBALANCE_IN_PROGRESS": GroupBusyError,
+    "FENCED_INSTANCE_ID": GroupBusyError,
+    "STALE_MEMBER_EPOCH": GroupBusyError,
+    "NON_EMPTY_GROUP": GroupBusyError,
+    "GROUP_SUBSCRIBED_TO_TOPIC": GroupBusyError,
 }
+
+#: the group coordinator is moving or loading: a request is retried (within the mount's bound), not failed
+RETRIABLE_COORDINATOR_ERRORS = frozenset({"COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE",
+                                          "NOT_COORDINATOR"})
 
 
 class ClientLog:
@@ -79,6 +98,29 @@ def quiet_kafka_python() -> None:
     """kafka-python's loggers at DEBUG of the mount only (see :class:`ClientLog`)."""
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         logging.getLogger("kafka").setLevel(logging.CRITICAL)
+
+
+def error_name(error: object) -> str:
+    """Kafka's name of an error: librdkafka's ``KafkaError.name()`` or kafka-python's error class ``message``."""
+    inner = error.args[0] if isinstance(error, Exception) and error.args and hasattr(error.args[0], "name") \
+        else error
+    if hasattr(inner, "name") and callable(inner.name):
+        return str(inner.name())
+    name = getattr(inner, "message", None)      # kafka-python: the class (per-partition errors) or an instance
+    if isinstance(name, str) and name:
+        return name
+    return inner.__name__ if isinstance(inner, type) else type(inner).__name__
+
+
+def refused(items: dict[str, str], what: str, brokers: str) -> LogfsError:
+    """The error for per-item refusals of one request (``item -> Kafka error name``), all named in its message;
+    the errno is the first item's."""
+    first = next(iter(items.values()))
+    cls = _BY_NAME.get(first, ClusterError)
+    listed = ", ".join(f"{item}: {name}" for item, name in items.items())
+    if issubclass(cls, ClusterError):
+        return cls(f"{what}: {listed} (bootstrap servers {brokers})")
+    return cls(f"{what}: the cluster refused it: {listed}")
 
 
 def from_kafka(error: object, what: str, brokers: str) -> LogfsError:
