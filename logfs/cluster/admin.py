@@ -29,7 +29,7 @@ from confluent_kafka.admin import (
 
 from engine.errors import InvalidConfigError
 from engine.topic import TopicPartition
-from logfs.cluster.errors import ClientLog, ClusterTimeoutError, from_kafka
+from logfs.cluster.errors import ClientLog, ClusterTimeoutError, from_kafka, quiet_while_unreachable
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +75,11 @@ class ClusterAdmin:
         try:
             return future.result(timeout=timeout + _COMPLETION_MARGIN_S)
         except concurrent.futures.TimeoutError:
-            raise ClusterTimeoutError(f"{what}: no answer from the cluster within {timeout:g} s "
-                                      f"(bootstrap servers {self.brokers})") from None
+            raise quiet_while_unreachable(ClusterTimeoutError(
+                f"{what}: no answer from the cluster within {timeout:g} s (bootstrap servers {self.brokers})"),
+                self.reachable) from None
         except KafkaException as exc:
-            raise from_kafka(exc, what, self.brokers) from None
+            raise quiet_while_unreachable(from_kafka(exc, what, self.brokers), self.reachable) from None
 
     def create_topic(self, topic: str, config: Mapping[str, str]) -> None:
         """CreateTopics with the cluster's ``num.partitions`` and ``default.replication.factor``

@@ -25,6 +25,9 @@ class ClusterError(LogfsError):
     """The cluster failed a request or could not be reached (EIO)."""
 
     errno = _errno.EIO
+    #: logged at DEBUG only (logfs.fs): set on a failure while the cluster is known to be unreachable, which
+    #: the mount logged once when it happened (and logs again when the cluster answers)
+    quiet = False
 
 
 class ClusterTimeoutError(ClusterError):
@@ -98,6 +101,13 @@ def quiet_kafka_python() -> None:
     """kafka-python's loggers at DEBUG of the mount only (see :class:`ClientLog`)."""
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         logging.getLogger("kafka").setLevel(logging.CRITICAL)
+
+
+def quiet_while_unreachable(exc: LogfsError, reachable: bool) -> LogfsError:
+    """``exc``, logged at DEBUG if the cluster is known to be unreachable: one line per outage, not per request."""
+    if not reachable and isinstance(exc, ClusterError):
+        exc.quiet = True
+    return exc
 
 
 def error_name(error: object) -> str:

@@ -45,8 +45,10 @@ from logfs.cluster.admin import UNREACHABLE_WAIT_S, ClusterAdmin
 from logfs.cluster.errors import (
     RETRIABLE_COORDINATOR_ERRORS,
     ClusterTimeoutError,
+    GroupBusyError,
     error_name,
     from_kafka,
+    quiet_while_unreachable,
     refused,
 )
 
@@ -129,13 +131,15 @@ class ClusterGroupCoordinator:
                 name = error_name(exc)
                 if not (name in RETRIABLE_COORDINATOR_ERRORS or getattr(exc, "retriable", False)
                         or type(exc).__name__ in ("NoBrokersAvailable", "UnknownBrokerIdError")):
-                    raise from_kafka(exc, what, self.admin.brokers) from None
+                    raise quiet_while_unreachable(from_kafka(exc, what, self.admin.brokers),
+                                                  self.admin.reachable) from None
                 if group is not None and name != "COORDINATOR_LOAD_IN_PROGRESS":
                     self._forget_coordinator(group)
                 last = f"{name}: {exc}" if name != type(exc).__name__ else str(exc)
             if time.monotonic() + _RETRY_BACKOFF_S >= deadline:
-                raise ClusterTimeoutError(f"{what}: no answer from the group coordinator within {wait_s:g} s "
-                                          f"({last}; bootstrap servers {self.admin.brokers})")
+                raise quiet_while_unreachable(ClusterTimeoutError(
+                    f"{what}: no answer from the group coordinator within {wait_s:g} s "
+                    f"({last}; bootstrap servers {self.admin.brokers})"), self.admin.reachable)
             time.sleep(_RETRY_BACKOFF_S)
 
     def close(self) -> None:
@@ -203,6 +207,20 @@ class ClusterGroupCoordinator:
         self._request(what, group, alter)
         log.info("[GroupCoordinator] Group %s committed offsets %s on the cluster", group,
                  ", ".join(f"{tp}={offset}" for tp, offset in items))
+
+    def check_commit_allowed(self, group: str) -> None:
+        """DescribeGroups: a group with active members is refused at once (EBUSY), as its commit would be.
+
+        Called at the first write to ``groups/<group>`` (logfs.groups): the commit itself is made at close,
+        whose error a shell does not report.  A group the coordinator cannot describe (a consumer-protocol
+        group of KIP-848) is left to the commit's own answer."""
+        described = self._request(f"Describing group {group}", group, lambda client: client.describe_groups([group]))
+        info = described.get(group) or {}
+        members = info.get("members") or []
+        if members and not info.get("error"):
+            raise GroupBusyError(f"Committing offsets for group {group}: the cluster refused it: the group has "
+                                 f"{len(members)} active member(s) (state {info.get('group_state')}); Kafka lets "
+                                 "an admin commit only for a group without members")
 
     def delete_group_offsets(self, group: str, topic: str) -> int:
         """OffsetDelete of ``group``'s commits on ``topic``; returns how many there were."""

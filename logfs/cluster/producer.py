@@ -29,6 +29,9 @@ __all__ = ["ClusterProducer", "PRODUCER_DEFAULTS"]
 #: what the mount sets unless ``-o`` says otherwise; ``acks`` and idempotence are not negotiable
 PRODUCER_DEFAULTS = {
     "linger.ms": "5",   # the records of one write() leave as one batch
+    # librdkafka's default (10,000) cut a write of more lines into several batches (`seq 25000 >> append`:
+    # three, with three LogAppendTimes); its maximum leaves batch.size (the broker's 1 MB) the only limit
+    "batch.num.messages": "1000000",
     "delivery.timeout.ms": "30000",
     "request.timeout.ms": "10000",
     "message.max.bytes": str(64 * 1024 * 1024),
@@ -90,9 +93,11 @@ class ClusterProducer:
         n = len(values)
         delivery = _Delivery(n)
         what = f"Appending {n} records to {tp}"
-        if not headers or not any(headers):
-            self._produce_batch(tp, values, keys, timestamps, delivery, what)
+        if (not headers or not any(headers)) and (timestamps is None or all(t is None for t in timestamps)):
+            self._produce_batch(tp, values, keys, delivery, what)
             return self._wait(delivery, what)
+        # librdkafka's produce_batch takes neither headers nor timestamps: such records are produced one by
+        # one, which librdkafka may send in more than one batch (README, "one write()")
         i = 0
         try:
             for i, value in enumerate(values):
@@ -111,11 +116,11 @@ class ClusterProducer:
         return self._wait(delivery, what)
 
     def _produce_batch(self, tp: TopicPartition, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
-                       timestamps: Sequence[int | None] | None, delivery: _Delivery, what: str) -> None:
+                       delivery: _Delivery, what: str) -> None:
         """The records of one write onto the partition's queue at once (librdkafka's ``rd_kafka_produce_batch``).
 
         Enqueued in one step, they leave in one ProduceRequest batch as long as
-        they fit in ``batch.size`` (1 MB) and ``batch.num.messages`` (10,000): the
+        they fit in ``batch.size`` (1 MB; ``batch.num.messages`` is set to its maximum): the
         broker appends that batch whole or not at all, so such a write is all or
         nothing on the cluster as on an embedded mount.  (One ``produce()`` per
         record let librdkafka's sender cut a write that took longer than
@@ -127,8 +132,6 @@ class ClusterProducer:
             message: dict = {} if value is None else {"value": value}
             if keys is not None and keys[i] is not None:
                 message["key"] = keys[i]
-            if timestamps is not None and timestamps[i] is not None:
-                message["timestamp"] = timestamps[i]
             messages.append(message)
         while len(self._producer) + len(messages) > self.queue_max_messages and len(self._producer):
             self._producer.poll(0.05)       # deliveries drain the queue
