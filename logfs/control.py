@@ -67,6 +67,12 @@ class ConfigEditHandle(Handle):
     def opened(self, flags: int) -> None:
         self._replace = bool(flags & os.O_TRUNC)
 
+    def truncated(self) -> None:
+        with self._lock:        # what was written before is gone: the text that follows is the whole set
+            self._replace = True
+            self._updates.clear()
+            self._partial = b""
+
     def read(self, offset: int, size: int) -> bytes:
         return self._content[offset:offset + size]
 

@@ -373,6 +373,8 @@ class LogfsOperations(pyfuse3.Operations):
             self._check_writable(f"change the attributes of {describe(node)}")
             if node.is_dir or not getattr(node, "writable", False):
                 raise AccessDeniedError(f"Cannot truncate {describe(node)}: it is read-only")
+            if attr.st_size == 0 and fh is not None and fh in self._handles:
+                self._handles[fh][1].truncated()    # ftruncate(fd, 0): the opening's text starts over
         # Times are not stored: touch is accepted and changes nothing.
         return self._attr(inode, node)
 

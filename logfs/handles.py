@@ -36,6 +36,9 @@ class Handle:
     def opened(self, flags: int) -> None:
         """The ``open(2)`` flags the handle was opened with (``O_TRUNC``, ``O_APPEND``...)."""
 
+    def truncated(self) -> None:
+        """``ftruncate(fd, 0)`` of this opening (vim opens without ``O_TRUNC``, then truncates): as ``O_TRUNC``."""
+
     def read(self, offset: int, size: int) -> bytes:
         return b""
 

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -36,6 +37,7 @@ def _outage_round():
     spec = importlib.util.spec_from_file_location("outage_round", ROOT / "scripts" / "outage_round.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module         # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -144,6 +146,57 @@ def test_an_append_jsonl_line_with_a_timestamp_and_no_headers(cluster_mount) -> 
     records = [json.loads(line) for line in (m / "stamped/0/records.jsonl").read_text().splitlines()]
     assert [(r["value"], r["timestamp"], r["timestampType"]) for r in records] == \
         [(f"v{i}", 1_700_000_000_000 + i, 0) for i in range(50)]
+
+
+# --------------------------------------------------------------------------- editors, other clients
+
+
+def test_vim_deleting_a_config_line_removes_the_setting_on_both_backends(cluster_mount, logfs_mount,
+                                                                         kafka_cluster: KafkaCluster) -> None:
+    """vim opens ``config`` without O_TRUNC and ``ftruncate(fd, 0)``s it: the text it writes is then the
+    whole set of overrides, as after ``>`` (both backends ignored the truncation: the line vim deleted stayed)."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    for m in (logfs_mount(name="e"), cluster_mount()):
+        (m / "vimmed").mkdir()
+        with open(m / "vimmed/config", "a") as f:
+            f.write("retention.ms=100000\nsegment.bytes=1048576\n")
+        assert "retention.ms=100000\n" in (m / "vimmed/config").read_text()
+        result = subprocess.run(["vim", "-es", "-u", "NONE", "-i", "NONE", "-c", "/^retention.ms=/d", "-c", "wq",
+                                 "vimmed/config"], cwd=m.path, capture_output=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        overrides = [line for line in (m / "vimmed/config").read_text().splitlines() if not line.startswith("#")]
+        assert "segment.bytes=1048576" in overrides and not any(o.startswith("retention.ms=") for o in overrides)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "vimmed")
+    entries = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap}).describe_configs([resource])[resource] \
+        .result()
+    assert entries["retention.ms"].value != "100000" and entries["segment.bytes"].value == "1048576"
+
+
+def test_tail_f_of_a_topic_another_client_deletes_ends_with_an_error(cluster_mount,
+                                                                    kafka_cluster: KafkaCluster) -> None:
+    """``tail -f`` on a topic deleted on the cluster: its next poll gets ENOENT and it stops, and the mount
+    logs the deletion once (it went silent, waiting for records that never come)."""
+    from confluent_kafka.admin import AdminClient
+
+    m = cluster_mount()
+    (m / "gone").mkdir()
+    with open(m / "gone/0/append", "ab", buffering=0) as f:
+        f.write(b"one\ntwo\n")
+    tail = subprocess.Popen(["tail", "-f", "gone/0/records"], cwd=m.path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        assert tail.stdout is not None
+        assert tail.stdout.readline() == b"one\n"
+        AdminClient({"bootstrap.servers": kafka_cluster.bootstrap}).delete_topics(["gone"])["gone"].result()
+        wait_for(lambda: tail.poll() is not None, "tail -f to stop", timeout=60)
+        err = tail.stderr.read() if tail.stderr is not None else b""
+        assert b"gone/0/records: No such file or directory" in err, err
+    finally:
+        if tail.poll() is None:
+            tail.kill()
+        tail.wait()
+    assert m.log().count("Deleting the local replica of topic gone") == 1
 
 
 # --------------------------------------------------------------------------- log lines of a leader change
