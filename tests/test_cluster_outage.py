@@ -168,8 +168,8 @@ def test_vim_deleting_a_config_line_removes_the_setting_on_both_backends(cluster
         overrides = [line for line in (m / "vimmed/config").read_text().splitlines() if not line.startswith("#")]
         assert "segment.bytes=1048576" in overrides and not any(o.startswith("retention.ms=") for o in overrides)
     resource = ConfigResource(ConfigResource.Type.TOPIC, "vimmed")
-    entries = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap}).describe_configs([resource])[resource] \
-        .result()
+    admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
+    entries = admin.describe_configs([resource])[resource].result()
     assert entries["retention.ms"].value != "100000" and entries["segment.bytes"].value == "1048576"
 
 
@@ -188,7 +188,8 @@ def test_tail_f_of_a_topic_another_client_deletes_ends_with_an_error(cluster_mou
     try:
         assert tail.stdout is not None
         assert tail.stdout.readline() == b"one\n"
-        AdminClient({"bootstrap.servers": kafka_cluster.bootstrap}).delete_topics(["gone"])["gone"].result()
+        admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
+        admin.delete_topics(["gone"])["gone"].result()
         wait_for(lambda: tail.poll() is not None, "tail -f to stop", timeout=60)
         err = tail.stderr.read() if tail.stderr is not None else b""
         assert b"gone/0/records: No such file or directory" in err, err
