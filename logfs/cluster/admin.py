@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -29,7 +30,7 @@ from confluent_kafka.admin import (
 
 from engine.errors import InvalidConfigError
 from engine.topic import TopicPartition
-from logfs.cluster.errors import ClientLog, ClusterTimeoutError, from_kafka, quiet_while_unreachable
+from logfs.cluster.errors import ClientLog, ClusterTimeoutError, error_name, from_kafka, quiet_while_unreachable
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,18 @@ __all__ = ["ClusterAdmin", "UNREACHABLE_WAIT_S"]
 UNREACHABLE_WAIT_S = 2.0
 #: how much longer than its ``request_timeout`` the mount waits for librdkafka to complete a request
 _COMPLETION_MARGIN_S = 5.0
+_MIN_REQUEST_TIMEOUT_S = 0.5
+_RETRY_BACKOFF_S = 0.2
+#: retriable in Kafka's sense, but the request's bound is spent: not asked again
+_NOT_RETRIED = frozenset({"_TIMED_OUT", "REQUEST_TIMED_OUT", "_MSG_TIMED_OUT"})
+
+
+class _Retriable(Exception):
+    """A retriable refusal of a request that may be made again (carries the error to raise in the end)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class ClusterAdmin:
@@ -63,9 +76,12 @@ class ClusterAdmin:
         ``groups/``, a read of ``config``, which must not stall every other file of the mount)."""
         return self.timeout_s if self.reachable else min(self.timeout_s, UNREACHABLE_WAIT_S)
 
-    def result(self, future: concurrent.futures.Future, what: str, timeout: float | None = None) -> Any:
+    def result(self, future: concurrent.futures.Future, what: str, timeout: float | None = None, *,
+               retriable: bool = False) -> Any:
         """The answer of one admin request, or the engine error for the cluster's refusal or silence.
 
+        Each item of a request (topic, partition, config resource) has its own future; a refusal of that item,
+        raised by the future or carried in its result's ``error``, is this request's error.
         ``timeout`` is the ``request_timeout`` the request was made with (default: :meth:`request_timeout`).
         librdkafka completes the future itself by then (``_TIMED_OUT``), so the wait here, a little longer,
         never leaves a request pending behind it: an abandoned admin request piles up in librdkafka for the
@@ -73,13 +89,38 @@ class ClusterAdmin:
         """
         timeout = self.request_timeout() if timeout is None else timeout
         try:
-            return future.result(timeout=timeout + _COMPLETION_MARGIN_S)
+            answer = future.result(timeout=timeout + _COMPLETION_MARGIN_S)
+            error = getattr(answer, "error", None)      # a per-item result carrying its own error
+            if error is not None and not callable(error):
+                raise KafkaException(error)
+            return answer
         except concurrent.futures.TimeoutError:
             raise quiet_while_unreachable(ClusterTimeoutError(
                 f"{what}: no answer from the cluster within {timeout:g} s (bootstrap servers {self.brokers})"),
                 self.reachable) from None
         except KafkaException as exc:
-            raise quiet_while_unreachable(from_kafka(exc, what, self.brokers), self.reachable) from None
+            error = quiet_while_unreachable(from_kafka(exc, what, self.brokers), self.reachable)
+            inner: Any = exc.args[0] if exc.args else None
+            if retriable and callable(getattr(inner, "retriable", None)) and inner.retriable() \
+                    and error_name(inner) not in _NOT_RETRIED:
+                raise _Retriable(error) from None
+            raise error from None
+
+    def _asked_again(self, send: Callable[[float], concurrent.futures.Future], what: str) -> Any:
+        """``send(request_timeout)``'s answer, the request made again while the refusal is retriable
+        (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE: a leader moving), until the request's bound.
+
+        Only for requests that may be repeated (DeleteRecords, ListOffsets, DescribeConfigs)."""
+        bound = self.request_timeout()
+        deadline = time.monotonic() + bound
+        while True:
+            timeout = max(deadline - time.monotonic(), _MIN_REQUEST_TIMEOUT_S)
+            try:
+                return self.result(send(timeout), what, timeout, retriable=True)
+            except _Retriable as exc:
+                if time.monotonic() + _RETRY_BACKOFF_S >= deadline:
+                    raise exc.error from None
+                time.sleep(_RETRY_BACKOFF_S)
 
     def create_topic(self, topic: str, config: Mapping[str, str]) -> None:
         """CreateTopics with the cluster's ``num.partitions`` and ``default.replication.factor``
@@ -135,19 +176,22 @@ class ClusterAdmin:
     def delete_records(self, tp: TopicPartition, offset: int) -> int:
         """DeleteRecords before ``offset``; the partition's new low watermark."""
         target = KafkaTopicPartition(tp.topic, tp.partition, offset)
-        timeout = self.request_timeout()
-        futures = self._admin.delete_records([target], request_timeout=timeout)
-        result = self.result(futures[target], f"Deleting the records of {tp} before offset {offset}", timeout)
+        result = self._asked_again(
+            lambda timeout: self._admin.delete_records([target], request_timeout=timeout)[target],
+            f"Deleting the records of {tp} before offset {offset}")
         return int(getattr(result, "low_watermark", offset))
 
     def list_offsets(self, tp: TopicPartition) -> tuple[int, int]:
         """(log start offset, high watermark) of a partition (ListOffsets earliest and latest)."""
-        out = []
-        for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):
-            target = KafkaTopicPartition(tp.topic, tp.partition)
-            timeout = self.request_timeout()
-            futures = self._admin.list_offsets({target: spec}, request_timeout=timeout)
-            out.append(int(self.result(futures[target], f"Listing the offsets of {tp}", timeout).offset))
+        target = KafkaTopicPartition(tp.topic, tp.partition)
+
+        def ask(spec: OffsetSpec) -> int:
+            answer = self._asked_again(
+                lambda timeout: self._admin.list_offsets({target: spec}, request_timeout=timeout)[target],
+                f"Listing the offsets of {tp}")
+            return int(answer.offset)
+
+        out = [ask(OffsetSpec.earliest()), ask(OffsetSpec.latest())]
         return out[0], out[1]
 
     def raw(self) -> AdminClient:
