@@ -78,6 +78,8 @@ class Load:
                                                            .rsplit(":", 1)[-1].strip() or "failed")
         except subprocess.TimeoutExpired:
             outcome = "hung"
+        except OSError as exc:      # the mount is gone (ENOTCONN): the round reports it
+            outcome = exc.strerror or "failed"
         with self.lock:
             key = f"{what}: {outcome}"
             self.results[key] = self.results.get(key, 0) + 1
