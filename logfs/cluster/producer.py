@@ -77,6 +77,8 @@ class ClusterProducer:
         self.delivery_timeout_s = int(config["delivery.timeout.ms"]) / 1000
         self.queue_max_messages = int(config.get("queue.buffering.max.messages", "100000"))
         self._producer = Producer({**config, "logger": ClientLog("logfs.cluster.librdkafka")})
+        #: topics whose partitions and leaders this producer has metadata for (see _know)
+        self._known: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="logfs-producer", daemon=True)
         self._thread.start()
@@ -90,6 +92,8 @@ class ClusterProducer:
                 headers: Sequence[Sequence[tuple[str, bytes | None]]] | None = None,
                 timestamps: Sequence[int | None] | None = None) -> tuple[int, int]:
         """Produce the records in order and wait for their delivery; (first offset, last offset)."""
+        if tp.topic not in self._known:
+            self._know(tp)
         n = len(values)
         delivery = _Delivery(n)
         what = f"Appending {n} records to {tp}"
@@ -114,6 +118,23 @@ class ClusterProducer:
             log.warning("%s: %d of them were queued before librdkafka refused one: %s", what, i, exc)
             raise from_kafka(exc, what, self.brokers) from None
         return self._wait(delivery, what)
+
+    def _know(self, tp: TopicPartition) -> None:
+        """Metadata of ``tp``'s topic before its first produce (a Metadata request for it).
+
+        Records produced to a topic the producer has no metadata for wait in librdkafka's unassigned queue
+        and are moved to the partition's queue when the metadata arrives, one by one, while the sender,
+        ``linger.ms`` long expired, already sends what was moved: the first write of a mount to a topic
+        left in two or three batches.  A failure here is left to the produce that follows."""
+        try:
+            md = self._producer.list_topics(tp.topic, timeout=min(self.delivery_timeout_s, 10.0))
+        except KafkaException as exc:
+            log.debug("Metadata of topic %s before its first produce: %s", tp.topic, exc)
+            return
+        partition = md.topics.get(tp.topic)
+        if partition is not None and partition.error is None and tp.partition in partition.partitions \
+                and partition.partitions[tp.partition].leader >= 0:
+            self._known.add(tp.topic)
 
     def _produce_batch(self, tp: TopicPartition, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                        delivery: _Delivery, what: str) -> None:
