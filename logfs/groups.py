@@ -257,6 +257,8 @@ class GroupCommandHandle(Handle):
             except LogfsError:
                 self._failed = True
                 raise
+            if any(a is not None for a in parsed) and not self._actions:
+                self._check_group(parsed)
             self._actions.extend(a for a in parsed if a is not None)
             if len(rest) > _MAX_LINE:
                 self._failed = True
@@ -264,6 +266,18 @@ class GroupCommandHandle(Handle):
                                           f"{self._node.describe()}: not a group command")
             self._partial = rest
         return len(data)
+
+    def _check_group(self, parsed: list[tuple[str, object] | None]) -> None:
+        """A backend that can tell at once that the commit will be refused says it here, at the first
+        write(), where a shell sees it (bash reports no error of the close() that applies the lines)."""
+        check = getattr(coordinator(self._node.ns), "check_commit_allowed", None)
+        if check is None:
+            return
+        try:
+            check(self._node.group)
+        except LogfsError:
+            self._failed = True
+            raise
 
     def flush(self) -> None:
         with self._lock:

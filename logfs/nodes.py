@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from engine.errors import LogfsError
+from engine.errors import LogfsError, UnknownTopicOrPartitionError
 from engine.files import DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX
 from engine.topic import TopicPartition
 from engine.views import LogView, ViewFormat, ViewIdentity
@@ -237,6 +237,10 @@ class ViewFile(FileNode):
 
     def size(self) -> int:
         if self._view is not None:
+            if self.ns.manager.get_log(self.tp) is not self.log:
+                # the topic was deleted (by rmdir, or on the cluster by another client): a follower of an open
+                # view (tail -f, which polls fstat) gets ENOENT instead of waiting for records that never come
+                raise UnknownTopicOrPartitionError(f"{self.describe()}: topic {self.tp.topic} was deleted")
             size = self._view.size()
         elif self.identity.is_current():
             view = self._anchor()      # the same bytes from the same start, plus appends

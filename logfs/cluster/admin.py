@@ -12,7 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
@@ -34,7 +34,9 @@ from logfs.cluster.errors import (
     ClientLog,
     ClusterAuthenticationError,
     ClusterTimeoutError,
+    error_name,
     from_kafka,
+    quiet_while_unreachable,
     security_failure,
 )
 
@@ -44,6 +46,20 @@ __all__ = ["ClusterAdmin", "UNREACHABLE_WAIT_S"]
 
 #: how long a request waits while the cluster is known to be unreachable
 UNREACHABLE_WAIT_S = 2.0
+#: how much longer than its ``request_timeout`` the mount waits for librdkafka to complete a request
+_COMPLETION_MARGIN_S = 5.0
+_MIN_REQUEST_TIMEOUT_S = 0.5
+_RETRY_BACKOFF_S = 0.2
+#: retriable in Kafka's sense, but the request's bound is spent: not asked again
+_NOT_RETRIED = frozenset({"_TIMED_OUT", "REQUEST_TIMED_OUT", "_MSG_TIMED_OUT"})
+
+
+class _Retriable(Exception):
+    """A retriable refusal of a request that may be made again (carries the error to raise in the end)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class ClusterAdmin:
@@ -109,22 +125,57 @@ class ClusterAdmin:
         finally:
             probe.flush(0)
 
-    def result(self, future: concurrent.futures.Future, what: str) -> Any:
+    def request_timeout(self) -> float:
+        """The bound of a request made now: the mount's timeout, or while the cluster is known to be
+        unreachable a short while only (some requests are made on the mount's request thread, a lookup of
+        ``groups/``, a read of ``config``, which must not stall every other file of the mount)."""
+        return self.timeout_s if self.reachable else min(self.timeout_s, UNREACHABLE_WAIT_S)
+
+    def result(self, future: concurrent.futures.Future, what: str, timeout: float | None = None, *,
+               retriable: bool = False) -> Any:
         """The answer of one admin request, or the engine error for the cluster's refusal or silence.
 
-        Also used by logfs.cluster.groups for its group requests.
+        Each item of a request (topic, partition, config resource) has its own future; a refusal of that item,
+        raised by the future or carried in its result's ``error``, is this request's error.
+        ``timeout`` is the ``request_timeout`` the request was made with (default: :meth:`request_timeout`).
+        librdkafka completes the future itself by then (``_TIMED_OUT``), so the wait here, a little longer,
+        never leaves a request pending behind it: an abandoned admin request piles up in librdkafka for the
+        rest of its own timeout and is answered into a future nobody reads.
         """
-        # While the cluster is known to be unreachable, a request waits a short while only: some are
-        # made on the mount's request thread (a lookup of groups/, a read of config), which must not
-        # stall every other file of the mount for the whole timeout.
-        timeout = self.timeout_s if self.reachable else min(self.timeout_s, UNREACHABLE_WAIT_S)
+        timeout = self.request_timeout() if timeout is None else timeout
         try:
-            return future.result(timeout=timeout)
+            answer = future.result(timeout=timeout + _COMPLETION_MARGIN_S)
+            error = getattr(answer, "error", None)      # a per-item result carrying its own error
+            if error is not None and not callable(error):
+                raise KafkaException(error)
+            return answer
         except concurrent.futures.TimeoutError:
-            raise ClusterTimeoutError(f"{what}: no answer from the cluster within {timeout:g} s "
-                                      f"(bootstrap servers {self.brokers})") from None
+            raise quiet_while_unreachable(ClusterTimeoutError(
+                f"{what}: no answer from the cluster within {timeout:g} s (bootstrap servers {self.brokers})"),
+                self.reachable) from None
         except KafkaException as exc:
-            raise from_kafka(exc, what, self.brokers) from None
+            error = quiet_while_unreachable(from_kafka(exc, what, self.brokers), self.reachable)
+            inner: Any = exc.args[0] if exc.args else None
+            if retriable and callable(getattr(inner, "retriable", None)) and inner.retriable() \
+                    and error_name(inner) not in _NOT_RETRIED:
+                raise _Retriable(error) from None
+            raise error from None
+
+    def _asked_again(self, send: Callable[[float], concurrent.futures.Future], what: str) -> Any:
+        """``send(request_timeout)``'s answer, the request made again while the refusal is retriable
+        (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE: a leader moving), until the request's bound.
+
+        Only for requests that may be repeated (DeleteRecords, ListOffsets, DescribeConfigs)."""
+        bound = self.request_timeout()
+        deadline = time.monotonic() + bound
+        while True:
+            timeout = max(deadline - time.monotonic(), _MIN_REQUEST_TIMEOUT_S)
+            try:
+                return self.result(send(timeout), what, timeout, retriable=True)
+            except _Retriable as exc:
+                if time.monotonic() + _RETRY_BACKOFF_S >= deadline:
+                    raise exc.error from None
+                time.sleep(_RETRY_BACKOFF_S)
 
     def create_topic(self, topic: str, config: Mapping[str, str]) -> None:
         """CreateTopics with the cluster's ``num.partitions`` and ``default.replication.factor``
@@ -132,25 +183,29 @@ class ClusterAdmin:
         partitions = int(self._create_defaults.get("num.partitions", "-1"))
         replication = int(self._create_defaults.get("default.replication.factor", "-1"))
         new = NewTopic(topic, num_partitions=partitions, replication_factor=replication, config=dict(config))
-        futures = self._admin.create_topics([new], request_timeout=self.timeout_s)
-        self.result(futures[topic], f"Creating topic {topic}")
+        timeout = self.request_timeout()
+        futures = self._admin.create_topics([new], request_timeout=timeout)
+        self.result(futures[topic], f"Creating topic {topic}", timeout)
         log.info("Created topic %s on the cluster", topic)
 
     def create_partitions(self, topic: str, total: int) -> None:
-        futures = self._admin.create_partitions([NewPartitions(topic, total)], request_timeout=self.timeout_s)
-        self.result(futures[topic], f"Adding partition {total - 1} to topic {topic}")
+        timeout = self.request_timeout()
+        futures = self._admin.create_partitions([NewPartitions(topic, total)], request_timeout=timeout)
+        self.result(futures[topic], f"Adding partition {total - 1} to topic {topic}", timeout)
         log.info("Topic %s has %d partitions on the cluster", topic, total)
 
     def delete_topic(self, topic: str) -> None:
-        futures = self._admin.delete_topics([topic], request_timeout=self.timeout_s)
-        self.result(futures[topic], f"Deleting topic {topic}")
+        timeout = self.request_timeout()
+        futures = self._admin.delete_topics([topic], request_timeout=timeout)
+        self.result(futures[topic], f"Deleting topic {topic}", timeout)
         log.info("Deleted topic %s on the cluster", topic)
 
     def describe_topic_config(self, topic: str) -> tuple[dict[str, str], dict[str, str]]:
         """DescribeConfigs: (every setting, the topic's own overrides), ``name -> value``."""
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        futures = self._admin.describe_configs([resource], request_timeout=self.timeout_s)
-        entries = self.result(futures[resource], f"Describing the config of topic {topic}")
+        timeout = self.request_timeout()
+        futures = self._admin.describe_configs([resource], request_timeout=timeout)
+        entries = self.result(futures[resource], f"Describing the config of topic {topic}", timeout)
         props = {name: entry.value for name, entry in entries.items()
                  if entry.value is not None and not entry.is_sensitive}
         overrides = {name: value for name, value in props.items()
@@ -164,9 +219,10 @@ class ClusterAdmin:
         entries = [ConfigEntry(name, value or "", incremental_operation=AlterConfigOpType.SET if value is not None
                                else AlterConfigOpType.DELETE) for name, value in updates.items()]
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
-        futures = self._admin.incremental_alter_configs([resource], request_timeout=self.timeout_s,
+        timeout = self.request_timeout()
+        futures = self._admin.incremental_alter_configs([resource], request_timeout=timeout,
                                                         validate_only=validate_only)
-        self.result(futures[resource], f"Altering the config of topic {topic}")
+        self.result(futures[resource], f"Altering the config of topic {topic}", timeout)
         if validate_only:
             return
         log.info("Altered the config of topic %s on the cluster: %s", topic,
@@ -175,17 +231,22 @@ class ClusterAdmin:
     def delete_records(self, tp: TopicPartition, offset: int) -> int:
         """DeleteRecords before ``offset``; the partition's new low watermark."""
         target = KafkaTopicPartition(tp.topic, tp.partition, offset)
-        futures = self._admin.delete_records([target], request_timeout=self.timeout_s)
-        result = self.result(futures[target], f"Deleting the records of {tp} before offset {offset}")
+        result = self._asked_again(
+            lambda timeout: self._admin.delete_records([target], request_timeout=timeout)[target],
+            f"Deleting the records of {tp} before offset {offset}")
         return int(getattr(result, "low_watermark", offset))
 
     def list_offsets(self, tp: TopicPartition) -> tuple[int, int]:
         """(log start offset, high watermark) of a partition (ListOffsets earliest and latest)."""
-        out = []
-        for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):
-            target = KafkaTopicPartition(tp.topic, tp.partition)
-            futures = self._admin.list_offsets({target: spec}, request_timeout=self.timeout_s)
-            out.append(int(self.result(futures[target], f"Listing the offsets of {tp}").offset))
+        target = KafkaTopicPartition(tp.topic, tp.partition)
+
+        def ask(spec: OffsetSpec) -> int:
+            answer = self._asked_again(
+                lambda timeout: self._admin.list_offsets({target: spec}, request_timeout=timeout)[target],
+                f"Listing the offsets of {tp}")
+            return int(answer.offset)
+
+        out = [ask(OffsetSpec.earliest()), ask(OffsetSpec.latest())]
         return out[0], out[1]
 
     def raw(self) -> AdminClient:

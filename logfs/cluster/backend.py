@@ -19,7 +19,7 @@ from engine.errors import InvalidPartitionError, LogfsError, UnknownTopicOrParti
 from engine.topic import TopicPartition, validate_topic_name
 from logfs.cluster.admin import ClusterAdmin
 from logfs.cluster.config import LOCAL_TOPIC_NAMES, ClusterOptions
-from logfs.cluster.errors import ClusterTimeoutError
+from logfs.cluster.errors import ClusterError, ClusterTimeoutError, quiet_while_unreachable
 from logfs.cluster.groups import ClusterGroupCoordinator
 from logfs.cluster.producer import ClusterProducer
 from logfs.cluster.replica_fetcher import LEADER_LOG_START_OFFSET, ReplicaFetcher
@@ -69,6 +69,7 @@ class ClusterBackend:
     def close(self) -> None:
         if self.producer is not None:
             self.producer.close()
+        self._coordinator.close()
         self.fetcher.stop()
 
     # ------------------------------------------------------------------ waiting for the replica
@@ -159,10 +160,18 @@ class ClusterBackend:
             raise LogfsError("The cluster mount is not started")
         return self.producer
 
+    def _produce(self, tp: TopicPartition, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                 headers: Sequence[Sequence[tuple[str, bytes | None]]] | None = None,
+                 timestamps: Sequence[int | None] | None = None) -> tuple[int, int]:
+        try:
+            first, last = self._producer().produce(tp, values, keys, headers, timestamps)
+        except ClusterError as exc:
+            raise quiet_while_unreachable(exc, self.admin.reachable) from None
+        return self._visible(tp, first, last)
+
     def append_values(self, tp: TopicPartition, values: Sequence[bytes | None],
                       keys: Sequence[bytes | None] | None) -> tuple[int, int]:
-        first, last = self._producer().produce(tp, values, keys)
-        return self._visible(tp, first, last)
+        return self._produce(tp, values, keys)
 
     def append_text_lines(self, tp: TopicPartition, block: bytes) -> tuple[int, int, int]:
         values = block.split(b"\n")
@@ -171,10 +180,8 @@ class ClusterBackend:
         return first, last, len(values)
 
     def append_json_records(self, tp: TopicPartition, records: Sequence[JsonRecord]) -> tuple[int, int]:
-        first, last = self._producer().produce(
-            tp, [r.value for r in records], [r.key for r in records], [r.headers for r in records],
-            [r.timestamp for r in records])
-        return self._visible(tp, first, last)
+        return self._produce(tp, [r.value for r in records], [r.key for r in records], [r.headers for r in records],
+                             [r.timestamp for r in records])
 
     def append_blocks(self, topic: str) -> bool:
         return True     # every append waits for the cluster

@@ -25,6 +25,9 @@ class ClusterError(LogfsError):
     """The cluster failed a request or could not be reached (EIO)."""
 
     errno = _errno.EIO
+    #: logged at DEBUG only (logfs.fs): set on a failure while the cluster is known to be unreachable, which
+    #: the mount logged once when it happened (and logs again when the cluster answers)
+    quiet = False
 
 
 class ClusterTimeoutError(ClusterError):
@@ -43,6 +46,13 @@ class ClusterAuthorizationError(ClusterError):
     """The cluster's ACLs do not allow the mount's principal the request (EACCES)."""
 
     errno = _errno.EACCES
+
+
+class GroupBusyError(LogfsError):
+    """The group coordinator refused a commit for a group that has active members (EBUSY): Kafka lets an
+    admin commit only for an empty group (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS...)."""
+
+    errno = _errno.EBUSY
 
 
 # Kafka error names (librdkafka's KafkaError.name()) -> the engine's error of the same meaning
@@ -71,7 +81,19 @@ _BY_NAME: dict[str, type[LogfsError]] = {
     "TOPIC_AUTHORIZATION_FAILED": ClusterAuthorizationError,
     "GROUP_AUTHORIZATION_FAILED": ClusterAuthorizationError,
     "CLUSTER_AUTHORIZATION_FAILED": ClusterAuthorizationError,
+    # the group has members: only they may commit (or delete) its offsets
+    "UNKNOWN_MEMBER_ID": GroupBusyError,
+    "ILLEGAL_GENERATION": GroupBusyError,
+    "REBALANCE_IN_PROGRESS": GroupBusyError,
+    "FENCED_INSTANCE_ID": GroupBusyError,
+    "STALE_MEMBER_EPOCH": GroupBusyError,
+    "NON_EMPTY_GROUP": GroupBusyError,
+    "GROUP_SUBSCRIBED_TO_TOPIC": GroupBusyError,
 }
+
+#: the group coordinator is moving or loading: a request is retried (within the mount's bound), not failed
+RETRIABLE_COORDINATOR_ERRORS = frozenset({"COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE",
+                                          "NOT_COORDINATOR"})
 
 
 class ClientLog:
@@ -121,6 +143,34 @@ def security_failure(name: str, text: str, brokers: str) -> ClusterAuthenticatio
         return ClusterAuthenticationError(f"The Kafka cluster at {brokers} closed the connection: {text}; "
                                           "check security.protocol (the broker listener's)")
     return None
+def quiet_while_unreachable(exc: LogfsError, reachable: bool) -> LogfsError:
+    """``exc``, logged at DEBUG if the cluster is known to be unreachable: one line per outage, not per request."""
+    if not reachable and isinstance(exc, ClusterError):
+        exc.quiet = True
+    return exc
+
+
+def error_name(error: object) -> str:
+    """Kafka's name of an error: librdkafka's ``KafkaError.name()`` or kafka-python's error class ``message``."""
+    inner = error.args[0] if isinstance(error, Exception) and error.args and hasattr(error.args[0], "name") \
+        else error
+    if hasattr(inner, "name") and callable(inner.name):
+        return str(inner.name())
+    name = getattr(inner, "message", None)      # kafka-python: the class (per-partition errors) or an instance
+    if isinstance(name, str) and name:
+        return name
+    return inner.__name__ if isinstance(inner, type) else type(inner).__name__
+
+
+def refused(items: dict[str, str], what: str, brokers: str) -> LogfsError:
+    """The error for per-item refusals of one request (``item -> Kafka error name``), all named in its message;
+    the errno is the first item's."""
+    first = next(iter(items.values()))
+    cls = _BY_NAME.get(first, ClusterError)
+    listed = ", ".join(f"{item}: {name}" for item, name in items.items())
+    if issubclass(cls, ClusterError):
+        return cls(f"{what}: {listed} (bootstrap servers {brokers})")
+    return cls(f"{what}: the cluster refused it: {listed}")
 
 
 def from_kafka(error: object, what: str, brokers: str) -> LogfsError:

@@ -29,6 +29,9 @@ __all__ = ["ClusterProducer", "PRODUCER_DEFAULTS"]
 #: what the mount sets unless ``-o`` says otherwise; ``acks`` and idempotence are not negotiable
 PRODUCER_DEFAULTS = {
     "linger.ms": "5",   # the records of one write() leave as one batch
+    # librdkafka's default (10,000) cut a write of more lines into several batches (`seq 25000 >> append`:
+    # three, with three LogAppendTimes); its maximum leaves batch.size (the broker's 1 MB) the only limit
+    "batch.num.messages": "1000000",
     "delivery.timeout.ms": "30000",
     "request.timeout.ms": "10000",
     "message.max.bytes": str(64 * 1024 * 1024),
@@ -74,6 +77,8 @@ class ClusterProducer:
         self.delivery_timeout_s = int(config["delivery.timeout.ms"]) / 1000
         self.queue_max_messages = int(config.get("queue.buffering.max.messages", "100000"))
         self._producer = Producer({**config, "logger": ClientLog("logfs.cluster.librdkafka")})
+        #: topics whose partitions and leaders this producer has metadata for (see _know)
+        self._known: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="logfs-producer", daemon=True)
         self._thread.start()
@@ -87,12 +92,16 @@ class ClusterProducer:
                 headers: Sequence[Sequence[tuple[str, bytes | None]]] | None = None,
                 timestamps: Sequence[int | None] | None = None) -> tuple[int, int]:
         """Produce the records in order and wait for their delivery; (first offset, last offset)."""
+        if tp.topic not in self._known:
+            self._know(tp)
         n = len(values)
         delivery = _Delivery(n)
         what = f"Appending {n} records to {tp}"
-        if not headers or not any(headers):
-            self._produce_batch(tp, values, keys, timestamps, delivery, what)
+        if (not headers or not any(headers)) and (timestamps is None or all(t is None for t in timestamps)):
+            self._produce_batch(tp, values, keys, delivery, what)
             return self._wait(delivery, what)
+        # librdkafka's produce_batch takes neither headers nor timestamps: such records are produced one by
+        # one, which librdkafka may send in more than one batch (README, "one write()")
         i = 0
         try:
             for i, value in enumerate(values):
@@ -110,16 +119,35 @@ class ClusterProducer:
             raise from_kafka(exc, what, self.brokers) from None
         return self._wait(delivery, what)
 
+    def _know(self, tp: TopicPartition) -> None:
+        """Metadata of ``tp``'s topic before its first produce (a Metadata request for it).
+
+        Records produced to a topic the producer has no metadata for wait in librdkafka's unassigned queue
+        and are moved to the partition's queue when the metadata arrives, one by one, while the sender,
+        ``linger.ms`` long expired, already sends what was moved: the first write of a mount to a topic
+        left in two or three batches.  A failure here is left to the produce that follows."""
+        try:
+            md = self._producer.list_topics(tp.topic, timeout=min(self.delivery_timeout_s, 10.0))
+        except KafkaException as exc:
+            log.debug("Metadata of topic %s before its first produce: %s", tp.topic, exc)
+            return
+        partition = md.topics.get(tp.topic)
+        if partition is not None and partition.error is None and tp.partition in partition.partitions \
+                and partition.partitions[tp.partition].leader >= 0:
+            self._known.add(tp.topic)
+
     def _produce_batch(self, tp: TopicPartition, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
-                       timestamps: Sequence[int | None] | None, delivery: _Delivery, what: str) -> None:
+                       delivery: _Delivery, what: str) -> None:
         """The records of one write onto the partition's queue at once (librdkafka's ``rd_kafka_produce_batch``).
 
-        Enqueued in one step, they leave in one ProduceRequest batch as long as
-        they fit in ``batch.size`` (1 MB) and ``batch.num.messages`` (10,000): the
+        Enqueued in one call, they leave in one ProduceRequest batch as long as
+        they fit in ``batch.size`` (1 MB; ``batch.num.messages`` is set to its maximum): the
         broker appends that batch whole or not at all, so such a write is all or
-        nothing on the cluster as on an embedded mount.  (One ``produce()`` per
-        record let librdkafka's sender cut a write that took longer than
-        ``linger.ms`` to enqueue.)  Waits for room in the local queue first, so the
+        nothing on the cluster as on an embedded mount.  librdkafka 2.16 still
+        enqueues them one by one inside that call, so a write of tens of
+        thousands of records that takes longer than ``linger.ms`` to enqueue can
+        be cut (far less often than with one ``produce()`` per record, which
+        Python makes slower).  Waits for room in the local queue first, so the
         batch is never refused half enqueued for a full queue.
         """
         messages: list[dict] = []
@@ -127,8 +155,6 @@ class ClusterProducer:
             message: dict = {} if value is None else {"value": value}
             if keys is not None and keys[i] is not None:
                 message["key"] = keys[i]
-            if timestamps is not None and timestamps[i] is not None:
-                message["timestamp"] = timestamps[i]
             messages.append(message)
         while len(self._producer) + len(messages) > self.queue_max_messages and len(self._producer):
             self._producer.poll(0.05)       # deliveries drain the queue

@@ -100,6 +100,8 @@ class PartitionFetchState:
     responded: bool = False
     #: the leader epoch of the last local batch (``lastFetchedEpoch``); None: read it from the log
     last_epoch: int | None = None
+    #: the Kafka error code of the last fetch of this partition (a warning is logged when it changes)
+    last_error: int = 0
 
     def last_fetched_epoch(self) -> int:
         if self.last_epoch is None:
@@ -203,6 +205,8 @@ class ReplicaFetcher:
         self._sync_generation = 0
         self._next_sync = 0.0
         self._unreachable_since: float | None = None
+        #: (old leader, new leader) -> partitions, while one metadata response is applied
+        self._moved: dict[tuple[int, int], list[TopicPartition]] = {}
         self._stop = threading.Event()
         #: called with a topic's name after its local replica was deleted (the namespace forgets its nodes)
         self.topic_removed: Callable[[str], None] | None = None
@@ -286,6 +290,9 @@ class ReplicaFetcher:
     # ------------------------------------------------------------------ the thread
 
     def _run(self) -> None:
+        from kafka.errors import KafkaError
+
+        last_bug = ""
         while not self._stop.is_set():
             try:
                 now = time.monotonic()
@@ -295,21 +302,47 @@ class ReplicaFetcher:
                 self._send_fetches()
                 self._client.poll(timeout_ms=100)
                 self._complete_fetches()
-            except Exception as exc:  # the thread must survive anything: say it and go on
+            except KafkaError as exc:   # the client's own errors (a broker gone, a connection lost) are state
                 if not self._stop.is_set():
-                    log.exception("Replica fetcher: unexpected error, retrying: %s", exc)
+                    log.debug("Replica fetcher: %r, retrying after a metadata refresh", exc)
+                    self._sync_wanted.set()
+                    self._stop.wait(_BACKOFF_S)
+            except Exception as exc:  # a bug: the thread must survive it, say it once (not at every retry)
+                if not self._stop.is_set():
+                    if repr(exc) != last_bug:
+                        log.exception("Replica fetcher: unexpected error, retrying: %s", exc)
+                        last_bug = repr(exc)
+                    else:
+                        log.debug("Replica fetcher: the same unexpected error again: %r", exc)
                     self._stop.wait(_BACKOFF_S)
 
     # ------------------------------------------------------------------ metadata
 
     def _metadata(self) -> Any:
+        """A MetadataResponse from the least loaded broker, or from any other one that answers (a broker that
+        died is not the cluster being unreachable), within 10 s in all."""
         from kafka.protocol.metadata import MetadataRequest
 
-        node = self._client.least_loaded_node(bootstrap_fallback=True)
-        if node is None:
+        cluster = self._client.cluster
+        nodes: list[Any] = []
+        for node in ([self._client.least_loaded_node(bootstrap_fallback=True)]
+                     + [b.node_id for b in cluster.brokers()] + [b.node_id for b in cluster.bootstrap_brokers()]):
+            if node is not None and node not in nodes:
+                nodes.append(node)
+        if not nodes:
             raise LogfsError("no broker to ask for metadata")
-        return self._client.send_and_receive(node, MetadataRequest(topics=None, max_version=12),
-                                             timeout_ms=10_000)
+        deadline = time.monotonic() + 10.0
+        failure: Exception | None = None
+        for node in nodes:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0:
+                break
+            try:
+                return self._client.send_and_receive(node, MetadataRequest(topics=None, max_version=12),
+                                                     timeout_ms=left_ms)
+            except Exception as exc:    # this broker is down: ask the next one
+                failure = exc
+        raise failure if failure is not None else LogfsError("no broker answered a metadata request in time")
 
     def _sync_metadata(self) -> None:
         """Local topics and fetch states as the cluster's metadata says (see the module docstring)."""
@@ -321,6 +354,7 @@ class ReplicaFetcher:
             self._bump_generation()
             return
         self.admin.reachable = True
+        self._client.cluster.update_metadata(md)    # the brokers the fetches go to, as this metadata names them
         if self._unreachable_since is not None:
             log.info("The Kafka cluster at %s answers again after %.1f s", self.brokers,
                      time.monotonic() - self._unreachable_since)
@@ -337,6 +371,7 @@ class ReplicaFetcher:
             for p in t.partitions:
                 meta.partitions[p.partition_index] = (p.leader_id, p.leader_epoch)
             cluster[t.name] = meta
+        self._moved = {}
         for topic in self.manager.topics():
             if topic not in cluster and topic not in uncertain:
                 self._drop_topic(topic, "it no longer exists on the cluster")
@@ -345,7 +380,19 @@ class ReplicaFetcher:
                 self._ensure_topic(name, meta)
             except LogfsError as exc:
                 log.error("Cannot replicate topic %s locally: %s", name, exc)
+        self._log_leader_changes()
         self._bump_generation()
+
+    def _log_leader_changes(self) -> None:
+        """One line for the leader changes one metadata response showed, however many partitions moved."""
+        if not self._moved:
+            return
+        moves = []
+        for (was, now), tps in sorted(self._moved.items(), key=lambda item: -len(item[1])):
+            example = ", ".join(map(str, tps[:3])) + (", ..." if len(tps) > 3 else "")
+            moves.append(f"{len(tps)} from {_broker(was)} to {_broker(now)} ({example})")
+        log.info("Partition leaders moved: %s", "; ".join(moves))
+        self._moved = {}
 
     def _bump_generation(self) -> None:
         with self._appended:
@@ -389,8 +436,8 @@ class ReplicaFetcher:
             if state is None or state.log is not target:
                 self._states[tp] = PartitionFetchState(target, meta.topic_id, leader, epoch)
             elif (state.leader, state.leader_epoch) != (leader, epoch):
-                log.info("Partition %s: leader %d (epoch %d), was %d (epoch %d)", tp, leader, epoch,
-                         state.leader, state.leader_epoch)
+                if leader != state.leader:
+                    self._moved.setdefault((state.leader, leader), []).append(tp)
                 state.leader, state.leader_epoch, state.delayed_until = leader, epoch, 0.0
 
     def _drop_topic(self, topic: str, why: str) -> None:
@@ -409,6 +456,7 @@ class ReplicaFetcher:
     # ------------------------------------------------------------------ fetching
 
     def _send_fetches(self) -> None:
+        from kafka.errors import KafkaError
         from kafka.protocol.consumer import FetchRequest
 
         now = time.monotonic()
@@ -444,7 +492,12 @@ class ReplicaFetcher:
                 topics=[fetch_topic(topic=name, topic_id=tid, partitions=ps) for tid, (name, ps) in topics.items()],
                 forgotten_topics_data=[forgotten_topic(topic_id=tid, partitions=ps) for tid, ps in forgotten.items()],
                 rack_id="", min_version=13, max_version=16)
-            future = self._client.send(leader, request)
+            try:
+                future = self._client.send(leader, request)
+            except KafkaError as exc:   # UnknownBrokerIdError, NodeNotReadyError...: the leader is state, not a bug
+                session.reset()
+                self._node_failed(leader, exc)
+                continue
             keys = {key: tp for key, (tp, _) in wanted.items()}
             self._inflight[leader] = (future, keys, {key: wanted[key][1] for key in send}, forget)
 
@@ -493,12 +546,14 @@ class ReplicaFetcher:
         if error == _NONE and diverging is not None and diverging.epoch >= 0:
             self._diverged(tp, state, diverging.epoch, diverging.end_offset)
         elif error == _NONE:
+            state.last_error = _NONE
             self._append(tp, state, pd)
         elif error == _OFFSET_OUT_OF_RANGE:
             self._out_of_range(tp, state)
         else:
-            if error not in _RETRIABLE_METADATA:
+            if error not in _RETRIABLE_METADATA and state.last_error != error:
                 log.warning("Fetch of %s failed with Kafka error code %d; retrying", tp, error)
+            state.last_error = error
             state.delayed_until = time.monotonic() + _BACKOFF_S
             self._sync_wanted.set()
 
@@ -587,6 +642,10 @@ class ReplicaFetcher:
                 state.delayed_until = time.monotonic() + _BACKOFF_S
         with self._appended:
             self._appended.notify_all()
+
+
+def _broker(node: int) -> str:
+    return "no leader" if node < 0 else f"broker {node}"
 
 
 def kafka_topic_id(topic_id: uuid.UUID) -> str:
