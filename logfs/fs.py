@@ -339,7 +339,12 @@ class LogfsOperations(pyfuse3.Operations):
         self.ns.stats.metadata_requests += 1
         decoded = os.fsdecode(name)
         temp = self._temps.get(parent, decoded)
-        return self._entry(temp if temp is not None else parent.lookup(decoded))
+        if temp is not None:
+            return self._entry(temp)
+        prepare = parent.preparation(decoded)
+        if prepare is not None:         # a cluster mount's first use of a partition: its replica is made
+            await trio.to_thread.run_sync(prepare)
+        return self._entry(parent.lookup(decoded))
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
         for ino, nlookup in inode_list:

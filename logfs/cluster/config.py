@@ -5,7 +5,7 @@ embedded broker's configuration (SPEC.md section 2: ``log.segment.bytes``,
 ``log.flush.interval.ms``, ...) configures the local replica's ``LogManager``;
 ``num.partitions`` and ``default.replication.factor`` are the defaults of
 topics the mount creates (the cluster's own when not given); the mount's own
-``metadata.max.age.ms`` and ``fetch.max.wait.ms`` tune the replica fetcher;
+``metadata.max.age.ms``, ``metadata.listing.max.age.ms`` and ``fetch.max.wait.ms`` tune the replica fetcher;
 every other name is a Kafka client setting under librdkafka's name
 (``security.protocol``, ``sasl.mechanism``, ``sasl.username``,
 ``ssl.ca.location``, ``delivery.timeout.ms``, ...), given to the producer and
@@ -30,7 +30,7 @@ LOCAL_TOPIC_NAMES = frozenset({"parse.key", "key.separator", "null.marker"})
 REPLICA_DEFAULTS = {"log.retention.ms": "-1", "log.retention.bytes": "-1", "log.cleaner.enable": "false"}
 
 _CREATE_NAMES = ("num.partitions", "default.replication.factor")
-_FETCHER_NAMES = ("metadata.max.age.ms", "fetch.max.wait.ms")
+_FETCHER_NAMES = ("metadata.max.age.ms", "metadata.listing.max.age.ms", "fetch.max.wait.ms")
 
 # librdkafka's names -> kafka-python's, for the replica fetcher
 _KAFKA_PYTHON_NAMES = {
