@@ -115,6 +115,8 @@ class PartitionFetchState:
     responded: bool = False
     #: the leader epoch of the last local batch (``lastFetchedEpoch``); None: read it from the log
     last_epoch: int | None = None
+    #: a replica made on first use, not yet in its leader's fetch session: fetched first on its own, at once
+    first_use: bool = False
 
     def last_fetched_epoch(self) -> int:
         if self.last_epoch is None:
@@ -226,6 +228,8 @@ class ReplicaFetcher:
                                         dict[tuple[uuid.UUID, int], tuple[int, int, int]],
                                         list[tuple[uuid.UUID, int]]]] = {}
         self._sessions: dict[int, FetchSession] = {}
+        #: leader -> the sessionless, non-waiting Fetch of replicas made on first use (see _send_first_fetches)
+        self._first_inflight: dict[int, tuple[Any, dict[tuple[uuid.UUID, int], TopicPartition]]] = {}
         self._node_delayed: dict[int, float] = {}
         self._appended = threading.Condition()
         self._sync_wanted = threading.Event()
@@ -510,7 +514,7 @@ class ReplicaFetcher:
             state = self._states.get(tp)
             if state is None or state.log is not target:
                 leader, epoch = meta.partitions[tp.partition]
-                self._states[tp] = PartitionFetchState(target, meta.topic_id, leader, epoch)
+                self._states[tp] = PartitionFetchState(target, meta.topic_id, leader, epoch, first_use=True)
 
     def _drop_topic(self, topic: str, why: str) -> None:
         log.info("Deleting the local replica of topic %s: %s", topic, why)
@@ -532,12 +536,21 @@ class ReplicaFetcher:
 
         now = time.monotonic()
         by_leader: dict[int, list[tuple[TopicPartition, PartitionFetchState]]] = {}
+        first: dict[int, list[tuple[TopicPartition, PartitionFetchState]]] = {}
         for tp, state in self._states.items():
-            if state.leader < 0 or state.delayed_until > now or state.leader in self._inflight:
+            if state.leader < 0 or state.delayed_until > now:
                 continue
             if self._node_delayed.get(state.leader, 0.0) > now:
                 continue
+            if state.first_use:
+                if state.leader not in self._first_inflight:
+                    first.setdefault(state.leader, []).append((tp, state))
+                continue
+            if state.leader in self._inflight:
+                continue
             by_leader.setdefault(state.leader, []).append((tp, state))
+        if first:
+            self._send_first_fetches(first)
         fetch_topic = FetchRequest.FetchTopic
         fetch_partition = fetch_topic.FetchPartition
         forgotten_topic = FetchRequest.ForgottenTopic
@@ -567,7 +580,54 @@ class ReplicaFetcher:
             keys = {key: tp for key, (tp, _) in wanted.items()}
             self._inflight[leader] = (future, keys, {key: wanted[key][1] for key in send}, forget)
 
+    def _send_first_fetches(self, by_leader: Mapping[int, list[tuple[TopicPartition, PartitionFetchState]]]) -> None:
+        """The first fetch of replicas made on first use: sessionless (epoch -1) and without waiting at the
+        leader, beside the leader's long-polling session fetch, so a first open is answered in one round
+        trip instead of after the session's ``fetch.max.wait.ms``; the partitions join the session after."""
+        from kafka.protocol.consumer import FetchRequest
+
+        fetch_topic = FetchRequest.FetchTopic
+        fetch_partition = fetch_topic.FetchPartition
+        for leader, parts in by_leader.items():
+            topics: dict[uuid.UUID, tuple[str, list]] = {}
+            keys: dict[tuple[uuid.UUID, int], TopicPartition] = {}
+            for tp, state in parts:
+                keys[(state.topic_id, tp.partition)] = tp
+                topics.setdefault(state.topic_id, (tp.topic, []))[1].append(fetch_partition(
+                    partition=tp.partition, current_leader_epoch=state.leader_epoch,
+                    fetch_offset=state.log.log_end_offset, last_fetched_epoch=state.last_fetched_epoch(),
+                    log_start_offset=-1, partition_max_bytes=self.partition_max_bytes))
+            request = FetchRequest(
+                replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=64 << 20, isolation_level=0, session_id=0,
+                session_epoch=-1, topics=[fetch_topic(topic=name, topic_id=tid, partitions=ps)
+                                          for tid, (name, ps) in topics.items()],
+                forgotten_topics_data=[], rack_id="", min_version=13, max_version=16)
+            self._first_inflight[leader] = (self._client.send(leader, request), keys)
+
+    def _complete_first_fetches(self) -> None:
+        for leader, (future, keys) in list(self._first_inflight.items()):
+            if not future.is_done:
+                continue
+            del self._first_inflight[leader]
+            for tp in keys.values():
+                state = self._states.get(tp)
+                if state is not None:
+                    state.first_use = False         # the session fetches it from now on
+            if future.failed():
+                self._node_failed(leader, future.exception)
+                continue
+            response = future.value
+            if getattr(response, "error_code", _NONE) != _NONE:
+                self._node_failed(leader, f"fetch error code {response.error_code}")
+                continue
+            for topic in response.responses:
+                for pd in topic.partitions:
+                    answered = keys.get((topic.topic_id, pd.partition_index))
+                    if answered is not None:
+                        self._partition_data(answered, topic.topic_id, pd)
+
     def _complete_fetches(self) -> None:
+        self._complete_first_fetches()
         for leader, (future, keys, sent, forgotten) in list(self._inflight.items()):
             if not future.is_done:
                 continue
