@@ -115,8 +115,6 @@ class PartitionFetchState:
     responded: bool = False
     #: the leader epoch of the last local batch (``lastFetchedEpoch``); None: read it from the log
     last_epoch: int | None = None
-    #: a replica made on first use, not yet in its leader's fetch session: fetched first on its own, at once
-    first_use: bool = False
 
     def last_fetched_epoch(self) -> int:
         if self.last_epoch is None:
@@ -206,15 +204,9 @@ class ReplicaFetcher:
         self.start_position: StartPosition = start
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.partition_max_bytes = partition_max_bytes
-        self._client = KafkaNetClient(**{
-            "bootstrap_servers": self.brokers.split(","),
-            "client_id": "logfs-replica-fetcher",
-            "request_timeout_ms": 10_000,
-            "reconnect_backoff_ms": 100,
-            "reconnect_backoff_max_ms": 1_000,
-            "receive_message_max_bytes": 256 << 20,
-            **client_config,
-        })
+        self._client_config = dict(client_config)
+        self._client = KafkaNetClient(**{**self._client_settings(), "client_id": "logfs-replica-fetcher",
+                                         **client_config})
         self._states: dict[TopicPartition, PartitionFetchState] = {}
         #: the selected topics of the cluster as the last full metadata poll saw them (replaced whole, read
         #: from any thread): what the namespace lists
@@ -228,8 +220,9 @@ class ReplicaFetcher:
                                         dict[tuple[uuid.UUID, int], tuple[int, int, int]],
                                         list[tuple[uuid.UUID, int]]]] = {}
         self._sessions: dict[int, FetchSession] = {}
-        #: leader -> the sessionless, non-waiting Fetch of replicas made on first use (see _send_first_fetches)
-        self._first_inflight: dict[int, tuple[Any, dict[tuple[uuid.UUID, int], TopicPartition]]] = {}
+        #: the client of first fetches (ensure_replica), made on the first: its own connections, as a broker
+        #: answers the requests of one connection in order, behind the session's long poll
+        self._first_client: Any = None
         self._node_delayed: dict[int, float] = {}
         self._appended = threading.Condition()
         self._sync_wanted = threading.Event()
@@ -240,6 +233,16 @@ class ReplicaFetcher:
         #: called with a topic's name after its local replica was deleted (the namespace forgets its nodes)
         self.topic_removed: Callable[[str], None] | None = None
         self._thread = threading.Thread(target=self._run, name="logfs-replica-fetcher", daemon=True)
+
+    def _client_settings(self) -> dict[str, Any]:
+        return {
+            "bootstrap_servers": self.brokers.split(","),
+            "request_timeout_ms": 10_000,
+            "reconnect_backoff_ms": 100,
+            "reconnect_backoff_max_ms": 1_000,
+            "receive_message_max_bytes": 256 << 20,
+            **self._client_config,
+        }
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -280,6 +283,9 @@ class ReplicaFetcher:
         if self._thread.is_alive():
             self._thread.join(timeout=30)
         self._client.close()
+        with self._create_lock:
+            if self._first_client is not None:
+                self._first_client.close()
 
     # ------------------------------------------------------------------ for the backend
 
@@ -315,9 +321,12 @@ class ReplicaFetcher:
                 if start > 0:
                     target.truncate_fully_and_start_at(start)
                 log.info("Replicating partition %s from offset %d (--from %s)", tp, start, self.start_position)
+                fetched = self._first_fetch(tp, meta, target, timeout_s)
                 with self._appended:
                     self._added.append(tp)
                 self._client.wakeup()
+                if fetched:
+                    return target
         deadline = time.monotonic() + min(timeout_s, FIRST_ROUND_MAX_S)
         with self._appended:
             while True:
@@ -330,6 +339,46 @@ class ReplicaFetcher:
                                 "the local replica holds while it catches up", tp, min(timeout_s, FIRST_ROUND_MAX_S))
                     return target
                 self._appended.wait(min(left, 0.5))
+
+    def _first_fetch(self, tp: TopicPartition, meta: _TopicMetadata, target: Log, timeout_s: float) -> bool:
+        """One Fetch of a new replica from its leader, at once (sessionless, ``max_wait_ms`` 0), appended
+        before the fetcher thread takes the partition into its leader's session; False if the leader did not
+        answer with records or nothing-new (the fetcher thread then handles what it says)."""
+        from kafka.protocol.consumer import FetchRequest
+
+        leader, epoch = meta.partitions[tp.partition]
+        if leader < 0:
+            return False
+        fetch_topic = FetchRequest.FetchTopic
+        request = FetchRequest(
+            replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=64 << 20, isolation_level=0, session_id=0,
+            session_epoch=-1, topics=[fetch_topic(topic=tp.topic, topic_id=meta.topic_id, partitions=[
+                fetch_topic.FetchPartition(partition=tp.partition, current_leader_epoch=epoch,
+                                           fetch_offset=target.log_end_offset, last_fetched_epoch=-1,
+                                           log_start_offset=-1, partition_max_bytes=self.partition_max_bytes)])],
+            forgotten_topics_data=[], rack_id="", min_version=13, max_version=16)
+        try:
+            if self._first_client is None:
+                from kafka.net.compat import KafkaNetClient
+
+                client = KafkaNetClient(**{"client_id": "logfs-replica-first-fetch", **self._client_settings()})
+                client._manager.bootstrap(int(timeout_s * 1000))
+                self._first_client = client
+            response = self._first_client.send_and_receive(leader, request, timeout_ms=int(timeout_s * 1000))
+            pd = response.responses[0].partitions[0]
+            diverging = getattr(pd, "diverging_epoch", None)
+            if response.error_code != _NONE or pd.error_code != _NONE or (diverging is not None
+                                                                          and diverging.epoch >= 0):
+                return False
+            if pd.records:
+                target.append_as_follower(pd.records)
+            if pd.log_start_offset > target.log_start_offset:
+                target.maybe_increment_log_start_offset(min(pd.log_start_offset, target.log_end_offset),
+                                                        LEADER_LOG_START_OFFSET)
+            return True
+        except Exception as exc:  # the fetcher thread fetches it anyway: say it, and leave it to it
+            log.debug("First fetch of %s from broker %d failed: %s", tp, leader, exc)
+            return False
 
     def _start_offset(self, tp: TopicPartition) -> int:
         """ListOffsets for ``--from``: the leader's log start, its high watermark, or the first offset whose
@@ -514,7 +563,7 @@ class ReplicaFetcher:
             state = self._states.get(tp)
             if state is None or state.log is not target:
                 leader, epoch = meta.partitions[tp.partition]
-                self._states[tp] = PartitionFetchState(target, meta.topic_id, leader, epoch, first_use=True)
+                self._states[tp] = PartitionFetchState(target, meta.topic_id, leader, epoch)
 
     def _drop_topic(self, topic: str, why: str) -> None:
         log.info("Deleting the local replica of topic %s: %s", topic, why)
@@ -536,21 +585,14 @@ class ReplicaFetcher:
 
         now = time.monotonic()
         by_leader: dict[int, list[tuple[TopicPartition, PartitionFetchState]]] = {}
-        first: dict[int, list[tuple[TopicPartition, PartitionFetchState]]] = {}
         for tp, state in self._states.items():
             if state.leader < 0 or state.delayed_until > now:
                 continue
             if self._node_delayed.get(state.leader, 0.0) > now:
                 continue
-            if state.first_use:
-                if state.leader not in self._first_inflight:
-                    first.setdefault(state.leader, []).append((tp, state))
-                continue
             if state.leader in self._inflight:
                 continue
             by_leader.setdefault(state.leader, []).append((tp, state))
-        if first:
-            self._send_first_fetches(first)
         fetch_topic = FetchRequest.FetchTopic
         fetch_partition = fetch_topic.FetchPartition
         forgotten_topic = FetchRequest.ForgottenTopic
@@ -580,54 +622,7 @@ class ReplicaFetcher:
             keys = {key: tp for key, (tp, _) in wanted.items()}
             self._inflight[leader] = (future, keys, {key: wanted[key][1] for key in send}, forget)
 
-    def _send_first_fetches(self, by_leader: Mapping[int, list[tuple[TopicPartition, PartitionFetchState]]]) -> None:
-        """The first fetch of replicas made on first use: sessionless (epoch -1) and without waiting at the
-        leader, beside the leader's long-polling session fetch, so a first open is answered in one round
-        trip instead of after the session's ``fetch.max.wait.ms``; the partitions join the session after."""
-        from kafka.protocol.consumer import FetchRequest
-
-        fetch_topic = FetchRequest.FetchTopic
-        fetch_partition = fetch_topic.FetchPartition
-        for leader, parts in by_leader.items():
-            topics: dict[uuid.UUID, tuple[str, list]] = {}
-            keys: dict[tuple[uuid.UUID, int], TopicPartition] = {}
-            for tp, state in parts:
-                keys[(state.topic_id, tp.partition)] = tp
-                topics.setdefault(state.topic_id, (tp.topic, []))[1].append(fetch_partition(
-                    partition=tp.partition, current_leader_epoch=state.leader_epoch,
-                    fetch_offset=state.log.log_end_offset, last_fetched_epoch=state.last_fetched_epoch(),
-                    log_start_offset=-1, partition_max_bytes=self.partition_max_bytes))
-            request = FetchRequest(
-                replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=64 << 20, isolation_level=0, session_id=0,
-                session_epoch=-1, topics=[fetch_topic(topic=name, topic_id=tid, partitions=ps)
-                                          for tid, (name, ps) in topics.items()],
-                forgotten_topics_data=[], rack_id="", min_version=13, max_version=16)
-            self._first_inflight[leader] = (self._client.send(leader, request), keys)
-
-    def _complete_first_fetches(self) -> None:
-        for leader, (future, keys) in list(self._first_inflight.items()):
-            if not future.is_done:
-                continue
-            del self._first_inflight[leader]
-            for tp in keys.values():
-                state = self._states.get(tp)
-                if state is not None:
-                    state.first_use = False         # the session fetches it from now on
-            if future.failed():
-                self._node_failed(leader, future.exception)
-                continue
-            response = future.value
-            if getattr(response, "error_code", _NONE) != _NONE:
-                self._node_failed(leader, f"fetch error code {response.error_code}")
-                continue
-            for topic in response.responses:
-                for pd in topic.partitions:
-                    answered = keys.get((topic.topic_id, pd.partition_index))
-                    if answered is not None:
-                        self._partition_data(answered, topic.topic_id, pd)
-
     def _complete_fetches(self) -> None:
-        self._complete_first_fetches()
         for leader, (future, keys, sent, forgotten) in list(self._inflight.items()):
             if not future.is_done:
                 continue
