@@ -193,8 +193,12 @@ def main() -> int:
         ]
         results = []
         for i, (name, mount_args, read_topics, expected, pattern, kafka_records) in enumerate(rows):
-            row = _logfs_row(cluster.bootstrap, base / f"logfs-{i}", mount_args, read_topics, expected)
-            perf = _consumer_perf(cluster.bootstrap, base / f"logfs-{i}", pattern, kafka_records)
+            try:
+                row = _logfs_row(cluster.bootstrap, base / f"logfs-{i}", mount_args, read_topics, expected)
+                perf = _consumer_perf(cluster.bootstrap, base / f"logfs-{i}", pattern, kafka_records)
+            except (SystemExit, Exception) as exc:      # say it, and measure the other rows
+                print(f"{name}: failed: {exc}", flush=True)
+                continue
             print(name, row, perf, flush=True)
             results.append((name, row, perf))
     finally:

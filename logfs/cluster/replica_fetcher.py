@@ -214,6 +214,8 @@ class ReplicaFetcher:
         #: replicas made on first use, for the fetcher thread to start fetching (under _appended)
         self._added: list[TopicPartition] = []
         self._create_lock = threading.Lock()
+        #: the replica ensure_replica is making (its first fetch appends): the fetcher thread leaves it alone
+        self._creating: TopicPartition | None = None
         self._refresh_wanted = False
         self._next_listing = 0.0
         self._inflight: dict[int, tuple[Any, dict[tuple[uuid.UUID, int], TopicPartition],
@@ -317,13 +319,18 @@ class ReplicaFetcher:
             target = self.manager.get_log(tp)
             if target is None:
                 start = self._start_offset(tp)
-                target = self.manager.get_or_create_log(tp, kafka_topic_id(meta.topic_id))
-                if start > 0:
-                    target.truncate_fully_and_start_at(start)
-                log.info("Replicating partition %s from offset %d (--from %s)", tp, start, self.start_position)
-                fetched = self._first_fetch(tp, meta, target, timeout_s)
-                with self._appended:
-                    self._added.append(tp)
+                self._creating = tp
+                try:
+                    target = self.manager.get_or_create_log(tp, kafka_topic_id(meta.topic_id))
+                    if start > 0:
+                        target.truncate_fully_and_start_at(start)
+                    log.info("Replicating partition %s from offset %d (--from %s)", tp, start,
+                             self.start_position)
+                    fetched = self._first_fetch(tp, meta, target, timeout_s)
+                finally:
+                    with self._appended:
+                        self._creating = None
+                        self._added.append(tp)
                 self._client.wakeup()
                 if fetched:
                     return target
@@ -536,10 +543,10 @@ class ReplicaFetcher:
                                    "(deleted and recreated)")
             return
         for partition in local:
-            if partition not in meta.partitions:
-                continue
-            leader, epoch = meta.partitions[partition]
             tp = TopicPartition(name, partition)
+            if partition not in meta.partitions or tp == self._creating:
+                continue            # (being made: _start_added takes it once its first fetch is in)
+            leader, epoch = meta.partitions[partition]
             target = self.manager.get_log(tp)
             if target is None:
                 continue
