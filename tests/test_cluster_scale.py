@@ -12,6 +12,7 @@ cluster; a mount of a few hundred partitions keeps few descriptors open.
 
 from __future__ import annotations
 
+import datetime
 import errno
 import json
 import os
@@ -122,10 +123,15 @@ def test_from_starts_a_new_replica_at_the_log_start_the_end_or_a_time(cluster_mo
     assert (earliest.path / "when" / "0" / "records").read_bytes() == old + new
     earliest.stop()
 
-    since = cluster_mount("--from", str(SECOND_HALF_MS), name="time")
+    iso = (datetime.datetime.fromtimestamp(SECOND_HALF_MS // 1000, datetime.UTC)
+           + datetime.timedelta(milliseconds=SECOND_HALF_MS % 1000)).isoformat()
+    since = cluster_mount("--from", iso, name="time")                   # as since/ takes it
     assert (since.path / "when" / "0" / "records").read_bytes() == new
     assert (since.path / "when" / "0" / "offset" / "3").read_bytes() == b"old 3\n"   # from the cluster
     since.stop()
+    epoch = cluster_mount("--from", str(SECOND_HALF_MS + 5), name="epoch")
+    assert (epoch.path / "when" / "0" / "records").read_bytes() == new[new.index(b"new 5"):]
+    epoch.stop()
 
     latest = cluster_mount("--from", "latest", name="latest")
     records = latest.path / "when" / "0" / "records"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, cast
@@ -72,7 +73,9 @@ class ClusterBackend:
             topics=topics, start=start)
         self.producer: ClusterProducer | None = None
         self._coordinator = ClusterGroupCoordinator(manager, self.admin)
-        self._below_start: collections.OrderedDict[tuple[TopicPartition, int], Record] = collections.OrderedDict()
+        self._below_start: collections.OrderedDict[tuple[TopicPartition, int], Record | None] = \
+            collections.OrderedDict()
+        self._below_start_lock = threading.Lock()
 
     def start(self) -> None:
         """Reach the cluster and bring the replica's topics in line (bounded by the request timeout)."""
@@ -113,19 +116,23 @@ class ClusterBackend:
         cluster (a consumer assigned there, as ``kafka-console-consumer --partition P --offset N
         --max-messages 1``), not stored in the replica; kept in a small side cache."""
         key = (tp, offset)
-        cached = self._below_start.get(key)
-        if cached is not None:
-            self._below_start.move_to_end(key)
-            return cached
-        from logfs.cluster.consumer import read_one_record
+        with self._below_start_lock:
+            known = key in self._below_start
+            record = self._below_start.get(key)
+            if known:
+                self._below_start.move_to_end(key)
+        if not known:
+            from logfs.cluster.consumer import read_one_record
 
-        record = read_one_record(self.options.client_config(), tp, offset, self.timeout_s)
+            record = read_one_record(self.options.client_config(), tp, offset, self.timeout_s)
+            with self._below_start_lock:      # a record, or None for none (not asked again on the lookup)
+                self._below_start[key] = record
+                while len(self._below_start) > BELOW_LOG_START_CACHED:
+                    self._below_start.popitem(last=False)
         if record is None:
-            raise OffsetOutOfRangeError(f"No record at offset {offset} in partition {tp} on the cluster",
+            raise OffsetOutOfRangeError(f"No record at offset {offset} in partition {tp} on the cluster "
+                                        "(below its log start, or removed by compaction)",
                                         offset=offset, log_start_offset=-1, log_end_offset=-1)
-        self._below_start[key] = record
-        while len(self._below_start) > BELOW_LOG_START_CACHED:
-            self._below_start.popitem(last=False)
         return record
 
     # ------------------------------------------------------------------ topics

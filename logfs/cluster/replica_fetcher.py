@@ -86,6 +86,8 @@ StartPosition = str | int
 
 #: the reason logged when the local log start follows the leader's
 LEADER_LOG_START_OFFSET = "leader log start offset"
+#: the reason logged when the local log start is where --from started the replica
+FROM_START = "the start chosen by --from"
 
 # Kafka error codes the fetcher acts on
 _NONE = 0
@@ -115,6 +117,9 @@ class PartitionFetchState:
     responded: bool = False
     #: the leader epoch of the last local batch (``lastFetchedEpoch``); None: read it from the log
     last_epoch: int | None = None
+    #: where ``--from`` started a replica made on first use: its log start, also when the first batch fetched
+    #: begins below it (a time or the end falling inside a batch)
+    start_floor: int = -1
 
     def last_fetched_epoch(self) -> int:
         if self.last_epoch is None:
@@ -213,6 +218,7 @@ class ReplicaFetcher:
         self._cluster: dict[str, _TopicMetadata] = {}
         #: replicas made on first use, for the fetcher thread to start fetching (under _appended)
         self._added: list[TopicPartition] = []
+        self._floors: dict[TopicPartition, int] = {}
         self._create_lock = threading.Lock()
         #: the replica ensure_replica is making (its first fetch appends): the fetcher thread leaves it alone
         self._creating: TopicPartition | None = None
@@ -327,10 +333,12 @@ class ReplicaFetcher:
                     log.info("Replicating partition %s from offset %d (--from %s)", tp, start,
                              self.start_position)
                     fetched = self._first_fetch(tp, meta, target, timeout_s)
+                    _raise_log_start(target, start, FROM_START)
                 finally:
                     with self._appended:
                         self._creating = None
                         self._added.append(tp)
+                        self._floors[tp] = start
                 self._client.wakeup()
                 if fetched:
                     return target
@@ -562,6 +570,7 @@ class ReplicaFetcher:
         """Fetch states for the replicas made on first use since the last round."""
         with self._appended:
             added, self._added = self._added, []
+            floors, self._floors = self._floors, {}
         for tp in added:
             meta = self._cluster.get(tp.topic)
             target = self.manager.get_log(tp)
@@ -570,7 +579,8 @@ class ReplicaFetcher:
             state = self._states.get(tp)
             if state is None or state.log is not target:
                 leader, epoch = meta.partitions[tp.partition]
-                self._states[tp] = PartitionFetchState(target, meta.topic_id, leader, epoch)
+                state = self._states[tp] = PartitionFetchState(target, meta.topic_id, leader, epoch)
+            state.start_floor = floors.get(tp, -1)
 
     def _drop_topic(self, topic: str, why: str) -> None:
         log.info("Deleting the local replica of topic %s: %s", topic, why)
@@ -696,6 +706,7 @@ class ReplicaFetcher:
             if leader_start > target.log_start_offset:
                 target.maybe_increment_log_start_offset(min(leader_start, target.log_end_offset),
                                                         LEADER_LOG_START_OFFSET)
+            _raise_log_start(target, state.start_floor, FROM_START)
         except LogfsError as exc:
             log.error("Partition %s: could not append what the leader returned at offset %d: %s", tp,
                       target.log_end_offset, exc)
@@ -768,6 +779,12 @@ class ReplicaFetcher:
                 state.delayed_until = time.monotonic() + _BACKOFF_S
         with self._appended:
             self._appended.notify_all()
+
+
+def _raise_log_start(target: Log, offset: int, reason: str) -> None:
+    """The log start moved up to ``offset`` (at most the log end) if it is below."""
+    if offset > target.log_start_offset and target.log_end_offset > target.log_start_offset:
+        target.maybe_increment_log_start_offset(min(offset, target.log_end_offset), reason)
 
 
 def kafka_topic_id(topic_id: uuid.UUID) -> str:
