@@ -159,6 +159,24 @@ def test_a_partition_replica_is_made_on_first_use_only(cluster_mount) -> None:
     assert "Replicating partition lazy-2 from offset 0 (--from earliest)" in m.log_tail()
 
 
+def test_a_topic_without_a_replica_comes_and_goes_with_the_cluster(cluster_mount, topics) -> None:
+    m = cluster_mount()
+    _create(topics, {"passing": (2, 3)})
+    wait_for(lambda: "passing" in os.listdir(m.path), "the new topic listed", timeout=60)
+    assert sorted(os.listdir(m.path / "passing"))[:2] == ["0", "1"]
+    admin = _admin(topics)          # kept: the future needs its client alive
+    admin.delete_topics(["passing"])["passing"].result(timeout=60)
+
+    def gone() -> bool:
+        try:
+            os.stat(m.path / "passing")
+        except FileNotFoundError:
+            return "passing" not in os.listdir(m.path)
+        return False
+    wait_for(gone, "the deleted topic gone from the mount, its cached entry too", timeout=60)
+    assert not any(name.startswith("passing-") for name in _replicas(m.data))
+
+
 def test_the_replicas_own_retention_holds_with_plain_rolls(cluster_mount) -> None:
     """The issue's settings: 1 MB segments and 1 MB per partition (Kafka's smallest log.segment.bytes)."""
     retention = segment = 1 << 20

@@ -364,6 +364,7 @@ class ReplicaFetcher:
         leader, epoch = meta.partitions[tp.partition]
         if leader < 0:
             return False
+        timeout_ms = int(min(timeout_s, FIRST_ROUND_MAX_S) * 1000)
         fetch_topic = FetchRequest.FetchTopic
         request = FetchRequest(
             replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=64 << 20, isolation_level=0, session_id=0,
@@ -377,9 +378,9 @@ class ReplicaFetcher:
                 from kafka.net.compat import KafkaNetClient
 
                 client = KafkaNetClient(**{"client_id": "logfs-replica-first-fetch", **self._client_settings()})
-                client._manager.bootstrap(int(timeout_s * 1000))
+                client._manager.bootstrap(timeout_ms)
                 self._first_client = client
-            response = self._first_client.send_and_receive(leader, request, timeout_ms=int(timeout_s * 1000))
+            response = self._first_client.send_and_receive(leader, request, timeout_ms=timeout_ms)
             pd = response.responses[0].partitions[0]
             diverging = getattr(pd, "diverging_epoch", None)
             if response.error_code != _NONE or pd.error_code != _NONE or (diverging is not None
@@ -511,6 +512,10 @@ class ReplicaFetcher:
             cluster = {name: meta for name, meta in known.items() if name not in held or name in uncertain}
         cluster.update(fresh)
         self._cluster = cluster
+        if self.topic_removed is not None:
+            for name in known.keys() - cluster.keys():
+                if name not in local:       # (a replica dropped below says it itself)
+                    self.topic_removed(name)        # gone from the listing: the kernel forgets its entry
         for topic in local if full else held:
             if topic not in present:
                 self._drop_topic(topic, "it no longer exists on the cluster")
