@@ -70,7 +70,7 @@ from engine.errors import LogfsError, UnknownTopicOrPartitionError
 from engine.partition_metadata import read_topic_id
 from engine.records.framing import iter_batches
 from engine.topic import TopicPartition
-from logfs.cluster.errors import quiet_kafka_python
+from logfs.cluster.errors import ClusterTimeoutError, quiet_kafka_python
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
@@ -224,6 +224,9 @@ class ReplicaFetcher:
         self._creating: TopicPartition | None = None
         self._refresh_wanted = False
         self._next_listing = 0.0
+        #: held topics a metadata response did not show, since when: dropped at the second miss only (a
+        #: broker that has not yet seen a topic just created answers UNKNOWN_TOPIC_OR_PARTITION for it)
+        self._missing: dict[str, float] = {}
         self._inflight: dict[int, tuple[Any, dict[tuple[uuid.UUID, int], TopicPartition],
                                         dict[tuple[uuid.UUID, int], tuple[int, int, int]],
                                         list[tuple[uuid.UUID, int]]]] = {}
@@ -399,7 +402,16 @@ class ReplicaFetcher:
     def _start_offset(self, tp: TopicPartition) -> int:
         """ListOffsets for ``--from``: the leader's log start, its high watermark, or the first offset whose
         timestamp is at or after the time (the high watermark when none is)."""
-        return self.admin.list_offset(tp, self.start_position)
+        deadline = time.monotonic() + FIRST_ROUND_MAX_S
+        while True:
+            try:
+                return self.admin.list_offset(tp, self.start_position)
+            except ClusterTimeoutError:
+                raise
+            except LogfsError:      # a leader being elected (a topic just created): ask again, briefly
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(_BACKOFF_S)
 
     def request_sync(self, timeout_s: float) -> bool:
         """Refresh metadata now (an admin change was made); True once a sync started after this call ended."""
@@ -505,6 +517,15 @@ class ReplicaFetcher:
                 meta.partitions[p.partition_index] = (p.leader_id, p.leader_epoch)
             if self.selected(t.name):
                 fresh[t.name] = meta
+        gone: list[str] = []
+        for topic in local if full else held:
+            if topic in present:
+                self._missing.pop(topic, None)
+            elif topic in self._missing:
+                gone.append(topic)
+            else:
+                self._missing[topic] = now
+                uncertain.add(topic)        # kept as it was until the next poll says it again
         known = self._cluster
         if full:
             cluster = {name: known[name] for name in uncertain if name in known}
@@ -516,10 +537,11 @@ class ReplicaFetcher:
             for name in known.keys() - cluster.keys():
                 if name not in local:       # (a replica dropped below says it itself)
                     self.topic_removed(name)        # gone from the listing: the kernel forgets its entry
-        for topic in local if full else held:
-            if topic not in present:
-                self._drop_topic(topic, "it no longer exists on the cluster")
-            elif topic in fresh:
+        for topic in gone:
+            self._missing.pop(topic, None)
+            self._drop_topic(topic, "it no longer exists on the cluster")
+        for topic in held:
+            if topic in fresh:
                 try:
                     self._ensure_topic(topic, fresh[topic])
                 except LogfsError as exc:
