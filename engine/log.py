@@ -79,6 +79,7 @@ from engine.log_loader import DeletedSegmentFiles, LoadedLog, LogLoader, Pending
 from engine.log_validator import RECORD_OVERHEAD_BOUND, check_in_order, check_record_sizes, validate_batches
 from engine.records import (
     HEADER_SIZE,
+    BatchHeader,
     Compression,
     Record,
     encode_text_lines,
@@ -525,14 +526,24 @@ class Log:
                         f"Unexpected offset in append to {self.topic_partition}: first offset {first_base} is "
                         f"below the log end offset {end}")
             check_in_order(self.topic_partition, headers, first_base)
-            max_ts, offset_of_max = -1, first_base
-            for _, header in headers:
-                if header.max_timestamp > max_ts:
-                    max_ts, offset_of_max = header.max_timestamp, header.last_offset
-            first, last = first_base, headers[-1][1].last_offset
-            segment, rolled = self._maybe_roll(len(buf), max_ts, first, last)
-            segment.append(last, max_ts, offset_of_max, buf)
-            self._update_log_end_offset(last + 1)
+            rolled: int | None = None
+            last = first_base
+            # A fetch returns many batches at once (up to the fetch's partition bytes): each run of them
+            # that fits one segment is appended on its own, rolling in between, so the replica's
+            # log.segment.bytes (and so its retention) holds whatever the fetch size.
+            for start, stop in _segment_runs(headers, self.config.segment_bytes):
+                run = headers[start:stop]
+                max_ts, offset_of_max = -1, run[0][1].base_offset
+                for _, header in run:
+                    if header.max_timestamp > max_ts:
+                        max_ts, offset_of_max = header.max_timestamp, header.last_offset
+                first, last = run[0][1].base_offset, run[-1][1].last_offset
+                begin, finish = run[0][0], run[-1][0] + run[-1][1].size
+                segment, rolled_here = self._maybe_roll(finish - begin, max_ts, first, last)
+                if rolled_here is not None:
+                    rolled = rolled_here
+                segment.append(last, max_ts, offset_of_max, buf[begin:finish])
+                self._update_log_end_offset(last + 1)
             flush_needed = self.log_end_offset - self._recovery_point >= self.config.flush_messages
         self._after_append(rolled, flush_needed)
         return last + 1
@@ -541,6 +552,12 @@ class Log:
                     last_offset: int) -> tuple[LogSegment, int | None]:
         segment = self.active_segment
         now = self.clock.milliseconds()
+        if (segment.size == 0 and segment.base_offset == max(first_offset, self._end.message_offset)
+                and not segment.offset_index.is_full() and not segment.time_index.is_full()):
+            # An empty active segment already starts here: a batch larger than log.segment.bytes goes into
+            # it (a roll would delete and recreate the same segment, Kafka's "Trying to roll ... while it
+            # already exists" warning).
+            return segment, None
         if segment.should_roll(self.config, max_timestamp, last_offset, now, batch_size):
             logger.debug(self._prefix + "Rolling new log segment (log_size = %d/%d, offset_index_size = %d/%d, "
                          "time_index_size = %d/%d, inactive_time_ms = %d/%d).", segment.size,
@@ -1093,3 +1110,16 @@ class Log:
         return (f"Log(dir={self.dir}, topicPartition={self.topic_partition}, logStartOffset="
                 f"{self._log_start_offset}, logEndOffset={self.log_end_offset})")
 
+
+def _segment_runs(headers: Sequence[tuple[int, BatchHeader]], segment_bytes: int) -> list[tuple[int, int]]:
+    """``headers`` cut into consecutive runs ``[start, stop)`` of at most ``segment_bytes`` each (a batch
+    larger than that is a run of its own): what one follower append puts into one segment."""
+    runs: list[tuple[int, int]] = []
+    start, size = 0, 0
+    for i, (_, header) in enumerate(headers):
+        if i > start and size + header.size > segment_bytes:
+            runs.append((start, i))
+            start, size = i, 0
+        size += header.size
+    runs.append((start, len(headers)))
+    return runs

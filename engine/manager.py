@@ -526,6 +526,19 @@ class LogManager:
                 return existing
             return self._create_log(tp, self._config_for(tp.topic), self._topic_id_of(tp.topic))
 
+    def get_or_create_log(self, tp: TopicPartition, topic_id: str) -> Log:
+        """Kafka's ``LogManager.getOrCreateLog`` for a follower: the log of ``tp``, created alone (its topic
+        need not have other partitions here) with ``topic_id`` in its ``partition.metadata``."""
+        self._check_writable(f"create partition {tp}")
+        validate_topic_name(tp.topic)
+        with self._lock:
+            existing = self._logs.get(tp)
+            if existing is not None:
+                return existing
+            if tp.topic not in self._topic_names():
+                self._check_not_unsafe(tp.topic)
+            return self._create_log(tp, self._config_for(tp.topic), topic_id)
+
     def _topic_id_of(self, topic: str) -> str:
         """The topic ID of ``topic``'s existing partitions (a new one when none carries it: older data dirs)."""
         for tp, log in sorted(self._logs.items()):

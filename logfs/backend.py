@@ -2,7 +2,9 @@
 
 The namespace (logfs.dirs, control, appender, jsonl_append, groups) reads
 every view from a local ``LogManager`` in both cases; what differs is who
-decides a change.  An embedded mount changes its own logs; a cluster mount
+decides a change, and what is listed: an embedded mount lists its logs, a
+cluster mount the cluster's topics (cached metadata), making a partition's
+local replica on its first use (``ensure_replica``).  An embedded mount changes its own logs; a cluster mount
 asks the cluster (CreateTopics, Produce, DeleteRecords, ...) and its local
 logs are replicas that follow the cluster (logfs.cluster).  This module is
 the seam: :class:`Backend` is what the namespace calls, :class:`EmbeddedBackend`
@@ -22,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from engine.jsonl_in import JsonRecord
     from engine.log import Log
     from engine.manager import LogManager
+    from engine.records import Record
 
 __all__ = ["Backend", "EmbeddedBackend"]
 
@@ -31,6 +34,20 @@ class Backend(Protocol):
 
     #: whether appends wait on something outside this process (then they leave the trio thread)
     remote: bool
+
+    def topics(self) -> list[str]:
+        """The topics the namespace lists (sorted); answered without a request."""
+
+    def partitions(self, topic: str) -> list[int]:
+        """The partitions of ``topic`` (sorted; [] if there is no such topic); answered without a request."""
+
+    def ensure_replica(self, tp: TopicPartition) -> Log:
+        """The local log of ``tp``, made on first use where the backend replicates (may block);
+        UnknownTopicOrPartitionError if there is no such partition."""
+
+    def record_below_log_start(self, tp: TopicPartition, offset: int) -> Record | None:
+        """The record at ``offset``, below the local log start, from where the records live beyond the local
+        log (may block); None where the local log is all there is."""
 
     def create_topic(self, topic: str) -> None:
         """CreateTopics with the defaults (``num.partitions``)."""
@@ -91,6 +108,18 @@ class EmbeddedBackend:
     def _log(self, tp: TopicPartition) -> Log:
         """The log a produce goes to; an internal topic refuses it (the engine's rule, EPERM)."""
         return self.manager.produce_target(tp)
+
+    def topics(self) -> list[str]:
+        return self.manager.topics()
+
+    def partitions(self, topic: str) -> list[int]:
+        return self.manager.partitions(topic)
+
+    def ensure_replica(self, tp: TopicPartition) -> Log:
+        return self._log(tp)
+
+    def record_below_log_start(self, tp: TopicPartition, offset: int) -> Record | None:
+        return None         # the mount's log is the whole log
 
     def create_topic(self, topic: str) -> None:
         self.manager.create_topic(topic)

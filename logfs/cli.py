@@ -18,6 +18,7 @@ import errno
 import logging
 import logging.handlers
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -79,6 +80,13 @@ def _parser() -> argparse.ArgumentParser:
     mount.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT...]",
                        help="mount a Kafka cluster: its topics served from a local replica in the data dir "
                             f"(default {DEFAULT_CLUSTER_DATA_DIR}); -o also takes Kafka client settings")
+    mount.add_argument("--topics", metavar="REGEX",
+                       help="with --bootstrap-server: list and replicate only the topics whose whole name matches "
+                            "(as a Kafka consumer subscribes by pattern)")
+    mount.add_argument("--from", dest="start", metavar="earliest|latest|TIME", default="earliest",
+                       help="with --bootstrap-server: where the replica of a partition starts on its first use: "
+                            "its log start (default), its end, or the first record at or after TIME "
+                            "(ISO 8601 or epoch ms)")
     mount.add_argument("--read-only", action="store_true", help="serve the logs read-only (EROFS on writes)")
     mount.add_argument("--allow-other", action="store_true", help="let other users access the mount")
     mount.add_argument("--foreground", action="store_true", default=True,
@@ -181,6 +189,30 @@ def _limit_malloc_arenas() -> None:
         pass
 
 
+def _cluster_selection(args: argparse.Namespace) -> tuple[re.Pattern[str] | None, str | int]:
+    """``--topics`` compiled and ``--from`` parsed (as ``since/`` parses a time); InvalidConfigError if bad."""
+    from engine.errors import InvalidConfigError
+    from logfs.names import parse_timestamp
+
+    if not args.bootstrap_server and (args.topics is not None or args.start != "earliest"):
+        raise InvalidConfigError("--topics and --from choose what a mount of a Kafka cluster replicates: "
+                                 "give --bootstrap-server")
+    pattern = None
+    if args.topics is not None:
+        try:
+            pattern = re.compile(args.topics)
+        except re.error as exc:
+            raise InvalidConfigError(f"Invalid --topics {args.topics!r}: {exc}") from None
+    start: str | int = args.start
+    if start not in ("earliest", "latest"):
+        parsed = parse_timestamp(args.start)
+        if parsed is None:
+            raise InvalidConfigError(f"Invalid --from {args.start!r}: expected earliest, latest, an ISO 8601 "
+                                     "time or epoch milliseconds")
+        start = parsed
+    return pattern, start
+
+
 def _mount(args: argparse.Namespace) -> int:
     import pyfuse3
     import trio
@@ -209,6 +241,7 @@ def _mount(args: argparse.Namespace) -> int:
         return 2
     cluster_options = None
     try:
+        selection = _cluster_selection(args)
         if args.bootstrap_server:
             from logfs.cluster.config import split_options
             if args.read_only:
@@ -253,7 +286,7 @@ def _mount(args: argparse.Namespace) -> int:
     if cluster_options is not None:
         from logfs.cluster.backend import ClusterBackend
         try:
-            backend = ClusterBackend(manager, cluster_options)
+            backend = ClusterBackend(manager, cluster_options, topics=selection[0], start=selection[1])
             backend.start()
         except (LogfsError, OSError, ValueError) as exc:   # ValueError: a client setting librdkafka refuses
             log.error("Cannot mount the Kafka cluster at %s: %s", cluster_options.bootstrap, exc)

@@ -9,6 +9,7 @@ a name spells (times, the ``.jsonl`` suffix) is parsed by logfs.names.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from engine.errors import OffsetOutOfRangeError
@@ -52,12 +53,12 @@ class RootDir(Directory):
     attr_timeout = STABLE_TIMEOUT_S
 
     def names(self) -> list[str]:
-        return [".logfs"] + sorted(self.ns.manager.topics())
+        return [".logfs"] + self.ns.backend.topics()
 
     def lookup(self, name: str) -> Node:
         if name == ".logfs":
             return self.ns.stable(BrokerDir)
-        if name in self.ns.manager.topics():
+        if name in self.ns.backend.topics():
             return self.ns.stable(TopicDir, name)
         raise NoSuchNameError(f"No topic {name!r}")
 
@@ -115,9 +116,19 @@ class TopicDir(Directory):
     def key(self) -> tuple:
         return ("topic", self.topic)
 
+    #: the names whose files read or write the topic's records (a cluster mount replicates every partition
+    #: of the topic on their first use); ``config`` and ``delete`` need no replica
+    _NEED_RECORDS = frozenset({"append", "append.jsonl", "groups"})
+
     def names(self) -> list[str]:
-        parts = self.ns.manager.partitions(self.topic)
-        return list(self._ENTRIES) + [str(p) for p in sorted(parts)]
+        parts = self.ns.backend.partitions(self.topic)
+        return list(self._ENTRIES) + [str(p) for p in parts]
+
+    def preparation(self, name: str) -> Callable[[], None] | None:
+        if name not in self._NEED_RECORDS:
+            return None
+        missing = self.ns.replicas_missing(self.ns.topic_partitions(self.topic))
+        return (lambda: self.ns.ensure_replicas(missing)) if missing else None
 
     def lookup(self, name: str) -> Node:
         self.ns.require_topic(self.topic)
@@ -125,7 +136,7 @@ class TopicDir(Directory):
         if method is not None:
             return getattr(self, method)()
         partition = parse_canonical_int(name)
-        if partition is not None and partition in self.ns.manager.partitions(self.topic):
+        if partition is not None and partition in self.ns.backend.partitions(self.topic):
             return self.ns.stable(PartitionDir, TopicPartition(self.topic, partition))
         if partition is None and name.isdigit():     # 03, or digits of another script
             raise MalformedNameError(f"No partition {name!r} in topic {self.topic}: a partition is "
@@ -190,6 +201,9 @@ class PartitionDir(Directory):
 
     def names(self) -> list[str]:
         return list(self._ENTRIES)
+
+    def preparation(self, name: str) -> Callable[[], None] | None:
+        return _replica_preparation(self.ns, self.tp)
 
     def lookup(self, name: str) -> Node:
         target = self.ns.log(self.tp)
@@ -256,6 +270,9 @@ class _PartitionSubDir(Directory):
         # offset or timestamp would be unbounded.
         return []
 
+    def preparation(self, name: str) -> Callable[[], None] | None:
+        return _replica_preparation(self.ns, self.tp)
+
     def fsync(self) -> None:
         self.ns.log(self.tp).flush()
 
@@ -263,12 +280,31 @@ class _PartitionSubDir(Directory):
 class OffsetDir(_PartitionSubDir):
     kind = "offset"
 
+    def preparation(self, name: str) -> Callable[[], None] | None:
+        replica = _replica_preparation(self.ns, self.tp)
+        offset = parse_canonical_int(name)
+        if replica is not None or offset is None or not self.ns.backend.remote:
+            return replica
+        target = self.ns.manager.get_log(self.tp)
+        if target is None or offset >= target.log_start_offset:
+            return None
+        return lambda: self._below_log_start(offset)
+
+    def _below_log_start(self, offset: int) -> None:
+        try:
+            self.ns.backend.record_below_log_start(self.tp, offset)    # cached for lookup()
+        except OffsetOutOfRangeError:
+            pass            # lookup() says it
+
     def lookup(self, name: str) -> Node:
         offset = parse_canonical_int(name)
         if offset is None:
             raise MalformedNameError(f"No offset {shown(name)} in {self.tp}: an offset is written in "
                                      "ASCII digits without leading zeros")
-        record = record_at(self.ns.log(self.tp), offset)
+        target = self.ns.log(self.tp)
+        # below the local log start of a bounded replica: the record as the cluster holds it
+        below = self.ns.backend.record_below_log_start(self.tp, offset) if offset < target.log_start_offset else None
+        record = below if below is not None else record_at(target, offset)
         content = (record.value or b"") + b"\n"
         digest = record_digest(content)
         node = self.ns.content(("offset", self.tp, offset), lambda node: node.digest == digest,
@@ -314,6 +350,12 @@ class SinceDir(_PartitionSubDir):
 
 #: the files of ``segments/`` per segment: its own, and its JSON-lines rendering
 _SEGMENT_LISTING = (*SEGMENT_FILE_SUFFIXES, JSONL_SUFFIX)
+
+
+def _replica_preparation(ns: Namespace, tp: TopicPartition) -> Callable[[], None] | None:
+    """Making ``tp``'s replica, when the backend has none yet (a cluster mount's first use of it)."""
+    missing = ns.replicas_missing([tp])
+    return (lambda: ns.ensure_replicas(missing)) if missing else None
 
 
 class SegmentsDir(_PartitionSubDir):

@@ -504,7 +504,12 @@ class LogfsOperations(pyfuse3.Operations):
             if self._config_unlinks.hidden(parent, getattr(ctx, "pid", 0)):
                 raise NoSuchNameError(f"{getattr(parent, 'topic', '?')}/config was unlinked by this process (mv): "
                                       "its create of config replaces the overrides")
-        return self._entry(temp if temp is not None else parent.lookup(decoded))
+        if temp is not None:
+            return self._entry(temp)
+        prepare = parent.preparation(decoded)
+        if prepare is not None:         # a cluster mount's first use of a partition: its replica is made
+            await trio.to_thread.run_sync(prepare)
+        return self._entry(parent.lookup(decoded))
 
     async def _settle_config_unlinks(self) -> None:
         """Apply the unlinks of ``config`` whose process went away without creating it (see _ConfigUnlinks)."""

@@ -165,13 +165,28 @@ class Namespace:
         return len(self._nodes)
 
     def log(self, tp: TopicPartition) -> Log:
+        """The local log of ``tp``; a cluster mount makes its replica on first use (``replicas_missing``
+        and ``ensure_replicas`` let logfs.fs do that off the request thread first)."""
         target = self.manager.get_log(tp)
         if target is None:
-            raise UnknownTopicOrPartitionError(f"No partition {tp}")
+            return self.backend.ensure_replica(tp)
         return target
 
+    def replicas_missing(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        """Those of ``tps`` a remote backend has no local replica of yet."""
+        if not self.backend.remote:
+            return []
+        return [tp for tp in tps if self.manager.get_log(tp) is None]
+
+    def ensure_replicas(self, tps: list[TopicPartition]) -> None:
+        for tp in tps:
+            self.backend.ensure_replica(tp)
+
+    def topic_partitions(self, topic: str) -> list[TopicPartition]:
+        return [TopicPartition(topic, p) for p in self.backend.partitions(topic)]
+
     def require_topic(self, topic: str) -> None:
-        if topic not in self.manager.topics():
+        if topic not in self.backend.topics():
             raise UnknownTopicOrPartitionError(f"No topic {topic!r}")
 
     def router(self, topic: str) -> TopicRouter:

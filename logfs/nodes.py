@@ -9,7 +9,7 @@ import hashlib
 import logging
 import os
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import orjson
@@ -94,6 +94,12 @@ class Directory(Node):
 
     def lookup(self, name: str) -> Node:
         raise NotImplementedError
+
+    def preparation(self, name: str) -> Callable[[], None] | None:
+        """What must happen before ``lookup(name)`` that may block (a cluster mount making a partition's
+        replica on first use, fetching a record from the cluster): logfs.fs runs it off the request thread.
+        None when nothing must."""
+        return None
 
     def mkdir(self, name: str) -> Node:
         raise NotPermittedError(f"Cannot create directory {name!r} here")

@@ -108,3 +108,30 @@ def test_a_batch_without_an_epoch_ends_what_is_known(tmp_path):
     log.append_as_follower(with_epoch(batch([2]), 3))
     assert log.end_offset_for_epoch(3) == (3, 3)
     assert log.end_offset_for_epoch(2) is None
+
+
+def test_a_fetch_larger_than_a_segment_is_cut_into_segments(tmp_path, caplog):
+    """A fetch returns many batches at once: the replica's log.segment.bytes holds, with plain rolls (no
+    "Trying to roll a new log segment ... while it already exists")."""
+    log = open_log(tmp_path, segment_bytes=1024)
+    batches = [batch(list(range(o, o + 10))) for o in range(0, 400, 10)]
+    fetched = b"".join(batches)
+    assert len(fetched) > 8 * 1024
+    with caplog.at_level("INFO", logger="engine.log"):
+        assert log.append_as_follower(fetched) == 400
+    assert "already exists" not in caplog.text
+    sizes = [s.size for s in log.segments.values()]
+    assert len(sizes) >= 8 and max(sizes) <= 1024
+    assert [r.offset for r in log.read_records(395)] == [395, 396, 397, 398, 399]
+    assert b"".join(open(s.log_path, "rb").read() for s in log.segments.values()) == fetched
+
+
+def test_a_batch_larger_than_a_segment_fills_the_empty_active_segment(tmp_path, caplog):
+    log = open_log(tmp_path, segment_bytes=100)
+    big = batch(list(range(20)))
+    assert len(big) > 100
+    with caplog.at_level("INFO", logger="engine.log"):
+        log.append_as_follower(big)
+        log.append_as_follower(batch([20, 21, 22, 23, 24, 25, 26, 27, 28]))
+    assert "already exists" not in caplog.text
+    assert list(log.segments.keys()) == [0, 20]

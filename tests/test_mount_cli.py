@@ -49,3 +49,21 @@ def test_bad_option_is_refused_with_its_name(tmp_path):
         assert result.returncode == 2 and "no.such.setting" in result.stderr
     finally:   # had a mount started by mistake, do not leave it behind
         subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
+
+
+def test_a_bad_topics_pattern_or_start_is_refused_naming_it(tmp_path):
+    """``--topics`` and ``--from`` are checked before anything connects (the bootstrap address is closed)."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    cluster = ["--bootstrap-server", "127.0.0.1:1", "--data-dir", str(tmp_path / "d")]
+    try:
+        for args, named in ((["--topics", "orders("], "Invalid --topics 'orders('"),
+                            (["--from", "yesterday"], "Invalid --from 'yesterday'"),
+                            (["--from", "2026-13-01"], "Invalid --from '2026-13-01'")):
+            result = _logfs("mount", str(mnt), *cluster, *args)
+            assert result.returncode == 2 and named in result.stderr, result.stderr
+            assert result.stderr.count("\n") == 1, result.stderr        # one line naming the cause
+        result = _logfs("mount", str(mnt), "--data-dir", str(tmp_path / "e"), "--topics", "t")
+        assert result.returncode == 2 and "give --bootstrap-server" in result.stderr, result.stderr
+    finally:   # had a mount started by mistake, do not leave it behind
+        subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)

@@ -2,7 +2,8 @@
 
 The cluster is the engine of record; logfs adds no replication protocol of its
 own.  The mount keeps a local data dir managed by the embedded ``LogManager``
-and, for every partition of the cluster, a :class:`~logfs.cluster.replica_fetcher.ReplicaFetcher`
+and, for every partition in use (``--topics``, ``--from``, made on first use), a
+:class:`~logfs.cluster.replica_fetcher.ReplicaFetcher`
 (named after Kafka's ``ReplicaFetcherThread``) copies the leader's record
 batches byte for byte at the leader's offsets, up to the high watermark, with
 ``Log.append_as_follower``.  Every view is then served by the engine as on an

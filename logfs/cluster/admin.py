@@ -249,6 +249,18 @@ class ClusterAdmin:
         out = [ask(OffsetSpec.earliest()), ask(OffsetSpec.latest())]
         return out[0], out[1]
 
+    def list_offset(self, tp: TopicPartition, position: str | int) -> int:
+        """ListOffsets of one partition: ``"earliest"`` (the log start offset), ``"latest"`` (the high
+        watermark), or a timestamp in epoch ms (the first offset at or after it; the high watermark if none)."""
+        target = KafkaTopicPartition(tp.topic, tp.partition)
+        spec = (OffsetSpec.earliest() if position == "earliest" else OffsetSpec.latest() if position == "latest"
+                else OffsetSpec.for_timestamp(int(position)))
+        futures = self._admin.list_offsets({target: spec}, request_timeout=self.timeout_s)
+        offset = int(self.result(futures[target], f"Listing the offsets of {tp}").offset)
+        if offset < 0:          # no record at or after the time
+            return self.list_offset(tp, "latest")
+        return offset
+
     def raw(self) -> AdminClient:
         return self._admin
 

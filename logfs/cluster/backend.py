@@ -9,24 +9,35 @@ returns with the records gone from every new view.
 
 from __future__ import annotations
 
+import collections
 import logging
+import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
 from engine.config import validate_topic_overrides
-from engine.errors import InvalidPartitionError, LogfsError, UnknownTopicOrPartitionError
+from engine.errors import (
+    InvalidPartitionError,
+    InvalidTopicError,
+    LogfsError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
+from engine.records import Record
 from engine.topic import TopicPartition, validate_topic_name
 from logfs.cluster.admin import ClusterAdmin
 from logfs.cluster.config import LOCAL_TOPIC_NAMES, ClusterOptions
 from logfs.cluster.errors import ClusterError, ClusterTimeoutError, quiet_while_unreachable
 from logfs.cluster.groups import ClusterGroupCoordinator
 from logfs.cluster.producer import ClusterProducer
-from logfs.cluster.replica_fetcher import LEADER_LOG_START_OFFSET, ReplicaFetcher
+from logfs.cluster.replica_fetcher import LEADER_LOG_START_OFFSET, ReplicaFetcher, StartPosition
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.consumer_offsets import GroupMetadataManager
     from engine.jsonl_in import JsonRecord
+    from engine.log import Log
     from engine.manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -37,24 +48,34 @@ __all__ = ["ClusterBackend", "CREATED_TOPIC_CONFIG"]
 #: mount stamps appended lines (SPEC.md "Writing": LogAppendTime)
 CREATED_TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
 
+#: records below the replica's log start fetched for ``offset/<N>`` and kept (a side cache, by recency)
+BELOW_LOG_START_CACHED = 256
+
 
 class ClusterBackend:
     """The backend of a mount of a Kafka cluster (logfs.backend.Backend)."""
 
     remote = True
 
-    def __init__(self, manager: LogManager, options: ClusterOptions) -> None:
+    def __init__(self, manager: LogManager, options: ClusterOptions, *, topics: re.Pattern[str] | None = None,
+                 start: StartPosition = "earliest") -> None:
         self.manager = manager
         self.options = options
         self.brokers = options.bootstrap
         self.timeout_s = options.timeout_s
         self.admin = ClusterAdmin(options.client_config(), self.timeout_s, options.create)
+        self.topic_pattern = topics
         self.fetcher = ReplicaFetcher(
             manager, self.admin, options.fetcher_client_config(),
             metadata_max_age_s=int(options.fetcher.get("metadata.max.age.ms", "2000")) / 1000,
-            fetch_max_wait_ms=int(options.fetcher.get("fetch.max.wait.ms", "500")))
+            listing_max_age_s=int(options.fetcher.get("metadata.listing.max.age.ms", "10000")) / 1000,
+            fetch_max_wait_ms=int(options.fetcher.get("fetch.max.wait.ms", "500")),
+            topics=topics, start=start)
         self.producer: ClusterProducer | None = None
         self._coordinator = ClusterGroupCoordinator(manager, self.admin, options.fetcher_client_config())
+        self._below_start: collections.OrderedDict[tuple[TopicPartition, int], Record | None] = \
+            collections.OrderedDict()
+        self._below_start_lock = threading.Lock()
 
     def start(self) -> None:
         """Reach the cluster and bring the replica's topics in line (bounded by the request timeout).
@@ -83,40 +104,82 @@ class ClusterBackend:
                                           f"it within {self.timeout_s:g} s (bootstrap servers {self.brokers})")
             self.fetcher.request_sync(min(left, 5.0))
 
+    # ------------------------------------------------------------------ the namespace's listing
+
+    def topics(self) -> list[str]:
+        """The cluster's selected topics, from cached metadata (logfs.cluster.replica_fetcher)."""
+        return self.fetcher.topics()
+
+    def partitions(self, topic: str) -> list[int]:
+        return self.fetcher.partitions(topic)
+
+    def ensure_replica(self, tp: TopicPartition) -> Log:
+        """The local replica of ``tp``, made and fetched on its first use."""
+        return self.fetcher.ensure_replica(tp, self.timeout_s)
+
+    def record_below_log_start(self, tp: TopicPartition, offset: int) -> Record | None:
+        """``offset/<N>`` below the replica's log start: a one-off read of the record at ``offset`` from the
+        cluster (a consumer assigned there, as ``kafka-console-consumer --partition P --offset N
+        --max-messages 1``), not stored in the replica; kept in a small side cache."""
+        key = (tp, offset)
+        with self._below_start_lock:
+            known = key in self._below_start
+            record = self._below_start.get(key)
+            if known:
+                self._below_start.move_to_end(key)
+        if not known:
+            from logfs.cluster.consumer import read_one_record
+
+            record = read_one_record(self.options.client_config(), tp, offset, self.timeout_s)
+            with self._below_start_lock:      # a record, or None for none (not asked again on the lookup)
+                self._below_start[key] = record
+                while len(self._below_start) > BELOW_LOG_START_CACHED:
+                    self._below_start.popitem(last=False)
+        if record is None:
+            raise OffsetOutOfRangeError(f"No record at offset {offset} in partition {tp} on the cluster "
+                                        "(below its log start, or removed by compaction)",
+                                        offset=offset, log_start_offset=-1, log_end_offset=-1)
+        return record
+
     # ------------------------------------------------------------------ topics
 
     def create_topic(self, topic: str) -> None:
         validate_topic_name(topic)
+        if not self.fetcher.selected(topic):
+            pattern = self.topic_pattern.pattern if self.topic_pattern is not None else ""
+            raise InvalidTopicError(f"Cannot create topic {topic}: the mount shows only topics matching "
+                                    f"--topics {pattern!r}")
         self.admin.create_topic(topic, CREATED_TOPIC_CONFIG)
-        self._wait_until(lambda: topic in self.manager.topics(), f"Creating topic {topic}")
+        self._wait_until(lambda: topic in self.fetcher.topics(), f"Creating topic {topic}")
 
     def add_partition(self, topic: str, partition: int) -> None:
-        current = len(self.manager.partitions(topic))
+        current = len(self.fetcher.partitions(topic))
         if not current:
             raise UnknownTopicOrPartitionError(f"Topic {topic} does not exist")
         if partition != current:
             raise InvalidPartitionError(
                 f"Cannot add partition {partition} to topic {topic}: the next partition is {current}")
         self.admin.create_partitions(topic, partition + 1)
-        self._wait_until(lambda: partition in self.manager.partitions(topic),
+        self._wait_until(lambda: partition in self.fetcher.partitions(topic),
                          f"Adding partition {partition} to topic {topic}")
 
     def delete_topic(self, topic: str) -> None:
         self.admin.delete_topic(topic)
-        self._wait_until(lambda: topic not in self.manager.topics(), f"Deleting topic {topic}")
+        self._wait_until(lambda: topic not in self.fetcher.topics(), f"Deleting topic {topic}")
 
     # ------------------------------------------------------------------ configs
 
     def topic_config_props(self, topic: str) -> dict[str, str]:
         """The cluster's DescribeConfigs, plus the mount's own line settings (``parse.key``, ...)."""
-        local = self.manager.topic_config(topic).to_props()
+        held = topic in self.manager.topics()
+        local = (self.manager.topic_config(topic) if held else self.manager.default_config).to_props()
         props, _ = self.admin.describe_topic_config(topic)
         props.update({k: v for k, v in local.items() if k in LOCAL_TOPIC_NAMES})
         return props
 
     def topic_overrides(self, topic: str) -> dict[str, str]:
         _, overrides = self.admin.describe_topic_config(topic)
-        local = self.manager.topic_overrides(topic)
+        local = self.manager.topic_overrides(topic) if topic in self.manager.topics() else {}
         overrides.update({k: v for k, v in local.items() if k in LOCAL_TOPIC_NAMES})
         return overrides
 
@@ -136,6 +199,8 @@ class ClusterBackend:
         if remote:
             self.admin.alter_topic_config(topic, remote)
         if local:
+            if topic not in self.manager.topics():      # the mount's own settings live with a replica
+                self.ensure_replica(TopicPartition(topic, min(self.partitions(topic), default=0)))
             self.manager.alter_topic_config(topic, local)
 
     # ------------------------------------------------------------------ records

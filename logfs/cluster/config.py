@@ -7,8 +7,8 @@ file (a Kafka client properties file, as Kafka's tools take with
 ``log.segment.bytes``, ``log.flush.interval.ms``, ...) configures the local
 replica's ``LogManager``; ``num.partitions`` and ``default.replication.factor``
 are the defaults of topics the mount creates (the cluster's own when not
-given); the mount's own ``metadata.max.age.ms`` and ``fetch.max.wait.ms`` tune
-the replica fetcher; every other name must be a Kafka client setting of
+given); the mount's own ``metadata.max.age.ms``, ``metadata.listing.max.age.ms`` and
+``fetch.max.wait.ms`` tune the replica fetcher; every other name must be a Kafka client setting of
 logfs.cluster.client_settings (``security.protocol``, ``sasl.jaas.config``,
 ``ssl.truststore.location``, ``delivery.timeout.ms``, ...), from which every
 client the mount connects with is configured.  Any other name is refused.
@@ -33,7 +33,7 @@ LOCAL_TOPIC_NAMES = frozenset({"parse.key", "key.separator", "null.marker"})
 REPLICA_DEFAULTS = {"log.retention.ms": "-1", "log.retention.bytes": "-1", "log.cleaner.enable": "false"}
 
 _CREATE_NAMES = ("num.partitions", "default.replication.factor")
-_FETCHER_NAMES = ("metadata.max.age.ms", "fetch.max.wait.ms")
+_FETCHER_NAMES = ("metadata.max.age.ms", "metadata.listing.max.age.ms", "fetch.max.wait.ms")
 
 
 @dataclass

@@ -2,14 +2,23 @@
 
 One thread keeps the local data dir a copy of the cluster's partitions:
 
-* **metadata** (every ``metadata.max.age`` of the mount, 2 s, and at once
-  when a request fails or an admin change asks for it): every topic the
-  cluster has (internal ones excepted) exists locally with as many
-  partitions, each partition directory carrying the topic ID in Kafka's
-  ``partition.metadata``.  A topic gone from the cluster is deleted locally;
-  a topic whose ID changed (deleted and recreated behind the mount's back) is
-  deleted locally and fetched again from the start, so no data of the old
-  topic is ever served as the new one's.
+* **metadata**: the cluster's topics (internal ones excepted; only those
+  whose whole name matches ``--topics``, as a consumer subscribes by pattern)
+  and their partitions are listed from a cached full metadata poll (every
+  ``metadata.listing.max.age`` of the mount, 10 s, and at once when an
+  admin change asks for it); the topics the mount holds replicas of are
+  polled on their own every ``metadata.max.age`` (2 s) and at once when a
+  fetch fails, so the metadata traffic follows what is read, not the cluster's
+  size.  A topic gone from the cluster is deleted locally; a topic whose ID
+  changed (deleted and recreated behind the mount's back) is deleted locally
+  and replicated again on its next use, so no data of the old topic is ever
+  served as the new one's.
+* **replicas on first use** (Kafka's ``LogManager.getOrCreateLog`` when a
+  broker becomes a follower): a partition has no local log, no open file and
+  no place in a fetch session until something under its directory is looked
+  up (:meth:`ReplicaFetcher.ensure_replica`); its log then starts where
+  ``--from`` says (ListOffsets earliest, latest or by timestamp) and its
+  directory carries the topic ID in Kafka's ``partition.metadata``.
 * **fetch**: one Fetch request (v13+, topic IDs, so a recreated topic answers
   UNKNOWN_TOPIC_ID instead of its own records) per leader in flight, each
   long-polling at the leader, in an incremental fetch session (KIP-227,
@@ -27,9 +36,10 @@ One thread keeps the local data dir a copy of the cluster's partitions:
   from there.  A local epoch the leader never had (OFFSET_OUT_OF_RANGE with
   the fetch offset inside the leader's log) truncates to the end of the
   largest local epoch at or below the leader's current one.
-* **start**: the mount answers once every partition's leader answered one
-  fetch (at most ``FIRST_ROUND_MAX_S``), so a remounted replica shows the
-  cluster's log start and its new records from the first read.
+* **start**: the mount answers once every held partition's leader answered
+  one fetch (at most ``FIRST_ROUND_MAX_S``), so a remounted replica shows the
+  cluster's log start and its new records from the first read; a replica
+  made on first use answers once its leader did, within the same bound.
 * **log start**: the leader's log start offset in each response (retention,
   DeleteRecords on the cluster) moves the local log start up; a fetch offset
   below it (OFFSET_OUT_OF_RANGE) truncates the local log fully and starts it
@@ -47,6 +57,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import threading
 import time
 import uuid
@@ -55,11 +66,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import LogfsError
-from engine.partition_metadata import read_topic_id, write_partition_metadata
+from engine.errors import LogfsError, UnknownTopicOrPartitionError
+from engine.partition_metadata import read_topic_id
 from engine.records.framing import iter_batches
 from engine.topic import TopicPartition
-from logfs.cluster.errors import quiet_kafka_python
+from logfs.cluster.errors import ClusterTimeoutError, quiet_kafka_python
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
@@ -68,14 +79,20 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ReplicaFetcher", "LEADER_LOG_START_OFFSET"]
+__all__ = ["ReplicaFetcher", "LEADER_LOG_START_OFFSET", "StartPosition"]
+
+#: where a new replica starts (``--from``): "earliest", "latest" or a timestamp in epoch milliseconds
+StartPosition = str | int
 
 #: the reason logged when the local log start follows the leader's
 LEADER_LOG_START_OFFSET = "leader log start offset"
+#: the reason logged when the local log start is where --from started the replica
+FROM_START = "the start chosen by --from"
 
 # Kafka error codes the fetcher acts on
 _NONE = 0
 _OFFSET_OUT_OF_RANGE = 1
+_UNKNOWN_TOPIC_OR_PARTITION = 3
 _RETRIABLE_METADATA = {3, 5, 6, 56, 74, 75, 100}   # unknown topic/partition, leader not available, not leader,
 #                                                    storage error, fenced/unknown leader epoch, unknown topic id
 
@@ -102,6 +119,9 @@ class PartitionFetchState:
     last_epoch: int | None = None
     #: the Kafka error code of the last fetch of this partition (a warning is logged when it changes)
     last_error: int = 0
+    #: where ``--from`` started a replica made on first use: its log start, also when the first batch fetched
+    #: begins below it (a time or the end falling inside a batch)
+    start_floor: int = -1
 
     def last_fetched_epoch(self) -> int:
         if self.last_epoch is None:
@@ -174,8 +194,9 @@ class ReplicaFetcher:
     """Keeps a ``LogManager``'s logs a replica of the cluster's partitions (see the module docstring)."""
 
     def __init__(self, manager: LogManager, admin: ClusterAdmin, client_config: Mapping[str, Any], *,
-                 metadata_max_age_s: float = 2.0, fetch_max_wait_ms: int = 500,
-                 partition_max_bytes: int = 8 << 20) -> None:
+                 metadata_max_age_s: float = 2.0, listing_max_age_s: float = 10.0, fetch_max_wait_ms: int = 500,
+                 partition_max_bytes: int = 8 << 20, topics: re.Pattern[str] | None = None,
+                 start: StartPosition = "earliest") -> None:
         from kafka.net.compat import KafkaNetClient
 
         quiet_kafka_python()
@@ -183,22 +204,38 @@ class ReplicaFetcher:
         self.admin = admin
         self.brokers = admin.brokers
         self.metadata_max_age_s = metadata_max_age_s
+        self.listing_max_age_s = max(listing_max_age_s, metadata_max_age_s)
+        #: ``--topics``: only topics whose whole name matches are listed and replicated
+        self.topic_pattern = topics
+        #: ``--from``: where a replica made on first use starts
+        self.start_position: StartPosition = start
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.partition_max_bytes = partition_max_bytes
-        self._client = KafkaNetClient(**{
-            "bootstrap_servers": self.brokers.split(","),
-            "client_id": "logfs-replica-fetcher",
-            "request_timeout_ms": 10_000,
-            "reconnect_backoff_ms": 100,
-            "reconnect_backoff_max_ms": 1_000,
-            "receive_message_max_bytes": 256 << 20,
-            **client_config,
-        })
+        self._client_config = dict(client_config)
+        self._client = KafkaNetClient(**{**self._client_settings(), "client_id": "logfs-replica-fetcher",
+                                         **client_config})
         self._states: dict[TopicPartition, PartitionFetchState] = {}
+        #: the selected topics of the cluster as the last full metadata poll saw them (replaced whole, read
+        #: from any thread): what the namespace lists
+        self._cluster: dict[str, _TopicMetadata] = {}
+        #: replicas made on first use, for the fetcher thread to start fetching (under _appended)
+        self._added: list[TopicPartition] = []
+        self._floors: dict[TopicPartition, int] = {}
+        self._create_lock = threading.Lock()
+        #: the replica ensure_replica is making (its first fetch appends): the fetcher thread leaves it alone
+        self._creating: TopicPartition | None = None
+        self._refresh_wanted = False
+        self._next_listing = 0.0
+        #: held topics a metadata response did not show, since when: dropped at the second miss only (a
+        #: broker that has not yet seen a topic just created answers UNKNOWN_TOPIC_OR_PARTITION for it)
+        self._missing: dict[str, float] = {}
         self._inflight: dict[int, tuple[Any, dict[tuple[uuid.UUID, int], TopicPartition],
                                         dict[tuple[uuid.UUID, int], tuple[int, int, int]],
                                         list[tuple[uuid.UUID, int]]]] = {}
         self._sessions: dict[int, FetchSession] = {}
+        #: the client of first fetches (ensure_replica), made on the first: its own connections, as a broker
+        #: answers the requests of one connection in order, behind the session's long poll
+        self._first_client: Any = None
         self._node_delayed: dict[int, float] = {}
         self._appended = threading.Condition()
         self._sync_wanted = threading.Event()
@@ -211,6 +248,16 @@ class ReplicaFetcher:
         #: called with a topic's name after its local replica was deleted (the namespace forgets its nodes)
         self.topic_removed: Callable[[str], None] | None = None
         self._thread = threading.Thread(target=self._run, name="logfs-replica-fetcher", daemon=True)
+
+    def _client_settings(self) -> dict[str, Any]:
+        return {
+            "bootstrap_servers": self.brokers.split(","),
+            "request_timeout_ms": 10_000,
+            "reconnect_backoff_ms": 100,
+            "reconnect_backoff_max_ms": 1_000,
+            "receive_message_max_bytes": 256 << 20,
+            **self._client_config,
+        }
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -225,7 +272,7 @@ class ReplicaFetcher:
             raise LogfsError(f"The replica fetcher (kafka-python) cannot connect to the Kafka cluster at "
                              f"{self.brokers} within {timeout_s:g} s, though the admin client (librdkafka) did "
                              f"with the same settings: {exc}") from None
-        self._sync_metadata()
+        self._sync_metadata(full=True)
         self._thread.start()
         self._wait_first_round(min(timeout_s, FIRST_ROUND_MAX_S))
 
@@ -253,8 +300,124 @@ class ReplicaFetcher:
         if self._thread.is_alive():
             self._thread.join(timeout=30)
         self._client.close()
+        with self._create_lock:
+            if self._first_client is not None:
+                self._first_client.close()
 
     # ------------------------------------------------------------------ for the backend
+
+    def selected(self, topic: str) -> bool:
+        """Whether ``topic`` is one the mount lists (not internal, its whole name matching ``--topics``)."""
+        if topic.startswith("__"):
+            return False
+        return self.topic_pattern is None or self.topic_pattern.fullmatch(topic) is not None
+
+    def topics(self) -> list[str]:
+        """The selected topics of the cluster (cached metadata: no request)."""
+        return sorted(self._cluster)
+
+    def partitions(self, topic: str) -> list[int]:
+        """The partitions of a selected topic (cached metadata: no request); [] for an unknown topic."""
+        meta = self._cluster.get(topic)
+        return [] if meta is None else sorted(meta.partitions)
+
+    def ensure_replica(self, tp: TopicPartition, timeout_s: float) -> Log:
+        """The local log of ``tp``, made on first use: started where ``--from`` says, fetched at once, and
+        returned once its leader answered a first fetch (at most ``FIRST_ROUND_MAX_S``)."""
+        target = self.manager.get_log(tp)
+        if target is not None:
+            return target
+        meta = self._cluster.get(tp.topic)
+        if meta is None or tp.partition not in meta.partitions:
+            raise UnknownTopicOrPartitionError(f"No partition {tp} on the cluster")
+        with self._create_lock:
+            target = self.manager.get_log(tp)
+            if target is None:
+                start = self._start_offset(tp)
+                self._creating = tp
+                try:
+                    target = self.manager.get_or_create_log(tp, kafka_topic_id(meta.topic_id))
+                    if start > 0:
+                        target.truncate_fully_and_start_at(start)
+                    log.info("Replicating partition %s from offset %d (--from %s)", tp, start,
+                             self.start_position)
+                    fetched = self._first_fetch(tp, meta, target, timeout_s)
+                    _raise_log_start(target, start, FROM_START)
+                finally:
+                    with self._appended:
+                        self._creating = None
+                        self._added.append(tp)
+                        self._floors[tp] = start
+                self._client.wakeup()
+                if fetched:
+                    return target
+        deadline = time.monotonic() + min(timeout_s, FIRST_ROUND_MAX_S)
+        with self._appended:
+            while True:
+                state = self._states.get(tp)
+                if state is not None and state.responded:
+                    return target
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning("Partition %s: its leader did not answer a first fetch within %g s: serving what "
+                                "the local replica holds while it catches up", tp, min(timeout_s, FIRST_ROUND_MAX_S))
+                    return target
+                self._appended.wait(min(left, 0.5))
+
+    def _first_fetch(self, tp: TopicPartition, meta: _TopicMetadata, target: Log, timeout_s: float) -> bool:
+        """One Fetch of a new replica from its leader, at once (sessionless, ``max_wait_ms`` 0), appended
+        before the fetcher thread takes the partition into its leader's session; False if the leader did not
+        answer with records or nothing-new (the fetcher thread then handles what it says)."""
+        from kafka.protocol.consumer import FetchRequest
+
+        leader, epoch = meta.partitions[tp.partition]
+        if leader < 0:
+            return False
+        timeout_ms = int(min(timeout_s, FIRST_ROUND_MAX_S) * 1000)
+        fetch_topic = FetchRequest.FetchTopic
+        request = FetchRequest(
+            replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=64 << 20, isolation_level=0, session_id=0,
+            session_epoch=-1, topics=[fetch_topic(topic=tp.topic, topic_id=meta.topic_id, partitions=[
+                fetch_topic.FetchPartition(partition=tp.partition, current_leader_epoch=epoch,
+                                           fetch_offset=target.log_end_offset, last_fetched_epoch=-1,
+                                           log_start_offset=-1, partition_max_bytes=self.partition_max_bytes)])],
+            forgotten_topics_data=[], rack_id="", min_version=13, max_version=16)
+        try:
+            if self._first_client is None:
+                from kafka.net.compat import KafkaNetClient
+
+                client = KafkaNetClient(**{"client_id": "logfs-replica-first-fetch", **self._client_settings()})
+                client._manager.bootstrap(timeout_ms)
+                self._first_client = client
+            response = self._first_client.send_and_receive(leader, request, timeout_ms=timeout_ms)
+            pd = response.responses[0].partitions[0]
+            diverging = getattr(pd, "diverging_epoch", None)
+            if response.error_code != _NONE or pd.error_code != _NONE or (diverging is not None
+                                                                          and diverging.epoch >= 0):
+                return False
+            if pd.records:
+                target.append_as_follower(pd.records)
+            if pd.log_start_offset > target.log_start_offset:
+                target.maybe_increment_log_start_offset(min(pd.log_start_offset, target.log_end_offset),
+                                                        LEADER_LOG_START_OFFSET)
+            return True
+        except Exception as exc:  # the fetcher thread fetches it anyway: say it, and leave it to it
+            log.debug("First fetch of %s from broker %d failed: %s", tp, leader, exc)
+            return False
+
+    def _start_offset(self, tp: TopicPartition) -> int:
+        """ListOffsets for ``--from``: the leader's log start, its high watermark, or the first offset whose
+        timestamp is at or after the time (the high watermark when none is)."""
+        deadline = time.monotonic() + FIRST_ROUND_MAX_S
+        while True:
+            try:
+                return self.admin.list_offset(tp, self.start_position)
+            except ClusterTimeoutError:
+                raise
+            except LogfsError:      # a leader being elected (a topic just created): ask again, briefly
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(_BACKOFF_S)
 
     def request_sync(self, timeout_s: float) -> bool:
         """Refresh metadata now (an admin change was made); True once a sync started after this call ended."""
@@ -296,9 +459,12 @@ class ReplicaFetcher:
         while not self._stop.is_set():
             try:
                 now = time.monotonic()
-                if self._sync_wanted.is_set() or now >= self._next_sync:
+                if self._sync_wanted.is_set() or now >= self._next_listing:
                     self._sync_wanted.clear()
-                    self._sync_metadata()
+                    self._sync_metadata(full=True)
+                elif self._refresh_wanted or now >= self._next_sync:
+                    self._sync_metadata(full=False)
+                self._start_added()
                 self._send_fetches()
                 self._client.poll(timeout_ms=100)
                 self._complete_fetches()
@@ -318,9 +484,9 @@ class ReplicaFetcher:
 
     # ------------------------------------------------------------------ metadata
 
-    def _metadata(self) -> Any:
-        """A MetadataResponse from the least loaded broker, or from any other one that answers (a broker that
-        died is not the cluster being unreachable), within 10 s in all."""
+    def _metadata(self, topics: list[str] | None) -> Any:
+        """A MetadataResponse for ``topics`` (None: every topic) from the least loaded broker, or from any other
+        one that answers (a broker that died is not the cluster being unreachable), within 10 s in all."""
         from kafka.protocol.metadata import MetadataRequest
 
         cluster = self._client.cluster
@@ -331,6 +497,8 @@ class ReplicaFetcher:
                 nodes.append(node)
         if not nodes:
             raise LogfsError("no broker to ask for metadata")
+        wanted = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t, topic_id=None)
+                                              for t in topics]
         deadline = time.monotonic() + 10.0
         failure: Exception | None = None
         for node in nodes:
@@ -338,17 +506,27 @@ class ReplicaFetcher:
             if left_ms <= 0:
                 break
             try:
-                return self._client.send_and_receive(node, MetadataRequest(topics=None, max_version=12),
-                                                     timeout_ms=left_ms)
+                return self._client.send_and_receive(
+                    node, MetadataRequest(topics=wanted, allow_auto_topic_creation=False, max_version=12),
+                    timeout_ms=left_ms)
             except Exception as exc:    # this broker is down: ask the next one
                 failure = exc
         raise failure if failure is not None else LogfsError("no broker answered a metadata request in time")
 
-    def _sync_metadata(self) -> None:
-        """Local topics and fetch states as the cluster's metadata says (see the module docstring)."""
-        self._next_sync = time.monotonic() + self.metadata_max_age_s
+    def _sync_metadata(self, *, full: bool) -> None:
+        """The cached listing (full) or the held topics' metadata (not full), and the fetch states to match."""
+        now = time.monotonic()
+        self._next_sync = now + self.metadata_max_age_s
+        self._refresh_wanted = False
+        local = self.manager.topics()
+        held = [topic for topic in local if self.selected(topic)]
+        if full:
+            self._next_listing = now + self.listing_max_age_s
+        elif not held:
+            self._bump_generation()
+            return
         try:
-            md = self._metadata()
+            md = self._metadata(None if full else held)
         except Exception as exc:
             self._unreachable(exc)
             self._bump_generation()
@@ -359,27 +537,53 @@ class ReplicaFetcher:
             log.info("The Kafka cluster at %s answers again after %.1f s", self.brokers,
                      time.monotonic() - self._unreachable_since)
             self._unreachable_since = None
-        cluster: dict[str, _TopicMetadata] = {}
+        fresh: dict[str, _TopicMetadata] = {}
+        present: set[str] = set()
         uncertain: set[str] = set()
         for t in md.topics:
             if t.is_internal or t.name.startswith("__"):
                 continue
+            if t.error_code == _UNKNOWN_TOPIC_OR_PARTITION:
+                continue                                    # not there: gone
+            present.add(t.name)
             if t.error_code != _NONE or not t.partitions:
                 uncertain.add(t.name)
                 continue
             meta = _TopicMetadata(t.topic_id)
             for p in t.partitions:
                 meta.partitions[p.partition_index] = (p.leader_id, p.leader_epoch)
-            cluster[t.name] = meta
+            if self.selected(t.name):
+                fresh[t.name] = meta
+        gone: list[str] = []
+        for topic in local if full else held:
+            if topic in present:
+                self._missing.pop(topic, None)
+            elif topic in self._missing:
+                gone.append(topic)
+            else:
+                self._missing[topic] = now
+                uncertain.add(topic)        # kept as it was until the next poll says it again
+        known = self._cluster
+        if full:
+            cluster = {name: known[name] for name in uncertain if name in known}
+        else:
+            cluster = {name: meta for name, meta in known.items() if name not in held or name in uncertain}
+        cluster.update(fresh)
+        self._cluster = cluster
+        if self.topic_removed is not None:
+            for name in known.keys() - cluster.keys():
+                if name not in local:       # (a replica dropped below says it itself)
+                    self.topic_removed(name)        # gone from the listing: the kernel forgets its entry
+        for topic in gone:
+            self._missing.pop(topic, None)
+            self._drop_topic(topic, "it no longer exists on the cluster")
         self._moved = {}
-        for topic in self.manager.topics():
-            if topic not in cluster and topic not in uncertain:
-                self._drop_topic(topic, "it no longer exists on the cluster")
-        for name, meta in cluster.items():
-            try:
-                self._ensure_topic(name, meta)
-            except LogfsError as exc:
-                log.error("Cannot replicate topic %s locally: %s", name, exc)
+        for topic in held:
+            if topic in fresh:
+                try:
+                    self._ensure_topic(topic, fresh[topic])
+                except LogfsError as exc:
+                    log.error("Cannot replicate topic %s locally: %s", topic, exc)
         self._log_leader_changes()
         self._bump_generation()
 
@@ -407,28 +611,27 @@ class ReplicaFetcher:
                         "writes fail until it answers", self.brokers, exc)
 
     def _local_topic_id(self, topic: str) -> str | None:
-        target = self.manager.get_log(TopicPartition(topic, 0))
-        return None if target is None else read_topic_id(target.dir)
+        for partition in self.manager.partitions(topic):
+            target = self.manager.get_log(TopicPartition(topic, partition))
+            if target is not None:
+                return read_topic_id(target.dir)
+        return None
 
     def _ensure_topic(self, name: str, meta: _TopicMetadata) -> None:
+        """The fetch states of the partitions of ``name`` held locally, at their current leaders."""
         topic_id = kafka_topic_id(meta.topic_id)
+        if not self.selected(name):
+            return          # a replica a mount with other --topics left: kept, neither listed nor fetched
         local = self.manager.partitions(name)
         if local and self._local_topic_id(name) != topic_id:
             self._drop_topic(name, f"the cluster's topic of this name has a new topic ID {topic_id} "
                                    "(deleted and recreated)")
-            local = []
-        count = max(meta.partitions) + 1
-        if not local:
-            logs = self.manager.create_topic(name, num_partitions=count)
-            for created in logs:
-                write_partition_metadata(created.dir, topic_id)
-            log.info("Replicating topic %s (topic ID %s, %d partitions)", name, topic_id, count)
-        for partition in range(len(local) if local else count, count):
-            added = self.manager.add_partition(name, partition)
-            write_partition_metadata(added.dir, topic_id)
-            log.info("Replicating partition %s-%d", name, partition)
-        for partition, (leader, epoch) in meta.partitions.items():
+            return
+        for partition in local:
             tp = TopicPartition(name, partition)
+            if partition not in meta.partitions or tp == self._creating:
+                continue            # (being made: _start_added takes it once its first fetch is in)
+            leader, epoch = meta.partitions[partition]
             target = self.manager.get_log(tp)
             if target is None:
                 continue
@@ -439,6 +642,22 @@ class ReplicaFetcher:
                 if leader != state.leader:
                     self._moved.setdefault((state.leader, leader), []).append(tp)
                 state.leader, state.leader_epoch, state.delayed_until = leader, epoch, 0.0
+
+    def _start_added(self) -> None:
+        """Fetch states for the replicas made on first use since the last round."""
+        with self._appended:
+            added, self._added = self._added, []
+            floors, self._floors = self._floors, {}
+        for tp in added:
+            meta = self._cluster.get(tp.topic)
+            target = self.manager.get_log(tp)
+            if meta is None or target is None or tp.partition not in meta.partitions:
+                continue
+            state = self._states.get(tp)
+            if state is None or state.log is not target:
+                leader, epoch = meta.partitions[tp.partition]
+                state = self._states[tp] = PartitionFetchState(target, meta.topic_id, leader, epoch)
+            state.start_floor = floors.get(tp, -1)
 
     def _drop_topic(self, topic: str, why: str) -> None:
         log.info("Deleting the local replica of topic %s: %s", topic, why)
@@ -462,9 +681,11 @@ class ReplicaFetcher:
         now = time.monotonic()
         by_leader: dict[int, list[tuple[TopicPartition, PartitionFetchState]]] = {}
         for tp, state in self._states.items():
-            if state.leader < 0 or state.delayed_until > now or state.leader in self._inflight:
+            if state.leader < 0 or state.delayed_until > now:
                 continue
             if self._node_delayed.get(state.leader, 0.0) > now:
+                continue
+            if state.leader in self._inflight:
                 continue
             by_leader.setdefault(state.leader, []).append((tp, state))
         fetch_topic = FetchRequest.FetchTopic
@@ -535,7 +756,7 @@ class ReplicaFetcher:
     def _node_failed(self, node: int, why: object) -> None:
         log.debug("Fetch from broker %d failed: %s", node, why)
         self._node_delayed[node] = time.monotonic() + _BACKOFF_S
-        self._sync_wanted.set()
+        self._refresh_wanted = True
 
     def _partition_data(self, tp: TopicPartition, topic_id: uuid.UUID, pd: Any) -> None:
         state = self._states.get(tp)
@@ -555,7 +776,7 @@ class ReplicaFetcher:
                 log.warning("Fetch of %s failed with Kafka error code %d; retrying", tp, error)
             state.last_error = error
             state.delayed_until = time.monotonic() + _BACKOFF_S
-            self._sync_wanted.set()
+            self._refresh_wanted = True
 
     def _append(self, tp: TopicPartition, state: PartitionFetchState, pd: Any) -> None:
         target = state.log
@@ -570,6 +791,7 @@ class ReplicaFetcher:
             if leader_start > target.log_start_offset:
                 target.maybe_increment_log_start_offset(min(leader_start, target.log_end_offset),
                                                         LEADER_LOG_START_OFFSET)
+            _raise_log_start(target, state.start_floor, FROM_START)
         except LogfsError as exc:
             log.error("Partition %s: could not append what the leader returned at offset %d: %s", tp,
                       target.log_end_offset, exc)
@@ -646,6 +868,12 @@ class ReplicaFetcher:
 
 def _broker(node: int) -> str:
     return "no leader" if node < 0 else f"broker {node}"
+
+
+def _raise_log_start(target: Log, offset: int, reason: str) -> None:
+    """The log start moved up to ``offset`` (at most the log end) if it is below."""
+    if offset > target.log_start_offset and target.log_end_offset > target.log_start_offset:
+        target.maybe_increment_log_start_offset(min(offset, target.log_end_offset), reason)
 
 
 def kafka_topic_id(topic_id: uuid.UUID) -> str:
