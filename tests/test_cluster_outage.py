@@ -214,6 +214,8 @@ def test_a_leader_kill_logs_one_line_not_one_per_partition(cluster_mount, kafka_
     line per partition, and no traceback."""
     m = cluster_mount({"num.partitions": "30"})
     (m / "many").mkdir()
+    for p in range(30):     # replicas are made on first use: the mount follows the leaders of those it holds
+        assert (m / f"many/{p}/records").read_bytes() == b""
     leaders = {p: kafka_cluster.partition_state("many", p)[0] for p in range(30)}
     victim = max(set(leaders.values()), key=list(leaders.values()).count)
     moved = [p for p, leader in leaders.items() if leader == victim]
