@@ -100,16 +100,15 @@ class OffsetCheckpointFile:
         return self._parse(text)
 
     def read_generations(self) -> list[dict[TopicPartition, int]]:
-        """The current checkpoint and its previous generation (``.prev``, when there is one), read while no
+        """The current checkpoint and its previous generation (``.prev``), those that exist, read while no
         write of this file is under way in this process: a write overwrites ``.prev`` in place before
         swapping it in (write_keeping_previous), so a read of ``.prev`` beside it could see it half written
         and take it for corrupt.  Raises as :meth:`read`.
         """
         with _path_lock(self.path):     # fresh readers: this object's _lock is taken before _path_lock by write
-            generations = [OffsetCheckpointFile(self.path).read()]
-            if os.path.lexists(self.previous_path):
-                generations.append(OffsetCheckpointFile(self.previous_path).read())
-        return generations
+            # a missing one is not opened: that needs no descriptor (an open does, even of no file)
+            return [OffsetCheckpointFile(path).read() for path in (self.path, self.previous_path)
+                    if os.path.lexists(path)]
 
     def _current_is_sound(self) -> bool:
         """False when the current file exists but does not parse while ``.prev`` does (see write)."""

@@ -531,7 +531,7 @@ class Log:
             # A fetch returns many batches at once (up to the fetch's partition bytes): each run of them
             # that fits one segment is appended on its own, rolling in between, so the replica's
             # log.segment.bytes (and so its retention) holds whatever the fetch size.
-            for start, stop in _segment_runs(headers, self.config.segment_bytes):
+            for start, stop in _segment_runs(headers, self.config.segment_size):
                 run = headers[start:stop]
                 max_ts, offset_of_max = -1, run[0][1].base_offset
                 for _, header in run:

@@ -113,7 +113,7 @@ def test_a_batch_without_an_epoch_ends_what_is_known(tmp_path):
 def test_a_fetch_larger_than_a_segment_is_cut_into_segments(tmp_path, caplog):
     """A fetch returns many batches at once: the replica's log.segment.bytes holds, with plain rolls (no
     "Trying to roll a new log segment ... while it already exists")."""
-    log = open_log(tmp_path, segment_bytes=1024)
+    log = open_log(tmp_path, internal_segment_bytes=1024)
     batches = [batch(list(range(o, o + 10))) for o in range(0, 400, 10)]
     fetched = b"".join(batches)
     assert len(fetched) > 8 * 1024
@@ -127,7 +127,7 @@ def test_a_fetch_larger_than_a_segment_is_cut_into_segments(tmp_path, caplog):
 
 
 def test_a_batch_larger_than_a_segment_fills_the_empty_active_segment(tmp_path, caplog):
-    log = open_log(tmp_path, segment_bytes=100)
+    log = open_log(tmp_path, internal_segment_bytes=100)
     big = batch(list(range(20)))
     assert len(big) > 100
     with caplog.at_level("INFO", logger="engine.log"):
