@@ -8,7 +8,9 @@ disk holds must show every commit whose ``fsync()`` returned.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -27,6 +29,18 @@ def _write_fsync_close(path, data: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def _remounted_after_power_loss(tmp_path, layer, options: dict[str, str]) -> Iterator[Mount]:
+    """A mount of what the disk kept (``layer.backing``) after the power went; stopped cleanly after."""
+    after = Mount(tmp_path / "after", options)
+    after.data = layer.backing
+    after.start()
+    try:
+        yield after
+    finally:
+        assert after.stop() == 0, after.log_tail()
 
 
 @pytest.fixture
@@ -67,16 +81,11 @@ def test_fsynced_commits_survive_a_power_loss(tmp_path, layer, logfs_mount):
         pass                             # ENOTCONN: the mount is gone
     layer.lose_power()
 
-    after = Mount(tmp_path / "after", OPTIONS)
-    after.data = layer.backing
-    after.start()
-    try:
+    with _remounted_after_power_loss(tmp_path, layer, OPTIONS) as after:
         assert after.sh("cat t/groups/edited").stdout == b"0 3 10 7\n"
         assert after.sh("cat t/groups/synced").stdout == b"0 4 10 6\n"
         assert after.sh("cat t/groups/reader").stdout == b"0 3 10 7\n"
         assert after.sh("cat u/groups/kept-open").stdout == b"0 7 10 3\n"
-    finally:
-        assert after.stop() == 0, after.log_tail()
 
 
 def test_a_closed_commit_without_fsync_survives_kill_9(logfs_mount):
@@ -107,10 +116,5 @@ def test_a_commit_fsynced_into_a_new_segment_survives_a_power_loss(tmp_path, lay
     m.kill()
     layer.lose_power()
 
-    after = Mount(tmp_path / "after", options)
-    after.data = layer.backing
-    after.start()
-    try:
+    with _remounted_after_power_loss(tmp_path, layer, options) as after:
         assert after.sh("cat t/groups/g").stdout == b"0 7 30 23\n"
-    finally:
-        assert after.stop() == 0, after.log_tail()
