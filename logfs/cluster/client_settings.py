@@ -249,7 +249,7 @@ class ClientSettings:
                 wanted = ("all", "-1") if name == "acks" else ("true",)
                 if value.lower() not in wanted:
                     raise InvalidConfigError(f"{name}={value} is not allowed: a cluster mount produces with "
-                                             "acks=all and enable.idempotence=true (SPEC.md section 4)")
+                                             "acks=all and enable.idempotence=true (docs/SPEC.md section 10)")
             elif name in ("sasl.username", "sasl.password", "ssl.ca.location", "ssl.certificate.location",
                           "ssl.key.location", "ssl.key.password", "ssl.crl.location", "client.id",
                           "debug") or row.producer_only:

@@ -5,8 +5,8 @@ namespace chose (the mount's own partitioner, Kafka's murmur2, so a keyed line
 lands where an embedded mount puts it) and returns once every record of the
 write has its delivery report: acknowledged by all in-sync replicas, or
 failed.  Idempotence (``enable.idempotence=true``) keeps the order and
-removes duplicates across librdkafka's retries and leader changes, as SPEC.md
-section 4 promises.  A write that cannot be delivered within
+removes duplicates across librdkafka's retries and leader changes, as docs/SPEC.md
+section 10 promises.  A write that cannot be delivered within
 ``delivery.timeout.ms`` (the mount's default: 30 s) fails with ETIMEDOUT, a
 refusal with the errno of its Kafka error (logfs.cluster.errors).
 """
