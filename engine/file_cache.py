@@ -22,8 +22,8 @@ its path current across renames); index mappings use the cache directly
 
 The budget defaults to three quarters of the soft ``RLIMIT_NOFILE`` (the rest
 is left to FUSE requests, sockets, checkpoints and pinned files); see
-:func:`default_budget`.  :func:`set_budget` changes it (the mount's
-``log.fd.budget`` override, tests).
+:func:`default_budget`.  :func:`set_budget` changes it (no setting of the
+mount does: the budget follows ``ulimit -n``).
 """
 
 from __future__ import annotations
