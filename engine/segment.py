@@ -8,9 +8,8 @@ follows Kafka's ``LogSegment``:
   the previous entry, and the time index gets ``(max timestamp so far, its
   offset)`` at the same points; a final time index entry is written when the
   segment stops being active;
-* indexes are preallocated to what the segment can hold, at most
-  ``segment.index.bytes`` (:func:`index_bytes_needed`), and trimmed to their
-  entries when the segment becomes inactive or is closed;
+* indexes are preallocated to what the segment can hold (:func:`index_bytes_needed`)
+  and trimmed to their entries when the segment becomes inactive or is closed;
 * ``recover()`` validates every batch and truncates at the first torn or
   corrupt one, rebuilding both indexes from what survives.
 
