@@ -513,10 +513,10 @@ def test_cluster_unreachable(cluster_mount, kafka_cluster: KafkaCluster) -> None
 
 
 def test_readme_cluster_section_runs_as_written(kafka_cluster: KafkaCluster, tmp_path) -> None:
-    """The first ```sh block of the README's "Mounting a Kafka cluster", against this cluster."""
+    """The first ```sh block of "Mounting a Kafka cluster" (docs/cluster.md), against this cluster."""
     from tests.conftest import ROOT
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Mounting a Kafka cluster", 1)[1]
+    from tests.docs import doc_section
+    section = doc_section("Mounting a Kafka cluster")
     body = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
     commands: list[tuple[str, list[str]]] = []
     for line in body.splitlines():
