@@ -175,7 +175,7 @@ def _limit_malloc_arenas() -> None:
     Every worker thread that allocates while another does gets an arena of its
     own (up to 8 per core), and memory freed in one is not reused by another:
     over a long session of appends, reads and deletions through the worker
-    threads the mount's RSS crept up (README, "Performance").  Two arenas keep
+    threads the mount's RSS crept up (docs/reliability.md, "Reliability").  Two arenas keep
     the threads from contending much and the freed memory reusable.
     """
     if "MALLOC_ARENA_MAX" in os.environ or not sys.platform.startswith("linux"):

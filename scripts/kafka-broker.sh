@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A single-node Apache Kafka broker (KRaft: broker and controller in one JVM)
 # on a log dir, from the released jars scripts/setup-kafka.sh fetches: what
-# README "Moving to Kafka" hands a logfs data dir to, and a broker to try
+# docs/kafka.md "Moving to Kafka" hands a logfs data dir to, and a broker to try
 # `logfs mount --bootstrap-server` against.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"

@@ -468,7 +468,7 @@ class Torture:
         """Commits of the groups on ``p/0`` through ``p/groups/<group>``: most fsynced before the close.
 
         A commit whose ``fsync()`` returned must survive a power loss; one whose ``close()`` returned
-        must survive a kill -9 (README, "Consumer groups").
+        must survive a kill -9 (docs/usage.md, "Consumer groups").
         """
         rng = random.Random(self.rng.random())
         part = self.parts["p/0"]
@@ -769,7 +769,7 @@ class Torture:
                     cut = (present[0] in (start, view_first)
                            and present == list(range(present[0], present[0] + len(present)))
                            and batch[-len(present):] == [by_offset[o] for o in present])
-                    # a write over segment.bytes is several batches (README, "Writing"): a crash between
+                    # a write over segment.bytes is several batches (docs/usage.md, "Writing"): a crash between
                     # them leaves a prefix of it, in order and contiguous
                     may_split = not self.bootstrap and batch_size(batch) > self.args.segment_bytes
                     prefix = (may_split and present == list(range(present[0], present[0] + len(present)))

@@ -352,7 +352,7 @@ def hash_tree(root: Path) -> dict[str, tuple]:
 
 
 def seen_from_json(row: dict) -> Seen:
-    """A records.jsonl row of the mount, decoded back to bytes (README: base64 for non-UTF-8)."""
+    """A records.jsonl row of the mount, decoded back to bytes (docs/usage.md: base64 for non-UTF-8)."""
     def field(value, encoding):
         if value is None:
             return None

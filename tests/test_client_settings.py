@@ -24,6 +24,7 @@ from logfs.cluster.client_settings import (
     parse_jaas_config,
 )
 from logfs.cluster.config import split_options
+from tests.docs import doc_section
 
 JAAS_SCRAM = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="bob" '
               'password="p\\"w;=x";')
@@ -171,9 +172,8 @@ def test_secrets_are_redacted_from_log_lines_and_tracebacks() -> None:
     assert formatted.startswith("auth [redacted] and b'u\\x00[redacted]'") and "ValueError: bad [redacted]" in formatted
 
 
-def test_the_readme_shows_the_table_the_clients_are_built_from() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert client_settings_table() in readme
+def test_the_docs_show_the_table_the_clients_are_built_from() -> None:
+    assert client_settings_table() in doc_section("Mounting a Kafka cluster")
 
 
 def test_a_refusal_of_the_credentials_or_the_acls_during_a_request_is_eacces_naming_the_settings() -> None:

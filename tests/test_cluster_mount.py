@@ -33,7 +33,7 @@ _TIMESTAMP = re.compile(rb'"timestamp":[0-9]+,"timestampType":[01]')
 def normalised(jsonl: bytes) -> bytes:
     """records.jsonl with the timestamps blanked: a topic the mount creates is LogAppendTime, so the broker
     stamps every record, ``append.jsonl`` ones too, where an embedded mount stamps its own clock and keeps a
-    JSON line's CreateTime (README, "Mounting a Kafka cluster"); everything else is compared byte for byte."""
+    JSON line's CreateTime (docs/cluster.md); everything else is compared byte for byte."""
     return _TIMESTAMP.sub(b'"timestamp":0,"timestampType":0', jsonl)
 
 
@@ -362,7 +362,7 @@ def test_groups_are_the_cluster_coordinators(cluster_mount, kafka_cluster: Kafka
 #
 # The Spark ``logfs`` source reads the mount's raw ``segments/`` files, which on a cluster mount are the local
 # replica's: the leader's batches byte for byte.  It returns what it returns on an embedded mount holding the
-# same records, timestamps aside (README, "Mounting a Kafka cluster": the broker stamps LogAppendTime).  The
+# same records, timestamps aside (docs/cluster.md: the broker stamps LogAppendTime).  The
 # pipeline runs first: the source test's SparkSession then does not share the machine with its Spark job.
 
 _COLUMNS = ["key", "value", "topic", "partition", "offset", "timestampType"]
@@ -375,7 +375,7 @@ spark = spark_fixture("logfs-test-cluster-spark")
 @pytest.mark.timeout(600)
 def test_pipeline_script_runs_unchanged_on_a_cluster_mount(kafka_cluster: KafkaCluster, logfs_mount,
                                                            tmp_path) -> None:
-    """scripts/pipeline.py, as the README runs it, with --mount pointing at a mount of the cluster (batch mode; its
+    """scripts/pipeline.py, as docs/spark.md runs it, with --mount pointing at a mount of the cluster (batch mode; its
     stream mode reads through the same logfs source, run on an embedded mount by tests/test_spark.py)."""
     m = logfs_mount(name="pipe", extra_args=["--bootstrap-server", kafka_cluster.bootstrap])
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
@@ -509,14 +509,14 @@ def test_cluster_unreachable(cluster_mount, kafka_cluster: KafkaCluster) -> None
     assert (m / "down/0/records").read_bytes().endswith(b"after\n")
 
 
-# --------------------------------------------------------------------------- the README, as written
+# ----------------------------------------------------------------------- docs/cluster.md, as written
 
 
 def test_readme_cluster_section_runs_as_written(kafka_cluster: KafkaCluster, tmp_path) -> None:
-    """The first ```sh block of the README's "Mounting a Kafka cluster", against this cluster."""
+    """The first ```sh block of "Mounting a Kafka cluster" (docs/cluster.md), against this cluster."""
     from tests.conftest import ROOT
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Mounting a Kafka cluster", 1)[1]
+    from tests.docs import doc_section
+    section = doc_section("Mounting a Kafka cluster")
     body = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
     commands: list[tuple[str, list[str]]] = []
     for line in body.splitlines():

@@ -119,7 +119,7 @@ def test_the_first_write_after_a_fresh_mount_is_one_batch(cluster_mount, kafka_c
     10,000 records, cut ``seq 25000`` into three; now at its maximum), and still two at times (the records
     waited for the topic's metadata in librdkafka's unassigned queue, and the sender took them as they were
     moved).  Kept well under what librdkafka enqueues within ``linger.ms`` on a loaded machine (11,000 was cut
-    once at 7,160 in a full suite run: README, "one write()")."""
+    once at 7,160 in a full suite run: docs/cluster.md, "one write()")."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})

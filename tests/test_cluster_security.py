@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from engine.properties import parse_properties
-from tests.conftest import ROOT, Mount
+from tests.conftest import Mount
+from tests.docs import doc_section
 from tests.helpers import wait_for
 from tests.kafka_secure import ALICE_PASSWORD, BOB_PASSWORD, CAROL_PASSWORD, SecureKafkaBroker
 
@@ -213,10 +214,10 @@ def test_no_secret_in_a_debug_log_of_every_client(secure_kafka_broker: SecureKaf
 
 def test_the_readme_client_properties_mount_as_written(secure_kafka_broker: SecureKafkaBroker, logfs_mount,
                                                        tmp_path: Path) -> None:
-    """README "Mounting a Kafka cluster": its two client.properties (SASL/SCRAM over TLS, mutual TLS), with
-    this broker's CA, client certificate and password in place of the README's."""
+    """docs/cluster.md, "Mounting a Kafka cluster": its two client.properties (SASL/SCRAM over TLS, mutual
+    TLS), with this broker's CA, client certificate and password in place of the doc's."""
     broker = secure_kafka_broker
-    section = (ROOT / "README.md").read_text().split("## Mounting a Kafka cluster", 1)[1]
+    section = doc_section("Mounting a Kafka cluster")
     blocks = re.findall(r"```properties\n(.*?)```", section, re.S)
     assert len(blocks) == 2
     for i, (block, listener) in enumerate(zip(blocks, ("SASL_SSL", "MTLS"), strict=True)):

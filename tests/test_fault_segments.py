@@ -304,7 +304,7 @@ def test_data_is_private_on_disk_by_default(logfs_mount, umask, dir_mode, file_m
 
 @pytest.mark.parametrize("cut", ["between batches", "inside a batch"])
 def test_a_split_write_cut_by_a_crash_leaves_a_prefix_of_whole_batches(logfs_mount, cut):
-    """The README's contract for a write larger than a segment: across a crash, a prefix of whole batches.
+    """docs/usage.md's contract for a write larger than a segment: across a crash, a prefix of whole batches.
 
     A crash during such a write leaves on disk the batches written before it,
     and maybe part of the next one.  Every such state is made here from the

@@ -354,7 +354,7 @@ def test_read_committed_mount_hides_aborted_transactions_as_a_read_committed_con
     try:
         assert "isolation.level=read_committed" in (m.path / ".logfs" / "config").read_text().splitlines()
         # A transaction with no marker is hidden; unlike a consumer's, the views do not stop at the
-        # last stable offset (README: Coming from Kafka), so the plain records after it show.
+        # last stable offset (docs/kafka.md: Coming from Kafka), so the plain records after it show.
         open_txn = [r for r in scenario.uncommitted["txn-open"][0] if not r.value.startswith(b"open ")]
         _check_all_views(m, {"txn": scenario.committed["txn"],
                              "txn-open": {0: open_txn},

@@ -67,7 +67,7 @@ def test_a_stop_signal_shuts_the_mount_down_cleanly(logfs_mount, signum):
 
 @pytest.mark.mount_options({"num.partitions": "60"})
 def test_umount_returns_once_the_clean_shutdown_is_done(mount):
-    """The README's "Moving to Kafka" runs `to-kafka plan` right after `logfs umount`: the marker must be there."""
+    """docs/kafka.md's "Moving to Kafka" runs `to-kafka plan` right after `logfs umount`: the marker must be there."""
     mount.sh("for t in a b c d; do mkdir $t && seq 1 100 > $t/append; done")       # 240 partitions
     result = subprocess.run([str(LOGFS), "umount", str(mount.path)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr

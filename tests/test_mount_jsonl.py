@@ -163,7 +163,7 @@ def test_export_and_reimport_a_whole_topic_with_cat_and_cp(mount, tmp_path):
     mount.sh("mkdir a && for p in 0 1 2; do "
              "for i in $(seq 1 3000); do echo \"p$p-record-$i\"; done > a/$p/append; done")
     export = tmp_path / "a.jsonl"
-    mount.sh(f"cat a/*/records.jsonl > {export}")                       # the README's export
+    mount.sh(f"cat a/*/records.jsonl > {export}")                       # docs/usage.md's export
     assert export.stat().st_size > 1 << 20                                 # several 1 MiB writes on import
     mount.sh(f"mkdir b && cp {export} b/append.jsonl")                    # ... and re-import
     for p in range(3):

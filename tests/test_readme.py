@@ -1,15 +1,17 @@
-"""The README's console blocks run as written, against a real mount laid out as scripts/run.sh lays it out.
+"""The console blocks of README.md and docs/*.md run as written, against a real mount laid out as
+scripts/run.sh lays it out.
 
-Each ```console block of README.md is one shell session: ``$ `` lines are
-commands, the lines after one are its expected output.  Output is compared
-token by token (``ls`` prints columns on a terminal and one name per line
-into a pipe) with JSON timestamps masked; a command shown without output is
-only required to succeed.  ``tail -f`` is stopped with SIGINT after two
-seconds, as a reader would press Ctrl-C.  Blocks that need Spark are run by
-tests/test_readme_spark.py.  ```sh blocks are not sessions of this mount: the
-set-up commands, and the Kafka procedures that need a broker or a Kafka
-install (tests/test_kafka_to_logfs.py and tests/test_to_kafka.py run them
-against a real broker).
+Each ```console block is one shell session: ``$ `` lines are commands, the
+lines after one are its expected output.  Output is compared token by token
+(``ls`` prints columns on a terminal and one name per line into a pipe) with
+JSON timestamps masked; a command shown without output is only required to
+succeed.  ``tail -f`` is stopped with SIGINT after two seconds, as a reader
+would press Ctrl-C.  Each file's blocks run in order on one fresh mount.
+Blocks that need Spark are run by tests/test_readme_spark.py.  ```sh blocks
+are not sessions of this mount: the set-up commands, and the Kafka procedures
+that need a broker or a Kafka install (tests/test_kafka_to_logfs.py,
+tests/test_to_kafka.py, tests/test_cluster_mount.py and
+tests/test_cluster_security.py run them against real brokers).
 """
 
 from __future__ import annotations
@@ -21,24 +23,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, Mount
-
-pytestmark = pytest.mark.mount
+from tests.docs import console_blocks, doc_files
 
 _TIMESTAMP = re.compile(rb'"timestamp":\d+')
-
-
-def console_blocks(text: str) -> list[list[tuple[str, list[str]]]]:
-    """[[(command, expected output lines), ...] per ```console block]."""
-    blocks = []
-    for body in re.findall(r"```console\n(.*?)```", text, re.S):
-        commands: list[tuple[str, list[str]]] = []
-        for line in body.splitlines():
-            if line.startswith("$ "):
-                commands.append((line[2:], []))
-            elif commands:
-                commands[-1][1].append(line)
-        blocks.append(commands)
-    return blocks
 
 
 def _normalise(data: bytes) -> list[bytes]:
@@ -78,16 +65,34 @@ def _spark_block(commands) -> bool:
     return any("pipeline.py" in c or "pyspark" in c for c, _ in commands)
 
 
-def test_readme_console_blocks_run_as_written(tmp_path):
+def _sessions(path: Path) -> list[list[tuple[str, list[str]]]]:
+    return [b for b in console_blocks(path.read_text()) if not _spark_block(b)]
+
+
+def test_every_console_block_of_the_docs_is_read() -> None:
+    """The block rule finds every ```console fence, each with a command, and the README's first session."""
+    total = 0
+    for path in doc_files():
+        text = path.read_text()
+        blocks = console_blocks(text)
+        assert len(blocks) == text.splitlines().count("```console"), path
+        assert all(block for block in blocks), f"a console block of {path} has no $ command"
+        total += len(blocks)
+    assert _sessions(ROOT / "README.md"), "README.md shows no first session"
+    assert total >= 5
+
+
+@pytest.mark.mount
+@pytest.mark.parametrize("doc", [p for p in doc_files() if _sessions(p)],
+                         ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_console_blocks_run_as_written(tmp_path, doc: Path):
     # the layout scripts/run.sh makes: ./mnt, ./data and the .venv with the logfs command
     root = tmp_path / "project"
     m = Mount(root, {}).start()
     (root / ".venv").symlink_to(ROOT / ".venv")
     (root / "scripts").symlink_to(ROOT / "scripts")
     try:
-        blocks = [b for b in console_blocks((ROOT / "README.md").read_text()) if not _spark_block(b)]
-        assert len(blocks) >= 2
-        for commands in blocks:
+        for commands in _sessions(doc):
             starts_outside = commands[0][0].split("#")[0].strip() == "cd mnt"
             _run_block(root if starts_outside else m.path, commands)
     finally:

@@ -1,4 +1,5 @@
-"""The README's Spark examples run as written: the data source snippet and the pipeline console block.
+"""The Spark examples of the docs (docs/spark.md) run as written: the data source snippet and the pipeline
+console block.
 
 The snippet runs in a fresh Python process whose ``spark`` is what a user has:
 ``SparkSession.builder.getOrCreate()`` with no ``PYSPARK_PYTHON``, so Spark's
@@ -16,13 +17,14 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, Mount
-from tests.test_readme import _run_block, console_blocks
+from tests.docs import console_blocks, doc_files
+from tests.test_readme import _run_block
 
 pytestmark = [pytest.mark.mount, pytest.mark.spark]
 
 
 def _python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    return [b for path in doc_files() for b in re.findall(r"```python\n(.*?)```", path.read_text(), re.S)]
 
 
 @pytest.fixture
@@ -61,7 +63,7 @@ def test_readme_data_source_snippet_runs_as_shown(project):
 
 def test_readme_pipeline_console_block_runs_as_written(project):
     root, m = project
-    block = next(b for b in console_blocks((ROOT / "README.md").read_text())
+    block = next(b for path in doc_files() for b in console_blocks(path.read_text())
                  if any("pipeline.py" in c for c, _ in b))
     env_home = root / "home"
     env_home.mkdir()

@@ -74,7 +74,7 @@ def test_space_is_bounded_and_given_back(ns, monkeypatch):
     second.write(0, b"y" * 1000)
 
 
-# names seen with strace (README "Writing"): sed -i, rsync, vim's swap files and probe, emacs' lock and
+# names seen with strace (docs/usage.md, "The namespace"): sed -i, rsync, vim's swap files and probe, emacs' lock and
 # auto-save files, Python's tempfile next to the target, mktemp, an editor's name.tmp, backups
 TOOL_NAMES = ["sed5pMF9y", ".config.yP7neR", ".append.Ab3xYz", ".config.swp", ".config.swpx", ".config.swx",
               "4913", "5036", "config~", ".#config", ".#-emacsDFQCrz", "#config#", "tmprbao92q4",

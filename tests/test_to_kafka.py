@@ -1,6 +1,6 @@
 """logfs -> Kafka: a data directory written through a mount is served by a real Apache Kafka broker.
 
-The procedure is the documented one (README, "Moving to Kafka"), run for real:
+The procedure is the documented one (docs/kafka.md, "Moving to Kafka"), run for real:
 ``logfs to-kafka plan`` prints kafka-topics commands, which Kafka's own
 TopicCommand runs against a single-node KRaft broker; the broker is stopped
 cleanly; ``logfs to-kafka adopt`` moves the partitions into its log dir; the
@@ -30,6 +30,7 @@ import time
 import pytest
 
 from tests.conftest import LOGFS, ROOT, Mount
+from tests.docs import doc_section
 from tests.helpers import add_config, wait_for
 from tests.kafka_broker import java_command
 
@@ -272,11 +273,11 @@ def test_the_plan_creates_the_group_commits_first_and_says_what_to_do_when_the_b
 
 
 def _readme_moving_to_kafka_block() -> list[str]:
-    """The commands of README "Moving to Kafka"'s block, continuation lines joined, comments kept for bash."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### Moving to Kafka"):]
+    """The commands of the block of "Moving to Kafka" (docs/kafka.md), continuation lines joined, comments
+    kept for bash."""
+    section = doc_section("Moving to Kafka")
     body = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert body is not None, "README's Moving to Kafka section has no sh block"
+    assert body is not None, "the Moving to Kafka section has no sh block"
     commands: list[str] = []
     for line in body.group(1).splitlines():
         if line.startswith("$ "):
@@ -289,7 +290,7 @@ def _readme_moving_to_kafka_block() -> list[str]:
 
 @pytest.mark.kafka
 def test_readme_moving_to_kafka_runs_as_written(logfs_mount, tmp_path):
-    """README's block, command by command, in a directory laid out as scripts/run.sh lays it out (./mnt,
+    """docs/kafka.md's block, command by command, in a directory laid out as scripts/run.sh lays it out (./mnt,
     ./data, scripts/, .venv/): the broker it starts (localhost:9092) then serves what the mount stored."""
     mount = logfs_mount(MOUNT_OPTIONS)
     (mount / "events").mkdir()

@@ -1,7 +1,7 @@
 """The compiled kernels (``engine.records.kernels``) for request paths that must not wait for numba.
 
 Loading the kernels costs a process about 0.9 s once (numba's import 0.5 s,
-the first cached kernel 0.4 s; README, "Appending a file whole").  A background job
+the first cached kernel 0.4 s; docs/performance.md, "Appending a file whole").  A background job
 (the cleaner, the walk for transaction markers) imports them and waits.  A
 request path (an append, a read of the text view) must not stall for that
 on the first request of a mount, nor make every mount pay it at start when

@@ -17,8 +17,8 @@ A records section of values of mixed sizes must be walked record by record:
 each record's position depends on the previous record's length varint.  In
 Python that walk costs about 0.6 us per record (``_sized_walk``); compiled by
 numba it costs 0.07 us, which takes the text view of mixed 40-200 byte values
-from 3.7x the CPU per byte of uniform 100-byte values to about 1.2x (README,
-"Mixed value sizes").  numba compiles each kernel on its first call and keeps
+from 3.7x the CPU per byte of uniform 100-byte values to about 1.2x
+(docs/performance.md, "Mixed value sizes").  numba compiles each kernel on its first call and keeps
 the machine code in ``__pycache__`` (``cache=True``): the first process pays
 about 2 s once, every later one about 0.1 s to load it.
 

@@ -97,7 +97,7 @@ _JAAS_OPTION = re.compile(r'\s*([A-Za-z0-9_.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([
 
 
 def client_settings_table() -> str:
-    """The table as README.md shows it (Markdown)."""
+    """The table as docs/cluster.md shows it (Markdown)."""
     lines = ["| setting | librdkafka (admin client, producer) | kafka-python (replica fetcher, OffsetDelete) |",
              "|---|---|---|"]
     for row in _ROWS:

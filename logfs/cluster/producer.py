@@ -101,7 +101,7 @@ class ClusterProducer:
             self._produce_batch(tp, values, keys, delivery, what)
             return self._wait(delivery, what)
         # librdkafka's produce_batch takes neither headers nor timestamps: such records are produced one by
-        # one, which librdkafka may send in more than one batch (README, "one write()")
+        # one, which librdkafka may send in more than one batch (docs/cluster.md, "one write()")
         i = 0
         try:
             for i, value in enumerate(values):
