@@ -285,7 +285,7 @@ class TempFiles:
         meant = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
         hint = f"; did you mean {where}/{meant[0]}?" if meant else f" (it holds {', '.join(sorted(names))})"
         return (f"Cannot create {where}/{name}: the namespace is fixed, and next to config and append only "
-                f"editors' and tools' temporary files can be created (README: Writing){hint}")
+                f"editors' and tools' temporary files can be created (docs/usage.md, \"The namespace\"){hint}")
 
     def _exists(self, parent: Node, name: str) -> bool:
         try:

@@ -212,7 +212,7 @@ class ClientSettings:
             if name not in CLIENT_SETTINGS:
                 raise InvalidConfigError(
                     f"Unsupported Kafka client setting {name}: a cluster mount takes the client settings listed in "
-                    "README.md (\"Mounting a Kafka cluster\", Settings)")
+                    "docs/cluster.md (\"Settings\")")
             if CLIENT_SETTINGS[name].secret and value:
                 out.secrets.append(value)
         if "sasl.jaas.config" in given:
