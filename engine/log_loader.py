@@ -42,11 +42,12 @@ from engine.files import (
     offset_from_file_name,
     offset_index_file_path,
     parse_segment_file_name,
+    remove_view_index_file,
     time_index_file_path,
     unlink_if_exists,
 )
 from engine.records import validate_batch
-from engine.segment import LogSegment, remove_view_index_file
+from engine.segment import LogSegment
 from engine.segment_checks import check_index_against_log, validate_tail
 from engine.topic import TopicPartition
 

@@ -65,9 +65,8 @@ from engine.files import (
     LOG_FILE_SUFFIX,
     log_file_path,
     offset_index_file_path,
+    remove_view_index_file,
     time_index_file_path,
-    unlink_if_exists,
-    view_index_file_path,
 )
 from engine.index import OffsetIndex, TimeIndex, open_regular_file
 from engine.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, validate_batch
@@ -869,13 +868,6 @@ class LogSegment:
             modified = -1
         return (f"LogSegment(baseOffset={self.base_offset}, size={self._size}, "
                 f"lastModifiedTime={modified}, largestRecordTimestamp={largest})")
-
-
-def remove_view_index_file(dir: str, base_offset: int) -> None:
-    """Unlink ``<base>.viewindex`` (the mount's sidecar, engine.views.persisted) of a segment that is going,
-    unless a live ``<base>.log`` (the cleaner's replacement of the same base offset) still owns it."""
-    if not os.path.lexists(log_file_path(dir, base_offset)):
-        unlink_if_exists(view_index_file_path(dir, base_offset), ignore_errors=True)
 
 
 class _ScanOnlyIndex:
