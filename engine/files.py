@@ -5,9 +5,11 @@ suffixes, the 20-digit base-offset file names, the suffixes of files in flight
 (asynchronous deletion, the cleaner's swap) and of a partition directory
 renamed for deletion, and the helpers that make a rename durable
 (:func:`fsync_dir`), write a small file atomically (:func:`atomic_write`) and
-remove a file that may already be gone (:func:`unlink_if_exists`).  The engine,
-its tools and the mount (``logfs.namespace``, ``logfs.spark``,
-``logfs.to_kafka``) all take them from here.
+remove a file that may already be gone (:func:`unlink_if_exists`; a
+segment's ``.viewindex`` unless a live ``.log`` owns it:
+:func:`remove_view_index_file`).  The engine, its tools and the mount
+(``logfs.namespace``, ``logfs.spark``, ``logfs.to_kafka``) all take them from
+here.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ __all__ = [
     "log_file_path", "offset_index_file_path", "time_index_file_path", "parse_segment_file_name",
     "offset_from_file_name",
     "fsync_dir", "atomic_write", "unlink_if_exists", "VIEW_INDEX_FILE_SUFFIX", "view_index_file_path",
-    "write_cache_file",
+    "write_cache_file", "remove_view_index_file",
 ]
 
 LOG_FILE_SUFFIX = ".log"
@@ -179,3 +181,10 @@ def unlink_if_exists(path: str, *, ignore_errors: bool = False) -> bool:
             return False
         raise
     return True
+
+
+def remove_view_index_file(dir: str, base_offset: int) -> None:
+    """Unlink ``<base>.viewindex`` (the mount's sidecar, engine.views.persisted) of a segment that is going,
+    unless a live ``<base>.log`` (the cleaner's replacement of the same base offset) still owns it."""
+    if not os.path.lexists(log_file_path(dir, base_offset)):
+        unlink_if_exists(view_index_file_path(dir, base_offset), ignore_errors=True)

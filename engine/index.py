@@ -589,6 +589,12 @@ class AbstractIndex:
         return (f"{type(self).__name__}(path={self.path!r}, base_offset={self.base_offset}, "
                 f"entries={self._entries}, max_entries={self.max_entries})")
 
+    def _log_loaded(self, max_index_size: int, last_offset: int) -> None:
+        """Kafka's DEBUG line of an index opened (its last offset as the subclass knows it)."""
+        logger.debug("Loaded index file %s with maxEntries = %d, maxIndexSize = %d, entries = %d, "
+                     "lastOffset = %d, file position = %d", self.path, self.max_entries, max_index_size,
+                     self._entries, last_offset, self._entries * self.entry_size)
+
 
 class OffsetIndex(AbstractIndex):
     """Kafka's ``OffsetIndex``: relative offset -> byte position in the segment's ``.log``.
@@ -604,9 +610,7 @@ class OffsetIndex(AbstractIndex):
                  in_memory: bool = False) -> None:
         super().__init__(path, base_offset, max_index_size, writable, in_memory)
         self._last_offset = self._read_last_offset()
-        logger.debug("Loaded index file %s with maxEntries = %d, maxIndexSize = %d, entries = %d, "
-                     "lastOffset = %d, file position = %d", self.path, self.max_entries, max_index_size,
-                     self._entries, self._last_offset, self._entries * 8)
+        self._log_loaded(max_index_size, self._last_offset)
 
     def _read_last_offset(self) -> int:
         if self._entries == 0:
@@ -744,9 +748,7 @@ class TimeIndex(AbstractIndex):
                  in_memory: bool = False) -> None:
         super().__init__(path, base_offset, max_index_size, writable, in_memory)
         self._last_entry = self._read_last_entry()
-        logger.debug("Loaded index file %s with maxEntries = %d, maxIndexSize = %d, entries = %d, "
-                     "lastOffset = %d, file position = %d", self.path, self.max_entries, max_index_size,
-                     self._entries, self._last_entry[1], self._entries * 12)
+        self._log_loaded(max_index_size, self._last_entry[1])
 
     def _read_last_entry(self) -> tuple[int, int]:
         if self._entries == 0:

@@ -42,11 +42,13 @@ from engine.files import (
     offset_from_file_name,
     offset_index_file_path,
     parse_segment_file_name,
+    remove_view_index_file,
     time_index_file_path,
     unlink_if_exists,
 )
 from engine.records import validate_batch
-from engine.segment import LogSegment, remove_view_index_file
+from engine.segment import LogSegment
+from engine.segment_checks import check_index_against_log, validate_tail
 from engine.topic import TopicPartition
 
 logger = logging.getLogger("engine.log")        # the operator's familiar logger name, as before the split
@@ -222,6 +224,14 @@ class LogLoader:
                                file_already_exists=exists, topic_partition=self.topic_partition,
                                read_only=self.read_only if read_only is None else read_only)
 
+    def _next_offset_of(self, base_offset: int) -> int:
+        """The next offset of the segment at ``base_offset``, opened read-only (looking creates nothing)."""
+        segment = self._open(base_offset, read_only=True)
+        try:
+            return segment.next_offset
+        finally:
+            segment.close_handlers()
+
     def _needs_recovery(self, reason: str) -> ReadOnlyError:
         """The error of a read-only load that cannot go on without writing to ``self.dir``."""
         return ReadOnlyError(
@@ -361,21 +371,13 @@ class LogLoader:
         first = base if first is None else first
         before = [b for b in bases if b < base]
         if before:
-            previous = self._open(before[-1], read_only=True)       # looking creates nothing
-            try:
-                previous_end = previous.next_offset
-            finally:
-                previous.close_handlers()
+            previous_end = self._next_offset_of(before[-1])
             if previous_end > first:
                 raise CorruptRecordError(f"its first offset {first} is below the end {previous_end} of the segment "
                                          f"{before[-1]} it does not replace", path=segment.log_path, position=0)
         replaced = [b for b in bases if base <= b < next_offset]
         if replaced:
-            last = self._open(replaced[-1], read_only=True)
-            try:
-                replaced_end = last.next_offset
-            finally:
-                last.close_handlers()
+            replaced_end = self._next_offset_of(replaced[-1])
             if next_offset > replaced_end:
                 raise CorruptRecordError(f"it holds offsets up to {next_offset - 1}, beyond the last offset "
                                          f"{replaced_end - 1} of the segments it replaces",
@@ -513,7 +515,7 @@ class LogLoader:
             return
         try:
             segment.sanity_check()
-            segment.check_index_against_log()
+            check_index_against_log(segment)
         except CorruptIndexError as exc:
             logger.warning(self._prefix + "Found a corrupted index file corresponding to log file %s due to %s, "
                            "recovering segment and rebuilding index files%s...", segment.log_path, exc,
@@ -578,7 +580,7 @@ class LogLoader:
         """
         segment = self.segments.peekitem(-1)[1]
         try:
-            segment.validate_tail()
+            validate_tail(segment)
         except CorruptRecordError as exc:
             truncated = self._recover_segment(segment, report=False)
             logger.warning(self._prefix + "The active segment %s is damaged despite the clean shutdown marker "

@@ -240,7 +240,7 @@ class LogManager:
             raise
         # Created after loading, as in Kafka: its first round must see every log.
         if self.config.log_cleaner_enable and not self.read_only and int(self.config.log_cleaner_threads) > 0:
-            self.cleaner = LogCleaner.for_log_manager(self)
+            self.cleaner = LogCleaner(self.config, self.log_dirs, self.all_logs, self.clock)
         self._started = True
 
     def _create_and_validate_log_dirs(self) -> None:

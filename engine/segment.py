@@ -29,12 +29,13 @@ Concurrency: appends happen under ``Log.lock`` (one writer).  Reads never lock:
 they bound themselves by a snapshot of :attr:`size`, which is published only
 after the bytes are written, so a reader never sees a partial batch.
 
-Size (~970 lines): one class whose parts (append, read and translate, the
-index-against-log checks, recovery, truncation, file renames) all work on the
-same private state (size, next offset, max timestamp, index byte counter);
-cutting them apart would publish that state.  What needs none of it lives
-apart: both batch walks (:mod:`engine.records.reader`), file names and
-suffixes (:mod:`engine.files`), the descriptor budget (:mod:`engine.file_cache`).
+Size (~900 lines): one class whose parts (append, read and translate,
+recovery, truncation, file renames) all work on the same private state (size,
+next offset, max timestamp, index byte counter); cutting them apart would
+publish that state.  What needs none of it lives apart: the load-time checks
+of the indexes against the .log (:mod:`engine.segment_checks`), both batch
+walks (:mod:`engine.records.reader`), file names and suffixes
+(:mod:`engine.files`), the descriptor budget (:mod:`engine.file_cache`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeVar
 from engine import records as _records
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import (
-    CorruptIndexError,
     CorruptRecordError,
     InvalidRequestError,
     LogDirFullError,
@@ -65,12 +65,11 @@ from engine.files import (
     LOG_FILE_SUFFIX,
     log_file_path,
     offset_index_file_path,
+    remove_view_index_file,
     time_index_file_path,
-    unlink_if_exists,
-    view_index_file_path,
 )
 from engine.index import OffsetIndex, TimeIndex, open_regular_file
-from engine.records import HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, read_header, validate_batch
+from engine.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, validate_batch
 from engine.records.format import RecordBuffer
 from engine.records.reader import read_batches, read_headers
 from engine.topic import TopicPartition, parse_topic_partition_dir
@@ -84,7 +83,6 @@ _IndexT = TypeVar("_IndexT", OffsetIndex, TimeIndex)
 
 
 _INT32_MAX = 0x7FFFFFFF
-_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 #: Below this an index file is not made smaller (one page: nothing to gain, see index_bytes_needed).
 _MIN_INDEX_BYTES = 4096
 
@@ -116,10 +114,6 @@ _UNKNOWN: Final = _Unknown.UNKNOWN
 # Header-only scans (offset translation) read this much at a time: a few batches
 # of a typical index interval without dragging whole large batches in.
 _HEADER_SCAN_CHUNK = 16 * 1024
-# How many offset index entries besides the first and the last are checked
-# against the .log at load (one header read each): enough to catch an index
-# that does not belong to its log without reading the whole index.
-_INDEX_SAMPLES = 8
 # Full scans (recovery, view index rebuild) read big sequential chunks.
 _BODY_SCAN_CHUNK = 4 * 1024 * 1024
 
@@ -436,13 +430,6 @@ class LogSegment:
             raise StorageError(f"I/O error appending to {self.log_path}: {exc.strerror}") from exc
 
     # ------------------------------------------------------------------- read
-    def _pread(self, position: int, size: int) -> bytes:
-        f = self._log()
-        try:
-            return os.pread(f.fd, size, position)
-        except OSError as exc:
-            raise StorageError(f"I/O error reading {self.log_path} at {position}: {exc.strerror}") from exc
-
     def read_bytes(self, position: int, size: int) -> bytes:
         """Raw bytes of the .log; works after the file was deleted (the descriptor is kept)."""
         if size <= 0:
@@ -479,7 +466,7 @@ class LogSegment:
         buffer (recovery, decoding, view index rebuilds) and damage is reported
         as every other reader reports it.
         """
-        return read_batches(self._pread, start, end, _BODY_SCAN_CHUNK, path=self.log_path, strict=strict)
+        return read_batches(self.read_bytes, start, end, _BODY_SCAN_CHUNK, path=self.log_path, strict=strict)
 
     def batches(self, start_position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of every batch from ``start_position`` up to the current size."""
@@ -499,7 +486,7 @@ class LogSegment:
         lands inside a batch, beyond the file or on a batch above the wanted
         offset means the index does not belong to this log: it is logged at
         ERROR once and the walk starts over from ``starting_position`` (never a
-        wrong answer, only a slower one); see check_index_against_log.
+        wrong answer, only a slower one); see engine.segment_checks.
         """
         size = self._size
         index_offset, position = self.offset_index.lookup(offset)
@@ -588,94 +575,6 @@ class LogSegment:
         """Raise CorruptIndexError if either index fails its sanity check (the loader then recovers)."""
         self.offset_index.sanity_check()
         self.time_index.sanity_check()
-
-    def check_index_against_log(self) -> None:
-        """Raise CorruptIndexError if the indexes disagree with the .log (checked cheaply at load).
-
-        Kafka's sanity check only looks at the index file itself; an index that
-        passes it can still point into the middle of batches (a damaged or
-        foreign file), and every lookup through it then misses.  Here the first,
-        the last and ``_INDEX_SAMPLES`` entries in between are checked: entries
-        increase in offset and position, and the batch at an entry's position is
-        a batch header whose base offset is at or below the entry's offset.  The
-        last time index entry must name an offset of this segment.  A few
-        header reads per segment; the loader rebuilds an index that fails.
-        """
-        index = self.offset_index
-        entries = index.entries
-        size = self._size
-        if entries:
-            step = max(1, entries // (_INDEX_SAMPLES + 1))
-            slots = sorted({0, entries - 1, *range(step, entries - 1, step)})
-            previous: tuple[int, int] | None = None
-            previous_slot = -1
-            for slot in slots:
-                offset, position = index.entry(slot)
-                if slot != previous_slot + 1 and slot > 0:
-                    previous = index.entry(slot - 1)
-                if previous is not None and (offset <= previous[0] or position <= previous[1]):
-                    raise CorruptIndexError(
-                        f"Index file {index.path} entry {slot} (offset {offset}, position {position}) does not "
-                        f"follow entry {slot - 1} (offset {previous[0]}, position {previous[1]})")
-                self._check_entry(index.path, slot, offset, position, size)
-                previous, previous_slot = (offset, position), slot
-        ts_entries = self.time_index.entries
-        if ts_entries:
-            # Sampled the same way: offsets of this segment, timestamps increasing, offsets not decreasing.
-            step = max(1, ts_entries // (_INDEX_SAMPLES + 1))
-            next_offset = self.next_offset
-            previous_entry: tuple[int, int] | None = None
-            for slot in sorted({0, ts_entries - 1, *range(step, ts_entries - 1, step)}):
-                timestamp, offset = self.time_index.entry(slot)
-                if slot > 0:
-                    previous_entry = self.time_index.entry(slot - 1)
-                if not self.base_offset <= offset < next_offset or (
-                        previous_entry is not None
-                        and (timestamp <= previous_entry[0] or offset < previous_entry[1])):
-                    raise CorruptIndexError(
-                        f"Time index file {self.time_index.path} entry {slot} (timestamp {timestamp}, offset "
-                        f"{offset}) disagrees with log {self.log_path} (offsets {self.base_offset}.."
-                        f"{next_offset - 1}) or with the entry before it {previous_entry}")
-
-    def _check_entry(self, path: str, slot: int, offset: int, position: int, size: int) -> None:
-        problem = None
-        if position + HEADER_SIZE > size:
-            problem = f"its position is beyond the {size} bytes of the log"
-        else:
-            header = read_header(self.read_bytes(position, HEADER_SIZE), 0)
-            if header.magic != MAGIC or header.batch_length < _MIN_BATCH_LENGTH:
-                problem = "its position is not the start of a record batch"
-            elif position + LOG_OVERHEAD + header.batch_length > size:
-                problem = "the batch at its position runs past the end of the log"
-            elif not header.base_offset <= offset:
-                problem = f"the batch at its position starts at offset {header.base_offset}"
-        if problem is not None:
-            raise CorruptIndexError(f"Index file {path} entry {slot} (offset {offset}, position {position}) "
-                                    f"disagrees with log {self.log_path}: {problem}")
-
-    def validate_tail(self) -> None:
-        """CRC-check the batches after the last offset index entry; CorruptRecordError if any fails.
-
-        Where the next append goes must be readable: a clean-shutdown marker
-        lets the loader skip recovery, but an active segment cut short or
-        damaged after the shutdown would take appends behind a torn batch that
-        no reader can get past.  The tail is at most ``index.interval.bytes``
-        plus one batch, so this costs one read.
-        """
-        index_offset, position = self.offset_index.lookup(self.offset_index.last_offset)
-        size = self._size
-        if position > size:
-            raise self._damaged(f"the last offset index entry points at byte {position}, beyond the end", size)
-        next_offset = index_offset if position else self.base_offset
-        for pos, header, buf, off in self._batches_with_bytes(position, size):
-            try:
-                validate_batch(buf, off)
-            except CorruptRecordError as exc:
-                raise exc.at(self.log_path, pos) from None
-            if pos > position and header.base_offset < next_offset:
-                raise self._damaged(f"Batch base offset {header.base_offset} is below the previous batch's "
-                                    f"next offset {next_offset}", pos)
-            next_offset = header.next_offset
 
     def recover(self, truncate: bool = True, in_memory: bool = False, report: bool = True) -> int:
         """Validate every batch, truncate at the first invalid one, rebuild the indexes.
@@ -969,13 +868,6 @@ class LogSegment:
             modified = -1
         return (f"LogSegment(baseOffset={self.base_offset}, size={self._size}, "
                 f"lastModifiedTime={modified}, largestRecordTimestamp={largest})")
-
-
-def remove_view_index_file(dir: str, base_offset: int) -> None:
-    """Unlink ``<base>.viewindex`` (the mount's sidecar, engine.views.persisted) of a segment that is going,
-    unless a live ``<base>.log`` (the cleaner's replacement of the same base offset) still owns it."""
-    if not os.path.lexists(log_file_path(dir, base_offset)):
-        unlink_if_exists(view_index_file_path(dir, base_offset), ignore_errors=True)
 
 
 class _ScanOnlyIndex:

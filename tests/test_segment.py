@@ -13,6 +13,7 @@ from engine.clock import ManualClock
 from engine.errors import LogDirFullError, StorageError
 from engine.records import Record, decode_batch, encode_records, encode_values
 from engine.segment import FetchDataInfo, LogSegment
+from engine.segment_checks import check_index_against_log
 from engine.views.index import view_index, view_index_and_damage
 from tests.helpers import make_config
 
@@ -311,7 +312,7 @@ def test_an_index_that_points_between_batches_fails_the_check_and_lookups_do_not
     try:
         seg.sanity_check()                       # Kafka's own check passes...
         with pytest.raises(CorruptIndexError, match="disagrees with log"):
-            seg.check_index_against_log()        # ...ours does not
+            check_index_against_log(seg)        # ...ours does not
         # A reader meeting the bad entry falls back to scanning: right answer, never ENOENT
         last_entry_offset = seg.offset_index.last_offset
         found = seg.translate_offset(last_entry_offset)
@@ -376,7 +377,7 @@ def test_a_time_index_naming_offsets_outside_its_segment_fails_the_check(tmp_pat
     try:
         seg.sanity_check()                                   # Kafka's check looks at the last entry only
         with pytest.raises(CorruptIndexError, match="Time index"):
-            seg.check_index_against_log()
+            check_index_against_log(seg)
     finally:
         seg.close()
 

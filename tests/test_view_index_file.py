@@ -65,11 +65,11 @@ def _reference(tmp_path: Path, log_dir: Path) -> tuple[bytes, bytes]:
 
 
 class LogReads:
-    """Counts the .log reads of each segment (a hook on LogSegment's two read paths)."""
+    """Counts the .log reads of each segment (a hook on LogSegment.read_bytes, its one read of bytes)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.by_base: dict[int, int] = {}
-        read_bytes, pread = LogSegment.read_bytes, LogSegment._pread
+        read_bytes = LogSegment.read_bytes
 
         def counted(original):
             def read(segment: LogSegment, position: int, size: int) -> bytes:
@@ -77,7 +77,6 @@ class LogReads:
                 return original(segment, position, size)
             return read
         monkeypatch.setattr(LogSegment, "read_bytes", counted(read_bytes))
-        monkeypatch.setattr(LogSegment, "_pread", counted(pread))
 
 
 def test_files_are_written_at_roll_and_clean_close(tmp_path):

@@ -20,7 +20,6 @@ from engine.topic import TopicPartition
 if TYPE_CHECKING:   # pragma: no cover
     from engine.config import BrokerConfig
     from engine.log import Log
-    from engine.manager import LogManager
 
 logger = logging.getLogger("engine.cleaner")     # one logger for the package, as before it was split
 
@@ -38,6 +37,11 @@ class LogCleaner:
     :meth:`shutdown` waits until every borrowed worker is back, as Kafka's
     ``LogCleaner.shutdown`` joins its threads: the LogManager closes the logs
     only after it returns, so no clean writes into a closed log.
+
+    Built from its parts, as Kafka's (``config, logDirs, logs, time``): the
+    broker config, the log dirs, a callable returning the live logs (the
+    LogManager passes its ``all_logs``), and the clock.  It knows nothing of
+    the LogManager, which owns it.
     """
 
     def __init__(self, config: BrokerConfig, log_dirs: Sequence[str], logs: Callable[[], Iterable[Log]],
@@ -71,11 +75,6 @@ class LogCleaner:
         self.last_stats: dict[int, CleanerStats] = {}
         #: sums over every finished clean (under self._lock)
         self.totals = CleanerTotals()
-
-    @classmethod
-    def for_log_manager(cls, log_manager: LogManager) -> LogCleaner:
-        """The cleaner of a LogManager's logs, with its broker config and clock."""
-        return cls(log_manager.config, log_manager.log_dirs, log_manager.all_logs, log_manager.clock)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

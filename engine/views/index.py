@@ -105,6 +105,11 @@ class ViewIndex:
     def log_size(self) -> int:
         return self.totals.log_size
 
+    @property
+    def bytes_since_last_entry(self) -> int:
+        """Log bytes appended by scans since the last entry (kept by ``<base>.viewindex``)."""
+        return self._bytes_since_last_entry
+
     def append(self, first_offset: int, log_position: int, text_size: int, json_size: int,
                next_offset: int, indexed: bool, *, batch_size: int = 0,
                records: int | None = None) -> None:

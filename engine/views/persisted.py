@@ -46,8 +46,8 @@ import stat
 import struct
 import sys
 from array import array
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from crc32c import crc32c
 
@@ -57,9 +57,47 @@ from engine.records import HEADER_SIZE
 
 if TYPE_CHECKING:
     from engine.segment import LogSegment
-    from engine.views.index import ViewIndex
 
 logger = logging.getLogger(__name__)
+
+
+class _Totals(Protocol):
+    @property
+    def next_offset(self) -> int: ...
+    @property
+    def log_size(self) -> int: ...
+    @property
+    def text_size(self) -> int: ...
+    @property
+    def json_size(self) -> int: ...
+    @property
+    def record_count(self) -> int: ...
+
+
+class StoredViewIndex(Protocol):
+    """What this module reads of and loads into a view index (:class:`engine.views.index.ViewIndex`).
+
+    A protocol, so that the file format does not import the index that
+    uses it: ``engine.views.index`` imports this module.
+    """
+
+    base_offset: int
+    index_interval_bytes: int
+    entries: int
+    last_position: int
+
+    @property
+    def totals(self) -> _Totals: ...
+    @property
+    def log_size(self) -> int: ...
+    @property
+    def bytes_since_last_entry(self) -> int: ...
+    def columns(self) -> tuple[array, array, array, array]: ...
+    def load_columns(self, columns: Sequence[array], entries: int, totals: tuple[int, int, int, int, int],
+                     last_position: int, bytes_since_last_entry: int) -> None: ...
+
+
+_V = TypeVar("_V", bound=StoredViewIndex)
 
 _MAGIC = b"LVIX"
 _VERSION = 1
@@ -98,7 +136,7 @@ def _persistable(segment: LogSegment) -> bool:
     return not segment.read_only and segment.log_path.endswith(LOG_FILE_SUFFIX)
 
 
-def encode(segment: LogSegment, vi: ViewIndex) -> bytes:
+def encode(segment: LogSegment, vi: StoredViewIndex) -> bytes:
     """The file's bytes for ``vi``, the view index of ``segment`` up to its current size."""
     tp = segment.topic_partition
     topic = tp.topic.encode()
@@ -109,7 +147,7 @@ def encode(segment: LogSegment, vi: ViewIndex) -> bytes:
     batch_crc = _batch_crc(segment, vi.last_position) or 0
     parts = [_HEADER.pack(_MAGIC, _VERSION, 0, vi.base_offset, totals.log_size, totals.next_offset,
                           totals.record_count, totals.text_size, totals.json_size, vi.index_interval_bytes,
-                          vi._bytes_since_last_entry, n, vi.last_position, batch_crc, index_entries, index_crc,
+                          vi.bytes_since_last_entry, n, vi.last_position, batch_crc, index_entries, index_crc,
                           tp.partition, len(topic)), topic]
     for column in vi.columns():
         col = column[:n]
@@ -120,7 +158,7 @@ def encode(segment: LogSegment, vi: ViewIndex) -> bytes:
     return body + _CRC.pack(crc32c(body))
 
 
-def persist(segment: LogSegment, vi: ViewIndex) -> bool:
+def persist(segment: LogSegment, vi: StoredViewIndex) -> bool:
     """Write ``<base>.viewindex`` for sealed ``segment``; False (one log line) if it cannot be written."""
     if not _persistable(segment) or vi.log_size != segment.size or segment.size == 0:
         return False
@@ -145,7 +183,16 @@ def remove(dir: str, base_offset: int) -> None:
         pass
 
 
-def load(segment: LogSegment, new_index: Callable[[int, int], ViewIndex]) -> ViewIndex | None:
+class _Rejected(Exception):
+    """Why a file is not used; ``stale`` when it is only out of date (logged at INFO, not WARNING)."""
+
+    def __init__(self, why: str, stale: bool = False) -> None:
+        super().__init__(why)
+        self.why = why
+        self.stale = stale
+
+
+def load(segment: LogSegment, new_index: Callable[[int, int], _V]) -> _V | None:
     """The persisted view index of sealed ``segment`` if its file is there and valid, else None.
 
     ``new_index(base_offset, index_interval_bytes)`` makes the empty ViewIndex
@@ -155,50 +202,61 @@ def load(segment: LogSegment, new_index: Callable[[int, int], ViewIndex]) -> Vie
         return None
     path = view_index_file_path(segment.dir, segment.base_offset)
     try:
+        return _load(segment, path, new_index)
+    except _Rejected as rejected:
+        counters["rejected"] += 1
+        (logger.info if rejected.stale else logger.warning)(
+            "View index file %s is not used: %s; rebuilding the segment's view index from its log", path,
+            rejected.why)
+        return None
+
+
+def _load(segment: LogSegment, path: str, new_index: Callable[[int, int], _V]) -> _V | None:
+    try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         counters["missing"] += 1
         return None
     except OSError as exc:
-        return _reject(path, f"it cannot be opened ({exc.strerror})")
+        raise _Rejected(f"it cannot be opened ({exc.strerror})") from exc
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            return _reject(path, "it is not a regular file")
+            raise _Rejected("it is not a regular file")
         data = os.pread(fd, st.st_size, 0)
     except OSError as exc:
-        return _reject(path, f"it cannot be read ({exc.strerror})")
+        raise _Rejected(f"it cannot be read ({exc.strerror})") from exc
     finally:
         os.close(fd)
     if len(data) < _HEADER.size + _CRC.size:
-        return _reject(path, f"it holds {len(data)} bytes, fewer than a header")
+        raise _Rejected(f"it holds {len(data)} bytes, fewer than a header")
     body = memoryview(data)[:-_CRC.size]
     if crc32c(body) != _CRC.unpack_from(data, len(data) - _CRC.size)[0]:
-        return _reject(path, "its checksum does not match (torn or damaged)")
+        raise _Rejected("its checksum does not match (torn or damaged)")
     (magic, version, _flags, base, log_size, next_offset, records, text_size, json_size, interval, since_entry, n,
      last_position, batch_crc, index_entries, index_crc, partition, topic_len) = _HEADER.unpack_from(data, 0)
     if magic != _MAGIC or version != _VERSION:
-        return _reject(path, f"it is not a version {_VERSION} view index file")
+        raise _Rejected(f"it is not a version {_VERSION} view index file")
     columns_at = _HEADER.size + topic_len
     if len(body) != columns_at + _COLUMNS * 8 * n or n < 1:
-        return _reject(path, "its length does not match its entries")
+        raise _Rejected("its length does not match its entries")
     tp = segment.topic_partition
     topic = bytes(data[_HEADER.size:columns_at])
     size = segment.size
     if base != segment.base_offset or log_size > size:
-        return _reject(path, f"it describes a segment of {log_size} bytes at base offset {base}, "
-                             f"not this one ({size} bytes at {segment.base_offset})", stale=True)
+        raise _Rejected(f"it describes a segment of {log_size} bytes at base offset {base}, "
+                        f"not this one ({size} bytes at {segment.base_offset})", stale=True)
     if topic != tp.topic.encode() or partition != tp.partition:
-        return _reject(path, f"it was written for another partition ({topic!r}-{partition})", stale=True)
+        raise _Rejected(f"it was written for another partition ({topic!r}-{partition})", stale=True)
     if _offset_index_crc(segment, index_entries) != index_crc:
-        return _reject(path, "it does not match the segment's offset index", stale=True)
+        raise _Rejected("it does not match the segment's offset index", stale=True)
     if not 0 <= last_position < log_size:
-        return _reject(path, "its last batch lies outside the segment")
+        raise _Rejected("its last batch lies outside the segment")
     if log_size < size and _batch_crc(segment, last_position) != batch_crc:
         # the segment grew since (an active segment after a clean shutdown): the batch
         # it ends with must still be there, or the bytes before it may have changed
-        return _reject(path, f"the batch at byte {last_position} of the log is not the one it ends with",
-                       stale=True)
+        raise _Rejected(f"the batch at byte {last_position} of the log is not the one it ends with",
+                        stale=True)
     vi = new_index(base, interval)
     cols = []
     at = columns_at
@@ -212,15 +270,9 @@ def load(segment: LogSegment, new_index: Callable[[int, int], ViewIndex]) -> Vie
     offsets, log_positions, text_positions, json_positions = cols
     if (log_positions[0] != 0 or log_positions[-1] > last_position or text_positions[-1] > text_size
             or json_positions[-1] > json_size or offsets[0] < base or offsets[-1] >= next_offset):
-        return _reject(path, "its entries lie outside the segment")
+        raise _Rejected("its entries lie outside the segment")
     vi.load_columns(cols, n, (next_offset, log_size, text_size, json_size, records), last_position,
                     since_entry)
     counters["loaded"] += 1
     return vi
 
-
-def _reject(path: str, why: str, stale: bool = False) -> ViewIndex | None:
-    counters["rejected"] += 1
-    (logger.info if stale else logger.warning)(
-        "View index file %s is not used: %s; rebuilding the segment's view index from its log", path, why)
-    return None
