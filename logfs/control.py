@@ -370,8 +370,8 @@ class AppendTargetFile(FileNode):
             self.ns.require_topic(self.topic)
         else:
             self.ns.log(TopicPartition(self.topic, self.partition))
-        return AppendHandle(self.ns.manager, self.topic, self.partition, self.format,
-                            self.ns.router(self.topic), self.ns.stats, self.ns.backend)
+        return AppendHandle(self.ns.backend, self.topic, self.partition, self.format,
+                            self.ns.router(self.topic), self.ns.stats)
 
 
 class AppendFile(AppendTargetFile):

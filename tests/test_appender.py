@@ -23,6 +23,7 @@ from engine.manager import LogManager
 from engine.records import iter_batches
 from engine.topic import TopicPartition
 from logfs.appender import JSON_LINES, TEXT_LINES, AppendHandle, TopicRouter
+from logfs.backend import EmbeddedBackend
 from logfs.stats import MountStats
 from tests.conftest import kafka_records
 
@@ -38,7 +39,7 @@ def manager(tmp_path):
 
 def appender(manager: LogManager, topic: str = "t", partition: int | None = 0,
              router: TopicRouter | None = None, stats: MountStats | None = None, fmt=TEXT_LINES) -> AppendHandle:
-    return AppendHandle(manager, topic, partition, fmt, router or TopicRouter(), stats or MountStats())
+    return AppendHandle(EmbeddedBackend(manager), topic, partition, fmt, router or TopicRouter(), stats or MountStats())
 
 
 def values(manager: LogManager, topic: str = "t", partition: int = 0) -> list[bytes | None]:
