@@ -27,7 +27,7 @@ from logfs.handles import BytesHandle, Handle, LineCommandHandle
 from logfs.nodes import RW_MODE, STABLE_TIMEOUT_S, WRITE_ONLY_MODE, FileNode, GeneratedFile
 
 if TYPE_CHECKING:  # pragma: no cover
-    from logfs.namespace import Namespace
+    from logfs.tree import Tree
 
 log = logging.getLogger(__name__)
 
@@ -168,9 +168,11 @@ class TopicConfigFile(GeneratedFile):
     mode = RW_MODE
     entry_timeout = STABLE_TIMEOUT_S       # the name is stable; the size changes with the overrides
 
-    def __init__(self, ns: Namespace, topic: str) -> None:
+    def __init__(self, ns: Tree, topic: str) -> None:
         super().__init__(ns)
         self.topic = topic
+        #: when a write through the mount last changed the overrides (0: not since the mount started)
+        self.applied_ns = 0
 
     @property
     def key(self) -> tuple:
@@ -227,11 +229,11 @@ class TopicConfigFile(GeneratedFile):
     def apply(self, updates: dict[str, str | None]) -> None:
         # LogManager.alter_topic_config logs the change (once).
         self.ns.backend.alter_topic_config(self.topic, updates)
-        self.ns.config_applied_ns[self.topic] = time.time_ns()
+        self.applied_ns = time.time_ns()
 
     def mtime_ns(self) -> int:
         """When a write through the mount last changed the overrides (the mount's start before that)."""
-        return self.ns.config_applied_ns.get(self.topic, self.ns.started_ns)
+        return self.applied_ns or self.ns.started_ns
 
 
 # ---- control files
@@ -256,7 +258,7 @@ class _MarkerFile(FileNode):
 class TopicDeleteFile(_MarkerFile):
     """Write the marker ``topic`` to delete the topic asynchronously (like rmdir)."""
 
-    def __init__(self, ns: Namespace, topic: str) -> None:
+    def __init__(self, ns: Tree, topic: str) -> None:
         super().__init__(ns)
         self.topic = topic
 
@@ -278,7 +280,7 @@ class TopicDeleteFile(_MarkerFile):
 class PartitionDeleteFile(_MarkerFile):
     """``before <offset>`` (Kafka's DeleteRecords) or ``key <key>`` (a tombstone)."""
 
-    def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
+    def __init__(self, ns: Tree, tp: TopicPartition) -> None:
         super().__init__(ns)
         self.tp = tp
 
@@ -345,7 +347,7 @@ class AppendTargetFile(FileNode):
     #: how the lines written become records; its ``file_name`` is the file's name
     format: LineFormat
 
-    def __init__(self, ns: Namespace, topic: str, partition: int | None) -> None:
+    def __init__(self, ns: Tree, topic: str, partition: int | None) -> None:
         super().__init__(ns)
         self.topic = topic
         self.partition = partition

@@ -31,19 +31,20 @@ from logfs.names import JSONL_SUFFIX, parse_timestamp, split_format
 from logfs.nodes import (
     STABLE_TIMEOUT_S,
     Directory,
+    ErrorsFile,
     MetricsFile,
     Node,
     RecordFile,
     SegmentFile,
     StateFile,
     StatsFile,
+    ViewFile,
     record_digest,
 )
-from logfs.refusals import ErrorsFile
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
-    from logfs.namespace import Namespace
+    from logfs.tree import Tree
 
 
 class RootDir(Directory):
@@ -108,7 +109,7 @@ class TopicDir(Directory):
     }
     entry_timeout = attr_timeout = STABLE_TIMEOUT_S     # invalidated by logfs.fs when the topic goes
 
-    def __init__(self, ns: Namespace, topic: str) -> None:
+    def __init__(self, ns: Tree, topic: str) -> None:
         super().__init__(ns)
         self.topic = topic
 
@@ -127,8 +128,8 @@ class TopicDir(Directory):
     def preparation(self, name: str) -> Callable[[], None] | None:
         if name not in self._NEED_RECORDS:
             return None
-        missing = self.ns.replicas_missing(self.ns.topic_partitions(self.topic))
-        return (lambda: self.ns.ensure_replicas(missing)) if missing else None
+        return self.ns.replica_preparation([TopicPartition(self.topic, p)
+                                            for p in self.ns.backend.partitions(self.topic)])
 
     def lookup(self, name: str) -> Node:
         self.ns.require_topic(self.topic)
@@ -186,7 +187,7 @@ class PartitionDir(Directory):
         "state": "_state", "delete": "_delete", "append.jsonl": "_append_jsonl", "consume": "_consume",
     }
 
-    def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
+    def __init__(self, ns: Tree, tp: TopicPartition) -> None:
         super().__init__(ns)
         self.tp = tp
         self.topic = tp.topic
@@ -203,7 +204,7 @@ class PartitionDir(Directory):
         return list(self._ENTRIES)
 
     def preparation(self, name: str) -> Callable[[], None] | None:
-        return _replica_preparation(self.ns, self.tp)
+        return self.ns.replica_preparation([self.tp])
 
     def lookup(self, name: str) -> Node:
         target = self.ns.log(self.tp)
@@ -213,10 +214,12 @@ class PartitionDir(Directory):
         return getattr(self, method)(target)
 
     def _records(self, target: Log) -> Node:
-        return self.ns.view(self.tp, "records", target, ViewFormat.TEXT, start_offset=target.log_start_offset)
+        return ViewFile.named(self.ns, self.tp, "records", target, ViewFormat.TEXT,
+                              start_offset=target.log_start_offset)
 
     def _records_jsonl(self, target: Log) -> Node:
-        return self.ns.view(self.tp, "records.jsonl", target, ViewFormat.JSONL, start_offset=target.log_start_offset)
+        return ViewFile.named(self.ns, self.tp, "records.jsonl", target, ViewFormat.JSONL,
+                              start_offset=target.log_start_offset)
 
     def _append(self, target: Log) -> Node:
         return self.ns.stable(AppendFile, self.tp.topic, self.tp.partition)
@@ -252,7 +255,7 @@ class PartitionDir(Directory):
 class _PartitionSubDir(Directory):
     kind = ""
 
-    def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
+    def __init__(self, ns: Tree, tp: TopicPartition) -> None:
         super().__init__(ns)
         self.tp = tp
         self.topic = tp.topic
@@ -271,7 +274,7 @@ class _PartitionSubDir(Directory):
         return []
 
     def preparation(self, name: str) -> Callable[[], None] | None:
-        return _replica_preparation(self.ns, self.tp)
+        return self.ns.replica_preparation([self.tp])
 
     def fsync(self) -> None:
         self.ns.log(self.tp).flush()
@@ -281,7 +284,7 @@ class OffsetDir(_PartitionSubDir):
     kind = "offset"
 
     def preparation(self, name: str) -> Callable[[], None] | None:
-        replica = _replica_preparation(self.ns, self.tp)
+        replica = self.ns.replica_preparation([self.tp])
         offset = parse_canonical_int(name)
         if replica is not None or offset is None or not self.ns.backend.remote:
             return replica
@@ -329,7 +332,7 @@ class FromDir(_PartitionSubDir):
                 f"No view from/{name} in {self.tp}: offset {offset} is outside the log "
                 f"(log start offset {start}, log end offset {end})",
                 offset=offset, log_start_offset=start, log_end_offset=end)
-        return self.ns.view(self.tp, f"from/{name}", target, fmt, start_offset=offset)
+        return ViewFile.named(self.ns, self.tp, f"from/{name}", target, fmt, start_offset=offset)
 
 
 class SinceDir(_PartitionSubDir):
@@ -345,17 +348,11 @@ class SinceDir(_PartitionSubDir):
         found = target.fetch_offset_by_timestamp(timestamp)
         # No record at or after T yet: the view starts at the log end and grows.
         start = target.log_end_offset if found is None else found[0]
-        return self.ns.view(self.tp, f"since/{name}", target, fmt, start_offset=start)
+        return ViewFile.named(self.ns, self.tp, f"since/{name}", target, fmt, start_offset=start)
 
 
 #: the files of ``segments/`` per segment: its own, and its JSON-lines rendering
 _SEGMENT_LISTING = (*SEGMENT_FILE_SUFFIXES, JSONL_SUFFIX)
-
-
-def _replica_preparation(ns: Namespace, tp: TopicPartition) -> Callable[[], None] | None:
-    """Making ``tp``'s replica, when the backend has none yet (a cluster mount's first use of it)."""
-    missing = ns.replicas_missing([tp])
-    return (lambda: ns.ensure_replicas(missing)) if missing else None
 
 
 class SegmentsDir(_PartitionSubDir):
@@ -379,7 +376,7 @@ class SegmentsDir(_PartitionSubDir):
             raise NoSuchNameError(f"No segment with base offset {base} in {self.tp}")
         if suffix == JSONL_SUFFIX:
             start = max(base, target.log_start_offset)
-            return self.ns.view(self.tp, f"segments/{name}", target, ViewFormat.JSONL, start_offset=start,
+            return ViewFile.named(self.ns, self.tp, f"segments/{name}", target, ViewFormat.JSONL, start_offset=start,
                                 segment=segment)
         return self.ns.content(("segfile", self.tp, name), lambda node: node.is_current(segment),
                                lambda: SegmentFile(self.ns, self.tp, name, segment, suffix))
