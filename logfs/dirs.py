@@ -53,6 +53,9 @@ class RootDir(Directory):
     # its attributes never change; the kernel checks them at every path walk (default_permissions)
     attr_timeout = STABLE_TIMEOUT_S
 
+    def path(self) -> str:
+        return ""
+
     def names(self) -> list[str]:
         return [".logfs"] + self.ns.backend.topics()
 
@@ -89,6 +92,9 @@ class BrokerDir(Directory):
     entry_timeout = attr_timeout = STABLE_TIMEOUT_S
     _FILES = {"config": BrokerConfigFile, "errors": ErrorsFile, "stats.json": StatsFile, "metrics": MetricsFile}
 
+    def path(self) -> str:
+        return ".logfs"
+
     def names(self) -> list[str]:
         return list(self._FILES)
 
@@ -116,6 +122,9 @@ class TopicDir(Directory):
     @property
     def key(self) -> tuple:
         return ("topic", self.topic)
+
+    def path(self) -> str:
+        return self.topic
 
     #: the names whose files read or write the topic's records (a cluster mount replicates every partition
     #: of the topic on their first use); ``config`` and ``delete`` need no replica
@@ -200,6 +209,9 @@ class PartitionDir(Directory):
     def parent_key(self) -> tuple:
         return ("topic", self.tp.topic)
 
+    def path(self) -> str:
+        return f"{self.tp.topic}/{self.tp.partition}"
+
     def names(self) -> list[str]:
         return list(self._ENTRIES)
 
@@ -267,6 +279,9 @@ class _PartitionSubDir(Directory):
     @property
     def parent_key(self) -> tuple:
         return ("partition", self.tp)
+
+    def path(self) -> str:
+        return f"{self.tp.topic}/{self.tp.partition}/{self.kind}"
 
     def names(self) -> list[str]:
         # offset/, from/ and since/ are addressed by name only: listing every

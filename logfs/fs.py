@@ -251,34 +251,9 @@ class _ConfigUnlinks:
         return [self._pending.pop(key)[1] for key in due]
 
 
-def describe(node: Node) -> str:
-    fn = getattr(node, "describe", None)
-    return fn() if fn is not None else type(node).__name__
-
-
 #: operations whose first argument is a file handle, and those naming an entry of a directory
 _HANDLE_OPS = frozenset({"read", "write", "flush", "fsync"})
 _NAME_OPS = frozenset({"lookup", "mkdir", "rmdir", "unlink", "rename", "symlink", "mknod", "create"})
-
-
-def _path(node: Node) -> str:
-    """A node's path in the mount, as ``.logfs/errors`` shows it (``t/0/append``, ``t/0/offset``)."""
-    if not node.is_dir:
-        return describe(node)
-    key = node.key
-    kind = key[0]
-    if kind == "root":
-        return ""
-    if kind == "broker":
-        return ".logfs"
-    if kind == "topic":
-        return str(key[1])
-    if kind == "groups":
-        return f"{key[1]}/groups"
-    tp = key[1]
-    if isinstance(tp, TopicPartition):
-        return f"{tp.topic}/{tp.partition}" + ("" if kind == "partition" else f"/{kind}")
-    return describe(node)
 
 
 def _joined(parent: str, name: str) -> str:
@@ -474,16 +449,16 @@ class LogfsOperations(pyfuse3.Operations):
         """The path an operation's arguments name: a handle's file, an inode, or a name in a directory."""
         if op in _HANDLE_OPS:
             held = self._handles.get(args[0])
-            return _path(self._inodes[held[0]].node) if held is not None else "?"
+            return self._inodes[held[0]].node.path() if held is not None else "?"
         entry = self._inodes.get(args[0]) if args else None
         if entry is None:
             return "?"
         if op in _NAME_OPS:
-            return _joined(_path(entry.node), os.fsdecode(args[1]))
+            return _joined(entry.node.path(), os.fsdecode(args[1]))
         if op == "link":
             new_parent = self._inodes.get(args[1])
-            return _joined(_path(new_parent.node) if new_parent else "?", os.fsdecode(args[2]))
-        return _path(entry.node)
+            return _joined(new_parent.node.path() if new_parent else "?", os.fsdecode(args[2]))
+        return entry.node.path()
 
     def _check_writable(self, what: str = "change the mount") -> None:
         if self.read_only:
@@ -522,9 +497,9 @@ class LogfsOperations(pyfuse3.Operations):
             handle = config.open(True)      # type: ignore[attr-defined]
             handle.opened(os.O_WRONLY | os.O_TRUNC)
             handle.release()                 # the empty text: every override removed
-            log.info("Removed every override of %s: it was unlinked and not created again", describe(config))
+            log.info("Removed every override of %s: it was unlinked and not created again", config.describe())
         except LogfsError as exc:
-            log.warning("Could not remove the overrides of unlinked %s: %s", describe(config), exc)
+            log.warning("Could not remove the overrides of unlinked %s: %s", config.describe(), exc)
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
         for ino, nlookup in inode_list:
@@ -540,7 +515,7 @@ class LogfsOperations(pyfuse3.Operations):
                       fh: int | None, ctx: pyfuse3.RequestContext | None) -> pyfuse3.EntryAttributes:
         node = self._node(inode)
         if isinstance(node, TempFile):
-            self._check_writable(f"change the attributes of {describe(node)}")
+            self._check_writable(f"change the attributes of {node.describe()}")
             if fields.update_size:
                 node.truncate(attr.st_size)
             if fields.update_mode:
@@ -551,14 +526,14 @@ class LogfsOperations(pyfuse3.Operations):
                    or (fields.update_uid and attr.st_uid != self._uid)
                    or (fields.update_gid and attr.st_gid != self._gid))
         if changes:
-            self._check_writable(f"change the attributes of {describe(node)}")
+            self._check_writable(f"change the attributes of {node.describe()}")
             raise NotPermittedError("Modes and owners of the mount are fixed")
         if fields.update_size:
             # O_TRUNC of a control or append file: accepted, appends only ever append;
             # ftruncate() of an opening of config makes what it writes a replacement (logfs.control)
-            self._check_writable(f"change the attributes of {describe(node)}")
+            self._check_writable(f"change the attributes of {node.describe()}")
             if node.is_dir or not getattr(node, "writable", False):
-                raise AccessDeniedError(f"Cannot truncate {describe(node)}: it is read-only")
+                raise AccessDeniedError(f"Cannot truncate {node.describe()}: it is read-only")
             held = self._handles.get(fh) if fh is not None else None
             if held is not None:
                 await trio.to_thread.run_sync(held[1].truncate, attr.st_size)
@@ -614,7 +589,7 @@ class LogfsOperations(pyfuse3.Operations):
             config = parent.lookup(_CONFIG)
             self._config_unlinks.unlinked(parent, getattr(ctx, "pid", 0), config)
             log.info("%s unlinked: the overrides are replaced when the same process creates config "
-                     "(mv), or removed when it exits without doing so", describe(config))
+                     "(mv), or removed when it exits without doing so", config.describe())
             return
         try:
             await trio.to_thread.run_sync(parent.unlink, os.fsdecode(name))
@@ -680,7 +655,7 @@ class LogfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         write = (flags & os.O_ACCMODE) != os.O_RDONLY
         if write:
-            self._check_writable(f"open {describe(node)} for writing")
+            self._check_writable(f"open {node.describe()} for writing")
         deadline = trio.current_time() + _RELEASE_WAIT_S
         while True:
             try:
@@ -750,7 +725,7 @@ class LogfsOperations(pyfuse3.Operations):
             code = getattr(exc, "errno", None)
             handle.refused_at_release = (code if isinstance(code, int) else errno.EIO, str(exc))
         if handle.refused_at_release is not None:
-            self.ns.refusals.record(_path(self._inodes[inode].node) if inode in self._inodes else "?",
+            self.ns.refusals.record(self._inodes[inode].node.path() if inode in self._inodes else "?",
                                     handle.refused_at_release[0], f"release: {handle.refused_at_release[1]}")
         entry = self._inodes.get(inode)
         if entry is not None:

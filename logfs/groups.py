@@ -94,6 +94,9 @@ class GroupsDir(Directory):
     def key(self) -> tuple:
         return ("groups", self.topic)
 
+    def path(self) -> str:
+        return f"{self.topic}/groups"
+
     def names(self) -> list[str]:
         return coordinator(self.ns).groups(self.topic)
 
@@ -342,6 +345,9 @@ class ConsumeDir(Directory):
     @property
     def key(self) -> tuple:
         return ("consume", self.tp)
+
+    def path(self) -> str:
+        return f"{self.tp.topic}/{self.tp.partition}/consume"
 
     def names(self) -> list[str]:
         return coordinator(self.ns).groups(self.tp.topic)

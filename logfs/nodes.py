@@ -85,6 +85,14 @@ class Node:
     def retire(self) -> None:
         """The kernel forgot the inode: keep only what identifies the file (see Namespace.forgotten)."""
 
+    def describe(self) -> str:
+        """The node as a log line names it."""
+        return type(self).__name__
+
+    def path(self) -> str:
+        """The node's path in the mount, as ``.logfs/errors`` shows it (``t/0/append``, ``t/0/offset``)."""
+        return self.describe()
+
 
 class Directory(Node):
     is_dir = True
@@ -130,9 +138,6 @@ class FileNode(Node):
     def _refuse_write(self, write: bool) -> None:
         if write and not self.writable:
             raise AccessDeniedError(f"{self.describe()} is read-only")
-
-    def describe(self) -> str:
-        return type(self).__name__
 
 
 # ---- generated files
