@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -23,7 +22,7 @@ from engine.numbers import parse_canonical_int
 from engine.topic import TopicPartition, is_internal
 from logfs.appender import JSON_LINES, TEXT_LINES, AppendHandle, LineFormat
 from logfs.errors import shown
-from logfs.handles import BytesHandle, Handle, LineCommandHandle
+from logfs.handles import BytesHandle, Handle, LineCommandHandle, LineHandle
 from logfs.nodes import RW_MODE, STABLE_TIMEOUT_S, WRITE_ONLY_MODE, FileNode, GeneratedFile
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,7 +37,7 @@ class EditAbandonedError(InvalidConfigError):
     quiet = True
 
 
-class ConfigEditHandle(Handle):
+class ConfigEditHandle(LineHandle):
     """``<topic>/config`` opened for writing: the whole text is applied when it is closed.
 
     An edited file is written in pieces (bash's builtin ``printf`` writes
@@ -63,17 +62,13 @@ class ConfigEditHandle(Handle):
     applies goes through ``Backend.alter_topic_config``.
     """
 
-    blocking = True
-
     def __init__(self, node: TopicConfigFile, content: bytes) -> None:
+        super().__init__(content)
         self._node = node
-        self._content = content
-        self._partial = b""
         self._updates: dict[str, str | None] = {}
         self._refused: str | None = None
         self._replace = False        # O_TRUNC/ftruncate(0): the text is the whole set of overrides
         self._pending = False        # written (or truncated) since the last apply
-        self._lock = threading.Lock()
 
     def opened(self, flags: int) -> None:
         self._replace = bool(flags & os.O_TRUNC)
@@ -86,8 +81,9 @@ class ConfigEditHandle(Handle):
             self._partial, self._updates, self._refused = b"", {}, None
             self._replace = self._pending = True
 
-    def read(self, offset: int, size: int) -> bytes:
-        return self._content[offset:offset + size]
+    def take_lines(self, lines: list[bytes]) -> None:
+        self._pending = True
+        self._take(lines)
 
     def _take(self, lines: list[bytes]) -> None:
         if self._refused is not None:
@@ -106,16 +102,6 @@ class ConfigEditHandle(Handle):
             raise refused from None
         self._updates.update(updates)
 
-    def write(self, offset: int, data: bytes) -> int:
-        with self._lock:
-            self._pending = True
-            buf = self._partial + data
-            lines = buf.split(b"\n")
-            rest = lines.pop()
-            self._take(lines)
-            self._partial = rest
-        return len(data)
-
     def flush(self) -> None:
         """close(): apply what was written through this opening since the last close, if anything."""
         with self._lock:
@@ -133,7 +119,7 @@ class ConfigEditHandle(Handle):
         if self._refused is not None:
             self._replace = False
             return          # the write that carried the bad line failed; nothing of this opening applies
-        rest, self._partial = self._partial, b""
+        rest = self._pop_rest()
         if rest:
             self._take([rest])
         updates, self._updates = self._updates, {}

@@ -56,8 +56,8 @@ from engine.numbers import INT_MAX, parse_canonical_int
 from engine.topic import TopicPartition
 from engine.views import ViewFormat
 from engine.views.consume import ConsumerView, open_consumer_view
-from logfs.errors import NoSuchNameError
-from logfs.handles import BytesHandle, Handle, ViewHandle
+from logfs.errors import NoSuchNameError, shown
+from logfs.handles import BytesHandle, Handle, LineHandle, ViewHandle
 from logfs.leases import Lease
 from logfs.names import parse_timestamp, split_format
 from logfs.nodes import RW_MODE, Directory, FileNode, Node
@@ -178,45 +178,30 @@ class GroupSnapshotHandle(BytesHandle):
         self._node.flush_commits()
 
 
-def _shown(text: str, limit: int = 80) -> str:
-    """``text`` quoted for a log line, cut to ``limit`` characters (a 5000-digit line is named, not dumped)."""
-    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
-
-
-class GroupCommandHandle(Handle):
+class GroupCommandHandle(LineHandle):
     """Lines written to ``groups/<group>``: validated per write, applied together at close."""
 
-    blocking = True
-
     def __init__(self, node: GroupFile, content: bytes) -> None:
+        super().__init__(content)
         self._node = node
-        self._content = content
-        self._partial = b""
         self._actions: list[tuple[str, object]] = []
         self._failed = False
-        self._lock = threading.Lock()
 
-    def read(self, offset: int, size: int) -> bytes:
-        return self._content[offset:offset + size]
+    def take_lines(self, lines: list[bytes]) -> None:
+        try:
+            parsed = [self._parse(line) for line in lines]
+        except LogfsError:
+            self._failed = True
+            raise
+        if any(a is not None for a in parsed) and not self._actions:
+            self._check_group(parsed)
+        self._actions.extend(a for a in parsed if a is not None)
 
-    def write(self, offset: int, data: bytes) -> int:
-        with self._lock:
-            lines = (self._partial + data).split(b"\n")
-            rest = lines.pop()
-            try:
-                parsed = [self._parse(line) for line in lines]
-            except LogfsError:
-                self._failed = True
-                raise
-            if any(a is not None for a in parsed) and not self._actions:
-                self._check_group(parsed)
-            self._actions.extend(a for a in parsed if a is not None)
-            if len(rest) > _MAX_LINE:
-                self._failed = True
-                raise InvalidRequestError(f"A line of more than {_MAX_LINE} bytes written to "
-                                          f"{self._node.describe()}: not a group command")
-            self._partial = rest
-        return len(data)
+    def check_rest(self, rest: bytes) -> None:
+        if len(rest) > _MAX_LINE:
+            self._failed = True
+            raise InvalidRequestError(f"A line of more than {_MAX_LINE} bytes written to "
+                                      f"{self._node.describe()}: not a group command")
 
     def _check_group(self, parsed: list[tuple[str, object] | None]) -> None:
         """A backend that can tell at once that the commit will be refused says it here, at the first
@@ -232,8 +217,8 @@ class GroupCommandHandle(Handle):
 
     def flush(self) -> None:
         with self._lock:
-            rest, self._partial = self._partial, b""
-            if rest.strip():
+            rest = self._pop_rest()
+            if rest:
                 try:
                     action = self._parse(rest)
                 except LogfsError:
@@ -278,7 +263,7 @@ class GroupCommandHandle(Handle):
                 reset_to = parse_canonical_int(spec)
                 if reset_to is None:
                     raise InvalidRequestError(
-                        f"Invalid line {_shown(line)} for {node.describe()}: {_shown(spec)} is not an offset "
+                        f"Invalid line {shown(line)} for {node.describe()}: {shown(spec)} is not an offset "
                         "(digits without leading zeros, at most 2^63-1)")
                 return ("reset-offset", reset_to)
             when = parse_timestamp(spec[1:]) if spec.startswith("@") and spec[1:].isdigit() else \
@@ -291,7 +276,7 @@ class GroupCommandHandle(Handle):
             if parsed_partition is None or parsed_offset is None:
                 bad = words[0] if parsed_partition is None else words[1]
                 raise InvalidRequestError(
-                    f"Invalid line {_shown(line)} for {node.describe()}: {_shown(bad)} is not "
+                    f"Invalid line {shown(line)} for {node.describe()}: {shown(bad)} is not "
                     f"{'a partition' if parsed_partition is None else 'an offset'} (digits without leading zeros, "
                     f"at most 2^{31 if parsed_partition is None else 63}-1)")
             partition, offset = parsed_partition, parsed_offset
@@ -306,7 +291,7 @@ class GroupCommandHandle(Handle):
                     f"offset {end} of {node.topic}-{partition}")
             return ("commit", (partition, offset))
         raise InvalidRequestError(
-            f"Invalid line {_shown(line)} for {node.describe()}: expected '<partition> <offset>' or "
+            f"Invalid line {shown(line)} for {node.describe()}: expected '<partition> <offset>' or "
             "'reset earliest|latest|<offset>|<ISO 8601>|@<epoch ms>'")
 
     def _apply(self, actions: list[tuple[str, object]]) -> None:
