@@ -338,6 +338,13 @@ class LogfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOENT)
         return entry.node
 
+    def _directory(self, inode: int) -> Directory:
+        """The directory of ``inode``; ENOTDIR for a file."""
+        node = self._node(inode)
+        if not isinstance(node, Directory):
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        return node
+
     def _remember(self, node: Node) -> int:
         """The inode of ``node``, its lookup count raised by one."""
         ino = self._inode_of.get(id(node))
@@ -468,9 +475,7 @@ class LogfsOperations(pyfuse3.Operations):
 
     @_translating
     async def lookup(self, parent_inode: int, name: bytes, ctx: Any = None) -> pyfuse3.EntryAttributes:
-        parent = self._node(parent_inode)
-        if not isinstance(parent, Directory):
-            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        parent = self._directory(parent_inode)
         self.ns.stats.metadata_requests += 1
         decoded = os.fsdecode(name)
         temp = self._temps.get(parent, decoded)
@@ -544,18 +549,14 @@ class LogfsOperations(pyfuse3.Operations):
     async def mkdir(self, parent_inode: int, name: bytes, mode: int,
                     ctx: pyfuse3.RequestContext | None) -> pyfuse3.EntryAttributes:
         self._check_writable(f"create directory {os.fsdecode(name)!r}")
-        parent = self._node(parent_inode)
-        if not isinstance(parent, Directory):
-            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        parent = self._directory(parent_inode)
         node = await trio.to_thread.run_sync(parent.mkdir, os.fsdecode(name))
         return self._entry(node)
 
     @_translating
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext | None) -> None:
         self._check_writable(f"remove directory {os.fsdecode(name)!r}")
-        parent = self._node(parent_inode)
-        if not isinstance(parent, Directory):
-            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        parent = self._directory(parent_inode)
         decoded = os.fsdecode(name)
         pid = getattr(ctx, "pid", 0)
         if isinstance(parent, RootDir):
@@ -579,9 +580,7 @@ class LogfsOperations(pyfuse3.Operations):
     @_translating
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext | None) -> None:
         self._check_writable(f"remove {os.fsdecode(name)!r}")
-        parent = self._node(parent_inode)
-        if not isinstance(parent, Directory):
-            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        parent = self._directory(parent_inode)
         if self._temps.unlink(parent, os.fsdecode(name)):
             return
         if os.fsdecode(name) == _CONFIG and isinstance(parent, TopicDir):
@@ -630,9 +629,7 @@ class LogfsOperations(pyfuse3.Operations):
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
                      ctx: pyfuse3.RequestContext | None) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         self._check_writable()
-        parent = self._node(parent_inode)
-        if not isinstance(parent, Directory):
-            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        parent = self._directory(parent_inode)
         if os.fsdecode(name) == _CONFIG and self._config_unlinks.take(parent, getattr(ctx, "pid", 0)):
             # the second half of mv's replacement: what this opening writes replaces the overrides
             attr = self._entry(parent.lookup(_CONFIG))
@@ -738,9 +735,7 @@ class LogfsOperations(pyfuse3.Operations):
 
     @_translating
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext | None) -> int:
-        node = self._node(inode)
-        if not isinstance(node, Directory):
-            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        node = self._directory(inode)
         if isinstance(node, TopicDir) and not self.read_only:
             # a recursive removal of the topic starts by listing the topic directory
             # (rm -rf of a partition directory alone stays refused: partitions cannot go)
