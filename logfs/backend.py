@@ -1,7 +1,9 @@
 """Where the namespace's writes go: the embedded engine, or a Kafka cluster (SPEC.md section 10).
 
-The namespace (logfs.dirs, control, appender, jsonl_append, groups) reads
-every view from a local ``LogManager`` in both cases; what differs is who
+The namespace (logfs.dirs, control, appender, groups) reads every view from a
+local ``LogManager`` in both cases, and makes every change through the
+backend: it is the one way a write reaches a log (an append handle holds
+topic-partitions, never a ``Log``); what differs is who
 decides a change, and what is listed: an embedded mount lists its logs, a
 cluster mount the cluster's topics (cached metadata), making a partition's
 local replica on its first use (``ensure_replica``).  An embedded mount changes its own logs; a cluster mount
