@@ -3,9 +3,10 @@
 The shape of the tree in SPEC.md section 4 is ``logfs.dirs``'s (every name in
 its directories' tables); this module holds the nodes those directories hand
 out, in one table, and the mount's state they share: the nodes see it as a
-``logfs.tree.Tree`` (they import nothing of this module).  It speaks in terms of the engine (``LogManager``, ``Log``, ``LogView``)
-and plain Python exceptions carrying an errno; it knows nothing of FUSE
-inodes, which ``logfs.fs`` keeps.  Every failure is raised as an
+``logfs.tree.Tree`` (they import nothing of this module).  It speaks in
+terms of the engine (``LogManager``, ``Log``, ``LogView``) and plain Python
+exceptions carrying an errno; it knows nothing of FUSE inodes, which
+``logfs.fs`` keeps.  Every failure is raised as an
 ``engine.errors.LogfsError`` subclass so ``logfs.fs`` can answer with its errno.
 
 One path, one file (SPEC.md "Reading"): every name resolves to one node
