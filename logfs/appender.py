@@ -56,14 +56,11 @@ from engine.jsonl_in import JsonRecord, parse_jsonl_lines
 from engine.partitioner import partition_for_key
 from engine.text_in import parse_text_lines
 from engine.topic import TopicPartition
-from engine.views import attach as attach_views
-from logfs.backend import Backend, EmbeddedBackend
 from logfs.handles import Handle
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.config import LogConfig
-    from engine.log import Log
-    from engine.manager import LogManager
+    from logfs.backend import Backend
     from logfs.stats import MountStats
 
 log = logging.getLogger(__name__)
@@ -248,10 +245,9 @@ class AppendHandle(Handle):
     direct_io = True
     offload_reads_from = None   # offset replies are tiny: always read inline
 
-    def __init__(self, manager: LogManager, topic: str, partition: int | None, fmt: LineFormat,
-                 router: TopicRouter, stats: MountStats, backend: Backend | None = None) -> None:
-        self._manager = manager
-        self._backend: Backend = backend if backend is not None else EmbeddedBackend(manager)
+    def __init__(self, backend: Backend, topic: str, partition: int | None, fmt: LineFormat,
+                 router: TopicRouter, stats: MountStats) -> None:
+        self._backend = backend      # the one way its records go (logfs.backend): the handle holds no log
         self._topic = topic
         self._partition = partition
         self._format = fmt
@@ -269,7 +265,7 @@ class AppendHandle(Handle):
         # a refusal no later write reported (it may have been a short count): close() reports it
         self._unreported = False
         self._replies = OffsetReplies()
-        self._written: dict[int, Log] = {}   # partition -> log, for fsync
+        self._written: set[int] = set()      # the partitions appended to, for fsync
         self._lock = threading.Lock()
 
     @property
@@ -442,12 +438,9 @@ class AppendHandle(Handle):
 
     def fsync(self) -> None:
         """Kafka's flush of every log this handle appended to (or its partition's)."""
-        logs = list(self._written.values())
-        if not logs and self._partition is not None:
-            target = self._manager.get_log(TopicPartition(self._topic, self._partition))
-            logs = [target] if target is not None else []
-        for target in logs:
-            target.flush()
+        written = sorted(self._written) if self._written or self._partition is None else [self._partition]
+        for partition in written:
+            self._backend.flush(TopicPartition(self._topic, partition))
 
     # ------------------------------------------------------------------ internals
 
@@ -457,25 +450,15 @@ class AppendHandle(Handle):
         return f"{self._topic}/{self._partition}/{self._format.file_name}"
 
     def _config(self) -> LogConfig:
-        if self._partition is None:
-            return self._manager.topic_config(self._topic)
-        return self._log(self._partition).config
-
-    def _log(self, partition: int) -> Log:
-        target = self._manager.get_log(TopicPartition(self._topic, partition))
-        if target is None:
-            raise UnknownTopicOrPartitionError(f"No partition {self._topic}-{partition}")
-        attach_views(target)        # the mount's appends keep the view indexes exact, no rescan
-        return target
+        return self._backend.produce_config(self._topic, self._partition)
 
     def _append_block(self, block: bytes, config: LogConfig) -> None:
         """Append the lines of ``block``, each ending in a newline."""
         if self._partition is not None and self._format.plain_values(config):
             # The hot path of ``cat file >> append``: the lines are never split here.
-            target = self._log(self._partition)
             first, last, count = self._backend.append_text_lines(TopicPartition(self._topic, self._partition),
                                                                  block)
-            self._written[self._partition] = target
+            self._written.add(self._partition)
             self._replies.add(b"%d %d\n" % (first, last))
             self._stats.record_append(count, len(block))
             self._lines_done += count
@@ -495,16 +478,15 @@ class AppendHandle(Handle):
         self._lines_done += len(lines)
 
     def _append(self, partition: int, parsed: ParsedLines, tag: int | None) -> None:
-        target = self._log(partition)
         first, last = self._format.append(self._backend, TopicPartition(self._topic, partition), parsed)
-        self._written[partition] = target
+        self._written.add(partition)
         if tag is None:
             self._replies.add(b"%d %d\n" % (first, last))
         else:
             self._replies.add(b"%d %d %d\n" % (tag, first, last))
 
     def _append_to_topic(self, parsed: ParsedLines, config: LogConfig) -> None:
-        num_partitions = len(self._manager.partitions(self._topic))
+        num_partitions = len(self._backend.partitions(self._topic))
         if num_partitions == 0:
             raise UnknownTopicOrPartitionError(f"No topic {self._topic!r}")
         keys, named = parsed.keys, parsed.partitions

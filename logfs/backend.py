@@ -1,7 +1,9 @@
 """Where the namespace's writes go: the embedded engine, or a Kafka cluster (SPEC.md section 10).
 
-The namespace (logfs.dirs, control, appender, jsonl_append, groups) reads
-every view from a local ``LogManager`` in both cases; what differs is who
+The namespace (logfs.dirs, control, appender, groups) reads every view from a
+local ``LogManager`` in both cases, and makes every change through the
+backend: it is the one way a write reaches a log (an append handle holds
+topic-partitions, never a ``Log``); what differs is who
 decides a change, and what is listed: an embedded mount lists its logs, a
 cluster mount the cluster's topics (cached metadata), making a partition's
 local replica on its first use (``ensure_replica``).  An embedded mount changes its own logs; a cluster mount
@@ -16,17 +18,20 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from engine.errors import UnknownTopicOrPartitionError
 from engine.numbers import LONG_MAX
 from engine.topic import TopicPartition
+from engine.views import attach as attach_views
 
 if TYPE_CHECKING:  # pragma: no cover
+    from engine.config import LogConfig
     from engine.consumer_offsets import GroupMetadataManager
     from engine.jsonl_in import JsonRecord
     from engine.log import Log
     from engine.manager import LogManager
     from engine.records import Record
 
-__all__ = ["Backend", "EmbeddedBackend"]
+__all__ = ["Backend", "EmbeddedBackend", "LocalLogs"]
 
 
 class Backend(Protocol):
@@ -87,6 +92,14 @@ class Backend(Protocol):
     def append_blocks(self, topic: str) -> bool:
         """Whether an append to ``topic`` may block (fsync, network): then it runs off the trio thread."""
 
+    def produce_config(self, topic: str, partition: int | None = None) -> LogConfig:
+        """The configuration a produce to ``topic`` (to its ``partition``) is read with: ``max.message.bytes``
+        and the line settings (``parse.key``, ...); answered without a request.  UnknownTopicOrPartitionError
+        if the mount holds no such topic or partition."""
+
+    def flush(self, tp: TopicPartition) -> None:
+        """``fsync()`` of an append file: Kafka's ``Log.flush`` of ``tp``'s local log (none: nothing)."""
+
     def group_coordinator(self) -> GroupMetadataManager:
         """The committed offsets of consumer groups (``groups/``, ``consume/``)."""
 
@@ -97,7 +110,26 @@ class Backend(Protocol):
         """Stop whatever the backend runs (called before the LogManager shuts down)."""
 
 
-class EmbeddedBackend:
+class LocalLogs:
+    """What both backends answer from the mount's own ``LogManager``: its logs, or a cluster's replicas."""
+
+    manager: LogManager
+
+    def produce_config(self, topic: str, partition: int | None = None) -> LogConfig:
+        if partition is None:
+            return self.manager.topic_config(topic)
+        target = self.manager.get_log(TopicPartition(topic, partition))
+        if target is None:
+            raise UnknownTopicOrPartitionError(f"No partition {topic}-{partition}")
+        return target.config
+
+    def flush(self, tp: TopicPartition) -> None:
+        target = self.manager.get_log(tp)
+        if target is not None:
+            target.flush()
+
+
+class EmbeddedBackend(LocalLogs):
     """The mount is the broker: every change goes to its own ``LogManager``."""
 
     remote = False
@@ -106,8 +138,14 @@ class EmbeddedBackend:
         self.manager = manager
 
     def _log(self, tp: TopicPartition) -> Log:
-        """The log a produce goes to; an internal topic refuses it (the engine's rule, EPERM)."""
-        return self.manager.produce_target(tp)
+        """The log a produce goes to; an internal topic refuses it (the engine's rule, EPERM).
+
+        The one place the mount's writes reach a ``Log``, so the one hook of the views: from its first
+        produce, the log's appends keep its view indexes exact (``engine.views.attach``), no rescan.
+        """
+        target = self.manager.produce_target(tp)
+        attach_views(target)
+        return target
 
     def topics(self) -> list[str]:
         return self.manager.topics()
@@ -147,16 +185,10 @@ class EmbeddedBackend:
 
     def append_values(self, tp: TopicPartition, values: Sequence[bytes | None],
                       keys: Sequence[bytes | None] | None) -> tuple[int, int]:
-        from engine.views import attach as attach_views
-        target = self._log(tp)
-        attach_views(target)        # the mount's appends keep the view indexes exact, no rescan
-        return target.append_values(values, keys)
+        return self._log(tp).append_values(values, keys)
 
     def append_text_lines(self, tp: TopicPartition, block: bytes) -> tuple[int, int, int]:
-        from engine.views import attach as attach_views
-        target = self._log(tp)
-        attach_views(target)
-        first, last = target.append_text_lines(block)
+        first, last = self._log(tp).append_text_lines(block)
         return first, last, last - first + 1       # one batch of consecutive offsets
 
     def append_json_records(self, tp: TopicPartition, records: Sequence[JsonRecord]) -> tuple[int, int]:

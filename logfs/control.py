@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -23,11 +22,11 @@ from engine.numbers import parse_canonical_int
 from engine.topic import TopicPartition, is_internal
 from logfs.appender import JSON_LINES, TEXT_LINES, AppendHandle, LineFormat
 from logfs.errors import shown
-from logfs.handles import BytesHandle, Handle, LineCommandHandle
+from logfs.handles import BytesHandle, Handle, LineCommandHandle, LineHandle
 from logfs.nodes import RW_MODE, STABLE_TIMEOUT_S, WRITE_ONLY_MODE, FileNode, GeneratedFile
 
 if TYPE_CHECKING:  # pragma: no cover
-    from logfs.namespace import Namespace
+    from logfs.tree import Tree
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +37,7 @@ class EditAbandonedError(InvalidConfigError):
     quiet = True
 
 
-class ConfigEditHandle(Handle):
+class ConfigEditHandle(LineHandle):
     """``<topic>/config`` opened for writing: the whole text is applied when it is closed.
 
     An edited file is written in pieces (bash's builtin ``printf`` writes
@@ -63,17 +62,13 @@ class ConfigEditHandle(Handle):
     applies goes through ``Backend.alter_topic_config``.
     """
 
-    blocking = True
-
     def __init__(self, node: TopicConfigFile, content: bytes) -> None:
+        super().__init__(content)
         self._node = node
-        self._content = content
-        self._partial = b""
         self._updates: dict[str, str | None] = {}
         self._refused: str | None = None
         self._replace = False        # O_TRUNC/ftruncate(0): the text is the whole set of overrides
         self._pending = False        # written (or truncated) since the last apply
-        self._lock = threading.Lock()
 
     def opened(self, flags: int) -> None:
         self._replace = bool(flags & os.O_TRUNC)
@@ -86,8 +81,9 @@ class ConfigEditHandle(Handle):
             self._partial, self._updates, self._refused = b"", {}, None
             self._replace = self._pending = True
 
-    def read(self, offset: int, size: int) -> bytes:
-        return self._content[offset:offset + size]
+    def take_lines(self, lines: list[bytes]) -> None:
+        self._pending = True
+        self._take(lines)
 
     def _take(self, lines: list[bytes]) -> None:
         if self._refused is not None:
@@ -106,16 +102,6 @@ class ConfigEditHandle(Handle):
             raise refused from None
         self._updates.update(updates)
 
-    def write(self, offset: int, data: bytes) -> int:
-        with self._lock:
-            self._pending = True
-            buf = self._partial + data
-            lines = buf.split(b"\n")
-            rest = lines.pop()
-            self._take(lines)
-            self._partial = rest
-        return len(data)
-
     def flush(self) -> None:
         """close(): apply what was written through this opening since the last close, if anything."""
         with self._lock:
@@ -133,7 +119,7 @@ class ConfigEditHandle(Handle):
         if self._refused is not None:
             self._replace = False
             return          # the write that carried the bad line failed; nothing of this opening applies
-        rest, self._partial = self._partial, b""
+        rest = self._pop_rest()
         if rest:
             self._take([rest])
         updates, self._updates = self._updates, {}
@@ -168,9 +154,11 @@ class TopicConfigFile(GeneratedFile):
     mode = RW_MODE
     entry_timeout = STABLE_TIMEOUT_S       # the name is stable; the size changes with the overrides
 
-    def __init__(self, ns: Namespace, topic: str) -> None:
+    def __init__(self, ns: Tree, topic: str) -> None:
         super().__init__(ns)
         self.topic = topic
+        #: when a write through the mount last changed the overrides (0: not since the mount started)
+        self.applied_ns = 0
 
     @property
     def key(self) -> tuple:
@@ -227,11 +215,11 @@ class TopicConfigFile(GeneratedFile):
     def apply(self, updates: dict[str, str | None]) -> None:
         # LogManager.alter_topic_config logs the change (once).
         self.ns.backend.alter_topic_config(self.topic, updates)
-        self.ns.config_applied_ns[self.topic] = time.time_ns()
+        self.applied_ns = time.time_ns()
 
     def mtime_ns(self) -> int:
         """When a write through the mount last changed the overrides (the mount's start before that)."""
-        return self.ns.config_applied_ns.get(self.topic, self.ns.started_ns)
+        return self.applied_ns or self.ns.started_ns
 
 
 # ---- control files
@@ -256,7 +244,7 @@ class _MarkerFile(FileNode):
 class TopicDeleteFile(_MarkerFile):
     """Write the marker ``topic`` to delete the topic asynchronously (like rmdir)."""
 
-    def __init__(self, ns: Namespace, topic: str) -> None:
+    def __init__(self, ns: Tree, topic: str) -> None:
         super().__init__(ns)
         self.topic = topic
 
@@ -278,7 +266,7 @@ class TopicDeleteFile(_MarkerFile):
 class PartitionDeleteFile(_MarkerFile):
     """``before <offset>`` (Kafka's DeleteRecords) or ``key <key>`` (a tombstone)."""
 
-    def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
+    def __init__(self, ns: Tree, tp: TopicPartition) -> None:
         super().__init__(ns)
         self.tp = tp
 
@@ -345,7 +333,7 @@ class AppendTargetFile(FileNode):
     #: how the lines written become records; its ``file_name`` is the file's name
     format: LineFormat
 
-    def __init__(self, ns: Namespace, topic: str, partition: int | None) -> None:
+    def __init__(self, ns: Tree, topic: str, partition: int | None) -> None:
         super().__init__(ns)
         self.topic = topic
         self.partition = partition
@@ -370,8 +358,8 @@ class AppendTargetFile(FileNode):
             self.ns.require_topic(self.topic)
         else:
             self.ns.log(TopicPartition(self.topic, self.partition))
-        return AppendHandle(self.ns.manager, self.topic, self.partition, self.format,
-                            self.ns.router(self.topic), self.ns.stats, self.ns.backend)
+        return AppendHandle(self.ns.backend, self.topic, self.partition, self.format,
+                            self.ns.router(self.topic), self.ns.stats)
 
 
 class AppendFile(AppendTargetFile):

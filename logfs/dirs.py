@@ -31,19 +31,20 @@ from logfs.names import JSONL_SUFFIX, parse_timestamp, split_format
 from logfs.nodes import (
     STABLE_TIMEOUT_S,
     Directory,
+    ErrorsFile,
     MetricsFile,
     Node,
     RecordFile,
     SegmentFile,
     StateFile,
     StatsFile,
+    ViewFile,
     record_digest,
 )
-from logfs.refusals import ErrorsFile
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
-    from logfs.namespace import Namespace
+    from logfs.tree import Tree
 
 
 class RootDir(Directory):
@@ -51,6 +52,9 @@ class RootDir(Directory):
     topic: str | None = None
     # its attributes never change; the kernel checks them at every path walk (default_permissions)
     attr_timeout = STABLE_TIMEOUT_S
+
+    def path(self) -> str:
+        return ""
 
     def names(self) -> list[str]:
         return [".logfs"] + self.ns.backend.topics()
@@ -88,6 +92,9 @@ class BrokerDir(Directory):
     entry_timeout = attr_timeout = STABLE_TIMEOUT_S
     _FILES = {"config": BrokerConfigFile, "errors": ErrorsFile, "stats.json": StatsFile, "metrics": MetricsFile}
 
+    def path(self) -> str:
+        return ".logfs"
+
     def names(self) -> list[str]:
         return list(self._FILES)
 
@@ -108,13 +115,16 @@ class TopicDir(Directory):
     }
     entry_timeout = attr_timeout = STABLE_TIMEOUT_S     # invalidated by logfs.fs when the topic goes
 
-    def __init__(self, ns: Namespace, topic: str) -> None:
+    def __init__(self, ns: Tree, topic: str) -> None:
         super().__init__(ns)
         self.topic = topic
 
     @property
     def key(self) -> tuple:
         return ("topic", self.topic)
+
+    def path(self) -> str:
+        return self.topic
 
     #: the names whose files read or write the topic's records (a cluster mount replicates every partition
     #: of the topic on their first use); ``config`` and ``delete`` need no replica
@@ -127,8 +137,8 @@ class TopicDir(Directory):
     def preparation(self, name: str) -> Callable[[], None] | None:
         if name not in self._NEED_RECORDS:
             return None
-        missing = self.ns.replicas_missing(self.ns.topic_partitions(self.topic))
-        return (lambda: self.ns.ensure_replicas(missing)) if missing else None
+        return self.ns.replica_preparation([TopicPartition(self.topic, p)
+                                            for p in self.ns.backend.partitions(self.topic)])
 
     def lookup(self, name: str) -> Node:
         self.ns.require_topic(self.topic)
@@ -175,84 +185,10 @@ class TopicDir(Directory):
         return self.ns.stable(GroupsDir, self.topic)
 
 
-class PartitionDir(Directory):
-    """``<topic>/<p>/``: each name maps to a method making its node (add names to ``_ENTRIES``)."""
-
-    entry_timeout = attr_timeout = STABLE_TIMEOUT_S     # a partition goes only with its topic
-
-    _ENTRIES = {
-        "append": "_append", "records": "_records", "records.jsonl": "_records_jsonl",
-        "offset": "_offset", "from": "_from", "since": "_since", "segments": "_segments",
-        "state": "_state", "delete": "_delete", "append.jsonl": "_append_jsonl", "consume": "_consume",
-    }
-
-    def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
-        super().__init__(ns)
-        self.tp = tp
-        self.topic = tp.topic
-
-    @property
-    def key(self) -> tuple:
-        return ("partition", self.tp)
-
-    @property
-    def parent_key(self) -> tuple:
-        return ("topic", self.tp.topic)
-
-    def names(self) -> list[str]:
-        return list(self._ENTRIES)
-
-    def preparation(self, name: str) -> Callable[[], None] | None:
-        return _replica_preparation(self.ns, self.tp)
-
-    def lookup(self, name: str) -> Node:
-        target = self.ns.log(self.tp)
-        method = self._ENTRIES.get(name)
-        if method is None:
-            raise NoSuchNameError(f"No file {name!r} in partition {self.tp}")
-        return getattr(self, method)(target)
-
-    def _records(self, target: Log) -> Node:
-        return self.ns.view(self.tp, "records", target, ViewFormat.TEXT, start_offset=target.log_start_offset)
-
-    def _records_jsonl(self, target: Log) -> Node:
-        return self.ns.view(self.tp, "records.jsonl", target, ViewFormat.JSONL, start_offset=target.log_start_offset)
-
-    def _append(self, target: Log) -> Node:
-        return self.ns.stable(AppendFile, self.tp.topic, self.tp.partition)
-
-    def _append_jsonl(self, target: Log) -> Node:
-        return self.ns.stable(JsonlAppendFile, self.tp.topic, self.tp.partition)
-
-    def _consume(self, target: Log) -> Node:
-        return self.ns.stable(ConsumeDir, self.tp)
-
-    def _state(self, target: Log) -> Node:
-        return self.ns.stable(StateFile, self.tp)
-
-    def _delete(self, target: Log) -> Node:
-        return self.ns.stable(PartitionDeleteFile, self.tp)
-
-    def _offset(self, target: Log) -> Node:
-        return self.ns.stable(OffsetDir, self.tp)
-
-    def _from(self, target: Log) -> Node:
-        return self.ns.stable(FromDir, self.tp)
-
-    def _since(self, target: Log) -> Node:
-        return self.ns.stable(SinceDir, self.tp)
-
-    def _segments(self, target: Log) -> Node:
-        return self.ns.stable(SegmentsDir, self.tp)
-
-    def fsync(self) -> None:
-        self.ns.log(self.tp).flush()
-
-
 class _PartitionSubDir(Directory):
     kind = ""
 
-    def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
+    def __init__(self, ns: Tree, tp: TopicPartition) -> None:
         super().__init__(ns)
         self.tp = tp
         self.topic = tp.topic
@@ -265,13 +201,16 @@ class _PartitionSubDir(Directory):
     def parent_key(self) -> tuple:
         return ("partition", self.tp)
 
+    def path(self) -> str:
+        return f"{self.tp.topic}/{self.tp.partition}/{self.kind}"
+
     def names(self) -> list[str]:
         # offset/, from/ and since/ are addressed by name only: listing every
         # offset or timestamp would be unbounded.
         return []
 
     def preparation(self, name: str) -> Callable[[], None] | None:
-        return _replica_preparation(self.ns, self.tp)
+        return self.ns.replica_preparation([self.tp])
 
     def fsync(self) -> None:
         self.ns.log(self.tp).flush()
@@ -281,7 +220,7 @@ class OffsetDir(_PartitionSubDir):
     kind = "offset"
 
     def preparation(self, name: str) -> Callable[[], None] | None:
-        replica = _replica_preparation(self.ns, self.tp)
+        replica = self.ns.replica_preparation([self.tp])
         offset = parse_canonical_int(name)
         if replica is not None or offset is None or not self.ns.backend.remote:
             return replica
@@ -313,49 +252,62 @@ class OffsetDir(_PartitionSubDir):
         return node
 
 
-class FromDir(_PartitionSubDir):
+class _ViewsDir(_PartitionSubDir):
+    """``from/`` and ``since/``: each name spells where its view starts (``<name>.jsonl``: in JSON lines)."""
+
+    #: what a name must spell, said when it does not
+    spelling = ""
+
+    def parse(self, stem: str) -> int | None:
+        """What ``stem`` spells (an offset, a time), or None."""
+        raise NotImplementedError
+
+    def start_offset(self, target: Log, value: int, name: str) -> int:
+        """Where the view of ``name`` (spelling ``value``) starts in ``target``."""
+        raise NotImplementedError
+
+    def lookup(self, name: str) -> Node:
+        stem, fmt = split_format(name)
+        value = self.parse(stem)
+        if value is None:
+            raise MalformedNameError(f"No view {self.kind}/{shown(name)} in {self.tp}: {self.spelling}")
+        target = self.ns.log(self.tp)
+        return ViewFile.named(self.ns, self.tp, f"{self.kind}/{name}", target, fmt,
+                              start_offset=self.start_offset(target, value, name))
+
+
+class FromDir(_ViewsDir):
     kind = "from"
+    spelling = "an offset is written in ASCII digits without leading zeros"
 
-    def lookup(self, name: str) -> Node:
-        stem, fmt = split_format(name)
-        offset = parse_canonical_int(stem)
-        if offset is None:
-            raise MalformedNameError(f"No view from/{shown(name)} in {self.tp}: an offset is written in "
-                                     "ASCII digits without leading zeros")
-        target = self.ns.log(self.tp)
+    def parse(self, stem: str) -> int | None:
+        return parse_canonical_int(stem)
+
+    def start_offset(self, target: Log, value: int, name: str) -> int:
         start, end = target.log_start_offset, target.log_end_offset
-        if not start <= offset <= end:
+        if not start <= value <= end:
             raise OffsetOutOfRangeError(
-                f"No view from/{name} in {self.tp}: offset {offset} is outside the log "
+                f"No view from/{name} in {self.tp}: offset {value} is outside the log "
                 f"(log start offset {start}, log end offset {end})",
-                offset=offset, log_start_offset=start, log_end_offset=end)
-        return self.ns.view(self.tp, f"from/{name}", target, fmt, start_offset=offset)
+                offset=value, log_start_offset=start, log_end_offset=end)
+        return value
 
 
-class SinceDir(_PartitionSubDir):
+class SinceDir(_ViewsDir):
     kind = "since"
+    spelling = "not epoch milliseconds or an ISO 8601 time"
 
-    def lookup(self, name: str) -> Node:
-        stem, fmt = split_format(name)
-        timestamp = parse_timestamp(stem)
-        if timestamp is None:
-            raise MalformedNameError(f"No view since/{shown(name)} in {self.tp}: not epoch milliseconds "
-                                     "or an ISO 8601 time")
-        target = self.ns.log(self.tp)
-        found = target.fetch_offset_by_timestamp(timestamp)
+    def parse(self, stem: str) -> int | None:
+        return parse_timestamp(stem)
+
+    def start_offset(self, target: Log, value: int, name: str) -> int:
+        found = target.fetch_offset_by_timestamp(value)
         # No record at or after T yet: the view starts at the log end and grows.
-        start = target.log_end_offset if found is None else found[0]
-        return self.ns.view(self.tp, f"since/{name}", target, fmt, start_offset=start)
+        return target.log_end_offset if found is None else found[0]
 
 
 #: the files of ``segments/`` per segment: its own, and its JSON-lines rendering
 _SEGMENT_LISTING = (*SEGMENT_FILE_SUFFIXES, JSONL_SUFFIX)
-
-
-def _replica_preparation(ns: Namespace, tp: TopicPartition) -> Callable[[], None] | None:
-    """Making ``tp``'s replica, when the backend has none yet (a cluster mount's first use of it)."""
-    missing = ns.replicas_missing([tp])
-    return (lambda: ns.ensure_replicas(missing)) if missing else None
 
 
 class SegmentsDir(_PartitionSubDir):
@@ -379,7 +331,68 @@ class SegmentsDir(_PartitionSubDir):
             raise NoSuchNameError(f"No segment with base offset {base} in {self.tp}")
         if suffix == JSONL_SUFFIX:
             start = max(base, target.log_start_offset)
-            return self.ns.view(self.tp, f"segments/{name}", target, ViewFormat.JSONL, start_offset=start,
+            return ViewFile.named(self.ns, self.tp, f"segments/{name}", target, ViewFormat.JSONL, start_offset=start,
                                 segment=segment)
         return self.ns.content(("segfile", self.tp, name), lambda node: node.is_current(segment),
                                lambda: SegmentFile(self.ns, self.tp, name, segment, suffix))
+
+
+class PartitionDir(Directory):
+    """``<topic>/<p>/``: each name maps to the class of its node, made from the partition, or to the method
+    making it (add names to ``_ENTRIES``)."""
+
+    entry_timeout = attr_timeout = STABLE_TIMEOUT_S     # a partition goes only with its topic
+
+    _ENTRIES: dict[str, str | Callable[[Tree, TopicPartition], Node]] = {
+        "append": "_append", "records": "_records", "records.jsonl": "_records_jsonl",
+        "offset": OffsetDir, "from": FromDir, "since": SinceDir, "segments": SegmentsDir,
+        "state": StateFile, "delete": PartitionDeleteFile, "append.jsonl": "_append_jsonl", "consume": ConsumeDir,
+    }
+
+    def __init__(self, ns: Tree, tp: TopicPartition) -> None:
+        super().__init__(ns)
+        self.tp = tp
+        self.topic = tp.topic
+
+    @property
+    def key(self) -> tuple:
+        return ("partition", self.tp)
+
+    @property
+    def parent_key(self) -> tuple:
+        return ("topic", self.tp.topic)
+
+    def path(self) -> str:
+        return f"{self.tp.topic}/{self.tp.partition}"
+
+    def names(self) -> list[str]:
+        return list(self._ENTRIES)
+
+    def preparation(self, name: str) -> Callable[[], None] | None:
+        return self.ns.replica_preparation([self.tp])
+
+    def lookup(self, name: str) -> Node:
+        target = self.ns.log(self.tp)
+        entry = self._ENTRIES.get(name)
+        if entry is None:
+            raise NoSuchNameError(f"No file {name!r} in partition {self.tp}")
+        if isinstance(entry, str):
+            return getattr(self, entry)(target)
+        return self.ns.stable(entry, self.tp)
+
+    def _records(self, target: Log) -> Node:
+        return ViewFile.named(self.ns, self.tp, "records", target, ViewFormat.TEXT,
+                              start_offset=target.log_start_offset)
+
+    def _records_jsonl(self, target: Log) -> Node:
+        return ViewFile.named(self.ns, self.tp, "records.jsonl", target, ViewFormat.JSONL,
+                              start_offset=target.log_start_offset)
+
+    def _append(self, target: Log) -> Node:
+        return self.ns.stable(AppendFile, self.tp.topic, self.tp.partition)
+
+    def _append_jsonl(self, target: Log) -> Node:
+        return self.ns.stable(JsonlAppendFile, self.tp.topic, self.tp.partition)
+
+    def fsync(self) -> None:
+        self.ns.log(self.tp).flush()

@@ -251,34 +251,9 @@ class _ConfigUnlinks:
         return [self._pending.pop(key)[1] for key in due]
 
 
-def describe(node: Node) -> str:
-    fn = getattr(node, "describe", None)
-    return fn() if fn is not None else type(node).__name__
-
-
 #: operations whose first argument is a file handle, and those naming an entry of a directory
 _HANDLE_OPS = frozenset({"read", "write", "flush", "fsync"})
 _NAME_OPS = frozenset({"lookup", "mkdir", "rmdir", "unlink", "rename", "symlink", "mknod", "create"})
-
-
-def _path(node: Node) -> str:
-    """A node's path in the mount, as ``.logfs/errors`` shows it (``t/0/append``, ``t/0/offset``)."""
-    if not node.is_dir:
-        return describe(node)
-    key = node.key
-    kind = key[0]
-    if kind == "root":
-        return ""
-    if kind == "broker":
-        return ".logfs"
-    if kind == "topic":
-        return str(key[1])
-    if kind == "groups":
-        return f"{key[1]}/groups"
-    tp = key[1]
-    if isinstance(tp, TopicPartition):
-        return f"{tp.topic}/{tp.partition}" + ("" if kind == "partition" else f"/{kind}")
-    return describe(node)
 
 
 def _joined(parent: str, name: str) -> str:
@@ -362,6 +337,13 @@ class LogfsOperations(pyfuse3.Operations):
         if entry is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
         return entry.node
+
+    def _directory(self, inode: int) -> Directory:
+        """The directory of ``inode``; ENOTDIR for a file."""
+        node = self._node(inode)
+        if not isinstance(node, Directory):
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        return node
 
     def _remember(self, node: Node) -> int:
         """The inode of ``node``, its lookup count raised by one."""
@@ -474,16 +456,16 @@ class LogfsOperations(pyfuse3.Operations):
         """The path an operation's arguments name: a handle's file, an inode, or a name in a directory."""
         if op in _HANDLE_OPS:
             held = self._handles.get(args[0])
-            return _path(self._inodes[held[0]].node) if held is not None else "?"
+            return self._inodes[held[0]].node.path() if held is not None else "?"
         entry = self._inodes.get(args[0]) if args else None
         if entry is None:
             return "?"
         if op in _NAME_OPS:
-            return _joined(_path(entry.node), os.fsdecode(args[1]))
+            return _joined(entry.node.path(), os.fsdecode(args[1]))
         if op == "link":
             new_parent = self._inodes.get(args[1])
-            return _joined(_path(new_parent.node) if new_parent else "?", os.fsdecode(args[2]))
-        return _path(entry.node)
+            return _joined(new_parent.node.path() if new_parent else "?", os.fsdecode(args[2]))
+        return entry.node.path()
 
     def _check_writable(self, what: str = "change the mount") -> None:
         if self.read_only:
@@ -493,9 +475,7 @@ class LogfsOperations(pyfuse3.Operations):
 
     @_translating
     async def lookup(self, parent_inode: int, name: bytes, ctx: Any = None) -> pyfuse3.EntryAttributes:
-        parent = self._node(parent_inode)
-        if not isinstance(parent, Directory):
-            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        parent = self._directory(parent_inode)
         self.ns.stats.metadata_requests += 1
         decoded = os.fsdecode(name)
         temp = self._temps.get(parent, decoded)
@@ -522,9 +502,9 @@ class LogfsOperations(pyfuse3.Operations):
             handle = config.open(True)      # type: ignore[attr-defined]
             handle.opened(os.O_WRONLY | os.O_TRUNC)
             handle.release()                 # the empty text: every override removed
-            log.info("Removed every override of %s: it was unlinked and not created again", describe(config))
+            log.info("Removed every override of %s: it was unlinked and not created again", config.describe())
         except LogfsError as exc:
-            log.warning("Could not remove the overrides of unlinked %s: %s", describe(config), exc)
+            log.warning("Could not remove the overrides of unlinked %s: %s", config.describe(), exc)
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
         for ino, nlookup in inode_list:
@@ -540,7 +520,7 @@ class LogfsOperations(pyfuse3.Operations):
                       fh: int | None, ctx: pyfuse3.RequestContext | None) -> pyfuse3.EntryAttributes:
         node = self._node(inode)
         if isinstance(node, TempFile):
-            self._check_writable(f"change the attributes of {describe(node)}")
+            self._check_writable(f"change the attributes of {node.describe()}")
             if fields.update_size:
                 node.truncate(attr.st_size)
             if fields.update_mode:
@@ -551,14 +531,14 @@ class LogfsOperations(pyfuse3.Operations):
                    or (fields.update_uid and attr.st_uid != self._uid)
                    or (fields.update_gid and attr.st_gid != self._gid))
         if changes:
-            self._check_writable(f"change the attributes of {describe(node)}")
+            self._check_writable(f"change the attributes of {node.describe()}")
             raise NotPermittedError("Modes and owners of the mount are fixed")
         if fields.update_size:
             # O_TRUNC of a control or append file: accepted, appends only ever append;
             # ftruncate() of an opening of config makes what it writes a replacement (logfs.control)
-            self._check_writable(f"change the attributes of {describe(node)}")
+            self._check_writable(f"change the attributes of {node.describe()}")
             if node.is_dir or not getattr(node, "writable", False):
-                raise AccessDeniedError(f"Cannot truncate {describe(node)}: it is read-only")
+                raise AccessDeniedError(f"Cannot truncate {node.describe()}: it is read-only")
             held = self._handles.get(fh) if fh is not None else None
             if held is not None:
                 await trio.to_thread.run_sync(held[1].truncate, attr.st_size)
@@ -569,18 +549,14 @@ class LogfsOperations(pyfuse3.Operations):
     async def mkdir(self, parent_inode: int, name: bytes, mode: int,
                     ctx: pyfuse3.RequestContext | None) -> pyfuse3.EntryAttributes:
         self._check_writable(f"create directory {os.fsdecode(name)!r}")
-        parent = self._node(parent_inode)
-        if not isinstance(parent, Directory):
-            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        parent = self._directory(parent_inode)
         node = await trio.to_thread.run_sync(parent.mkdir, os.fsdecode(name))
         return self._entry(node)
 
     @_translating
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext | None) -> None:
         self._check_writable(f"remove directory {os.fsdecode(name)!r}")
-        parent = self._node(parent_inode)
-        if not isinstance(parent, Directory):
-            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        parent = self._directory(parent_inode)
         decoded = os.fsdecode(name)
         pid = getattr(ctx, "pid", 0)
         if isinstance(parent, RootDir):
@@ -604,9 +580,7 @@ class LogfsOperations(pyfuse3.Operations):
     @_translating
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext | None) -> None:
         self._check_writable(f"remove {os.fsdecode(name)!r}")
-        parent = self._node(parent_inode)
-        if not isinstance(parent, Directory):
-            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        parent = self._directory(parent_inode)
         if self._temps.unlink(parent, os.fsdecode(name)):
             return
         if os.fsdecode(name) == _CONFIG and isinstance(parent, TopicDir):
@@ -614,7 +588,7 @@ class LogfsOperations(pyfuse3.Operations):
             config = parent.lookup(_CONFIG)
             self._config_unlinks.unlinked(parent, getattr(ctx, "pid", 0), config)
             log.info("%s unlinked: the overrides are replaced when the same process creates config "
-                     "(mv), or removed when it exits without doing so", describe(config))
+                     "(mv), or removed when it exits without doing so", config.describe())
             return
         try:
             await trio.to_thread.run_sync(parent.unlink, os.fsdecode(name))
@@ -655,9 +629,7 @@ class LogfsOperations(pyfuse3.Operations):
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
                      ctx: pyfuse3.RequestContext | None) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         self._check_writable()
-        parent = self._node(parent_inode)
-        if not isinstance(parent, Directory):
-            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        parent = self._directory(parent_inode)
         if os.fsdecode(name) == _CONFIG and self._config_unlinks.take(parent, getattr(ctx, "pid", 0)):
             # the second half of mv's replacement: what this opening writes replaces the overrides
             attr = self._entry(parent.lookup(_CONFIG))
@@ -680,7 +652,7 @@ class LogfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         write = (flags & os.O_ACCMODE) != os.O_RDONLY
         if write:
-            self._check_writable(f"open {describe(node)} for writing")
+            self._check_writable(f"open {node.describe()} for writing")
         deadline = trio.current_time() + _RELEASE_WAIT_S
         while True:
             try:
@@ -750,7 +722,7 @@ class LogfsOperations(pyfuse3.Operations):
             code = getattr(exc, "errno", None)
             handle.refused_at_release = (code if isinstance(code, int) else errno.EIO, str(exc))
         if handle.refused_at_release is not None:
-            self.ns.refusals.record(_path(self._inodes[inode].node) if inode in self._inodes else "?",
+            self.ns.refusals.record(self._inodes[inode].node.path() if inode in self._inodes else "?",
                                     handle.refused_at_release[0], f"release: {handle.refused_at_release[1]}")
         entry = self._inodes.get(inode)
         if entry is not None:
@@ -763,9 +735,7 @@ class LogfsOperations(pyfuse3.Operations):
 
     @_translating
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext | None) -> int:
-        node = self._node(inode)
-        if not isinstance(node, Directory):
-            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        node = self._directory(inode)
         if isinstance(node, TopicDir) and not self.read_only:
             # a recursive removal of the topic starts by listing the topic directory
             # (rm -rf of a partition directory alone stays refused: partitions cannot go)

@@ -46,7 +46,6 @@ loaded at mount start); this module gives them their files:
 
 from __future__ import annotations
 
-import errno as _errno
 import logging
 import threading
 from typing import TYPE_CHECKING, cast
@@ -57,33 +56,24 @@ from engine.numbers import INT_MAX, parse_canonical_int
 from engine.topic import TopicPartition
 from engine.views import ViewFormat
 from engine.views.consume import ConsumerView, open_consumer_view
-from logfs.errors import NoSuchNameError, RetryAfterRelease
-from logfs.handles import BytesHandle, Handle, ViewHandle
+from logfs.errors import NoSuchNameError, shown
+from logfs.handles import BytesHandle, Handle, LineHandle, ViewHandle
+from logfs.leases import Lease
 from logfs.names import parse_timestamp, split_format
 from logfs.nodes import RW_MODE, Directory, FileNode, Node
 
 if TYPE_CHECKING:  # pragma: no cover
-    from logfs.namespace import Namespace
+    from logfs.tree import Tree
 
 log = logging.getLogger(__name__)
 
-__all__ = ["coordinator", "GroupLeases", "GroupsDir", "GroupFile", "ConsumeDir", "ConsumeFile", "GroupBusyError"]
+__all__ = ["coordinator", "GroupsDir", "GroupFile", "ConsumeDir", "ConsumeFile"]
 
 #: longest line a groups/<group> file takes (a command is a few dozen bytes)
 _MAX_LINE = 4096
 
 
-class GroupBusyError(LogfsError):
-    """A second opening of one group's partition while the first is open (one consumer per partition)."""
-
-    errno = _errno.EBUSY
-
-
-class ReleasePendingError(GroupBusyError, RetryAfterRelease):
-    """The holding file was closed and its release is on its way: ``logfs.fs`` retries the open."""
-
-
-def coordinator(ns: Namespace) -> GroupMetadataManager:
+def coordinator(ns: Tree) -> GroupMetadataManager:
     return ns.group_coordinator
 
 
@@ -92,59 +82,20 @@ def _check_group_name(group: str) -> None:
         raise NoSuchNameError(f"Invalid consumer group id {group!r}")
 
 
-class _Lease:
-    """One open file's hold of a (group, partition); ``closing`` once a ``close()`` of it was seen."""
-
-    __slots__ = ("closing",)
-
-    def __init__(self) -> None:
-        self.closing = False
-
-
-class GroupLeases:
-    """Which (group, partition) is being consumed by an open file.
-
-    A hold lasts until the open file's last descriptor is closed (FUSE's
-    ``release``), not its first ``close()`` (``flush``): a child process that
-    inherited the descriptor closing its copy must not let a second reader of
-    the group in while the parent still reads.  Since ``release`` reaches the
-    mount asynchronously after the last ``close()`` returned, an opening that
-    finds a hold whose file saw a ``close()`` since its last read gets
-    :class:`ReleasePendingError`, which ``logfs.fs`` retries for a moment.
-    """
-
-    def __init__(self) -> None:
-        self._held: dict[tuple[str, TopicPartition], _Lease] = {}
-        self._lock = threading.Lock()
-
-    def acquire(self, group: str, tp: TopicPartition) -> _Lease:
-        with self._lock:
-            held = self._held.get((group, tp))
-            if held is not None:
-                error = ReleasePendingError if held.closing else GroupBusyError
-                raise error(
-                    f"Partition {tp} is already being consumed by group {group} (one reader per group and "
-                    "partition, as Kafka assigns a partition to one consumer of a group)")
-            lease = self._held[(group, tp)] = _Lease()
-            return lease
-
-    def release(self, group: str, tp: TopicPartition, lease: _Lease) -> None:
-        with self._lock:
-            if self._held.get((group, tp)) is lease:
-                del self._held[(group, tp)]
-
-
 # --------------------------------------------------------------------------- groups/
 
 
 class GroupsDir(Directory):
-    def __init__(self, ns: Namespace, topic: str) -> None:
+    def __init__(self, ns: Tree, topic: str) -> None:
         super().__init__(ns)
         self.topic = topic
 
     @property
     def key(self) -> tuple:
         return ("groups", self.topic)
+
+    def path(self) -> str:
+        return f"{self.topic}/groups"
 
     def names(self) -> list[str]:
         return coordinator(self.ns).groups(self.topic)
@@ -180,7 +131,7 @@ class GroupFile(FileNode):
     writable = True
     mode = RW_MODE
 
-    def __init__(self, ns: Namespace, topic: str, group: str) -> None:
+    def __init__(self, ns: Tree, topic: str, group: str) -> None:
         super().__init__(ns)
         self.topic = topic
         self.group = group
@@ -227,45 +178,30 @@ class GroupSnapshotHandle(BytesHandle):
         self._node.flush_commits()
 
 
-def _shown(text: str, limit: int = 80) -> str:
-    """``text`` quoted for a log line, cut to ``limit`` characters (a 5000-digit line is named, not dumped)."""
-    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
-
-
-class GroupCommandHandle(Handle):
+class GroupCommandHandle(LineHandle):
     """Lines written to ``groups/<group>``: validated per write, applied together at close."""
 
-    blocking = True
-
     def __init__(self, node: GroupFile, content: bytes) -> None:
+        super().__init__(content)
         self._node = node
-        self._content = content
-        self._partial = b""
         self._actions: list[tuple[str, object]] = []
         self._failed = False
-        self._lock = threading.Lock()
 
-    def read(self, offset: int, size: int) -> bytes:
-        return self._content[offset:offset + size]
+    def take_lines(self, lines: list[bytes]) -> None:
+        try:
+            parsed = [self._parse(line) for line in lines]
+        except LogfsError:
+            self._failed = True
+            raise
+        if any(a is not None for a in parsed) and not self._actions:
+            self._check_group(parsed)
+        self._actions.extend(a for a in parsed if a is not None)
 
-    def write(self, offset: int, data: bytes) -> int:
-        with self._lock:
-            lines = (self._partial + data).split(b"\n")
-            rest = lines.pop()
-            try:
-                parsed = [self._parse(line) for line in lines]
-            except LogfsError:
-                self._failed = True
-                raise
-            if any(a is not None for a in parsed) and not self._actions:
-                self._check_group(parsed)
-            self._actions.extend(a for a in parsed if a is not None)
-            if len(rest) > _MAX_LINE:
-                self._failed = True
-                raise InvalidRequestError(f"A line of more than {_MAX_LINE} bytes written to "
-                                          f"{self._node.describe()}: not a group command")
-            self._partial = rest
-        return len(data)
+    def check_rest(self, rest: bytes) -> None:
+        if len(rest) > _MAX_LINE:
+            self._failed = True
+            raise InvalidRequestError(f"A line of more than {_MAX_LINE} bytes written to "
+                                      f"{self._node.describe()}: not a group command")
 
     def _check_group(self, parsed: list[tuple[str, object] | None]) -> None:
         """A backend that can tell at once that the commit will be refused says it here, at the first
@@ -281,8 +217,8 @@ class GroupCommandHandle(Handle):
 
     def flush(self) -> None:
         with self._lock:
-            rest, self._partial = self._partial, b""
-            if rest.strip():
+            rest = self._pop_rest()
+            if rest:
                 try:
                     action = self._parse(rest)
                 except LogfsError:
@@ -327,7 +263,7 @@ class GroupCommandHandle(Handle):
                 reset_to = parse_canonical_int(spec)
                 if reset_to is None:
                     raise InvalidRequestError(
-                        f"Invalid line {_shown(line)} for {node.describe()}: {_shown(spec)} is not an offset "
+                        f"Invalid line {shown(line)} for {node.describe()}: {shown(spec)} is not an offset "
                         "(digits without leading zeros, at most 2^63-1)")
                 return ("reset-offset", reset_to)
             when = parse_timestamp(spec[1:]) if spec.startswith("@") and spec[1:].isdigit() else \
@@ -340,7 +276,7 @@ class GroupCommandHandle(Handle):
             if parsed_partition is None or parsed_offset is None:
                 bad = words[0] if parsed_partition is None else words[1]
                 raise InvalidRequestError(
-                    f"Invalid line {_shown(line)} for {node.describe()}: {_shown(bad)} is not "
+                    f"Invalid line {shown(line)} for {node.describe()}: {shown(bad)} is not "
                     f"{'a partition' if parsed_partition is None else 'an offset'} (digits without leading zeros, "
                     f"at most 2^{31 if parsed_partition is None else 63}-1)")
             partition, offset = parsed_partition, parsed_offset
@@ -355,7 +291,7 @@ class GroupCommandHandle(Handle):
                     f"offset {end} of {node.topic}-{partition}")
             return ("commit", (partition, offset))
         raise InvalidRequestError(
-            f"Invalid line {_shown(line)} for {node.describe()}: expected '<partition> <offset>' or "
+            f"Invalid line {shown(line)} for {node.describe()}: expected '<partition> <offset>' or "
             "'reset earliest|latest|<offset>|<ISO 8601>|@<epoch ms>'")
 
     def _apply(self, actions: list[tuple[str, object]]) -> None:
@@ -387,13 +323,16 @@ class GroupCommandHandle(Handle):
 
 
 class ConsumeDir(Directory):
-    def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
+    def __init__(self, ns: Tree, tp: TopicPartition) -> None:
         super().__init__(ns)
         self.tp = tp
 
     @property
     def key(self) -> tuple:
         return ("consume", self.tp)
+
+    def path(self) -> str:
+        return f"{self.tp.topic}/{self.tp.partition}/consume"
 
     def names(self) -> list[str]:
         return coordinator(self.ns).groups(self.tp.topic)
@@ -420,7 +359,7 @@ class ConsumeFile(FileNode):
     stable = False
     transient = True     # the same, in the node model where views are reused while unchanged (tools branch)
 
-    def __init__(self, ns: Namespace, tp: TopicPartition, group: str, fmt: ViewFormat, name: str) -> None:
+    def __init__(self, ns: Tree, tp: TopicPartition, group: str, fmt: ViewFormat, name: str) -> None:
         super().__init__(ns)
         self.tp = tp
         self.group = group
@@ -477,14 +416,14 @@ class ConsumeHandle(ViewHandle):
     _view: ConsumerView                 # the slot of ViewHandle, holding the view this handle was opened on
     blocking = True    # the commit appends to __consumer_offsets, which may create the topic
 
-    def __init__(self, node: ConsumeFile, view: ConsumerView, committed: int | None, lease: _Lease) -> None:
+    def __init__(self, node: ConsumeFile, view: ConsumerView, committed: int | None, lease: Lease) -> None:
         # direct I/O always: what the reader is given is committed, and readahead would give more
         super().__init__(view, True)
         self._node = node
         self._expected = committed
         self._given = 0
         self._flushed_at = 0         # _given at the last commit: a flush with nothing new read commits nothing
-        self._lease: _Lease | None = lease
+        self._lease: Lease | None = lease
         self._lock = threading.Lock()
 
     def read(self, offset: int, size: int) -> bytes:

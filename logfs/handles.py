@@ -124,20 +124,20 @@ class RawFileHandle(Handle):
         os.close(self._fd)
 
 
-class LineCommandHandle(Handle):
-    """Line-oriented control file (``delete``).
+class LineHandle(Handle):
+    """A control file written in lines (``delete``, ``groups/<group>``, ``config``): what they share.
 
-    The complete lines of each ``write()`` are applied together, so one
-    ``echo`` is all-or-nothing and its error is that write's error; a last line
-    without a newline is applied when the descriptor is closed (flush).
+    The complete lines of each ``write()`` go to :meth:`take_lines` together,
+    so its error is that write's error; the unfinished last line is kept for
+    the next write (:meth:`check_rest` may refuse it) and taken at close
+    (:meth:`_pop_rest`, under the lock).  Reads return the file as it was at open.
     """
 
     blocking = True
 
-    def __init__(self, apply: Callable[[list[bytes]], None], content: bytes = b"") -> None:
-        self._apply = apply
-        self._partial = b""
+    def __init__(self, content: bytes = b"") -> None:
         self._content = content
+        self._partial = b""
         self._lock = threading.Lock()
 
     def read(self, offset: int, size: int) -> bytes:
@@ -145,19 +145,47 @@ class LineCommandHandle(Handle):
 
     def write(self, offset: int, data: bytes) -> int:
         with self._lock:
-            buf = self._partial + data
-            lines = buf.split(b"\n")
+            lines = (self._partial + data).split(b"\n")
             rest = lines.pop()
-            lines = [line for line in lines if line.strip()]
-            if lines:
-                self._apply(lines)
+            self.take_lines(lines)
+            self.check_rest(rest)
             self._partial = rest
         return len(data)
 
+    def take_lines(self, lines: list[bytes]) -> None:
+        """The complete lines of one write (under the lock); raising fails that write."""
+        raise NotImplementedError
+
+    def check_rest(self, rest: bytes) -> None:
+        """The unfinished last line after a write (under the lock); raising fails that write."""
+
+    def _pop_rest(self) -> bytes:
+        """The unfinished last line, taken away at close (b"" when blank); call under the lock."""
+        rest, self._partial = self._partial, b""
+        return rest if rest.strip() else b""
+
+
+class LineCommandHandle(LineHandle):
+    """Line-oriented control file (``delete``).
+
+    The complete lines of each ``write()`` are applied together, so one
+    ``echo`` is all-or-nothing and its error is that write's error; a last line
+    without a newline is applied when the descriptor is closed (flush).
+    """
+
+    def __init__(self, apply: Callable[[list[bytes]], None], content: bytes = b"") -> None:
+        super().__init__(content)
+        self._apply = apply
+
+    def take_lines(self, lines: list[bytes]) -> None:
+        lines = [line for line in lines if line.strip()]
+        if lines:
+            self._apply(lines)
+
     def flush(self) -> None:
         with self._lock:
-            rest, self._partial = self._partial, b""
-            if rest.strip():
+            rest = self._pop_rest()
+            if rest:
                 self._apply([rest])
 
     release = flush

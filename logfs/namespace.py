@@ -2,9 +2,11 @@
 
 The shape of the tree in SPEC.md section 4 is ``logfs.dirs``'s (every name in
 its directories' tables); this module holds the nodes those directories hand
-out.  It speaks in terms of the engine (``LogManager``, ``Log``, ``LogView``)
-and plain Python exceptions carrying an errno; it knows nothing of FUSE
-inodes, which ``logfs.fs`` keeps.  Every failure is raised as an
+out, in one table, and the mount's state they share: the nodes see it as a
+``logfs.tree.Tree`` (they import nothing of this module).  It speaks in
+terms of the engine (``LogManager``, ``Log``, ``LogView``) and plain Python
+exceptions carrying an errno; it knows nothing of FUSE inodes, which
+``logfs.fs`` keeps.  Every failure is raised as an
 ``engine.errors.LogfsError`` subclass so ``logfs.fs`` can answer with its errno.
 
 One path, one file (SPEC.md "Reading"): every name resolves to one node
@@ -43,25 +45,24 @@ from engine.errors import (
     UnknownTopicOrPartitionError,
 )
 from engine.topic import TopicPartition
-from engine.views import ViewFormat
 from logfs import stats as _stats
 from logfs.appender import TopicRouter
 from logfs.backend import Backend, EmbeddedBackend
 from logfs.dirs import RootDir
-from logfs.groups import GroupLeases
-from logfs.nodes import RETIRED_NODES, Node, ViewFile
+from logfs.leases import GroupLeases
+from logfs.nodes import RETIRED_NODES, Node
 from logfs.refusals import RecentRefusals
+from logfs.tree import Keyed
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
     from engine.manager import LogManager
-    from engine.segment import LogSegment
 
-_N = TypeVar("_N", bound=Node)
+_K = TypeVar("_K", bound=Keyed)
 
 
 class Namespace:
-    """The tree of SPEC.md section 4 over one ``LogManager``."""
+    """The tree of SPEC.md section 4 over one ``LogManager``; its nodes see it as a ``logfs.tree.Tree``."""
 
     def watch_views_of(self, log: Log) -> None:
         """Tell ``views_changed_listeners`` of each change of ``log``'s end (page-cache mode only)."""
@@ -84,8 +85,6 @@ class Namespace:
         self._routers: dict[str, TopicRouter] = {}
         #: the recent refusals, ``.logfs/errors`` (logfs.fs records each one)
         self.refusals = RecentRefusals()
-        #: topic -> when a write through the mount last changed its config (``config``'s mtime)
-        self.config_applied_ns: dict[str, int] = {}
         #: called with a topic's name once it is deleted (logfs.fs drops the kernel's cached entry)
         self.topic_deleted_listeners: list[Callable[[str], None]] = []
         #: called with a partition whose views may have grown (its log end moved), when views are
@@ -106,34 +105,27 @@ class Namespace:
 
     # ---- helpers used by nodes
 
-    def stable(self, cls: Callable[..., Node], *args: object) -> Node:
+    def stable(self, cls: Callable[..., _K], *args: object) -> _K:
         """The one node object of a structural name (so its inode is reused)."""
         node = cls(self, *args)
-        existing = self._nodes.get(node.key)
+        # a key's first element names the kind of node, so its class
+        existing = cast("_K | None", self._nodes.get(node.key))
         if existing is None:
-            self._nodes[node.key] = node
+            self._nodes[node.key] = cast("Node", node)
             return node
         return existing
 
-    def content(self, key: tuple, same: Callable[[_N], bool], make: Callable[[], _N]) -> _N:
+    def content(self, key: tuple, same: Callable[[_K], bool], make: Callable[[], _K]) -> _K:
         """The node of a content name: the known one while ``same(node)``, else a new one (a new inode)."""
         # a key's first element names the kind of content, so the class of its node
-        known = cast("_N | None", self._nodes.get(key))
+        known = cast("_K | None", self._nodes.get(key))
         if known is not None and same(known):
             self._retired.pop(key, None)
             return known
         node = make()
-        self._nodes[key] = node
+        self._nodes[key] = cast("Node", node)
         self._retired.pop(key, None)
         return node
-
-    def view(self, tp: TopicPartition, name: str, target: Log, fmt: ViewFormat, *, start_offset: int,
-             segment: LogSegment | None = None) -> Node:
-        """The view node of ``name``: one rendering from ``start_offset`` while nothing of it changed."""
-        return self.content(
-            ("view", tp, name),
-            lambda node: node.same_file(start_offset),
-            lambda: ViewFile(self, tp, name, target, fmt, start_offset, segment))
 
     def forgotten(self, node: Node) -> None:
         """The kernel forgot ``node``'s inode (cache eviction, ``drop_caches``).
@@ -172,18 +164,20 @@ class Namespace:
             return self.backend.ensure_replica(tp)
         return target
 
-    def replicas_missing(self, tps: list[TopicPartition]) -> list[TopicPartition]:
-        """Those of ``tps`` a remote backend has no local replica of yet."""
+    def replica_preparation(self, tps: list[TopicPartition]) -> Callable[[], None] | None:
+        """Making the local replicas of those of ``tps`` a remote backend has none of yet (a cluster mount's
+        first use of them: logfs.fs runs it off the request thread); None when none is missing."""
         if not self.backend.remote:
-            return []
-        return [tp for tp in tps if self.manager.get_log(tp) is None]
+            return None
+        missing = [tp for tp in tps if self.manager.get_log(tp) is None]
+        if not missing:
+            return None
 
-    def ensure_replicas(self, tps: list[TopicPartition]) -> None:
-        for tp in tps:
-            self.backend.ensure_replica(tp)
+        def make_replicas() -> None:
+            for tp in missing:
+                self.backend.ensure_replica(tp)
 
-    def topic_partitions(self, topic: str) -> list[TopicPartition]:
-        return [TopicPartition(topic, p) for p in self.backend.partitions(topic)]
+        return make_replicas
 
     def require_topic(self, topic: str) -> None:
         if topic not in self.backend.topics():

@@ -21,11 +21,12 @@ from engine.views import LogView, ViewFormat, ViewIdentity
 from logfs import stats as _stats
 from logfs.errors import AccessDeniedError, NotPermittedError, StaleNameError
 from logfs.handles import BytesHandle, Handle, RawFileHandle, ViewHandle
+from logfs.refusals import ErrorsHandle
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
     from engine.segment import LogSegment
-    from logfs.namespace import Namespace
+    from logfs.tree import Tree
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class Node:
     #: the inode number logfs.fs gave this node (kept across the kernel's forget)
     ino: int | None = None
 
-    def __init__(self, ns: Namespace) -> None:
+    def __init__(self, ns: Tree) -> None:
         self.ns = ns
 
     @property
@@ -83,6 +84,14 @@ class Node:
 
     def retire(self) -> None:
         """The kernel forgot the inode: keep only what identifies the file (see Namespace.forgotten)."""
+
+    def describe(self) -> str:
+        """The node as a log line names it."""
+        return type(self).__name__
+
+    def path(self) -> str:
+        """The node's path in the mount, as ``.logfs/errors`` shows it (``t/0/append``, ``t/0/offset``)."""
+        return self.describe()
 
 
 class Directory(Node):
@@ -130,9 +139,6 @@ class FileNode(Node):
         if write and not self.writable:
             raise AccessDeniedError(f"{self.describe()} is read-only")
 
-    def describe(self) -> str:
-        return type(self).__name__
-
 
 # ---- generated files
 
@@ -171,8 +177,28 @@ class MetricsFile(GeneratedFile):
         return _stats.prometheus_metrics(self.ns.manager, self.ns.stats)
 
 
+class ErrorsFile(FileNode):
+    """``.logfs/errors``: :class:`~logfs.refusals.RecentRefusals` of the mount as a growing file."""
+
+    key = ("broker", "errors")
+    attr_timeout = entry_timeout = 0.0     # grows with every refusal: the kernel asks again each time
+
+    def describe(self) -> str:
+        return ".logfs/errors"
+
+    def size(self) -> int:
+        return self.ns.refusals.end
+
+    def mtime_ns(self) -> int:
+        return self.ns.refusals.last_ns or self.ns.started_ns
+
+    def open(self, write: bool) -> Handle:
+        self._refuse_write(write)
+        return ErrorsHandle(self.ns.refusals)
+
+
 class StateFile(GeneratedFile):
-    def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
+    def __init__(self, ns: Tree, tp: TopicPartition) -> None:
         super().__init__(ns)
         self.tp = tp
 
@@ -204,7 +230,7 @@ class ViewFile(FileNode):
 
     transient = True
 
-    def __init__(self, ns: Namespace, tp: TopicPartition, name: str, target: Log, fmt: ViewFormat,
+    def __init__(self, ns: Tree, tp: TopicPartition, name: str, target: Log, fmt: ViewFormat,
                  start_offset: int, segment: LogSegment | None = None) -> None:
         super().__init__(ns)
         self.tp = tp
@@ -224,6 +250,13 @@ class ViewFile(FileNode):
             # (tail -f) sees appends at once and a small read costs no getattr
             self.attr_timeout = VIEW_ATTR_TIMEOUT_S
             ns.watch_views_of(target)
+
+    @classmethod
+    def named(cls, ns: Tree, tp: TopicPartition, name: str, target: Log, fmt: ViewFormat, *, start_offset: int,
+              segment: LogSegment | None = None) -> ViewFile:
+        """The view node of ``name``: one rendering from ``start_offset`` while nothing of it changed."""
+        return ns.content(("view", tp, name), lambda node: node.same_file(start_offset),
+                          lambda: cls(ns, tp, name, target, fmt, start_offset, segment))
 
     @property
     def key(self) -> tuple:
@@ -361,7 +394,7 @@ class RecordFile(FileNode):
 
     transient = True
 
-    def __init__(self, ns: Namespace, tp: TopicPartition, offset: int, content: bytes,
+    def __init__(self, ns: Tree, tp: TopicPartition, offset: int, content: bytes,
                  timestamp: int) -> None:
         super().__init__(ns)
         self.tp = tp
@@ -402,7 +435,7 @@ class SegmentFile(FileNode):
 
     transient = True
 
-    def __init__(self, ns: Namespace, tp: TopicPartition, name: str, segment: LogSegment,
+    def __init__(self, ns: Tree, tp: TopicPartition, name: str, segment: LogSegment,
                  suffix: str) -> None:
         super().__init__(ns)
         self.tp = tp

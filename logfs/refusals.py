@@ -1,4 +1,5 @@
-"""``.logfs/errors``: the mount's recent refusals, readable from inside the mount.
+"""``.logfs/errors``: the mount's recent refusals, readable from inside the mount (the file is
+``logfs.nodes.ErrorsFile``).
 
 A shell user sees ``Invalid argument``; the reason is in the log of a process
 they may not have started.  Every refusal the mount logs (``logfs.fs``
@@ -24,9 +25,8 @@ import threading
 import time
 
 from logfs.handles import Handle
-from logfs.nodes import FileNode
 
-__all__ = ["ErrorsFile", "MAX_LINES", "RecentRefusals"]
+__all__ = ["ErrorsHandle", "MAX_LINES", "RecentRefusals"]
 
 #: the refusals ``.logfs/errors`` keeps
 MAX_LINES = 1000
@@ -76,26 +76,6 @@ class RecentRefusals:
                     out += line[max(0, position - at):]
                 at += len(line)
             return position, bytes(out[:size])
-
-
-class ErrorsFile(FileNode):
-    """``.logfs/errors``: :class:`RecentRefusals` of the mount as a growing file."""
-
-    key = ("broker", "errors")
-    attr_timeout = entry_timeout = 0.0     # grows with every refusal: the kernel asks again each time
-
-    def describe(self) -> str:
-        return ".logfs/errors"
-
-    def size(self) -> int:
-        return self.ns.refusals.end
-
-    def mtime_ns(self) -> int:
-        return self.ns.refusals.last_ns or self.ns.started_ns
-
-    def open(self, write: bool) -> Handle:
-        self._refuse_write(write)
-        return ErrorsHandle(self.ns.refusals)
 
 
 class ErrorsHandle(Handle):

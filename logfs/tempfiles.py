@@ -50,7 +50,7 @@ from logfs.handles import Handle
 from logfs.nodes import RW_MODE, FileNode, Node
 
 if TYPE_CHECKING:  # pragma: no cover
-    from logfs.namespace import Namespace
+    from logfs.tree import Tree
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class TempFile(FileNode):
     transient = True
     writable = True
 
-    def __init__(self, ns: Namespace, space: TempFiles, where: str, name: str) -> None:
+    def __init__(self, ns: Tree, space: TempFiles, where: str, name: str) -> None:
         super().__init__(ns)
         self.space = space
         self.where = where
@@ -176,7 +176,7 @@ class TempHandle(Handle):
 class TempFiles:
     """The temporary files of one mount, by directory (see the module docstring)."""
 
-    def __init__(self, ns: Namespace) -> None:
+    def __init__(self, ns: Tree) -> None:
         self._ns = ns
         self._files: dict[tuple[tuple, str], TempFile] = {}
         self._bytes = 0

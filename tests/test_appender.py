@@ -23,6 +23,7 @@ from engine.manager import LogManager
 from engine.records import iter_batches
 from engine.topic import TopicPartition
 from logfs.appender import JSON_LINES, TEXT_LINES, AppendHandle, TopicRouter
+from logfs.backend import EmbeddedBackend
 from logfs.stats import MountStats
 from tests.conftest import kafka_records
 
@@ -38,7 +39,7 @@ def manager(tmp_path):
 
 def appender(manager: LogManager, topic: str = "t", partition: int | None = 0,
              router: TopicRouter | None = None, stats: MountStats | None = None, fmt=TEXT_LINES) -> AppendHandle:
-    return AppendHandle(manager, topic, partition, fmt, router or TopicRouter(), stats or MountStats())
+    return AppendHandle(EmbeddedBackend(manager), topic, partition, fmt, router or TopicRouter(), stats or MountStats())
 
 
 def values(manager: LogManager, topic: str = "t", partition: int = 0) -> list[bytes | None]:
@@ -236,3 +237,19 @@ def test_append_jsonl_has_the_same_oversized_line_protocol_and_line_numbers(mana
     assert values(manager) == [b"before", b"after"]
     with pytest.raises(InvalidRecordError, match="Malformed JSON line 5 of t/0/append.jsonl"):
         a.write(0, b"\n[]\n")                            # numbered in the stream: the dropped line counts
+
+
+@pytest.mark.parametrize("partition", [0, None], ids=["append_text_lines", "append_values"])
+def test_appends_through_the_backend_keep_the_view_index_exact_without_a_scan(manager, partition):
+    """The views observer is attached where the backend's produce reaches the log (the one write path):
+    the segment's view index covers every appended byte before anything read a view."""
+    from engine.views.index import SegmentViews
+
+    manager.create_topic("t", 1)
+    a = appender(manager, partition=partition)
+    a.write(0, b"first\nsecond\n")
+    a.write(0, b"third\n")
+    segment = manager.get_log(TopicPartition("t", 0)).active_segment
+    assert isinstance(segment.sidecar, SegmentViews)
+    assert segment.sidecar.index.log_size == segment.size > 0
+    assert segment.sidecar.index.totals.text_size == len(b"first\nsecond\nthird\n")

@@ -123,3 +123,12 @@ def test_parse_segment_file_name_is_the_one_reading_of_segment_names():
     assert parse_segment_file_name(".log") is None
     with pytest.raises(ValueError):
         offset_from_file_name("partition.metadata")
+
+
+@pytest.mark.parametrize("path", [".logfs", ".logfs/errors", "t", "t/config", "t/groups", "t/append", "t/0",
+                                  "t/0/append", "t/0/records", "t/0/offset", "t/0/from", "t/0/since",
+                                  "t/0/segments", "t/0/consume", "t/0/state", "t/0/from/0.jsonl"])
+def test_a_node_knows_the_path_it_is_found_at(ns, path):
+    """``Node.path`` is what ``.logfs/errors`` names a refusal with: the path the node was looked up by."""
+    assert walk(ns, path).path() == path
+    assert ns.root.path() == ""

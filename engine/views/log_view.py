@@ -60,7 +60,7 @@ from engine import transactions
 from engine.errors import CorruptRecordError, InvalidRequestError, OffsetOutOfRangeError, StorageError
 from engine.records.reader import read_chunks
 from engine.views import render
-from engine.views.index import attach, committed_view_index, view_index
+from engine.views.index import committed_view_index, view_index
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
@@ -115,7 +115,6 @@ class LogView:
     def __init__(self, log: Log, fmt: ViewFormat, start_offset: int | None = None,
                  segment: LogSegment | None = None) -> None:
         self.log = log
-        attach(log)             # from now on appends keep the view indexes exact without a scan
         self.format = fmt
         self.topic = log.topic_partition.topic
         self.partition = log.topic_partition.partition

@@ -27,6 +27,7 @@ from engine.errors import (
 )
 from engine.records import Record
 from engine.topic import TopicPartition, validate_topic_name
+from logfs.backend import LocalLogs
 from logfs.cluster.admin import ClusterAdmin
 from logfs.cluster.config import LOCAL_TOPIC_NAMES, ClusterOptions
 from logfs.cluster.errors import ClusterError, ClusterTimeoutError, quiet_while_unreachable
@@ -52,8 +53,9 @@ CREATED_TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
 BELOW_LOG_START_CACHED = 256
 
 
-class ClusterBackend:
-    """The backend of a mount of a Kafka cluster (logfs.backend.Backend)."""
+class ClusterBackend(LocalLogs):
+    """The backend of a mount of a Kafka cluster (logfs.backend.Backend); configs and flushes of the local
+    replicas are ``LocalLogs``'."""
 
     remote = True
 
@@ -228,6 +230,7 @@ class ClusterBackend:
     def _produce(self, tp: TopicPartition, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                  headers: Sequence[Sequence[tuple[str, bytes | None]]] | None = None,
                  timestamps: Sequence[int | None] | None = None) -> tuple[int, int]:
+        self.ensure_replica(tp)         # where the records are read back (read-your-writes), made on first use
         try:
             first, last = self._producer().produce(tp, values, keys, headers, timestamps)
         except ClusterError as exc:
