@@ -193,12 +193,16 @@ class LogManager:
     it on references taken under it, so background jobs never stall lookups.
     """
 
-    def __init__(self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK, read_only: bool = False) -> None:
+    def __init__(self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK, read_only: bool = False,
+                 stable_offset_bounded: bool = False) -> None:
+        """``stable_offset_bounded``: the logs are live replicas whose leader finishes their open
+        transactions, so read_committed views end at the last stable offset (engine.transactions)."""
         self.config = config
         self.clock = clock
         self.read_only = read_only
         self.log_dirs: list[str] = [os.path.abspath(d) for d in config.log_dirs]
-        transactions.set_isolation_level(self.log_dirs, config.isolation_level)
+        transactions.set_isolation_level(self.log_dirs, config.isolation_level,
+                                         stable_offset_bounded=stable_offset_bounded)
         self.default_config: LogConfig = config.log_config()
         self._lock = threading.RLock()
         self._logs: dict[TopicPartition, Log] = {}

@@ -17,15 +17,24 @@ marker makes ``[first offset, marker offset]`` an aborted range.  The walk is
 incremental: the state remembers the next offset and the position it reached
 and continues there when the log grew.
 
-A transaction still open at the end of the log (a broker that stopped before
-the coordinator wrote its marker) is treated as aborted: a read_committed
-consumer would not see its records until a marker exists, and with no broker
-behind the data none ever will.  (Kafka also holds back every later record
-behind the last stable offset; a mount of a stopped broker's data shows those.)
+A transaction still open at the end of the log depends on whether a broker
+will ever finish it:
+
+* a log no broker will finish (a stopped broker's data, a copy): the open
+  transaction is treated as aborted, and later records are shown; with no
+  broker behind the data its marker never comes;
+* a log that is a live replica (its leader's coordinator will write the marker,
+  and the replica fetcher will bring it): *stable offset bounded*, as Kafka's
+  read_committed fetch is.  Views end at the last stable offset (LSO, Kafka's
+  ``UnifiedLog.lastStableOffset``: the first offset of the earliest open
+  transaction, the log end when none is open); records at and after it are held
+  back until the marker arrives, then the committed ones appear and the aborted
+  ones are skipped.  A rendering so only ever grows at its end.
 
 :func:`set_isolation_level` is called by the LogManager for its log dirs;
 :func:`read_committed_state` gives the views the state of a log under
-read_committed (None under read_uncommitted, the default).
+read_committed (None under read_uncommitted, the default);
+:func:`visible_end_offset` is the end a read_committed consumer sees.
 """
 
 from __future__ import annotations
@@ -60,6 +69,8 @@ COMMIT = 1
 
 #: log dir (absolute) -> isolation level of the views of its logs
 _levels: dict[str, str] = {}
+#: log dirs (absolute) whose logs are live replicas: read_committed views end at the last stable offset
+_stable_offset_bounded: set[str] = set()
 #: what the transaction walk reads at a time (engine.records.kernels.transactional_batches)
 _SKIM_BYTES = 1 << 20
 _states: weakref.WeakKeyDictionary[Log, TransactionState] = weakref.WeakKeyDictionary()
@@ -74,23 +85,44 @@ class AbortedTxn(NamedTuple):
     last_offset: int
 
 
-def set_isolation_level(log_dirs: list[str], level: str) -> None:
-    """The isolation level of every view of the logs in ``log_dirs`` (the broker's ``isolation.level``)."""
+def set_isolation_level(log_dirs: list[str], level: str, *, stable_offset_bounded: bool = False) -> None:
+    """The isolation level of every view of the logs in ``log_dirs`` (the consumer's ``isolation.level``).
+
+    ``stable_offset_bounded``: the logs are live replicas, whose open
+    transactions their leader will finish; read_committed views then end at
+    the last stable offset (see the module doc) instead of treating an open
+    transaction as aborted.
+    """
     if level not in ISOLATION_LEVELS:
         raise ValueError(f"Unknown isolation level {level!r}")
     for d in log_dirs:
-        _levels[os.path.abspath(d)] = level
+        d = os.path.abspath(d)
+        _levels[d] = level
+        if stable_offset_bounded:
+            _stable_offset_bounded.add(d)
+        else:
+            _stable_offset_bounded.discard(d)
 
 
 def read_committed_state(log: Log) -> TransactionState | None:
     """The aborted-transaction state of ``log`` when its views are read_committed, else None."""
-    if _levels.get(os.path.dirname(os.path.abspath(log.dir))) != READ_COMMITTED:
+    log_dir = os.path.dirname(os.path.abspath(log.dir))
+    if _levels.get(log_dir) != READ_COMMITTED:
         return None
     with _states_lock:
         state = _states.get(log)
         if state is None:
-            state = _states[log] = TransactionState(log)
+            state = _states[log] = TransactionState(log, stable_offset_bounded=log_dir in _stable_offset_bounded)
         return state
+
+
+def visible_end_offset(log: Log) -> int:
+    """The end offset the views of ``log`` show up to: the last stable offset when stable offset bounded
+    (Kafka's ``lastFetchableOffset`` of a read_committed fetch), else the log end offset."""
+    state = read_committed_state(log)
+    if state is None or not state.stable_offset_bounded:
+        return log.log_end_offset
+    return state.last_stable_offset()
 
 
 def marker_type(buf: RecordBuffer, off: int, header: BatchHeader) -> int:
@@ -108,8 +140,10 @@ class TransactionState:
     Thread-safe: views of one log are read from several threads.
     """
 
-    def __init__(self, log: Log) -> None:
+    def __init__(self, log: Log, *, stable_offset_bounded: bool = False) -> None:
         self._log = weakref.ref(log)
+        #: views end at the last stable offset (a live replica) instead of hiding open transactions
+        self.stable_offset_bounded = stable_offset_bounded
         self._lock = threading.RLock()
         self._next_offset = 0                   # the walk has seen every batch below this offset
         self._segment: weakref.ref | None = None
@@ -192,8 +226,12 @@ class TransactionState:
         self._hidden_lasts.insert(i, last)
 
     def _open_hidden(self, base_offset: int) -> bool:
-        """A batch of a transaction that has no marker yet (see the module doc)."""
-        return base_offset in self._open_bases
+        """A batch of a transaction that has no marker yet, when such a transaction counts as aborted.
+
+        Stable offset bounded, it does not: its batches are at or after the last
+        stable offset, which views never pass (see the module doc).
+        """
+        return not self.stable_offset_bounded and base_offset in self._open_bases
 
     # ------------------------------------------------------------------ queries
 
@@ -210,14 +248,32 @@ class TransactionState:
             return self._open_hidden(header.base_offset)
 
     def hides_offset(self, offset: int) -> bool:
-        """True when the record at ``offset`` belongs to an aborted (or unfinished) transaction."""
+        """True when the record at ``offset`` belongs to an aborted (or unfinished) transaction.
+
+        Stable offset bounded: also for any record at or after the last stable offset (not fetchable yet).
+        """
         with self._lock:
             if offset >= self._next_offset:
                 self._catch_up()
             i = bisect.bisect_right(self._hidden_bases, offset) - 1
             if i >= 0 and offset <= self._hidden_lasts[i]:
                 return True
+            if self.stable_offset_bounded:
+                return offset >= self._stable_offset()
             return any(base <= offset <= last for batches in self._ongoing.values() for base, last in batches)
+
+    def last_stable_offset(self) -> int:
+        """Kafka's ``lastStableOffset``: the first offset of the earliest open transaction, else the log end.
+
+        Only grows as the log grows (a marker closes a transaction; a new one opens after the end).
+        """
+        with self._lock:
+            self._catch_up()
+            return self._stable_offset()
+
+    def _stable_offset(self) -> int:
+        firsts = [batches[0][0] for batches in self._ongoing.values() if batches]
+        return min(firsts, default=self._next_offset)
 
     def aborted_transactions(self) -> list[AbortedTxn]:
         """Every aborted transaction of the log, in marker order (what ``.txnindex`` files list)."""

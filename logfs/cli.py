@@ -264,7 +264,8 @@ def _mount(args: argparse.Namespace) -> int:
         if not args.read_only:            # read-only writes nothing, not even a missing dir
             os.makedirs(d, exist_ok=True)
 
-    manager = LogManager(config, read_only=args.read_only)
+    # a cluster mount's logs are replicas of live leaders: read_committed views end at the last stable offset
+    manager = LogManager(config, read_only=args.read_only, stable_offset_bounded=cluster_options is not None)
     stats = MountStats()
     started = time.monotonic()
     stop_signals = _StopSignals()     # until the FUSE loop runs, and again while shutting down

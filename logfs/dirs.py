@@ -16,6 +16,7 @@ from engine.errors import OffsetOutOfRangeError
 from engine.files import SEGMENT_FILE_SUFFIXES, filename_prefix_from_offset, parse_segment_file_name, segment_file_name
 from engine.numbers import parse_canonical_int
 from engine.topic import TopicPartition, parse_partition, validate_topic_name
+from engine.transactions import visible_end_offset
 from engine.views import ViewFormat, record_at
 from logfs.control import (
     AppendFile,
@@ -284,11 +285,13 @@ class FromDir(_ViewsDir):
         return parse_canonical_int(stem)
 
     def start_offset(self, target: Log, value: int, name: str) -> int:
-        start, end = target.log_start_offset, target.log_end_offset
+        # the end a read_committed view of a live replica shows is its last stable offset
+        start, end = target.log_start_offset, visible_end_offset(target)
         if not start <= value <= end:
+            bound = "last stable offset" if end < target.log_end_offset else "log end offset"
             raise OffsetOutOfRangeError(
                 f"No view from/{name} in {self.tp}: offset {value} is outside the log "
-                f"(log start offset {start}, log end offset {end})",
+                f"(log start offset {start}, {bound} {end})",
                 offset=value, log_start_offset=start, log_end_offset=end)
         return value
 
@@ -302,8 +305,10 @@ class SinceDir(_ViewsDir):
 
     def start_offset(self, target: Log, value: int, name: str) -> int:
         found = target.fetch_offset_by_timestamp(value)
-        # No record at or after T yet: the view starts at the log end and grows.
-        return target.log_end_offset if found is None else found[0]
+        # No record at or after T yet (or only behind the last stable offset of a read_committed view of
+        # a live replica, as Kafka's ListOffsets finds none): the view starts at the visible end and grows.
+        end = visible_end_offset(target)
+        return end if found is None or found[0] > end else found[0]
 
 
 #: the files of ``segments/`` per segment: its own, and its JSON-lines rendering

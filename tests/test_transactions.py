@@ -153,3 +153,118 @@ def test_aborted_transactions_are_listed_as_kafka_lists_them(tmp_path):
                                                 transactions.AbortedTxn(1000, 8, 9)]
     finally:
         manager.shutdown()
+
+
+# --------------------------------------------------------------------------- a live replica: stable offset bounded
+
+
+def _op_batch(op, offset: int) -> tuple[bytes, int]:
+    """The batch of one operation at ``offset`` and its record count (see ``operations``)."""
+    if op[0] == "plain":
+        return _batch(offset, [b"plain %d" % (offset + i) for i in range(op[1])]), op[1]
+    if op[0] == "data":
+        return _batch(offset, [b"tx%d %d" % (op[1], offset + i) for i in range(op[2])],
+                      producer_id=1000 + op[1], transactional=True), op[2]
+    return _batch(offset, [], producer_id=1000 + op[1], transactional=True,
+                  control=struct.pack(">hh", 0, COMMIT if op[2] else ABORT)), 1
+
+
+class _LiveModel:
+    """What a read_committed consumer of a live log may read: records below the last stable offset that are
+    plain or of a committed transaction (Kafka's ``lastStableOffset``, ``AbortedTxn``)."""
+
+    def __init__(self) -> None:
+        self.end = 0
+        self.visible: list[int] = []        # plain or committed, any offset
+        self.ongoing: dict[int, list[int]] = {}
+
+    def apply(self, op, count: int) -> None:
+        offsets = list(range(self.end, self.end + count))
+        if op[0] == "plain":
+            self.visible += offsets
+        elif op[0] == "data":
+            self.ongoing.setdefault(op[1], []).extend(offsets)
+        else:
+            batches = self.ongoing.pop(op[1], [])
+            if op[2]:
+                self.visible = sorted(self.visible + batches)
+        self.end += count
+
+    @property
+    def last_stable_offset(self) -> int:
+        return min((o[0] for o in self.ongoing.values() if o), default=self.end)
+
+    def readable(self) -> list[int]:
+        return [o for o in self.visible if o < self.last_stable_offset]
+
+
+def _offsets_of(jsonl: bytes) -> list[int]:
+    return [json.loads(line)["offset"] for line in jsonl.splitlines()]
+
+
+def _read_all(view: LogView) -> bytes:
+    return view.read(0, view.size())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=operations)
+def test_read_committed_views_of_a_live_replica_end_at_the_last_stable_offset(tmp_path_factory, ops):
+    """Stable offset bounded (the cluster mount's replicas): batch by batch, as the replica fetcher appends
+    them, every view shows the plain and committed records below the last stable offset and nothing after
+    it; views opened earlier only grow at their end (the bytes read before never change), and agree with a
+    view opened now, ``offset/<N>``, ``from/<N>`` and a consumer view (which ends at the last stable offset).
+    """
+    from engine.views.consume import open_consumer_view
+
+    data = tmp_path_factory.mktemp("live") / "data"
+    manager = LogManager(BrokerConfig(log_dirs=[str(data)], isolation_level="read_committed",
+                                      log_cleaner_enable=False), stable_offset_bounded=True)
+    manager.startup()
+    try:
+        log = manager.get_or_create_log(TP, "AAAAAAAAAAAAAAAAAAAAAA")
+        model = _LiveModel()
+        followers = {fmt: LogView(log, fmt) for fmt in ViewFormat}
+        seen = {fmt: b"" for fmt in ViewFormat}
+        for op in [*ops, ("end", 0, True), ("end", 1, False), ("end", 2, True)]:
+            if op[0] == "roll":
+                if log.active_segment.size:
+                    log.roll()
+                continue
+            batch, count = _op_batch(op, model.end)
+            log.append_as_follower(batch)
+            model.apply(op, count)
+            expected = model.readable()
+            lso = model.last_stable_offset
+            assert transactions.visible_end_offset(log) == lso
+            for fmt, view in followers.items():
+                grown = view.read(len(seen[fmt]), 1 << 20)          # a follower at its end (tail -f)
+                whole = _read_all(view)
+                assert whole == seen[fmt] + grown, "a view's bytes changed before its end"
+                seen[fmt] = whole
+                fresh = LogView(log, fmt)
+                assert _read_all(fresh) == whole
+                fresh.close()
+            assert _offsets_of(seen[ViewFormat.JSONL]) == expected
+            assert len(seen[ViewFormat.TEXT].splitlines()) == len(expected)
+            for offset in range(max(0, model.end - 4), model.end):
+                if offset in expected:
+                    assert record_at(log, offset).offset == offset
+                else:
+                    with pytest.raises(OffsetOutOfRangeError):
+                        record_at(log, offset)
+            consumer = open_consumer_view(log, ViewFormat.JSONL, None)
+            assert consumer.end_offset == lso
+            assert _offsets_of(_read_all(consumer)) == expected
+            consumer.close()
+            middle = LogView(log, ViewFormat.JSONL, start_offset=lso // 2)
+            assert _offsets_of(_read_all(middle)) == [o for o in expected if o >= lso // 2]
+            middle.close()
+            if lso < model.end:
+                with pytest.raises(OffsetOutOfRangeError):
+                    LogView(log, ViewFormat.JSONL, start_offset=lso + 1)
+        # every transaction ended: everything committed shows, as on a stopped broker's copy
+        assert _offsets_of(seen[ViewFormat.JSONL]) == model.visible
+        for view in followers.values():
+            view.close()
+    finally:
+        manager.shutdown()

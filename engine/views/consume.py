@@ -5,8 +5,9 @@ same consistency under appends, retention and compaction) with two additions
 a consumer group needs:
 
 * it is *bounded*: its bytes end where the log ended when it was opened
-  (:func:`open_consumer_view` takes the log end offset and the view's size
-  under the log's lock, which every append holds, so the two agree), so one
+  (:func:`open_consumer_view` takes the log end offset, or the last stable
+  offset of a live replica's read_committed view, and the view's size under
+  the log's lock, which every append holds, so the two agree), so one
   ``cat`` reads exactly what was there, like one run of a batch consumer;
 * :meth:`ConsumerView.next_offset_at` maps a byte position back to an
   offset: the first record the reader was not wholly given, which is the
@@ -18,6 +19,7 @@ from __future__ import annotations
 import bisect
 from typing import TYPE_CHECKING, cast
 
+from engine import transactions
 from engine.views import render
 from engine.views.log_view import LogView, ViewFormat
 
@@ -99,7 +101,8 @@ def open_consumer_view(log: Log, fmt: ViewFormat, committed: int | None) -> Cons
     as a consumer resets with ``auto.offset.reset=earliest``) to the log end offset now."""
     with log.lock:          # appends hold it: the end offset and the size agree
         start = log.log_start_offset
-        end = log.log_end_offset
+        # the log end offset, or the last stable offset of a stable offset bounded read_committed view
+        end = transactions.visible_end_offset(log)
         if committed is None or committed < start or committed > end:
             committed = start
         view = ConsumerView(log, fmt, committed)

@@ -387,7 +387,10 @@ def committed_view_index(txn: TransactionState, segment: LogSegment) -> ViewInde
     """The segment's view index with the batches of aborted transactions rendering nothing.
 
     Built like :func:`view_index` (one scan, then caught up as the segment
-    grows), from the same column sizes; kept per transaction state.
+    grows), from the same column sizes; kept per transaction state.  Stable
+    offset bounded (a live replica: engine.transactions), it covers only the
+    batches below the last stable offset and catches up as that moves, so its
+    ``log_size`` stays below the segment's size while a transaction is open.
     """
     with _COMMITTED_LOCK:
         indexes = _COMMITTED.get(txn)
@@ -401,7 +404,10 @@ def committed_view_index(txn: TransactionState, segment: LogSegment) -> ViewInde
         if vi.log_size >= size:
             return vi
         tp = segment.topic_partition
+        stable = txn.last_stable_offset() if txn.stable_offset_bounded else None
         for pos, header, buf, off in segment.batches_with_bytes(vi.log_size, size):
+            if stable is not None and header.base_offset >= stable:
+                break           # held back until its transaction's marker arrives
             if txn.hides(header):
                 text_size = json_size = count = 0
             else:

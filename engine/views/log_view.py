@@ -66,6 +66,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
     from engine.records import BatchColumns, BatchHeader, Record
     from engine.segment import LogSegment
+    from engine.transactions import TransactionState
     from engine.views.index import ViewIndex
 
 logger = logging.getLogger(__name__)
@@ -142,11 +143,13 @@ class LogView:
         log_start = log.log_start_offset
         if start_offset is None:
             start_offset = log_start
-        elif start_offset < log_start or start_offset > log.log_end_offset:
+        elif start_offset < log_start or start_offset > transactions.visible_end_offset(log):
+            stable = self._txn is not None and self._txn.stable_offset_bounded
+            end = transactions.visible_end_offset(log)
             raise OffsetOutOfRangeError(
                 f"Offset {start_offset} is out of range for partition {log.topic_partition}: "
-                f"log start offset {log_start}, log end offset {log.log_end_offset}",
-                offset=start_offset, log_start_offset=log_start, log_end_offset=log.log_end_offset)
+                f"log start offset {log_start}, {'last stable' if stable else 'log end'} offset {end}",
+                offset=start_offset, log_start_offset=log_start, log_end_offset=end)
         self.start_offset = start_offset
         bases = list(segments.keys())
         first = max(bisect.bisect_right(bases, start_offset) - 1, 0)
@@ -155,6 +158,8 @@ class LogView:
             raise StorageError(f"Log {log.dir} has no segments")
         self._slots = [_Slot(covered[0], 0, self._size_before(covered[0], start_offset))]
         for seg in covered[1:]:
+            if not self._rendered_whole(self._slots[-1]):
+                break                   # the rest is behind the last stable offset: _refresh adds it later
             self._append_slot(seg)
 
     # ------------------------------------------------------------------ sizes
@@ -194,6 +199,17 @@ class LogView:
                 break
         return min(size, limit)
 
+    def _rendered_whole(self, slot: _Slot) -> bool:
+        """Whether the view index of the slot's (inactive) segment covers all of it.
+
+        Always, but for a stable offset bounded view (engine.transactions) whose
+        last stable offset is inside the segment: its size is not final yet.
+        """
+        if self._txn is None or not self._txn.stable_offset_bounded or slot.final_size is not None:
+            return True
+        segment = slot.segment()
+        return segment is None or self._view_index(segment).log_size >= segment.size
+
     def _append_slot(self, segment: LogSegment, skip: int = 0) -> None:
         last = self._slots[-1]
         if last.final_size is None:
@@ -221,7 +237,7 @@ class LogView:
         log = self.log
         segments = log.segments
         active = segments.peekitem(-1)[1]
-        if last_segment is None or last_segment is active:
+        if last_segment is None or last_segment is active or not self._rendered_whole(last):
             return
         if last.final_size is None:
             last.final_size = self._segment_size(last_segment)
@@ -422,6 +438,8 @@ class LogView:
         decode = _records.decode_columns if full else _records.decode_text
         txn = self._txn
         hidden = _NO_COLUMNS if full else b""
+        # stable offset bounded: nothing at or after the last stable offset (read again when reached)
+        stable = txn.last_stable_offset() if txn is not None and txn.stable_offset_bounded else None
         # Bounded by the published size: a batch being appended is never seen.
         chunks = read_chunks(segment.read_bytes, log_pos, segment.size, chunk_size, path=segment.log_path,
                              verify_crc=True)
@@ -429,6 +447,10 @@ class LogView:
             for chunk in chunks:
                 base, data = chunk.position, chunk.buf
                 for rel, header in chunk.batches:
+                    if stable is not None and header.base_offset >= stable:
+                        stable = cast("TransactionState", txn).last_stable_offset()
+                        if header.base_offset >= stable:
+                            return
                     if txn is not None and txn.hides(header):
                         yield header, hidden, base + rel + header.size
                         continue
