@@ -115,6 +115,87 @@ def test_every_view_matches_an_embedded_mount(cluster_mount, logfs_mount, kafka_
     assert [v for _, _, v in _consume(kafka_cluster, "t", 0)] == records.split(b"\n")[:-1]
 
 
+def _direct_read(path) -> bytes:
+    """A read that bypasses the page cache (O_DIRECT): every byte from the mount itself."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("mode", [["--page-cache"], []], ids=["page-cache", "direct-io"])
+def test_read_committed_views_of_the_cluster_end_at_the_last_stable_offset(
+        kafka_cluster: KafkaCluster, logfs_mount, mode: list[str]) -> None:
+    """-o isolation.level=read_committed on a cluster mount reads as a read_committed consumer does: up to
+    the last stable offset.  Records at and after an open transaction's first record (a later
+    non-transactional one too) are held back while it is open, even in a view read meanwhile (and kept
+    open by a follower); after its COMMIT marker is replicated they appear, after its ABORT marker its
+    records never do and the later ones appear.  The page cache serves what an O_DIRECT read serves."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import NewTopic
+
+    topic = "rc-" + ("cached" if mode else "direct")
+    m = logfs_mount({"isolation.level": "read_committed"}, name="c",
+                    extra_args=["--bootstrap-server", kafka_cluster.bootstrap, *mode])
+    admin = _admin(kafka_cluster)       # held: the future fails if the client is collected first
+    admin.create_topics([NewTopic(topic, 1)])[topic].result()
+    records = m / topic / "0" / "records"
+    wait_for(lambda: records.exists(), "a topic created on the cluster to show up")
+    plain = Producer({"bootstrap.servers": kafka_cluster.bootstrap, "acks": "all"})
+    txn = Producer({"bootstrap.servers": kafka_cluster.bootstrap, "transactional.id": f"logfs-{topic}"})
+    txn.init_transactions(60)
+
+    def produce(producer, *values: bytes) -> None:
+        for v in values:
+            producer.produce(topic, v, partition=0)
+        assert producer.flush(30) == 0
+
+    def replicated(log_end: int) -> None:
+        wait_for(lambda: json.loads((m / topic / "0" / "state").read_bytes())["log_end_offset"] >= log_end,
+                 f"the replica to reach offset {log_end}")
+
+    def shows(expected: bytes) -> bool:
+        return records.read_bytes() == _direct_read(records) == expected
+
+    def missing(offset: int) -> bool:
+        with pytest.raises(OSError) as err:
+            (m / topic / "0" / "offset" / str(offset)).read_bytes()
+        return err.value.errno == errno.ENOENT
+
+    follower = open(records, "rb")      # a reader following the file (tail -f), open all along
+    try:
+        produce(plain, b"plain-0")                    # 0
+        replicated(1)
+        assert shows(b"plain-0\n") and follower.read() == b"plain-0\n"
+        txn.begin_transaction()
+        produce(txn, b"txn-0", b"txn-1")              # 1, 2
+        produce(plain, b"plain-1")                    # 3: behind the open transaction
+        replicated(4)
+        assert shows(b"plain-0\n") and follower.read() == b""
+        assert missing(1) and missing(3)
+        txn.commit_transaction(60)                    # the COMMIT marker: 4
+        replicated(5)
+        assert shows(b"plain-0\ntxn-0\ntxn-1\nplain-1\n")
+        assert follower.read() == b"txn-0\ntxn-1\nplain-1\n"
+        assert (m / topic / "0" / "offset" / "3").read_bytes() == b"plain-1\n"
+        txn.begin_transaction()
+        produce(txn, b"aborted-0")                    # 5
+        produce(plain, b"plain-2")                    # 6: behind the open transaction
+        replicated(7)
+        assert shows(b"plain-0\ntxn-0\ntxn-1\nplain-1\n") and follower.read() == b""
+        txn.abort_transaction(60)                     # the ABORT marker: 7
+        replicated(8)
+        assert shows(b"plain-0\ntxn-0\ntxn-1\nplain-1\nplain-2\n") and follower.read() == b"plain-2\n"
+        assert b"aborted" not in (m / topic / "0" / "records.jsonl").read_bytes()
+        assert missing(5)
+    finally:
+        follower.close()
+
+
 # --------------------------------------------------------------------------- admin operations
 
 
