@@ -111,7 +111,8 @@ def read_committed_state(log: Log) -> TransactionState | None:
         return None
     with _states_lock:
         state = _states.get(log)
-        if state is None:
+        if state is None or state.truncations != log.truncations:
+            # new, or the log was truncated (a replica to its leader) below what the walk saw: walk it again
             state = _states[log] = TransactionState(log, stable_offset_bounded=log_dir in _stable_offset_bounded)
         return state
 
@@ -142,6 +143,8 @@ class TransactionState:
 
     def __init__(self, log: Log, *, stable_offset_bounded: bool = False) -> None:
         self._log = weakref.ref(log)
+        #: the log's truncation count the walk started at (read_committed_state replaces a stale state)
+        self.truncations = log.truncations
         #: views end at the last stable offset (a live replica) instead of hiding open transactions
         self.stable_offset_bounded = stable_offset_bounded
         self._lock = threading.RLock()

@@ -268,3 +268,33 @@ def test_read_committed_views_of_a_live_replica_end_at_the_last_stable_offset(tm
             view.close()
     finally:
         manager.shutdown()
+
+
+def test_a_live_replica_truncated_below_a_marker_is_walked_again(tmp_path):
+    """A replica truncated to its leader (KIP-320 divergence) below a COMMIT marker it had fetched: the
+    transaction is open again, its records are held back again, and the leader's ABORT marker, fetched
+    next, hides them (in views opened after the truncation: the mount replaces a view's bytes cached
+    before one, see logfs.nodes.ViewFile.mtime_ns)."""
+    manager = LogManager(BrokerConfig(log_dirs=[str(tmp_path / "data")], isolation_level="read_committed",
+                                      log_cleaner_enable=False), stable_offset_bounded=True)
+    manager.startup()
+    try:
+        log = manager.get_or_create_log(TP, "AAAAAAAAAAAAAAAAAAAAAA")
+        log.append_as_follower(_op_batch(("plain", 1), 0)[0])
+        log.append_as_follower(_op_batch(("data", 0, 2), 1)[0])           # 1, 2
+        log.append_as_follower(_op_batch(("end", 0, True), 3)[0])         # COMMIT: 3
+        log.append_as_follower(_op_batch(("plain", 1), 4)[0])             # 4
+        assert _offsets_of(_read_all(LogView(log, ViewFormat.JSONL))) == [0, 1, 2, 4]
+        assert log.truncate_to(3)                                          # the COMMIT marker is gone
+        assert transactions.visible_end_offset(log) == 1
+        assert _offsets_of(_read_all(LogView(log, ViewFormat.JSONL))) == [0]
+        with pytest.raises(OffsetOutOfRangeError):
+            record_at(log, 1)
+        log.append_as_follower(_op_batch(("end", 0, False), 3)[0])        # the leader's ABORT: 3
+        log.append_as_follower(_op_batch(("plain", 1), 4)[0])             # 4
+        assert transactions.visible_end_offset(log) == 5
+        assert _offsets_of(_read_all(LogView(log, ViewFormat.JSONL))) == [0, 4]
+        with pytest.raises(OffsetOutOfRangeError):
+            record_at(log, 1)
+    finally:
+        manager.shutdown()

@@ -230,6 +230,8 @@ class LogView:
         segments that followed, the view continues at the log's first
         segment, the next record that still exists.
         """
+        if self._txn is not None and self._txn.truncations != self.log.truncations:
+            self._txn = transactions.read_committed_state(self.log)     # walked again after a truncation
         if self._single:
             return
         last = self._slots[-1]
