@@ -405,6 +405,8 @@ def committed_view_index(txn: TransactionState, segment: LogSegment) -> ViewInde
             return vi
         tp = segment.topic_partition
         stable = txn.last_stable_offset() if txn.stable_offset_bounded else None
+        if stable is not None and vi.next_offset >= stable:
+            return vi           # covers every batch below the last stable offset: nothing to read
         for pos, header, buf, off in segment.batches_with_bytes(vi.log_size, size):
             if stable is not None and header.base_offset >= stable:
                 break           # held back until its transaction's marker arrives
