@@ -699,7 +699,7 @@ class LogfsOperations(pyfuse3.Operations):
         return pyfuse3.FileInfo(fh=fh, direct_io=handle.direct_io, keep_cache=handle.keep_cache)
 
     @_translating
-    async def read(self, fh: int, off: int, size: int) -> bytes:
+    async def read(self, fh: int, off: int, size: int) -> bytes | memoryview:   # type: ignore[override]
         handle = self._handles[fh][1]
         threshold = handle.offload_reads_from
         if threshold is not None and size >= threshold:

@@ -40,7 +40,8 @@ class Handle:
     def opened(self, flags: int) -> None:
         """The ``open(2)`` flags the handle was opened with (``O_TRUNC``, ``O_APPEND``...)."""
 
-    def read(self, offset: int, size: int) -> bytes:
+    def read(self, offset: int, size: int) -> bytes | memoryview:
+        """Up to ``size`` bytes at ``offset``: any buffer (FUSE replies from it without a copy)."""
         return b""
 
     def write(self, offset: int, data: bytes) -> int:
@@ -95,8 +96,8 @@ class ViewHandle(Handle):
         self.direct_io = direct_io
         self.keep_cache = not direct_io
 
-    def read(self, offset: int, size: int) -> bytes:
-        return self._view.read(offset, size)
+    def read(self, offset: int, size: int) -> bytes | memoryview:
+        return self._view.read_buffer(offset, size)
 
 
 class RawFileHandle(Handle):
