@@ -1,4 +1,4 @@
-"""Views read through the kernel's page cache (``--page-cache``): never a stale byte.
+"""Views read through the kernel's page cache (the default; ``--no-page-cache`` is direct I/O): never a stale byte.
 
 A view's inode keeps the pages the kernel cached across opens (``keep_cache``);
 these tests read a view once (so its pages are cached), change the log in
@@ -22,7 +22,8 @@ from tests.test_mount_everyday import test_tail_F_never_prints_a_record_twice_ac
 
 pytestmark = pytest.mark.mount
 
-PAGE_CACHE = ["--page-cache"]
+PAGE_CACHE: list[str] = []          # the default
+DIRECT_IO = ["--no-page-cache"]
 FAST = {
     "log.initial.task.delay.ms": "0",
     "log.retention.check.interval.ms": "100",
@@ -69,7 +70,7 @@ def _read_twice_equal(path: Path) -> bytes:
     return first
 
 
-@pytest.mark.parametrize("mode", [[], PAGE_CACHE])
+@pytest.mark.parametrize("mode", [DIRECT_IO, PAGE_CACHE])
 def test_a_reread_after_delete_records_shows_nothing_stale(logfs_mount, mode):
     mount = logfs_mount({**FAST, "internal.log.segment.bytes": "65536"}, extra_args=mode)
     mount.sh("mkdir t")
