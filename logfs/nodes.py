@@ -353,7 +353,7 @@ class FollowedViewHandle(ViewHandle):
     def read(self, offset: int, size: int) -> bytes | memoryview:
         if self._shift is None:
             self._shift = self._first - offset if offset < self._first else 0
-        return self._view.read_buffer(offset + self._shift, size)
+        return self._whole(self._view.read_buffer(offset + self._shift, size), offset + self._shift, size)
 
 
 class RecordFile(FileNode):

@@ -3,7 +3,7 @@
 
 Appends ``--mb`` MB of 100-byte lines to ``t/0``, copies ``records`` to a plain
 file next to the data directory, then for each mode (``--modes``: the mount's
-own default, the page cache, and ``--no-page-cache``, direct I/O) mounts the same data and
+own default, direct I/O, and ``--page-cache``) mounts the same data and
 times, side by side:
 
 * ``cat records`` first read (the view's cached pages dropped with ``posix_fadvise``) and re-read;
@@ -14,7 +14,7 @@ files under the mount are).  Each figure is the best of ``--repeat`` runs (the
 machine may be loaded: compare the ratios of one run).  Ratios: plain time / mount time for ``cat``
 (1.0 = the plain file's speed), and ``dd bs=4K`` time / ``dd bs=1M`` time.
 
-    .venv/bin/python scripts/bench_reads.py [--mb 200] [--modes default,--no-page-cache] [--repeat 3]
+    .venv/bin/python scripts/bench_reads.py [--mb 200] [--modes default,--page-cache] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def _measure(records: Path, plain: Path, repeat: int) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=int, default=200, help="size of the partition in MB")
-    parser.add_argument("--modes", default="default,--no-page-cache",
+    parser.add_argument("--modes", default="default,--page-cache",
                         help="comma-separated mount argument sets to compare ('default' = no argument)")
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs of each command")
     parser.add_argument("--dir", default=None, help="work directory (default: a new temp dir in $TMPDIR)")

@@ -127,7 +127,7 @@ def _direct_read(path) -> bytes:
         os.close(fd)
 
 
-@pytest.mark.parametrize("mode", [[], ["--no-page-cache"]], ids=["page-cache", "direct-io"])
+@pytest.mark.parametrize("mode", [["--page-cache"], ["--no-page-cache"]], ids=["page-cache", "direct-io"])
 def test_read_committed_views_through_the_page_cache_show_commits_and_hide_aborts(
         kafka_cluster: KafkaCluster, logfs_mount, mode: list[str]) -> None:
     """-o isolation.level=read_committed: a view read (so cached) before each transaction shows the records of a
@@ -139,7 +139,7 @@ def test_read_committed_views_through_the_page_cache_show_commits_and_hide_abort
     from confluent_kafka import Producer
     from confluent_kafka.admin import NewTopic
 
-    topic = "rc-" + ("direct" if mode else "cached")
+    topic = "rc-" + ("cached" if mode == ["--page-cache"] else "direct")
     m = logfs_mount({"isolation.level": "read_committed"}, name="c",
                     extra_args=["--bootstrap-server", kafka_cluster.bootstrap, *mode])
     admin = _admin(kafka_cluster)       # held: the future fails if the client is collected first
