@@ -44,7 +44,11 @@ serves them through the kernel's page cache instead, exactly:
   before the current one is answered), and the mount raises the kernel's
   readahead to 1 MiB (``cli._raise_readahead``, root only).
 
-``scripts/bench_reads.py`` measures both modes beside a plain file.
+``scripts/bench_reads.py`` measures both modes beside a plain file.  With
+``--page-cache`` a mapping (``mmap``) of a view reads its pages like ``read``;
+files served with ``direct_io`` refuse it with ENODEV.  A damaged batch fails
+a page-cache read whole (``ViewHandle._whole``): the good bytes before it
+reach the reader in whole pages only, which is why the mode is not the default.
 
 Appends and view reads run on the trio thread (they are one ``os.write`` /
 a few ``pread``s in the engine); anything that may fsync or walk directories
@@ -671,7 +675,7 @@ class LogfsOperations(pyfuse3.Operations):
         return pyfuse3.FileInfo(fh=fh, direct_io=handle.direct_io, keep_cache=handle.keep_cache)
 
     @_translating
-    async def read(self, fh: int, off: int, size: int) -> bytes:
+    async def read(self, fh: int, off: int, size: int) -> bytes | memoryview:   # type: ignore[override]
         handle = self._handles[fh][1]
         threshold = handle.offload_reads_from
         if threshold is not None and size >= threshold:

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from engine.errors import StorageError
 from logfs.errors import AccessDeniedError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,7 +41,8 @@ class Handle:
     def opened(self, flags: int) -> None:
         """The ``open(2)`` flags the handle was opened with (``O_TRUNC``, ``O_APPEND``...)."""
 
-    def read(self, offset: int, size: int) -> bytes:
+    def read(self, offset: int, size: int) -> bytes | memoryview:
+        """Up to ``size`` bytes at ``offset``: any buffer (FUSE replies from it without a copy)."""
         return b""
 
     def write(self, offset: int, data: bytes) -> int:
@@ -95,8 +97,28 @@ class ViewHandle(Handle):
         self.direct_io = direct_io
         self.keep_cache = not direct_io
 
-    def read(self, offset: int, size: int) -> bytes:
-        return self._view.read(offset, size)
+    def read(self, offset: int, size: int) -> bytes | memoryview:
+        return self._whole(self._view.read_buffer(offset, size), offset, size)
+
+    def _whole(self, data: bytes | memoryview, position: int, size: int) -> bytes | memoryview:
+        """``data`` read at view ``position``, unless it is short of the view's end through the page cache.
+
+        The view answers a read that meets a damaged batch with the good bytes
+        before it (direct I/O hands them to the reader, whose next read fails
+        with EIO).  Through the page cache a short answer means end of file:
+        the kernel would end the file there and the reader would stop without
+        an error.  So a page-cache opening fails the whole request with the
+        damaged batch's error (EIO, logged with its ``.log`` and position);
+        the kernel then reads page by page up to the damaged one.
+        """
+        if not self.keep_cache or len(data) >= size:
+            return data
+        after = position + len(data)
+        if after < self._view.size():
+            self._view.read_buffer(after, 1)       # raises the damaged batch's CorruptRecordError
+            raise StorageError(f"Read of {size} bytes at {position} of a view ended after {len(data)} bytes "
+                               "before its end")
+        return data
 
 
 class RawFileHandle(Handle):

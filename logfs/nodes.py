@@ -383,10 +383,10 @@ class FollowedViewHandle(ViewHandle):
             # this opening's bytes are not the inode's (they are moved by _shift): never through its pages
             self.direct_io, self.keep_cache = True, False
 
-    def read(self, offset: int, size: int) -> bytes:
+    def read(self, offset: int, size: int) -> bytes | memoryview:
         if self._shift is None:
             self._shift = self._first - offset if offset < self._first else 0
-        return self._view.read(offset + self._shift, size)
+        return self._whole(self._view.read_buffer(offset + self._shift, size), offset + self._shift, size)
 
 
 class RecordFile(FileNode):

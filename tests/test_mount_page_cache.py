@@ -1,4 +1,4 @@
-"""Views read through the kernel's page cache (``--page-cache``): never a stale byte.
+"""Views read through the kernel's page cache (``--page-cache``): never a stale byte, never a silent end.
 
 A view's inode keeps the pages the kernel cached across opens (``keep_cache``);
 these tests read a view once (so its pages are cached), change the log in
@@ -23,6 +23,7 @@ from tests.test_mount_everyday import test_tail_F_never_prints_a_record_twice_ac
 pytestmark = pytest.mark.mount
 
 PAGE_CACHE = ["--page-cache"]
+DIRECT_IO = ["--no-page-cache"]       # the default
 FAST = {
     "log.initial.task.delay.ms": "0",
     "log.retention.check.interval.ms": "100",
@@ -69,7 +70,7 @@ def _read_twice_equal(path: Path) -> bytes:
     return first
 
 
-@pytest.mark.parametrize("mode", [[], PAGE_CACHE])
+@pytest.mark.parametrize("mode", [DIRECT_IO, PAGE_CACHE])
 def test_a_reread_after_delete_records_shows_nothing_stale(logfs_mount, mode):
     mount = logfs_mount({**FAST, "internal.log.segment.bytes": "65536"}, extra_args=mode)
     mount.sh("mkdir t")
@@ -158,3 +159,30 @@ def test_a_reader_at_eof_sees_appends_and_small_reads_equal_large(logfs_mount):
 def test_tail_F_across_deletions_through_the_page_cache(logfs_mount, tmp_path):
     """A follower's file (records kept across deletions while open) reads the same with the page cache."""
     tail_F_scenario(logfs_mount(None, extra_args=PAGE_CACHE), tmp_path)
+
+
+@pytest.mark.parametrize("mode", [DIRECT_IO, PAGE_CACHE])
+def test_a_damaged_batch_fails_the_read_and_never_ends_the_file_early(logfs_mount, mode):
+    """A flipped bit in a stored batch: `cat records` fails with EIO at it, in both modes.
+
+    Through the page cache a short answer would read as the end of the file (`cat` would exit 0 with
+    the records before it and nothing said): the request fails whole instead, and the kernel reads page
+    by page up to the damaged batch.  Direct I/O hands over every record before it.
+    """
+    mount = logfs_mount({**FAST, "internal.log.segment.bytes": "16384"}, extra_args=mode)
+    mount.sh("mkdir t")
+    for start in range(0, 6000, 1000):            # a batch of 1000 lines each, a segment each
+        _append(mount, _lines(start, start + 1000))
+    third = sorted(mount.partition_dir("t", 0).glob("*.log"))[2]
+    data = bytearray(third.read_bytes())
+    data[data.find(b"line-")] ^= 0x20                  # one flipped bit in a value of its first batch
+    third.write_bytes(bytes(data))
+    base = int(third.name.split(".")[0])
+    good = _lines(0, base)
+    result = mount.sh("cat t/0/records", check=False)
+    assert result.returncode != 0 and b"Input/output error" in result.stderr
+    if mode == DIRECT_IO:
+        assert result.stdout == good                   # every record before the damaged batch
+    else:
+        assert result.stdout == good[:len(good) // 4096 * 4096]     # the whole pages before it
+    assert f"file {third}, position 0" in mount.log()

@@ -37,8 +37,12 @@ from engine.records.varint import _read_varint
 # ---------------------------------------------------------------------------
 
 def _records_section(buf: RecordBuffer, pos: int, header: BatchHeader | None,
-                     include_control: bool = False) -> tuple[BatchHeader, bytes | None]:
-    """Header and (decompressed) records bytes; None for a control batch."""
+                     include_control: bool = False, view: bool = False) -> tuple[BatchHeader, bytes | None]:
+    """Header and (decompressed) records bytes; None for a control batch.
+
+    With ``view`` the records of an uncompressed batch are a memoryview of
+    ``buf``, not a copy (the text view's fast path reads them with numpy).
+    """
     if header is None:
         header = read_header(buf, pos)
     if header.magic != MAGIC:
@@ -50,8 +54,10 @@ def _records_section(buf: RecordBuffer, pos: int, header: BatchHeader | None,
                                  position=pos)
     if header.attributes & CONTROL_FLAG_MASK and not include_control:
         return header, None
-    data = buf[pos + HEADER_SIZE:end]
     codec = header.attributes & COMPRESSION_CODEC_MASK
+    if view and not codec:
+        return header, cast(bytes, memoryview(buf)[pos + HEADER_SIZE:end])
+    data = buf[pos + HEADER_SIZE:end]
     if codec:
         try:
             data = _decompress(codec, data)
@@ -315,20 +321,25 @@ def decode_values(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None = 
         raise _corrupt(header, pos, str(exc)) from None
 
 
-def decode_text(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None = None) -> bytes:
+def decode_text(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None = None) -> bytes | bytearray:
     """The text view of the batch at ``pos``: every value followed by ``\\n``.
 
     Equal to ``b"".join(v + b"\\n" for v in decode_values(...))`` with a null
     value as an empty line (b"" for a control batch), but a batch written by
     encode_values with fixed-size values becomes text without a bytes object
-    per record.
+    per record, and without a copy of the batch before (a bytearray: the one
+    buffer its lines were copied into).
     """
-    header, data = _records_section(buf, pos, header)
+    header, data = _records_section(buf, pos, header, view=True)
     if data is None:
         return b""
     count = header.records_count
     try:
         parts, taken, at = _uniform_values(data, count, True)
+        if len(parts) == 1 and taken == count and at == len(data):
+            return cast(bytearray, parts[0])
+        if type(data) is not bytes:
+            data = bytes(data)
         if taken < count or at != len(data):
             rest = _values_of(data, count - taken, at)
             if rest:

@@ -43,10 +43,10 @@ class ConsumerView(LogView):
     def size(self) -> int:
         return self.limit
 
-    def read(self, position: int, size: int) -> bytes:
+    def read_buffer(self, position: int, size: int) -> bytes | memoryview:
         if position >= self.limit:
             return b""
-        return super().read(position, min(size, self.limit - position))
+        return super().read_buffer(position, min(size, self.limit - position))
 
     def _release_read_past(self, position: int) -> None:
         for slot in self._slots[:-1]:

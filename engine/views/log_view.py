@@ -125,7 +125,7 @@ class LogView:
         self._closed = False
         # cursor: the last rendered chunk (view positions [_buf_start, _buf_start+len(_buf)))
         # and where decoding continues after it (slot, log position, segment render position)
-        self._buf = b""
+        self._buf: bytes | bytearray = b""
         self._buf_start = 0
         self._next: tuple[int, int, int] | None = None
         # isolation.level=read_committed: batches of aborted transactions render nothing
@@ -278,6 +278,16 @@ class LogView:
 
     def read(self, position: int, size: int) -> bytes:
         """Up to ``size`` bytes of the rendering at ``position`` (b"" at or past the end)."""
+        data = self.read_buffer(position, size)
+        return data if type(data) is bytes else bytes(data)
+
+    def read_buffer(self, position: int, size: int) -> bytes | memoryview:
+        """What ``read`` returns, without its copy when the bytes are part of one rendered chunk.
+
+        A memoryview of the chunk then (FUSE replies from any buffer): a
+        sequential reader costs one copy of its bytes fewer.  The chunk is
+        never changed once rendered, so the view stays valid.
+        """
         if position < 0 or size < 0:
             raise InvalidRequestError(f"Invalid read of {size} bytes at position {position}")
         with self._lock:
@@ -292,7 +302,7 @@ class LogView:
                 self._release_read_past(min(position, end))
                 return b""
             stop = min(position + size, end)
-            out: list[bytes] = []
+            out: list[bytes | memoryview] = []
             while position < stop:
                 try:
                     piece = self._read_from_cursor(position, stop)
@@ -309,17 +319,17 @@ class LogView:
             self._release_read_past(position)
             return out[0] if len(out) == 1 else b"".join(out)
 
-    def _read_from_cursor(self, position: int, stop: int) -> bytes:
+    def _read_from_cursor(self, position: int, stop: int) -> bytes | memoryview:
         """Serve from the last rendered chunk, or continue decoding right after it."""
         buf_end = self._buf_start + len(self._buf)
         if self._buf_start <= position < buf_end:
-            return self._buf[position - self._buf_start:stop - self._buf_start]
+            return memoryview(self._buf)[position - self._buf_start:stop - self._buf_start]
         if position == buf_end and self._next is not None:
             slot_index, log_pos, render_pos = self._next
             return self._render_chunk(slot_index, log_pos, render_pos, position, stop)
         return b""
 
-    def _render_at(self, position: int, stop: int) -> bytes:
+    def _render_at(self, position: int, stop: int) -> bytes | memoryview:
         """Random access: bisect the slots, then the segment's view index."""
         starts = [slot.start for slot in self._slots]
         # the last slot starting at or before position (empty slots share their start
@@ -344,7 +354,7 @@ class LogView:
         return segment
 
     def _render_chunk(self, slot_index: int, log_pos: int, render_pos: int, position: int,
-                      stop: int) -> bytes:
+                      stop: int) -> bytes | memoryview:
         """Render batches of one slot from (log_pos, render_pos) until ``stop`` is covered.
 
         ``render_pos`` is a batch boundary in the segment's rendering; the
@@ -372,7 +382,7 @@ class LogView:
             if floor_pos > render_pos:
                 log_pos, render_pos = floor_log_pos, floor_pos
         seg_stop = min(stop - slot.start + slot.skip, slot_end)
-        rendered: list[bytes] = []
+        rendered: list[bytes | bytearray] = []
         chunk_start = render_pos
         pos = render_pos
         next_log_pos = log_pos
@@ -393,7 +403,7 @@ class LogView:
                 break
             header, batch, log_pos_after = item
             if self._text:
-                piece = cast(bytes, batch)
+                piece = cast("bytes | bytearray", batch)
             else:
                 piece = render.render_jsonl_columns(cast("BatchColumns", batch), self.topic, self.partition,
                                                     int(header.timestamp_type))
@@ -404,7 +414,7 @@ class LogView:
             next_log_pos = log_pos_after
             if pos >= seg_stop:
                 break
-        chunk = b"".join(rendered)
+        chunk = rendered[0] if len(rendered) == 1 else b"".join(rendered)
         # keep the cursor in view coordinates
         chunk_view_start = slot.start + chunk_start - slot.skip
         if slot.skip and chunk_start < slot.skip:
@@ -417,10 +427,10 @@ class LogView:
         else:
             self._next = (slot_index, next_log_pos, pos)
         begin = position - chunk_view_start
-        return chunk[begin:begin + (stop - position)] if begin >= 0 else b""
+        return memoryview(chunk)[begin:begin + (stop - position)] if begin >= 0 else b""
 
     def _batches(self, segment: LogSegment, log_pos: int, *, full: bool,
-                 hint: int = 0) -> Iterator[tuple[BatchHeader, BatchColumns | bytes, int]]:
+                 hint: int = 0) -> Iterator[tuple[BatchHeader, BatchColumns | bytes | bytearray, int]]:
         """Yield (header, columns or rendered text, log position after the batch) from ``log_pos`` on.
 
         Reads the ``.log`` up to the segment's published size in chunks
