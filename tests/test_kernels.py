@@ -169,3 +169,14 @@ def test_without_the_kernels_the_engine_writes_reads_and_cleans_the_same_bytes(t
     assert compiled_run[1] == block
     assert python_run == compiled_run
     assert len(compiled_run[3]) == 40
+
+
+def test_put_digests_stops_at_a_full_map_whatever_limit_it_is_given():
+    """A limit above the map's slots is the slots: the third new key into two slots is not put (it used to
+    probe for an empty slot forever)."""
+    import mmap
+
+    table = mmap.mmap(-1, 2 * 24, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    digests = np.frombuffer(b"".join(hashlib.md5(b"k%d" % i).digest() for i in range(3)), np.uint8).reshape(-1, 16)
+    done, entries, _ = kernels.put_digests(table, 2, digests, np.arange(3, dtype=np.int64), 10, 0)
+    assert (done, entries) == (2, 2)

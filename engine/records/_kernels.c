@@ -472,6 +472,8 @@ static PyObject *put_digests(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "the table must hold 24-byte slots, and a digest is needed per offset");
         goto out;
     }
+    if (limit > slots)
+        limit = slots;                  /* a full map takes no new key: never probe for an empty slot forever */
     Py_BEGIN_ALLOW_THREADS
     /* A slot is 24 bytes: the digest, then the offset big-endian; empty when all zero. */
     uint8_t *base = (uint8_t *)table.buf;
