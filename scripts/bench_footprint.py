@@ -97,7 +97,7 @@ def main() -> int:
             time.sleep(0.05)
         for i in range(args.appends):
             os.mkdir(mnt / f"a{i}")
-        time.sleep(float(os.environ.get("SETTLE", "1")))               # the mount's start settles (not timed: an idle figure)
+        time.sleep(1)               # the mount's start settles (not timed: an idle figure)
         result["rss_idle_mb"] = _rss_mb(proc.pid)
         result["input_cat_s"] = round(_timed(f"cat {src} > /dev/null"), 3)     # the input read, for scale
         appends, cpu = [], []
