@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from types import ModuleType
 
-__all__ = ["KERNELS", "kernels", "state"]
+__all__ = ["KERNELS", "state"]
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +29,6 @@ def _load() -> ModuleType | None:
 
 #: ``engine.records.kernels``, or None when its C extension is not built
 KERNELS: ModuleType | None = _load()
-
-
-def kernels() -> ModuleType | None:
-    """``engine.records.kernels``, or None when its C extension is not built."""
-    return KERNELS
 
 
 def state() -> str:
