@@ -31,12 +31,13 @@ the GIL.
 from __future__ import annotations
 
 import mmap
-from typing import NamedTuple
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, NamedTuple
 
 from engine.records import _kernels  # type: ignore[attr-defined]
+
+if TYPE_CHECKING:   # numpy is imported by the cleaner's kernels only: a text read or an append does not pay it
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = ["KeyColumns", "LinesLayout", "encode_lines", "key_columns", "key_digests", "lines_layout",
            "put_digests", "transactional_batches", "uniform_text"]
@@ -75,6 +76,7 @@ def key_columns(buf: bytes, batches: npt.NDArray[np.int64], records: int) -> Key
     record); None when any batch is malformed: the caller's Python loop then
     says which and why.
     """
+    import numpy as np
     table = np.ascontiguousarray(batches, dtype=np.int64)
     offsets = np.empty(records, dtype=np.int64)
     key_starts = np.empty(records, dtype=np.int64)
@@ -132,6 +134,7 @@ def key_digests(buf: bytes, starts: npt.NDArray[np.int64], lengths: npt.NDArray[
     """The MD5 digests (RFC 1321) of the keys ``buf[s:s + n]`` for each start ``s`` and length ``n`` (all
     >= 0), as one ``(count, 16)`` array: what ``hashlib.md5(key).digest()`` gives, without a bytes object
     per key."""
+    import numpy as np
     out = np.empty((len(starts), 16), dtype=np.uint8)
     _kernels.key_digests(buf, np.ascontiguousarray(starts, dtype=np.int64),
                          np.ascontiguousarray(lengths, dtype=np.int64), out)
@@ -147,6 +150,7 @@ def put_digests(table: mmap.mmap, slots: int, digests: npt.NDArray[np.uint8], of
     ``limit`` keys, as ``OffsetMap.put_many`` does.  Returns (pairs put,
     entries after, probes).
     """
+    import numpy as np
     done, entries, probes = _kernels.put_digests(table, slots, np.ascontiguousarray(digests, dtype=np.uint8),
                                                  np.ascontiguousarray(offsets, dtype=np.int64), limit, entries)
     return done, entries, probes
