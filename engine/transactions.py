@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from engine import records as _records
 from engine.errors import CorruptRecordError
+from engine.records import compiled
 from engine.records.framing import read_header
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -187,13 +188,13 @@ class TransactionState:
         the batch-by-batch walk goes on: the segment's end, or a batch that does
         not fit in a read (or is torn or damaged: that walk says so).
         """
-        # numba's import (0.3 s) only in a process that reads transactions: see engine.records.kernels
-        from engine.records.kernels import transactional_batches
-
+        kernels = compiled.KERNELS
+        if kernels is None:     # the C extension is not built: the batch-by-batch walk
+            return position
         end = segment.size
         while position < end:
             data = segment.read_bytes(position, min(_SKIM_BYTES, end - position))
-            found, last, walked = transactional_batches(data)
+            found, last, walked = kernels.transactional_batches(data)
             if last < 0:
                 break
             for at in found:

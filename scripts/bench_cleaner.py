@@ -59,10 +59,11 @@ if str(ROOT) not in sys.path:
 # ------------------------------------------------------------------------------------ engine
 
 def _load_kernels() -> None:
-    """numba's import and the load of the compiled kernels the cleaner uses (0.3-0.5 s, once per process: a
-    mount pays it at its first clean), before the timing, as a broker has loaded its cleaner's classes."""
+    """The compiled kernels the cleaner uses (a C extension, loaded with engine.records): refuse to time the
+    Python paths by mistake."""
     from engine.records import compiled
-    compiled.wait_loaded()
+    if compiled.KERNELS is None:
+        raise SystemExit("the compiled record kernels are not built: run scripts/setup.sh")
 
 
 def bench_engine(records: int, keys: int, batch: int, value_size: int, segment_bytes: int,

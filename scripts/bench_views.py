@@ -128,10 +128,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--mixed", action="store_true", help="mixed 40-200 B against uniform 100 B JSON values")
     args = parser.parse_args()
-    # A mount loads its compiled kernels in the background at their first use and serves from the Python
-    # paths until then (engine.records.compiled); time the steady state.
+    # the compiled kernels (a C extension): refuse to time the Python paths by mistake
     from engine.records import compiled
-    compiled.wait_loaded()
+    if compiled.KERNELS is None:
+        raise SystemExit("the compiled record kernels are not built: run scripts/setup.sh")
     if args.mixed:
         bench_mixed(args.records, args.batch, args.repeat)
         return

@@ -17,20 +17,22 @@ command -v rsync >/dev/null 2>&1 || need_apt+=(rsync)      # the conformance tes
 command -v less >/dev/null 2>&1 || need_apt+=(less)
 command -v vim >/dev/null 2>&1 || need_apt+=(vim)          # tests/test_mount_everyday.py saves with vim
 command -v emacs >/dev/null 2>&1 || need_apt+=(emacs-nox)  # tests/test_mount_refusals.py saves with emacs
+PY=${PYTHON:-python3}
+command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)          # the record kernels' C extension, and its headers:
+"$PY" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' \
+    || need_apt+=(python3-dev)
 source scripts/apt-install.sh
 apt_install "${need_apt[@]}"
 
-PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
     echo "setup: creating .venv"
     "$PY" -m venv .venv
 fi
 stamp=.venv/.logfs-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ engine/records/_kernels.c -nt "$stamp" ]; then
     echo "setup: installing Python packages into .venv"
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q -e ".[test,spark]"
-    # numba compiles engine/records/kernels.py once and caches it in __pycache__: now, not at a first read
-    .venv/bin/python -c "from engine.records.kernels import load; load()"
+    # (pip builds the record kernels' C extension, engine/records/_kernels.c, with the system compiler)
     touch "$stamp"
 fi

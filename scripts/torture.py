@@ -411,7 +411,7 @@ class Torture:
         try:
             while not stop.is_set():
                 # one write in ten is a block of 4 KiB and more: the compiled encoding of whole
-                # lines (Log.append_text_lines) once the mount's kernels have loaded
+                # lines (Log.append_text_lines)
                 count = rng.randint(1, 30) if rng.random() < 0.9 else rng.randint(400, 1200)
                 values = [f"w{wid}-{self._next_seq()}" for _ in range(count)]
                 if part.compacted:

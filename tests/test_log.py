@@ -174,7 +174,7 @@ def test_append_text_lines_writes_what_append_values_writes(tmp_path, overrides)
     and on each path it hands over to (compression, a write over segment.bytes, over max.message.bytes)."""
     from engine.records import compiled
 
-    assert compiled.wait_loaded() is not None
+    assert compiled.KERNELS is not None
     lines = [b"line %05d " % i + b"z" * (i % 50) for i in range(2000)]
     block = b"".join(line + b"\n" for line in lines)
     by_lines, by_values = open_log(tmp_path, name="a-0", **overrides), open_log(tmp_path, name="b-0", **overrides)
@@ -193,7 +193,7 @@ def test_append_text_lines_writes_what_append_values_writes(tmp_path, overrides)
 def test_append_text_lines_refuses_what_append_values_refuses(tmp_path):
     from engine.records import compiled
 
-    assert compiled.wait_loaded() is not None
+    assert compiled.KERNELS is not None
     log = open_log(tmp_path, max_message_bytes=5000)
     with pytest.raises(RecordTooLargeError, match="record at index 2 of the append to t-0 is 6070 bytes"):
         log.append_text_lines(b"a\nb\n" + b"x" * 6000 + b"\n" + b"y\n" * 3000)

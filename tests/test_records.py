@@ -587,7 +587,7 @@ def test_the_text_of_mixed_sizes_is_the_compiled_walks() -> None:
     from engine.records.decode import _records_section
     from engine.records.kernels import uniform_text
 
-    assert compiled.wait_loaded() is not None       # so decode_text below takes the compiled walk too
+    assert compiled.KERNELS is not None       # so decode_text below takes the compiled walk too
 
     values = [b"v" * (i * 37 % 190) + b"\n" * (i % 3) for i in range(300)]     # empty values and newlines too
     batch = encode_values(0, values, TS)
@@ -615,7 +615,7 @@ def test_a_block_of_lines_encodes_as_encode_values_encodes_them(lines, repeat, b
     from engine.records import compiled, encode_text_lines
     from engine.records.encode import COMPILED_FROM
 
-    assert compiled.wait_loaded() is not None
+    assert compiled.KERNELS is not None
     values = lines * repeat
     block = b"".join(value + b"\n" for value in values)
     encoded = encode_text_lines(base_offset, block, TS)
@@ -633,7 +633,7 @@ def test_a_block_of_lines_is_encoded_by_the_kernels() -> None:
     """The equality above proves something only if the compiled path ran: a block it cannot take is refused."""
     from engine.records import compiled, encode_text_lines
 
-    assert compiled.wait_loaded() is not None
+    assert compiled.KERNELS is not None
     block = b"line\n" * 5000
     batch, layout = encode_text_lines(0, block, TS)
     assert layout.lines == 5000 and decode_values(bytes(batch)) == [b"line"] * 5000

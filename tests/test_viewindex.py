@@ -118,7 +118,7 @@ def test_blocks_of_lines_keep_the_view_index_exact(tmp_path):
     blocks by arithmetic, the others (escapes, UTF-8, binary) line by line."""
     from engine.records import compiled
 
-    assert compiled.wait_loaded() is not None
+    assert compiled.KERNELS is not None
     clock = ManualClock()
     log = Log.load(str(tmp_path / "views-3"), make_config(internal_segment_bytes=60_000), clock=clock)
     attach(log)

@@ -24,7 +24,7 @@ from engine.cleaner.throttler import GilYield, Throttler
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import CorruptRecordError, LogfsError
 from engine.files import CLEANED_FILE_SUFFIX, log_file_path, offset_index_file_path, time_index_file_path
-from engine.records import LOG_OVERHEAD, BatchHeader, Record, decode_batch, decode_key_columns, rebuild_batch
+from engine.records import LOG_OVERHEAD, BatchHeader, Record, compiled, decode_batch, decode_key_columns, rebuild_batch
 from engine.records.format import COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
 from engine.records.reader import BatchChunk, read_chunks
 from engine.segment import LogSegment
@@ -758,9 +758,9 @@ def _map_chunk_compiled(batch_chunk: BatchChunk, start: int, aborted: AbortedTra
     of 10 (``bench_cleaner.py engine``): the map pass's record walk went from
     3.1 s in Python (``decode_key_columns`` per batch) to 0.1 s.
     """
-    # numba's import (0.3 s) only in a process that cleans: see engine.records.kernels
-    from engine.records.kernels import key_columns, key_digests
-
+    kernels = compiled.KERNELS
+    if kernels is None:         # the C extension is not built: the batch loop
+        return None
     batches = batch_chunk.batches
     if not batches or batches[0][1].base_offset < start:
         return None
@@ -774,7 +774,7 @@ def _map_chunk_compiled(batch_chunk: BatchChunk, start: int, aborted: AbortedTra
                       for pos, header in batches], dtype=np.int64)
     counts = table[:, 3]
     records = int(counts.sum())
-    columns = key_columns(batch_chunk.buf, table, records)
+    columns = kernels.key_columns(batch_chunk.buf, table, records)
     if columns is None:
         return None
     firsts = np.cumsum(counts) - counts           # index of each batch's first record
@@ -785,7 +785,7 @@ def _map_chunk_compiled(batch_chunk: BatchChunk, start: int, aborted: AbortedTra
         expected = np.repeat(table[:, 1] - firsts, counts) + np.arange(records)
         odd = columns.null_values | ~keyed | (columns.offsets != expected)
         special.update(table[np.add.reduceat(odd, firsts) > 0, 1].tolist())
-    digests = key_digests(batch_chunk.buf, columns.key_starts[keyed], columns.key_lengths[keyed])
+    digests = kernels.key_digests(batch_chunk.buf, columns.key_starts[keyed], columns.key_lengths[keyed])
     ends = np.cumsum(keyed)[firsts + counts - 1]
     batch_ends = list(zip(ends.tolist(), (table[:, 1] + table[:, 4]).tolist()))
     return digests, columns.offsets[keyed], batch_ends, records

@@ -39,6 +39,7 @@ from operator import methodcaller
 import numpy as np
 
 from engine.errors import LogfsError
+from engine.records import compiled
 
 HASH_SIZE = 16                      # MD5 digest length
 BYTES_PER_ENTRY = HASH_SIZE + 8     # digest + int64 offset
@@ -320,11 +321,13 @@ class OffsetMap:
         Exactly ``put`` per pair in order (the same slots, probes and stopping
         point); 0.25 us a pair where ``put_many`` costs about 1 us a key.
         """
-        from engine.records.kernels import put_digests
+        kernels = compiled.KERNELS
+        if kernels is None:
+            raise RuntimeError("put_digests needs the compiled record kernels (engine.records.compiled)")
         slots = self.slots
         limit = slots if max_entries is None else min(max_entries, slots)
         count = len(offsets)
-        done, entries, probes = put_digests(self._bytes, slots, digests, offsets, limit, self._entries)
+        done, entries, probes = kernels.put_digests(self._bytes, slots, digests, offsets, limit, self._entries)
         self._entries = entries
         self._lookups += done
         self._probes += probes

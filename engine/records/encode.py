@@ -215,12 +215,10 @@ def encode_text_lines(base_offset: int, block: bytes, timestamp: int) -> tuple[b
     line, 14 us vs 43 us for 100).  Returns the batch and the lines' layout,
     or None for the caller to encode with ``encode_values``: ``block`` is
     shorter than that, or does not end with a newline, or the kernels are
-    not loaded yet (their load is then started: ``engine.records.compiled``).
+    not built (``engine.records.compiled``).
     """
-    if len(block) < COMPILED_FROM:
-        return None
-    kernels = compiled.kernels()
-    if kernels is None:
+    kernels = compiled.KERNELS
+    if len(block) < COMPILED_FROM or kernels is None:
         return None
     layout = kernels.lines_layout(block)
     if layout is None or layout.lines == 0:

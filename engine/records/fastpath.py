@@ -209,10 +209,9 @@ def _uniform_values(data: bytes, count: int, text: bool) -> tuple[list, int, int
         if fixed is None:
             if type(data) is not bytes:         # decode_text's memoryview: the walks below take bytes
                 data = bytes(data)
-            kernels = compiled.kernels() if text else None
+            kernels = compiled.KERNELS if text else None
             if kernels is not None:
-                # mixed sizes: the compiled walk (loaded in the background by the first
-                # process that meets such a batch; the Python walk serves until then)
+                # mixed sizes: the compiled walk (the Python walk where it is not built)
                 chunk = kernels.uniform_text(data, count)
                 if chunk is not None:
                     return [chunk], count, len(data)

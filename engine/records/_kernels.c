@@ -1,0 +1,545 @@
+/* engine.records._kernels: the compiled loops of the records codec, a plain CPython C extension.
+ *
+ * Each function is the C twin of a Python path that produces the same bytes
+ * (engine.records.kernels documents each; the hypothesis tests of
+ * tests/test_kernels.py hold them equal).  Every byte relied on is checked:
+ * a walk that meets anything other than what it expects answers -1 (or None)
+ * and the caller's Python loop decodes it and names what is wrong.  The loops
+ * run without the GIL, on buffers held for the call.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Kafka's zigzag varint at *p (at most 5 bytes, before end): its value, *p moved past it; *p = -1 if not. */
+static inline int64_t varint(const uint8_t *data, Py_ssize_t *p, Py_ssize_t end)
+{
+    Py_ssize_t q = *p;
+    uint64_t raw = 0;
+    int shift = 0;
+    for (;;) {
+        if (q >= end || shift > 28) {
+            *p = -1;
+            return 0;
+        }
+        uint8_t b = data[q++];
+        raw |= (uint64_t)(b & 0x7F) << shift;
+        if (b < 0x80)
+            break;
+        shift += 7;
+    }
+    *p = q;
+    return (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+}
+
+static inline int varint_size(uint64_t zigzagged)
+{
+    int n = 1;
+    while (zigzagged >= 0x80) {
+        zigzagged >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline Py_ssize_t put_varint(uint8_t *out, Py_ssize_t o, uint64_t zigzagged)
+{
+    while (zigzagged >= 0x80) {
+        out[o++] = (uint8_t)((zigzagged & 0x7F) | 0x80);
+        zigzagged >>= 7;
+    }
+    out[o++] = (uint8_t)zigzagged;
+    return o;
+}
+
+/* -- uniform_text: the text view of a batch of values written without keys ---------------------------- */
+
+static Py_ssize_t uniform_text_loop(const uint8_t *data, Py_ssize_t n, Py_ssize_t count, uint8_t *out)
+{
+    Py_ssize_t p = 0, o = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t length = varint(data, &p, n);
+        if (p < 0 || length < 6 || length > n - p)
+            return -1;
+        Py_ssize_t end = p + (Py_ssize_t)length;
+        if (data[p] != 0 || data[p + 1] != 0)              /* attributes, timestamp delta */
+            return -1;
+        p += 2;
+        int64_t delta = varint(data, &p, end);
+        if (p < 0 || delta != i || p >= end || data[p] != 1)   /* offset delta i, null key (varint -1) */
+            return -1;
+        p += 1;
+        int64_t vlen = varint(data, &p, end);
+        if (p < 0 || vlen < 0 || p + vlen + 1 != end || data[end - 1] != 0)   /* the value, no headers */
+            return -1;
+        memcpy(out + o, data + p, (size_t)vlen);
+        o += (Py_ssize_t)vlen;
+        out[o++] = '\n';
+        p = end;
+    }
+    if (p != n)
+        return -1;
+    return o;
+}
+
+static PyObject *uniform_text(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "y*n:uniform_text", &data, &count))
+        return NULL;
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, data.len);
+    if (out == NULL) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    Py_ssize_t size;
+    Py_BEGIN_ALLOW_THREADS
+    size = uniform_text_loop((const uint8_t *)data.buf, data.len, count, (uint8_t *)PyByteArray_AS_STRING(out));
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    if (size < 0) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    if (PyByteArray_Resize(out, size) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* -- key_columns: the cleaner's offset-map pass over uncompressed batches ------------------------------- */
+
+static Py_ssize_t key_columns_loop(const uint8_t *buf, Py_ssize_t n, const int64_t *batches, Py_ssize_t rows,
+                                   Py_ssize_t width, int64_t *offsets, int64_t *key_starts, int64_t *key_lengths,
+                                   uint8_t *null_values, Py_ssize_t capacity)
+{
+    Py_ssize_t r = 0;
+    for (Py_ssize_t b = 0; b < rows; b++) {
+        const int64_t *row = batches + b * width;    /* position, base offset, batch length, record count */
+        if (row[0] < 0 || row[0] > n || row[2] > n)
+            return -1 - b;
+        Py_ssize_t p = (Py_ssize_t)row[0] + 61;      /* past the batch header */
+        int64_t base = row[1];
+        Py_ssize_t stop = (Py_ssize_t)(row[0] + row[2] + 12);
+        if (stop > n || row[3] > capacity - r)      /* (a negative count reads nothing, as before) */
+            return -1 - b;
+        for (int64_t k = 0; k < row[3]; k++) {
+            int64_t length = varint(buf, &p, stop);
+            if (p < 0 || length < 0 || length > stop - p)
+                return -1 - b;
+            Py_ssize_t end = p + (Py_ssize_t)length;
+            p += 1;                                         /* attributes */
+            while (p < end && buf[p] >= 0x80)               /* timestamp delta (a varlong): not needed */
+                p++;
+            p += 1;
+            int64_t delta = varint(buf, &p, end);
+            if (p < 0)
+                return -1 - b;
+            offsets[r] = base + delta;
+            int64_t key_length = varint(buf, &p, end);
+            if (p < 0 || key_length < -1 || p + (key_length > 0 ? key_length : 0) >= end)
+                return -1 - b;
+            key_starts[r] = p;
+            key_lengths[r] = key_length;
+            if (key_length > 0)
+                p += (Py_ssize_t)key_length;
+            null_values[r] = buf[p] == 1;                   /* value length -1: a tombstone */
+            p = end;
+            r++;
+        }
+        if (p != stop)
+            return -1 - b;
+    }
+    return r;
+}
+
+static int writable_of(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, Py_ssize_t count, const char *what)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (view->len < itemsize * count) {
+        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, %zd needed", what, view->len, itemsize * count);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *key_columns(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, batches;
+    Py_ssize_t width, records;
+    PyObject *offsets_obj, *starts_obj, *lengths_obj, *nulls_obj;
+    if (!PyArg_ParseTuple(args, "y*y*nnOOOO:key_columns", &buf, &batches, &width, &records, &offsets_obj,
+                          &starts_obj, &lengths_obj, &nulls_obj))
+        return NULL;
+    Py_buffer offsets, starts, lengths, nulls;
+    int held = 0;
+    PyObject *result = NULL;
+    if (width < 4 || batches.len % (8 * width) != 0) {
+        PyErr_SetString(PyExc_ValueError, "batches must be rows of at least 4 int64 columns");
+        goto done;
+    }
+    if (writable_of(offsets_obj, &offsets, 8, records, "offsets") < 0)
+        goto done;
+    held = 1;
+    if (writable_of(starts_obj, &starts, 8, records, "key_starts") < 0)
+        goto done;
+    held = 2;
+    if (writable_of(lengths_obj, &lengths, 8, records, "key_lengths") < 0)
+        goto done;
+    held = 3;
+    if (writable_of(nulls_obj, &nulls, 1, records, "null_values") < 0)
+        goto done;
+    held = 4;
+    Py_ssize_t done_records;
+    Py_BEGIN_ALLOW_THREADS
+    done_records = key_columns_loop((const uint8_t *)buf.buf, buf.len, (const int64_t *)batches.buf,
+                                    batches.len / (8 * width), width, (int64_t *)offsets.buf, (int64_t *)starts.buf,
+                                    (int64_t *)lengths.buf, (uint8_t *)nulls.buf, records);
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(done_records);
+done:
+    if (held >= 4) PyBuffer_Release(&nulls);
+    if (held >= 3) PyBuffer_Release(&lengths);
+    if (held >= 2) PyBuffer_Release(&starts);
+    if (held >= 1) PyBuffer_Release(&offsets);
+    PyBuffer_Release(&batches);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* -- transactional_batches: a header-only walk of whole batches ---------------------------------------- */
+
+static PyObject *transactional_batches(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*:transactional_batches", &view))
+        return NULL;
+    const uint8_t *buf = (const uint8_t *)view.buf;
+    Py_ssize_t n = view.len, p = 0, last = -1;
+    PyObject *found = PyList_New(0);
+    if (found == NULL)
+        goto fail;
+    while (p + 61 <= n) {
+        int64_t length = ((int64_t)buf[p + 8] << 24) | ((int64_t)buf[p + 9] << 16) | ((int64_t)buf[p + 10] << 8)
+                         | (int64_t)buf[p + 11];
+        if (length < 49 || length > n - p - 12)      /* shorter than a v2 header, or not whole here */
+            break;
+        if (buf[p + 22] & 0x10) {                    /* attributes (int16 at 21): transactional */
+            PyObject *at = PyLong_FromSsize_t(p);
+            if (at == NULL || PyList_Append(found, at) < 0) {
+                Py_XDECREF(at);
+                goto fail;
+            }
+            Py_DECREF(at);
+        }
+        last = p;
+        p += 12 + (Py_ssize_t)length;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("Nnn", found, last, p);
+fail:
+    Py_XDECREF(found);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* -- lines_layout / encode_lines: a block of text lines as a records section ---------------------------- */
+
+static PyObject *lines_layout(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*:lines_layout", &view))
+        return NULL;
+    const uint8_t *data = (const uint8_t *)view.buf;
+    Py_ssize_t end = view.len, p = 0, lines = 0, size = 0, longest = 0;
+    int whole = 1;
+    Py_BEGIN_ALLOW_THREADS
+    while (p < end) {
+        const uint8_t *nl = memchr(data + p, '\n', (size_t)(end - p));
+        if (nl == NULL) {
+            whole = 0;
+            break;
+        }
+        Py_ssize_t length = (nl - data) - p;
+        Py_ssize_t body = 4 + varint_size((uint64_t)lines << 1) + varint_size((uint64_t)length << 1) + length;
+        size += varint_size((uint64_t)body << 1) + body;
+        if (length > longest)
+            longest = length;
+        lines++;
+        p += length + 1;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (!whole)
+        Py_RETURN_NONE;
+    return Py_BuildValue("nnn", lines, size, longest);
+}
+
+static Py_ssize_t encode_lines_loop(const uint8_t *data, Py_ssize_t end, uint8_t *out, Py_ssize_t o,
+                                    Py_ssize_t limit)
+{
+    Py_ssize_t p = 0, i = 0;
+    while (p < end) {
+        const uint8_t *nl = memchr(data + p, '\n', (size_t)(end - p));
+        if (nl == NULL)
+            return -2;
+        Py_ssize_t length = (nl - data) - p;
+        Py_ssize_t body = 4 + varint_size((uint64_t)i << 1) + varint_size((uint64_t)length << 1) + length;
+        if (varint_size((uint64_t)body << 1) + body > limit - o)
+            return -1;
+        o = put_varint(out, o, (uint64_t)body << 1);
+        out[o] = 0;                                     /* attributes */
+        out[o + 1] = 0;                                 /* timestamp delta */
+        o = put_varint(out, o + 2, (uint64_t)i << 1);  /* offset delta */
+        out[o] = 1;                                     /* null key (varint -1) */
+        o = put_varint(out, o + 1, (uint64_t)length << 1);
+        memcpy(out + o, data + p, (size_t)length);
+        o += length;
+        out[o++] = 0;                                   /* no headers */
+        i++;
+        p += length + 1;
+    }
+    return o;
+}
+
+static PyObject *encode_lines(PyObject *self, PyObject *args)
+{
+    Py_buffer block, out;
+    Py_ssize_t position;
+    if (!PyArg_ParseTuple(args, "y*w*n:encode_lines", &block, &out, &position))
+        return NULL;
+    Py_ssize_t end = -3;
+    if (position >= 0 && position <= out.len) {
+        Py_BEGIN_ALLOW_THREADS
+        end = encode_lines_loop((const uint8_t *)block.buf, block.len, (uint8_t *)out.buf, position, out.len);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&block);
+    PyBuffer_Release(&out);
+    if (end == -2) {
+        PyErr_SetString(PyExc_ValueError, "the block's last line has no newline");
+        return NULL;
+    }
+    if (end < 0) {
+        PyErr_SetString(PyExc_ValueError, "the output buffer is too small for the block's records");
+        return NULL;
+    }
+    return PyLong_FromSsize_t(end);
+}
+
+/* -- key_digests: MD5 (RFC 1321) of each key, as hashlib.md5(key).digest() ------------------------------ */
+
+static const uint32_t MD5_K[64] = {
+    0xd76aa478, 0xe8c7b756, 0x242070db, 0xc1bdceee, 0xf57c0faf, 0x4787c62a, 0xa8304613, 0xfd469501,
+    0x698098d8, 0x8b44f7af, 0xffff5bb1, 0x895cd7be, 0x6b901122, 0xfd987193, 0xa679438e, 0x49b40821,
+    0xf61e2562, 0xc040b340, 0x265e5a51, 0xe9b6c7aa, 0xd62f105d, 0x02441453, 0xd8a1e681, 0xe7d3fbc8,
+    0x21e1cde6, 0xc33707d6, 0xf4d50d87, 0x455a14ed, 0xa9e3e905, 0xfcefa3f8, 0x676f02d9, 0x8d2a4c8a,
+    0xfffa3942, 0x8771f681, 0x6d9d6122, 0xfde5380c, 0xa4beea44, 0x4bdecfa9, 0xf6bb4b60, 0xbebfbc70,
+    0x289b7ec6, 0xeaa127fa, 0xd4ef3085, 0x04881d05, 0xd9d4d039, 0xe6db99e5, 0x1fa27cf8, 0xc4ac5665,
+    0xf4292244, 0x432aff97, 0xab9423a7, 0xfc93a039, 0x655b59c3, 0x8f0ccc92, 0xffeff47d, 0x85845dd1,
+    0x6fa87e4f, 0xfe2ce6e0, 0xa3014314, 0x4e0811a1, 0xf7537e82, 0xbd3af235, 0x2ad7d2bb, 0xeb86d391,
+};
+static const uint8_t MD5_SHIFT[64] = {
+    7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 5, 9, 14, 20, 5, 9, 14, 20, 5, 9, 14, 20, 5, 9, 14, 20,
+    4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21,
+};
+
+static void md5_compress(uint32_t state[4], const uint8_t *block)
+{
+    uint32_t w[16];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)block[4 * i] | ((uint32_t)block[4 * i + 1] << 8) | ((uint32_t)block[4 * i + 2] << 16)
+               | ((uint32_t)block[4 * i + 3] << 24);
+    uint32_t a = state[0], b = state[1], c = state[2], d = state[3];
+    for (int i = 0; i < 64; i++) {
+        uint32_t f;
+        int g;
+        if (i < 16) {
+            f = (b & c) | (~b & d);
+            g = i;
+        } else if (i < 32) {
+            f = (d & b) | (~d & c);
+            g = (5 * i + 1) & 15;
+        } else if (i < 48) {
+            f = b ^ c ^ d;
+            g = (3 * i + 5) & 15;
+        } else {
+            f = c ^ (b | ~d);
+            g = (7 * i) & 15;
+        }
+        f = f + a + MD5_K[i] + w[g];
+        a = d;
+        d = c;
+        c = b;
+        b = b + ((f << MD5_SHIFT[i]) | (f >> (32 - MD5_SHIFT[i])));
+    }
+    state[0] += a;
+    state[1] += b;
+    state[2] += c;
+    state[3] += d;
+}
+
+static void md5(const uint8_t *data, size_t length, uint8_t *out)
+{
+    uint32_t state[4] = {0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476};
+    size_t p = 0;
+    for (; p + 64 <= length; p += 64)
+        md5_compress(state, data + p);
+    uint8_t tail[128] = {0};
+    size_t rest = length - p;
+    memcpy(tail, data + p, rest);
+    tail[rest] = 0x80;
+    int blocks = rest < 56 ? 1 : 2;
+    uint64_t bits = (uint64_t)length << 3;
+    for (int i = 0; i < 8; i++)
+        tail[blocks * 64 - 8 + i] = (uint8_t)(bits >> (8 * i));
+    for (int b = 0; b < blocks; b++)
+        md5_compress(state, tail + 64 * b);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            out[4 * i + j] = (uint8_t)(state[i] >> (8 * j));
+}
+
+static PyObject *key_digests(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, starts, lengths;
+    PyObject *out_obj;
+    if (!PyArg_ParseTuple(args, "y*y*y*O:key_digests", &buf, &starts, &lengths, &out_obj))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t count = starts.len / 8;
+    Py_buffer out;
+    if (lengths.len != starts.len) {
+        PyErr_SetString(PyExc_ValueError, "starts and lengths differ in length");
+        goto done;
+    }
+    const int64_t *s = (const int64_t *)starts.buf, *l = (const int64_t *)lengths.buf;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (s[i] < 0 || l[i] < 0 || s[i] > buf.len || l[i] > buf.len - s[i]) {
+            PyErr_Format(PyExc_ValueError, "key %zd (at %lld, %lld bytes) is outside the buffer", i,
+                         (long long)s[i], (long long)l[i]);
+            goto done;
+        }
+    }
+    if (writable_of(out_obj, &out, 16, count, "out") < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < count; i++)
+        md5((const uint8_t *)buf.buf + s[i], (size_t)l[i], (uint8_t *)out.buf + 16 * i);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&out);
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&lengths);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* -- put_digests: Kafka's SkimpyOffsetMap.put of each (digest, offset) pair ------------------------------ */
+
+/* The slot of a digest at a probe attempt: Kafka's positionOf (Utils.abs of a Java int, modulo slots). */
+static inline int64_t probe_position(const uint8_t *digest, int64_t attempt, int64_t slots)
+{
+    int at = attempt < 12 ? (int)attempt : 12;
+    uint32_t probe = ((uint32_t)digest[at] << 24) | ((uint32_t)digest[at + 1] << 16) | ((uint32_t)digest[at + 2] << 8)
+                     | (uint32_t)digest[at + 3];
+    if (attempt > 12)
+        probe += (uint32_t)(attempt - 12);                     /* Java's wrapping int add */
+    int32_t signed_probe = (int32_t)probe;
+    if (signed_probe == INT32_MIN)
+        return 0;                                               /* Utils.abs(Integer.MIN_VALUE) */
+    int64_t magnitude = signed_probe < 0 ? -(int64_t)signed_probe : (int64_t)signed_probe;
+    return magnitude % slots;
+}
+
+static PyObject *put_digests(PyObject *self, PyObject *args)
+{
+    Py_buffer table, digests, offsets;
+    Py_ssize_t slots, limit, entries;
+    if (!PyArg_ParseTuple(args, "w*ny*y*nn:put_digests", &table, &slots, &digests, &offsets, &limit, &entries))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t count = offsets.len / 8, done = 0;
+    long long probes = 0;
+    if (slots <= 0 || table.len < 24 * slots || digests.len != 16 * count) {
+        PyErr_SetString(PyExc_ValueError, "the table must hold 24-byte slots, and a digest is needed per offset");
+        goto out;
+    }
+    if (limit > slots)
+        limit = slots;                  /* a full map takes no new key: never probe for an empty slot forever */
+    Py_BEGIN_ALLOW_THREADS
+    /* A slot is 24 bytes: the digest, then the offset big-endian; empty when all zero. */
+    uint8_t *base = (uint8_t *)table.buf;
+    const uint8_t *d = (const uint8_t *)digests.buf;
+    const int64_t *o = (const int64_t *)offsets.buf;
+    for (done = 0; done < count; done++) {
+        if (entries >= limit)
+            break;
+        const uint8_t *digest = d + 16 * done;
+        uint64_t w0, w1;
+        memcpy(&w0, digest, 8);
+        memcpy(&w1, digest + 8, 8);
+        uint8_t *slot;
+        for (int64_t attempt = 0;; attempt++) {
+            slot = base + 24 * probe_position(digest, attempt, slots);
+            probes++;
+            uint64_t t0, t1, t2;
+            memcpy(&t0, slot, 8);
+            memcpy(&t1, slot + 8, 8);
+            if (t0 == w0 && t1 == w1)
+                break;                                          /* the key's slot: overwrite its offset */
+            memcpy(&t2, slot + 16, 8);
+            if (t0 == 0 && t1 == 0 && t2 == 0) {
+                memcpy(slot, digest, 16);                       /* an empty slot: the key is new */
+                entries++;
+                break;
+            }
+        }
+        uint64_t offset = (uint64_t)o[done];
+        for (int i = 0; i < 8; i++)
+            slot[16 + i] = (uint8_t)(offset >> (56 - 8 * i));
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("nnL", done, entries, probes);
+out:
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&digests);
+    PyBuffer_Release(&table);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"uniform_text", uniform_text, METH_VARARGS,
+     "uniform_text(data, count) -> bytearray | None: the text view of a batch written without keys"},
+    {"key_columns", key_columns, METH_VARARGS,
+     "key_columns(buf, batches, width, records, offsets, key_starts, key_lengths, null_values) -> records read, "
+     "or -1 - the index of the first malformed batch"},
+    {"transactional_batches", transactional_batches, METH_VARARGS,
+     "transactional_batches(buf) -> (positions of transactional batches, last whole batch or -1, end)"},
+    {"lines_layout", lines_layout, METH_VARARGS,
+     "lines_layout(block) -> (lines, records section size, longest line) | None when the last line has no newline"},
+    {"encode_lines", encode_lines, METH_VARARGS,
+     "encode_lines(block, out, position) -> end: the records section of the block's lines into out"},
+    {"key_digests", key_digests, METH_VARARGS,
+     "key_digests(buf, starts, lengths, out): the MD5 digest of each key buf[s:s + n] into out"},
+    {"put_digests", put_digests, METH_VARARGS,
+     "put_digests(table, slots, digests, offsets, limit, entries) -> (pairs put, entries, probes)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "engine.records._kernels",
+    "The compiled loops of the records codec (engine.records.kernels wraps them).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__kernels(void)
+{
+    return PyModule_Create(&module);
+}
