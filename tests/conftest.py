@@ -25,11 +25,13 @@ from typing import NamedTuple
 
 import pytest
 
+from tests import ROOT
+
 #: The real Kafka brokers' module-scoped fixtures (``kafka_broker``, ``kafka_cluster``, ``secure_kafka_broker``),
 #: for the modules that ask for them.
 pytest_plugins = ["tests.kafka_broker", "tests.kafka_cluster", "tests.kafka_secure"]
 
-ROOT = Path(__file__).resolve().parent.parent
+
 LOGFS = ROOT / ".venv" / "bin" / "logfs"
 
 #: Background tasks run often so a test sees them act within a second.

@@ -32,7 +32,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import ROOT
+
 POM = ROOT / "scripts" / "kafka" / "pom.xml"
 
 #: Small heap: the machine has two cores and little to spare for a JVM.

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import wait_for
-from tests.test_consumer_offsets import batch, group_metadata_key, key_bytes, value_bytes
+from tests.unit.test_consumer_offsets import batch, group_metadata_key, key_bytes, value_bytes
 
 pytestmark = pytest.mark.mount
 

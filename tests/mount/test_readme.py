@@ -6,9 +6,9 @@ token by token (``ls`` prints columns on a terminal and one name per line
 into a pipe) with JSON timestamps masked; a command shown without output is
 only required to succeed.  ``tail -f`` is stopped with SIGINT after two
 seconds, as a reader would press Ctrl-C.  Blocks that need Spark are run by
-tests/test_readme_spark.py.  ```sh blocks are not sessions of this mount: the
+tests/spark/test_readme_spark.py.  ```sh blocks are not sessions of this mount: the
 set-up commands, and the Kafka procedures that need a broker or a Kafka
-install (tests/test_kafka_to_logfs.py and tests/test_to_kafka.py run them
+install (tests/kafka/test_kafka_to_logfs.py and tests/kafka/test_to_kafka.py run them
 against a real broker).
 """
 

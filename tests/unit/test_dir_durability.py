@@ -19,7 +19,7 @@ from engine.clock import ManualClock
 from engine.config import BrokerConfig
 from engine.manager import LogManager
 from engine.topic import TopicPartition
-from tests.test_cleaner import append, clean, cleaner_for, log_config, new_log
+from tests.unit.test_cleaner import append, clean, cleaner_for, log_config, new_log
 
 T0 = TopicPartition("t", 0)
 

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, Mount
-from tests.test_readme import _run_block, console_blocks
+from tests.mount.test_readme import _run_block, console_blocks
 
 pytestmark = [pytest.mark.mount, pytest.mark.spark]
 

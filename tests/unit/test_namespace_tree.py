@@ -4,7 +4,7 @@ Each test looks names up as ``logfs.fs`` would, over a real LogManager on disk:
 which names a directory lists, what a malformed or out-of-range name raises
 (with its errno), and SPEC.md's "one path, one file": the same node object for
 a name while its content is the same file, a new one once it was replaced.
-Writing to control files is tests/test_control_files.py's subject.
+Writing to control files is tests/unit/test_control_files.py's subject.
 """
 
 from __future__ import annotations

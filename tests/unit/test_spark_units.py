@@ -3,7 +3,7 @@
 The option parsing of Spark's Kafka source (logfs.spark.options) and the
 ``failOnDataLoss`` rule (logfs.spark.mount_client.skip_deleted), the one place
 the source decides what a deleted offset range means.  Reading through a real
-mount with a real SparkSession is tests/test_spark.py's subject.
+mount with a real SparkSession is tests/spark/test_spark.py's subject.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each test opens the node the mount would open (``logfs.namespace``) over a real
 LogManager on disk and writes to its handle as ``echo ... > file`` would, one
 ``write()`` per call, then ``close()`` (``flush``).  The numbers inside markers
-(canonical spellings) are tests/test_namespace_parsing.py's subject.
+(canonical spellings) are tests/unit/test_namespace_parsing.py's subject.
 """
 
 from __future__ import annotations

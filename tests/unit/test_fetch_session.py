@@ -1,6 +1,6 @@
 """The replica fetcher's incremental fetch sessions (KIP-227, logfs.cluster.replica_fetcher.FetchSession).
 
-The broker side is exercised by tests/test_cluster_mount.py (every cluster
+The broker side is exercised by tests/cluster/test_cluster_mount.py (every cluster
 test fetches through sessions); here the client's bookkeeping: what each
 request lists, what it forgets, and how an error or a broker without a
 session cache falls back to full requests.

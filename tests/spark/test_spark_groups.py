@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from spark_util import spark_fixture
+
+from tests.spark_util import spark_fixture
 
 pytestmark = [pytest.mark.spark, pytest.mark.mount]
 

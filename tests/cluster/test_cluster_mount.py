@@ -376,7 +376,7 @@ spark = spark_fixture("logfs-test-cluster-spark")
 def test_pipeline_script_runs_unchanged_on_a_cluster_mount(kafka_cluster: KafkaCluster, logfs_mount,
                                                            tmp_path) -> None:
     """scripts/pipeline.py, as the README runs it, with --mount pointing at a mount of the cluster (batch mode; its
-    stream mode reads through the same logfs source, run on an embedded mount by tests/test_spark.py)."""
+    stream mode reads through the same logfs source, run on an embedded mount by tests/spark/test_spark.py)."""
     m = logfs_mount(name="pipe", extra_args=["--bootstrap-server", kafka_cluster.bootstrap])
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
 

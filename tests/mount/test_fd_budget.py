@@ -13,7 +13,6 @@ import resource
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -21,9 +20,8 @@ from engine.clock import ManualClock
 from engine.file_cache import FILE_CACHE
 from engine.log import Log
 from engine.views import LogView, ViewFormat, attach
+from tests import ROOT
 from tests.helpers import make_config, wait_for
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _open_fds() -> int:

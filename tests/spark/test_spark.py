@@ -18,15 +18,13 @@ import threading
 import time
 
 import pytest
-from spark_util import append_lines, create_topic, end_offsets, records_jsonl, spark_fixture, state, wait_until
 
 from logfs import spark as logfs_spark
 from logfs.spark import read_segments, source
+from tests import ROOT
+from tests.spark_util import append_lines, create_topic, end_offsets, records_jsonl, spark_fixture, state, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.mount]
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 spark = spark_fixture("logfs-test-spark")
 

@@ -4,7 +4,7 @@ Every librdkafka name the table gives is one librdkafka accepts (a real
 ``Producer`` is configured with it), every kafka-python name one kafka-python's
 connection manager takes (its own DEFAULT_CONFIG), so no setting is dropped on
 the way to a client.  The secured brokers themselves are in
-tests/test_cluster_security.py.
+tests/kafka/test_cluster_security.py.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from logfs.cluster.client_settings import (
     parse_jaas_config,
 )
 from logfs.cluster.config import split_options
+from tests import ROOT
 
 JAAS_SCRAM = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="bob" '
               'password="p\\"w;=x";')
@@ -172,7 +173,7 @@ def test_secrets_are_redacted_from_log_lines_and_tracebacks() -> None:
 
 
 def test_the_readme_shows_the_table_the_clients_are_built_from() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     assert client_settings_table() in readme
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import Mount
-from tests.test_powerloss_fs import Layer
+from tests.mount.test_powerloss_fs import Layer
 
 pytestmark = pytest.mark.mount
 

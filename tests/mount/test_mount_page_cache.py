@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import Mount
 from tests.helpers import add_config, wait_for
-from tests.test_mount_everyday import test_tail_F_never_prints_a_record_twice_across_deletions as tail_F_scenario
+from tests.mount.test_mount_everyday import test_tail_F_never_prints_a_record_twice_across_deletions as tail_F_scenario
 
 pytestmark = pytest.mark.mount
 

@@ -14,7 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import ROOT
 
 
 def run_child(code: str, tmp_path: Path) -> dict:
