@@ -44,7 +44,7 @@ serves them through the kernel's page cache instead, exactly:
   before the current one is answered), and the mount raises the kernel's
   readahead to 1 MiB (``cli._raise_readahead``, root only).
 
-``scripts/bench_reads.py`` measures both modes beside a plain file.
+``scripts/bench/bench_reads.py`` measures both modes beside a plain file.
 
 Appends and view reads run on the trio thread (they are one ``os.write`` /
 a few ``pread``s in the engine); anything that may fsync or walk directories

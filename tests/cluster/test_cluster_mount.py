@@ -292,8 +292,8 @@ def test_a_replica_that_diverged_from_the_leader_is_truncated_by_leader_epoch(
 @pytest.mark.timeout(400)
 def test_torture_of_the_local_replica_loses_nothing_the_cluster_acknowledged(
         kafka_cluster: KafkaCluster, tmp_path) -> None:
-    """scripts/torture.py against a cluster mount: writers, followers, readers and DeleteRecords, the mount
-    killed, or over scripts/powerloss_fs.py its replica's disk losing power, again and again; after every
+    """tests/harness/torture.py against a cluster mount: writers, followers, readers and DeleteRecords, the mount
+    killed, or over tests/harness/powerloss_fs.py its replica's disk losing power, again and again; after every
     remount each record the cluster acknowledged is served once, in order, with the cluster's log start.
     (The same run with the first-fetch wait of the mount's start taken out reports acknowledged records
     lost and the log start below an acknowledged `before N`: the check bites.)"""
@@ -307,8 +307,8 @@ def test_torture_of_the_local_replica_loses_nothing_the_cluster_acknowledged(
         for future in admin.delete_topics(existing).values():
             future.result()
         wait_for(lambda: not set(existing) & set(admin.list_topics(timeout=30).topics), "the harness's topics gone")
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "torture.py"), *args], capture_output=True,
-                            text=True, timeout=380)
+    result = subprocess.run([sys.executable, str(ROOT / "tests" / "harness" / "torture.py"), *args],
+                            capture_output=True, text=True, timeout=380)
     out = result.stdout
     summary = json.loads(out[out.index("{"):]) if "{" in out else {}
     output = out + result.stderr[-6000:]

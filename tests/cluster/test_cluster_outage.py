@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import argparse
 import errno
-import importlib.util
 import json
 import re
 import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import ROOT, Mount
+from tests.conftest import Mount
+from tests.harness import outage_round
 from tests.helpers import wait_for
 from tests.kafka_cluster import KafkaCluster
 
@@ -30,16 +29,6 @@ def cluster_mount(kafka_cluster: KafkaCluster, logfs_mount):
     def make(options: dict[str, str] | None = None, name: str = "c") -> Mount:
         return logfs_mount(options, name=name, extra_args=["--bootstrap-server", kafka_cluster.bootstrap])
     return make
-
-
-def _outage_round():
-    """scripts/outage_round.py as a module (its round runs against this module's cluster)."""
-    spec = importlib.util.spec_from_file_location("outage_round", ROOT / "scripts" / "outage_round.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module         # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def _log_lines(text: str) -> list[str]:
@@ -243,17 +232,16 @@ def test_a_leader_kill_logs_one_line_not_one_per_partition(cluster_mount, kafka_
 
 @pytest.mark.timeout(600)
 def test_an_outage_round_the_mount_survives(cluster_mount, kafka_cluster: KafkaCluster) -> None:
-    """scripts/outage_round.py's round: every broker killed for 60 s while readers read ``config`` and
+    """tests/harness/outage_round.py's round: every broker killed for 60 s while readers read ``config`` and
     ``groups/``, admin changes and a write are in flight, then back.  The mount lives on (it died of
     librdkafka's coordinator admin requests: SIGSEGV, or ``Assertion 'eonce->refcnt > 0'``), a write
     succeeds within a minute of the return, and the outage costs a few log lines, no traceback."""
-    rounds = _outage_round()
     m = cluster_mount()
-    rounds.prepare(kafka_cluster, m)
+    outage_round.prepare(kafka_cluster, m)
     args = argparse.Namespace(down_seconds=60.0, after_seconds=20.0, max_log_lines=8)
-    result = rounds.run_round(1, kafka_cluster, m, args)
+    result = outage_round.run_round(1, kafka_cluster, m, args)
     assert result.alive, m.log_tail(4000)
-    assert result.write_back_s is not None and result.write_back_s <= rounds.WRITE_BACK_WITHIN_S, result
+    assert result.write_back_s is not None and result.write_back_s <= outage_round.WRITE_BACK_WITHIN_S, result
     assert result.tracebacks == 0 and result.log_lines <= args.max_log_lines, (result, m.log_tail(6000))
     # reads of the replica went on throughout; requests to the cluster failed with ETIMEDOUT, never hung
     assert result.reads.get("records: ok", 0) > 0 and not any(k.endswith(": hung") for k in result.reads), result

@@ -1,6 +1,6 @@
 """A group commit and power loss: what ``fsync()`` of ``groups/<group>`` and ``consume/<group>`` promises.
 
-The mount's data dir is the mount point of scripts/powerloss_fs.py (writes and
+The mount's data dir is the mount point of tests/harness/powerloss_fs.py (writes and
 new names held in memory until their fsync); after the commits, the mount is
 killed (SIGKILL) and the layer loses power, and a fresh mount over what the
 disk holds must show every commit whose ``fsync()`` returned.

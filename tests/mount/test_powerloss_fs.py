@@ -1,4 +1,4 @@
-"""The power-loss layer (scripts/powerloss_fs.py) through a real FUSE mount: what survives a power loss.
+"""The power-loss layer (tests/harness/powerloss_fs.py) through a real FUSE mount: what survives a power loss.
 
 Each test mounts the layer over a backing directory, works through the mount
 with ordinary system calls, "loses power" (SIGUSR1: the layer drops what was
@@ -25,7 +25,7 @@ from tests.helpers import wait_for
 
 pytestmark = pytest.mark.mount
 
-LAYER = ROOT / "scripts" / "powerloss_fs.py"
+LAYER = ROOT / "tests" / "harness" / "powerloss_fs.py"
 PAGE = 4096
 
 

@@ -1,4 +1,4 @@
-"""The torture harness (scripts/torture.py) with its CI defaults, and a self-test that its checks bite."""
+"""The torture harness (tests/harness/torture.py) with its CI defaults, and a self-test that its checks bite."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 
 pytestmark = pytest.mark.mount
 
-TORTURE = ROOT / "scripts" / "torture.py"
+TORTURE = ROOT / "tests" / "harness" / "torture.py"
 
 
 def _run(*args: str, timeout: float = 170) -> tuple[int, dict, str]:
@@ -43,7 +43,7 @@ def test_torture_detects_acknowledged_records_lost_behind_its_back():
 
 
 def test_power_loss_round_loses_nothing(tmp_path):
-    """A short --power-loss round: every crash a power loss of scripts/powerloss_fs.py, a new topic before each;
+    """A short --power-loss round: every crash a power loss of tests/harness/powerloss_fs.py, a new topic before each;
     the mount under ``ulimit -n 128`` (a descriptor budget of 96) with 4 KiB segments, so that segment files
     and index maps are closed and reopened all along."""
     code, summary, output = _run("--power-loss", "--cycles", "8", "--cycle-seconds", "1.2", "--new-topic-rate", "1",

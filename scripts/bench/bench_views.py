@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Throughput of the mount's view files (``records``, ``records.jsonl``) on a real Log.
 
-    .venv/bin/python scripts/bench_views.py [--records N] [--batch B] [--value-size S] [--repeat R]
-    .venv/bin/python scripts/bench_views.py --mixed [--records N] [--batch B] [--repeat R]
+    .venv/bin/python scripts/bench/bench_views.py [--records N] [--batch B] [--value-size S] [--repeat R]
+    .venv/bin/python scripts/bench/bench_views.py --mixed [--records N] [--batch B] [--repeat R]
 
 Builds a Log of N records of S-byte printable ASCII values (B per append, as
 the line appender writes one batch per write()), closes it, and measures:
@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from engine.config import LogConfig
 from engine.log import Log

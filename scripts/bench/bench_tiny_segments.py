@@ -10,9 +10,9 @@ times, through the mount:
 
 and prints a table of milliseconds per record.  The code that runs is the one
 on ``PYTHONPATH`` (this checkout by default), so two checkouts compare as
-``PYTHONPATH=/other/checkout .venv/bin/python scripts/bench_tiny_segments.py``.
+``PYTHONPATH=/other/checkout .venv/bin/python scripts/bench/bench_tiny_segments.py``.
 
-    .venv/bin/python scripts/bench_tiny_segments.py [--records 500] [--segment-bytes 100]
+    .venv/bin/python scripts/bench/bench_tiny_segments.py [--records 500] [--segment-bytes 100]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOGFS = ROOT / ".venv" / "bin" / "logfs"
 
 

@@ -20,8 +20,8 @@ above (or any traceback) during the round, the one line each of the load's
 own successful changes (a commit, a config change) left out.  Prints one line per round
 (``--json``: a summary object at the end); exits 1 if a round failed.
 
-    .venv/bin/python scripts/outage_round.py --rounds 10
-    .venv/bin/python scripts/outage_round.py --rounds 1 --down-seconds 20 --json
+    .venv/bin/python tests/harness/outage_round.py --rounds 10
+    .venv/bin/python tests/harness/outage_round.py --rounds 1 --down-seconds 20 --json
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: a write succeeds within this many seconds of the cluster's return
 WRITE_BACK_WITHIN_S = 60.0
 #: the log lines of the load's own successful changes (one per change, as on any day): not the outage's

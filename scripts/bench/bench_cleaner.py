@@ -31,11 +31,11 @@ cleaner's summary line in the broker log.
 
 ``all`` (the default) runs engine and mount and prints one table.
 
-    .venv/bin/python scripts/bench_cleaner.py all
-    .venv/bin/python scripts/bench_cleaner.py gil
-    .venv/bin/python scripts/bench_cleaner.py engine --records 200000 --keys 10000
-    .venv/bin/python scripts/bench_cleaner.py mount --lines 3000
-    .venv/bin/python scripts/bench_cleaner.py kafka --records 200000 --keys 10000
+    .venv/bin/python scripts/bench/bench_cleaner.py all
+    .venv/bin/python scripts/bench/bench_cleaner.py gil
+    .venv/bin/python scripts/bench/bench_cleaner.py engine --records 200000 --keys 10000
+    .venv/bin/python scripts/bench/bench_cleaner.py mount --lines 3000
+    .venv/bin/python scripts/bench/bench_cleaner.py kafka --records 200000 --keys 10000
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -182,7 +182,7 @@ def bench_vs_kafka(records: int, keys: int, batch: int, value_size: int) -> dict
             broker.stop()
         adopt([str(data)], str(broker.log_dir))
         broker.properties["log.cleaner.enable"] = "true"
-        broker.config_file.write_text("".join(f"{k}={v}" + "\n" for k, v in broker.properties.items()))
+        broker.write_config(broker.properties)
         broker.start()
         pattern = re.compile(r"([\d.,]+) MB of log processed in ([\d.,]+) seconds \(([\d.,]+) MB/sec\)")
         try:

@@ -3,7 +3,7 @@
 
 With a mount up::
 
-    .venv/bin/python scripts/bench_spark.py --mount ./mnt [--records 1000000] [--value-bytes 100]
+    .venv/bin/python scripts/bench/bench_spark.py --mount ./mnt [--records 1000000] [--value-bytes 100]
 
 appends N records to a fresh topic through its ``append`` file (unless a topic of
 that name already holds exactly N records), copies the mount's ``records`` and
@@ -44,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 from logfs.spark import list_partitions, offset_bounds, spark_kafka_jars, spark_session
 

@@ -18,9 +18,9 @@ measures through a real mount, ``logfs mount``, started as a subprocess):
 
 Scaled down for a quick run on a shared machine::
 
-    .venv/bin/python scripts/bench_scale.py first-tail --gb 1 --segment-mb 100
-    .venv/bin/python scripts/bench_scale.py segments --segments 5000 --partitions 500 --fd-limit 1000
-    .venv/bin/python scripts/bench_scale.py rss --rss-gb 0.5
+    .venv/bin/python scripts/bench/bench_scale.py first-tail --gb 1 --segment-mb 100
+    .venv/bin/python scripts/bench/bench_scale.py segments --segments 5000 --partitions 500 --fd-limit 1000
+    .venv/bin/python scripts/bench/bench_scale.py rss --rss-gb 0.5
 
 ``--tree DIR`` runs the mount from another checkout (before/after figures).
 
@@ -29,7 +29,7 @@ request: ``cleaner`` (``bench_cleaner.py kafka``, 23.5 MB and 118 MB, needs
 ``scripts/setup-kafka.sh``), ``append`` (``bench_mount.py --mb 200``) and
 ``mixed`` (``bench_views.py --mixed``)::
 
-    .venv/bin/python scripts/bench_scale.py cleaner append mixed
+    .venv/bin/python scripts/bench/bench_scale.py cleaner append mixed
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PYTHON = ROOT / ".venv" / "bin" / "python"
 VALUE = 100          # bytes per value (the text line is VALUE + 1)
 BATCH = 2000         # values per append
@@ -243,7 +243,7 @@ def _script(args: list[str]) -> str:
 def case_cleaner(args, base: Path, tree: Path) -> list[tuple[str, str, str]]:
     rows = []
     for records, keys in ((200_000, 10_000), (1_000_000, 50_000)):
-        out = _script(["scripts/bench_cleaner.py", "kafka", "--records", str(records), "--keys", str(keys)])
+        out = _script(["scripts/bench/bench_cleaner.py", "kafka", "--records", str(records), "--keys", str(keys)])
         figures = ast.literal_eval(out.strip().splitlines()[-1])
         ours, kafka = figures["logfs_mb_per_sec"], figures["kafka_mb_per_sec"]
         rows.append((f"log cleaner, {figures['dirty_mb']:.0f} MB: logfs beside Kafka's own, same segments",
@@ -252,14 +252,15 @@ def case_cleaner(args, base: Path, tree: Path) -> list[tuple[str, str, str]]:
 
 
 def case_append(args, base: Path, tree: Path) -> list[tuple[str, str, str]]:
-    out = _script(["scripts/bench_mount.py", "--mb", "200", "--skip-jsonl"])
+    out = _script(["scripts/bench/bench_mount.py", "--mb", "200", "--skip-jsonl"])
     ratio = re.search(r"cp\+sync / cat >> append: ([0-9.]+)", out)
     assert ratio is not None, out
     return [("cp+sync / cat file >> append, 200 MB (steady state)", ratio.group(1), ">= 0.25")]
 
 
 def case_mixed(args, base: Path, tree: Path) -> list[tuple[str, str, str]]:
-    out = _script(["scripts/bench_views.py", "--mixed", "--records", "200000", "--batch", "1000", "--repeat", "2"])
+    out = _script(["scripts/bench/bench_views.py", "--mixed", "--records", "200000", "--batch", "1000",
+                   "--repeat", "2"])
     rows = []
     for path in ("append", "text", "jsonl"):
         line = re.search(rf"^{path}\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)$", out, re.MULTILINE)

@@ -13,7 +13,7 @@ It prints records/s and MB/s (of record values) for each and the ratio
 logfs/Kafka.  Both sides run on the same machine at the same time of day; the
 broker's JVM has -Xmx512m, as in the tests.
 
-    .venv/bin/python scripts/bench_kafka.py [--records 2000000] [--keep]
+    .venv/bin/python scripts/bench/bench_kafka.py [--records 2000000] [--keep]
 
 ``--cluster`` (issue 20): a 3-node KRaft cluster (tests/kafka_cluster.py,
 replication factor 3, ``min.insync.replicas=2``) instead of one broker;
@@ -25,7 +25,7 @@ prints it (p50/p99), and, for the choice of a local replica over rendering
 views from fetched records, a random ``offset/<N>`` read on the mount against
 a Kafka consumer's assign-seek-poll of the same one record.
 
-    .venv/bin/python scripts/bench_kafka.py --cluster [--records 200000]
+    .venv/bin/python scripts/bench/bench_kafka.py --cluster [--records 200000]
 """
 
 from __future__ import annotations
@@ -40,10 +40,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.kafka_broker import JVM_OPTS, KafkaBroker, kafka_version, run_tool  # noqa: E402
+from tests.jvm import JVM_OPTS, kafka_version, run_tool  # noqa: E402
+from tests.kafka_broker import KafkaBroker  # noqa: E402
 
 LOGFS = ROOT / ".venv" / "bin" / "logfs"
 RECORD_SIZE = 100

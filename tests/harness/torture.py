@@ -24,7 +24,7 @@ offset is its last closed commit (or a later one cut by the crash), after a
 power loss its last fsynced commit or a later one.
 
 With ``--power-loss`` the data dir is the mount point of
-``scripts/powerloss_fs.py``, a FUSE layer over ``<work dir>/backing`` that
+``tests/harness/powerloss_fs.py``, a FUSE layer over ``<work dir>/backing`` that
 holds data writes and namespace changes in memory until their ``fsync`` (of
 the file, of the directory).  A crash cycle is then a power loss (``kill -9``
 of the mount, then the layer drops everything not durable, and restarts over
@@ -52,11 +52,11 @@ by kind and the mount's peak memory; exits 1 if anything was lost, duplicated,
 misplaced or inconsistent.  The defaults run in well under a minute (CI);
 ``--duration 3600`` runs for an hour.
 
-    .venv/bin/python scripts/torture.py                  # CI defaults
-    .venv/bin/python scripts/torture.py --duration 600 --writers 6 --json
-    .venv/bin/python scripts/torture.py --power-loss --power-loss-rate 0.5
-    .venv/bin/python scripts/torture.py --cluster --power-loss      # the local replica of a cluster mount
-    .venv/bin/python scripts/torture.py --power-loss --fd-limit 64  # segment files closed and reopened
+    .venv/bin/python tests/harness/torture.py                  # CI defaults
+    .venv/bin/python tests/harness/torture.py --duration 600 --writers 6 --json
+    .venv/bin/python tests/harness/torture.py --power-loss --power-loss-rate 0.5
+    .venv/bin/python tests/harness/torture.py --cluster --power-loss      # the local replica of a cluster mount
+    .venv/bin/python tests/harness/torture.py --power-loss --fd-limit 64  # segment files closed and reopened
 """
 
 from __future__ import annotations
@@ -80,11 +80,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: ``python -m logfs`` with this interpreter: the work tree's code, whatever the venv's entry script is
 LOGFS = [sys.executable, "-m", "logfs"]
 #: the power-loss layer, run under this interpreter
-POWERLOSS_FS = [sys.executable, str(ROOT / "scripts" / "powerloss_fs.py")]
+POWERLOSS_FS = [sys.executable, str(ROOT / "tests" / "harness" / "powerloss_fs.py")]
 
 #: topic -> (partitions, topic config lines): retention by size, by time, compaction
 TOPICS = {
@@ -306,7 +306,7 @@ class Torture:
     # ------------------------------------------------------------------ the power-loss layer
 
     def start_layer(self, timeout: float = 60.0) -> None:
-        """Mount scripts/powerloss_fs.py on the data dir, over the backing dir (what the disk holds)."""
+        """Mount tests/harness/powerloss_fs.py on the data dir, over the backing dir (what the disk holds)."""
         self.backing.mkdir(parents=True, exist_ok=True)
         cmd = [*POWERLOSS_FS, str(self.backing), str(self.data)]
         if self.args.torn_writes:
@@ -1055,7 +1055,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shutdown-kill-rate", type=float, default=0.2,
                         help="probability that a crash cycle crashes during a clean shutdown instead")
     parser.add_argument("--power-loss", action="store_true",
-                        help="run over scripts/powerloss_fs.py: crashes are power losses (un-fsynced writes "
+                        help="run over tests/harness/powerloss_fs.py: crashes are power losses (un-fsynced writes "
                              "and directory entries dropped)")
     parser.add_argument("--power-loss-rate", type=float, default=1.0,
                         help="with --power-loss: the share of crashes that are power losses, the rest kill -9 "

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Remount cost after a clean shutdown, a kill -9 and a power loss, as the log grows.
 
-The data dir is the mount point of ``scripts/powerloss_fs.py`` (see there).  For
+The data dir is the mount point of ``tests/harness/powerloss_fs.py`` (see there).  For
 each size, a topic of ``--partitions`` partitions is filled to that many MB
 (records fsynced), then the mount is stopped three ways in turn and remounted,
 and the mount's own load time (its "loaded N logs ... in X ms" line) and the
@@ -9,7 +9,7 @@ index files it found corrupt are printed.  Kafka's counterpart: the broker's
 log recovery time after an unclean shutdown; the issue asks that a power loss
 cost what a kill -9 costs.
 
-    .venv/bin/python scripts/bench_remount.py --sizes 16 64
+    .venv/bin/python scripts/bench/bench_remount.py --sizes 16 64
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOGFS = [sys.executable, "-m", "logfs"]
-LAYER = [sys.executable, str(ROOT / "scripts" / "powerloss_fs.py")]
+LAYER = [sys.executable, str(ROOT / "tests" / "harness" / "powerloss_fs.py")]
 
 
 def _mounted(path: Path) -> bool:

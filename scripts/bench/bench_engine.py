@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Throughput of the engine's hot paths against kafka-python, in one run.
 
-    .venv/bin/python scripts/bench_engine.py [--records N] [--batch B] [--value-size S] [--mixed-sizes]
+    .venv/bin/python scripts/bench/bench_engine.py [--records N] [--batch B] [--value-size S] [--mixed-sizes]
 
 Each row is one function returning (records, seconds); the table prints
 records/s, MB/s of value bytes and the ratio to the kafka-python row it is
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 

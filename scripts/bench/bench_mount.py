@@ -10,7 +10,7 @@ One run: build a file of 100-byte lines (200 MB by default), then
 beside ``cp file DATA_FS/copy`` and ``cat DATA_FS/copy`` on the data directory's
 own filesystem, and print records/s, MB/s and the ratio to the disk.
 
-    .venv/bin/python scripts/bench_mount.py [--mb 200] [--keep] [-- extra logfs mount args]
+    .venv/bin/python scripts/bench/bench_mount.py [--mb 200] [--keep] [-- extra logfs mount args]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import orjson
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOGFS = ROOT / ".venv" / "bin" / "logfs"
 LINE = 100   # bytes per line, newline included
 

@@ -8,7 +8,7 @@ What a shell script or a per-line writer pays (issue 16): each
 the open, write, flush and release.  Printed beside the same operations on
 the data directory's own filesystem.
 
-    .venv/bin/python scripts/bench_open.py [--lines 5000] [--stats 20000] [--keep]
+    .venv/bin/python scripts/bench/bench_open.py [--lines 5000] [--stats 20000] [--keep]
 
 Goals: the shell loop at 2,000 lines/s or more, ``stat`` of ``append`` at
 0.1 ms or less.
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PYTHON = ROOT / ".venv" / "bin" / "python"
 
 

@@ -18,7 +18,7 @@ open descriptors (``/proc/<pid>``) after the reads, and beside it Kafka's own
 ``ConsumerPerformance`` (kafka-consumer-perf-test.sh) reading the same
 records: its seconds and peak RSS (``/usr/bin/time``).
 
-    .venv/bin/python scripts/bench_cluster_scale.py [--partitions 5000] [--records 20]
+    .venv/bin/python scripts/bench/bench_cluster_scale.py [--partitions 5000] [--records 20]
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.kafka_broker import JVM_OPTS, LOG4J2, java_command  # noqa: E402
+from tests.jvm import JVM_OPTS, java_command, write_log4j  # noqa: E402
 
 LOGFS = ROOT / ".venv" / "bin" / "logfs"
 SELECTED = 10
@@ -149,7 +149,7 @@ def _logfs_row(bootstrap: str, base: Path, args: list[str], read_topics: list[st
 def _consumer_perf(bootstrap: str, base: Path, pattern: str, records: int) -> dict[str, float]:
     """ConsumerPerformance reading ``records`` from the topics matching ``pattern``: seconds, peak RSS."""
     log4j = base / "tool-log4j2.properties"
-    log4j.write_text(LOG4J2.format(log=base / "tool.log", level="WARN"))
+    write_log4j(log4j, base / "tool.log", "WARN")
     cmd = java_command("org.apache.kafka.tools.ConsumerPerformance", "--include", pattern,
                        "--messages", str(max(records, 1)), "--bootstrap-server", bootstrap, "--timeout", "120000",
                        "--command-property", "auto.offset.reset=earliest",

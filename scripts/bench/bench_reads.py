@@ -14,7 +14,7 @@ files under the mount are).  Each figure is the best of ``--repeat`` runs (the
 machine may be loaded: compare the ratios of one run).  Ratios: plain time / mount time for ``cat``
 (1.0 = the plain file's speed), and ``dd bs=4K`` time / ``dd bs=1M`` time.
 
-    .venv/bin/python scripts/bench_reads.py [--mb 200] [--modes default,--page-cache] [--repeat 3]
+    .venv/bin/python scripts/bench/bench_reads.py [--mb 200] [--modes default,--page-cache] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOGFS = ROOT / ".venv" / "bin" / "logfs"
 LINE = 100
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A FUSE layer that keeps everything not yet fsynced in memory, so a "power loss" can drop it.
 
-    python scripts/powerloss_fs.py BACKING MOUNTPOINT [--torn-writes --seed N]
+    python tests/harness/powerloss_fs.py BACKING MOUNTPOINT [--torn-writes --seed N]
 
 The mount point shows the files of ``BACKING`` and passes every operation
 through, with one difference: nothing reaches ``BACKING`` before the matching
