@@ -26,10 +26,11 @@ from typing import NamedTuple
 import pytest
 
 from tests import ROOT
+from tests.process import ChildProcess
 
-#: The real Kafka brokers' module-scoped fixtures (``kafka_broker``, ``kafka_cluster``, ``secure_kafka_broker``),
-#: for the modules that ask for them.
-pytest_plugins = ["tests.kafka_broker", "tests.kafka_cluster", "tests.kafka_secure"]
+#: What a test may start, by its markers (tests/markers.py), and the real Kafka brokers' module-scoped fixtures
+#: (``kafka_broker``, ``kafka_cluster``, ``secure_kafka_broker``) for the modules that ask for them.
+pytest_plugins = ["tests.markers", "tests.kafka_broker", "tests.kafka_cluster", "tests.kafka_secure"]
 
 
 LOGFS = ROOT / ".venv" / "bin" / "logfs"
@@ -53,7 +54,7 @@ def _is_mounted(path: Path) -> bool:
     return subprocess.run(["mountpoint", "-q", str(path)]).returncode == 0
 
 
-class Mount:
+class Mount(ChildProcess):
     """One logfs mount process over one data directory."""
 
     def __init__(self, base: Path, options: dict[str, str] | None = None, *, read_only: bool = False,
@@ -65,13 +66,15 @@ class Mount:
         self.options = {**FAST_TASKS, **(options or {})}
         self.read_only = read_only
         self.extra_args = extra_args or []
-        self.proc: subprocess.Popen | None = None
         self.path.mkdir(parents=True, exist_ok=True)
         self.data.mkdir(parents=True, exist_ok=True)
 
     # ---- lifecycle
 
     def start(self, timeout: float = 30.0) -> Mount:
+        from tests.markers import require_marker  # a plugin (pytest_plugins): imported once pytest has it
+
+        require_marker("mount", "a logfs mount")
         cmd = [str(LOGFS), "mount", str(self.path), "--data-dir", str(self.data)]
         for name, value in self.options.items():
             cmd += ["-o", f"{name}={value}"]
@@ -102,28 +105,17 @@ class Mount:
             if time.monotonic() > deadline:
                 break
             time.sleep(0.2)   # busy: a reader in this test is still closing
-        try:
-            code = self.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise
-        self.proc = None
-        return code
+        return self.wait_stopped(max(1.0, deadline - time.monotonic()))
 
     def terminate(self, timeout: float = 60.0) -> int:
         """SIGTERM: the mount shuts down cleanly and unmounts itself."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=timeout)
-        self.proc = None
-        return code
+        return self.wait_stopped(timeout)
 
     def kill(self) -> None:
         """A crash: SIGKILL, then detach the dead FUSE connection."""
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
+        super().kill()
         subprocess.run(["fusermount3", "-uz", str(self.path)], capture_output=True)
 
     def log(self) -> str:

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from tests.helpers import wait_for
-from tests.kafka_broker import require_marker
+from tests.markers import require_marker
 
 
 def new_spark(app_name: str):

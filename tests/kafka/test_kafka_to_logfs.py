@@ -31,7 +31,8 @@ from engine.config import BrokerConfig
 from engine.manager import LogManager
 from engine.topic import TopicPartition
 from tests.conftest import LOGFS, Mount, kafka_records
-from tests.kafka_broker import KafkaBroker, Seen, consume_all, hash_tree, run_tool, seen_from_json
+from tests.jvm import run_tool
+from tests.kafka_broker import KafkaBroker, Seen, consume_all, hash_tree, seen_from_json
 
 pytestmark = [pytest.mark.mount, pytest.mark.kafka]
 

@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import LOGFS, Mount
 from tests.helpers import wait_for
-from tests.kafka_broker import run_tool
+from tests.jvm import run_tool
 
 pytestmark = [pytest.mark.mount, pytest.mark.kafka]
 

@@ -29,7 +29,7 @@ from engine.errors import CorruptRecordError
 from engine.log import Log
 from engine.records import decode_batch, iter_batches, validate_batch
 from tests.conftest import LOGFS
-from tests.kafka_broker import run_tool
+from tests.jvm import run_tool
 
 pytestmark = pytest.mark.kafka      # a KRaft broker and Kafka's DumpLogSegments
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import LOGFS, Mount, kafka_records
 from tests.helpers import add_config, wait_for
-from tests.kafka_broker import require_kafka_marker
+from tests.jvm import require_kafka_marker
 
 pytestmark = pytest.mark.mount
 

@@ -31,7 +31,7 @@ import pytest
 
 from tests.conftest import LOGFS, ROOT, Mount
 from tests.helpers import add_config, wait_for
-from tests.kafka_broker import java_command
+from tests.jvm import java_command
 
 pytestmark = pytest.mark.mount
 

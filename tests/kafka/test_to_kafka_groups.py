@@ -13,8 +13,8 @@ import subprocess
 
 import pytest
 
+from tests.jvm import java_command
 from tests.kafka.test_to_kafka import _append, _logfs
-from tests.kafka_broker import java_command
 
 pytestmark = [pytest.mark.mount, pytest.mark.kafka]
 

@@ -16,6 +16,8 @@ import pytest
 from tests.conftest import LOGFS, Mount
 from tests.helpers import wait_for
 
+pytestmark = pytest.mark.mount
+
 
 def overrides(mount: Mount, topic: str = "t") -> list[str]:
     """The override lines of ``<topic>/config`` (the defaults are ``#`` comments)."""

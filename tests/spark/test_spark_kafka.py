@@ -26,8 +26,8 @@ import pytest
 from logfs.spark import spark_kafka_jars
 from tests.conftest import Mount
 from tests.helpers import add_config, wait_for
+from tests.jvm import java_command
 from tests.kafka.test_to_kafka import _append, _logfs
-from tests.kafka_broker import java_command
 
 pytestmark = [pytest.mark.mount, pytest.mark.spark, pytest.mark.kafka]
 
