@@ -46,10 +46,6 @@ FAST_TASKS = {
 }
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "mount_options(dict): broker options of the `mount` fixture")
-
-
 def _is_mounted(path: Path) -> bool:
     return subprocess.run(["mountpoint", "-q", str(path)]).returncode == 0
 

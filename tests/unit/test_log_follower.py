@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from engine.clock import ManualClock
@@ -123,7 +125,7 @@ def test_a_fetch_larger_than_a_segment_is_cut_into_segments(tmp_path, caplog):
     sizes = [s.size for s in log.segments.values()]
     assert len(sizes) >= 8 and max(sizes) <= 1024
     assert [r.offset for r in log.read_records(395)] == [395, 396, 397, 398, 399]
-    assert b"".join(open(s.log_path, "rb").read() for s in log.segments.values()) == fetched
+    assert b"".join(Path(s.log_path).read_bytes() for s in log.segments.values()) == fetched
 
 
 def test_a_batch_larger_than_a_segment_fills_the_empty_active_segment(tmp_path, caplog):

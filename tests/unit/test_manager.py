@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -127,7 +128,7 @@ def test_checkpoints_in_kafka_format_and_clean_restart(tmp_path):
     for d in dirs:
         assert (d / CLEAN_SHUTDOWN_FILE).exists()
     home = os.path.dirname(log0.dir)
-    lines = open(os.path.join(home, RECOVERY_POINT_CHECKPOINT)).read().splitlines()
+    lines = Path(os.path.join(home, RECOVERY_POINT_CHECKPOINT)).read_text().splitlines()
     assert lines == ["0", "1", "t 0 80"]     # t-1 lives in the other dir
     start_cp = OffsetCheckpointFile(os.path.join(home, LOG_START_OFFSET_CHECKPOINT)).read()
     assert start_cp == {TopicPartition("t", 0): log0.log_start_offset}

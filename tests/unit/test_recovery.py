@@ -7,6 +7,7 @@ import os
 import random
 import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -117,7 +118,7 @@ def test_corrupt_segment_deletes_every_later_segment(tmp_path):
 
 def _flippable_positions(log_path: str) -> list[int]:
     """Every byte of the .log except base offset and leader epoch, which the v2 format leaves outside the CRC."""
-    data = open(log_path, "rb").read()
+    data = Path(log_path).read_bytes()
     positions, pos = [], 0
     while pos < len(data):
         length = int.from_bytes(data[pos + 8:pos + 12], "big")
@@ -165,7 +166,7 @@ def test_missing_and_corrupt_indexes_are_rebuilt(tmp_path):
     with open(segments[2].offset_index.path, "ab") as f:
         f.write(b"\x00\x01\x02")                 # not a multiple of the entry size
     orphan = os.path.join(path, "00000000000099999999.index")
-    open(orphan, "wb").write(b"\x00" * 8)
+    Path(orphan).write_bytes(b"\x00" * 8)
     loaded = reload(path, had_clean_shutdown=True)
     for s in list(loaded.segments.values())[:3]:
         assert [s.offset_index.entry(n) for n in range(s.offset_index.entries)] == expected[s.base_offset]
@@ -186,12 +187,12 @@ def test_deleted_and_cleaned_files_removed_and_swap_completed(tmp_path):
     with open(swap, "wb") as f:
         f.write(encode_records(keep))
     stray_deleted = os.path.join(path, "%020d.log.deleted" % 777)
-    open(stray_deleted, "wb").write(b"junk")
+    Path(stray_deleted).write_bytes(b"junk")
     stray_cleaned = os.path.join(path, "%020d.log.cleaned" % segments[3].base_offset)
-    open(stray_cleaned, "wb").write(b"junk")
+    Path(stray_cleaned).write_bytes(b"junk")
     # a .swap at or above the lowest .cleaned offset is an unfinished operation: rolled back
     invalid_swap = os.path.join(path, "%020d.log.swap" % segments[4].base_offset)
-    open(invalid_swap, "wb").write(b"junk")
+    Path(invalid_swap).write_bytes(b"junk")
     log.close()
     loaded = reload(path, had_clean_shutdown=True)
     names = os.listdir(path)
@@ -203,7 +204,7 @@ def test_deleted_and_cleaned_files_removed_and_swap_completed(tmp_path):
 
 
 def _tree(path: str) -> dict:
-    return {n: (open(os.path.join(path, n), "rb").read(), os.stat(os.path.join(path, n)).st_mtime_ns)
+    return {n: (Path(os.path.join(path, n)).read_bytes(), os.stat(os.path.join(path, n)).st_mtime_ns)
             for n in sorted(os.listdir(path))}
 
 
@@ -257,12 +258,12 @@ def test_an_invalid_swap_is_not_installed(tmp_path, content, caplog):
         data = encode_records([r for r in records if r.offset >= segments[2].base_offset]
                               + [Record(end + i, T0, b"k", b"v", ()) for i in range(5)])
     else:
-        data = open(segments[0].log_path, "rb").read()
-    open(swap, "wb").write(data)
+        data = Path(segments[0].log_path).read_bytes()
+    Path(swap).write_bytes(data)
     loaded = reload(path, had_clean_shutdown=True)
     assert loaded.read_records(0) == records
     loaded.close()
-    assert open(swap, "rb").read() == data                    # left for the operator
+    assert Path(swap).read_bytes() == data                    # left for the operator
     assert [r.levelname for r in caplog.records if swap in r.getMessage()] == ["ERROR"]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 from kafka.record import MemoryRecords
@@ -303,10 +304,10 @@ def test_an_index_that_points_between_batches_fails_the_check_and_lookups_do_not
     fill(segment, 60, value_size=60)
     segment.close()
     index_path = segment.offset_index.path
-    raw = bytearray(open(index_path, "rb").read())
+    raw = bytearray(Path(index_path).read_bytes())
     assert len(raw) >= 5 * 8
     raw[len(raw) - 1] += 5                       # the last entry's position moves into its batch
-    open(index_path, "wb").write(bytes(raw))
+    Path(index_path).write_bytes(bytes(raw))
     seg = _reopen(tmp_path)
     try:
         seg.sanity_check()                       # Kafka's own check passes...
@@ -327,7 +328,7 @@ def test_read_only_recovery_is_in_memory_and_writes_nothing(segment, tmp_path):
     with open(segment.log_path, "ab") as f:
         f.write(b"\0" * 7 + b"\x09" + b"\0\0\x01\0" + b"torn")
     os.unlink(segment.offset_index.path)
-    files = {p: (open(p, "rb").read(), os.stat(p).st_mtime_ns) for p in
+    files = {p: (Path(p).read_bytes(), os.stat(p).st_mtime_ns) for p in
              (segment.log_path, segment.time_index.path)}
     seg = _reopen(tmp_path, read_only=True)
     try:
@@ -339,7 +340,7 @@ def test_read_only_recovery_is_in_memory_and_writes_nothing(segment, tmp_path):
     finally:
         seg.close()
     assert not os.path.exists(segment.offset_index.path)
-    assert {p: (open(p, "rb").read(), os.stat(p).st_mtime_ns) for p in files} == files
+    assert {p: (Path(p).read_bytes(), os.stat(p).st_mtime_ns) for p in files} == files
 
 
 def test_segment_files_are_never_opened_through_a_link(tmp_path):
@@ -367,11 +368,11 @@ def test_a_time_index_naming_offsets_outside_its_segment_fails_the_check(tmp_pat
     fill(seg, 40)
     seg.close()
     path = seg.time_index.path
-    raw = bytearray(open(path, "rb").read())
+    raw = bytearray(Path(path).read_bytes())
     entries = len(raw) // 12
     assert entries >= 3
     raw[(entries // 2) * 12 + 8:(entries // 2) * 12 + 12] = (10_000).to_bytes(4, "big")   # offset 10000
-    open(path, "wb").write(bytes(raw))
+    Path(path).write_bytes(bytes(raw))
     seg = _reopen(tmp_path)
     try:
         seg.sanity_check()                                   # Kafka's check looks at the last entry only
