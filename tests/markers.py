@@ -48,11 +48,29 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     _current_test = item      # before its fixtures: a module-scoped broker starts in its first test's setup
 
 
+#: the parallel workers' groups (``pytest -n 2 --dist loadgroup``, scripts/test.sh): a group runs on one worker
+HEAVY_GROUP = "jvm-heavy"
+
+
+def xdist_group(item: pytest.Item) -> str | None:
+    """The worker group of a test: every ``cluster`` and ``spark`` test in one (three cluster JVMs and a Spark
+    application never run side by side, and the worker's one SparkSession serves every Spark test), a module
+    with a module-scoped broker in its own (one broker for the module, not one per worker); others none."""
+    if item.get_closest_marker("cluster") or item.get_closest_marker("spark"):
+        return HEAVY_GROUP
+    if item.get_closest_marker("kafka"):
+        return item.nodeid.split("::")[0]
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Refuse the run when a test asks for a fixture that starts something its markers do not name."""
+    """Refuse the run when a test asks for a fixture that starts something its markers do not name;
+    give each test its worker group."""
     missing = []
     for item in items:
+        if (group := xdist_group(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
         for fixture in getattr(item, "fixturenames", ()):
             for marker in FIXTURE_MARKERS.get(fixture, ()):
                 if item.get_closest_marker(marker) is None:

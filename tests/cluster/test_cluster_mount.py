@@ -23,7 +23,7 @@ import pytest
 from tests.conftest import ROOT, Mount
 from tests.helpers import wait_for
 from tests.kafka_cluster import KafkaCluster
-from tests.spark_util import append_lines, records_jsonl, spark_fixture
+from tests.spark_util import append_lines, records_jsonl
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.mount]
 
@@ -368,7 +368,6 @@ def test_groups_are_the_cluster_coordinators(cluster_mount, kafka_cluster: Kafka
 _COLUMNS = ["key", "value", "topic", "partition", "offset", "timestampType"]
 
 
-spark = spark_fixture("logfs-test-cluster-spark")
 
 
 @pytest.mark.spark

@@ -72,6 +72,7 @@ def _run_block(cwd: Path, commands: list[tuple[str, list[str]]]) -> None:
     finally:
         shell.stdin.close()
         shell.wait(timeout=30)
+        shell.stdout.close()
 
 
 def _spark_block(commands) -> bool:

@@ -22,11 +22,10 @@ import pytest
 from logfs import spark as logfs_spark
 from logfs.spark import read_segments, source
 from tests import ROOT
-from tests.spark_util import append_lines, create_topic, end_offsets, records_jsonl, spark_fixture, state, wait_until
+from tests.spark_util import append_lines, create_topic, end_offsets, records_jsonl, state, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.mount]
 
-spark = spark_fixture("logfs-test-spark")
 
 
 def _source(spark, mount, topic: str, **options):

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.spark_util import spark_fixture
-
 pytestmark = [pytest.mark.spark, pytest.mark.mount]
 
 
-spark = spark_fixture("logfs-test-spark-groups")
 
 
 @pytest.mark.mount_options({"num.partitions": "2", "offsets.topic.num.partitions": "3"})

@@ -42,8 +42,10 @@ def _wait_past(ms: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def both(kafka_broker, tmp_path_factory):
-    """(mount, broker, spark, the first timestamp of each round)."""
+def both(kafka_broker, tmp_path_factory, spark):
+    """(mount, broker, spark, the first timestamp of each round); Spark's Kafka source is on the shared
+    session's classpath (tests/conftest.py), ``spark_kafka_jars`` names the set-up step if it is missing."""
+    spark_kafka_jars()
     base = tmp_path_factory.mktemp("side-by-side")
     mount = Mount(base / "m", MOUNT_OPTIONS).start()
     try:
@@ -92,25 +94,10 @@ def both(kafka_broker, tmp_path_factory):
         _logfs("to-kafka", "adopt", "--copy", str(mount.data), "--broker-log-dir", str(kafka_broker.log_dir))
         kafka_broker.start()
         mount.start()
-        spark = new_spark_with_kafka()
-        try:
-            yield mount, kafka_broker, spark, rounds
-        finally:
-            spark.stop()
+        yield mount, kafka_broker, spark, rounds
     finally:
         if mount.proc is not None:
             mount.stop()
-
-
-def new_spark_with_kafka():
-    from logfs.spark import spark_session
-
-    return spark_session("local[2]", "spark-kafka-side-by-side", {
-        "spark.jars": ",".join(str(p) for p in spark_kafka_jars()),
-        "spark.sql.shuffle.partitions": "2",
-        "spark.default.parallelism": "2",
-        "spark.driver.memory": "1g",
-    })
 
 
 def _read(spark, fmt: str, location: dict[str, str], options: dict[str, str]):
