@@ -192,7 +192,7 @@ def test_tail_f_of_a_topic_another_client_deletes_ends_with_an_error(cluster_mou
     finally:
         if tail.poll() is None:
             tail.kill()
-        tail.wait()
+        tail.communicate()     # and its pipes closed
     assert m.log().count("Deleting the local replica of topic gone") == 1
 
 

@@ -176,8 +176,7 @@ def test_logfs_and_a_kafka_broker_exclude_each_other(tmp_path):
             assert f"Failed to acquire lock on file .lock in {data}" in result.stderr.decode()
         assert sorted(os.listdir(data)) == [".lock"]
     finally:
-        broker.stdin.close()
-        broker.wait(timeout=60)
+        broker.communicate(timeout=60)     # closes stdin (the lock goes), reads and closes stdout
     m = Mount(tmp_path / "m")
     m.data = data
     m.start()                                   # the broker is gone: logfs owns the dir now
@@ -186,8 +185,7 @@ def test_logfs_and_a_kafka_broker_exclude_each_other(tmp_path):
         try:
             assert broker.stdout.readline() == b"busy\n"
         finally:
-            broker.stdin.close()
-            broker.wait(timeout=60)
+            broker.communicate(timeout=60)
     finally:
         assert m.stop() == 0
 

@@ -184,7 +184,7 @@ def test_logfs_errors_is_followed_by_tail_f_and_keeps_the_last_thousand(mount):
         assert len(stamp) == len("2026-11-27T17:43:38.681Z") and stamp.endswith("Z")
     finally:
         tail.kill()
-        tail.wait()
+        tail.communicate()     # and its pipe closed
     mount.sh("for i in $(seq 1005); do echo x > t/0/no-such-$i; done", check=False)
     lines = errors(mount)
     assert len(lines) == 1000

@@ -54,6 +54,13 @@ def _topic(mount: Mount, records: int = 200) -> None:
 # --------------------------------------------------------------------------- one path, one file
 
 
+
+def _popen_to_files(cmd: list[str], out: Path, err: Path | None, **kwargs) -> subprocess.Popen:
+    """``cmd`` with its stdout in the file ``out`` and its stderr in ``err`` (None: with stdout); this
+    process's copies of the files are closed once the child has its own."""
+    with open(out, "wb") as stdout, open(err or os.devnull, "wb") as stderr:
+        return subprocess.Popen(cmd, stdout=stdout, stderr=stderr if err else subprocess.STDOUT, **kwargs)
+
 def test_stat_gives_one_inode_per_path_until_the_content_is_deleted(mount):
     _topic(mount)
     for path in VIEW_PATHS:
@@ -114,8 +121,8 @@ def test_tail_F_and_tail_f_follow_appends_rolls_and_idle_pauses(mount, tmp_path)
         # -s 0.1 --max-unchanged-stats=2: tail -F re-checks the name after 0.2 s
         # without change (the default is after 5 s), so the pauses below are
         # several times longer than its poll and re-open interval
-        proc = subprocess.Popen(["tail", "-n", "+1", mode, "-s", "0.1", "--max-unchanged-stats=2", "records"],
-                                cwd=mount / "t/0", stdout=open(out, "wb"), stderr=open(err, "wb"))
+        proc = _popen_to_files(["tail", "-n", "+1", mode, "-s", "0.1", "--max-unchanged-stats=2", "records"],
+                               out, err, cwd=mount / "t/0")
         followers[mode] = (proc, out, err)
     try:
         expected = _lines(1, 50)
@@ -145,9 +152,9 @@ def test_less_follow_mode_shows_appends(mount, tmp_path):
     _topic(mount, records=5)
     out = tmp_path / "less.out"
     # less +F needs a terminal: script(1) gives it a pty and copies the screen to out
-    proc = subprocess.Popen(["script", "-qfec", "less +F records", "/dev/null"], cwd=mount / "t/0",
-                            stdout=open(out, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env={**os.environ, "TERM": "dumb", "LESS": ""}, start_new_session=True)
+    proc = _popen_to_files(["script", "-qfec", "less +F records", "/dev/null"], out, None, cwd=mount / "t/0",
+                           stdin=subprocess.DEVNULL, env={**os.environ, "TERM": "dumb", "LESS": ""},
+                           start_new_session=True)
     try:
         wait_for(lambda: b"Waiting for data" in out.read_bytes(), what="less +F to follow")
         time.sleep(0.5)             # an idle pause while less polls the file
@@ -163,11 +170,10 @@ def test_less_follow_mode_shows_appends(mount, tmp_path):
 def test_tail_f_and_tail_F_read_on_across_a_deletion_without_a_record_twice(mount, tmp_path):
     _topic(mount, records=20)
     out, err = tmp_path / "f.out", tmp_path / "f.err"
-    proc = subprocess.Popen(["tail", "-n", "+1", "-f", "-s", "0.1", "records"], cwd=mount / "t/0",
-                            stdout=open(out, "wb"), stderr=open(err, "wb"))
+    proc = _popen_to_files(["tail", "-n", "+1", "-f", "-s", "0.1", "records"], out, err, cwd=mount / "t/0")
     out_F, err_F = tmp_path / "F.out", tmp_path / "F.err"
-    proc_F = subprocess.Popen(["tail", "-n", "+1", "-F", "-s", "0.1", "--max-unchanged-stats=2", "records"],
-                              cwd=mount / "t/0", stdout=open(out_F, "wb"), stderr=open(err_F, "wb"))
+    proc_F = _popen_to_files(["tail", "-n", "+1", "-F", "-s", "0.1", "--max-unchanged-stats=2", "records"],
+                             out_F, err_F, cwd=mount / "t/0")
     try:
         wait_for(lambda: out.read_bytes() == _lines(1, 20), what="tail -f")
         wait_for(lambda: out_F.read_bytes() == _lines(1, 20), what="tail -F")
