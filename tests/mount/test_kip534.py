@@ -44,6 +44,7 @@ from engine.records import (
 )
 from tests.conftest import Mount
 from tests.helpers import add_config, wait_for
+from tests.mount.test_mount_cleaner import CLEANER_OPTIONS
 
 RETENTION_MS = 60_000
 
@@ -272,15 +273,6 @@ def test_a_horizon_batch_reads_back_the_same_records_everywhere(spec, compressio
 
 
 # ------------------------------------------------------------------------------- the mount
-
-CLEANER_OPTIONS = {
-    "log.cleaner.backoff.ms": "50",
-    "log.initial.task.delay.ms": "0",
-    "internal.log.segment.bytes": "4096",
-    "log.index.interval.bytes": "512",
-    "log.cleaner.dedupe.buffer.size": str(1 << 20),
-    "num.partitions": "1",
-}
 
 
 def _rows(mount: Mount) -> list[dict]:
