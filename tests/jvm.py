@@ -107,7 +107,8 @@ def run_tool(main_class: str, *args: str, timeout: float = 300.0, check: bool = 
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick: safe beside parallel workers)."""
+    """A TCP port on 127.0.0.1 that nothing listens on now: the kernel's pick, never a fixed number, so
+    parallel workers (and other runs) get different ones."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
