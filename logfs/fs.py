@@ -44,7 +44,7 @@ serves them through the kernel's page cache instead, exactly:
   before the current one is answered), and the mount raises the kernel's
   readahead to 1 MiB (``cli._raise_readahead``, root only).
 
-``scripts/bench_reads.py`` measures both modes beside a plain file.  With
+``scripts/bench/bench_reads.py`` measures both modes beside a plain file.  With
 ``--page-cache`` a mapping (``mmap``) of a view reads its pages like ``read``;
 files served with ``direct_io`` refuse it with ENODEV.  A damaged batch fails
 a page-cache read whole (``ViewHandle._whole``): the good bytes before it

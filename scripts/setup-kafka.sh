@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/apt-install.sh
 
-# --- Apache Kafka, for the tests against a real broker and scripts/bench_kafka.py.
+# --- Apache Kafka, for the tests against a real broker and scripts/bench/bench_kafka.py.
 # The released jars (broker, KRaft storage tool, DumpLogSegments, the perf tools)
 # come from Maven Central through our recipe scripts/kafka/pom.xml, once, into a
 # cache outside the repo; tests/kafka_broker.py finds them there (or in
@@ -33,7 +33,7 @@ if [ ! -f "$kafka_libs/.complete" ]; then
 fi
 
 # --- Spark's own Kafka source (spark-sql-kafka-0-10), for the side-by-side tests of
-# the logfs source and scripts/bench_spark.py: its jars (without what PySpark ships)
+# the logfs source and scripts/bench/bench_spark.py: its jars (without what PySpark ships)
 # come from Maven Central through scripts/spark-kafka/pom.xml, once, into a cache
 # outside the repo; logfs.spark.kafka_jars finds them there (or in $LOGFS_SPARK_KAFKA_JARS).
 spark_kafka_version=$(sed -n 's:.*<spark.kafka.version>\(.*\)</spark.kafka.version>.*:\1:p' scripts/spark-kafka/pom.xml)

@@ -15,8 +15,8 @@ command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v mountpoint >/dev/null 2>&1 || need_apt+=(util-linux)
 command -v rsync >/dev/null 2>&1 || need_apt+=(rsync)      # the conformance tests run the everyday tools
 command -v less >/dev/null 2>&1 || need_apt+=(less)
-command -v vim >/dev/null 2>&1 || need_apt+=(vim)          # tests/test_mount_everyday.py saves with vim
-command -v emacs >/dev/null 2>&1 || need_apt+=(emacs-nox)  # tests/test_mount_refusals.py saves with emacs
+command -v vim >/dev/null 2>&1 || need_apt+=(vim)          # tests/mount/test_mount_everyday.py saves with vim
+command -v emacs >/dev/null 2>&1 || need_apt+=(emacs-nox)  # tests/mount/test_mount_refusals.py saves with emacs
 PY=${PYTHON:-python3}
 command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)          # the record kernels' C extension, and its headers:
 "$PY" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' \

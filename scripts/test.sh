@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what is missing, runs the linters (ruff, mypy, configured in
-# pyproject.toml), then the whole test suite (real FUSE mounts included).
+# pyproject.toml), then the whole test suite (real FUSE mounts included) on parallel workers.
 # Exits non-zero on any failure: a linter finding (after both linters ran, so
 # one run shows every finding), a failed test, and also when pytest collects no
 # tests at all (its exit code 5).
@@ -16,7 +16,10 @@ if [ "${#lint_failed[@]}" -gt 0 ]; then
     exit 1
 fi
 
-.venv/bin/python -m pytest -q --durations=25 tests "$@"   # the 25 slowest, to keep the suite short
+# One worker a core (pytest-xdist); a group of tests (tests/markers.py: the cluster and Spark tests, each module
+# with its own broker) runs on one worker. LOGFS_TEST_WORKERS=0 runs in this process alone.
+.venv/bin/python -m pytest -q -n "${LOGFS_TEST_WORKERS:-auto}" --dist loadgroup \
+    --durations=25 tests "$@"   # the 25 slowest, to keep the suite short
 status=$?
 if [ "$status" -eq 5 ]; then
     echo "test: pytest collected no tests" >&2

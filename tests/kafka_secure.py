@@ -31,7 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.kafka_broker import KafkaBroker, _free_port, run_tool
+from tests.jvm import free_port
+from tests.kafka_broker import KafkaBroker
 
 #: distinctive secrets, so a test can search the mount's log and argv for them
 ALICE_PASSWORD = "alice-Pw-5b1e9d"
@@ -96,7 +97,7 @@ class SecureKafkaBroker(KafkaBroker):
 
     def __init__(self, base: Path) -> None:
         self.certs = make_certificates(base / "certs")
-        self.ports = {name: _free_port() for name in ("SASL_PLAINTEXT", "SASL_SSL", "TLS", "MTLS", "NOHOST")}
+        self.ports = {name: free_port() for name in ("SASL_PLAINTEXT", "SASL_SSL", "TLS", "MTLS", "NOHOST")}
         super().__init__(base)
         listeners = {"PLAINTEXT": self.port, **self.ports}
         protocols = {"PLAINTEXT": "PLAINTEXT", "CONTROLLER": "PLAINTEXT", "SASL_PLAINTEXT": "SASL_PLAINTEXT",
@@ -153,19 +154,10 @@ class SecureKafkaBroker(KafkaBroker):
     def address(self, listener: str) -> str:
         return f"127.0.0.1:{self.ports[listener]}"
 
-    def format(self) -> None:
-        """``kafka-storage format --add-scram``: the SCRAM user exists from the first start (KRaft)."""
-        import base64
-        import uuid
-
-        self.config_file.write_text("".join(f"{k}={v}\n" for k, v in self.properties.items()))
-        cluster_id = "-"
-        while cluster_id.startswith("-"):
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        run_tool("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config_file),
-                 "--add-scram", f"SCRAM-SHA-512=[name=bob,password={BOB_PASSWORD}]",
-                 "--add-scram", f"SCRAM-SHA-512=[name=alice,password={ALICE_PASSWORD}]", "--ignore-formatted",
-                 base=self.base)
+    def format(self, *extra: str) -> None:
+        """``kafka-storage format --add-scram``: the SCRAM users exist from the first start (KRaft)."""
+        super().format("--add-scram", f"SCRAM-SHA-512=[name=bob,password={BOB_PASSWORD}]",
+                       "--add-scram", f"SCRAM-SHA-512=[name=alice,password={ALICE_PASSWORD}]", *extra)
 
 
 @pytest.fixture(scope="module")

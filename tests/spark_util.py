@@ -1,4 +1,4 @@
-"""Helpers for the Spark tests: a shared local SparkSession and appends through a mount.
+"""Helpers for the Spark tests: the one local SparkSession of a test process and appends through a mount.
 
 Everything here goes through the mount's files, as a user's program would:
 records are appended by writing lines to ``append`` files and read back through
@@ -14,11 +14,11 @@ import orjson
 import pytest
 
 from tests.helpers import wait_for
-from tests.kafka_broker import require_marker
+from tests.markers import require_marker
 
 
 def new_spark(app_name: str):
-    """A small local[2] SparkSession with the logfs source registered (one per test module)."""
+    """A small local[2] SparkSession with the logfs source registered (the ``spark`` fixture's)."""
     from logfs.spark import spark_session
 
     require_marker("spark", "a local SparkSession")
@@ -30,18 +30,18 @@ def new_spark(app_name: str):
     })
 
 
-def spark_fixture(app_name: str) -> Callable:
-    """A module's ``spark`` fixture: one local SparkSession (``new_spark``) for the whole module, logging errors
-    only, stopped after its last test.  ``spark = spark_fixture("logfs-test-...")`` at module level."""
+@pytest.fixture(scope="session", name="spark")
+def spark_session() -> Iterator:
+    """The one local SparkSession of a test process (an xdist worker), for every test that asks for ``spark``.
 
-    @pytest.fixture(scope="module", name="spark")
-    def spark() -> Iterator:
-        session = new_spark(app_name)
-        session.sparkContext.setLogLevel("ERROR")
-        yield session
-        session.stop()
-
-    return spark
+    A Spark application costs a JVM start and seconds of set-up; the modules that used one each now share
+    it (scripts/test.sh keeps every ``spark`` test on one worker, see tests/markers.py).  It logs errors
+    only, and stops when the process's last test is done.  Registered by ``pytest_plugins`` in conftest.
+    """
+    session = new_spark("logfs-tests")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
 
 
 def append_lines(mount: str, topic: str, lines: Sequence[bytes], partition: int | None = None,

@@ -69,7 +69,7 @@ class GilYield:
     waiting thread takes over; with ``pause=0`` that costs about a
     microsecond when nobody waits.  Measured on a clean of 200k records, the
     wake-up delay of a thread sleeping 1 ms in a loop went from p50 2-5 ms to
-    p50 0.2 ms with ``interval`` = 1 ms (scripts/bench_cleaner.py ``gil``).
+    p50 0.2 ms with ``interval`` = 1 ms (scripts/bench/bench_cleaner.py ``gil``).
     Called once per batch by the cleaner's loops.  With no other thread in
     the process (``threads()``, default ``threading.active_count``) it does
     not sleep: nobody waits for the GIL, and on a loaded machine the sleep

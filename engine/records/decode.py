@@ -397,7 +397,7 @@ def decode_columns(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None =
     """The records of the batch at ``pos`` as columns, without a Record object per record.
 
     Equal field for field to :func:`decode_batch` (the hypothesis test in
-    tests/test_records_columns.py proves it): the uniform-layout prefix comes
+    tests/unit/test_records_columns.py proves it): the uniform-layout prefix comes
     from the same values fast path, whose layout fixes offsets, timestamp, null
     keys and no headers, so those columns are built in bulk; anything else
     (keyed records, headers, other producers' batches) is decoded by the

@@ -11,7 +11,7 @@ from engine.errors import StorageError
 def spark_kafka_jars() -> list[str]:
     """The jars of Spark's ``kafka`` source (spark-sql-kafka-0-10) that ``scripts/setup-kafka.sh`` fetched.
 
-    For ``spark.jars`` when a job (a test, ``scripts/bench_spark.py``) reads a
+    For ``spark.jars`` when a job (a test, ``scripts/bench/bench_spark.py``) reads a
     Kafka broker with ``format("kafka")`` beside the mount.  They live in a
     cache outside the repo (``$LOGFS_SPARK_KAFKA_JARS``, else
     ``~/.cache/logfs/spark-sql-kafka-<version>/jars``); a missing install is an

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""The cost of opening a file of the mount: per-line shell appends and ``stat``.
+
+What a shell script or a per-line writer pays (issue 16): each
+``echo $i >> t/0/append`` walks the path, opens, writes and closes, and each
+``stat`` walks the path; the kernel caches the stable names and attributes
+(``STABLE_TIMEOUT_S`` in logfs/nodes.py), so those reach the mount only for
+the open, write, flush and release.  Printed beside the same operations on
+the data directory's own filesystem.
+
+    .venv/bin/python scripts/bench/bench_open.py [--lines 5000] [--stats 20000] [--keep]
+
+Goals: the shell loop at 2,000 lines/s or more, ``stat`` of ``append`` at
+0.1 ms or less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = ROOT / ".venv" / "bin" / "python"
+
+
+def _shell_loop(directory: Path, lines: int) -> float:
+    """Seconds for ``for i in 1..lines; do echo $i >> DIR/append; done`` in one bash."""
+    script = f"for ((i = 0; i < {lines}; i++)); do echo $i >> {directory}/append; done"
+    start = time.perf_counter()
+    subprocess.run(["bash", "-c", script], check=True)
+    return time.perf_counter() - start
+
+
+def _stats(path: Path, count: int) -> float:
+    """Mean seconds of one ``os.stat(path)`` (a path walk and a getattr)."""
+    start = time.perf_counter()
+    for _ in range(count):
+        os.stat(path)
+    return (time.perf_counter() - start) / count
+
+
+def _open_close(path: Path, count: int) -> float:
+    start = time.perf_counter()
+    for _ in range(count):
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+    return (time.perf_counter() - start) / count
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lines", type=int, default=5000, help="lines the shell loop appends")
+    parser.add_argument("--stats", type=int, default=20000, help="stat calls measured")
+    parser.add_argument("--dir", default=None, help="work directory (default: a new temp dir in $TMPDIR)")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+
+    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="logfs-bench-open-"))
+    mnt, data, disk = base / "mnt", base / "data", base / "disk"
+    for d in (mnt, data, disk):
+        d.mkdir(parents=True, exist_ok=True)
+    (disk / "append").touch()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}     # this checkout's logfs, whatever the venv has installed
+    log_file = open(base / "logfs.log", "wb")
+    proc = subprocess.Popen([str(PYTHON), "-m", "logfs", "mount", str(mnt), "--data-dir", str(data)],
+                            stdout=log_file, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while subprocess.run(["mountpoint", "-q", str(mnt)]).returncode != 0:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"mount failed:\n{(base / 'logfs.log').read_text()}")
+            time.sleep(0.05)
+        os.mkdir(mnt / "t")
+        target = mnt / "t" / "0"
+        rows = []
+        for name, where in (("disk", disk), ("mount", target)):
+            seconds = _shell_loop(where, args.lines)
+            rows.append((f"{name}: echo $i >> append, {args.lines} times", f"{args.lines / seconds:,.0f} lines/s"))
+            rows.append((f"{name}: stat append", f"{_stats(where / 'append', args.stats) * 1e3:.4f} ms"))
+            rows.append((f"{name}: open + close append", f"{_open_close(where / 'append', 2000) * 1e3:.4f} ms"))
+        appended = int(subprocess.run(["bash", "-c", f"wc -l < {target}/records"], capture_output=True,
+                                      check=True).stdout)
+        assert appended == args.lines, (appended, args.lines)
+        print(f"\ncpus={os.cpu_count()} load={os.getloadavg()[0]:.1f}")
+        print(f"{'operation':44} {'figure':>18}")
+        for name, figure in rows:
+            print(f"{name:44} {figure:>18}")
+        print("(goals: the mount's shell loop >= 2,000 lines/s, its stat <= 0.1 ms)")
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)])
+        proc.wait(timeout=120)
+        log_file.close()
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1130 @@
+#!/usr/bin/env python3
+"""Torture harness: crash a live logfs mount over and over and check that nothing acknowledged is lost.
+
+Each cycle mounts the data dir, runs concurrent writers (each appends batches
+of unique lines through its own ``append`` fd opened read-write, fsyncs, and
+reads back the ``<first> <last>`` offsets of its batches: only then are those
+records *acknowledged*), followers tailing ``records.jsonl``, random readers
+of ``offset/N``, and DeleteRecords (``before N``), while retention and the
+log cleaner work on small segments.  Then it crashes the mount with SIGKILL at
+a random moment (sometimes during startup, i.e. during recovery, or during a
+clean shutdown), remounts, and checks through the views:
+
+* every acknowledged record at or above the log start is present, once, at its
+  offset (compacted topic: the newest acknowledged record of each key is);
+* batches written but never acknowledged are all there or not at all;
+* offsets increase, no value appears twice, the log start never goes back
+  (and never below an acknowledged ``before N``);
+* followers never saw an offset twice or out of order, random readers never
+  read a wrong value.
+
+A committer writes consumer group commits to ``p/groups/<group>`` all along,
+most of them fsynced before the close: after a kill -9 each group's committed
+offset is its last closed commit (or a later one cut by the crash), after a
+power loss its last fsynced commit or a later one.
+
+With ``--power-loss`` the data dir is the mount point of
+``tests/harness/powerloss_fs.py``, a FUSE layer over ``<work dir>/backing`` that
+holds data writes and namespace changes in memory until their ``fsync`` (of
+the file, of the directory).  A crash cycle is then a power loss (``kill -9``
+of the mount, then the layer drops everything not durable, and restarts over
+what a disk would hold), or with ``--power-loss-rate`` below 1 sometimes a
+plain ``kill -9`` with the layer kept, so the remount times of the two can be
+compared; ``--torn-writes`` writes a random half of the dirty pages at each
+power loss.  The same checks follow.
+
+With ``--bootstrap-server HOST:PORT,...`` (a cluster without topics ``p``,
+``r``, ``c``) or ``--cluster`` (a 3-node KRaft cluster started in the work
+dir from tests/kafka_cluster.py) the mount is a cluster mount (SPEC.md
+section 10): the writers' records are acknowledged by the cluster
+(``acks=all``), the data dir is the mount's local replica, and the crashes
+(kill -9, power losses with ``--power-loss``) hit the replica.  The same
+checks follow with no allowance for a power loss: what the cluster
+acknowledged must be served after every remount, however the replica was
+torn, and the log start is the cluster's.
+
+Every ``--clean-every`` cycles (and at the end) the mount is instead shut down
+cleanly and the disk is checked with kafka-python (every batch's CRC), against
+the views read just before, and with ``logfs check`` (no problem allowed).
+
+Prints cycles, acknowledged, lost, duplicated, recovery time, faults injected
+by kind and the mount's peak memory; exits 1 if anything was lost, duplicated,
+misplaced or inconsistent.  The defaults run in well under a minute (CI);
+``--duration 3600`` runs for an hour.
+
+    .venv/bin/python tests/harness/torture.py                  # CI defaults
+    .venv/bin/python tests/harness/torture.py --duration 600 --writers 6 --json
+    .venv/bin/python tests/harness/torture.py --power-loss --power-loss-rate 0.5
+    .venv/bin/python tests/harness/torture.py --cluster --power-loss      # the local replica of a cluster mount
+    .venv/bin/python tests/harness/torture.py --power-loss --fd-limit 64  # segment files closed and reopened
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import errno
+import json
+import os
+import random
+import re
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+#: ``python -m logfs`` with this interpreter: the work tree's code, whatever the venv's entry script is
+LOGFS = [sys.executable, "-m", "logfs"]
+#: the power-loss layer, run under this interpreter
+POWERLOSS_FS = [sys.executable, str(ROOT / "tests" / "harness" / "powerloss_fs.py")]
+
+#: topic -> (partitions, topic config lines): retention by size, by time, compaction
+TOPICS = {
+    "p": (2, b"retention.bytes=262144\n"),
+    "r": (1, b"retention.ms=4000\n"),
+    "c": (1, b"cleanup.policy=compact\nparse.key=true\nmin.cleanable.dirty.ratio=0.05\ninternal.segment.bytes=8192\n"),
+}
+#: the same on a cluster mount: the configs are the cluster's (segment.bytes below Kafka's 1 MiB minimum is
+#: refused there; retention runs on the brokers' schedule), parse.key is the mount's own
+CLUSTER_TOPICS = {
+    "p": (2, b"retention.bytes=262144\n"),
+    "r": (1, b"retention.ms=4000\n"),
+    "c": (1, b"cleanup.policy=compact\nparse.key=true\nmin.cleanable.dirty.ratio=0.05\n"),
+}
+KEYS = 40                                  # distinct keys of the compacted topic
+BATCH_HEADER = 61
+
+
+def _varint_size(n: int) -> int:
+    zigzag, size = n << 1, 1
+    while zigzag >= 0x80:
+        zigzag >>= 7
+        size += 1
+    return size
+
+
+def batch_size(values: list[str]) -> int:
+    """The bytes of the batch the mount encodes for an unkeyed write of ``values`` (the v2 record format):
+    a write larger than ``segment.bytes`` is appended as several batches."""
+    size = BATCH_HEADER
+    for i, value in enumerate(values):
+        n = len(value.encode())
+        body = 4 + _varint_size(i) + _varint_size(n) + n        # attributes, timestamp, key, headers: 1 each
+        size += _varint_size(body) + body
+    return size
+
+BROKER = {
+    "num.partitions": "1",
+    "internal.log.segment.bytes": "16384",
+    "log.initial.task.delay.ms": "100",
+    "log.retention.check.interval.ms": "250",
+    "log.segment.delete.delay.ms": "400",
+    "log.flush.offset.checkpoint.interval.ms": "500",
+    "log.flush.start.offset.checkpoint.interval.ms": "500",
+    "log.cleaner.backoff.ms": "250",
+    "log.cleaner.min.compaction.lag.ms": "0",
+}
+
+DEAD = {errno.ENOTCONN, errno.ECONNABORTED, errno.ENODEV, errno.EIO, errno.EBADF}
+
+
+def _is_mounted(path: Path) -> bool:
+    return subprocess.run(["mountpoint", "-q", str(path)]).returncode == 0
+
+
+def _unmount(path: Path, timeout: float = 120.0) -> None:
+    """``fusermount3 -u`` until it takes (a busy mount refuses while a request is in flight), at most ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while _is_mounted(path) and time.monotonic() < deadline:
+        if subprocess.run(["fusermount3", "-u", str(path)], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.1)
+
+
+@dataclass
+class Partition:
+    """What the harness knows of one partition."""
+
+    name: str                                            # "p/0"
+    #: offset -> value, acknowledged by fsync (a cluster mount: by write(), the cluster acknowledged it)
+    acked: dict[int, str] = field(default_factory=dict)
+    unacked: list[list[str]] = field(default_factory=list)   # batches written, never acknowledged
+    max_start: int = 0                                   # highest log start offset ever observed
+    deleted_before: int = 0                              # highest acknowledged `before N`
+    keys: dict[str, str] = field(default_factory=dict)   # value -> key (compacted topic)
+    #: offsets of `acked` that were never fsynced: unacknowledged batches found whole after a recovery
+    #: (a kill -9 keeps them in the page cache; a power loss may still take them, until an fsync covers them)
+    promoted: set[int] = field(default_factory=set)
+    gone: bool = False                                   # its directory vanished (reported once)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def compacted(self) -> bool:
+        return self.name.startswith("c/")
+
+
+@dataclass
+class GroupCommits:
+    """One consumer group's commits on ``p`` partition 0, written to ``p/groups/<group>``."""
+
+    group: str
+    #: the last commit whose fsync() returned (None: none yet): a power loss must keep it
+    synced: int | None = None
+    #: the last commit whose close() returned: a kill -9 must keep it
+    closed: int | None = None
+    #: commits written since ``synced``/``closed`` whose fate is open (not fsynced, or cut by the crash):
+    #: any of them may be what a remount shows, as a flush for another group may have covered them
+    since_synced: list[int] = field(default_factory=list)
+    since_closed: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Totals:
+    cycles: int = 0
+    acknowledged: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    misplaced: int = 0
+    partial_batches: int = 0
+    split_prefixes: int = 0     # unacknowledged writes over segment.bytes found cut after a batch
+    start_went_back: int = 0
+    retention_undone_by_power_loss: int = 0
+    recovered_unflushed_dropped: int = 0
+    reader_errors: int = 0
+    follower_errors: int = 0
+    disk_errors: int = 0
+    check_problems: int = 0
+    retained: int = 0
+    unacked_present: int = 0
+    unacked_absent: int = 0
+    faults: collections.Counter = field(default_factory=collections.Counter)
+    recovery_s: list[float] = field(default_factory=list)
+    #: crash kind ("kill-9", "power-loss") -> [(seconds until the mount answered, the mount's own load ms,
+    #: index files it found corrupt and rebuilt, 1 if it skipped recovery on a clean-shutdown marker)]
+    remounts: dict[str, list[tuple[float, int, int, int]]] = field(
+        default_factory=lambda: collections.defaultdict(list))
+    context: str = ""                       # what the failures found now follow ("after power-loss")
+    peak_rss_kb: int = 0
+    commits_synced: int = 0     # group commits acknowledged by fsync()
+    commits_lost: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    def fail(self, message: str) -> None:
+        if self.context:
+            message = f"{message} [{self.context}]"
+        if len(self.failures) < 50:
+            self.failures.append(message)
+        print(f"  FAIL {message}", file=sys.stderr, flush=True)
+
+
+class Torture:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.rng = random.Random(args.seed)
+        self.work = Path(args.work_dir or tempfile.mkdtemp(prefix="logfs-torture-"))
+        self.mnt = self.work / "mnt"
+        self.data = Path(args.data_dir) if args.data_dir else self.work / "data"
+        self.log_path = self.work / "logfs.log"
+        self.mnt.mkdir(parents=True, exist_ok=True)
+        self.data.mkdir(parents=True, exist_ok=True)
+        #: --power-loss: the durable state under the data dir (the data dir is the layer's mount point)
+        self.backing = self.work / "backing"
+        self.layer_log = self.work / "powerloss_fs.log"
+        self.layer: subprocess.Popen | None = None
+        self.lost_power = False               # a power loss since the last check_views()
+        self.proc: subprocess.Popen | None = None
+        self.totals = Totals()
+        #: --bootstrap-server/--cluster: a cluster mount, the data dir its local replica
+        self.bootstrap: str | None = args.bootstrap_server
+        self.topics = CLUSTER_TOPICS if self.bootstrap else TOPICS
+        self.parts = {f"{t}/{p}": Partition(f"{t}/{p}") for t, (n, _) in self.topics.items() for p in range(n)}
+        self.seq = 0
+        self.seq_lock = threading.Lock()
+        #: consumer groups committing on p/0 (an embedded mount: its own coordinator writes __consumer_offsets)
+        self.groups = [] if self.bootstrap else [GroupCommits(f"g{i}") for i in range(3)]
+        self.groups_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ mount process
+
+    def _spawn(self) -> None:
+        cmd = [*LOGFS, "mount", str(self.mnt), "--data-dir", str(self.data)]
+        if self.bootstrap:
+            # the broker settings below configure the local replica (small segments: many rolls to tear)
+            cmd += ["--bootstrap-server", self.bootstrap]
+        broker = {**BROKER, "internal.log.segment.bytes": str(self.args.segment_bytes)}
+        if self.args.power_loss:
+            # Kafka's default checkpoint intervals: a checkpoint's fsync of the data dir must not be
+            # what makes a missing fsync harmless
+            broker["log.flush.offset.checkpoint.interval.ms"] = str(self.args.checkpoint_ms)
+            broker["log.flush.start.offset.checkpoint.interval.ms"] = str(self.args.checkpoint_ms)
+        for name, value in broker.items():
+            cmd += ["-o", f"{name}={value}"]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        limit = None
+        if self.args.fd_limit:
+            # the mount's descriptor budget is three quarters of it (engine.file_cache): segment files and
+            # index maps are closed and reopened all the time
+            def limit() -> None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (self.args.fd_limit, self.args.fd_limit))
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=limit)
+
+    def start(self, timeout: float = 120.0) -> float:
+        """Mount; returns the seconds until the mount answered (recovery included).
+
+        ``self.last_load_ms`` is then the mount's own figure for loading the logs (its summary line).
+        """
+        if self.args.power_loss and self.layer is None:
+            self.start_layer()
+        log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        started = time.monotonic()
+        self._spawn()
+        while not _is_mounted(self.mnt):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"logfs mount exited with {self.proc.returncode}; see {self.log_path}")
+            if time.monotonic() - started > timeout:
+                raise RuntimeError(f"logfs mount not ready after {timeout}s; see {self.log_path}")
+            time.sleep(0.01)
+        elapsed = time.monotonic() - started
+        with open(self.log_path, "rb") as log:
+            log.seek(log_start)
+            text = log.read()
+        found = re.findall(rb"loaded \d+ logs from .* in (\d+) ms", text)
+        self.last_load_ms = int(found[-1]) if found else -1
+        self.last_index_rebuilds = text.count(b"Found a corrupted index file")
+        self.last_skipped_recovery = int(b"since clean shutdown file was found" in text)
+        return elapsed
+
+    # ------------------------------------------------------------------ the power-loss layer
+
+    def start_layer(self, timeout: float = 60.0) -> None:
+        """Mount tests/harness/powerloss_fs.py on the data dir, over the backing dir (what the disk holds)."""
+        self.backing.mkdir(parents=True, exist_ok=True)
+        cmd = [*POWERLOSS_FS, str(self.backing), str(self.data)]
+        if self.args.torn_writes:
+            cmd += ["--torn-writes", "--seed", str(self.rng.randrange(1 << 30))]
+        if self.args.lying_fsync:
+            cmd.append("--lying-fsync")
+        with open(self.layer_log, "ab") as log:
+            self.layer = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        started = time.monotonic()
+        while not _is_mounted(self.data):
+            if self.layer.poll() is not None:
+                raise RuntimeError(f"powerloss_fs exited with {self.layer.returncode}; see {self.layer_log}")
+            if time.monotonic() - started > timeout:
+                raise RuntimeError(f"powerloss_fs not mounted after {timeout}s; see {self.layer_log}")
+            time.sleep(0.01)
+
+    def power_loss(self) -> None:
+        """The machine loses power: the mount dies (kill -9), then the layer drops all that is not durable."""
+        self.kill()
+        if self.layer is None:
+            return
+        self.layer.send_signal(signal.SIGUSR1)
+        code = self.layer.wait(timeout=120)
+        self.layer = None
+        if code != 0:
+            self.totals.fail(f"powerloss_fs exited with {code} at a power loss; see {self.layer_log}")
+        subprocess.run(["fusermount3", "-uz", str(self.data)], capture_output=True)
+
+    def stop_layer(self) -> None:
+        """An orderly power-off of the layer: everything made durable, then unmounted."""
+        if self.layer is None:
+            return
+        _unmount(self.data)
+        code = self.layer.wait(timeout=120)
+        self.layer = None
+        if code != 0:
+            self.totals.fail(f"powerloss_fs exited with {code} at its shutdown; see {self.layer_log}")
+
+    def crash(self, lose_power: bool) -> None:
+        """kill -9 of the mount, or a power loss."""
+        if lose_power:
+            self.power_loss()
+            self.lost_power = True
+        else:
+            self.kill()
+
+    def _note_memory(self) -> None:
+        try:
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    self.totals.peak_rss_kb = max(self.totals.peak_rss_kb, int(line.split()[1]))
+        except OSError:
+            pass
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self._note_memory()
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+            self.proc = None
+        subprocess.run(["fusermount3", "-uz", str(self.mnt)], capture_output=True)
+
+    def stop(self) -> None:
+        """Clean unmount; the mount flushes, checkpoints and writes its clean-shutdown marker."""
+        self._note_memory()
+        _unmount(self.mnt)
+        code = self.proc.wait(timeout=120)
+        self.proc = None
+        if code != 0:
+            self.totals.fail(f"clean shutdown exited with {code}")
+
+    # ------------------------------------------------------------------ setup
+
+    def create_topics(self) -> None:
+        for topic, (partitions, config) in self.topics.items():
+            if self.bootstrap and (self.mnt / topic).exists():
+                raise RuntimeError(f"the cluster at {self.bootstrap} already has a topic {topic}: the harness "
+                                   "needs a cluster without topics p, r and c (or --cluster)")
+            if not (self.mnt / topic).exists():
+                (self.mnt / topic).mkdir()
+                with open(self.mnt / topic / "config", "ab") as f:    # >>: added to what the topic has
+                    f.write(config)
+            for p in range(1, partitions):
+                if not (self.mnt / topic / str(p)).exists():
+                    (self.mnt / topic / str(p)).mkdir()
+
+    # ------------------------------------------------------------------ traffic
+
+    def _next_seq(self) -> int:
+        with self.seq_lock:
+            self.seq += 1
+            return self.seq
+
+    def writer(self, wid: int, part: Partition, stop: threading.Event) -> None:
+        rng = random.Random(self.rng.random())
+        try:
+            fd = os.open(self.mnt / part.name / "append", os.O_RDWR)
+        except OSError:
+            return
+        written: list[list[str]] = []
+        replies = b""
+        try:
+            while not stop.is_set():
+                # one write in ten is a block of 4 KiB and more: the compiled encoding of whole
+                # lines (Log.append_text_lines)
+                count = rng.randint(1, 30) if rng.random() < 0.9 else rng.randint(400, 1200)
+                values = [f"w{wid}-{self._next_seq()}" for _ in range(count)]
+                if part.compacted:
+                    keys = [f"k{rng.randrange(KEYS)}" for _ in values]
+                    with part.lock:
+                        part.keys.update(zip(values, keys))
+                    payload = "".join(f"{k}\t{v}\n" for k, v in zip(keys, values)).encode()
+                else:
+                    payload = "".join(f"{v}\n" for v in values).encode()
+                os.write(fd, payload)
+                written.append(values)
+                if rng.random() < 0.4:
+                    if not self.bootstrap:
+                        os.fsync(fd)    # a cluster mount's write() returned once the cluster acknowledged
+                    while replies.count(b"\n") < len(written):
+                        chunk = os.read(fd, 65536)
+                        if not chunk:
+                            raise RuntimeError(f"{part.name}: {len(written)} batches but fewer offset replies")
+                        replies += chunk
+                    lines, replies = replies.split(b"\n"), b""
+                    acks = [tuple(map(int, line.split())) for line in lines if line]
+                    with part.lock:
+                        for values_, (first, last) in zip(written, acks):
+                            if last - first + 1 != len(values_):
+                                self.totals.fail(f"{part.name}: batch of {len(values_)} acknowledged as "
+                                                 f"{first}..{last}")
+                            for i, value in enumerate(values_):
+                                previous = part.acked.get(first + i)
+                                if previous is not None and previous != value:
+                                    self.totals.duplicated += 1
+                                    self.totals.fail(f"{part.name}: offset {first + i} acknowledged twice "
+                                                     f"({previous!r}, then {value!r})")
+                                part.acked[first + i] = value
+                            self.totals.acknowledged += len(values_)
+                        if part.promoted and acks:
+                            # the fsync flushed the log up to its end: what was found after a recovery too
+                            covered = max(last for _, last in acks)
+                            part.promoted = {o for o in part.promoted if o > covered}
+                    written = []
+        except OSError as exc:
+            if exc.errno not in DEAD:
+                self.totals.fail(f"{part.name}: writer {wid}: {exc}")
+        except RuntimeError as exc:
+            self.totals.fail(str(exc))
+        finally:
+            with part.lock:
+                part.unacked.extend(written)
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def committer(self, stop: threading.Event) -> None:
+        """Commits of the groups on ``p/0`` through ``p/groups/<group>``: most fsynced before the close.
+
+        A commit whose ``fsync()`` returned must survive a power loss; one whose ``close()`` returned
+        must survive a kill -9 (docs/usage.md, "Consumer groups").
+        """
+        rng = random.Random(self.rng.random())
+        part = self.parts["p/0"]
+        while not stop.wait(rng.uniform(0.0, 0.03)):
+            commits = rng.choice(self.groups)
+            with part.lock:
+                top = max(part.acked, default=-1) + 1
+            offset = rng.randint(0, top)
+            sync = rng.random() < 0.7
+            with self.groups_lock:
+                commits.since_synced.append(offset)
+                commits.since_closed.append(offset)
+            try:
+                fd = os.open(self.mnt / "p" / "groups" / commits.group, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            except OSError:
+                return          # the mount is gone (the crash): the traffic ends
+            try:
+                os.write(fd, b"0 %d\n" % offset)
+                if sync:
+                    os.fsync(fd)
+                    with self.groups_lock:
+                        commits.synced, commits.since_synced = offset, []
+                        self.totals.commits_synced += 1
+            except OSError as exc:
+                if exc.errno not in DEAD:
+                    self.totals.fail(f"p/groups/{commits.group}: commit of {offset}: {exc}")
+                return
+            finally:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+                else:
+                    with self.groups_lock:
+                        commits.closed, commits.since_closed = offset, []
+
+    def check_groups(self, tolerant: bool) -> None:
+        """Each group's committed offset on p/0 after a remount: its last fsynced commit or a later one
+        (after a power loss, ``tolerant``), its last closed commit or a later one (after a kill -9)."""
+        for commits in self.groups:
+            try:
+                text = (self.mnt / "p" / "groups" / commits.group).read_text()
+            except FileNotFoundError:
+                text = ""
+            rows = [line.split() for line in text.splitlines()]
+            shown = next((int(row[1]) for row in rows if row and row[0] == "0"), -1)
+            committed = None if shown < 0 else shown
+            with self.groups_lock:
+                base, later = ((commits.synced, commits.since_synced) if tolerant
+                               else (commits.closed, commits.since_closed))
+                allowed = {base, *later}
+                if committed not in allowed:
+                    self.totals.commits_lost += 1
+                    self.totals.fail(f"p/groups/{commits.group}: committed offset {committed}, expected "
+                                     f"{base} or a later commit {later} "
+                                     f"({'fsynced' if tolerant else 'closed'} before the crash)")
+                commits.synced = commits.closed = committed     # what the mount holds now
+                commits.since_synced, commits.since_closed = [], []
+
+    def follower(self, part: Partition, stop: threading.Event) -> None:
+        try:
+            f = open(self.mnt / part.name / "records.jsonl", "rb", buffering=0)
+        except OSError:
+            return
+        last, buffer = -1, b""
+        try:
+            while not stop.is_set():
+                chunk = f.read(1 << 16)
+                if not chunk:
+                    time.sleep(0.02)
+                    continue
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    offset = json.loads(line)["offset"]
+                    if offset <= last:
+                        self.totals.follower_errors += 1
+                        self.totals.fail(f"{part.name}: follower read offset {offset} after {last}")
+                    last = offset
+        except OSError:
+            pass
+        finally:
+            try:
+                f.close()
+            except OSError:
+                pass
+
+    def reader(self, stop: threading.Event) -> None:
+        rng = random.Random(self.rng.random())
+        plain = [p for p in self.parts.values() if not p.compacted]
+        while not stop.is_set():
+            part = rng.choice(plain)
+            with part.lock:
+                if not part.acked:
+                    offset = None
+                else:
+                    offset = rng.choice(list(part.acked)[-2000:])
+                    expected = part.acked[offset]
+            if offset is None:
+                time.sleep(0.02)
+                continue
+            try:
+                got = (self.mnt / part.name / "offset" / str(offset)).read_bytes()
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    continue                 # below the log start now (retention, DeleteRecords)
+                if exc.errno in DEAD:
+                    return
+                self.totals.reader_errors += 1
+                self.totals.fail(f"{part.name}: offset/{offset}: {exc}")
+                continue
+            if got != expected.encode() + b"\n":
+                self.totals.reader_errors += 1
+                self.totals.fail(f"{part.name}: offset/{offset} read {got[:60]!r}, acknowledged {expected!r}")
+
+    def deleter(self, stop: threading.Event) -> None:
+        """DeleteRecords on ``r/0`` now and then: once acknowledged, the log start never goes below it."""
+        rng = random.Random(self.rng.random())
+        part = self.parts["r/0"]
+        while not stop.wait(rng.uniform(0.2, 0.8)):
+            try:
+                state = json.loads((self.mnt / "r/0/state").read_bytes())
+                start, end = state["log_start_offset"], state["log_end_offset"]
+                part.max_start = max(part.max_start, start)       # observed: no crash may take it back
+                if end <= start:
+                    continue
+                target = rng.randint(start, start + (end - start) // 3)
+                (self.mnt / "r/0/delete").write_bytes(b"before %d\n" % target)
+            except OSError:
+                return
+            part.deleted_before = max(part.deleted_before, target)
+            self.totals.faults["delete-records"] += 1
+
+    def new_topic(self, cycle: int) -> Partition | None:
+        """A topic created now (``n<cycle>``, one partition), right before a crash (see run()).
+
+        Its first records are acknowledged at once: under --power-loss this checks that a new
+        partition directory is durable before its records are acknowledged.
+        """
+        name = f"n{cycle}"
+        try:
+            (self.mnt / name).mkdir()
+        except OSError as exc:
+            self.totals.fail(f"mkdir {name}: {exc}")
+            return None
+        part = self.parts[f"{name}/0"] = Partition(f"{name}/0")
+        self.totals.faults["new-topic"] += 1
+        return part
+
+    def write_acked_batch(self, part: Partition) -> None:
+        """One batch appended to ``part`` and fsynced; acknowledged once its offsets are read back."""
+        values = [f"n-{self._next_seq()}" for _ in range(5)]
+        try:
+            fd = os.open(self.mnt / part.name / "append", os.O_RDWR)
+        except OSError as exc:
+            self.totals.fail(f"{part.name}: open append: {exc}")
+            return
+        try:
+            os.write(fd, "".join(f"{v}\n" for v in values).encode())
+            if not self.bootstrap:
+                os.fsync(fd)
+            reply = b""
+            while not reply.endswith(b"\n"):
+                chunk = os.read(fd, 100)
+                if not chunk:
+                    raise OSError(errno.EIO, "no offset reply")
+                reply += chunk
+        except OSError as exc:
+            with part.lock:
+                part.unacked.append(values)
+            self.totals.fail(f"{part.name}: acknowledged batch: {exc}")
+            return
+        finally:
+            os.close(fd)
+        first, last = map(int, reply.split())
+        with part.lock:
+            for i, value in enumerate(values):
+                part.acked[first + i] = value
+            self.totals.acknowledged += len(values)
+
+    def traffic(self, seconds: float, cycle: int = 0) -> list[threading.Thread]:
+        stop = threading.Event()
+        targets = [p for p in self.parts.values() if not p.name.startswith("n")]
+        threads = [threading.Thread(target=self.writer, args=(i, targets[i % len(targets)], stop), daemon=True)
+                   for i in range(self.args.writers)]
+        threads += [threading.Thread(target=self.follower, args=(p, stop), daemon=True)
+                    for p in list(self.parts.values())[:self.args.followers]]
+        threads += [threading.Thread(target=self.reader, args=(stop,), daemon=True)
+                    for _ in range(self.args.readers)]
+        threads.append(threading.Thread(target=self.deleter, args=(stop,), daemon=True))
+        if self.groups:
+            threads.append(threading.Thread(target=self.committer, args=(stop,), daemon=True))
+        for t in threads:
+            t.start()
+        self._stop_event = stop
+        return threads
+
+    def end_traffic(self, threads: list[threading.Thread]) -> None:
+        self._stop_event.set()
+        for t in threads:
+            t.join(timeout=60)
+            if t.is_alive():
+                self.totals.fail(f"thread {t.name} still blocked 60 s after the traffic stopped")
+
+    # ------------------------------------------------------------------ checks
+
+    def read_view(self, part: Partition) -> tuple[int, list[tuple[int, str | None, str]]]:
+        """(log start offset, [(offset, key, value)]) of a partition, through the mount.
+
+        A partition that is gone (a power loss took its directory) reads as empty: its records count as lost.
+        """
+        if not (self.mnt / part.name).exists():
+            if not part.gone:
+                self.totals.fail(f"{part.name}: the partition is gone")
+            part.gone = True
+            return 0, []
+        with open(self.mnt / part.name / "records.jsonl", "rb") as f:
+            state = json.loads((self.mnt / part.name / "state").read_bytes())   # after the view is anchored
+            records = [json.loads(line) for line in f.read().splitlines()]
+        return state["log_start_offset"], [(r["offset"], r.get("key"), r["value"]) for r in records]
+
+    def check_views(self) -> dict[str, dict[int, str]]:
+        """The checks after a (re)mount, with no traffic; returns each partition's records by offset."""
+        snapshot = {}
+        seen_values: set[str] = set()
+        for part in self.parts.values():
+            start, records = self.read_view(part)
+            t = self.totals
+            # a cluster mount's replica serves the cluster's log start and records, whatever a power loss took
+            tolerant = self.lost_power and not self.bootstrap
+            if start < part.max_start and tolerant and start >= part.deleted_before:
+                # Retention moved the log start (nobody acknowledged that) and the power loss undid the
+                # deletion: counted, not a failure; an acknowledged `before N` must hold (below).
+                t.retention_undone_by_power_loss += 1
+                print(f"  note: {part.name}: log start {start} went back from {part.max_start} "
+                      f"after a power loss [{t.context}]", file=sys.stderr, flush=True)
+            elif start < part.max_start:
+                t.start_went_back += 1
+                t.fail(f"{part.name}: log start {start} went back from {part.max_start}")
+            if start < part.deleted_before:
+                t.start_went_back += 1
+                t.fail(f"{part.name}: log start {start} below the acknowledged `before {part.deleted_before}`")
+            part.max_start = max(part.max_start, start)
+            by_offset: dict[int, str] = {}
+            at_value: dict[str, int] = {}
+            last = -1
+            for offset, _key, value in records:
+                if offset <= last:
+                    t.misplaced += 1
+                    t.fail(f"{part.name}: offset {offset} after {last} in records.jsonl")
+                last = offset
+                if value in seen_values:
+                    t.duplicated += 1
+                    t.fail(f"{part.name}: value {value!r} present twice")
+                seen_values.add(value)
+                by_offset[offset] = value
+                at_value[value] = offset
+            snapshot[part.name] = by_offset
+            with part.lock:
+                if tolerant and part.promoted:
+                    # found after an earlier recovery, never fsynced: a power loss may take them (Kafka's
+                    # recovery does not flush either); counted, not a failure
+                    for offset in sorted(part.promoted):
+                        if offset in part.acked and by_offset.get(offset) != part.acked[offset]:
+                            del part.acked[offset]
+                            part.promoted.discard(offset)
+                            t.recovered_unflushed_dropped += 1
+                # acknowledged records
+                if part.compacted:
+                    self._check_compacted(part, by_offset, start)
+                else:
+                    gone: list[int] = []
+                    for offset, value in part.acked.items():
+                        if offset < start:
+                            continue
+                        got = by_offset.get(offset)
+                        if got == value:
+                            continue
+                        if value in at_value:
+                            t.misplaced += 1
+                            t.fail(f"{part.name}: acknowledged {value!r} at {at_value[value]}, not at {offset}")
+                        else:
+                            t.lost += 1
+                            t.fail(f"{part.name}: acknowledged record {offset} ({value!r}) lost")
+                            gone.append(offset)
+                    for offset in gone:             # counted once, not again at every later check
+                        del part.acked[offset]
+                # unacknowledged batches: all or nothing, contiguous
+                for batch in part.unacked:
+                    present = [at_value[v] for v in batch if v in at_value]
+                    if not present:
+                        t.unacked_absent += 1
+                        continue
+                    complete = len(present) == len(batch) and present == list(range(present[0],
+                                                                                   present[0] + len(batch)))
+                    # `before N` may cut a batch: then its tail is there, from the log start on
+                    view_first = min(by_offset) if by_offset else start
+                    cut = (present[0] in (start, view_first)
+                           and present == list(range(present[0], present[0] + len(present)))
+                           and batch[-len(present):] == [by_offset[o] for o in present])
+                    # a write over segment.bytes is several batches (docs/usage.md, "Writing"): a crash between
+                    # them leaves a prefix of it, in order and contiguous
+                    may_split = not self.bootstrap and batch_size(batch) > self.args.segment_bytes
+                    prefix = (may_split and present == list(range(present[0], present[0] + len(present)))
+                              and [by_offset[o] for o in present] == batch[:len(present)])
+                    if prefix and not complete:
+                        t.split_prefixes += 1
+                    if not complete and not part.compacted and not cut and not prefix:
+                        t.partial_batches += 1
+                        t.fail(f"{part.name}: unacknowledged batch of {len(batch)} half there: {present}")
+                    t.unacked_present += 1
+                    for value, offset in zip(batch, present) if complete else ():
+                        part.acked[offset] = value          # seen after recovery: held to it from now on
+                        part.promoted.add(offset)
+                part.unacked = []
+                # records below the log start are gone by design (retention, DeleteRecords): stop tracking them
+                for offset in [o for o in part.acked if o < start]:
+                    del part.acked[offset]
+                    t.retained += 1
+        self.check_groups(self.lost_power)
+        self.lost_power = False
+        return snapshot
+
+    def _check_compacted(self, part: Partition, by_offset: dict[int, str], start: int) -> None:
+        """Compaction keeps the newest record of each key: the newest acknowledged one, or a later one."""
+        t = self.totals
+        for offset, value in by_offset.items():
+            expected = part.acked.get(offset)
+            if expected is not None and expected != value:
+                t.misplaced += 1
+                t.fail(f"{part.name}: offset {offset} holds {value!r}, acknowledged {expected!r}")
+        newest_acked: dict[str, int] = {}
+        for offset, value in part.acked.items():
+            key = part.keys[value]
+            newest_acked[key] = max(newest_acked.get(key, -1), offset)
+        newest_present: dict[str, int] = {}
+        for offset, value in by_offset.items():
+            key = part.keys.get(value)
+            if key is not None:
+                newest_present[key] = max(newest_present.get(key, -1), offset)
+        for key, offset in newest_acked.items():
+            if by_offset.get(offset) == part.acked[offset] or newest_present.get(key, -1) > offset or offset < start:
+                continue
+            t.lost += 1
+            t.fail(f"{part.name}: the newest acknowledged record of key {key} ({offset}) is gone")
+        # older records of a key may be compacted away: only the newest acknowledged ones stay tracked
+        keep = set(newest_acked.values())
+        for offset in [o for o in part.acked if o not in keep]:
+            del part.acked[offset]
+        live = set(part.acked.values()) | set(by_offset.values())
+        part.keys = {v: k for v, k in part.keys.items() if v in live}
+
+    def check_disk(self, views: dict[str, dict[int, str]]) -> None:
+        """After a clean shutdown: kafka-python decodes every batch (CRC), the disk matches the views."""
+        from kafka.record.memory_records import MemoryRecords
+
+        t = self.totals
+        for part in self.parts.values():
+            topic, p = part.name.split("/")
+            pdir = self.data / f"{topic}-{p}"
+            disk: dict[int, str] = {}
+            for name in sorted(os.listdir(pdir)) if pdir.exists() else ():
+                if not name.endswith(".log"):
+                    continue
+                records = MemoryRecords((pdir / name).read_bytes())
+                while (batch := records.next_batch()) is not None:
+                    if not batch.validate_crc():
+                        t.disk_errors += 1
+                        t.fail(f"{pdir / name}: CRC mismatch at offset {batch.base_offset} (kafka-python)")
+                        continue
+                    for record in batch:
+                        disk[record.offset] = record.value.decode()
+            view = views[part.name]
+            start = min(view) if view else None
+            for offset, value in disk.items():
+                if start is not None and offset >= start and view.get(offset) != value:
+                    t.disk_errors += 1
+                    t.fail(f"{part.name}: disk has {value!r} at {offset}, the view had {view.get(offset)!r}")
+            if not part.compacted and view:
+                disk_start = min(disk) if disk else None
+                missing = [o for o in view if disk_start is not None and o >= disk_start and o not in disk]
+                if missing:
+                    t.disk_errors += 1
+                    t.fail(f"{part.name}: {len(missing)} records of the view are not on disk, e.g. {missing[:3]}")
+        result = subprocess.run([*LOGFS, "check", str(self.data)], capture_output=True, text=True,
+                                env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        problems = [line for line in result.stdout.splitlines() if line.strip()]
+        if result.returncode != 0 or problems:
+            t.check_problems += max(1, len(problems))
+            t.fail(f"logfs check after a clean shutdown: {problems[:5]}")
+
+    def damage(self) -> bool:
+        """Self-test of the checks: cut p/0's newest acknowledged record off its segment behind logfs' back.
+
+        Returns False when nothing is acknowledged yet (try again after the next crash).
+        """
+        part = self.parts["p/0"]
+        if not part.acked:
+            return False
+        target = max(part.acked)
+        pdir = self.data / "p-0"
+        bases = sorted(int(n[:-4]) for n in os.listdir(pdir) if n.endswith(".log") and n[:-4].isdigit())
+        base = max(b for b in bases if b <= target)
+        path = pdir / f"{base:020d}.log"
+        data = path.read_bytes()
+        position = 0
+        while position + 61 <= len(data):
+            first = int.from_bytes(data[position:position + 8], "big")
+            size = 12 + int.from_bytes(data[position + 8:position + 12], "big")
+            last = first + int.from_bytes(data[position + 23:position + 27], "big")
+            if first <= target <= last:
+                os.truncate(path, position)
+                self.totals.faults["damage-truncated-segment"] += 1
+                return True
+            position += size
+        return False
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> int:
+        args = self.args
+        deadline = time.monotonic() + args.duration if args.duration else None
+        self.start()
+        self.create_topics()
+        self.check_views()
+        cycle = 0
+        while True:
+            cycle += 1
+            if deadline is not None:
+                if time.monotonic() >= deadline:
+                    break
+            elif cycle > args.cycles:
+                break
+            clean = cycle % args.clean_every == 0
+            threads = self.traffic(args.cycle_seconds, cycle)
+            time.sleep(self.rng.uniform(0.2, args.cycle_seconds))
+            if args.new_topic_rate and not clean and self.rng.random() < args.new_topic_rate:
+                fresh = self.new_topic(cycle)      # created and written to, then the crash
+                if fresh is not None:
+                    self.write_acked_batch(fresh)
+            # --power-loss: the crash is a power loss (the layer drops what is not durable), or a kill -9
+            lose = args.power_loss and self.rng.random() < args.power_loss_rate
+            crash = "power-loss" if lose else "kill-9"
+            if clean:
+                self.end_traffic(threads)
+                views = self.check_views()
+                self.stop()
+                self.totals.faults["clean-shutdown"] += 1
+                self.check_disk(views)
+                crash = "clean-shutdown"
+            elif self.rng.random() < args.shutdown_kill_rate:
+                # SIGTERM starts a clean shutdown (flush, checkpoints, marker); crash in the middle of it
+                self.proc.send_signal(signal.SIGTERM)
+                time.sleep(self.rng.uniform(0.0, 0.3))
+                self.crash(lose)
+                crash += "-during-shutdown"
+                self.totals.faults[crash] += 1
+                self.end_traffic(threads)
+            else:
+                self.crash(lose)                    # in the middle of the traffic
+                self.totals.faults[crash] += 1
+                self.end_traffic(threads)
+                if args.damage and not lose and not self.totals.faults["damage-truncated-segment"]:
+                    self.damage()
+            if self.rng.random() < args.startup_kill_rate:
+                # crash again during startup, i.e. during recovery of what the last crash left
+                lose = args.power_loss and self.rng.random() < args.power_loss_rate
+                crash = ("power-loss" if lose else "kill-9") + "-during-startup"
+                if args.power_loss and self.layer is None:
+                    self.start_layer()
+                self._spawn()
+                if lose and self.rng.random() < 0.5:
+                    # right after it answered: what it did at startup must be durable by then
+                    answer_by = time.monotonic() + 120
+                    while not _is_mounted(self.mnt) and self.proc.poll() is None and time.monotonic() < answer_by:
+                        time.sleep(0.01)
+                else:
+                    time.sleep(self.rng.uniform(0.0, max(0.05, statistics.median(self.totals.recovery_s or [0.5]))))
+                answered = _is_mounted(self.mnt)     # then it had taken its clean-shutdown marker
+                self.crash(lose)
+                self.totals.faults[crash] += 1
+                if answered:
+                    crash += "-after-it-answered"
+            self.totals.recovery_s.append(self.start())
+            self.totals.remounts[crash].append((self.totals.recovery_s[-1], self.last_load_ms,
+                                                self.last_index_rebuilds, self.last_skipped_recovery))
+            self.totals.context = f"cycle {cycle}, after {crash}"
+            if (crash in ("power-loss", "kill-9") or crash.endswith("-after-it-answered")) \
+                    and self.last_skipped_recovery:
+                # the crashed mount had answered, so it had removed its clean-shutdown marker: it must not
+                # come back (a power loss brings it back when its unlink was never made durable)
+                self.totals.fail("the mount skipped recovery on a clean-shutdown marker that the crashed "
+                                 "mount had removed")
+            self.check_views()
+            self.totals.context = ""
+            self.totals.cycles += 1
+            if args.verbose:
+                print(f"cycle {cycle}: acknowledged {self.totals.acknowledged}, lost {self.totals.lost}, "
+                      f"recovery after {crash} {self.totals.recovery_s[-1]:.2f}s "
+                      f"(load {self.last_load_ms} ms)", flush=True)
+        views = self.check_views()
+        self.stop()
+        self.totals.faults["clean-shutdown"] += 1
+        self.check_disk(views)
+        self.stop_layer()
+        return self.report()
+
+    def _background_work(self) -> dict[str, int]:
+        """What retention and the cleaner did meanwhile, counted from the mounts' log lines."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return {}
+        return {"compactions": text.count("Swapping in cleaned segment"),
+                "retention_deletions": text.count("Found deletable segments"),
+                "recoveries_of_unflushed_segments": text.count("Recovering unflushed segment"),
+                "corrupted_index_rebuilds": text.count("Found a corrupted index file")}
+
+    def _layer_figures(self) -> dict[str, int]:
+        """What the power losses dropped, summed from the layer's log lines."""
+        try:
+            text = self.layer_log.read_text(errors="replace")
+        except OSError:
+            return {}
+        totals: collections.Counter = collections.Counter()
+        for line in re.findall(r"power loss: (.*)", text):
+            for part in line.split(", "):
+                name, _, value = part.rpartition(" ")
+                if value.isdigit():
+                    totals[name] += int(value)
+        return dict(totals)
+
+    def report(self) -> int:
+        t = self.totals
+        rec = sorted(t.recovery_s) or [0.0]
+        summary = {
+            "cycles": t.cycles, "acknowledged": t.acknowledged, "lost": t.lost, "duplicated": t.duplicated,
+            "misplaced": t.misplaced, "partial_batches": t.partial_batches,
+            "split_write_prefixes": t.split_prefixes, "start_went_back": t.start_went_back,
+            "retention_undone_by_power_loss": t.retention_undone_by_power_loss,
+            "recovered_unflushed_dropped": t.recovered_unflushed_dropped,
+            "reader_errors": t.reader_errors, "follower_errors": t.follower_errors, "disk_errors": t.disk_errors,
+            "check_problems": t.check_problems, "retained_or_deleted": t.retained,
+            "group_commits_fsynced": t.commits_synced, "group_commits_lost": t.commits_lost,
+            "unacknowledged_batches_present": t.unacked_present, "unacknowledged_batches_absent": t.unacked_absent,
+            "recovery_median_s": round(statistics.median(rec), 3), "recovery_max_s": round(rec[-1], 3),
+            "faults": dict(sorted(t.faults.items())), "peak_rss_mib": round(t.peak_rss_kb / 1024, 1),
+            "remount_after": {kind: {"count": len(runs),
+                                     "median_s": round(statistics.median(r[0] for r in runs), 3),
+                                     "max_s": round(max(r[0] for r in runs), 3),
+                                     "load_median_ms": statistics.median(r[1] for r in runs),
+                                     "load_max_ms": max(r[1] for r in runs),
+                                     "corrupted_index_rebuilds": sum(r[2] for r in runs),
+                                     "recovery_skipped_on_marker": sum(r[3] for r in runs)}
+                              for kind, runs in sorted(t.remounts.items())},
+            **({"dropped_at_power_losses": self._layer_figures()} if self.args.power_loss else {}),
+            **self._background_work(),
+            "failures": t.failures,
+        }
+        if self.args.json:
+            print(json.dumps(summary, indent=1))
+        else:
+            for name, value in summary.items():
+                if name != "failures":
+                    print(f"{name}: {value}")
+            for failure in t.failures:
+                print(f"failure: {failure}")
+        bad = (t.lost or t.commits_lost or t.duplicated or t.misplaced or t.partial_batches or t.start_went_back
+               or t.reader_errors or t.follower_errors or t.disk_errors or t.check_problems or t.failures)
+        return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cycles", type=int, default=12, help="crash cycles (default 12; ignored with --duration)")
+    parser.add_argument("--duration", type=float, default=0, help="run for this many seconds instead")
+    parser.add_argument("--cycle-seconds", type=float, default=1.5, help="longest traffic phase of a cycle")
+    parser.add_argument("--writers", type=int, default=4)
+    parser.add_argument("--followers", type=int, default=2)
+    parser.add_argument("--readers", type=int, default=2)
+    parser.add_argument("--clean-every", type=int, default=4, help="every N-th cycle ends in a clean shutdown")
+    parser.add_argument("--startup-kill-rate", type=float, default=0.3,
+                        help="probability of a second crash during the next startup")
+    parser.add_argument("--shutdown-kill-rate", type=float, default=0.2,
+                        help="probability that a crash cycle crashes during a clean shutdown instead")
+    parser.add_argument("--power-loss", action="store_true",
+                        help="run over tests/harness/powerloss_fs.py: crashes are power losses (un-fsynced writes "
+                             "and directory entries dropped)")
+    parser.add_argument("--power-loss-rate", type=float, default=1.0,
+                        help="with --power-loss: the share of crashes that are power losses, the rest kill -9 "
+                             "(default 1)")
+    parser.add_argument("--checkpoint-ms", type=int, default=60000,
+                        help="with --power-loss: the checkpoint intervals (default 60000, Kafka's)")
+    parser.add_argument("--torn-writes", action="store_true",
+                        help="with --power-loss: a random half of the dirty pages is written at each power loss")
+    parser.add_argument("--lying-fsync", action="store_true",
+                        help="with --power-loss, self-test: fsync makes nothing durable; the run must report "
+                             "lost records")
+    parser.add_argument("--new-topic-rate", type=float, default=None,
+                        help="probability that a crash cycle creates a topic and acknowledges a batch in it just "
+                             "before the crash (default 0.5 with --power-loss, else 0)")
+    parser.add_argument("--bootstrap-server", default=None,
+                        help="torture a cluster mount of this Kafka cluster (it must not have topics p, r, c): "
+                             "the data dir is the mount's local replica")
+    parser.add_argument("--cluster", action="store_true",
+                        help="start a 3-node KRaft cluster in the work dir (tests/kafka_cluster.py, the jars of "
+                             "scripts/setup-kafka.sh) and torture a cluster mount of it")
+    parser.add_argument("--fd-limit", type=int, default=None,
+                        help="the mount's ulimit -n (its segment files then live under a budget of 3/4 of it)")
+    parser.add_argument("--segment-bytes", type=int, default=16384)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--work-dir", help="mount point and log live here (default: a new temp dir)")
+    parser.add_argument("--data-dir", help="data dir (default: <work dir>/data)")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir afterwards")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--damage", action="store_true",
+                        help="self-test: truncate acknowledged records off a segment after the first crash; "
+                             "the run must then report them lost")
+    args = parser.parse_args(argv)
+    if args.seed is None:
+        args.seed = random.randrange(1 << 30)
+    if args.new_topic_rate is None:
+        args.new_topic_rate = 0.5 if args.power_loss else 0.0
+    if args.damage and (args.cluster or args.bootstrap_server):
+        parser.error("--damage cuts the embedded data dir; a cluster mount's replica would fetch it back")
+    print(f"seed: {args.seed}", flush=True)
+    torture = Torture(args)
+    cluster = None
+    try:
+        if args.cluster:
+            sys.path.insert(0, str(ROOT))
+            from tests.kafka_cluster import KafkaCluster
+            cluster = KafkaCluster(torture.work / "kafka").start()
+            torture.bootstrap = args.bootstrap_server = cluster.bootstrap
+            torture.topics = CLUSTER_TOPICS
+        return torture.run()
+    except Exception as exc:
+        import traceback
+        traceback.print_exc()
+        print(f"torture aborted: {exc!r}; mount log: {torture.log_path}", file=sys.stderr)
+        return 2
+    finally:
+        if torture.proc is not None:
+            torture.kill()
+        if cluster is not None:
+            cluster.stop()
+        if torture.layer is not None:
+            torture.layer.kill()
+            torture.layer.wait()
+            subprocess.run(["fusermount3", "-uz", str(torture.data)], capture_output=True)
+        if not args.keep and not args.work_dir:
+            shutil.rmtree(torture.work, ignore_errors=True)
+        elif args.keep:
+            print(f"work dir: {torture.work}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Tests against a real single-node Kafka broker or Kafka's tools (marker ``kafka``)."""

@@ -1,0 +1,116 @@
+"""What a test may start, by its markers: the fast loop starts no mount, no JVM and no Spark.
+
+The fast loop is ``pytest -m "not mount and not kafka and not spark and not cluster"``.  A test that
+starts one of those things carries its marker (``pyproject.toml`` lists them), and three checks
+refuse a test that does not, so a missing marker fails in the fast loop instead of slowing it:
+
+* at collection, a test asking for a fixture that starts one (``mount``, ``logfs_mount``,
+  ``kafka_broker``, ``secure_kafka_broker``, ``kafka_cluster``, ``spark``) without its marker is a
+  usage error, whatever ``-m`` selects;
+* in this process, :func:`require_marker`: ``Mount.start`` (tests/conftest.py), the one function that
+  builds a ``java`` command line (tests/jvm.py) and ``new_spark`` (tests/spark_util.py) call it;
+* in the processes a test starts (a ``logfs mount``, ``scripts/run.sh``, the harness, a shell that
+  runs ``java``): while a test without ``mount``, ``kafka`` or ``spark`` runs, ``PYTHONPATH`` starts
+  with tests/unmarked, whose ``sitecustomize`` makes ``pyfuse3.init`` (every FUSE mount) and
+  PySpark's gateway launch refuse, and ``PATH`` with tests/unmarked/bin, whose ``java`` refuses.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests import ROOT
+
+#: the fixtures that start a mount, a JVM or Spark, and the markers a test asking for one carries
+FIXTURE_MARKERS = {
+    "mount": ("mount",),
+    "logfs_mount": ("mount",),
+    "kafka_broker": ("kafka",),
+    "secure_kafka_broker": ("kafka",),
+    "kafka_cluster": ("kafka", "cluster"),
+    "spark": ("spark",),
+}
+
+FAST_LOOP = 'pytest -m "not mount and not kafka and not spark and not cluster"'
+
+UNMARKED = ROOT / "tests" / "unmarked"
+
+#: the test pytest is setting up, running or tearing down (None outside pytest: the benchmarks)
+_current_test: pytest.Item | None = None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    global _current_test
+    _current_test = item      # before its fixtures: a module-scoped broker starts in its first test's setup
+
+
+#: the parallel workers' groups (``pytest -n 2 --dist loadgroup``, scripts/test.sh): a group runs on one worker
+HEAVY_GROUP = "jvm-heavy"
+
+
+def xdist_group(item: pytest.Item) -> str | None:
+    """The worker group of a test: every ``cluster`` and ``spark`` test in one (three cluster JVMs and a Spark
+    application never run side by side, and the worker's one SparkSession serves every Spark test), a module
+    with a module-scoped broker in its own (one broker for the module, not one per worker); others none."""
+    if item.get_closest_marker("cluster") or item.get_closest_marker("spark"):
+        return HEAVY_GROUP
+    if item.get_closest_marker("kafka"):
+        return item.nodeid.split("::")[0]
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Refuse the run when a test asks for a fixture that starts something its markers do not name;
+    give each test its worker group."""
+    missing = []
+    for item in items:
+        if (group := xdist_group(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+        for fixture in getattr(item, "fixturenames", ()):
+            for marker in FIXTURE_MARKERS.get(fixture, ()):
+                if item.get_closest_marker(marker) is None:
+                    missing.append(f"{item.nodeid} uses the {fixture!r} fixture but is not marked "
+                                   f"@pytest.mark.{marker}")
+    if missing:
+        raise pytest.UsageError("\n".join(sorted(set(missing))) + f"\n(the fast loop `{FAST_LOOP}` would run them)")
+
+
+def require_marker(marker: str, what: str) -> None:
+    """Fail the current test unless it is marked ``marker`` (it is about to start ``what``)."""
+    item = _current_test
+    if item is not None and item.get_closest_marker(marker) is None:
+        raise RuntimeError(f"{item.nodeid} starts {what} but is not marked @pytest.mark.{marker}: "
+                           f"the fast loop `{FAST_LOOP}` would run it")
+
+
+def _prepend(name: str, path: str) -> str:
+    return os.pathsep.join([path] + [p for p in os.environ.get(name, "").split(os.pathsep) if p and p != path])
+
+
+@pytest.fixture(autouse=True)
+def _unmarked_processes_start_nothing(request: pytest.FixtureRequest) -> Iterator[None]:
+    """While a test without ``mount``, ``kafka`` or ``spark`` runs, the processes it starts refuse them."""
+    refused = [m for m in ("mount", "kafka", "spark") if request.node.get_closest_marker(m) is None]
+    if not refused:
+        yield
+        return
+    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "PATH", "LOGFS_TEST_REFUSES", "LOGFS_TEST_ID")}
+    os.environ["LOGFS_TEST_REFUSES"] = ",".join(refused)
+    os.environ["LOGFS_TEST_ID"] = request.node.nodeid
+    if "mount" in refused or "spark" in refused:
+        os.environ["PYTHONPATH"] = _prepend("PYTHONPATH", str(UNMARKED))
+    if "kafka" in refused and "spark" in refused:
+        os.environ["PATH"] = _prepend("PATH", str(UNMARKED / "bin"))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

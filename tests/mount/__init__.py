@@ -1,0 +1,1 @@
+"""Tests that drive a real FUSE mount (marker ``mount``)."""

@@ -1,0 +1,1 @@
+"""Tests that run a real local Spark (marker ``spark``)."""
