@@ -333,12 +333,30 @@ class ViewFile(FileNode):
         self._refuse_write(write)
         if self._view is None:
             if not self.identity.is_current():
-                raise StaleNameError(f"{self.describe()} was replaced (records deleted or compacted)")
+                if self._single or self.name not in FOLLOWED_VIEWS or not self.ns.views_direct_io:
+                    raise StaleNameError(f"{self.describe()} was replaced (records deleted or compacted)")
+                self._anchor_at_log_start()
             self._view = self._anchor()
             self.ns.stats.views_open += 1
         if self.name in FOLLOWED_VIEWS and not self._single:
             return FollowedViewHandle(self._view, self.ns.views_direct_io)
         return ViewHandle(self._view, self.ns.views_direct_io)
+
+    def _anchor_at_log_start(self) -> None:
+        """``records``/``records.jsonl`` replaced between lookup and open: this open names the log as it is now.
+
+        The whole log's rendering is what the path names, and ESTALE makes the
+        kernel look it up once more only: a compaction or a retention run that
+        replaces segments twice in that window (the cleaner swapping group
+        after group) would fail a plain ``cat`` with ESTALE.  Served with
+        direct I/O, nothing of the old rendering is in the kernel's page cache
+        and every read and ``fstat`` comes here, so the node itself can take the
+        log's current start; its size restarts with it.  Through the page cache
+        the kernel may hold the old rendering's pages: ESTALE stays.
+        """
+        self.start_offset = self.log.log_start_offset
+        self.identity = ViewIdentity(self.log, self.start_offset)
+        self._last_size = 0
 
     def detach(self) -> None:
         """The last handle closed: release the view (and the segments it pins)."""

@@ -132,3 +132,35 @@ def test_a_node_knows_the_path_it_is_found_at(ns, path):
     """``Node.path`` is what ``.logfs/errors`` names a refusal with: the path the node was looked up by."""
     assert walk(ns, path).path() == path
     assert ns.root.path() == ""
+
+
+@pytest.mark.parametrize("name", ["records", "records.jsonl"])
+def test_the_whole_log_replaced_between_lookup_and_open_opens_the_log_as_it_is_now(ns, manager, name):
+    """ESTALE makes the kernel look a path up once more only: a `cat records` racing two replacements
+    (a clean swapping group after group) must not fail. With direct I/O the node takes the log's start."""
+    node = walk(ns, f"t/0/{name}")
+    manager.delete_records(TP, 3)
+    manager.delete_records(TP, 5)               # two replacements before the open
+    handle = node.open(False)
+    text = bytes(handle.read(0, 1 << 20))
+    first = text.splitlines()[0]
+    assert first == b"v5" if name == "records" else b'"offset":5' in first
+    assert node.size() == len(text)             # the size restarts with the new start (it never goes back)
+
+
+def test_a_view_anchored_at_an_offset_or_through_the_page_cache_stays_stale(manager):
+    """from/N names records from N: replaced below N it is gone (ESTALE, then the lookup answers);
+    through the page cache the kernel may hold the old rendering's pages, so ESTALE stays there too."""
+    from logfs import stats as _stats
+    from logfs.errors import StaleNameError
+
+    direct = Namespace(manager, _stats.MountStats())
+    node = walk(direct, "t/0/from/2")
+    manager.delete_records(TP, 4)
+    with pytest.raises(StaleNameError):
+        node.open(False)
+    cached = Namespace(manager, _stats.MountStats(), views_direct_io=False)
+    records = walk(cached, "t/0/records")
+    manager.delete_records(TP, 6)
+    with pytest.raises(StaleNameError):
+        records.open(False)
