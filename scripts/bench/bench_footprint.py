@@ -15,7 +15,7 @@ One run, on a fresh mount of a new data directory:
 ``--root`` runs another checkout's code with this venv (``PYTHONPATH``), to
 compare two commits side by side in one session:
 
-    .venv/bin/python scripts/bench_footprint.py [--mb 100] [--cycles 300] [--root /path/to/checkout]
+    .venv/bin/python scripts/bench/bench_footprint.py [--mb 100] [--cycles 300] [--root /path/to/checkout]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import orjson
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LINE = 100   # bytes per line, newline included
 
 

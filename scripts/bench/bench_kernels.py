@@ -14,7 +14,7 @@ input, each checked to give the C kernel's bytes first:
 ``--numba-from CHECKOUT`` adds the numba kernels of an older checkout (its
 ``engine/records/kernels.py``, before the C extension), when numba is installed.
 
-    .venv/bin/python scripts/bench_kernels.py [--repeat 5] [--numba-from /path/to/old/checkout]
+    .venv/bin/python scripts/bench/bench_kernels.py [--repeat 5] [--numba-from /path/to/old/checkout]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from types import ModuleType
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
