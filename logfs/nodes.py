@@ -333,7 +333,8 @@ class ViewFile(FileNode):
         self._refuse_write(write)
         if self._view is None:
             if not self.identity.is_current():
-                if self._single or self.name not in FOLLOWED_VIEWS or not self.ns.views_direct_io:
+                if (self._single or self.name not in FOLLOWED_VIEWS or not self.ns.views_direct_io
+                        or self.ns.manager.get_log(self.tp) is not self.log):     # (the topic was deleted)
                     raise StaleNameError(f"{self.describe()} was replaced (records deleted or compacted)")
                 self._anchor_at_log_start()
             self._view = self._anchor()

@@ -164,3 +164,14 @@ def test_a_view_anchored_at_an_offset_or_through_the_page_cache_stays_stale(mana
     manager.delete_records(TP, 6)
     with pytest.raises(StaleNameError):
         records.open(False)
+
+
+def test_the_whole_log_of_a_deleted_topic_stays_stale(ns, manager):
+    """A topic deleted between lookup and open: ESTALE, so the kernel's second lookup says ENOENT."""
+    from logfs.errors import StaleNameError
+
+    node = walk(ns, "t/0/records")
+    manager.delete_records(TP, 3)       # replaced, as the deletion's segments leave
+    manager.delete_topic("t")
+    with pytest.raises(StaleNameError):
+        node.open(False)
