@@ -251,6 +251,8 @@ class LogView:
         for segment in values[first:]:
             if segment is last_segment:
                 continue
+            if not self._rendered_whole(self._slots[-1]):
+                return              # the rest is behind the last stable offset: a later refresh adds it
             if segment.base_offset < next_offset:
                 if segment is not active and segment.next_offset <= next_offset:
                     continue                # wholly rendered already
