@@ -159,7 +159,9 @@ def default_checkpoint(mount: str, source: str, sink: str) -> str:
     return os.path.join(state, "logfs", "pipeline", mount_id, f"{source}-to-{sink}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, spark=None) -> int:
+    """The command line; ``spark``, when given, is a running SparkSession to use (and leave running) instead
+    of starting an application of its own: ``--master`` is then ignored (the tests share one session)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mount", required=True, help="logfs mount point")
     parser.add_argument("--source", required=True, help="topic of JSON events")
@@ -191,15 +193,18 @@ def main(argv: list[str] | None = None) -> int:
     args.checkpoint = args.checkpoint or default_checkpoint(args.mount, args.source, args.sink)
 
     started = time.monotonic()
-    spark = spark_session(args.master, f"logfs-pipeline-{args.source}-to-{args.sink}")
-    spark.sparkContext.setLogLevel("ERROR")
+    own = spark is None
+    if own:
+        spark = spark_session(args.master, f"logfs-pipeline-{args.source}-to-{args.sink}")
+        spark.sparkContext.setLogLevel("ERROR")
     try:
         if args.stream:
             run_stream(spark, args)
         else:
             run_batch(spark, args)
     finally:
-        spark.stop()
+        if own:
+            spark.stop()
     print(f"Done in {time.monotonic() - started:.1f} s")
     return 0
 

@@ -7,12 +7,17 @@ records are appended by writing lines to ``append`` files and read back through
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
 import os
 from collections.abc import Callable, Iterator, Sequence
+from types import ModuleType
 
 import orjson
 import pytest
 
+from tests import ROOT
 from tests.helpers import wait_for
 from tests.markers import require_marker
 
@@ -93,3 +98,22 @@ def records_jsonl(mount: str, topic: str) -> list[dict]:
 def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
     """tests.helpers.wait_for with the argument order and the longer defaults of the Spark tests."""
     wait_for(predicate, what, timeout=timeout, interval=0.2)
+
+
+def _load_pipeline() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("logfs_pipeline_script", ROOT / "scripts" / "pipeline.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_pipeline(spark, mount: str, *args: str) -> str:
+    """scripts/pipeline.py's command line on the shared session (its ``main`` takes a running one, saving the
+    25 s of a Spark application's start); what it printed.  docs/spark.md's pipeline block runs the script as a
+    command (tests/spark/test_readme_spark.py)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = _load_pipeline().main(["--mount", mount, *args], spark=spark)
+    assert status == 0, out.getvalue()
+    return out.getvalue()

@@ -23,7 +23,7 @@ import pytest
 from tests.conftest import ROOT, Mount
 from tests.helpers import wait_for
 from tests.kafka_cluster import KafkaCluster
-from tests.spark_util import append_lines, records_jsonl
+from tests.spark_util import append_lines, records_jsonl, run_pipeline
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.mount]
 
@@ -443,8 +443,8 @@ def test_groups_are_the_cluster_coordinators(cluster_mount, kafka_cluster: Kafka
 #
 # The Spark ``logfs`` source reads the mount's raw ``segments/`` files, which on a cluster mount are the local
 # replica's: the leader's batches byte for byte.  It returns what it returns on an embedded mount holding the
-# same records, timestamps aside (docs/cluster.md: the broker stamps LogAppendTime).  The
-# pipeline runs first: the source test's SparkSession then does not share the machine with its Spark job.
+# same records, timestamps aside (docs/cluster.md: the broker stamps LogAppendTime).  Both run on the
+# worker's one SparkSession (tests/spark_util.py).
 
 _COLUMNS = ["key", "value", "topic", "partition", "offset", "timestampType"]
 
@@ -452,20 +452,15 @@ _COLUMNS = ["key", "value", "topic", "partition", "offset", "timestampType"]
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(600)
-def test_pipeline_script_runs_unchanged_on_a_cluster_mount(kafka_cluster: KafkaCluster, logfs_mount,
-                                                           tmp_path) -> None:
+def test_pipeline_script_runs_unchanged_on_a_cluster_mount(spark, kafka_cluster: KafkaCluster, logfs_mount,
+                                                           tmp_path, monkeypatch) -> None:
     """scripts/pipeline.py, as docs/spark.md runs it, with --mount pointing at a mount of the cluster (batch mode; its
     stream mode reads through the same logfs source, run on an embedded mount by tests/spark/test_spark.py)."""
     m = logfs_mount(name="pipe", extra_args=["--bootstrap-server", kafka_cluster.bootstrap])
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    monkeypatch.chdir(tmp_path)
 
     def run(*args: str) -> str:
-        result = subprocess.run([sys.executable, str(ROOT / "scripts" / "pipeline.py"), "--mount", str(m.path),
-                                 "--master", "local[2]", *args], capture_output=True, text=True, env=env,
-                                cwd=str(tmp_path), timeout=300)
-        assert result.returncode == 0, result.stdout + result.stderr + m.log()[-3000:]
-        return result.stdout
+        return run_pipeline(spark, str(m.path), *args)
 
     out = run("--source", "cevents", "--sink", "ctotals", "--generate", "400")
     assert "Appended 400 events to topic cevents" in out and "Read 400 events from topic cevents" in out

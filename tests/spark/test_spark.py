@@ -12,8 +12,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 
@@ -21,10 +19,18 @@ import pytest
 
 from logfs import spark as logfs_spark
 from logfs.spark import read_segments, source
-from tests import ROOT
-from tests.spark_util import append_lines, create_topic, end_offsets, records_jsonl, state, wait_until
+from tests.spark_util import (
+    append_lines,
+    create_topic,
+    end_offsets,
+    records_jsonl,
+    run_pipeline,
+    state,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.mount]
+
 
 
 
@@ -449,19 +455,15 @@ def test_spark_tasks_append_through_append_files(spark, mount):
 # ------------------------------------------------------------------------------------ the pipeline
 
 
-@pytest.mark.timeout(600)  # three Spark applications start one after the other
-def test_pipeline_script_end_to_end(mount, tmp_path):
+def test_pipeline_script_end_to_end(spark, mount, tmp_path, monkeypatch):
+    """scripts/pipeline.py's batch run, a stream and the stream resumed from its checkpoint."""
     mp = str(mount.path)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    monkeypatch.chdir(tmp_path)
 
     def run(*args: str) -> str:
-        result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "pipeline.py"), "--mount", mp,
-                                 "--master", "local[2]", *args], capture_output=True, text=True,
-                                env=env, cwd=str(tmp_path), timeout=240)
-        assert result.returncode == 0, result.stdout + result.stderr
-        return result.stdout
+        return run_pipeline(spark, mp, *args)
 
-    # two records that are no event first (one Spark application fewer than a second batch run: 30 s)
+    # two records that are no event first
     mount.sh("mkdir events && printf 'not json\\n{\"type\": 3\\n' >> events/0/append")
     out = run("--source", "events", "--sink", "totals", "--generate", "500")
     assert "Appended 500 events to topic events (2 -> 502 records in the log)" in out
