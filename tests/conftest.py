@@ -30,10 +30,12 @@ import pytest
 from tests import ROOT
 from tests.process import ChildProcess
 
-#: What a test may start, by its markers (tests/markers.py), and the real Kafka brokers' module-scoped fixtures
-#: (``kafka_broker``, ``kafka_cluster``, ``secure_kafka_broker``) and the process's SparkSession (``spark``).
+#: What a test may start, by its markers (tests/markers.py), the real Kafka brokers' module-scoped fixtures
+#: (``kafka_broker``, ``kafka_cluster``, ``secure_kafka_broker``), the process's SparkSession (``spark``), and
+#: the watchdog that ends a test stuck past its timeout (tests/watchdog.py).
 pytest_plugins = [
-    "tests.markers", "tests.kafka_broker", "tests.kafka_cluster", "tests.kafka_secure", "tests.spark_util"]
+    "tests.markers", "tests.kafka_broker", "tests.kafka_cluster", "tests.kafka_secure", "tests.spark_util",
+    "tests.watchdog"]
 
 
 LOGFS = ROOT / ".venv" / "bin" / "logfs"
