@@ -17,6 +17,7 @@ nothing on a loaded machine.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -169,3 +170,15 @@ def add_config(path: Any, text: str | bytes) -> None:
     """``echo name=value >> <topic>/config``: add overrides (a write with ``>``/O_TRUNC replaces them all)."""
     with open(path, "ab") as f:
         f.write(text.encode() if isinstance(text, str) else text)
+
+
+def direct_read(path: Any) -> bytes:
+    """A whole file read that bypasses the page cache (O_DIRECT): every byte from the mount itself."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

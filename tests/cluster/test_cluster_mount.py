@@ -21,7 +21,7 @@ import threading
 import pytest
 
 from tests.conftest import ROOT, Mount
-from tests.helpers import wait_for
+from tests.helpers import direct_read, wait_for
 from tests.kafka_cluster import KafkaCluster
 from tests.spark_util import append_lines, records_jsonl, run_pipeline
 
@@ -115,18 +115,6 @@ def test_every_view_matches_an_embedded_mount(cluster_mount, logfs_mount, kafka_
     assert [v for _, _, v in _consume(kafka_cluster, "t", 0)] == records.split(b"\n")[:-1]
 
 
-def _direct_read(path) -> bytes:
-    """A read that bypasses the page cache (O_DIRECT): every byte from the mount itself."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 @pytest.mark.parametrize("mode", [["--page-cache"], []], ids=["page-cache", "direct-io"])
 def test_read_committed_views_of_the_cluster_end_at_the_last_stable_offset(
         kafka_cluster: KafkaCluster, logfs_mount, mode: list[str]) -> None:
@@ -159,7 +147,7 @@ def test_read_committed_views_of_the_cluster_end_at_the_last_stable_offset(
                  f"the replica to reach offset {log_end}")
 
     def shows(expected: bytes) -> bool:
-        return records.read_bytes() == _direct_read(records) == expected
+        return records.read_bytes() == direct_read(records) == expected
 
     def missing(offset: int) -> bool:
         with pytest.raises(OSError) as err:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Mount
-from tests.helpers import add_config, wait_for
+from tests.helpers import add_config, direct_read, wait_for
 from tests.mount.test_mount_everyday import test_tail_F_never_prints_a_record_twice_across_deletions as tail_F_scenario
 
 pytestmark = pytest.mark.mount
@@ -47,25 +47,13 @@ def _cached(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def _direct(path: Path) -> bytes:
-    """A read that bypasses the page cache: every byte from the mount itself."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def _state(mount: Mount, topic: str = "t") -> dict:
     return json.loads((mount / f"{topic}/0/state").read_bytes())
 
 
 def _read_twice_equal(path: Path) -> bytes:
     """Read twice through the cache (the second from cached pages) and once direct: all the same."""
-    first, second, direct = _cached(path), _cached(path), _direct(path)
+    first, second, direct = _cached(path), _cached(path), direct_read(path)
     assert first == second == direct
     return first
 
@@ -86,7 +74,7 @@ def test_a_reread_after_delete_records_shows_nothing_stale(logfs_mount, mode):
         assert held.read() == _lines(0, 20_000)
     finally:
         held.close()
-    assert _direct(mount / "t/0/from/15000") == _cached(mount / "t/0/from/15000") == _lines(15_000, 20_000)
+    assert direct_read(mount / "t/0/from/15000") == _cached(mount / "t/0/from/15000") == _lines(15_000, 20_000)
 
 
 def test_a_reread_after_retention_deletes_segments_shows_nothing_stale(logfs_mount):
