@@ -48,29 +48,56 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     _current_test = item      # before its fixtures: a module-scoped broker starts in its first test's setup
 
 
-#: the parallel workers' groups (``pytest -n 2 --dist loadgroup``, scripts/test.sh): a group runs on one worker
-HEAVY_GROUP = "jvm-heavy"
+#: the folders whose tests share a worker (scripts/test.sh: ``pytest -n auto --dist loadgroup``): a 3-node cluster
+#: per module in tests/cluster, the worker's one SparkSession in tests/spark; in tests/kafka a module's broker
+WORKER_GROUPS = {"tests/cluster/": "cluster", "tests/spark/": "spark"}
+#: where a test with each marker may live: the worker groups above are chosen by folder (a ``kafka`` test
+#: elsewhere, with no broker of its module's, runs alone)
+MARKER_FOLDERS = {"cluster": ("tests/cluster/",), "spark": ("tests/spark/", "tests/cluster/")}
 
 
-def xdist_group(item: pytest.Item) -> str | None:
-    """The worker group of a test: every ``cluster`` and ``spark`` test in one (three cluster JVMs and a Spark
-    application never run side by side, and the worker's one SparkSession serves every Spark test), a module
-    with a module-scoped broker in its own (one broker for the module, not one per worker); others none."""
-    if item.get_closest_marker("cluster") or item.get_closest_marker("spark"):
-        return HEAVY_GROUP
-    if item.get_closest_marker("kafka"):
-        return item.nodeid.split("::")[0]
-    return None
+def worker_group(nodeid: str) -> str:
+    """The parallel worker group of a test, from its node id: a group runs on one worker, its tests one after
+    the other.  All of tests/cluster in one (its modules' 3-node clusters never side by side, its two Spark
+    tests share a SparkSession), all of tests/spark in another (one SparkSession for all), each module of
+    tests/kafka in its own (one broker for the module, not one per worker); any other test alone."""
+    for folder, group in WORKER_GROUPS.items():
+        if nodeid.startswith(folder):
+            return group
+    if nodeid.startswith("tests/kafka/"):
+        return nodeid.split("::")[0]
+    return nodeid
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup`` by :func:`worker_group`.
+
+    pytest-xdist's own loadgroup reads ``xdist_group`` markers into the node ids, which pytest 9 no longer
+    lets it change: every group was ignored (a module's broker started on both workers).  Its scheduler by
+    scope takes the groups from here instead; it hands out the groups with the most tests first (the
+    cluster's and Spark's), then one test or module at a time to whichever worker is free.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkerGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return WorkerGroupScheduling(config, log)  # type: ignore[arg-type]
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Refuse the run when a test asks for a fixture that starts something its markers do not name;
-    give each test its worker group."""
+    """Refuse the run when a test asks for a fixture that starts something its markers do not name, or lives
+    outside the folders of its markers."""
     missing = []
     for item in items:
-        if (group := xdist_group(item)) is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        for marker, folders in MARKER_FOLDERS.items():
+            if item.get_closest_marker(marker) is not None and not item.nodeid.startswith(folders):
+                missing.append(f"{item.nodeid} is marked @pytest.mark.{marker} outside {' or '.join(folders)} "
+                               "(scripts/test.sh's worker groups go by folder)")
         for fixture in getattr(item, "fixturenames", ()):
             for marker in FIXTURE_MARKERS.get(fixture, ()):
                 if item.get_closest_marker(marker) is None:
