@@ -128,7 +128,8 @@ def _value_length_by_size_table(w: int) -> list[int | None]:
     return table
 
 
-_VALUE_LENGTH_BY_SIZE = {w: _value_length_by_size_table(w) for _, _, w in _WIDTH_RANGES}
+#: offset-delta width -> its table, built on first use (all of them took 90 ms of every process's start)
+_VALUE_LENGTH_BY_SIZE: dict[int, list[int | None]] = {}
 
 
 def _sized_walk(data: bytes, count: int) -> list[bytes] | None:
@@ -151,7 +152,9 @@ def _sized_walk(data: bytes, count: int) -> list[bytes] | None:
         for lo, hi, w in _WIDTH_RANGES:
             if lo >= count:
                 break
-            by_size = _VALUE_LENGTH_BY_SIZE[w]
+            by_size = _VALUE_LENGTH_BY_SIZE.get(w)
+            if by_size is None:
+                by_size = _VALUE_LENGTH_BY_SIZE[w] = _value_length_by_size_table(w)
             for _ in range((hi if hi < count else count) - lo):
                 b = data[p]
                 if b < 0x80:
