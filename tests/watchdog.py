@@ -7,10 +7,15 @@ its worker, and the suite, until CI's own limit ends the run with nothing said o
 watchdog (``faulthandler.dump_traceback_later``, armed around each test) writes the stacks to
 ``LOGFS_TEST_HANG_DIR`` (``scripts/test.sh`` prints the files after the run) and exits the process: xdist
 reports the test as a crashed worker's and goes on with a new worker.
+
+The same holds after the last test: a process still alive two minutes after its session finished (a thread
+a test left running, which the interpreter's exit waits for) writes its stacks and exits, rather than keep
+xdist, and CI, waiting for it.
 """
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import os
 from collections.abc import Iterator
@@ -50,3 +55,25 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         faulthandler.cancel_dump_traceback_later()
         out.close()
         os.unlink(out.name)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    directory = os.environ.get("LOGFS_TEST_HANG_DIR")
+    if not directory:
+        return
+    os.makedirs(directory, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    out = open(os.path.join(directory, f"{worker}-{os.getpid()}-exit.txt"), "w")
+    out.write(f"the {worker} process was still running {2 * GRACE_S} s after its session finished; its threads:\n")
+    out.flush()
+    # never cancelled: an exit that happens in time ends this timer with the process (and leaves the file,
+    # so it is removed at exit)
+    faulthandler.dump_traceback_later(2 * GRACE_S, exit=True, file=out)
+    atexit.register(_remove, out)
+
+
+def _remove(out: IO[str]) -> None:
+    faulthandler.cancel_dump_traceback_later()
+    out.close()
+    os.unlink(out.name)
