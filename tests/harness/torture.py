@@ -627,8 +627,8 @@ class Torture(Checks):
                 self.crash(lose)                    # in the middle of the traffic
                 self.totals.faults[crash] += 1
                 self.end_traffic(threads)
-                if args.damage and not lose and not self.totals.faults["damage-truncated-segment"]:
-                    self.damage()
+            if args.damage and not clean and not lose and not self.totals.faults["damage-truncated-segment"]:
+                self.damage()                       # after a kill -9, in or out of a shutdown
             if self.rng.random() < args.startup_kill_rate:
                 # crash again during startup, i.e. during recovery of what the last crash left
                 lose = args.power_loss and self.rng.random() < args.power_loss_rate
