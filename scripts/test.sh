@@ -28,7 +28,7 @@ LOGFS_TEST_HANG_DIR=$hang_dir timeout --signal=INT --kill-after=120 "${LOGFS_TES
 status=$?
 for hang in "$hang_dir"/*; do
     [ -e "$hang" ] || continue
-    echo "test: a test was stopped by the watchdog (${hang##*/}):" >&2
+    echo "test: the watchdog (tests/watchdog.py) caught a stuck test process (${hang##*/}):" >&2
     cat "$hang" >&2
 done
 rm -rf "$hang_dir"

@@ -24,7 +24,7 @@ from typing import IO
 import pytest
 
 #: beyond the test's own timeout: the signal method's failure, and its fixtures' teardown, come first
-GRACE_S = 60
+GRACE_S = float(os.environ.get("LOGFS_TEST_HANG_GRACE", "60"))
 
 
 def _timeout_of(item: pytest.Item) -> float:
@@ -46,7 +46,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     os.makedirs(directory, exist_ok=True)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     out: IO[str] = open(os.path.join(directory, f"{worker}-{os.getpid()}.txt"), "w")
-    out.write(f"{item.nodeid} ran over its timeout of {timeout:.0f} s by {GRACE_S} s; its threads:\n")
+    out.write(f"{item.nodeid} ran over its timeout of {timeout:.0f} s by {GRACE_S:.0f} s; its threads:\n")
     out.flush()
     faulthandler.dump_traceback_later(timeout + GRACE_S, exit=True, file=out)
     try:
@@ -65,10 +65,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     os.makedirs(directory, exist_ok=True)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     out = open(os.path.join(directory, f"{worker}-{os.getpid()}-exit.txt"), "w")
-    out.write(f"the {worker} process was still running {2 * GRACE_S} s after its session finished; its threads:\n")
+    out.write(f"the {worker} process was still running {2 * GRACE_S:.0f} s after its session finished; its threads:\n")
     out.flush()
-    # never cancelled: an exit that happens in time ends this timer with the process (and leaves the file,
-    # so it is removed at exit)
+    # cancelled, and its file removed, at the interpreter's exit (atexit runs after it has joined the threads)
     faulthandler.dump_traceback_later(2 * GRACE_S, exit=True, file=out)
     atexit.register(_remove, out)
 
