@@ -24,11 +24,17 @@ HANGS = textwrap.dedent('''
 ''')
 
 
+def _pythonpath() -> str:
+    """This process's path (tests/unmarked first, which keeps an unmarked test's children from mounting) and
+    the project, for ``-p tests.watchdog``."""
+    return os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))
+
+
 def _run(tmp_path, test: str) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
     (tmp_path / "test_hangs.py").write_text(HANGS)
     hangs = tmp_path / "hangs"
     env = {**os.environ, "LOGFS_TEST_HANG_DIR": str(hangs), "LOGFS_TEST_HANG_GRACE": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))}
+           "PYTHONPATH": _pythonpath()}
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.watchdog", "-p", "no:cacheprovider",
                              f"test_hangs.py::{test}"], cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=120)
@@ -53,7 +59,7 @@ def test_a_process_left_waiting_for_a_thread_exits_with_its_stacks(tmp_path):
 def test_a_process_that_exits_in_time_leaves_nothing(tmp_path):
     (tmp_path / "test_fine.py").write_text("def test_fine():\n    pass\n")
     hangs = tmp_path / "hangs"
-    env = {**os.environ, "LOGFS_TEST_HANG_DIR": str(hangs), "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))}
+    env = {**os.environ, "LOGFS_TEST_HANG_DIR": str(hangs), "PYTHONPATH": _pythonpath()}
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.watchdog", "-p", "no:cacheprovider",
                              "test_fine.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
