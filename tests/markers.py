@@ -92,19 +92,22 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Refuse the run when a test asks for a fixture that starts something its markers do not name, or lives
     outside the folders of its markers."""
-    missing = []
+    misplaced, missing = [], []
     for item in items:
         for marker, folders in MARKER_FOLDERS.items():
             if item.get_closest_marker(marker) is not None and not item.nodeid.startswith(folders):
-                missing.append(f"{item.nodeid} is marked @pytest.mark.{marker} outside {' or '.join(folders)} "
-                               "(scripts/test.sh's worker groups go by folder)")
+                misplaced.append(f"{item.nodeid} is marked @pytest.mark.{marker} outside {' or '.join(folders)} "
+                                 "(scripts/test.sh's worker groups go by folder)")
         for fixture in getattr(item, "fixturenames", ()):
             for marker in FIXTURE_MARKERS.get(fixture, ()):
                 if item.get_closest_marker(marker) is None:
                     missing.append(f"{item.nodeid} uses the {fixture!r} fixture but is not marked "
                                    f"@pytest.mark.{marker}")
+    errors = sorted(set(misplaced))
     if missing:
-        raise pytest.UsageError("\n".join(sorted(set(missing))) + f"\n(the fast loop `{FAST_LOOP}` would run them)")
+        errors += sorted(set(missing)) + [f"(the fast loop `{FAST_LOOP}` would run them)"]
+    if errors:
+        raise pytest.UsageError("\n".join(errors))
 
 
 def require_marker(marker: str, what: str) -> None:

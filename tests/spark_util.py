@@ -8,6 +8,7 @@ records are appended by writing lines to ``append`` files and read back through
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import io
 import os
@@ -100,7 +101,9 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, what: str =
     wait_for(predicate, what, timeout=timeout, interval=0.2)
 
 
+@functools.cache
 def _load_pipeline() -> ModuleType:
+    """scripts/pipeline.py as a module (scripts/ is not a package), loaded once."""
     spec = importlib.util.spec_from_file_location("logfs_pipeline_script", ROOT / "scripts" / "pipeline.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -33,7 +33,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.mount]
 
 
 
-
 def _source(spark, mount, topic: str, **options):
     reader = spark.read.format("logfs").option("path", str(mount.path)).option("subscribe", topic)
     for name, value in options.items():
