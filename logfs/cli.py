@@ -91,9 +91,10 @@ def _parser() -> argparse.ArgumentParser:
     mount.add_argument("--allow-other", action="store_true", help="let other users access the mount")
     mount.add_argument("--foreground", action="store_true", default=True,
                        help="serve in the foreground (the only mode; accepted for familiarity)")
-    mount.add_argument("--page-cache", action=argparse.BooleanOptionalAction, default=False,
-                       help="serve views through the kernel page cache instead of direct I/O (the default, "
-                            "--no-page-cache: every read of a view from the mount's process)")
+    mount.add_argument("--page-cache", action=argparse.BooleanOptionalAction, default=True,
+                       help="serve views through the kernel page cache (the default: a re-read comes from "
+                            "the cache); --no-page-cache serves them with direct I/O, every read from the "
+                            "mount's process")
     mount.add_argument("--data-umask", type=_octal, default=0o077, metavar="OCTAL",
                        help="umask for the files and dirs logfs creates in the data dirs (default 077: "
                             "private, 0700 dirs and 0600 files; 022 gives 0755/0644)")

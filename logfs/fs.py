@@ -25,9 +25,9 @@ Everything a name means lives in the namespace (``logfs.namespace``, ``logfs.dir
   and rmdir what is inside without effect, so its final rmdir of the topic
   directory deletes the topic as ``rmdir`` alone does (see ``_RecursiveRemovals``).
 
-Views are served with ``direct_io`` by default: one copy of the data, and a
-read at EOF sees records appended since the last ``stat``.  ``--page-cache``
-serves them through the kernel's page cache instead, exactly:
+Views are served through the kernel's page cache (``--page-cache``, the
+default; ``--no-page-cache`` serves them with ``direct_io``, every read from
+this process), exactly:
 
 * an opening keeps the pages cached for its inode (``keep_cache``): a view's
   inode is one rendering whose bytes only grow at its end (a deletion, a clean
@@ -48,7 +48,7 @@ serves them through the kernel's page cache instead, exactly:
 ``--page-cache`` a mapping (``mmap``) of a view reads its pages like ``read``;
 files served with ``direct_io`` refuse it with ENODEV.  A damaged batch fails
 a page-cache read whole (``ViewHandle._whole``): the good bytes before it
-reach the reader in whole pages only, which is why the mode is not the default.
+reach the reader in whole pages only (direct I/O hands over every one).
 
 Appends and view reads run on the trio thread (they are one ``os.write`` /
 a few ``pread``s in the engine); anything that may fsync or walk directories

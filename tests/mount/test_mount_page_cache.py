@@ -22,8 +22,8 @@ from tests.mount.test_mount_everyday import test_tail_F_never_prints_a_record_tw
 
 pytestmark = pytest.mark.mount
 
-PAGE_CACHE = ["--page-cache"]
-DIRECT_IO = ["--no-page-cache"]       # the default
+PAGE_CACHE = ["--page-cache"]         # the default
+DIRECT_IO = ["--no-page-cache"]
 FAST = {
     "log.initial.task.delay.ms": "0",
     "log.retention.check.interval.ms": "100",

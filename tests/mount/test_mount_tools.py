@@ -336,23 +336,29 @@ def test_every_view_opened_after_delete_records_starts_at_the_new_log_start(moun
     assert not (mount / f"t/0/offset/{target - 1}").exists()
 
 
-@pytest.mark.mount_options({"internal.log.segment.bytes": "1000"})
-def test_cat_prints_the_good_bytes_before_a_corrupt_batch_then_fails(mount):
+@pytest.mark.parametrize("mode", [["--no-page-cache"], ["--page-cache"]], ids=["direct-io", "page-cache"])
+def test_cat_prints_the_good_bytes_before_a_corrupt_batch_then_fails(logfs_mount, mode):
+    mount = logfs_mount({"internal.log.segment.bytes": "1000"}, extra_args=mode)
     os.mkdir(mount / "t")
+    written = [b"val-%d-%d-%s\n" % (i, j, b"v" * 90) for i in range(6) for j in range(30)]
     for i in range(6):
-        _append(mount / "t/0/append", b"".join(b"val-%d-%d\n" % (i, j) for j in range(30)))
-    third = sorted(mount.partition_dir("t", 0).glob("*.log"))[2]
-    data = bytearray(third.read_bytes())
+        _append(mount / "t/0/append", b"".join(written[i * 30:(i + 1) * 30]))
+    # the first segment after 6 KB of records: a page and a half of good bytes before it
+    damaged = next(p for p in sorted(mount.partition_dir("t", 0).glob("*.log")) if int(p.stem) >= 60)
+    data = bytearray(damaged.read_bytes())
     bad = data.find(b"val-")
     data[bad] ^= 0x20                       # one flipped bit in a stored value of its first batch
-    third.write_bytes(bytes(data))
-    base = int(third.name.split(".")[0])
+    damaged.write_bytes(bytes(data))
+    base = int(damaged.name.split(".")[0])
     result = mount.sh("cat t/0/records", check=False)
     assert result.returncode != 0 and b"Input/output error" in result.stderr
-    good = result.stdout.splitlines()
-    assert len(good) == base and good[0] == b"val-0-0"     # every record before the damaged batch
+    good = b"".join(written[:base])
+    if mode == ["--no-page-cache"]:
+        assert result.stdout == good                            # every record before the damaged batch
+    else:
+        assert result.stdout == good[:len(good) // 4096 * 4096] and result.stdout   # its whole pages
     assert mount.stop() == 0
-    assert mount.log().count(f"file {third}, position 0") == 1
+    assert mount.log().count(f"file {damaged}, position 0") == 1
 
 
 # --------------------------------------------------------------------------- memory
