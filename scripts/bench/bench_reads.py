@@ -3,8 +3,8 @@
 
 Appends ``--mb`` MB of 100-byte lines to ``t/0``, copies ``records`` to a plain
 file next to the data directory, then for each mode (``--modes``: the mount's
-own default, direct I/O, and ``--page-cache``) mounts the same data and
-times, side by side:
+own default, through the page cache, and ``--no-page-cache``, direct I/O)
+mounts the same data and times, side by side:
 
 * ``cat records`` first read (the view's cached pages dropped with ``posix_fadvise``) and re-read;
 * ``dd bs=4K`` and ``dd bs=1M`` of ``records`` (after a first read: the re-read state);
@@ -14,8 +14,11 @@ files under the mount are), and the mount process's CPU seconds for a first
 read.  Each figure is the best of ``--repeat`` runs (the machine may be
 loaded: compare the ratios of one run).  Ratios: plain time / mount time for ``cat``
 (1.0 = the plain file's speed), and ``dd bs=4K`` time / ``dd bs=1M`` time.
+``--floor`` adds ``fuse_floor.py``'s rows: the same bytes from memory through
+a pyfuse3 file system that does nothing else, the best any pyfuse3 mount
+could do on this machine.
 
-    .venv/bin/python scripts/bench/bench_reads.py [--mb 200] [--modes default,--page-cache] [--repeat 3]
+    .venv/bin/python scripts/bench/bench_reads.py [--mb 200] [--modes default,--no-page-cache] [--repeat 3] [--floor]
 """
 
 from __future__ import annotations
@@ -50,6 +53,20 @@ def _mount(mnt: Path, data: Path, extra: list[str], log: Path) -> subprocess.Pop
     while subprocess.run(["mountpoint", "-q", str(mnt)]).returncode != 0:
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"mount failed:\n{log.read_text()}")
+        time.sleep(0.05)
+    return proc
+
+
+def _floor(mnt: Path, source: Path, extra: list[str], log: Path) -> subprocess.Popen:
+    """``fuse_floor.py`` serving ``source`` at ``mnt`` (see its docstring)."""
+    out = open(log, "ab")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("fuse_floor.py")), str(mnt), str(source),
+                             *extra], stdout=out, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 60
+    while subprocess.run(["mountpoint", "-q", str(mnt)]).returncode != 0:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"floor mount failed:\n{log.read_text()}")
         time.sleep(0.05)
     return proc
 
@@ -106,10 +123,13 @@ def _measure(records: Path, plain: Path, repeat: int, pid: int) -> dict[str, flo
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=int, default=200, help="size of the partition in MB")
-    parser.add_argument("--modes", default="default,--page-cache",
+    parser.add_argument("--modes", default="default,--no-page-cache",
                         help="comma-separated mount argument sets to compare ('default' = no argument)")
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs of each command")
     parser.add_argument("--dir", default=None, help="work directory (default: a new temp dir in $TMPDIR)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also mount scripts/bench/fuse_floor.py (the same bytes served from memory by a "
+                             "pyfuse3 file system that does nothing else): what FUSE and pyfuse3 cost alone")
     args = parser.parse_args()
 
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="logfs-bench-reads-"))
@@ -140,6 +160,13 @@ def main() -> int:
                 results.append((mode, _measure(mnt / "t/0/records", plain, args.repeat, proc.pid)))
             finally:
                 _umount(mnt, proc)
+        if args.floor:
+            for mode, extra in (("pyfuse3 floor", []), ("floor, direct", ["--direct-io"])):
+                proc = _floor(mnt, plain, extra, log)
+                try:
+                    results.append((mode, _measure(mnt / "records", plain, args.repeat, proc.pid)))
+                finally:
+                    _umount(mnt, proc)
         print(f"\n`records` of {size_mb:.0f} MB; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus")
         print(f"{'mount mode':14} {'cat 1st':>8} {'re-read':>8} {'plain':>8} {'1st/pl':>7} {'re/pl':>7}"
               f" {'dd 4K':>7} {'dd 1M':>7} {'4K/1M':>6} {'plain 4K/1M':>12} {'CPU 1st':>8}")
