@@ -678,14 +678,16 @@ class LogfsOperations(pyfuse3.Operations):
     async def read(self, fh: int, off: int, size: int) -> bytes | memoryview:   # type: ignore[override]
         handle = self._handles[fh][1]
         threshold = handle.offload_reads_from
-        if threshold is not None and size >= threshold:
+        lock = self._read_locks.get(fh)
+        if (threshold is not None and size >= threshold
+                and (not handle.continues_at(off) or (lock is not None and lock.locked()))):
             if not handle.keep_cache:
                 return await trio.to_thread.run_sync(handle.read, off, size)
             # Through the page cache the kernel's readahead sends the next requests before this
             # one is answered: served by threads in any order they would each miss the view's
             # sequential cursor and render from its index (measured: 3x slower first reads).
-            # trio.Lock is FIFO, so they run in the order they came, one at a time.
-            lock = self._read_locks.get(fh)
+            # trio.Lock is FIFO, so they run in the order they came, one at a time (and one that
+            # continues the cursor waits for them rather than overtaking them inline).
             if lock is None:
                 lock = self._read_locks[fh] = trio.Lock()
             async with lock:

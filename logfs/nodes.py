@@ -144,17 +144,34 @@ class FileNode(Node):
 
 
 class GeneratedFile(FileNode):
-    """A small file rendered on demand (state, config, stats); a snapshot per open."""
+    """A small file rendered on demand (state, config, stats); a snapshot per open.
+
+    While it is open, its size is never less than an open snapshot's:
+    ``sendfile`` (``shutil.copyfile``, a web server) reads even a
+    ``direct_io`` file through the page cache and stops at the size the
+    kernel last got, so a ``stat`` after the open that gave the size of a
+    shorter, newer rendering cut that opening's copy short (a metrics file
+    shrunk by a deleted topic).  A size above what an opening holds reads as
+    its end at its last byte (the kernel lowers the size at a short read).
+    """
+
+    #: the longest snapshot handed out since the file was last not open
+    _open_size = 0
 
     def render(self) -> bytes:
         raise NotImplementedError
 
     def size(self) -> int:
-        return len(self.render())
+        return max(len(self.render()), self._open_size)
 
     def open(self, write: bool) -> Handle:
         self._refuse_write(write)
-        return BytesHandle(self.render())
+        snapshot = self.render()
+        self._open_size = max(self._open_size, len(snapshot))
+        return BytesHandle(snapshot)
+
+    def detach(self) -> None:
+        self._open_size = 0
 
 
 class StatsFile(GeneratedFile):
@@ -406,6 +423,9 @@ class FollowedViewHandle(ViewHandle):
         if self._shift is None:
             self._shift = self._first - offset if offset < self._first else 0
         return self._whole(self._view.read_buffer(offset + self._shift, size), offset + self._shift, size)
+
+    def continues_at(self, offset: int) -> bool:
+        return self._shift is not None and self._view.continues_at(offset + self._shift)
 
 
 class RecordFile(FileNode):

@@ -321,6 +321,18 @@ class LogView:
             self._release_read_past(position)
             return out[0] if len(out) == 1 else b"".join(out)
 
+    def continues_at(self, position: int) -> bool:
+        """Whether a read at ``position`` is served by the cursor: from the last chunk or right after it.
+
+        Such a read looks nothing up (no index, no bisect): it decodes the
+        batches that follow, about 1 ms per MiB rendered as text and 2 as JSON
+        lines (``scripts/bench/bench_views.py``), so the FUSE layer serves it
+        inline.  Read without the lock: a stale answer only changes which
+        thread serves the read.
+        """
+        start, buf, following = self._buf_start, self._buf, self._next
+        return start <= position < start + len(buf) or (position == start + len(buf) and following is not None)
+
     def _read_from_cursor(self, position: int, stop: int) -> bytes | memoryview:
         """Serve from the last rendered chunk, or continue decoding right after it."""
         buf_end = self._buf_start + len(self._buf)

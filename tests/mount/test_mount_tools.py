@@ -508,3 +508,30 @@ def test_pipeline_stream_checkpoint_is_not_in_the_current_directory(tmp_path, mo
     path = pipeline.default_checkpoint("mnt", "events", "windows")
     assert path.startswith(str(tmp_path / "state" / "logfs" / "pipeline"))
     assert path.endswith("events-to-windows") and not Path(path).is_relative_to(tmp_path / "mnt")
+
+
+def test_sendfile_of_a_generated_file_that_shrank_while_open_copies_what_it_opened(mount):
+    """``shutil.copyfile``'s ``sendfile`` stops at the size the kernel last got, even from a direct-I/O file.
+
+    The metrics of a deleted topic go: a ``stat`` after the open used to give the new, shorter size
+    and the copy of the opening's snapshot was cut there with no error.
+    """
+    for topic in ("a", "b"):
+        os.mkdir(mount / topic)
+        _append(mount / f"{topic}/0/append", b"x\n")
+    path = mount / ".logfs/metrics"
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        opened = b""
+        while chunk := os.pread(fd, 1 << 20, len(opened)):
+            opened += chunk
+        os.rmdir(mount / "b")
+        wait_for(lambda: b'topic="b"' not in path.read_bytes(), what="the deleted topic's metrics to go")
+        os.stat(path)                           # the kernel learns the size of a newer rendering
+        with open(mount.path.parent / "copy", "wb") as out:
+            copied = 0
+            while sent := os.sendfile(out.fileno(), fd, copied, 1 << 23):
+                copied += sent
+        assert (mount.path.parent / "copy").read_bytes() == opened
+    finally:
+        os.close(fd)
