@@ -8,7 +8,11 @@ What a shell script or a per-line writer pays (issue 16): each
 the open, write, flush and release.  Printed beside the same operations on
 the data directory's own filesystem.
 
-    .venv/bin/python scripts/bench/bench_open.py [--lines 5000] [--stats 20000] [--keep]
+    .venv/bin/python scripts/bench/bench_open.py [--lines 5000] [--stats 20000] [--keep] [--floor]
+
+``--floor`` adds the same rows for ``fuse_floor.py``'s ``append``: a pyfuse3
+file system whose open, write, flush and release do nothing, the least a
+pyfuse3 mount's request costs on this machine.
 
 Goals: the shell loop at 2,000 lines/s or more, ``stat`` of ``append`` at
 0.1 ms or less.
@@ -52,12 +56,37 @@ def _open_close(path: Path, count: int) -> float:
     return (time.perf_counter() - start) / count
 
 
+def _floor_rows(base: Path, env: dict[str, str], args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The shell loop, stat and open + close on ``fuse_floor.py``'s ``append`` (writes taken and dropped)."""
+    mnt, source = base / "floor-mnt", base / "floor-source"
+    mnt.mkdir()
+    source.write_bytes(b"\n")
+    with open(base / "floor.log", "wb") as log_file:
+        proc = subprocess.Popen([str(PYTHON), str(Path(__file__).with_name("fuse_floor.py")), str(mnt), str(source)],
+                                stdout=log_file, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while subprocess.run(["mountpoint", "-q", str(mnt)]).returncode != 0:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"floor mount failed:\n{(base / 'floor.log').read_text()}")
+            time.sleep(0.05)
+        seconds = _shell_loop(mnt, args.lines)
+        return [(f"pyfuse3 floor: echo $i >> append, {args.lines} times", f"{args.lines / seconds:,.0f} lines/s"),
+                ("pyfuse3 floor: stat append", f"{_stats(mnt / 'append', args.stats) * 1e3:.4f} ms"),
+                ("pyfuse3 floor: open + close append", f"{_open_close(mnt / 'append', 2000) * 1e3:.4f} ms")]
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)])
+        proc.wait(timeout=120)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lines", type=int, default=5000, help="lines the shell loop appends")
     parser.add_argument("--stats", type=int, default=20000, help="stat calls measured")
     parser.add_argument("--dir", default=None, help="work directory (default: a new temp dir in $TMPDIR)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--floor", action="store_true",
+                        help="also time scripts/bench/fuse_floor.py's append (a pyfuse3 mount doing nothing)")
     args = parser.parse_args()
 
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="logfs-bench-open-"))
@@ -86,6 +115,8 @@ def main() -> int:
         appended = int(subprocess.run(["bash", "-c", f"wc -l < {target}/records"], capture_output=True,
                                       check=True).stdout)
         assert appended == args.lines, (appended, args.lines)
+        if args.floor:
+            rows += _floor_rows(base, env, args)
         print(f"\ncpus={os.cpu_count()} load={os.getloadavg()[0]:.1f}")
         print(f"{'operation':44} {'figure':>18}")
         for name, figure in rows:
