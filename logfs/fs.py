@@ -678,21 +678,25 @@ class LogfsOperations(pyfuse3.Operations):
     async def read(self, fh: int, off: int, size: int) -> bytes | memoryview:   # type: ignore[override]
         handle = self._handles[fh][1]
         threshold = handle.offload_reads_from
+        if threshold is None or size < threshold:
+            return handle.read(off, size)
+        if not handle.keep_cache:
+            # direct I/O: a reader's next read comes once this one is answered
+            if handle.continues_at(off):
+                return handle.read(off, size)
+            return await trio.to_thread.run_sync(handle.read, off, size)
+        # Through the page cache the kernel's readahead sends the next requests before this
+        # one is answered: served by threads in any order they would each miss the view's
+        # sequential cursor and render from its index (measured: 3x slower first reads).
+        # trio.Lock is FIFO, so they run in the order they came, one at a time; each decides
+        # once it holds the lock (a request that came while one was in a thread continues it).
         lock = self._read_locks.get(fh)
-        if (threshold is not None and size >= threshold
-                and (not handle.continues_at(off) or (lock is not None and lock.locked()))):
-            if not handle.keep_cache:
-                return await trio.to_thread.run_sync(handle.read, off, size)
-            # Through the page cache the kernel's readahead sends the next requests before this
-            # one is answered: served by threads in any order they would each miss the view's
-            # sequential cursor and render from its index (measured: 3x slower first reads).
-            # trio.Lock is FIFO, so they run in the order they came, one at a time (and one that
-            # continues the cursor waits for them rather than overtaking them inline).
-            if lock is None:
-                lock = self._read_locks[fh] = trio.Lock()
-            async with lock:
-                return await trio.to_thread.run_sync(handle.read, off, size)
-        return handle.read(off, size)
+        if lock is None:
+            lock = self._read_locks[fh] = trio.Lock()
+        async with lock:
+            if handle.continues_at(off):
+                return handle.read(off, size)
+            return await trio.to_thread.run_sync(handle.read, off, size)
 
     @_translating
     async def write(self, fh: int, off: int, buf: bytes) -> int:

@@ -88,7 +88,7 @@ class ViewHandle(Handle):
     that continue the view's cursor (``continues_at``: a sequential reader,
     the kernel's readahead; at most one 1 MiB request's batches, 1-2 ms) stay
     inline, where the hop would dominate: inline, a first ``cat records`` of
-    200 MB took 0.23 s of the mount's CPU instead of 0.38 s
+    200 MB took 0.19 s of the mount's CPU instead of 0.38 s
     (``scripts/bench/bench_reads.py``).
 
     Without ``direct_io`` the opening keeps the pages the kernel cached for the
