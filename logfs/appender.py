@@ -333,13 +333,18 @@ class AppendHandle(Handle):
                 self._refuse_line_rest(data)
         if not data:
             return
+        # The lines are those of partial + data (the partial line never holds a newline), built
+        # with one copy of the request's bytes: a 1 MiB request of ``cat`` ends inside a line, so
+        # nearly every one carries a partial line into the next (concatenating, then cutting off
+        # the rest, was two copies: 7% of an append's time).
         partial = self._partial
-        buf = partial + data if partial else data
-        end = buf.rfind(_NEWLINE) + 1       # the complete lines are buf[:end]
-        rest = buf[end:]
+        data_end = data.rfind(_NEWLINE) + 1           # the complete lines of data are data[:data_end]
+        end = len(partial) + data_end if data_end else 0
+        rest = data[data_end:] if data_end else partial + data
         config = self._config()
         limit = self._format.line_limit(config)
-        first_length = buf.find(_NEWLINE) if partial and end else 0    # the line the partial one ends
+        # the line the partial one ends
+        first_length = len(partial) + data.find(_NEWLINE) if partial and end else 0
         if first_length > limit:
             self._reject(data, 0, first_length, config, drop_partial=True, open_line=False)
         if len(rest) > limit:
@@ -349,7 +354,11 @@ class AppendHandle(Handle):
         if end:
             try:
                 # the lines appended, a partial line carried over from earlier requests included
-                self._append_block(buf if end == len(buf) else buf[:end], config)
+                if partial:
+                    block = b"".join((partial, memoryview(data)[:data_end]))
+                else:
+                    block = data if data_end == len(data) else data[:data_end]
+                self._append_block(block, config)
             except RecordTooLargeError:
                 # Framing overhead can push a line just under the limit over it;
                 # if that line began in an earlier request, drop its head with it.
