@@ -12,6 +12,8 @@ the callers take when the extension is not built (``engine.records.compiled``):
   (engine.transactions), which must see every batch header of a log;
 * ``lines_layout``/``encode_lines``: the records section of a block of text
   lines, each line a value (the hot path of ``cat file >> append``);
+* ``json_plain``: whether such a block is its own JSON string text (the JSON
+  view's size of an append, ``engine.views.render``);
 * ``key_digests``/``put_digests``: the cleaner's offset map, the MD5 of each
   key and Kafka's ``SkimpyOffsetMap.put`` of each (digest, offset) pair.
 
@@ -39,8 +41,8 @@ if TYPE_CHECKING:   # numpy is imported by the cleaner's kernels only: a text re
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["KeyColumns", "LinesLayout", "encode_lines", "key_columns", "key_digests", "lines_layout",
-           "put_digests", "transactional_batches", "uniform_text"]
+__all__ = ["KeyColumns", "LinesLayout", "encode_lines", "json_plain", "key_columns", "key_digests",
+           "lines_layout", "put_digests", "transactional_batches", "uniform_text"]
 
 
 def uniform_text(data: bytes, count: int) -> bytearray | None:
@@ -113,6 +115,18 @@ def lines_layout(block: bytes) -> LinesLayout | None:
     ``memchr``; None when ``block`` does not end with a newline."""
     layout = _kernels.lines_layout(block)
     return None if layout is None else LinesLayout(*layout)
+
+
+def json_plain(block: bytes) -> bool:
+    """Whether every byte of ``block`` is a newline or printable ASCII other than ``"`` and ``\\``
+    (0x20-0x7F): the bytes orjson writes as themselves in a JSON string, newlines aside.
+
+    What ``len(orjson.dumps(block.decode("ascii"))) == len(block) + 2 + newlines``
+    answers, 16 bytes at a time: 0.11 ms per MiB against 0.26-0.32 for
+    orjson's dump (a second copy of the block).
+    """
+    plain: bool = _kernels.json_plain(block)
+    return plain
 
 
 def encode_lines(block: bytes, out: bytearray, position: int) -> int:

@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 
 import orjson
 
+from engine.records import compiled
+
 if TYPE_CHECKING:  # pragma: no cover - only for annotations
     from engine.records import BatchColumns, Record
 
@@ -310,12 +312,17 @@ def appended_lines_view_sizes(block: bytes, count: int, first_offset: int, times
     The text view is the block itself.  For the JSON view the block is tested
     whole, newlines included: orjson writes each ``\\n`` as two characters,
     so the block is plain ASCII with nothing else to escape exactly when the
-    dump is ``len(block) + 2 + count`` long (0.24 ms per MiB).
+    dump is ``len(block) + 2 + count`` long (0.26-0.32 ms per MiB), which the
+    compiled ``json_plain`` answers without the dump (0.11 ms).
     """
-    try:
-        plain = len(orjson.dumps(block.decode("ascii"))) == len(block) + 2 + count
-    except UnicodeDecodeError:
-        plain = False
+    kernels = compiled.KERNELS
+    if kernels is not None:
+        plain = kernels.json_plain(block)
+    else:
+        try:
+            plain = len(orjson.dumps(block.decode("ascii"))) == len(block) + 2 + count
+        except UnicodeDecodeError:
+            plain = False
     if not plain:
         values = block.split(b"\n")
         values.pop()

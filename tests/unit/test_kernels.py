@@ -63,6 +63,30 @@ def test_lines_layout_and_encode_lines_write_the_records_encode_values_writes(li
             kernels.encode_lines(block, bytearray(2 + layout.size), 3)
 
 
+_PLAIN_OR_NOT = st.one_of(
+    st.binary(max_size=300),
+    st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7F), max_size=300).map(str.encode),
+    st.text(max_size=60).map(str.encode))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PLAIN_OR_NOT.map(lambda b: b.replace(b"\n", b"")), max_size=40), st.integers(0, 9000),
+       st.sampled_from([None, 0x00, 0x09, 0x1F, 0x20, 0x22, 0x5C, 0x7F, 0x80, 0xC3, 0xFF]))
+def test_json_plain_is_orjsons_answer_for_a_block_of_lines(lines, padding, extra):
+    """The JSON view's size check of an appended block (engine.views.render): the kernel against the dump
+    it replaces, with one byte that may need escaping put anywhere in a long block (past the 4 KiB steps)."""
+    import orjson
+    block = b"x" * padding + b"\n" + b"".join(line + b"\n" for line in lines)
+    if extra is not None:
+        at = (padding * 7919) % len(block)
+        block = block[:at] + bytes([extra]) + block[at:]
+    try:
+        expected = len(orjson.dumps(block.decode("ascii"))) == len(block) + 2 + block.count(b"\n")
+    except UnicodeDecodeError:
+        expected = False
+    assert kernels.json_plain(block) is expected
+
+
 # --- the text view of a batch of mixed value sizes -----------------------------------------------------
 
 @settings(max_examples=150, deadline=None)
