@@ -56,24 +56,35 @@ def _open_close(path: Path, count: int) -> float:
     return (time.perf_counter() - start) / count
 
 
+def _serve(command: list[str], mnt: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
+    """Start ``command`` (a FUSE server of ``mnt``), output to ``log``, and wait until ``mnt`` is mounted."""
+    with open(log, "wb") as log_file:
+        proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 30
+    while subprocess.run(["mountpoint", "-q", str(mnt)]).returncode != 0:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"mount of {mnt} failed:\n{log.read_text()}")
+        time.sleep(0.05)
+    return proc
+
+
+def _rows(name: str, where: Path, args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The shell loop, ``stat`` and open + close of ``where/append``, as table rows."""
+    seconds = _shell_loop(where, args.lines)
+    return [(f"{name}: echo $i >> append, {args.lines} times", f"{args.lines / seconds:,.0f} lines/s"),
+            (f"{name}: stat append", f"{_stats(where / 'append', args.stats) * 1e3:.4f} ms"),
+            (f"{name}: open + close append", f"{_open_close(where / 'append', 2000) * 1e3:.4f} ms")]
+
+
 def _floor_rows(base: Path, env: dict[str, str], args: argparse.Namespace) -> list[tuple[str, str]]:
-    """The shell loop, stat and open + close on ``fuse_floor.py``'s ``append`` (writes taken and dropped)."""
+    """:func:`_rows` of ``fuse_floor.py``'s ``append`` (writes taken and dropped)."""
     mnt, source = base / "floor-mnt", base / "floor-source"
     mnt.mkdir()
     source.write_bytes(b"\n")
-    with open(base / "floor.log", "wb") as log_file:
-        proc = subprocess.Popen([str(PYTHON), str(Path(__file__).with_name("fuse_floor.py")), str(mnt), str(source)],
-                                stdout=log_file, stderr=subprocess.STDOUT, env=env)
+    proc = _serve([str(PYTHON), str(Path(__file__).with_name("fuse_floor.py")), str(mnt), str(source)], mnt,
+                  base / "floor.log", env)
     try:
-        deadline = time.monotonic() + 30
-        while subprocess.run(["mountpoint", "-q", str(mnt)]).returncode != 0:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"floor mount failed:\n{(base / 'floor.log').read_text()}")
-            time.sleep(0.05)
-        seconds = _shell_loop(mnt, args.lines)
-        return [(f"pyfuse3 floor: echo $i >> append, {args.lines} times", f"{args.lines / seconds:,.0f} lines/s"),
-                ("pyfuse3 floor: stat append", f"{_stats(mnt / 'append', args.stats) * 1e3:.4f} ms"),
-                ("pyfuse3 floor: open + close append", f"{_open_close(mnt / 'append', 2000) * 1e3:.4f} ms")]
+        return _rows("pyfuse3 floor", mnt, args)
     finally:
         subprocess.run(["fusermount3", "-u", str(mnt)])
         proc.wait(timeout=120)
@@ -95,23 +106,12 @@ def main() -> int:
         d.mkdir(parents=True, exist_ok=True)
     (disk / "append").touch()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}     # this checkout's logfs, whatever the venv has installed
-    log_file = open(base / "logfs.log", "wb")
-    proc = subprocess.Popen([str(PYTHON), "-m", "logfs", "mount", str(mnt), "--data-dir", str(data)],
-                            stdout=log_file, stderr=subprocess.STDOUT, env=env)
+    proc = _serve([str(PYTHON), "-m", "logfs", "mount", str(mnt), "--data-dir", str(data)], mnt,
+                  base / "logfs.log", env)
     try:
-        deadline = time.monotonic() + 30
-        while subprocess.run(["mountpoint", "-q", str(mnt)]).returncode != 0:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"mount failed:\n{(base / 'logfs.log').read_text()}")
-            time.sleep(0.05)
         os.mkdir(mnt / "t")
         target = mnt / "t" / "0"
-        rows = []
-        for name, where in (("disk", disk), ("mount", target)):
-            seconds = _shell_loop(where, args.lines)
-            rows.append((f"{name}: echo $i >> append, {args.lines} times", f"{args.lines / seconds:,.0f} lines/s"))
-            rows.append((f"{name}: stat append", f"{_stats(where / 'append', args.stats) * 1e3:.4f} ms"))
-            rows.append((f"{name}: open + close append", f"{_open_close(where / 'append', 2000) * 1e3:.4f} ms"))
+        rows = _rows("disk", disk, args) + _rows("mount", target, args)
         appended = int(subprocess.run(["bash", "-c", f"wc -l < {target}/records"], capture_output=True,
                                       check=True).stdout)
         assert appended == args.lines, (appended, args.lines)
@@ -125,7 +125,6 @@ def main() -> int:
     finally:
         subprocess.run(["fusermount3", "-u", str(mnt)])
         proc.wait(timeout=120)
-        log_file.close()
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
     return 0

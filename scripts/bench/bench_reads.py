@@ -43,32 +43,28 @@ def _timed(cmd: str) -> float:
     return time.perf_counter() - start
 
 
-def _mount(mnt: Path, data: Path, extra: list[str], log: Path) -> subprocess.Popen:
+def _serve(command: list[str], mnt: Path, log: Path) -> subprocess.Popen:
+    """Start ``command`` (a FUSE server of ``mnt``) with this checkout's code and wait until ``mnt`` is mounted."""
     out = open(log, "ab")
     # this checkout's code, not the one the shared venv's editable install points at
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.Popen([str(LOGFS), "mount", str(mnt), "--data-dir", str(data), *extra],
-                            stdout=out, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 60
     while subprocess.run(["mountpoint", "-q", str(mnt)]).returncode != 0:
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"mount failed:\n{log.read_text()}")
+            raise SystemExit(f"{command[1]} of {mnt} failed:\n{log.read_text()}")
         time.sleep(0.05)
     return proc
+
+
+def _mount(mnt: Path, data: Path, extra: list[str], log: Path) -> subprocess.Popen:
+    return _serve([str(LOGFS), "mount", str(mnt), "--data-dir", str(data), *extra], mnt, log)
 
 
 def _floor(mnt: Path, source: Path, extra: list[str], log: Path) -> subprocess.Popen:
     """``fuse_floor.py`` serving ``source`` at ``mnt`` (see its docstring)."""
-    out = open(log, "ab")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("fuse_floor.py")), str(mnt), str(source),
-                             *extra], stdout=out, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 60
-    while subprocess.run(["mountpoint", "-q", str(mnt)]).returncode != 0:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"floor mount failed:\n{log.read_text()}")
-        time.sleep(0.05)
-    return proc
+    return _serve([sys.executable, str(Path(__file__).with_name("fuse_floor.py")), str(mnt), str(source), *extra],
+                  mnt, log)
 
 
 def _umount(mnt: Path, proc: subprocess.Popen) -> None:
