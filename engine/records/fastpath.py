@@ -195,11 +195,11 @@ def _uniform_values(data: bytes, count: int, text: bool) -> tuple[list, int, int
 
     Returns (parts, records taken, position after them).  Without ``text`` the
     parts are the values; with it they are chunks of the text view (values each
-    followed by a newline).  A fixed-size segment becomes text without one bytes
-    object per record: one strided copy of its value columns per segment into
-    one buffer (_fixed_size_text).  A
-    batch with a segment of mixed sizes is taken whole by _sized_walk, or up to
-    that segment only.
+    followed by a newline).  Text of a uniform batch comes from the compiled
+    walk when it is built; otherwise a fixed-size segment becomes text without
+    one bytes object per record: one strided copy of its value columns per
+    segment into one buffer (_fixed_size_text).  A batch with a segment of
+    mixed sizes is taken whole by _sized_walk, or up to that segment only.
     """
     kernels = compiled.KERNELS if text else None
     if kernels is not None:
@@ -217,14 +217,9 @@ def _uniform_values(data: bytes, count: int, text: bool) -> tuple[list, int, int
         stop = hi if hi < count else count
         fixed = _fixed_size_segment(data, p, lo, stop, w)
         if fixed is None:
-            if type(data) is not bytes:         # decode_text's memoryview: the walks below take bytes
+            if type(data) is not bytes:         # decode_text's memoryview: the walk below takes bytes
                 data = bytes(data)
-            kernels = compiled.KERNELS if text else None
-            if kernels is not None:
-                # mixed sizes: the compiled walk (the Python walk where it is not built)
-                chunk = kernels.uniform_text(data, count)
-                if chunk is not None:
-                    return [chunk], count, len(data)
+            # mixed sizes (for text, only where the compiled walk above is not built)
             values = _sized_walk(data, count)
             if values is None:          # the general loop goes on from this segment
                 if text_segments:
