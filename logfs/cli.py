@@ -31,6 +31,7 @@ from engine.config import DEFAULT_LOG_DIR
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.config import BrokerConfig
+    from logfs.access import MountAccess
 
 log = logging.getLogger("logfs")
 
@@ -88,7 +89,15 @@ def _parser() -> argparse.ArgumentParser:
                             "its log start (default), its end, or the first record at or after TIME "
                             "(ISO 8601 or epoch ms)")
     mount.add_argument("--read-only", action="store_true", help="serve the logs read-only (EROFS on writes)")
-    mount.add_argument("--allow-other", action="store_true", help="let other users access the mount")
+    mount.add_argument("--allow-other", action="store_true",
+                       help="let other users access the mount: they may read and list, never write, create, "
+                            "delete or commit a consumer group's offsets (unless --allow-group names their group)")
+    mount.add_argument("--allow-group", metavar="GROUP",
+                       help="with --allow-other: the mount's files belong to GROUP (a name or gid), whose members "
+                            "may do what the mount's owner does (on a cluster: as the mount's Kafka principal)")
+    mount.add_argument("--umask", dest="mount_umask", type=_octal, default=0, metavar="OCTAL",
+                       help="bits taken away from the mode of every name in the mount (default 000; 027: other "
+                            "users see nothing, 007 with --allow-group: only the owner and the group)")
     mount.add_argument("--foreground", action="store_true", default=True,
                        help="serve in the foreground (the only mode; accepted for familiarity)")
     mount.add_argument("--page-cache", action=argparse.BooleanOptionalAction, default=True,
@@ -235,6 +244,23 @@ def _cluster_selection(args: argparse.Namespace) -> tuple[re.Pattern[str] | None
     return pattern, start
 
 
+def _mount_access(args: argparse.Namespace) -> MountAccess:
+    """Who besides the mount's owner may do what (logfs.access), from ``--allow-group`` and ``--umask``."""
+    from engine.errors import InvalidConfigError
+    from logfs.access import MountAccess, group_id
+
+    group = None
+    if args.allow_group is not None:
+        if not args.allow_other:
+            raise InvalidConfigError("--allow-group needs --allow-other (without it no other user reaches "
+                                     "the mount)")
+        try:
+            group = group_id(args.allow_group)
+        except ValueError as exc:
+            raise InvalidConfigError(f"Invalid --allow-group: {exc}") from None
+    return MountAccess.of_process(group, args.mount_umask)
+
+
 def _mount(args: argparse.Namespace) -> int:
     import pyfuse3
     import trio
@@ -273,6 +299,7 @@ def _mount(args: argparse.Namespace) -> int:
             args.options = cluster_options.local
             args.config = None          # its settings are in cluster_options (the replica's in .local)
         config = broker_config(args)
+        access = _mount_access(args)
     except (LogfsError, OSError) as exc:
         log.error("Invalid configuration: %s", exc)
         return 2
@@ -321,11 +348,12 @@ def _mount(args: argparse.Namespace) -> int:
                  ",".join(config.log_dirs))
     namespace = Namespace(manager, stats, read_only=args.read_only, views_direct_io=not args.page_cache,
                           backend=backend)
-    ops = LogfsOperations(namespace)
+    ops = LogfsOperations(namespace, access)
     options = set(pyfuse3.default_options)
     options |= {"fsname=logfs", "subtype=logfs"}
     if args.allow_other:
         options.add("allow_other")
+        log.info("Other users may use the mount (--allow-other): %s", access.describe())
     # --read-only is enforced by logfs, not by the kernel's "ro" flag: with
     # "ro" the kernel answers EROFS itself and the mount could not log what
     # was refused (SPEC.md section 7: every refusal names its cause in the log).

@@ -73,6 +73,7 @@ import trio
 
 from engine.errors import LogfsError, OffsetOutOfRangeError, ReadOnlyError
 from engine.topic import TopicPartition
+from logfs.access import MountAccess
 from logfs.dirs import RootDir, TopicDir
 from logfs.errors import (
     AccessDeniedError,
@@ -288,8 +289,10 @@ class LogfsOperations(pyfuse3.Operations):
     enable_writeback_cache = False
     enable_acl = False
 
-    def __init__(self, namespace: Namespace) -> None:
+    def __init__(self, namespace: Namespace, access: MountAccess | None = None) -> None:
         super().__init__()
+        #: the owner, group and mode bits of every name (logfs.access)
+        self._access = access or MountAccess.of_process()
         self.ns = namespace
         self.read_only = namespace.read_only
         self._inodes: dict[int, _Inode] = {pyfuse3.ROOT_INODE: _Inode(namespace.root)}
@@ -304,8 +307,8 @@ class LogfsOperations(pyfuse3.Operations):
         self._read_locks: dict[int, trio.Lock] = {}
         self._dir_handles: dict[int, _DirHandle] = {}
         self._next_fh = 1
-        self._uid = os.getuid()
-        self._gid = os.getgid()
+        self._uid = self._access.uid
+        self._gid = self._access.gid
         self._removals = _RecursiveRemovals()
         self._config_unlinks = _ConfigUnlinks()
         self._temps = TempFiles(namespace)     # editors' and tools' temporary files (logfs.tempfiles)
@@ -424,12 +427,12 @@ class LogfsOperations(pyfuse3.Operations):
         attr.entry_timeout = node.entry_timeout
         attr.attr_timeout = node.attr_timeout
         if node.is_dir:
-            attr.st_mode = stat.S_IFDIR | node.mode
+            attr.st_mode = stat.S_IFDIR | self._mode(node)
             attr.st_nlink = 2
             attr.st_size = 0
             attr.st_blocks = 0
         else:
-            attr.st_mode = stat.S_IFREG | node.mode
+            attr.st_mode = stat.S_IFREG | self._mode(node)
             attr.st_nlink = 1
             attr.st_size = node.size()
             attr.st_blocks = node.blocks()
@@ -439,6 +442,13 @@ class LogfsOperations(pyfuse3.Operations):
         mtime = node.mtime_ns()
         attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = mtime
         return attr
+
+    def _mode(self, node: Node) -> int:
+        """The permission bits the kernel enforces: the node's own (a temporary file's as its creator set
+        them), widened to the group and others by the mount's rule (logfs.access)."""
+        if isinstance(node, TempFile):
+            return node.mode & ~self._access.umask
+        return self._access.mode(node.mode, node.commits_on_read)
 
     def _entry(self, node: Node) -> pyfuse3.EntryAttributes:
         ino = self._remember(node)
@@ -531,7 +541,7 @@ class LogfsOperations(pyfuse3.Operations):
                 node.mode = stat.S_IMODE(attr.st_mode)
             return self._attr(inode, node)      # owners and times are not kept (a temporary file)
         # an editor restores the mode and owner a file had after writing it: the same values are accepted
-        changes = ((fields.update_mode and stat.S_IMODE(attr.st_mode) != node.mode)
+        changes = ((fields.update_mode and stat.S_IMODE(attr.st_mode) != self._mode(node))
                    or (fields.update_uid and attr.st_uid != self._uid)
                    or (fields.update_gid and attr.st_gid != self._gid))
         if changes:

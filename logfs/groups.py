@@ -358,6 +358,7 @@ class ConsumeFile(FileNode):
 
     stable = False
     transient = True     # the same, in the node model where views are reused while unchanged (tools branch)
+    commits_on_read = True     # closing an opening commits what it read: other users cannot open it
 
     def __init__(self, ns: Tree, tp: TopicPartition, group: str, fmt: ViewFormat, name: str) -> None:
         super().__init__(ns)

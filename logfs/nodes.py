@@ -50,6 +50,8 @@ class Node:
 
     is_dir = False
     mode = VIEW_MODE
+    #: reading it changes something (a consumer group's committed offsets): the owner's alone (logfs.access)
+    commits_on_read = False
     #: kept in the namespace only while the kernel remembers its inode (see module docstring)
     transient = False
     #: kernel attribute cache time; 0 for files whose size changes under the reader
