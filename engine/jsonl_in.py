@@ -11,10 +11,14 @@ on a compacted topic, a tombstone):
 
 * ``value``: a string or null (a tombstone); with ``"valueEncoding":"base64"``
   the string is standard base64 of the bytes (how the rendering carries bytes
-  that are not UTF-8).  A missing ``value`` is null.
+  that are not UTF-8); with ``"utf8"``, null or no ``valueEncoding`` it is the
+  text.  A missing ``value`` is null.
 * ``key``: likewise, with ``keyEncoding``.
-* ``headers``: a list of ``{"key": string, "value": string|null}`` objects, a
-  header value with ``"valueEncoding":"base64"`` being base64.
+* ``headers``: null or a list of ``{"key": string, "value": string|null}``
+  objects, a header value with ``"valueEncoding":"base64"`` being base64.
+
+The rendering writes every member on every line; the short forms (members
+left out) are accepted as well.
 * ``timestamp``: epoch milliseconds, an integer >= -1, kept as the record's
   CreateTime; missing or null: the time of the append, as a producer stamps
   a record it was given no timestamp for.
@@ -56,7 +60,9 @@ _HEADER_OVERHEAD = 10
 #: room left for a codec's own framing when the topic compresses
 _CODEC_SLACK = 1024
 
-_ENCODINGS = (None, "base64")
+_ENCODINGS = (None, "utf8", "base64")
+#: encodings of a member that is its own text
+_TEXT_ENCODINGS = (None, "utf8")
 
 
 class JsonRecord(NamedTuple):
@@ -71,7 +77,7 @@ def _bytes_member(obj: dict, name: str, encoding_name: str, where: str) -> bytes
     data = obj.get(name)
     encoding = obj.get(encoding_name)
     if encoding not in _ENCODINGS:
-        raise ValueError(f"{where}{encoding_name} must be \"base64\" or absent, not {encoding!r}")
+        raise ValueError(f"{where}{encoding_name} must be \"utf8\", \"base64\", null or absent, not {encoding!r}")
     if data is None:
         return None
     if not isinstance(data, str):
@@ -125,6 +131,8 @@ _PLAIN_MEMBERS = frozenset(("topic", "partition", "offset", "timestamp", "timest
 #: every member a line may have (the rendering of engine.views.render writes no other)
 KNOWN_MEMBERS = _PLAIN_MEMBERS | {"keyEncoding", "valueEncoding", "headers"}
 _HEADER_MEMBERS = frozenset(("key", "value", "valueEncoding"))
+#: ``headers`` of a line without any (``in`` compares with ==: an empty list, not any false value)
+_NO_HEADERS: tuple[None, list] = (None, [])
 
 
 def parse_jsonl_line(line: bytes) -> JsonRecord:
@@ -133,8 +141,10 @@ def parse_jsonl_line(line: bytes) -> JsonRecord:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"not JSON: {exc}") from None
-    if type(obj) is dict and obj.keys() <= _PLAIN_MEMBERS:
-        # fast path: no encodings, no headers; every member's type checked inline
+    if type(obj) is dict and (obj.keys() <= _PLAIN_MEMBERS or (
+            obj.keys() <= KNOWN_MEMBERS and obj.get("headers") in _NO_HEADERS
+            and obj.get("keyEncoding") in _TEXT_ENCODINGS and obj.get("valueEncoding") in _TEXT_ENCODINGS)):
+        # fast path: text key and value, no headers; every member's type checked inline
         key, value = obj.get("key"), obj.get("value")
         timestamp, partition = obj.get("timestamp"), obj.get("partition")
         if (key is None or type(key) is str) and (value is None or type(value) is str) \

@@ -100,7 +100,9 @@ class StoredViewIndex(Protocol):
 _V = TypeVar("_V", bound=StoredViewIndex)
 
 _MAGIC = b"LVIX"
-_VERSION = 1
+#: 2: the JSON sizes are of rows with every member (keyEncoding, valueEncoding and headers always there);
+#: a file of an older version is out of date, not damaged.
+_VERSION = 2
 #: magic, version, flags, base offset, .log size, next offset, record count, text size, JSON size,
 #: index interval, bytes since the last entry, entries, position of the last batch, its stored CRC,
 #: offset index entries covered, CRC32C of those entries, partition, topic length
@@ -235,6 +237,9 @@ def _load(segment: LogSegment, path: str, new_index: Callable[[int, int], _V]) -
         raise _Rejected("its checksum does not match (torn or damaged)")
     (magic, version, _flags, base, log_size, next_offset, records, text_size, json_size, interval, since_entry, n,
      last_position, batch_crc, index_entries, index_crc, partition, topic_len) = _HEADER.unpack_from(data, 0)
+    if magic == _MAGIC and version < _VERSION:
+        raise _Rejected(f"it is a version {version} view index file (the JSON view's rows have changed since)",
+                        stale=True)
     if magic != _MAGIC or version != _VERSION:
         raise _Rejected(f"it is not a version {_VERSION} view index file")
     columns_at = _HEADER.size + topic_len

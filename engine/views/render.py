@@ -5,14 +5,17 @@ Two renderings exist (DESIGN.md "Views"):
 * text: ``value + b"\\n"`` per record; a null value is an empty line.
 * JSON lines: one object per record, fields in a fixed order, no spaces::
 
-    {"topic":"t","partition":0,"offset":5,"timestamp":1700000000000,"timestampType":1,"key":null,"value":"hello"}
+    {"topic":"t","partition":0,"offset":5,"timestamp":1700000000000,"timestampType":1,"key":null,"keyEncoding":null,"value":"hello","valueEncoding":"utf8","headers":[]}
 
-  followed by ``,"headers":[{"key":"h","value":"v"},...]`` only when the record
-  has headers.  A key or value (or header value) that is not valid UTF-8 is
-  written as standard base64 and immediately followed by
-  ``"keyEncoding":"base64"`` / ``"valueEncoding":"base64"`` (inside the header
-  object for header values).  Null stays ``null``.  Strings are escaped by
-  orjson (``"``, ``\\`` and control characters; other characters are raw UTF-8).
+  Every line has these members in this order (one schema for every row, so a
+  reader that infers a schema from the first rows reads the later ones
+  right).  ``keyEncoding`` / ``valueEncoding`` follow their field: ``"utf8"``
+  when the bytes are valid UTF-8 (the string is the text), ``"base64"`` when
+  they are not (the string is their standard base64), ``null`` exactly when
+  the field is null.  ``headers`` is ``[]`` or a list of
+  ``{"key":"h","value":"v","valueEncoding":"utf8"}`` objects, the header
+  value encoded the same way.  Strings are escaped by orjson (``"``, ``\\``
+  and control characters; other characters are raw UTF-8).
 
 The view index (engine.views.index) stores, per batch, how many bytes each
 rendering takes, so a read at byte position P of a view never renders from the
@@ -62,10 +65,18 @@ __all__ = [
 LOG_APPEND_TIME = 1
 
 _NULL = b"null"
-_KEY_B64_SUFFIX = b',"keyEncoding":"base64"'
-_VALUE_B64_SUFFIX = b',"valueEncoding":"base64"'
+#: The encoding members that follow a key, a value (and a header's value), up to their value.
+_KEY_ENCODING = b',"keyEncoding":'
+_VALUE_ENCODING = b',"valueEncoding":'
+_UTF8 = b'"utf8"'
+_BASE64 = b'"base64"'
+#: Bytes of a key or value piece beyond the text of a plain ASCII field: two quotes and ``"utf8"``, or
+#: ``null`` twice for a null field (the same 8 either way), plus the encoding member's name.
+_KEY_FIXED = 8 + len(_KEY_ENCODING)
+_VALUE_FIXED = 8 + len(_VALUE_ENCODING)
+#: The last member, around the header objects, and the line's end.
 _HEADERS_OPEN = b',"headers":['
-_LINE_END = b"}\n"
+_HEADERS_CLOSE = b"]}\n"
 
 
 class _JsonPieces(NamedTuple):
@@ -80,10 +91,10 @@ class _JsonPieces(NamedTuple):
     ts_prefix: bytes       # ,"timestamp":
     key_prefix: bytes      # ,"timestampType":1,"key":
     value_prefix: bytes    # ,"value":
-    fmt_nokey: bytes       # whole line for key null, clean value, no headers: % (offset, ts, value)
-    fmt_key: bytes         # whole line for clean key and value, no headers: % (offset, ts, key, value)
-    fmt_general: bytes     # whole line: % (offset, ts, key piece, value piece, headers piece)
-    fixed_len: int         # bytes of one line outside offset, timestamp, key and value pieces
+    nokey_tail: bytes      # rest of a line for key null, clean value, no headers, from the key on: % value
+    key_tail: bytes        # rest of a line for clean key and value, no headers, from the key on: % (key, value)
+    fmt_general: bytes     # whole line: % (offset, ts, key piece, value piece, header objects)
+    fixed_len: int         # bytes of one line outside offset, timestamp, key and value pieces, header objects
 
 
 @lru_cache(maxsize=4096)
@@ -93,55 +104,56 @@ def _json_pieces(topic: str, partition: int, timestamp_type: int) -> _JsonPieces
     key_prefix = b',"timestampType":%d,"key":' % timestamp_type
     value_prefix = b',"value":'
     safe = prefix.replace(b"%", b"%%")
-    fmt_nokey = safe + b"%d" + ts_prefix + b"%d" + key_prefix + b'null,"value":"%s"}\n'
-    fmt_key = safe + b"%d" + ts_prefix + b"%d" + key_prefix + b'"%s","value":"%s"}\n'
-    fmt_general = safe + b"%d" + ts_prefix + b"%d" + key_prefix + b"%s" + value_prefix + b"%s%s}\n"
-    fixed_len = len(prefix) + len(ts_prefix) + len(key_prefix) + len(value_prefix) + len(_LINE_END)
-    return _JsonPieces(prefix, ts_prefix, key_prefix, value_prefix, fmt_nokey, fmt_key, fmt_general, fixed_len)
+    value_tail = value_prefix + b'"%s"' + _VALUE_ENCODING + _UTF8 + _HEADERS_OPEN + _HEADERS_CLOSE
+    nokey_tail = key_prefix + _NULL + _KEY_ENCODING + _NULL + value_tail
+    key_tail = key_prefix + b'"%s"' + _KEY_ENCODING + _UTF8 + value_tail
+    fmt_general = (safe + b"%d" + ts_prefix + b"%d" + key_prefix + b"%s" + value_prefix + b"%s"
+                   + _HEADERS_OPEN + b"%s" + _HEADERS_CLOSE)
+    fixed_len = (len(prefix) + len(ts_prefix) + len(key_prefix) + len(value_prefix) + len(_HEADERS_OPEN)
+                 + len(_HEADERS_CLOSE))
+    return _JsonPieces(prefix, ts_prefix, key_prefix, value_prefix, nokey_tail, key_tail, fmt_general, fixed_len)
 
 
 # ---------------------------------------------------------------------------
 # JSON pieces of single fields (the exact, slow path)
 # ---------------------------------------------------------------------------
 
-def _bytes_field(data: bytes | None, b64_suffix: bytes) -> bytes:
-    """The JSON piece after ``"key":``/``"value":`` for ``data``.
+def _bytes_field(data: bytes | None, encoding_member: bytes) -> bytes:
+    """The JSON piece after ``"key":``/``"value":`` for ``data``, its encoding member included.
 
-    Valid UTF-8 becomes an orjson-escaped string; anything else becomes a
-    base64 string followed by its ``...Encoding`` member.  Kafka values are
-    arbitrary bytes, so this is how non-UTF-8 data survives the trip.
+    Valid UTF-8 becomes an orjson-escaped string and ``"utf8"``; anything else
+    a base64 string and ``"base64"`` (Kafka values are arbitrary bytes: this
+    is how non-UTF-8 data survives the trip); null is ``null`` and ``null``.
     """
     if data is None:
-        return _NULL
+        return _NULL + encoding_member + _NULL
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return b'"' + base64.b64encode(data) + b'"' + b64_suffix
-    return orjson.dumps(text)
+        return b'"' + base64.b64encode(data) + b'"' + encoding_member + _BASE64
+    return orjson.dumps(text) + encoding_member + _UTF8
 
 
-def _bytes_field_size(data: bytes | None, b64_suffix_len: int) -> int:
-    """``len(_bytes_field(data, suffix))`` without building base64 text."""
+def _bytes_field_size(data: bytes | None, encoding_member_len: int) -> int:
+    """``len(_bytes_field(data, member))`` without building base64 text."""
     if data is None:
-        return 4
+        return 8 + encoding_member_len
     if data.isascii():
         # ASCII is valid UTF-8; only escapes can change the length.
-        return len(orjson.dumps(data.decode("ascii")))
+        return len(orjson.dumps(data.decode("ascii"))) + 6 + encoding_member_len
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return 2 + 4 * ((len(data) + 2) // 3) + b64_suffix_len
-    return len(orjson.dumps(text))
+        return 2 + 4 * ((len(data) + 2) // 3) + 8 + encoding_member_len
+    return len(orjson.dumps(text)) + 6 + encoding_member_len
 
 
 def _headers_piece(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    """The header objects of a record, between the brackets of ``"headers":[...]``."""
     if not headers:
         return b""
-    parts = []
-    for name, value in headers:
-        parts.append(b'{"key":' + orjson.dumps(name) + b',"value":'
-                     + _bytes_field(value, _VALUE_B64_SUFFIX) + b"}")
-    return _HEADERS_OPEN + b",".join(parts) + b"]"
+    return b",".join([b'{"key":' + orjson.dumps(name) + b',"value":' + _bytes_field(value, _VALUE_ENCODING) + b"}"
+                      for name, value in headers])
 
 
 def _plain_ascii(joined: bytes) -> bool:
@@ -210,8 +222,8 @@ def render_jsonl_line(record: Record, topic: str, partition: int, timestamp_type
     offset, timestamp, key, value, headers = record
     return pieces.fmt_general % (
         offset, timestamp,
-        _bytes_field(key, _KEY_B64_SUFFIX),
-        _bytes_field(value, _VALUE_B64_SUFFIX),
+        _bytes_field(key, _KEY_ENCODING),
+        _bytes_field(value, _VALUE_ENCODING),
         _headers_piece(headers),
     )
 
@@ -234,18 +246,20 @@ def render_jsonl(records: Iterable[RecordFields], topic: str, partition: int, ti
         keys = [record[2] for record in records]
         key_nulls = keys.count(None)
         if key_nulls == len(keys) or _plain_ascii(b"".join([key for key in keys if key is not None])):
-            nokey = pieces.fmt_nokey
-            keyed = pieces.fmt_key
+            head = pieces.prefix.replace(b"%", b"%%") + b"%d" + pieces.ts_prefix + b"%d"
+            nokey = head + pieces.nokey_tail
+            keyed = head + pieces.key_tail
             return b"".join([
                 (nokey % (offset, timestamp, value) if key is None else
                  keyed % (offset, timestamp, key, value)) if not headers else
-                general % (offset, timestamp, _bytes_field(key, _KEY_B64_SUFFIX),
-                           b'"' + value + b'"', _headers_piece(headers))  # type: ignore[operator]  # None not in values
+                general % (offset, timestamp, _bytes_field(key, _KEY_ENCODING),
+                           b'"' + value + b'"' + _VALUE_ENCODING + _UTF8,  # type: ignore[operator]  # None not in values
+                           _headers_piece(headers))
                 for offset, timestamp, key, value, headers in records
             ])
     return b"".join([
-        general % (offset, timestamp, _bytes_field(key, _KEY_B64_SUFFIX),
-                   _bytes_field(value, _VALUE_B64_SUFFIX), _headers_piece(headers))
+        general % (offset, timestamp, _bytes_field(key, _KEY_ENCODING),
+                   _bytes_field(value, _VALUE_ENCODING), _headers_piece(headers))
         for offset, timestamp, key, value, headers in records
     ])
 
@@ -253,12 +267,12 @@ def render_jsonl(records: Iterable[RecordFields], topic: str, partition: int, ti
 def json_sizes(records: Iterable[RecordFields], topic: str, partition: int, timestamp_type: int) -> list[int]:
     """Per-record sizes of :func:`render_jsonl`."""
     fixed = _json_pieces(topic, partition, timestamp_type).fixed_len
-    key_suffix = len(_KEY_B64_SUFFIX)
-    value_suffix = len(_VALUE_B64_SUFFIX)
+    key_member = len(_KEY_ENCODING)
+    value_member = len(_VALUE_ENCODING)
     sizes = []
     for offset, timestamp, key, value, headers in records:
         size = (fixed + len(str(offset)) + len(str(timestamp))
-                + _bytes_field_size(key, key_suffix) + _bytes_field_size(value, value_suffix))
+                + _bytes_field_size(key, key_member) + _bytes_field_size(value, value_member))
         if headers:
             size += len(_headers_piece(headers))
         sizes.append(size)
@@ -298,8 +312,9 @@ def appended_view_sizes(values: Sequence[bytes | None], keys: Sequence[bytes | N
 
 def _frames_json_size(count: int, first_offset: int, timestamp: int, topic: str, partition: int,
                       timestamp_type: int) -> int:
-    """JSON bytes of ``count`` lines at consecutive offsets from ``first_offset``, all stamped ``timestamp``,
-    apart from their key and value fields: the constant pieces, the timestamps and the offsets' digits."""
+    """JSON bytes of ``count`` lines without headers at consecutive offsets from ``first_offset``, all stamped
+    ``timestamp``, apart from their key and value pieces: the constant pieces, the timestamps and the offsets'
+    digits."""
     pieces = _json_pieces(topic, partition, timestamp_type)
     return count * (pieces.fixed_len + len(str(timestamp))) + _digits_total(first_offset, count)
 
@@ -327,9 +342,9 @@ def appended_lines_view_sizes(block: bytes, count: int, first_offset: int, times
         values = block.split(b"\n")
         values.pop()
         return appended_view_sizes(values, None, first_offset, timestamp, topic, partition)
-    # the lines' frames, a null key each (4), each value in quotes (2): the block less its newlines
+    # the lines' frames, a null key each, each value in quotes with "utf8": the block less its newlines
     json = (_frames_json_size(count, first_offset, timestamp, topic, partition, LOG_APPEND_TIME)
-            + count * (4 + 2) + len(block) - count)
+            + count * (_KEY_FIXED + _VALUE_FIXED) + len(block) - count)
     return len(block), json
 
 
@@ -343,30 +358,26 @@ def _contiguous_sizes(values: Sequence[bytes | None], keys: Sequence[bytes | Non
         # join refuses None: the common no-null batch costs one C call, where
         # counting None compares every value with it
         joined = b"".join(values)  # type: ignore[arg-type]  # a None raises TypeError: the except below
-        nulls = 0
     except TypeError:
-        present = [value for value in values if value is not None]
-        nulls = count - len(present)
-        joined = b"".join(present)
+        joined = b"".join([value for value in values if value is not None])
     text = len(joined) + count
 
     json = _frames_json_size(count, first_offset, timestamp, topic, partition, timestamp_type)
+    # a plain ASCII or null field takes its text and _*_FIXED bytes
     if _plain_ascii(joined):
-        json += len(joined) + 2 * (count - nulls) + 4 * nulls
+        json += len(joined) + _VALUE_FIXED * count
     else:
-        suffix = len(_VALUE_B64_SUFFIX)
-        json += sum([_bytes_field_size(value, suffix) for value in values])
+        member = len(_VALUE_ENCODING)
+        json += sum([_bytes_field_size(value, member) for value in values])
     if keys is None:
-        json += 4 * count
+        json += _KEY_FIXED * count
     else:
-        key_nulls = sum(1 for key in keys if key is None)
-        present_keys = [key for key in keys if key is not None]
-        joined_keys = b"".join(present_keys)
+        joined_keys = b"".join([key for key in keys if key is not None])
         if _plain_ascii(joined_keys):
-            json += len(joined_keys) + 2 * len(present_keys) + 4 * key_nulls
+            json += len(joined_keys) + _KEY_FIXED * count
         else:
-            suffix = len(_KEY_B64_SUFFIX)
-            json += sum([_bytes_field_size(key, suffix) for key in keys])
+            member = len(_KEY_ENCODING)
+            json += sum([_bytes_field_size(key, member) for key in keys])
     return text, json
 
 
@@ -384,8 +395,7 @@ def _column_templates(topic: str, partition: int, timestamp_type: int) -> tuple[
     """
     pieces = _json_pieces(topic, partition, timestamp_type)
     head = pieces.prefix.replace(b"%", b"%%") + b"%d" + pieces.ts_prefix
-    key_prefix = pieces.key_prefix.replace(b"%", b"%%")
-    return head, key_prefix + b'null,"value":"%s"}\n', key_prefix + b'"%s","value":"%s"}\n'
+    return head, pieces.nokey_tail, pieces.key_tail
 
 
 def render_jsonl_columns(columns: BatchColumns, topic: str, partition: int, timestamp_type: int) -> bytes:

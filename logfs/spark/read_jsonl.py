@@ -37,14 +37,15 @@ def _json_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 def _decode_bytes(text: pa.Array, encoding: pa.Array, what: str) -> pa.Array:
-    """String column -> binary column, base64-decoding the rows the mount marked."""
+    """String column -> binary column, base64-decoding the rows the mount marked (``"utf8"`` or null: the text)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     binary = text.cast(pa.binary())
-    if encoding.null_count == len(encoding):
-        return binary  # the common case: every key/value was UTF-8, zero-copy cast
+    if encoding.null_count == len(encoding) or pc.all(pc.equal(encoding, "utf8")).as_py():
+        return binary  # the common case: every key/value was UTF-8 (or null), zero-copy cast
     values = binary.to_pylist()
     for i, enc in enumerate(encoding.to_pylist()):
-        if enc is None:
+        if enc is None or enc == "utf8":
             continue
         if enc != "base64":
             raise StorageError(f"Unknown {what} encoding {enc!r} in a logfs JSON view")

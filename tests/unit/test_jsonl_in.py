@@ -42,6 +42,17 @@ def test_parse_inverts_the_batch_rendering(batch: list[Record]) -> None:
         [(r.key, r.value, r.headers, r.timestamp) for r in batch]
 
 
+@pytest.mark.parametrize("line", [
+    b'{"topic":"t","partition":0,"offset":3,"timestamp":5,"timestampType":1,"key":null,"keyEncoding":null,'
+    b'"value":"x","valueEncoding":"utf8","headers":[]}',
+    b'{"key":null,"keyEncoding":"utf8","value":"eA==","valueEncoding":"base64","headers":null,"timestamp":5}',
+    b'{"value":"x","timestamp":5}',
+    b'{"value":"x","valueEncoding":null,"timestamp":5,"headers":[]}',
+])
+def test_the_rendered_form_and_the_short_forms_are_one_record(line: bytes) -> None:
+    assert parse_jsonl_line(line) == JsonRecord(None, b"x", (), 5, None if b"partition" not in line else 0)
+
+
 @pytest.mark.parametrize("line,message", [
     (b"not json", "not JSON"),
     (b"[1, 2]", "expected a JSON object"),
@@ -52,6 +63,9 @@ def test_parse_inverts_the_batch_rendering(batch: list[Record]) -> None:
     (b'{"value": "a", "timestamp": true}', "timestamp must be an integer"),
     (b'{"value": "a", "timestamp": -2}', "out of range"),
     (b'{"value": "a", "headers": {"k": "v"}}', "headers must be a list"),
+    (b'{"value": "a", "headers": ""}', "headers must be a list"),
+    (b'{"value": "a", "headers": 0, "keyEncoding": null}', "headers must be a list"),
+    (b'{"value": "a", "valueEncoding": "UTF-8"}', "valueEncoding must be"),
     (b'{"value": "a", "headers": [{"value": "v"}]}', "headers\\[0\\].key must be a string"),
     (b'{"value": "a", "partition": -1}', "partition -1 is out of range"),
     (b'{"valu": "x"}', 'unknown member "valu"'),

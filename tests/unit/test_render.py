@@ -27,11 +27,11 @@ def decode_field(obj: dict, name: str, encoding_name: str) -> bytes | None:
     """Independent inverse of the documented encoding (json module + base64)."""
     raw = obj[name]
     if raw is None:
-        assert encoding_name not in obj
+        assert obj[encoding_name] is None
         return None
-    if obj.get(encoding_name) == "base64":
+    if obj[encoding_name] == "base64":
         return base64.b64decode(raw, validate=True)
-    assert encoding_name not in obj
+    assert obj[encoding_name] == "utf8"
     return raw.encode("utf-8")
 
 
@@ -46,12 +46,13 @@ def test_documented_line_format() -> None:
     record = Record(5, 1700000000000, None, b"hello", ())
     line = render.render_jsonl([record], "t", 0, 1)
     assert line == (b'{"topic":"t","partition":0,"offset":5,"timestamp":1700000000000,'
-                    b'"timestampType":1,"key":null,"value":"hello"}\n')
+                    b'"timestampType":1,"key":null,"keyEncoding":null,"value":"hello","valueEncoding":"utf8",'
+                    b'"headers":[]}\n')
     keyed = Record(6, 1, b"\xff", b"v", (("h", b"x"), ("n", None)))
     assert render.render_jsonl([keyed], "t", 3, 0) == (
         b'{"topic":"t","partition":3,"offset":6,"timestamp":1,"timestampType":0,'
-        b'"key":"/w==","keyEncoding":"base64","value":"v",'
-        b'"headers":[{"key":"h","value":"x"},{"key":"n","value":null}]}\n')
+        b'"key":"/w==","keyEncoding":"base64","value":"v","valueEncoding":"utf8",'
+        b'"headers":[{"key":"h","value":"x","valueEncoding":"utf8"},{"key":"n","value":null,"valueEncoding":null}]}\n')
 
 
 def test_text_rendering() -> None:
@@ -75,19 +76,19 @@ def test_jsonl_round_trips_and_sizes_match(fields, first_offset, timestamp, part
     assert render.json_sizes(records, TOPIC, partition, ts_type) == [len(line) + 1 for line in lines[:-1]]
     for record, line in zip(records, lines):
         obj = json.loads(line)
-        assert list(obj) == (["topic", "partition", "offset", "timestamp", "timestampType", "key"]
-                             + (["keyEncoding"] if not utf8(record.key) else [])
-                             + ["value"] + (["valueEncoding"] if not utf8(record.value) else [])
-                             + (["headers"] if record.headers else []))
+        # one schema for every row: the same members in the same order, whatever the record holds
+        assert list(obj) == ["topic", "partition", "offset", "timestamp", "timestampType", "key", "keyEncoding",
+                             "value", "valueEncoding", "headers"]
+        assert obj["keyEncoding"] == (None if record.key is None else "utf8" if utf8(record.key) else "base64")
+        assert obj["valueEncoding"] == (None if record.value is None else "utf8" if utf8(record.value)
+                                        else "base64")
         assert (obj["topic"], obj["partition"], obj["offset"], obj["timestamp"], obj["timestampType"]) == (
             TOPIC, partition, record.offset, record.timestamp, ts_type)
         assert decode_field(obj, "key", "keyEncoding") == record.key
         assert decode_field(obj, "value", "valueEncoding") == record.value
-        if record.headers:
-            decoded = tuple((h["key"], decode_field(h, "value", "valueEncoding")) for h in obj["headers"])
-            assert decoded == record.headers
-        else:
-            assert "headers" not in obj
+        assert all(list(h) == ["key", "value", "valueEncoding"] for h in obj["headers"])
+        decoded = tuple((h["key"], decode_field(h, "value", "valueEncoding")) for h in obj["headers"])
+        assert decoded == record.headers
     text = render.render_text(records)
     assert len(text) == sum(render.text_sizes(records))
     assert text.count(b"\n") >= len(records)
