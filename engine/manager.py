@@ -147,6 +147,7 @@ from engine.log_dirs import (
     next_log_dir,
     unlock_log_dirs,
 )
+from engine.log_pool import LogPool
 from engine.numbers import parse_canonical_int
 from engine.partition_metadata import PARTITION_METADATA_FILE, new_topic_id, read_topic_id, write_partition_metadata
 from engine.topic import (
@@ -205,7 +206,7 @@ class LogManager:
                                          stable_offset_bounded=stable_offset_bounded)
         self.default_config: LogConfig = config.log_config()
         self._lock = threading.RLock()
-        self._logs: dict[TopicPartition, Log] = {}
+        self._logs = LogPool()
         self._overrides: dict[str, dict[str, str]] = {}
         self._topic_configs: dict[str, LogConfig] = {}
         self._topic_config_store = TopicConfigStore(self.log_dirs, clock)
@@ -214,7 +215,7 @@ class LogManager:
         self._deleting_topics: set[str] = set()
         #: the recovery-point and log-start-offset checkpoints of each dir, from the logs live
         #: at each write (dict.copy of the logs map: one atomic step, no lock taken)
-        self._checkpoints = LogDirCheckpoints(self.log_dirs, lambda: self._logs.copy().values(),
+        self._checkpoints = LogDirCheckpoints(self.log_dirs, self._logs.snapshot,
                                               lambda: self.cleaner)
         self.had_clean_shutdown: dict[str, bool] = {}
         #: the log cleaner; None when disabled, read-only, or before startup()
@@ -273,8 +274,7 @@ class LogManager:
             self._logs.update(found.logs)
             # overrides of topics that no longer have a partition (a deletion that crashed
             # before rewriting the configs) must not leak into a new topic of that name
-            live = {tp.topic for tp in self._logs}
-            for topic in [t for t in self._overrides if t not in live]:
+            for topic in [t for t in self._overrides if not self._logs.has_topic(t)]:
                 logger.info("Dropping config overrides of topic %s, which has no partitions", topic)
                 del self._overrides[topic]
                 self._topic_configs.pop(topic, None)
@@ -355,13 +355,13 @@ class LogManager:
     def topic_config(self, topic: str) -> LogConfig:
         """The effective LogConfig of ``topic``: broker defaults plus its overrides."""
         with self._lock:
-            if topic not in self._topic_names():
+            if not self._logs.has_topic(topic):
                 raise UnknownTopicOrPartitionError(f"Topic {topic} does not exist")
             return self._config_for(topic)
 
     def topic_overrides(self, topic: str) -> dict[str, str]:
         with self._lock:
-            if topic not in self._topic_names():
+            if not self._logs.has_topic(topic):
                 raise UnknownTopicOrPartitionError(f"Topic {topic} does not exist")
             return dict(self._overrides.get(topic, {}))
 
@@ -377,7 +377,7 @@ class LogManager:
         """Set (value) or remove (None) overrides: all validated before anything changes."""
         self._check_writable("alter the config of topic " + topic)
         with self._lock:
-            if topic not in self._topic_names():
+            if not self._logs.has_topic(topic):
                 raise UnknownTopicOrPartitionError(f"Topic {topic} does not exist")
             overrides = dict(self._overrides.get(topic, {}))
             for name, value in updates.items():
@@ -397,7 +397,7 @@ class LogManager:
             else:
                 self._overrides.pop(topic, None)
             self._topic_configs[topic] = config
-            logs = [log for tp, log in self._logs.items() if tp.topic == topic]
+            logs = list(self._logs.logs_of(topic).values())
         for log in logs:
             log.update_config(config)
         logger.info("Updated config of topic %s: %s", topic,
@@ -406,16 +406,13 @@ class LogManager:
 
     # ------------------------------------------------------------------ topics and partitions
 
-    def _topic_names(self) -> set[str]:
-        return {tp.topic for tp in self._logs}
-
     def topics(self) -> list[str]:
         with self._lock:
-            return sorted(self._topic_names())
+            return sorted(self._logs.topics())
 
     def partitions(self, topic: str) -> list[int]:
         with self._lock:
-            return sorted(tp.partition for tp in self._logs if tp.topic == topic)
+            return sorted(self._logs.logs_of(topic))
 
     def get_log(self, tp: TopicPartition) -> Log | None:
         return self._logs.get(tp)
@@ -462,8 +459,8 @@ class LogManager:
         config = self.default_config.with_overrides(overrides)
         _check_internal_topic_config(topic, config)
         with self._lock:
-            existing = self._topic_names()
-            if topic in existing:
+            existing = self._logs.topics()
+            if self._logs.has_topic(topic):
                 raise TopicExistsError(f"Topic '{topic}' already exists.")
             # Kafka refuses names that differ only by '.' vs '_' (they collide in metric names)
             collisions = [t for t in existing if t.replace(".", "_") == topic.replace(".", "_")]
@@ -539,17 +536,16 @@ class LogManager:
             existing = self._logs.get(tp)
             if existing is not None:
                 return existing
-            if tp.topic not in self._topic_names():
+            if not self._logs.has_topic(tp.topic):
                 self._check_not_unsafe(tp.topic)
             return self._create_log(tp, self._config_for(tp.topic), topic_id)
 
     def _topic_id_of(self, topic: str) -> str:
         """The topic ID of ``topic``'s existing partitions (a new one when none carries it: older data dirs)."""
-        for tp, log in sorted(self._logs.items()):
-            if tp.topic == topic:
-                topic_id = read_topic_id(log.dir)
-                if topic_id is not None:
-                    return topic_id
+        for _, log in sorted(self._logs.logs_of(topic).items()):
+            topic_id = read_topic_id(log.dir)
+            if topic_id is not None:
+                return topic_id
         return new_topic_id()
 
     def _create_log(self, tp: TopicPartition, config: LogConfig, topic_id: str) -> Log:
@@ -584,14 +580,14 @@ class LogManager:
             _remove_new_partition_dir(path)
             raise
         log.before_log_start_offset_moves = self._checkpoint_moving_log_start_offset
-        self._logs[tp] = log
+        self._logs.put(tp, log)
         logger.info("Created log for partition %s in %s with topic ID %s and properties %s", tp, path, topic_id,
                     self._overrides.get(tp.topic, {}))
         return log
 
     def _undo_create(self, topic: str, created: list[Log]) -> None:
         for log in created:
-            self._logs.pop(log.topic_partition, None)
+            self._logs.pop(log.topic_partition)
             try:
                 log.close()
             finally:
@@ -616,7 +612,7 @@ class LogManager:
         """
         self._check_writable(f"delete topic {topic}")
         with self._lock:
-            partitions = sorted(tp for tp in self._logs if tp.topic == topic)
+            partitions = [TopicPartition(topic, p) for p in sorted(self._logs.logs_of(topic))]
         if not partitions:
             raise UnknownTopicOrPartitionError(f"Topic {topic} does not exist")
         if is_internal(topic):
@@ -649,8 +645,7 @@ class LogManager:
         nothing has changed and the StorageError says why.
         """
         with self._lock:
-            removed = sorted(((tp, log) for tp, log in self._logs.items() if tp.topic == topic),
-                             key=lambda item: item[0].partition)
+            removed = [(TopicPartition(topic, p), log) for p, log in sorted(self._logs.logs_of(topic).items())]
             if not removed:
                 raise UnknownTopicOrPartitionError(f"Topic {topic} does not exist")
             remaining_overrides = {t: o for t, o in self._overrides.items() if t != topic}
@@ -662,7 +657,7 @@ class LogManager:
                 raise
             self._overrides = remaining_overrides
             for tp, _ in removed:
-                del self._logs[tp]
+                self._logs.pop(tp)
             self._topic_configs.pop(topic, None)
             failures = []
             now = self.clock.milliseconds()
