@@ -17,7 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN = ROOT / "docs" / "DESIGN.md"
 #: Kafka's own classes, named for comparison (their members are Kafka's, not ours)
-KAFKA_CLASSES = {"Utils", "FileChannel", "LeaderEpochFileCache", "MemoryRecords", "UnifiedLog", "LocalLog", "ReplicaFetcherThread", "AbstractFetcherThread",
+KAFKA_CLASSES = {"Utils", "FileChannel", "LeaderEpochFileCache", "MemoryRecords", "UnifiedLog", "LocalLog",
+                 "ReplicaFetcherThread", "AbstractFetcherThread",
                  "ReplicaManager", "RemoteLogManager", "ProducerStateManager", "KafkaApis"}
 #: a camelCase member is Kafka's Java name for what the class does here (``LogManager.loadLogs``)
 JAVA_MEMBER = re.compile(r"[a-z]+[A-Z][A-Za-z0-9]*")
