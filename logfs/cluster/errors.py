@@ -28,6 +28,8 @@ class ClusterError(LogfsError):
     #: logged at DEBUG only (logfs.fs): set on a failure while the cluster is known to be unreachable, which
     #: the mount logged once when it happened (and logs again when the cluster answers)
     quiet = False
+    #: it names records the cluster stored before the request failed (a write cut short): never quiet
+    partial = False
 
 
 class ClusterTimeoutError(ClusterError):
@@ -145,7 +147,7 @@ def security_failure(name: str, text: str, brokers: str) -> ClusterAuthenticatio
     return None
 def quiet_while_unreachable(exc: LogfsError, reachable: bool) -> LogfsError:
     """``exc``, logged at DEBUG if the cluster is known to be unreachable: one line per outage, not per request."""
-    if not reachable and isinstance(exc, ClusterError):
+    if not reachable and isinstance(exc, ClusterError) and not exc.partial:
         exc.quiet = True
     return exc
 

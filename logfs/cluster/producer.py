@@ -19,8 +19,9 @@ from collections.abc import Mapping, Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from engine.errors import LogfsError
 from engine.topic import TopicPartition
-from logfs.cluster.errors import ClientLog, ClusterTimeoutError, from_kafka
+from logfs.cluster.errors import ClientLog, ClusterError, ClusterTimeoutError, error_name, from_kafka
 
 log = logging.getLogger(__name__)
 
@@ -37,19 +38,33 @@ PRODUCER_DEFAULTS = {
     "message.max.bytes": str(64 * 1024 * 1024),
 }
 _FORCED = {"acks": "all", "enable.idempotence": "true"}
+#: how long after ``delivery.timeout.ms`` a write waits for its last delivery report (librdkafka scans for
+#: timed-out messages once a second)
+_REPORT_GRACE_S = 2.0
 
 
 class _Delivery:
-    """The delivery reports of one write."""
+    """The delivery reports of one write of ``total`` records to ``tp``.
 
-    __slots__ = ("expected", "offsets", "error", "done", "lock")
+    ``offsets`` holds every acknowledged record's offset; ``acked_after_error`` counts the acknowledgements
+    reported after the first failure (0: what was acknowledged came before anything failed).  A write the
+    mount stopped waiting for (``abandoned``) logs the acknowledgements that still arrive, once.
+    """
 
-    def __init__(self, expected: int) -> None:
+    __slots__ = ("expected", "offsets", "error", "done", "lock", "total", "tp", "acked_after_error", "abandoned",
+                 "late")
+
+    def __init__(self, expected: int, tp: TopicPartition | None = None) -> None:
         self.lock = threading.Lock()     # reports are served by whichever thread polls librdkafka
         self.expected = expected
+        self.total = expected
+        self.tp = tp
         self.offsets: list[int] = []
         self.error: object | None = None
         self.done = threading.Event()
+        self.acked_after_error = 0
+        self.abandoned = False
+        self.late: list[int] = []
 
     def report(self, err: KafkaError | None, msg: Message) -> None:
         with self.lock:
@@ -63,9 +78,38 @@ class _Delivery:
                         self.error = f"delivered without an offset ({offset})"
                 else:
                     self.offsets.append(offset)
+                    if self.error is not None:
+                        self.acked_after_error += 1
+                    if self.abandoned:
+                        self.late.append(offset)
             self.expected -= 1
             if self.expected == 0:
                 self.done.set()
+                if self.late:
+                    log.warning("Appending %d records to %s: %d more of them were acknowledged after the write "
+                                "had failed, at offsets %d-%d (resume after offset %d)", self.total, self.tp,
+                                len(self.late), min(self.late), max(self.late), max(self.offsets))
+
+    def accounting(self) -> str | None:
+        """What the cluster stored of a failed write, for its error and the log (None: nothing)."""
+        with self.lock:
+            offsets = sorted(self.offsets)
+            pending = self.expected
+            acked_after_error = self.acked_after_error
+        if not offsets:
+            return None
+        first, last, count = offsets[0], offsets[-1], len(offsets)
+        text = (f"before it failed, the cluster acknowledged {count} of its {self.total} records at offsets "
+                f"{first}-{last} of {self.tp}")
+        if last - first + 1 == count and acked_after_error == 0:
+            # idempotence keeps a partition's records in the order produced: the acknowledged ones, contiguous
+            # and all reported before the first failure, are the write's first `count`
+            text += f" (its first {count} records: resume with record {count + 1} of the write)"
+        else:
+            text += f" (not one run of its first records: {count} offsets, see the log)"
+        if pending:
+            text += f"; {pending} records had no answer yet and may still be stored after offset {last}"
+        return text
 
 
 class ClusterProducer:
@@ -95,7 +139,7 @@ class ClusterProducer:
         if tp.topic not in self._known:
             self._know(tp)
         n = len(values)
-        delivery = _Delivery(n)
+        delivery = _Delivery(n, tp)
         what = f"Appending {n} records to {tp}"
         if (not headers or not any(headers)) and (timestamps is None or all(t is None for t in timestamps)):
             self._produce_batch(tp, values, keys, delivery, what)
@@ -175,15 +219,26 @@ class ClusterProducer:
                         refused[0] if refused else "no reason given")
 
     def _wait(self, delivery: _Delivery, what: str) -> tuple[int, int]:
-        if not delivery.done.wait(self.delivery_timeout_s + 5):
-            raise ClusterTimeoutError(f"{what}: no delivery report within {self.delivery_timeout_s + 5:g} s "
-                                      f"(bootstrap servers {self.brokers})")
-        if delivery.error is not None:
-            if delivery.offsets:
-                log.warning("%s: offsets %s were acknowledged before the write failed", what,
-                            sorted(delivery.offsets))
-            raise from_kafka(delivery.error, what, self.brokers)
-        return min(delivery.offsets), max(delivery.offsets)
+        """(first, last) offset of the write, or its error naming what the cluster stored of it (logged too,
+        at WARNING even while the cluster is unreachable: the writer needs it to resume without a duplicate)."""
+        if not delivery.done.wait(self.delivery_timeout_s + _REPORT_GRACE_S):
+            with delivery.lock:
+                delivery.abandoned = True
+            error: LogfsError = ClusterTimeoutError(
+                f"{what}: no delivery report within {self.delivery_timeout_s + _REPORT_GRACE_S:g} s "
+                f"(bootstrap servers {self.brokers})")
+        elif delivery.error is not None:
+            error = from_kafka(delivery.error, what, self.brokers)
+        else:
+            return min(delivery.offsets), max(delivery.offsets)
+        stored = delivery.accounting()
+        if stored is None:
+            raise error
+        log.warning("%s failed: %s; %s", what, error_name(delivery.error or "timeout"), stored)
+        accounted = type(error)(f"{error}; {stored}")
+        if isinstance(accounted, ClusterError):
+            accounted.partial = True
+        raise accounted
 
     def _produce_one(self, tp: TopicPartition, value: bytes | None, delivery: _Delivery, kwargs: dict) -> None:
         while True:

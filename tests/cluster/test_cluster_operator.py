@@ -9,15 +9,22 @@ last and leaves the cluster whole again.
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import shutil
+import subprocess
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.cluster.test_cluster_mount import _consume
 from tests.conftest import Mount
+from tests.helpers import wait_for
 from tests.kafka_cluster import KafkaCluster
 from tests.mount.test_mount_shared_host import check_group_acts_as_owner, check_others_read_only
 
@@ -69,3 +76,78 @@ def test_other_users_of_a_cluster_mount_commit_nothing(shared_cluster_mount, kaf
     m.stop()
     team = shared_cluster_mount(["--allow-other", "--allow-group", "nogroup"], "team")
     check_group_acts_as_owner(team, "kh")
+
+
+# --------------------------------------------------------------------------- a full outage (last: stops the cluster)
+
+_ACCOUNTED = re.compile(r"acknowledged (\d+) of its (\d+) records at offsets (\d+)-(\d+) of (\S+)")
+
+
+def test_a_write_cut_by_a_full_outage_names_what_it_stored(cluster_mount, kafka_cluster: KafkaCluster) -> None:
+    """Every broker stops while a big write runs: the failing ``write()`` fails within ``delivery.timeout.ms``
+    and ``.logfs/errors`` and the log name the partition, the offsets acknowledged and their count, so the
+    writer resumes after them without a duplicate."""
+    timeout_ms = 6000
+    # small batches: each 1 MiB write() is many ProduceRequests, so an outage cuts one in the middle
+    m = cluster_mount({"delivery.timeout.ms": str(timeout_ms), "batch.size": "16384"})
+    (m / "out").mkdir()
+    lines = [b"%09d\n" % i for i in range(3_000_000)]
+    chunks = [b"".join(lines[i:i + 100_000]) for i in range(0, len(lines), 100_000)]   # 1 MB each
+    written: list[int] = []          # lines of each write() that returned
+    failure: list[tuple[OSError, float]] = []
+
+    def writer() -> None:
+        fd = os.open(m / "out/0/append", os.O_WRONLY | os.O_APPEND)
+        try:
+            for chunk in chunks:
+                try:
+                    os.write(fd, chunk)
+                except OSError as exc:
+                    failure.append((exc, time.monotonic()))
+                    return
+                written.append(chunk.count(b"\n"))
+        finally:
+            os.close(fd)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        wait_for(lambda: len(written) >= 2 or not thread.is_alive(), "two writes to return", timeout=120)
+        stopping = time.monotonic()
+        kafka_cluster.stop()
+        stopped = time.monotonic()
+        thread.join(timeout=120)
+        assert not thread.is_alive()
+        assert failure, f"every write returned ({len(written)} of {len(chunks)}): stop the cluster sooner"
+        exc, failed_at = failure[0]
+        assert exc.errno in (errno.ETIMEDOUT, errno.EIO), exc
+        # the write in flight fails within delivery.timeout.ms (plus librdkafka's 1 s timeout scan) of the
+        # cluster's going away
+        assert failed_at - stopping < (stopped - stopping) + timeout_ms / 1000 + 3, (failed_at - stopping,
+                                                                                     stopped - stopping)
+        errors = (m / ".logfs/errors").read_text()
+        found = [e for e in errors.splitlines() if "out/0/append" in e and _ACCOUNTED.search(e)]
+        assert found, errors
+        count, total, first, last, tp = _ACCOUNTED.search(found[-1]).groups()
+        assert (int(total), tp) == (100_000, "out-0")
+        assert _ACCOUNTED.search(m.log())
+        # a one-line write in the outage fails within the same bound
+        started = time.monotonic()
+        echo = subprocess.run(["bash", "-c", "echo x >> out/0/append"], cwd=m.path, capture_output=True,
+                              timeout=120)
+        took = time.monotonic() - started
+        assert echo.returncode != 0 and took < timeout_ms / 1000 + 3, (took, echo.stderr)
+    finally:
+        for node in kafka_cluster.nodes:
+            node.start()
+        kafka_cluster.wait_ready()
+    before = sum(written)
+    count_, first_, last_ = int(count), int(first), int(last)
+    assert (first_, last_) == (before, before + count_ - 1)
+    # the cluster holds every returned write, then the failed write's first `count` lines; resuming after
+    # them leaves no duplicate (records in flight when it failed may follow: then the next lines, in order)
+    wait_for(lambda: _consume(kafka_cluster, "out")[-1][0] >= last_, "the cluster to serve the records again",
+             timeout=120, interval=1.0)
+    values = [v for _, _, v in _consume(kafka_cluster, "out")]
+    assert values[:last_ + 1] == [line[:-1] for line in lines[:last_ + 1]]
+    assert values[last_ + 1:] == [line[:-1] for line in lines[last_ + 1:len(values)]]
