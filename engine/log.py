@@ -64,6 +64,7 @@ from engine.records import (
 )
 from engine.segment import FetchDataInfo, LogSegment, topic_partition_of_dir
 from engine.topic import TopicPartition
+from engine.transactions import READ_UNCOMMITTED_ISOLATION, ReadIsolation, TransactionState
 
 __all__ = ["CLIENT_RECORD_DELETION", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP",
            "SEGMENT_DELETION", "AppendObserver", "Log", "LogOffsetMetadata"]
@@ -110,6 +111,11 @@ class Log(LocalLog):
         #: how many times records were removed from the end (truncate_to, truncate_fully_and_start_at):
         #: a reader caching bytes it read compares it to know they may be gone or replaced
         self.truncations = 0
+        #: how views read this log (set by its LogManager from ``isolation.level``; engine.transactions)
+        self.read_isolation: ReadIsolation = READ_UNCOMMITTED_ISOLATION
+        #: the aborted-transaction walk of a read_committed log, made on first use
+        #: (engine.transactions.read_committed_state, under its lock)
+        self.transaction_state: TransactionState | None = None
 
     # ----------------------------------------------------------- loading
     @classmethod

@@ -103,7 +103,6 @@ import time
 import uuid
 from collections.abc import Mapping
 
-from engine import transactions
 from engine.checkpoint import CLEAN_SHUTDOWN_FILE
 from engine.cleaner import LogCleaner
 from engine.clock import SYSTEM_CLOCK, Clock
@@ -157,6 +156,7 @@ from engine.topic import (
     validate_topic_name,
 )
 from engine.topic_configs import TOPIC_CONFIGS_FILE, TopicConfigStore
+from engine.transactions import ReadIsolation
 
 logger = logging.getLogger(__name__)
 
@@ -202,8 +202,8 @@ class LogManager:
         self.clock = clock
         self.read_only = read_only
         self.log_dirs: list[str] = [os.path.abspath(d) for d in config.log_dirs]
-        transactions.set_isolation_level(self.log_dirs, config.isolation_level,
-                                         stable_offset_bounded=stable_offset_bounded)
+        #: how the views of every log here read it (each log holds it as its ``read_isolation``)
+        self.read_isolation = ReadIsolation(config.isolation_level, stable_offset_bounded=stable_offset_bounded)
         self.default_config: LogConfig = config.log_config()
         self._lock = threading.RLock()
         self._logs = LogPool()
@@ -270,6 +270,8 @@ class LogManager:
         for path, found_ms in found.pending_deletion:
             self._logs_to_be_deleted.schedule(PendingDeletion(
                 path, None, found_ms, self.default_config.file_delete_delay_ms, None))
+        for log in found.logs.values():
+            log.read_isolation = self.read_isolation
         with self._lock:
             self._logs.update(found.logs)
             # overrides of topics that no longer have a partition (a deletion that crashed
@@ -580,6 +582,7 @@ class LogManager:
             _remove_new_partition_dir(path)
             raise
         log.before_log_start_offset_moves = self._checkpoint_moving_log_start_offset
+        log.read_isolation = self.read_isolation
         self._logs.put(tp, log)
         logger.info("Created log for partition %s in %s with topic ID %s and properties %s", tp, path, topic_id,
                     self._overrides.get(tp.topic, {}))

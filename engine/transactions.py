@@ -31,21 +31,24 @@ will ever finish it:
   back until the marker arrives, then the committed ones appear and the aborted
   ones are skipped.  A rendering so only ever grows at its end.
 
-:func:`set_isolation_level` is called by the LogManager for its log dirs;
-:func:`read_committed_state` gives the views the state of a log under
-read_committed (None under read_uncommitted, the default);
-:func:`visible_end_offset` is the end a read_committed consumer sees.
+How the views of a log read it is the log's own ``read_isolation`` (a
+:class:`ReadIsolation`, which its LogManager sets from the mount's
+``isolation.level``; read_uncommitted for a log opened on its own), and the
+state of the walk is the log's ``transaction_state``, made on first use:
+:func:`read_committed_state` gives the views that state under read_committed
+(None under read_uncommitted, the default); :func:`visible_end_offset` is the
+end a read_committed consumer sees.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
-import os
 import struct
 import threading
 import weakref
-from typing import TYPE_CHECKING, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from engine import records as _records
 from engine.errors import CorruptRecordError
@@ -53,7 +56,8 @@ from engine.records import compiled
 from engine.records.framing import read_header
 
 if TYPE_CHECKING:  # pragma: no cover
-    from engine.log import Log
+    from sortedcontainers import SortedDict
+
     from engine.records import BatchHeader
     from engine.records.format import RecordBuffer
     from engine.segment import LogSegment
@@ -68,14 +72,42 @@ ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
 ABORT = 0
 COMMIT = 1
 
-#: log dir (absolute) -> isolation level of the views of its logs
-_levels: dict[str, str] = {}
-#: log dirs (absolute) whose logs are live replicas: read_committed views end at the last stable offset
-_stable_offset_bounded: set[str] = set()
 #: what the transaction walk reads at a time (engine.records.kernels.transactional_batches)
 _SKIM_BYTES = 1 << 20
-_states: weakref.WeakKeyDictionary[Log, TransactionState] = weakref.WeakKeyDictionary()
+#: serialises making or replacing a log's ``transaction_state`` (held for no I/O)
 _states_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ReadIsolation:
+    """How the views of a log read it: the consumer's ``isolation.level``, and whether the log is a live
+    replica whose leader finishes its open transactions (``stable_offset_bounded``: read_committed views
+    then end at the last stable offset, see the module doc, instead of treating an open transaction as
+    aborted)."""
+
+    level: str = READ_UNCOMMITTED
+    stable_offset_bounded: bool = False
+
+    def __post_init__(self) -> None:
+        if self.level not in ISOLATION_LEVELS:
+            raise ValueError(f"Unknown isolation level {self.level!r}")
+
+
+READ_UNCOMMITTED_ISOLATION = ReadIsolation()
+
+
+class Log(Protocol):
+    """What the transaction walk needs of ``engine.log.Log``, which owns the walk's state."""
+
+    truncations: int
+    read_isolation: ReadIsolation
+    transaction_state: TransactionState | None
+
+    @property
+    def segments(self) -> SortedDict: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
 
 
 class AbortedTxn(NamedTuple):
@@ -86,35 +118,17 @@ class AbortedTxn(NamedTuple):
     last_offset: int
 
 
-def set_isolation_level(log_dirs: list[str], level: str, *, stable_offset_bounded: bool = False) -> None:
-    """The isolation level of every view of the logs in ``log_dirs`` (the consumer's ``isolation.level``).
-
-    ``stable_offset_bounded``: the logs are live replicas, whose open
-    transactions their leader will finish; read_committed views then end at
-    the last stable offset (see the module doc) instead of treating an open
-    transaction as aborted.
-    """
-    if level not in ISOLATION_LEVELS:
-        raise ValueError(f"Unknown isolation level {level!r}")
-    for d in log_dirs:
-        d = os.path.abspath(d)
-        _levels[d] = level
-        if stable_offset_bounded:
-            _stable_offset_bounded.add(d)
-        else:
-            _stable_offset_bounded.discard(d)
-
-
 def read_committed_state(log: Log) -> TransactionState | None:
     """The aborted-transaction state of ``log`` when its views are read_committed, else None."""
-    log_dir = os.path.dirname(os.path.abspath(log.dir))
-    if _levels.get(log_dir) != READ_COMMITTED:
+    isolation = log.read_isolation
+    if isolation.level != READ_COMMITTED:
         return None
     with _states_lock:
-        state = _states.get(log)
+        state = log.transaction_state
         if state is None or state.truncations != log.truncations:
             # new, or the log was truncated (a replica to its leader) below what the walk saw: walk it again
-            state = _states[log] = TransactionState(log, stable_offset_bounded=log_dir in _stable_offset_bounded)
+            state = log.transaction_state = TransactionState(
+                log, stable_offset_bounded=isolation.stable_offset_bounded)
         return state
 
 
