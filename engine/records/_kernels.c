@@ -110,6 +110,457 @@ static PyObject *uniform_text(PyObject *self, PyObject *args)
     return out;
 }
 
+/* -- records_text / records_jsonl: the general walk of a records section, every producer's layout ---------- */
+
+/* Kafka's zigzag varlong at *p (at most 10 bytes, no bit past the 64th, before end); *p = -1 if not. */
+static inline int64_t varlong(const uint8_t *data, Py_ssize_t *p, Py_ssize_t end)
+{
+    Py_ssize_t q = *p;
+    uint64_t raw = 0;
+    int shift = 0;
+    for (;;) {
+        if (q >= end || shift > 63 || (shift == 63 && data[q] > 1)) {
+            *p = -1;
+            return 0;
+        }
+        uint8_t b = data[q++];
+        raw |= (uint64_t)(b & 0x7F) << shift;
+        if (b < 0x80)
+            break;
+        shift += 7;
+    }
+    *p = q;
+    return (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+}
+
+/* One record of a records section, as the general decoder reads it. */
+typedef struct {
+    int64_t timestamp_delta, offset_delta;
+    Py_ssize_t key, value, headers;     /* positions of the key, the value, the first header */
+    int64_t key_length, value_length;   /* -1: null */
+    int64_t header_count;
+    Py_ssize_t end;                     /* position after the record */
+} record_t;
+
+/* Parse the record at *p into r, every field bounds-checked inside the record and the record inside n:
+ * length, attributes, timestamp delta, offset delta, key, value, headers (each key and value, null
+ * values allowed), and nothing left inside the record after them.  0 and *p at its end, or -1. */
+static int parse_record(const uint8_t *data, Py_ssize_t n, Py_ssize_t *p, record_t *r)
+{
+    Py_ssize_t q = *p;
+    int64_t length = varint(data, &q, n);
+    if (q < 0 || length < 0 || length > n - q)
+        return -1;
+    Py_ssize_t end = q + (Py_ssize_t)length;
+    if (q >= end)
+        return -1;
+    q += 1;                                                 /* attributes (unused by any version) */
+    r->timestamp_delta = varlong(data, &q, end);
+    if (q < 0)
+        return -1;
+    r->offset_delta = varint(data, &q, end);
+    if (q < 0)
+        return -1;
+    int64_t k = varint(data, &q, end);
+    if (q < 0 || k < -1 || (k > 0 && k > end - q))
+        return -1;
+    r->key = q;
+    r->key_length = k;
+    if (k > 0)
+        q += (Py_ssize_t)k;
+    int64_t v = varint(data, &q, end);
+    if (q < 0 || v < -1 || (v > 0 && v > end - q))
+        return -1;
+    r->value = q;
+    r->value_length = v;
+    if (v > 0)
+        q += (Py_ssize_t)v;
+    int64_t h = varint(data, &q, end);
+    if (q < 0 || h < 0)
+        return -1;
+    r->header_count = h;
+    r->headers = q;
+    for (int64_t i = 0; i < h; i++) {
+        int64_t hk = varint(data, &q, end);
+        if (q < 0 || hk < 0 || hk > end - q)
+            return -1;
+        q += (Py_ssize_t)hk;
+        int64_t hv = varint(data, &q, end);
+        if (q < 0 || hv < -1 || (hv > 0 && hv > end - q))
+            return -1;
+        if (hv > 0)
+            q += (Py_ssize_t)hv;
+    }
+    if (q != end)
+        return -1;
+    r->end = end;
+    *p = end;
+    return 0;
+}
+
+static Py_ssize_t records_text_loop(const uint8_t *data, Py_ssize_t n, Py_ssize_t count, uint8_t *out)
+{
+    Py_ssize_t p = 0, o = 0;
+    record_t r;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (parse_record(data, n, &p, &r) < 0)
+            return -1;
+        if (r.value_length > 0) {                   /* a record's value is shorter than the record: fits */
+            memcpy(out + o, data + r.value, (size_t)r.value_length);
+            o += (Py_ssize_t)r.value_length;
+        }
+        out[o++] = '\n';
+    }
+    if (p != n)
+        return -1;
+    return o;
+}
+
+static PyObject *records_text(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "y*n:records_text", &data, &count))
+        return NULL;
+    if (count < 0) {
+        PyBuffer_Release(&data);
+        Py_RETURN_NONE;
+    }
+    /* every record is at least 7 bytes and renders at most its value and a newline: never more than data */
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, data.len);
+    if (out == NULL) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    Py_ssize_t size;
+    Py_BEGIN_ALLOW_THREADS
+    size = records_text_loop((const uint8_t *)data.buf, data.len, count, (uint8_t *)PyByteArray_AS_STRING(out));
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    if (size < 0) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    if (PyByteArray_Resize(out, size) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* -- JSON lines: what engine.views.render writes for each record, compiled -------------------------------- */
+
+/* Where rendered bytes go: out is NULL for a sizing pass, which only counts. */
+typedef struct {
+    uint8_t *out;
+    Py_ssize_t o;
+} sink_t;
+
+static inline void put(sink_t *s, const void *bytes, Py_ssize_t length)
+{
+    if (s->out != NULL)
+        memcpy(s->out + s->o, bytes, (size_t)length);
+    s->o += length;
+}
+
+static inline void put_byte(sink_t *s, uint8_t b)
+{
+    if (s->out != NULL)
+        s->out[s->o] = b;
+    s->o += 1;
+}
+
+/* "%d" of v */
+static void put_int(sink_t *s, int64_t v)
+{
+    uint8_t digits[24];
+    int i = 24;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        digits[--i] = (uint8_t)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        digits[--i] = '-';
+    put(s, digits + i, 24 - i);
+}
+
+/* Whether d[0:n] is UTF-8 as Python's strict decoder accepts it (no overlong forms, no surrogates,
+ * nothing above U+10FFFF, no cut sequence). */
+static int utf8_valid(const uint8_t *d, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint8_t c = d[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF) {
+            if (n - i < 2 || (d[i + 1] & 0xC0) != 0x80)
+                return 0;
+            i += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (n - i < 3 || (d[i + 1] & 0xC0) != 0x80 || (d[i + 2] & 0xC0) != 0x80)
+                return 0;
+            if ((c == 0xE0 && d[i + 1] < 0xA0) || (c == 0xED && d[i + 1] > 0x9F))
+                return 0;
+            i += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (n - i < 4 || (d[i + 1] & 0xC0) != 0x80 || (d[i + 2] & 0xC0) != 0x80 || (d[i + 3] & 0xC0) != 0x80)
+                return 0;
+            if ((c == 0xF0 && d[i + 1] < 0x90) || (c == 0xF4 && d[i + 1] > 0x8F))
+                return 0;
+            i += 4;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static const char HEX[] = "0123456789abcdef";
+
+/* orjson.dumps of valid UTF-8 text: quoted, '"' '\\' and control characters escaped, the rest as is. */
+static void put_json_string(sink_t *s, const uint8_t *d, Py_ssize_t n)
+{
+    put_byte(s, '"');
+    Py_ssize_t run = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint8_t c = d[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        put(s, d + run, i - run);
+        run = i + 1;
+        uint8_t esc[6] = {'\\', 0, 0, 0, 0, 0};
+        int len = 2;
+        switch (c) {
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\b': esc[1] = 'b'; break;
+        case '\t': esc[1] = 't'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\f': esc[1] = 'f'; break;
+        case '\r': esc[1] = 'r'; break;
+        default:
+            esc[1] = 'u';
+            esc[2] = '0';
+            esc[3] = '0';
+            esc[4] = (uint8_t)HEX[c >> 4];
+            esc[5] = (uint8_t)HEX[c & 15];
+            len = 6;
+        }
+        put(s, esc, len);
+    }
+    put(s, d + run, n - run);
+    put_byte(s, '"');
+}
+
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* '"' + base64.b64encode(d) + '"' */
+static void put_base64(sink_t *s, const uint8_t *d, Py_ssize_t n)
+{
+    put_byte(s, '"');
+    Py_ssize_t size = 4 * ((n + 2) / 3);
+    if (s->out == NULL) {
+        s->o += size + 1;
+        return;
+    }
+    uint8_t *o = s->out + s->o;
+    Py_ssize_t i = 0;
+    for (; i + 3 <= n; i += 3) {
+        uint32_t v = ((uint32_t)d[i] << 16) | ((uint32_t)d[i + 1] << 8) | d[i + 2];
+        *o++ = (uint8_t)B64[v >> 18];
+        *o++ = (uint8_t)B64[(v >> 12) & 63];
+        *o++ = (uint8_t)B64[(v >> 6) & 63];
+        *o++ = (uint8_t)B64[v & 63];
+    }
+    if (n - i == 1) {
+        uint32_t v = (uint32_t)d[i] << 16;
+        *o++ = (uint8_t)B64[v >> 18];
+        *o++ = (uint8_t)B64[(v >> 12) & 63];
+        *o++ = '=';
+        *o++ = '=';
+    } else if (n - i == 2) {
+        uint32_t v = ((uint32_t)d[i] << 16) | ((uint32_t)d[i + 1] << 8);
+        *o++ = (uint8_t)B64[v >> 18];
+        *o++ = (uint8_t)B64[(v >> 12) & 63];
+        *o++ = (uint8_t)B64[(v >> 6) & 63];
+        *o++ = '=';
+    }
+    s->o += size;
+    put_byte(s, '"');
+}
+
+/* The constant pieces of a JSON line, in the order they are written (engine.views.render._c_pieces). */
+enum {
+    P_HEAD, P_TIMESTAMP, P_KEY, P_KEY_NULL, P_KEY_TEXT, P_KEY_BASE64, P_VALUE, P_VALUE_NULL, P_VALUE_TEXT,
+    P_VALUE_BASE64, P_NO_HEADERS, P_HEADERS_OPEN, P_HEADER_KEY, P_HEADER_VALUE, P_HEADER_VALUE_NULL,
+    P_HEADER_VALUE_TEXT, P_HEADER_VALUE_BASE64, P_HEADER_CLOSE, P_HEADER_SEPARATOR, P_HEADERS_CLOSE, P_LINE_END,
+    P_COUNT
+};
+
+typedef struct {
+    const uint8_t *bytes[P_COUNT];
+    Py_ssize_t length[P_COUNT];
+} pieces_t;
+
+static inline void put_piece(sink_t *s, const pieces_t *pieces, int which)
+{
+    put(s, pieces->bytes[which], pieces->length[which]);
+}
+
+/* A key, value or header value: null, UTF-8 text as orjson writes it, or base64; then its kind's piece. */
+static inline void put_field(sink_t *s, const pieces_t *pieces, const uint8_t *d, int64_t n, int null_piece)
+{
+    if (n < 0) {
+        put(s, "null", 4);
+        put_piece(s, pieces, null_piece);
+    } else if (utf8_valid(d, (Py_ssize_t)n)) {
+        put_json_string(s, d, (Py_ssize_t)n);
+        put_piece(s, pieces, null_piece + 1);
+    } else {
+        put_base64(s, d, (Py_ssize_t)n);
+        put_piece(s, pieces, null_piece + 2);
+    }
+}
+
+typedef struct {
+    int64_t base_offset, base_timestamp, max_timestamp;
+    int log_append_time;
+} batch_t;
+
+/* The JSON lines of count records into s (or only their size); the text view's size into *text.
+ * 0, or -1 when anything differs from what the general decoder reads without error (then the caller
+ * decodes in Python, which renders the same bytes or names what is wrong). */
+static int records_jsonl_loop(const uint8_t *data, Py_ssize_t n, Py_ssize_t count, const batch_t *batch,
+                              const pieces_t *pieces, sink_t *s, Py_ssize_t *text)
+{
+    Py_ssize_t p = 0, text_size = 0;
+    record_t r;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (parse_record(data, n, &p, &r) < 0)
+            return -1;
+        int64_t offset, timestamp;
+        if (__builtin_add_overflow(batch->base_offset, r.offset_delta, &offset))
+            return -1;
+        if (batch->log_append_time)
+            timestamp = batch->max_timestamp;
+        else if (__builtin_add_overflow(batch->base_timestamp, r.timestamp_delta, &timestamp))
+            return -1;
+        text_size += (r.value_length > 0 ? (Py_ssize_t)r.value_length : 0) + 1;
+        put_piece(s, pieces, P_HEAD);
+        put_int(s, offset);
+        put_piece(s, pieces, P_TIMESTAMP);
+        put_int(s, timestamp);
+        put_piece(s, pieces, P_KEY);
+        put_field(s, pieces, data + r.key, r.key_length, P_KEY_NULL);
+        put_piece(s, pieces, P_VALUE);
+        put_field(s, pieces, data + r.value, r.value_length, P_VALUE_NULL);
+        if (r.header_count == 0) {
+            put_piece(s, pieces, P_NO_HEADERS);
+        } else {
+            put_piece(s, pieces, P_HEADERS_OPEN);
+            Py_ssize_t q = r.headers;           /* parse_record checked every header within the record */
+            for (int64_t h = 0; h < r.header_count; h++) {
+                if (h > 0)
+                    put_piece(s, pieces, P_HEADER_SEPARATOR);
+                put_piece(s, pieces, P_HEADER_KEY);
+                int64_t key_length = varint(data, &q, r.end);
+                if (!utf8_valid(data + q, (Py_ssize_t)key_length))
+                    return -1;                  /* a header key is a string: the decoder refuses it */
+                put_json_string(s, data + q, (Py_ssize_t)key_length);
+                q += (Py_ssize_t)key_length;
+                put_piece(s, pieces, P_HEADER_VALUE);
+                int64_t value_length = varint(data, &q, r.end);
+                put_field(s, pieces, data + q, value_length, P_HEADER_VALUE_NULL);
+                if (value_length > 0)
+                    q += (Py_ssize_t)value_length;
+                put_piece(s, pieces, P_HEADER_CLOSE);
+            }
+            put_piece(s, pieces, P_HEADERS_CLOSE);
+        }
+        put_piece(s, pieces, P_LINE_END);
+    }
+    if (p != n)
+        return -1;
+    *text = text_size;
+    return 0;
+}
+
+static int pieces_of(PyObject *tuple, pieces_t *pieces)
+{
+    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != P_COUNT) {
+        PyErr_Format(PyExc_ValueError, "pieces must be a tuple of %d bytes", P_COUNT);
+        return -1;
+    }
+    for (int i = 0; i < P_COUNT; i++) {
+        PyObject *item = PyTuple_GET_ITEM(tuple, i);
+        if (!PyBytes_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "piece %d is not bytes", i);
+            return -1;
+        }
+        pieces->bytes[i] = (const uint8_t *)PyBytes_AS_STRING(item);
+        pieces->length[i] = PyBytes_GET_SIZE(item);
+    }
+    return 0;
+}
+
+/* records_jsonl(data, count, base_offset, base_timestamp, log_append_time, max_timestamp, pieces, render):
+ * the JSON lines (bytes) when render, else (text size, JSON size); None when the walk fails. */
+static PyObject *records_jsonl(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    Py_ssize_t count;
+    batch_t batch;
+    PyObject *pieces_obj;
+    int render;
+    if (!PyArg_ParseTuple(args, "y*nLLpLOp:records_jsonl", &data, &count, &batch.base_offset,
+                          &batch.base_timestamp, &batch.log_append_time, &batch.max_timestamp, &pieces_obj, &render))
+        return NULL;
+    PyObject *result = NULL;
+    pieces_t pieces;
+    if (pieces_of(pieces_obj, &pieces) < 0)
+        goto done;
+    if (count < 0) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    sink_t sizing = {NULL, 0};
+    Py_ssize_t text = 0;
+    int ok;
+    const uint8_t *d = (const uint8_t *)data.buf;
+    Py_BEGIN_ALLOW_THREADS
+    ok = records_jsonl_loop(d, data.len, count, &batch, &pieces, &sizing, &text);
+    Py_END_ALLOW_THREADS
+    if (ok < 0) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    if (!render) {
+        result = Py_BuildValue("nn", text, sizing.o);
+        goto done;
+    }
+    result = PyBytes_FromStringAndSize(NULL, sizing.o);
+    if (result == NULL)
+        goto done;
+    sink_t out = {(uint8_t *)PyBytes_AS_STRING(result), 0};
+    Py_BEGIN_ALLOW_THREADS
+    ok = records_jsonl_loop(d, data.len, count, &batch, &pieces, &out, &text);
+    Py_END_ALLOW_THREADS
+    if (ok < 0 || out.o != sizing.o) {          /* the same walk twice over bytes held for the call */
+        Py_DECREF(result);
+        result = NULL;
+        PyErr_SetString(PyExc_SystemError, "records_jsonl: the rendering differs from its sizing");
+    }
+done:
+    PyBuffer_Release(&data);
+    return result;
+}
+
 /* -- key_columns: the cleaner's offset-map pass over uncompressed batches ------------------------------- */
 
 static Py_ssize_t key_columns_loop(const uint8_t *buf, Py_ssize_t n, const int64_t *batches, Py_ssize_t rows,
@@ -547,6 +998,11 @@ out:
 static PyMethodDef methods[] = {
     {"uniform_text", uniform_text, METH_VARARGS,
      "uniform_text(data, count) -> bytearray | None: the text view of a batch written without keys"},
+    {"records_text", records_text, METH_VARARGS,
+     "records_text(data, count) -> bytearray | None: the text view of a records section of any layout"},
+    {"records_jsonl", records_jsonl, METH_VARARGS,
+     "records_jsonl(data, count, base_offset, base_timestamp, log_append_time, max_timestamp, pieces, render) "
+     "-> JSON lines (render) | (text size, JSON size) | None"},
     {"key_columns", key_columns, METH_VARARGS,
      "key_columns(buf, batches, width, records, offsets, key_starts, key_lengths, null_values) -> records read, "
      "or -1 - the index of the first malformed batch"},

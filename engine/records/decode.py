@@ -13,6 +13,7 @@ from itertools import repeat
 from typing import NamedTuple, cast
 
 from engine.errors import CorruptRecordError
+from engine.records import compiled
 from engine.records.compression import _decompress
 from engine.records.fastpath import _uniform_values
 from engine.records.format import (
@@ -325,15 +326,21 @@ def decode_text(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None = No
     """The text view of the batch at ``pos``: every value followed by ``\\n``.
 
     Equal to ``b"".join(v + b"\\n" for v in decode_values(...))`` with a null
-    value as an empty line (b"" for a control batch), but a batch written by
-    encode_values with fixed-size values becomes text without a bytes object
-    per record, and without a copy of the batch before (a bytearray: the one
-    buffer its lines were copied into).
+    value as an empty line (b"" for a control batch), but a batch of any layout
+    becomes text in one compiled walk (``kernels.records_text``) without a bytes
+    object per record, and without a copy of an uncompressed batch before (a
+    bytearray: the one buffer its lines were copied into).
     """
     header, data = _records_section(buf, pos, header, view=True)
     if data is None:
         return b""
     count = header.records_count
+    kernels = compiled.KERNELS
+    if kernels is not None:
+        # the compiled walk of any layout (every producer's batches); None sends the batch to the loops below
+        text = kernels.records_text(data, count)
+        if text is not None:
+            return cast(bytearray, text)
     try:
         parts, taken, at = _uniform_values(data, count, True)
         if len(parts) == 1 and taken == count and at == len(data):

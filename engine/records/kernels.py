@@ -5,6 +5,9 @@ built with the package: ``scripts/setup.sh``); this module gives them their
 Python signatures.  Each has a Python path that produces the same bytes, which
 the callers take when the extension is not built (``engine.records.compiled``):
 
+* ``records_text``/``records_jsonl``: the one walk of a records section of
+  any layout (every producer's: own deltas, keys, nulls, headers), the text
+  view of a batch, or its JSON lines and the sizes of both renderings;
 * ``uniform_text``: the text view of a batch of values of mixed sizes;
 * ``key_columns``: the log cleaner's offset-map pass, the offset, key and
   tombstone flag of every record of a read chunk's batches;
@@ -42,7 +45,45 @@ if TYPE_CHECKING:   # numpy is imported by the cleaner's kernels only: a text re
     import numpy.typing as npt
 
 __all__ = ["KeyColumns", "LinesLayout", "encode_lines", "json_plain", "key_columns", "key_digests",
-           "lines_layout", "put_digests", "transactional_batches", "uniform_text"]
+           "lines_layout", "put_digests", "records_jsonl", "records_text", "transactional_batches",
+           "uniform_text"]
+
+
+def records_text(data: bytes | memoryview, count: int) -> bytearray | None:
+    """The text view (each value and ``\\n``, a null value an empty line) of ``count`` records of an
+    uncompressed records section of any layout, or None when the section is not exactly that.
+
+    Every field is bounds-checked inside its record and every record inside
+    ``data``: the length, attributes, the timestamp delta (a varlong of at most
+    64 bits), the offset delta, the key and value (null, empty or bytes), each
+    header (key, null or present value), nothing left in a record after its
+    headers and nothing after the last record.  A walk stricter than the
+    general loop (``decode._values_of``, which skips headers by the record
+    length): whatever it refuses, that loop decodes or names.  The output is
+    never longer than ``data``.
+    """
+    result: bytearray | None = _kernels.records_text(data, count)
+    return result
+
+
+def records_jsonl(data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,
+                  log_append_time: bool, max_timestamp: int, pieces: tuple[bytes, ...],
+                  render: bool) -> bytes | tuple[int, int] | None:
+    """The JSON lines of ``count`` records of an uncompressed records section of any layout (``render``),
+    or the sizes (text view, JSON lines) without rendering; None when the section is not exactly that.
+
+    Each line is ``engine.views.render``'s, from ``pieces`` (its ``_c_pieces``:
+    the constant bytes of a line in order): the offset (base + delta), the
+    timestamp (base + delta, or ``max_timestamp`` for a LogAppendTime batch),
+    the key, value and header values null, UTF-8 text escaped as orjson writes
+    a string, or base64 when not UTF-8 (Python's strict decoder's answer), each
+    followed by its kind's piece.  The walk checks what ``records_text`` checks,
+    refuses a header key that is not UTF-8 (the decoder raises) and an offset or
+    timestamp outside 64 bits.
+    """
+    result: bytes | tuple[int, int] | None = _kernels.records_jsonl(
+        data, count, base_offset, base_timestamp, log_append_time, max_timestamp, pieces, render)
+    return result
 
 
 def uniform_text(data: bytes, count: int) -> bytearray | None:

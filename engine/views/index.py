@@ -35,10 +35,10 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from engine import records as _records
 from engine.errors import CorruptRecordError
 from engine.views import persisted
-from engine.views.render import appended_lines_view_sizes, appended_view_sizes, columns_view_sizes
+from engine.views.render import appended_lines_view_sizes, appended_view_sizes
+from engine.views.walk import batch_view_sizes
 
 if TYPE_CHECKING:
     from engine.log import Log
@@ -288,20 +288,16 @@ def view_index_and_damage(segment: LogSegment,
 
 
 def _catch_up(segment: LogSegment, vi: ViewIndex, end: int) -> None:
-    # Sizes come from the columns (no Record objects) and, for every batch
-    # with gap-free offsets and one timestamp, by arithmetic over the value
-    # lengths: nothing is rendered (render.columns_view_sizes).
+    # Sizes come from one compiled walk of each batch (walk.batch_view_sizes:
+    # no object per record, nothing rendered), whatever producer wrote it.
     tp = segment.topic_partition
     topic, partition = tp.topic, tp.partition
-    decode_columns = _records.decode_columns
     for pos, header, buf, off in segment.batches_with_bytes(vi.log_size, end):
         try:
-            columns = decode_columns(buf, off, header)
+            text_size, json_size, count = batch_view_sizes(buf, off, header, topic, partition)
         except CorruptRecordError as exc:
             raise exc.at(segment.log_path, pos) from None
-        text_size, json_size = columns_view_sizes(columns, topic, partition, int(header.timestamp_type))
-        vi.append_scanned(header.base_offset, pos, header.size, text_size, json_size, header.next_offset,
-                          len(columns.values))
+        vi.append_scanned(header.base_offset, pos, header.size, text_size, json_size, header.next_offset, count)
 
 
 class ViewsObserver:
@@ -414,12 +410,9 @@ def committed_view_index(txn: TransactionState, segment: LogSegment) -> ViewInde
                 text_size = json_size = count = 0
             else:
                 try:
-                    columns = _records.decode_columns(buf, off, header)
+                    text_size, json_size, count = batch_view_sizes(buf, off, header, tp.topic, tp.partition)
                 except CorruptRecordError as exc:
                     raise exc.at(segment.log_path, pos) from None
-                text_size, json_size = columns_view_sizes(columns, tp.topic, tp.partition,
-                                                          int(header.timestamp_type))
-                count = len(columns.values)
             vi.append_scanned(header.base_offset, pos, header.size, text_size, json_size,
                               header.next_offset, count)
         return vi

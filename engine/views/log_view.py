@@ -59,7 +59,7 @@ from engine import records as _records
 from engine import transactions
 from engine.errors import CorruptRecordError, InvalidRequestError, OffsetOutOfRangeError, StorageError
 from engine.records.reader import read_chunks
-from engine.views import render
+from engine.views import render, walk
 from engine.views.index import committed_view_index, view_index
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -402,7 +402,7 @@ class LogView:
         next_log_pos = log_pos
         want = seg_stop - render_pos
 
-        batches = self._batches(segment, log_pos, full=not self._text, hint=want)
+        batches = self._batches(segment, log_pos, full=False, hint=want)
         while True:
             try:
                 item = next(batches, None)
@@ -416,11 +416,7 @@ class LogView:
             if item is None:
                 break
             header, batch, log_pos_after = item
-            if self._text:
-                piece = cast("bytes | bytearray", batch)
-            else:
-                piece = render.render_jsonl_columns(cast("BatchColumns", batch), self.topic, self.partition,
-                                                    int(header.timestamp_type))
+            piece = cast("bytes | bytearray", batch)            # full=False: the batch's rendering
             if pos + len(piece) > slot_end:
                 break                      # a batch appended after the size snapshot
             rendered.append(piece)
@@ -445,7 +441,7 @@ class LogView:
 
     def _batches(self, segment: LogSegment, log_pos: int, *, full: bool,
                  hint: int = 0) -> Iterator[tuple[BatchHeader, BatchColumns | bytes | bytearray, int]]:
-        """Yield (header, columns or rendered text, log position after the batch) from ``log_pos`` on.
+        """Yield (header, columns or the batch's rendering, log position after the batch) from ``log_pos`` on.
 
         Reads the ``.log`` up to the segment's published size in chunks
         through the shared reader (:func:`engine.records.reader.read_chunks`:
@@ -458,10 +454,18 @@ class LogView:
         readable; CRC32C is C code and costs a few per cent of a decode.
         """
         chunk_size = max(_MIN_LOG_CHUNK, hint + (hint >> 1))
-        # The text view never needs per-record objects: decode_text renders a
-        # batch's lines straight from the log bytes; the JSON view renders from
-        # columns (records.decode_columns).
-        decode = _records.decode_columns if full else _records.decode_text
+        # No view needs per-record objects: decode_text renders a batch's lines
+        # and walk.batch_jsonl its JSON lines straight from the (decompressed)
+        # log bytes in one compiled walk; only _size_before takes columns.
+        topic, partition = self.topic, self.partition
+        decode: Callable[[bytes, int, BatchHeader], BatchColumns | bytes | bytearray]
+        if full:
+            decode = _records.decode_columns
+        elif self._text:
+            decode = _records.decode_text
+        else:
+            def decode(data: bytes, rel: int, header: BatchHeader) -> bytes:
+                return walk.batch_jsonl(data, rel, header, topic, partition)
         txn = self._txn
         hidden = _NO_COLUMNS if full else b""
         # stable offset bounded: nothing at or after the last stable offset (read again when reached)
