@@ -79,6 +79,8 @@ MAX_TIMESTAMP = -3
 #: Kafka's LogStartOffsetIncrementReason strings.
 CLIENT_RECORD_DELETION = "client delete records request"
 SEGMENT_DELETION = "segment deletion"
+#: a follower's log start following its leader's (retention or DeleteRecords on the leader)
+LEADER_LOG_START_OFFSET = "leader log start offset"
 
 # The same bound without any assumption on sizes (every varint at its widest
 # for a 32-bit length or delta): what splitting a write relies on.
@@ -694,6 +696,11 @@ class Log(LocalLog):
 
         Segments wholly below the new start are deleted at once, through the
         same asynchronous path as retention, so they leave the namespace now.
+        A follower's start that follows its leader's (``LEADER_LOG_START_OFFSET``)
+        and moves into the non-empty active segment rolls it at the log end first:
+        the leader deleted those records, and only a closed segment can be deleted
+        when the start passes it (at once if it is already past: the leader's log
+        emptied).  Rolls are then as frequent as the leader's log start moves.
         """
         self._check_writable("move the log start offset of")
         with self.lock:
@@ -707,6 +714,11 @@ class Log(LocalLog):
                     f"Cannot increment the log start offset to {new_start} of partition {self.topic_partition} "
                     f"since it is larger than the log end offset {self.log_end_offset}")
             if self._increment_log_start_offset(new_start, reason):
+                active = self.active_segment
+                if reason == LEADER_LOG_START_OFFSET and new_start > active.base_offset and active.size > 0:
+                    logger.info(self._prefix + "Rolling the active segment at %d: the leader's log start %d is "
+                                "past its base offset %d", self.log_end_offset, new_start, active.base_offset)
+                    self._roll_locked(None)
                 self._delete_log_start_offset_breached_segments()
 
     def _increment_log_start_offset(self, new_start: int, reason: str) -> bool:

@@ -10,6 +10,7 @@ last and leaves the cluster whole again.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import shutil
@@ -29,6 +30,17 @@ from tests.kafka_cluster import KafkaCluster
 from tests.mount.test_mount_shared_host import check_group_acts_as_owner, check_others_read_only
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.mount]
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """The module's 3-node cluster, whose brokers apply retention every second (Kafka's default: 5 minutes)."""
+    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster"), {"log.retention.check.interval.ms": "1000"})
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture
@@ -76,6 +88,68 @@ def test_other_users_of_a_cluster_mount_commit_nothing(shared_cluster_mount, kaf
     m.stop()
     team = shared_cluster_mount(["--allow-other", "--allow-group", "nogroup"], "team")
     check_group_acts_as_owner(team, "kh")
+
+
+# --------------------------------------------------------------------------- deleted means deleted
+
+
+def _write_lines(m: Mount, path: str, start: int, count: int) -> None:
+    with open(m / path, "ab", buffering=0) as f:
+        for i in range(start, start + count, 5000):
+            f.write(b"".join(b"%099d\n" % n for n in range(i, min(i + 5000, start + count))))
+
+
+def _replica_segments(m: Mount, tp: str) -> dict[int, int]:
+    """base offset -> bytes of each ``.log`` file of the replica (files being deleted, ``.deleted``, excluded)."""
+    return {int(p.name[:-4]): p.stat().st_size for p in (m.data / tp).glob("*.log")}
+
+
+def test_cluster_retention_deletes_the_replica_segments(cluster_mount, kafka_cluster: KafkaCluster) -> None:
+    """``retention.ms=1000`` set with ConfigCommand: the replica's log start moved within seconds, but its
+    bytes stayed in its 1 GB active segment (6 minutes later, readable under ``segments/``).  Now the
+    segment goes within seconds, files included."""
+    m = cluster_mount()
+    (m / "ret").mkdir()
+    _write_lines(m, "ret/0/append", 0, 20_000)             # 2 MB
+    assert sum(_replica_segments(m, "ret-0").values()) > 2_000_000
+    kafka_cluster.tool("kafka.admin.ConfigCommand", "--bootstrap-server", kafka_cluster.bootstrap,
+                       "--entity-type", "topics", "--entity-name", "ret", "--alter",
+                       "--add-config", "retention.ms=1000")
+    wait_for(lambda: sum(_replica_segments(m, "ret-0").values()) == 0, "the replica's segments to be deleted",
+             timeout=60, interval=0.2)
+    assert all(os.path.getsize(p) == 0 for p in (m / "ret/0/segments").iterdir())
+    assert (m / "ret/0/records").read_bytes() == b""
+    # the files go log.segment.delete.delay.ms later (200 ms here; Kafka's default 60 s)
+    wait_for(lambda: not list((m.data / "ret-0").glob("*.deleted")), "the deleted segment's files to go",
+             timeout=10)
+
+
+def test_delete_records_past_a_replica_segment_deletes_it(cluster_mount, kafka_cluster: KafkaCluster,
+                                                          tmp_path: Path) -> None:
+    """DeleteRecords (kafka-delete-records) into the replica's active segment rolls it, and a second one past
+    its end deletes it: the records below the cluster's log start leave the replica's disk."""
+    m = cluster_mount()
+    (m / "dr").mkdir()
+    _write_lines(m, "dr/0/append", 0, 10_000)
+
+    def delete_records(offset: int) -> None:
+        spec = tmp_path / "offsets.json"
+        spec.write_text(json.dumps({"version": 1, "partitions": [{"topic": "dr", "partition": 0,
+                                                                  "offset": offset}]}))
+        kafka_cluster.tool("org.apache.kafka.tools.DeleteRecordsCommand", "--bootstrap-server",
+                           kafka_cluster.bootstrap, "--offset-json-file", str(spec))
+
+    delete_records(5_000)
+    wait_for(lambda: sorted(_replica_segments(m, "dr-0")) == [0, 10_000], "the replica's active segment to roll",
+             timeout=30, interval=0.2)
+    assert (m / "dr/0/records").read_bytes().split(b"\n")[0] == b"%099d" % 5_000
+    _write_lines(m, "dr/0/append", 10_000, 10_000)
+    delete_records(15_000)
+    wait_for(lambda: min(_replica_segments(m, "dr-0")) == 10_000, "the segment below the log start to go",
+             timeout=30, interval=0.2)
+    assert (m / "dr/0/records").read_bytes().split(b"\n")[0] == b"%099d" % 15_000
+    # the second DeleteRecords moved the start into the active segment again: rolled at 20,000
+    assert {int(n.split(".")[0]) for n in os.listdir(m / "dr/0/segments")} == {10_000, 20_000}
 
 
 # --------------------------------------------------------------------------- a full outage (last: stops the cluster)
