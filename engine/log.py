@@ -50,6 +50,7 @@ from engine.errors import (
     UnsafeFileError,
 )
 from engine.local_log import AppendObserver, LocalLog, LogOffsetMetadata
+from engine.log_append import AppendBuilder, AppendOrigin, AppendRun, LogAppendInfo
 from engine.log_loader import LoadedLog, LogLoader
 from engine.log_validator import RECORD_OVERHEAD_BOUND, check_in_order, check_record_sizes, validate_batches
 from engine.records import (
@@ -67,7 +68,7 @@ from engine.topic import TopicPartition
 from engine.transactions import READ_UNCOMMITTED_ISOLATION, ReadIsolation, TransactionState
 
 __all__ = ["CLIENT_RECORD_DELETION", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP",
-           "SEGMENT_DELETION", "AppendObserver", "Log", "LogOffsetMetadata"]
+           "SEGMENT_DELETION", "AppendObserver", "AppendOrigin", "Log", "LogAppendInfo", "LogOffsetMetadata"]
 
 logger = logging.getLogger(__name__)
 
@@ -162,10 +163,54 @@ class Log(LocalLog):
             self._compression = _compression_of(config.compression_type)
 
     # ------------------------------------------------------------ append
+    def append(self, build: AppendBuilder, origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
+        """The one append pipeline (Kafka's ``UnifiedLog.append``): every write to the log goes through it.
+
+        Under ``lock``: ``build(log end offset, now)`` makes the batches
+        (assigning offsets from the log end for a client, keeping a leader's
+        for a replica) as runs that each go into one segment; each run rolls
+        the active segment when it must (``_maybe_roll``), is appended, is
+        reported to the ``append_observer`` (batches the log encoded itself),
+        and advances the log end.  After ``lock`` is released the flush the
+        append needs (a roll, ``flush.messages``) runs.  A client append is
+        all or nothing: a failure after some of its runs were written (a
+        full disk) truncates the log back to where it began.  A failure in
+        ``build`` writes nothing.
+        """
+        self._check_writable("append to")
+        with self.lock:
+            self._check_open()
+            runs = build(self._end.message_offset, self.clock.milliseconds())
+            begin = self._end.message_offset
+            rolled: int | None = None
+            max_ts, offset_of_max, size = -1, runs[0].first_offset, 0
+            try:
+                for run in runs:
+                    segment, rolled_here = self._maybe_roll(len(run.data), run.max_timestamp, run.first_offset,
+                                                            run.last_offset)
+                    rolled = rolled_here if rolled_here is not None else rolled
+                    position = segment.size
+                    segment.append(run.last_offset, run.max_timestamp, run.offset_of_max_timestamp, run.data)
+                    observer = self.append_observer
+                    if observer is not None and run.report is not None:
+                        run.report(observer, segment, position)
+                    self._update_log_end_offset(run.last_offset + 1)
+                    if run.max_timestamp > max_ts:
+                        max_ts, offset_of_max = run.max_timestamp, run.offset_of_max_timestamp
+                    size += len(run.data)
+            except BaseException:
+                if origin is AppendOrigin.CLIENT and self._end.message_offset > begin:
+                    logger.warning(self._prefix + "Append of %d batches failed part-way at offset %d; truncating "
+                                   "back to %d.", len(runs), self._end.message_offset, begin)
+                    self.truncate_to(begin)
+                raise
+            flush_needed = self.log_end_offset - self._recovery_point >= self.config.flush_messages
+        self._after_append(rolled, flush_needed)
+        return LogAppendInfo(runs[0].first_offset, runs[-1].last_offset, max_ts, offset_of_max, size, origin)
+
     def append_values(self, values: Sequence[bytes | None],
                       keys: Sequence[bytes | None] | None = None) -> tuple[int, int]:
         """Append ``values`` (and keys) as one LogAppendTime batch; returns (first offset, last offset)."""
-        self._check_writable("append to")
         n = len(values)
         if n == 0:
             raise InvalidRecordError(f"Cannot append an empty batch to {self.topic_partition}")
@@ -175,23 +220,8 @@ class Log(LocalLog):
         if config.compact and (keys is None or None in keys):
             raise InvalidRecordError(
                 f"Compacted topic cannot accept message without key in topic partition {self.topic_partition}.")
-        with self.lock:
-            self._check_open()
-            first = self._end.message_offset
-            now = self.clock.milliseconds()
-            batch = encode_values(first, values, now, keys, self._compression)
-            size = len(batch)
-            if size > config.max_message_bytes or self._compression != Compression.NONE:
-                # An uncompressed batch within the limit proves every record alone is.
-                check_record_sizes(self.topic_partition, values, keys, config.max_message_bytes)
-            if size <= config.segment_size:
-                rolled = self._append_encoded_locked(batch, values, keys, first, now)
-            else:
-                rolled = self._append_split_locked(values, keys, first, now)
-            last = first + n - 1
-            flush_needed = self.log_end_offset - self._recovery_point >= config.flush_messages
-        self._after_append(rolled, flush_needed)
-        return first, last
+        info = self.append(lambda first, now: self._value_runs(values, keys, first, now))
+        return info.first_offset, info.last_offset
 
     def append_text_lines(self, block: bytes) -> tuple[int, int]:
         """Append the lines of ``block`` (each ending in ``\\n``) as the values of one batch without keys.
@@ -199,110 +229,15 @@ class Log(LocalLog):
         The same batch ``append_values`` writes for the lines without their
         newlines, encoded without splitting them into Python objects
         (``encode_text_lines``): the hot path of ``cat file >> append``.
-        What that path does not cover (compression, a batch over
-        ``max.message.bytes`` or ``segment.bytes``) goes through
-        ``append_values``, which checks and splits as for any append.
+        What that encoding does not cover (compression, a batch over
+        ``max.message.bytes`` or ``segment.bytes``) is built as
+        ``append_values`` builds it, which checks and splits as for any append.
         """
-        self._check_writable("append to")
-        config = self.config
-        if config.compact:
+        if self.config.compact:
             raise InvalidRecordError(
                 f"Compacted topic cannot accept message without key in topic partition {self.topic_partition}.")
-        if self._compression == Compression.NONE:
-            appended = self._append_text_lines_fast(block, config)
-            if appended is not None:
-                return appended
-        # each line alone checked against max.message.bytes, split across segments, or compressed
-        values = block.split(b"\n")
-        if values.pop():
-            raise InvalidRecordError(f"The last line of an append to {self.topic_partition} has no newline")
-        return self.append_values(values)
-
-    def _append_text_lines_fast(self, block: bytes, config: LogConfig) -> tuple[int, int] | None:
-        """``append_text_lines`` of an uncompressed batch that needs no record checked alone and fits a
-        segment; None (nothing appended) for any other."""
-        with self.lock:
-            self._check_open()
-            first = self._end.message_offset
-            now = self.clock.milliseconds()
-            encoded = encode_text_lines(first, block, now)
-            if encoded is None:
-                return None         # no lines, or not whole ones: the general path says which
-            batch, layout = encoded
-            size = len(batch)
-            # Like append_values: a batch within max.message.bytes proves every record alone is.
-            if size > config.segment_size or (
-                    size > config.max_message_bytes
-                    and layout.longest + HEADER_SIZE + RECORD_OVERHEAD_BOUND > config.max_message_bytes):
-                return None
-            count = layout.lines
-            last = first + count - 1
-            segment, rolled = self._maybe_roll(size, now, first, last)
-            position = segment.size
-            segment.append(last, now, last, batch)
-            observer = self.append_observer
-            if observer is not None:
-                observer.on_append_lines(segment, position, size, block, count, first, now)
-            self._update_log_end_offset(last + 1)
-            flush_needed = self.log_end_offset - self._recovery_point >= config.flush_messages
-        self._after_append(rolled, flush_needed)
-        return first, last
-
-    def _append_encoded_locked(self, batch: bytes, values: Sequence[bytes | None],
-                               keys: Sequence[bytes | None] | None, first: int, now: int) -> int | None:
-        """Append one encoded batch at the log end; returns the new segment's base offset if it rolled."""
-        last = first + len(values) - 1
-        segment, rolled = self._maybe_roll(len(batch), now, first, last)
-        position = segment.size
-        segment.append(last, now, last, batch)
-        observer = self.append_observer
-        if observer is not None:
-            observer.on_append(segment, position, len(batch), values, keys, first, now)
-        self._update_log_end_offset(last + 1)
-        return rolled
-
-    def _append_split_locked(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
-                             first: int, now: int) -> int | None:
-        """Append a write too large for one segment as consecutive batches that each fit one.
-
-        Kafka refuses a batch larger than ``segment.bytes``; a filesystem user
-        cannot choose how ``cat`` sizes its writes, so a write that big is cut
-        into batches here instead.  They are appended under the one lock hold,
-        so no other writer lands between them, and a failure part-way (a full
-        disk) truncates the log back to where the write began: all or nothing.
-        """
-        limit = self.config.segment_size - HEADER_SIZE
-        chunks: list[tuple[int, int]] = []
-        start, budget = 0, 0
-        for i, value in enumerate(values):
-            key = keys[i] if keys is not None else None
-            cost = _SPLIT_RECORD_BOUND + (len(value) if value is not None else 0) \
-                + (len(key) if key is not None else 0)
-            if cost > limit:
-                raise RecordTooLargeError(
-                    f"The record at index {i} of the append to {self.topic_partition} does not fit in a "
-                    f"segment of the configured size {self.config.segment_size}.")
-            if budget + cost > limit and i > start:
-                chunks.append((start, i))
-                start, budget = i, 0
-            budget += cost
-        chunks.append((start, len(values)))
-        rolled: int | None = None
-        offset = first
-        try:
-            for lo, hi in chunks:
-                part_values = values[lo:hi]
-                part_keys = keys[lo:hi] if keys is not None else None
-                batch = encode_values(offset, part_values, now, part_keys, self._compression)
-                rolled = self._append_encoded_locked(batch, part_values, part_keys, offset, now) or rolled
-                offset += hi - lo
-        except BaseException:
-            if offset > first:
-                logger.warning(self._prefix + "Append of %d records failed part-way at offset %d; truncating "
-                               "back to %d.", len(values), offset, first)
-                self.truncate_to(first)
-            raise
-        return rolled
+        info = self.append(lambda first, now: self._text_line_runs(block, first, now))
+        return info.first_offset, info.last_offset
 
     def append_batch(self, batch: bytes, assign_offsets: bool = True) -> tuple[int, int]:
         """Append record batches built elsewhere (kafka-python, tools), validating each CRC.
@@ -314,11 +249,9 @@ class Log(LocalLog):
         """
         self._check_writable("append to")
         buf = bytearray(batch)
-        config = self.config
-        headers = validate_batches(self.topic_partition, buf, config)
-        with self.lock:
-            self._check_open()
-            end = self._end.message_offset
+        headers = validate_batches(self.topic_partition, buf, self.config)
+
+        def build(end: int, _now: int) -> list[AppendRun]:
             if assign_offsets:
                 next_offset = end
                 for pos, header in headers:
@@ -333,12 +266,10 @@ class Log(LocalLog):
                 if header.max_timestamp > max_ts:
                     max_ts = header.max_timestamp
                     offset_of_max = _BASE_OFFSET.unpack_from(buf, pos)[0] + header.last_offset_delta
-            segment, rolled = self._maybe_roll(len(buf), max_ts, first, last)
-            segment.append(last, max_ts, offset_of_max, bytes(buf))
-            self._update_log_end_offset(last + 1)
-            flush_needed = self.log_end_offset - self._recovery_point >= config.flush_messages
-        self._after_append(rolled, flush_needed)
-        return first, last
+            return [AppendRun(bytes(buf), first, last, max_ts, offset_of_max, None)]
+
+        info = self.append(build)
+        return info.first_offset, info.last_offset
 
     def append_as_follower(self, records: bytes | memoryview) -> int:
         """Append fetched record batches byte for byte at the leader's offsets; returns the new log end.
@@ -363,9 +294,8 @@ class Log(LocalLog):
             return self.log_end_offset
         end_pos = headers[-1][0] + headers[-1][1].size
         buf = bytes(records[:end_pos])
-        with self.lock:
-            self._check_open()
-            end = self._end.message_offset
+
+        def build(end: int, _now: int) -> list[AppendRun]:
             first_base = headers[0][1].base_offset
             if first_base < end:
                 if self.size == 0 and headers[0][1].next_offset > end:
@@ -377,27 +307,104 @@ class Log(LocalLog):
                         f"Unexpected offset in append to {self.topic_partition}: first offset {first_base} is "
                         f"below the log end offset {end}")
             check_in_order(self.topic_partition, headers, first_base)
-            rolled: int | None = None
-            last = first_base
             # A fetch returns many batches at once (up to the fetch's partition bytes): each run of them
             # that fits one segment is appended on its own, rolling in between, so the replica's
             # log.segment.bytes (and so its retention) holds whatever the fetch size.
+            runs = []
             for start, stop in _segment_runs(headers, self.config.segment_size):
                 run = headers[start:stop]
                 max_ts, offset_of_max = -1, run[0][1].base_offset
                 for _, header in run:
                     if header.max_timestamp > max_ts:
                         max_ts, offset_of_max = header.max_timestamp, header.last_offset
-                first, last = run[0][1].base_offset, run[-1][1].last_offset
                 begin, finish = run[0][0], run[-1][0] + run[-1][1].size
-                segment, rolled_here = self._maybe_roll(finish - begin, max_ts, first, last)
-                if rolled_here is not None:
-                    rolled = rolled_here
-                segment.append(last, max_ts, offset_of_max, buf[begin:finish])
-                self._update_log_end_offset(last + 1)
-            flush_needed = self.log_end_offset - self._recovery_point >= self.config.flush_messages
-        self._after_append(rolled, flush_needed)
-        return last + 1
+                runs.append(AppendRun(buf[begin:finish], run[0][1].base_offset, run[-1][1].last_offset, max_ts,
+                                      offset_of_max, None))
+            return runs
+
+        return self.append(build, AppendOrigin.REPLICATION).last_offset + 1
+
+    # The builders: each runs under ``lock`` inside ``append``, given the log end offset and the time.
+
+    def _text_line_runs(self, block: bytes, first: int, now: int) -> list[AppendRun]:
+        """The batch of ``append_text_lines``: encoded from ``block`` directly when it is uncompressed,
+        needs no record checked alone and fits a segment, else as ``_value_runs`` builds the lines."""
+        config = self.config
+        encoded = encode_text_lines(first, block, now) if self._compression == Compression.NONE else None
+        if encoded is not None:
+            batch, layout = encoded
+            size = len(batch)
+            # Like _value_runs: a batch within max.message.bytes proves every record alone is.
+            if size <= config.segment_size and (
+                    size <= config.max_message_bytes
+                    or layout.longest + HEADER_SIZE + RECORD_OVERHEAD_BOUND <= config.max_message_bytes):
+                count = layout.lines
+                last = first + count - 1
+
+                def report(observer: AppendObserver, segment: LogSegment, position: int) -> None:
+                    observer.on_append_lines(segment, position, size, block, count, first, now)
+
+                return [AppendRun(batch, first, last, now, last, report)]
+        # no lines, not whole ones, compressed, or a record to check alone or split across segments
+        values = block.split(b"\n")
+        if values.pop():
+            raise InvalidRecordError(f"The last line of an append to {self.topic_partition} has no newline")
+        if not values:
+            raise InvalidRecordError(f"Cannot append an empty batch to {self.topic_partition}")
+        return self._value_runs(values, None, first, now)
+
+    def _value_runs(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                    first: int, now: int) -> list[AppendRun]:
+        """One LogAppendTime batch of ``values`` (and keys) from offset ``first``, or consecutive batches
+        that each fit a segment when one would not.
+
+        Kafka refuses a batch larger than ``segment.bytes``; a filesystem user
+        cannot choose how ``cat`` sizes its writes, so a write that big is cut
+        into batches here instead, appended under the one lock hold (no other
+        writer lands between them) and all or nothing (``append``).
+        """
+        config = self.config
+        batch = encode_values(first, values, now, keys, self._compression)
+        if len(batch) > config.max_message_bytes or self._compression != Compression.NONE:
+            # An uncompressed batch within the limit proves every record alone is.
+            check_record_sizes(self.topic_partition, values, keys, config.max_message_bytes)
+        if len(batch) <= config.segment_size:
+            return [self._value_run(batch, values, keys, first, now)]
+        limit = config.segment_size - HEADER_SIZE
+        chunks: list[tuple[int, int]] = []
+        start, budget = 0, 0
+        for i, value in enumerate(values):
+            key = keys[i] if keys is not None else None
+            cost = _SPLIT_RECORD_BOUND + (len(value) if value is not None else 0) \
+                + (len(key) if key is not None else 0)
+            if cost > limit:
+                raise RecordTooLargeError(
+                    f"The record at index {i} of the append to {self.topic_partition} does not fit in a "
+                    f"segment of the configured size {config.segment_size}.")
+            if budget + cost > limit and i > start:
+                chunks.append((start, i))
+                start, budget = i, 0
+            budget += cost
+        chunks.append((start, len(values)))
+        runs = []
+        offset = first
+        for lo, hi in chunks:
+            part_values = values[lo:hi]
+            part_keys = keys[lo:hi] if keys is not None else None
+            part = encode_values(offset, part_values, now, part_keys, self._compression)
+            runs.append(self._value_run(part, part_values, part_keys, offset, now))
+            offset += hi - lo
+        return runs
+
+    @staticmethod
+    def _value_run(batch: bytes, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                   first: int, now: int) -> AppendRun:
+        last = first + len(values) - 1
+
+        def report(observer: AppendObserver, segment: LogSegment, position: int) -> None:
+            observer.on_append(segment, position, len(batch), values, keys, first, now)
+
+        return AppendRun(batch, first, last, now, last, report)
 
     def _maybe_roll(self, batch_size: int, max_timestamp: int, first_offset: int,
                     last_offset: int) -> tuple[LogSegment, int | None]:
