@@ -12,7 +12,11 @@ both:
 
 * every complete line is one record, the newline not part of it; a line split
   across writes is joined here (the partial last line is buffered per open
-  file) and a last line without a newline is appended when the file is closed;
+  file) and a last line without a newline is appended when the file is closed
+  by a writer that ended normally.  It is dropped (logged, and listed in
+  ``.logfs/errors`` with its size), never a torn record, when the close comes
+  from a writer killed by a signal (``logfs.writers``) or when a ``write()``
+  failed while it was buffered and no later write ended it;
 * the records of one ``write()`` are one batch per partition, appended all or
   nothing: a failure leaves both the log and this handle's buffer as they were,
   so the writer's retry is safe; a bad line fails the write with EINVAL and one
@@ -49,6 +53,7 @@ from __future__ import annotations
 import errno
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from engine.errors import InvalidPartitionError, LogfsError, RecordTooLargeError, UnknownTopicOrPartitionError
@@ -57,6 +62,7 @@ from engine.partitioner import partition_for_key
 from engine.text_in import parse_text_lines
 from engine.topic import TopicPartition
 from logfs.handles import Handle
+from logfs.writers import killed_writer
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.config import LogConfig
@@ -73,6 +79,9 @@ _NEWLINE = b"\n"
 _RETRY_PREFIX = 64 * 1024
 #: Most framing one unkeyed record adds to its value: the 61-byte batch header and the record's varints.
 _BATCH_OVERHEAD = 128
+#: The kernel splits a write(2) into requests of 1 MiB (less the offset in its first page of an unaligned
+#: buffer): a request after a shorter one starts a write(2), whose caller gets a refusal of it as its error.
+_SPLIT_REQUEST = (1 << 20) - 4096
 
 
 class _RetriedRecordTooLarge(RecordTooLargeError):
@@ -246,8 +255,10 @@ class AppendHandle(Handle):
     offload_reads_from = None   # offset replies are tiny: always read inline
 
     def __init__(self, backend: Backend, topic: str, partition: int | None, fmt: LineFormat,
-                 router: TopicRouter, stats: MountStats) -> None:
+                 router: TopicRouter, stats: MountStats, note: Callable[[int, str], None] | None = None) -> None:
         self._backend = backend      # the one way its records go (logfs.backend): the handle holds no log
+        # lists in .logfs/errors what close() drops with no error to return (errno, reason)
+        self._note = note
         self._topic = topic
         self._partition = partition
         self._format = fmt
@@ -262,8 +273,13 @@ class AppendHandle(Handle):
         self._retries_refused = 0
         # the bytes up to the next newline are the rest of a refused line: dropped
         self._skip_to_newline = False
-        # a refusal no later write reported (it may have been a short count): close() reports it
+        # a refusal no later write reported (it was a short count of its write(2)): close() reports it
         self._unreported = False
+        self._previous_size = 0       # bytes of the previous write request
+        self._size = 0                # bytes of the write request being served
+        # the errno of a failed write while the partial line was buffered, until a write ends that line:
+        # close() then drops it rather than append a line whose writer saw an error
+        self._failed: int | None = None
         self._replies = OffsetReplies()
         self._written: set[int] = set()      # the partitions appended to, for fsync
         self._lock = threading.Lock()
@@ -308,7 +324,15 @@ class AppendHandle(Handle):
         close() (flush).  Lines after the refused one's newline append normally.
         """
         with self._lock:
-            self._write(data)
+            self._size = len(data)
+            try:
+                self._write(data)
+            except Exception as exc:
+                code = getattr(exc, "errno", None)
+                self._failed = code if isinstance(code, int) else errno.EIO
+                raise
+            finally:
+                self._previous_size = len(data)
         return len(data)
 
     def _write(self, data: bytes) -> None:
@@ -352,6 +376,7 @@ class AppendHandle(Handle):
             self._reject(data, max(0, len(data) - len(rest)), len(rest), config, drop_partial=not end,
                          open_line=True)
         if end:
+            self._failed = None      # the line buffered when a write failed ends here: rest is new bytes
             try:
                 # the lines appended, a partial line carried over from earlier requests included
                 if partial:
@@ -366,7 +391,7 @@ class AppendHandle(Handle):
                     self._partial = b""
                     self._lines_done += 1
                     self._rejected, self._rejected_at = bytes(data[:_RETRY_PREFIX]), 0
-                    self._unreported = True
+                    self._unreported = self._short_count()
                 raise
         self._partial = rest
 
@@ -378,10 +403,17 @@ class AppendHandle(Handle):
             self._partial = b""
         self._rejected, self._rejected_at = bytes(data[:_RETRY_PREFIX]), min(at, _RETRY_PREFIX)
         self._skip_to_newline = open_line
-        self._unreported = True
+        self._unreported = self._short_count()
         raise RecordTooLargeError(
             f"A line of at least {length} bytes written to {self._describe()} exceeds "
             f"{self._format.describe_limit(config, self._topic)}; the line is dropped, nothing else")
+
+    def _short_count(self) -> bool:
+        """Whether the request being refused may be the last request of a write(2) split in several, whose
+        caller then got a short count, not the error, and may close without writing again: the request before
+        it was a whole 1 MiB one, and this one is shorter (a whole one is taken as a writer's next 1 MiB
+        write(2), as ``cat`` writes: st_blksize is 1 MiB).  A writer that writes again is told then."""
+        return self._previous_size > _SPLIT_REQUEST >= self._size
 
     def _is_retry(self, data: bytes) -> bool:
         """Whether ``data`` is the writer's retry of the request refused for an oversized line (by its bytes)."""
@@ -419,7 +451,12 @@ class AppendHandle(Handle):
         return self._replies.read(size)
 
     def flush(self) -> None:
-        """close(): the last line without a newline becomes a record; a refusal not reported yet fails it."""
+        """close(): the last line without a newline becomes a record; a refusal not reported yet fails it.
+
+        The line is dropped instead (logged and listed in .logfs/errors, close() returning success: the
+        writer was told at its write, or is gone) when a write failed while it was buffered, or when the
+        close comes from a writer killed by a signal.
+        """
         with self._lock:
             if self._unreported:
                 self._unreported = False
@@ -430,7 +467,26 @@ class AppendHandle(Handle):
                 # Taken out first: refused, it is dropped here and close() says why, once
                 # (release() must not try it again and log it a second time).
                 rest, self._partial = self._partial, b""
+                dropped = self._drop_reason()
+                if dropped is not None:
+                    code, why = dropped
+                    message = f"Dropped the unterminated last line ({len(rest)} bytes) written to " \
+                              f"{self._describe()}: {why}"
+                    log.warning("%s", message)
+                    if self._note is not None:
+                        self._note(code, f"flush: {message}")
+                    return
                 self._append_lines([rest], len(rest), self._config())
+
+    def _drop_reason(self) -> tuple[int, str] | None:
+        """(errno, why) when the unterminated last line must not become a record, else None."""
+        if self._failed is not None:
+            name = errno.errorcode.get(self._failed, str(self._failed))
+            return self._failed, f"a write() failed ({name}) while it was buffered, and no later write ended it"
+        killed = killed_writer(self.opener)
+        if killed is not None:
+            return errno.EINTR, f"the writer, {killed.describe()}, did not end it"
+        return None
 
     def release(self) -> None:
         size = len(self._partial)

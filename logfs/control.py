@@ -358,8 +358,10 @@ class AppendTargetFile(FileNode):
             self.ns.require_topic(self.topic)
         else:
             self.ns.log(TopicPartition(self.topic, self.partition))
+        path = self.path()
         return AppendHandle(self.ns.backend, self.topic, self.partition, self.format,
-                            self.ns.router(self.topic), self.ns.stats)
+                            self.ns.router(self.topic), self.ns.stats,
+                            note=lambda code, reason: self.ns.refusals.record(path, code, reason))
 
 
 class AppendFile(AppendTargetFile):

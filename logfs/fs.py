@@ -678,6 +678,7 @@ class LogfsOperations(pyfuse3.Operations):
                     raise
                 await trio.sleep(_RELEASE_POLL_S)
         handle.opened(flags)
+        handle.opener = getattr(ctx, "pid", 0)     # whose process tree writes through it (logfs.writers)
         fh = self._next_fh
         self._next_fh += 1
         self._handles[fh] = (inode, handle)

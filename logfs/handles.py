@@ -37,6 +37,8 @@ class Handle:
     offload_reads_from: int | None = None
     #: what ``release`` refused with no caller left to tell, (errno, reason): logfs.fs lists it in .logfs/errors
     refused_at_release: tuple[int, str] | None = None
+    #: the pid of the process that opened it (0: unknown), set by logfs.fs at open
+    opener = 0
 
     def continues_at(self, offset: int) -> bool:
         """Whether a read at ``offset`` continues the last one at a bounded cost (then served inline)."""

@@ -144,3 +144,27 @@ def test_failed_task_runs_count_as_errors(full_mount, tmp_path):
     runs = _stats(m)["tasks"][job]["runs"]
     wait_for(lambda: (r := _stats(m)["tasks"][job])["runs"] > runs + 1 and r["last_error"] is None,
               what="a successful run once the directory is gone")
+
+
+def test_a_line_buffered_when_a_write_fails_is_not_appended_at_close(full_mount):
+    """``head -c N big.txt >> append`` on a full disk: the write that gets ENOSPC leaves the line its previous
+    write began buffered; close() drops it (logged, in .logfs/errors) instead of storing its head as a record."""
+    m = full_mount
+    (m / "t").mkdir()
+    fd = os.open(m / "t/0/append", os.O_WRONLY)
+    heads = 0
+    try:
+        while True:
+            try:                                        # each write ends the line before it and begins one
+                os.write(fd, b"x" * 2000 + b"\nline-%07d" % heads)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+                break
+            heads += 1
+    finally:
+        os.close(fd)                                    # the writer was told at its write: close() succeeds
+    values = (m / "t/0/records").read_bytes().split(b"\n")[:-1]
+    assert len(values) == heads > 100
+    assert values[0] == b"x" * 2000 and all(v == b"line-%07d" % i + b"x" * 2000 for i, v in enumerate(values[1:]))
+    errors = (m / ".logfs/errors").read_text()
+    assert " t/0/append ENOSPC flush: Dropped the unterminated last line (12 bytes)" in errors, errors

@@ -121,9 +121,10 @@ def test_a_malformed_line_fails_the_write_and_appends_nothing(mount, tmp_path):
         assert os.pread(fd, 100, 0) == b"1 2\n"
     finally:
         os.close(fd)
-    # the refused write changed nothing: the unterminated line written before it is still
-    # pending and is appended at close, as on `append`; "[]" is not
-    assert mount.sh("cat t/0/records").stdout == b"kept\n1\n2\n3\n"
+    # the refused write appended nothing; the unterminated line it left buffered is dropped at close
+    # (its writer saw the write fail), never appended as if its writer had ended normally; "[]" is not either
+    assert mount.sh("cat t/0/records").stdout == b"kept\n1\n2\n"
+    assert 'Dropped the unterminated last line (13 bytes) written to t/0/append.jsonl' in mount.log()
 
 
 def test_an_unknown_member_is_refused_never_a_null_value(mount):

@@ -160,11 +160,22 @@ def test_a_refused_line_whose_end_comes_in_a_later_write_leaves_nothing(manager)
     b = appender(manager)
     b.write(0, b"x" * 900)
     with pytest.raises(RecordTooLargeError):
-        b.write(0, b"x" * 200)
+        b.write(0, b"x" * 200)                           # after a short request: the first of its write(2)
+    b.flush()                                            # whose caller got the error: close() says it no more
+    assert values(manager) == [b"next"]
+
+
+def test_close_reports_a_refusal_only_when_its_write_got_a_short_count(manager):
+    """The kernel splits a write(2) into 1 MiB requests; a refused later one gives its caller a short count."""
+    manager.create_topic("u", 1)                         # max.message.bytes 1048588: a line over 1 MiB
+    b = appender(manager, "u")
+    b.write(0, b"x" * (1 << 20))                         # the first request of the write(2): buffered
+    with pytest.raises(RecordTooLargeError):
+        b.write(0, b"x" * 200)                           # its second: refused; write(2) returns 1 MiB
     with pytest.raises(RecordTooLargeError, match="close"):
         b.flush()                                        # nothing reported the refusal yet: close() does
     b.flush()
-    assert values(manager) == [b"next"]
+    assert values(manager, "u") == []
 
 
 def test_unkeyed_writes_to_a_topic_go_round_robin_one_write_per_partition(manager):
