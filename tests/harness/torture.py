@@ -18,6 +18,11 @@ clean shutdown), remounts, and checks through the views:
 * followers never saw an offset twice or out of order, random readers never
   read a wrong value.
 
+Killed writers (``--killed-writers``) append to topic ``k`` all along, each a
+real process that writes a whole line and the head of another, then dies by
+SIGINT or SIGKILL mid-line (a shell that kills itself, or ``cat`` killed from
+outside): no record of ``k`` may hold such a head (a torn record).
+
 A committer writes consumer group commits to ``p/groups/<group>`` all along,
 most of them fsynced before the close: after a kill -9 each group's committed
 offset is its last closed commit (or a later one cut by the crash), after a
@@ -114,6 +119,9 @@ BROKER = {
 }
 
 DEAD = {errno.ENOTCONN, errno.ECONNABORTED, errno.ENODEV, errno.EIO, errno.EBADF}
+#: the topic of the writers killed mid-line, and the mark of the heads they leave unterminated
+KILLED_TOPIC = "k"
+TORN_MARK = "-TORN-"
 
 
 def _is_mounted(path: Path) -> bool:
@@ -155,6 +163,7 @@ class Torture(Checks):
         #: consumer groups committing on p/0 (an embedded mount: its own coordinator writes __consumer_offsets)
         self.groups = [] if self.bootstrap else [GroupCommits(f"g{i}") for i in range(3)]
         self.groups_lock = threading.Lock()
+        self.torn_records = 0                 # records of KILLED_TOPIC holding a killed writer's head
 
     # ------------------------------------------------------------------ mount process
 
@@ -296,6 +305,8 @@ class Torture(Checks):
             for p in range(1, partitions):
                 if not (self.mnt / topic / str(p)).exists():
                     (self.mnt / topic / str(p)).mkdir()
+        if self.args.killed_writers and not (self.mnt / KILLED_TOPIC).exists():
+            (self.mnt / KILLED_TOPIC).mkdir()
 
     # ------------------------------------------------------------------ traffic
 
@@ -367,6 +378,65 @@ class Torture(Checks):
                 os.close(fd)
             except OSError:
                 pass
+
+    def killed_writer(self, stop: threading.Event) -> None:
+        """Writers killed mid-line: each writes ``k-<n>-whole\\n`` and the head of ``k-<n>-TORN-...``, then
+        dies by SIGINT or SIGKILL, its own (a shell) or sent from here (``cat``, stdin still open)."""
+        rng = random.Random(self.rng.random())
+        path = str(self.mnt / KILLED_TOPIC / "0" / "append")
+        while not stop.is_set():
+            n = self._next_seq()
+            sig = rng.choice((signal.SIGINT, signal.SIGKILL))
+            payload = f"k-{n}-whole\n{KILLED_TOPIC}-{n}{TORN_MARK}" + "x" * rng.randint(0, 3000)
+            try:
+                if rng.random() < 0.5:
+                    # the shell opens the file, writes with its builtin printf, and kills itself
+                    code = subprocess.run(["sh", "-c", f'{{ printf "%s" "$1"; kill -{sig.name[3:]} $$; }} >> "$0"',
+                                           path, payload], capture_output=True, timeout=60).returncode
+                else:
+                    cat = subprocess.Popen(["sh", "-c", 'exec cat >> "$0"', path], stdin=subprocess.PIPE,
+                                           stderr=subprocess.DEVNULL)
+                    assert cat.stdin is not None
+                    try:
+                        cat.stdin.write(payload.encode())
+                        cat.stdin.flush()
+                        time.sleep(rng.uniform(0.0, 0.03))
+                        cat.send_signal(sig)            # stdin stays open: cat never ends the line itself
+                    except BrokenPipeError:             # the shell could not open the file (the mount is down)
+                        pass
+                    try:
+                        code = cat.wait(timeout=60)
+                    finally:
+                        try:
+                            cat.stdin.close()
+                        except BrokenPipeError:
+                            pass
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                self.totals.fail(f"killed writer {n}: {exc}")
+                return
+            if code == -sig:
+                self.totals.faults[f"writer-killed-mid-line-{sig.name}"] += 1
+            time.sleep(rng.uniform(0.0, 0.05))
+
+    def check_killed_topic(self) -> None:
+        """No record of KILLED_TOPIC holds the head a killed writer left unterminated."""
+        if not self.args.killed_writers:
+            return
+        try:
+            data = (self.mnt / KILLED_TOPIC / "0" / "records").read_bytes()
+        except OSError as exc:
+            self.totals.fail(f"{KILLED_TOPIC}/0/records: {exc}")
+            return
+        torn = [line for line in data.split(b"\n") if TORN_MARK.encode() in line]
+        if torn:
+            self.torn_records += len(torn)
+            self.totals.fail(f"{KILLED_TOPIC}/0: {len(torn)} torn records of killed writers, the first "
+                             f"{torn[0][:60]!r}")
+
+    def check_views(self) -> dict[str, dict[int, str]]:
+        views = super().check_views()
+        self.check_killed_topic()
+        return views
 
     def committer(self, stop: threading.Event) -> None:
         """Commits of the groups on ``p/0`` through ``p/groups/<group>``: most fsynced before the close.
@@ -540,6 +610,8 @@ class Torture(Checks):
         threads += [threading.Thread(target=self.reader, args=(stop,), daemon=True)
                     for _ in range(self.args.readers)]
         threads.append(threading.Thread(target=self.deleter, args=(stop,), daemon=True))
+        threads += [threading.Thread(target=self.killed_writer, args=(stop,), daemon=True)
+                    for _ in range(self.args.killed_writers)]
         if self.groups:
             threads.append(threading.Thread(target=self.committer, args=(stop,), daemon=True))
         for t in threads:
@@ -681,7 +753,8 @@ class Torture(Checks):
         return {"compactions": text.count("Swapping in cleaned segment"),
                 "retention_deletions": text.count("Found deletable segments"),
                 "recoveries_of_unflushed_segments": text.count("Recovering unflushed segment"),
-                "corrupted_index_rebuilds": text.count("Found a corrupted index file")}
+                "corrupted_index_rebuilds": text.count("Found a corrupted index file"),
+                "killed_writers_lines_dropped": text.count("Dropped the unterminated last line")}
 
     def _layer_figures(self) -> dict[str, int]:
         """What the power losses dropped, summed from the layer's log lines."""
@@ -702,7 +775,7 @@ class Torture(Checks):
         rec = sorted(t.recovery_s) or [0.0]
         summary = {
             "cycles": t.cycles, "acknowledged": t.acknowledged, "lost": t.lost, "duplicated": t.duplicated,
-            "misplaced": t.misplaced, "partial_batches": t.partial_batches,
+            "misplaced": t.misplaced, "partial_batches": t.partial_batches, "torn_records": self.torn_records,
             "split_write_prefixes": t.split_prefixes, "start_went_back": t.start_went_back,
             "retention_undone_by_power_loss": t.retention_undone_by_power_loss,
             "recovered_unflushed_dropped": t.recovered_unflushed_dropped,
@@ -732,7 +805,8 @@ class Torture(Checks):
                     print(f"{name}: {value}")
             for failure in t.failures:
                 print(f"failure: {failure}")
-        bad = (t.lost or t.commits_lost or t.duplicated or t.misplaced or t.partial_batches or t.start_went_back
+        bad = (t.lost or t.commits_lost or t.duplicated or t.misplaced or t.partial_batches or self.torn_records
+               or t.start_went_back
                or t.reader_errors or t.follower_errors or t.disk_errors or t.check_problems or t.failures)
         return 1 if bad else 0
 
@@ -745,6 +819,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writers", type=int, default=4)
     parser.add_argument("--followers", type=int, default=2)
     parser.add_argument("--readers", type=int, default=2)
+    parser.add_argument("--killed-writers", type=int, default=1,
+                        help="processes writing to topic k that are killed mid-line (SIGINT, SIGKILL), in turn")
     parser.add_argument("--clean-every", type=int, default=4, help="every N-th cycle ends in a clean shutdown")
     parser.add_argument("--startup-kill-rate", type=float, default=0.3,
                         help="probability of a second crash during the next startup")
