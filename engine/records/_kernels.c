@@ -250,11 +250,29 @@ static PyObject *records_text(PyObject *self, PyObject *args)
 
 /* -- JSON lines: what engine.views.render writes for each record, compiled -------------------------------- */
 
-/* Where rendered bytes go: out is NULL for a sizing pass, which only counts. */
+/* Where rendered bytes go: out is NULL for a sizing pass, which only counts.  A rendering pass reserves
+ * room for a whole record before writing it (reserve), so the puts need no check of their own. */
 typedef struct {
     uint8_t *out;
     Py_ssize_t o;
+    Py_ssize_t capacity;
 } sink_t;
+
+/* Room for `more` bytes after s->o: the buffer (malloc'ed, grown by doubling); -1 when out of memory. */
+static int reserve(sink_t *s, Py_ssize_t more)
+{
+    if (s->out == NULL || more <= s->capacity - s->o)
+        return 0;
+    Py_ssize_t capacity = s->capacity * 2;
+    if (capacity < s->o + more)
+        capacity = s->o + more;
+    uint8_t *grown = realloc(s->out, (size_t)capacity);
+    if (grown == NULL)
+        return -1;
+    s->out = grown;
+    s->capacity = capacity;
+    return 0;
+}
 
 static inline void put(sink_t *s, const void *bytes, Py_ssize_t length)
 {
@@ -270,19 +288,44 @@ static inline void put_byte(sink_t *s, uint8_t b)
     s->o += 1;
 }
 
-/* "%d" of v */
-static void put_int(sink_t *s, int64_t v)
+static const uint64_t POW10[20] = {
+    1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL, 100000000ULL, 1000000000ULL,
+    10000000000ULL, 100000000000ULL, 1000000000000ULL, 10000000000000ULL, 100000000000000ULL,
+    1000000000000000ULL, 10000000000000000ULL, 100000000000000000ULL, 1000000000000000000ULL,
+    10000000000000000000ULL,
+};
+
+static const char DIGIT_PAIRS[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* "%d" of v: its digits counted by comparisons (a sizing pass writes nothing), written two at a time */
+static inline void put_int(sink_t *s, int64_t v)
 {
-    uint8_t digits[24];
-    int i = 24;
     uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    do {
-        digits[--i] = (uint8_t)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0)
-        digits[--i] = '-';
-    put(s, digits + i, 24 - i);
+    int n = 1;
+    while (n < 20 && u >= POW10[n])
+        n++;
+    n += v < 0;
+    if (s->out != NULL) {
+        uint8_t *at = s->out + s->o + n;
+        while (u >= 100) {
+            unsigned pair = (unsigned)(u % 100);
+            u /= 100;
+            at -= 2;
+            memcpy(at, DIGIT_PAIRS + 2 * pair, 2);
+        }
+        if (u >= 10) {
+            at -= 2;
+            memcpy(at, DIGIT_PAIRS + 2 * u, 2);
+        } else {
+            *--at = (uint8_t)('0' + u);
+        }
+        if (v < 0)
+            *--at = '-';
+    }
+    s->o += n;
 }
 
 /* Whether d[0:n] is UTF-8 as Python's strict decoder accepts it (no overlong forms, no surrogates,
@@ -320,6 +363,28 @@ static int utf8_valid(const uint8_t *d, Py_ssize_t n)
 }
 
 static const char HEX[] = "0123456789abcdef";
+
+/* Whether every byte of d[0:n] is printable ASCII other than '"' and '\\' (0x20-0x7F): what orjson writes
+ * as itself.  Eight bytes at a time: a byte with its top bit set, below 0x20 (the subtraction borrows into
+ * the top bit), or equal to '"' or '\\' (a zero byte after the xor) marks the word; a borrow only ever
+ * spreads from a byte that marks it already. */
+static inline int plain_ascii(const uint8_t *d, Py_ssize_t n)
+{
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, d + i, 8);
+        uint64_t quote = w ^ (ones * '"'), backslash = w ^ (ones * '\\');
+        uint64_t bad = w | (w - ones * 0x20) | ((quote - ones) & ~quote) | ((backslash - ones) & ~backslash);
+        if (bad & high)
+            return 0;
+    }
+    for (; i < n; i++)
+        if (d[i] < 0x20 || d[i] >= 0x80 || d[i] == '"' || d[i] == '\\')
+            return 0;
+    return 1;
+}
 
 /* orjson.dumps of valid UTF-8 text: quoted, '"' '\\' and control characters escaped, the rest as is. */
 static void put_json_string(sink_t *s, const uint8_t *d, Py_ssize_t n)
@@ -404,6 +469,7 @@ enum {
 typedef struct {
     const uint8_t *bytes[P_COUNT];
     Py_ssize_t length[P_COUNT];
+    Py_ssize_t total;                   /* all the pieces: more than any record or header writes of them */
 } pieces_t;
 
 static inline void put_piece(sink_t *s, const pieces_t *pieces, int which)
@@ -417,6 +483,11 @@ static inline void put_field(sink_t *s, const pieces_t *pieces, const uint8_t *d
     if (n < 0) {
         put(s, "null", 4);
         put_piece(s, pieces, null_piece);
+    } else if (plain_ascii(d, (Py_ssize_t)n)) {           /* nearly every value: one scan and a copy */
+        put_byte(s, '"');
+        put(s, d, (Py_ssize_t)n);
+        put_byte(s, '"');
+        put_piece(s, pieces, null_piece + 1);
     } else if (utf8_valid(d, (Py_ssize_t)n)) {
         put_json_string(s, d, (Py_ssize_t)n);
         put_piece(s, pieces, null_piece + 1);
@@ -450,6 +521,11 @@ static int records_jsonl_loop(const uint8_t *data, Py_ssize_t n, Py_ssize_t coun
         else if (__builtin_add_overflow(batch->base_timestamp, r.timestamp_delta, &timestamp))
             return -1;
         text_size += (r.value_length > 0 ? (Py_ssize_t)r.value_length : 0) + 1;
+        /* the most a record can write: its pieces, two numbers, each byte of its key, value and headers
+         * escaped (\u00XX: 6 bytes; base64 and quotes less), and each header's pieces and quotes */
+        Py_ssize_t length = r.end - r.key;
+        if (reserve(s, pieces->total + 64 + 6 * length + (Py_ssize_t)r.header_count * (pieces->total + 16)) < 0)
+            return -2;
         put_piece(s, pieces, P_HEAD);
         put_int(s, offset);
         put_piece(s, pieces, P_TIMESTAMP);
@@ -491,6 +567,7 @@ static int records_jsonl_loop(const uint8_t *data, Py_ssize_t n, Py_ssize_t coun
 
 static int pieces_of(PyObject *tuple, pieces_t *pieces)
 {
+    pieces->total = 0;
     if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != P_COUNT) {
         PyErr_Format(PyExc_ValueError, "pieces must be a tuple of %d bytes", P_COUNT);
         return -1;
@@ -503,12 +580,14 @@ static int pieces_of(PyObject *tuple, pieces_t *pieces)
         }
         pieces->bytes[i] = (const uint8_t *)PyBytes_AS_STRING(item);
         pieces->length[i] = PyBytes_GET_SIZE(item);
+        pieces->total += pieces->length[i];
     }
     return 0;
 }
 
 /* records_jsonl(data, count, base_offset, base_timestamp, log_append_time, max_timestamp, pieces, render):
- * the JSON lines (bytes) when render, else (text size, JSON size); None when the walk fails. */
+ * the JSON lines (bytes) when render, else (text size, JSON size); None when the walk fails.  The lines
+ * are written in one pass into a buffer of this call's (grown as records need), then copied once. */
 static PyObject *records_jsonl(PyObject *self, PyObject *args)
 {
     Py_buffer data;
@@ -521,6 +600,7 @@ static PyObject *records_jsonl(PyObject *self, PyObject *args)
         return NULL;
     PyObject *result = NULL;
     pieces_t pieces;
+    sink_t sink = {NULL, 0, 0};
     if (pieces_of(pieces_obj, &pieces) < 0)
         goto done;
     if (count < 0) {
@@ -528,35 +608,31 @@ static PyObject *records_jsonl(PyObject *self, PyObject *args)
         Py_INCREF(result);
         goto done;
     }
-    sink_t sizing = {NULL, 0};
+    if (render) {
+        sink.capacity = data.len + data.len / 2 + 4096;
+        sink.out = malloc((size_t)sink.capacity);
+        if (sink.out == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
     Py_ssize_t text = 0;
     int ok;
-    const uint8_t *d = (const uint8_t *)data.buf;
     Py_BEGIN_ALLOW_THREADS
-    ok = records_jsonl_loop(d, data.len, count, &batch, &pieces, &sizing, &text);
+    ok = records_jsonl_loop((const uint8_t *)data.buf, data.len, count, &batch, &pieces, &sink, &text);
     Py_END_ALLOW_THREADS
-    if (ok < 0) {
+    if (ok == -2) {
+        PyErr_NoMemory();
+    } else if (ok < 0) {
         result = Py_None;
         Py_INCREF(result);
-        goto done;
-    }
-    if (!render) {
-        result = Py_BuildValue("nn", text, sizing.o);
-        goto done;
-    }
-    result = PyBytes_FromStringAndSize(NULL, sizing.o);
-    if (result == NULL)
-        goto done;
-    sink_t out = {(uint8_t *)PyBytes_AS_STRING(result), 0};
-    Py_BEGIN_ALLOW_THREADS
-    ok = records_jsonl_loop(d, data.len, count, &batch, &pieces, &out, &text);
-    Py_END_ALLOW_THREADS
-    if (ok < 0 || out.o != sizing.o) {          /* the same walk twice over bytes held for the call */
-        Py_DECREF(result);
-        result = NULL;
-        PyErr_SetString(PyExc_SystemError, "records_jsonl: the rendering differs from its sizing");
+    } else if (render) {
+        result = PyBytes_FromStringAndSize((const char *)sink.out, sink.o);
+    } else {
+        result = Py_BuildValue("nn", text, sink.o);
     }
 done:
+    free(sink.out);
     PyBuffer_Release(&data);
     return result;
 }
