@@ -5,11 +5,12 @@ directory, the log end offset (next offset to assign) and the recovery point
 (everything below it has been fsync'ed, so recovery after a crash starts
 there), and does what changes their files: roll, flush, asynchronous deletion,
 the cleaner's crash-safe replacement, renaming the directory, closing and
-deleting.  :class:`engine.log.Log` (Kafka's ``UnifiedLog``) builds on it with
-what clients see: the log start offset, appends, reads, truncation and
-retention.  In Kafka the UnifiedLog *has* a LocalLog; here ``Log`` is a
-subclass, as the two share one lock and every operation of one touches the
-state of the other under it (an append rolls, retention deletes segments).
+deleting.  :class:`engine.log.Log` (Kafka's ``UnifiedLog``) *has* a LocalLog,
+as in Kafka, and adds what clients see: the log start offset, appends, reads,
+truncation and retention.  The two share this object's ``lock``: every
+operation of the Log that changes its LocalLog (an append rolls, retention
+deletes segments) takes it and calls the LocalLog's public methods under it
+(the ``*_locked`` ones, and those that say they run under ``lock``).
 
 Concurrency model.  Every change (append, roll, truncation, retention,
 replacement by the cleaner) happens under ``lock``, a ``threading.RLock``.
@@ -18,7 +19,7 @@ changes build a new one and swap the reference (:meth:`LocalLog._publish`),
 so a reader takes one reference (``log.segments``) and walks it without
 locking, as Kafka's readers walk a ConcurrentSkipListMap.  The log end is
 published as one tuple (offset, active segment base, position) after the bytes
-are written (:meth:`LocalLog._update_log_end_offset`), so a reader bounds
+are written (:meth:`LocalLog.update_log_end_offset`), so a reader bounds
 itself by a consistent end.
 
 Flushing on roll.  Kafka schedules the flush of a rolled segment on its
@@ -33,7 +34,7 @@ background task calls :meth:`LocalLog.delete_expired_segment_files`, which
 unlinks those whose ``file.delete.delay.ms`` elapsed.  The segment object
 keeps its .log descriptor open, so a view that still holds it reads on.
 
-Every mutator of a read-only log raises ReadOnlyError (:meth:`_check_writable`)
+Every mutator of a read-only log raises ReadOnlyError (:meth:`check_writable`)
 before it touches anything.
 """
 
@@ -45,7 +46,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import NamedTuple, Protocol, Self
+from typing import NamedTuple, Protocol
 
 from sortedcontainers import SortedDict
 
@@ -118,16 +119,16 @@ class LocalLog:
         #: The one hook through which state derived from appended values is kept
         #: (the mount's view indexes, engine.views.index.attach); None: nothing is.
         self.append_observer: AppendObserver | None = None
-        #: called as ``fn(log)`` under the log's lock each time the log end offset was set (an append,
-        #: a truncation, a roll): readers that cache what they read learn that it may have changed
-        self.end_listeners: list[Callable[[Self], None]] = []
+        #: called under ``lock`` each time the log end offset was set (an append, a truncation, a roll):
+        #: the owning Log tells the readers that cache what they read that it may have changed
+        self.on_log_end_moved: Callable[[], None] | None = None
         self._closed = False
         self._end = LogOffsetMetadata(loaded.log_end_offset, 0, 0)
-        self._update_log_end_offset(loaded.log_end_offset)
+        self.update_log_end_offset(loaded.log_end_offset)
 
     # -------------------------------------------------------- properties
     @property
-    def _prefix(self) -> str:
+    def log_prefix(self) -> str:
         return f"[Log partition={self.topic_partition}, dir={os.path.dirname(self.dir)}] "
 
     @property
@@ -176,16 +177,21 @@ class LocalLog:
         return len(self._pending)
 
     @property
+    def pending_deletions(self) -> list[PendingDeletion]:
+        """The segments renamed ``.deleted`` whose files wait for ``file.delete.delay.ms`` (a copy)."""
+        return list(self._pending)
+
+    @property
     def pending_deletion_bytes(self) -> int:
         return sum(p.segment.size for p in self._pending)
 
-    def _check_writable(self, what: str) -> None:
+    def check_writable(self, what: str) -> None:
         """ReadOnlyError before a read-only log is changed in any way (the mount turns it into EROFS)."""
         if self.read_only:
             raise ReadOnlyError(f"Cannot {what} the log of {self.topic_partition} in {self.dir}: "
                                 "it is opened read-only")
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
         if self._closed:
             raise StorageError(f"The log of {self.topic_partition} in {self.dir} is closed")
 
@@ -206,26 +212,26 @@ class LocalLog:
         hi = segments.bisect_left(to_offset)
         return list(segments.values()[lo:hi])
 
-    def _update_log_end_offset(self: Self, end: int) -> None:
+    def update_log_end_offset(self, end: int) -> None:
         """Publish the log end (under ``lock``, after the bytes below it are written) and tell the listeners."""
         active = self.active_segment
         self._end = LogOffsetMetadata(end, active.base_offset, active.size)
         if self._recovery_point > end:
             self._recovery_point = end
-        for listener in self.end_listeners:
-            listener(self)
+        if self.on_log_end_moved is not None:
+            self.on_log_end_moved()
 
     # -------------------------------------------------------------- roll
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset; the old one is flushed."""
-        self._check_writable("roll")
+        self.check_writable("roll")
         with self.lock:
-            self._check_open()
-            segment = self._roll_locked(None)
+            self.check_open()
+            segment = self.roll_locked(None)
         self.flush(segment.base_offset)
         return segment
 
-    def _roll_locked(self, expected_next_offset: int | None) -> LogSegment:
+    def roll_locked(self, expected_next_offset: int | None) -> LogSegment:
         start = time.monotonic()
         end = self._end.message_offset
         new_offset = max(expected_next_offset or 0, end)
@@ -233,13 +239,13 @@ class LocalLog:
         if new_offset in self._segments:
             if active.base_offset == new_offset and active.size == 0:
                 # KAFKA-6388: an empty active segment whose index reports full.
-                logger.warning(self._prefix + "Trying to roll a new log segment with start offset %d =max(provided "
+                logger.warning(self.log_prefix + "Trying to roll a new log segment with start offset %d =max(provided "
                                "offset = %s, LEO = %d) while it already exists and is active with size 0. Size of "
                                "time index: %d, size of offset index: %d.", new_offset, expected_next_offset, end,
                                active.time_index.entries, active.offset_index.entries)
-                segment = self._create_and_delete_segment(new_offset, active, "log roll")
-                self._update_log_end_offset(end)
-                logger.info(self._prefix + "Rolled new log segment at offset %d in %d ms.", new_offset,
+                segment = self.create_and_delete_segment(new_offset, active, "log roll")
+                self.update_log_end_offset(end)
+                logger.info(self.log_prefix + "Rolled new log segment at offset %d in %d ms.", new_offset,
                             (time.monotonic() - start) * 1000)
                 return segment
             raise StorageError(
@@ -254,7 +260,7 @@ class LocalLog:
                  time_index_file_path(self.dir, new_offset))
         for path in paths:
             if os.path.exists(path):
-                logger.warning(self._prefix + "Newly rolled segment file %s already exists; deleting it first", path)
+                logger.warning(self.log_prefix + "Newly rolled segment file %s already exists; deleting it first", path)
                 os.unlink(path)
         # All or nothing: the new segment is opened before the active one is sealed,
         # so a roll that fails (EMFILE, ENOSPC) leaves the log exactly as it was.
@@ -275,14 +281,14 @@ class LocalLog:
             try:
                 active.resize_indexes(active.max_index_size)      # room again for the next append
             except Exception as exc:
-                logger.warning(self._prefix + "Could not re-grow the indexes of the active segment %r after a "
+                logger.warning(self.log_prefix + "Could not re-grow the indexes of the active segment %r after a "
                                "failed roll (the next append rolls again): %s", active, exc)
             raise
         self._add_segment(segment)
         if self.append_observer is not None:
             self.append_observer.on_roll(active)
-        self._update_log_end_offset(end)
-        logger.info(self._prefix + "Rolled new log segment at offset %d in %d ms.", new_offset,
+        self.update_log_end_offset(end)
+        logger.info(self.log_prefix + "Rolled new log segment at offset %d in %d ms.", new_offset,
                     (time.monotonic() - start) * 1000)
         return segment
 
@@ -290,7 +296,7 @@ class LocalLog:
         return LogSegment.open(self.dir, base_offset, self.config, self.clock,
                                topic_partition=self.topic_partition)
 
-    def _create_and_delete_segment(self, new_offset: int, to_delete: LogSegment, reason: str) -> LogSegment:
+    def create_and_delete_segment(self, new_offset: int, to_delete: LogSegment, reason: str) -> LogSegment:
         if new_offset == to_delete.base_offset:
             to_delete.change_file_suffixes("", DELETED_FILE_SUFFIX)
         segment = self._open_segment(new_offset)
@@ -299,14 +305,14 @@ class LocalLog:
         if new_offset != to_delete.base_offset:
             segments.pop(to_delete.base_offset, None)
         self._publish(segments)
-        logger.info(self._prefix + "Deleting segments as part of %s: %r", reason, to_delete)
+        logger.info(self.log_prefix + "Deleting segments as part of %s: %r", reason, to_delete)
         self._schedule_deletion([to_delete])
         return segment
 
     # ------------------------------------------------------------- flush
     def flush(self, offset: int | None = None) -> None:
         """fsync the segments holding offsets below ``offset`` (default: log end); the recovery point moves there."""
-        self._check_writable("flush")
+        self.check_writable("flush")
         end = self.log_end_offset
         offset = end if offset is None else min(offset, end)
         with self.lock:
@@ -331,10 +337,10 @@ class LocalLog:
             if offset > self._recovery_point:
                 self._recovery_point = offset
                 self._last_flush_time = self.clock.milliseconds()
-        logger.debug(self._prefix + "Flushed log up to offset %d (exclusive) with recovery point %d", offset, offset)
+        logger.debug(self.log_prefix + "Flushed log up to offset %d (exclusive) with recovery point %d", offset, offset)
 
     # ---------------------------------------------------------- deletion
-    def _remove_and_delete_segments(self, to_delete: Sequence[LogSegment]) -> None:
+    def remove_and_delete_segments(self, to_delete: Sequence[LogSegment]) -> None:
         segments = self._segments.copy()
         for segment in to_delete:
             if segments.get(segment.base_offset) is segment:
@@ -353,14 +359,14 @@ class LocalLog:
 
     def delete_expired_segment_files(self, now_ms: int | None = None) -> int:
         """Unlink ``.deleted`` segments whose ``file.delete.delay.ms`` has elapsed; returns how many."""
-        self._check_writable("delete segment files of")
+        self.check_writable("delete segment files of")
         now = self.clock.milliseconds() if now_ms is None else now_ms
         with self.lock:
             due = [p.segment for p in self._pending if p.due_ms <= now]
             if not due:
                 return 0
             self._pending = [p for p in self._pending if p.due_ms > now]
-        logger.info(self._prefix + "Deleting segment files %s", ", ".join(map(repr, due)))
+        logger.info(self.log_prefix + "Deleting segment files %s", ", ".join(map(repr, due)))
         for segment in due:
             segment.delete_if_exists()
         return len(due)
@@ -373,9 +379,9 @@ class LocalLog:
         old ones ``.deleted`` (queued), then drop the ``.swap`` suffix.  A crash at
         any point is completed or rolled back by the LogLoader.
         """
-        self._check_writable("replace segments of")
+        self.check_writable("replace segments of")
         with self.lock:
-            self._check_open()
+            self.check_open()
             new_sorted = sorted(new_segments, key=lambda s: s.base_offset)
             current = self._segments
             old_sorted = sorted((s for s in old_segments if current.get(s.base_offset) is s),
@@ -403,12 +409,12 @@ class LocalLog:
                 if segment.has_suffix(SWAP_FILE_SUFFIX):
                     segment.change_file_suffixes(SWAP_FILE_SUFFIX, "")
             fsync_dir(self.dir, missing_ok=True)
-            self._update_log_end_offset(self.log_end_offset)
+            self.update_log_end_offset(self.log_end_offset)
 
     # --------------------------------------------------------- lifecycle
     def rename_dir(self, new_name: str) -> None:
         """Rename the partition directory (e.g. ``topic-0.<id>-delete``); segments follow."""
-        self._check_writable("rename")
+        self.check_writable("rename")
         with self.lock:
             new_dir = os.path.join(os.path.dirname(self.dir), new_name)
             if new_dir == self.dir:
@@ -439,7 +445,7 @@ class LocalLog:
 
     def delete(self) -> None:
         """Delete every segment file and the directory now (a deleted topic's final step)."""
-        self._check_writable("delete")
+        self.check_writable("delete")
         with self.lock:
             segments = list(self._segments.values())
             pending, self._pending = self._pending, []
@@ -451,4 +457,4 @@ class LocalLog:
                 deleted.segment.close_handlers()
             self._closed = True
             shutil.rmtree(self.dir, ignore_errors=True)
-        logger.info(self._prefix + "Deleted log for partition %s in %s.", self.topic_partition, self.dir)
+        logger.info(self.log_prefix + "Deleted log for partition %s in %s.", self.topic_partition, self.dir)

@@ -1,15 +1,15 @@
 """Log: the log of one partition as clients see it (Kafka's ``UnifiedLog``).
 
-A Log is a :class:`engine.local_log.LocalLog` (the segments on disk, the log
-end offset and the recovery point, roll, flush, deletion, replacement; see
+A Log has a :class:`engine.local_log.LocalLog` (the segments on disk, the
+log end offset and the recovery point, roll, flush, deletion, replacement; see
 that module for the concurrency model: one ``RLock`` for every change, a
 copy-on-write segment map and a published log end for readers that take no
-lock) with what clients see on top: the log start offset (first offset a
-reader may see), appends (values, text lines, batches built elsewhere, a
-follower's fetched batches), reads, ListOffsets, leader epochs, truncation
-and retention.  Loading is :mod:`engine.log_loader` (Kafka's ``LogLoader``),
-the checks an append must pass :mod:`engine.log_validator`, renderings
-:mod:`engine.views`.
+lock), as Kafka's ``UnifiedLog`` has one, and adds what clients see: the log
+start offset (first offset a reader may see), appends (one pipeline for
+values, text lines, batches built elsewhere and a follower's fetched
+batches), reads, ListOffsets, leader epochs, truncation and retention.
+Loading is :mod:`engine.log_loader` (Kafka's ``LogLoader``), the checks an
+append must pass :mod:`engine.log_validator`, renderings :mod:`engine.views`.
 
 Locking rules of this part: every mutator takes ``lock`` and checks the log is
 open (``_check_open``) under it; a read takes no lock but one snapshot of the
@@ -97,12 +97,27 @@ def _compression_of(name: str) -> Compression:
     return Compression.from_name(name)
 
 
-class Log(LocalLog):
-    """The log of one partition as clients see it; see the module docstring for the rules."""
+class Log:
+    """The log of one partition as clients see it; see the module docstring for the rules.
+
+    It holds its :class:`LocalLog` (``local_log``: the segments, the log end,
+    the recovery point) and shares its ``lock``; the LocalLog's state is read
+    and changed only through its public members.
+    """
 
     def __init__(self, dir: str, config: LogConfig, loaded: LoadedLog, *, clock: Clock = SYSTEM_CLOCK,
                  topic_partition: TopicPartition | None = None, read_only: bool = False) -> None:
-        super().__init__(dir, config, loaded, clock=clock, topic_partition=topic_partition, read_only=read_only)
+        self.local_log = LocalLog(dir, config, loaded, clock=clock, topic_partition=topic_partition,
+                                  read_only=read_only)
+        #: the one lock of every change to the log, its LocalLog's (see the module docstring)
+        self.lock = self.local_log.lock
+        self.clock = clock
+        self.read_only = read_only
+        self.topic_partition = self.local_log.topic_partition
+        #: called as ``fn(log)`` under ``lock`` each time the log end offset was set (an append, a
+        #: truncation, a roll): readers that cache what they read learn that it may have changed
+        self.end_listeners: list[Callable[[Log], None]] = []
+        self.local_log.on_log_end_moved = self._log_end_moved
         self._compression = _compression_of(config.compression_type)
         self._log_start_offset = loaded.log_start_offset
         #: Called as ``fn(log, new_start)`` under the log's lock just before
@@ -157,10 +172,109 @@ class Log(LocalLog):
     def log_start_offset(self) -> int:
         return self._log_start_offset
 
+    @property
+    def config(self) -> LogConfig:
+        return self.local_log.config
+
     def update_config(self, config: LogConfig) -> None:
         with self.lock:
-            self.config = config
+            self.local_log.config = config
             self._compression = _compression_of(config.compression_type)
+
+    @property
+    def _prefix(self) -> str:
+        return self.local_log.log_prefix
+
+    def _log_end_moved(self) -> None:
+        for listener in self.end_listeners:
+            listener(self)
+
+    # What the LocalLog holds, as readers of the log ask for it.
+    @property
+    def dir(self) -> str:
+        return self.local_log.dir
+
+    @property
+    def name(self) -> str:
+        return self.local_log.name
+
+    @property
+    def segments(self) -> SortedDict:
+        """The current segment map: never mutated after publication, so safe to walk without a lock."""
+        return self.local_log.segments
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.local_log.active_segment
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.local_log.log_end_offset
+
+    @property
+    def log_end_offset_metadata(self) -> LogOffsetMetadata:
+        return self.local_log.log_end_offset_metadata
+
+    @property
+    def recovery_point(self) -> int:
+        return self.local_log.recovery_point
+
+    @property
+    def size(self) -> int:
+        return self.local_log.size
+
+    @property
+    def num_segments(self) -> int:
+        return self.local_log.num_segments
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self.local_log.unflushed_messages
+
+    @property
+    def last_flush_time(self) -> int:
+        return self.local_log.last_flush_time
+
+    @property
+    def pending_deletion_segments(self) -> int:
+        return self.local_log.pending_deletion_segments
+
+    @property
+    def pending_deletion_bytes(self) -> int:
+        return self.local_log.pending_deletion_bytes
+
+    @property
+    def append_observer(self) -> AppendObserver | None:
+        """The one hook through which state derived from appended values is kept (the mount's view indexes)."""
+        return self.local_log.append_observer
+
+    @append_observer.setter
+    def append_observer(self, observer: AppendObserver | None) -> None:
+        self.local_log.append_observer = observer
+
+    # What the LocalLog does, as the log's users ask for it.
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset; the old one is flushed."""
+        return self.local_log.roll()
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync the segments below ``offset`` (default: the log end); the recovery point moves there."""
+        self.local_log.flush(offset)
+
+    def delete_expired_segment_files(self, now_ms: int | None = None) -> int:
+        return self.local_log.delete_expired_segment_files(now_ms)
+
+    def replace_segments(self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]) -> None:
+        self.local_log.replace_segments(new_segments, old_segments)
+
+    def rename_dir(self, new_name: str) -> None:
+        self.local_log.rename_dir(new_name)
+
+    def close(self) -> None:
+        self.local_log.close()
+
+    def delete(self) -> None:
+        self.local_log.delete()
 
     # ------------------------------------------------------------ append
     def append(self, build: AppendBuilder, origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
@@ -177,11 +291,11 @@ class Log(LocalLog):
         full disk) truncates the log back to where it began.  A failure in
         ``build`` writes nothing.
         """
-        self._check_writable("append to")
+        self.local_log.check_writable("append to")
         with self.lock:
-            self._check_open()
-            runs = build(self._end.message_offset, self.clock.milliseconds())
-            begin = self._end.message_offset
+            self.local_log.check_open()
+            runs = build(self.log_end_offset, self.clock.milliseconds())
+            begin = self.log_end_offset
             rolled: int | None = None
             max_ts, offset_of_max, size = -1, runs[0].first_offset, 0
             try:
@@ -194,17 +308,17 @@ class Log(LocalLog):
                     observer = self.append_observer
                     if observer is not None and run.report is not None:
                         run.report(observer, segment, position)
-                    self._update_log_end_offset(run.last_offset + 1)
+                    self.local_log.update_log_end_offset(run.last_offset + 1)
                     if run.max_timestamp > max_ts:
                         max_ts, offset_of_max = run.max_timestamp, run.offset_of_max_timestamp
                     size += len(run.data)
             except BaseException:
-                if origin is AppendOrigin.CLIENT and self._end.message_offset > begin:
+                if origin is AppendOrigin.CLIENT and self.log_end_offset > begin:
                     logger.warning(self._prefix + "Append of %d batches failed part-way at offset %d; truncating "
-                                   "back to %d.", len(runs), self._end.message_offset, begin)
+                                   "back to %d.", len(runs), self.log_end_offset, begin)
                     self.truncate_to(begin)
                 raise
-            flush_needed = self.log_end_offset - self._recovery_point >= self.config.flush_messages
+            flush_needed = self.log_end_offset - self.local_log.recovery_point >= self.config.flush_messages
         self._after_append(rolled, flush_needed)
         return LogAppendInfo(runs[0].first_offset, runs[-1].last_offset, max_ts, offset_of_max, size, origin)
 
@@ -247,7 +361,7 @@ class Log(LocalLog):
         byte for byte otherwise.  Without it the batches must start at or after
         the log end (a replica's append).
         """
-        self._check_writable("append to")
+        self.local_log.check_writable("append to")
         buf = bytearray(batch)
         headers = validate_batches(self.topic_partition, buf, self.config)
 
@@ -288,7 +402,7 @@ class Log(LocalLog):
         batch (``Partition.appendRecordsToFollowerOrFutureReplica``); the
         caller moves the log start offset up to the leader's afterwards.
         """
-        self._check_writable("append to")
+        self.local_log.check_writable("append to")
         headers = [(pos, validate_batch(records, pos)) for pos, _ in iter_batches(records)]
         if not headers:
             return self.log_end_offset
@@ -410,7 +524,7 @@ class Log(LocalLog):
                     last_offset: int) -> tuple[LogSegment, int | None]:
         segment = self.active_segment
         now = self.clock.milliseconds()
-        if (segment.size == 0 and segment.base_offset == max(first_offset, self._end.message_offset)
+        if (segment.size == 0 and segment.base_offset == max(first_offset, self.log_end_offset)
                 and not segment.offset_index.is_full() and not segment.time_index.is_full()):
             # An empty active segment already starts here: a batch larger than log.segment.bytes goes into
             # it (a roll would delete and recreate the same segment, Kafka's "Trying to roll ... while it
@@ -422,7 +536,7 @@ class Log(LocalLog):
                          self.config.segment_size, segment.offset_index.entries, segment.offset_index.max_entries,
                          segment.time_index.entries, segment.time_index.max_entries,
                          segment.time_waited_for_roll(now, max_timestamp), self.config.segment_ms)
-            new_segment = self._roll_locked(first_offset)
+            new_segment = self.local_log.roll_locked(first_offset)
             return new_segment, new_segment.base_offset
         return segment, None
 
@@ -441,8 +555,8 @@ class Log(LocalLog):
         OffsetOutOfRangeError outside [log start, log end]; at the log end (or
         ``max_offset``) the records are empty.
         """
-        end = self._end
-        segments = self._segments
+        end = self.local_log.log_end_offset_metadata
+        segments = self.local_log.segments
         log_start = self._log_start_offset
         self._check_offset_in_range(start_offset, log_start, end.message_offset)
         limit = end
@@ -484,8 +598,8 @@ class Log(LocalLog):
 
     def read_records(self, start_offset: int, max_records: int = 1 << 62) -> list[Record]:
         """Decoded records from ``start_offset`` (CRC-checked), at most ``max_records``, control records skipped."""
-        end = self._end
-        segments = self._segments
+        end = self.local_log.log_end_offset_metadata
+        segments = self.local_log.segments
         log_start = self._log_start_offset
         self._check_offset_in_range(start_offset, log_start, end.message_offset)
         out: list[Record] = []
@@ -524,7 +638,7 @@ class Log(LocalLog):
             return self._log_start_offset, -1
         if timestamp == LATEST_TIMESTAMP:
             return self.log_end_offset, -1
-        segments = list(self._segments.values())
+        segments = list(self.local_log.segments.values())
         if timestamp == MAX_TIMESTAMP:
             best = max(segments, key=lambda s: s.max_timestamp_so_far)
             max_ts, offset = best.max_timestamp_so_far, best.offset_of_max_timestamp
@@ -560,7 +674,7 @@ class Log(LocalLog):
         an epoch (-1, an embedded append) ends the walk: nothing below it is known.
         """
         end = self.log_end_offset
-        for segment in reversed(list(self._segments.values())):
+        for segment in reversed(list(self.local_log.segments.values())):
             for _, header in reversed(list(segment.batches())):
                 found = header.partition_leader_epoch
                 if found < 0:
@@ -573,7 +687,7 @@ class Log(LocalLog):
     def latest_epoch(self) -> int:
         """The leader epoch of the last batch in the log (-1 when empty or unknown): a follower's
         ``lastFetchedEpoch``."""
-        for segment in reversed(list(self._segments.values())):
+        for segment in reversed(list(self.local_log.segments.values())):
             last = None
             for _, header in segment.batches():
                 last = header
@@ -584,26 +698,26 @@ class Log(LocalLog):
     # ---------------------------------------------------------- truncate
     def truncate_to(self, offset: int) -> bool:
         """Remove every record at or above ``offset``; True if anything was removed (Kafka's truncateTo)."""
-        self._check_writable("truncate")
+        self.local_log.check_writable("truncate")
         if offset < 0:
             raise InvalidRequestError(
                 f"Cannot truncate partition {self.topic_partition} to a negative offset ({offset}).")
         with self.lock:
-            self._check_open()
+            self.local_log.check_open()
             if offset >= self.log_end_offset:
                 logger.info(self._prefix + "Truncating to %d has no effect as the largest offset in the log is %d",
                             offset, self.log_end_offset - 1)
                 return False
             logger.info(self._prefix + "Truncating to offset %d", offset)
             self.truncations += 1
-            if self._segments.peekitem(0)[0] > offset:
+            if self.local_log.segments.peekitem(0)[0] > offset:
                 self.truncate_fully_and_start_at(offset)
             else:
-                deletable = [s for s in self._segments.values() if s.base_offset > offset]
+                deletable = [s for s in self.local_log.segments.values() if s.base_offset > offset]
                 if deletable:
                     logger.info(self._prefix + "Deleting segments as part of log truncation: %s",
                                 ",".join(map(repr, deletable)))
-                    self._remove_and_delete_segments(deletable)
+                    self.local_log.remove_and_delete_segments(deletable)
                     del deletable          # their descriptors go now: the truncation below may need some
                 active = self.active_segment
                 try:
@@ -613,30 +727,30 @@ class Log(LocalLog):
                     # before it (Kafka assumes batch boundaries and would leave a gap).
                     # Also after a failure: the log end is what the segment holds now.
                     end = active.next_offset
-                    self._update_log_end_offset(end)
+                    self.local_log.update_log_end_offset(end)
                     self._log_start_offset = min(end, self._log_start_offset)
         return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment and start an empty log at ``new_offset``."""
-        self._check_writable("truncate")
+        self.local_log.check_writable("truncate")
         with self.lock:
-            self._check_open()
+            self.local_log.check_open()
             self.truncations += 1
-            segments = list(self._segments.values())
+            segments = list(self.local_log.segments.values())
             logger.info(self._prefix + "Deleting segments as part of log truncation: %s",
                         ",".join(map(repr, segments)))
-            self._remove_and_delete_segments(segments[:-1])
-            self._create_and_delete_segment(new_offset, segments[-1], "log truncation")
-            self._update_log_end_offset(new_offset)
+            self.local_log.remove_and_delete_segments(segments[:-1])
+            self.local_log.create_and_delete_segment(new_offset, segments[-1], "log truncation")
+            self.local_log.update_log_end_offset(new_offset)
             self._log_start_offset = new_offset
 
     # --------------------------------------------------------- retention
     def delete_old_segments(self) -> int:
         """Retention: segments below the log start offset, then (cleanup.policy=delete) size and time breaches."""
-        self._check_writable("delete old segments of")
+        self.local_log.check_writable("delete old segments of")
         with self.lock:
-            self._check_open()
+            self.local_log.check_open()
             total = self._delete_log_start_offset_breached_segments()
             if self.config.delete:
                 total += self._delete_retention_size_breached_segments()
@@ -677,25 +791,25 @@ class Log(LocalLog):
 
     def _delete_old(self, predicate: retention.SegmentPredicate, reason: str,
                     describe: Callable[[list[LogSegment]], None]) -> int:
-        deletable = retention.deletable_segments(list(self._segments.values()), predicate, self.log_end_offset)
+        deletable = retention.deletable_segments(list(self.local_log.segments.values()), predicate, self.log_end_offset)
         if not deletable:
             return 0
         logger.info(self._prefix + "Found deletable segments with base offsets [%s] due to %s",
                     ",".join(str(s.base_offset) for s in deletable), reason)
         to_delete = deletable
-        if len(self._segments) == len(deletable):
+        if len(self.local_log.segments) == len(deletable):
             # A log always keeps an active segment: roll first so one remains.
-            new_segment = self._roll_locked(None)
+            new_segment = self.local_log.roll_locked(None)
             if deletable[-1].base_offset == new_segment.base_offset:
                 logger.warning(self._prefix + "Empty active segment at %d was deleted and recreated due to %s",
                                new_segment.base_offset, reason)
                 to_delete = deletable[:-1]
         if to_delete:
-            segments = self._segments
+            segments = self.local_log.segments
             next_base = segments.keys()[segments.bisect_right(to_delete[-1].base_offset)]
             self._increment_log_start_offset(next_base, SEGMENT_DELETION)
             describe(to_delete)
-            self._remove_and_delete_segments(to_delete)
+            self.local_log.remove_and_delete_segments(to_delete)
         return len(deletable)
 
     def maybe_increment_log_start_offset(self, new_start: int, reason: str = CLIENT_RECORD_DELETION) -> None:
@@ -709,9 +823,9 @@ class Log(LocalLog):
         when the start passes it (at once if it is already past: the leader's log
         emptied).  Rolls are then as frequent as the leader's log start moves.
         """
-        self._check_writable("move the log start offset of")
+        self.local_log.check_writable("move the log start offset of")
         with self.lock:
-            self._check_open()
+            self.local_log.check_open()
             if new_start < 0:
                 raise InvalidRequestError(
                     f"Cannot increment the log start offset of partition {self.topic_partition} to a negative "
@@ -725,7 +839,7 @@ class Log(LocalLog):
                 if reason == LEADER_LOG_START_OFFSET and new_start > active.base_offset and active.size > 0:
                     logger.info(self._prefix + "Rolling the active segment at %d: the leader's log start %d is "
                                 "past its base offset %d", self.log_end_offset, new_start, active.base_offset)
-                    self._roll_locked(None)
+                    self.local_log.roll_locked(None)
                 self._delete_log_start_offset_breached_segments()
 
     def _increment_log_start_offset(self, new_start: int, reason: str) -> bool:

@@ -352,6 +352,7 @@ sys.path.insert(0, sys.argv[3])
 from engine.cleaner import Cleaner
 from engine.cleaner.cleaner_manager import LogCleanerManager
 from engine.config import BrokerConfig
+from engine.local_log import LocalLog
 from engine.log import Log
 from engine.manager import LogManager
 from engine.files import SWAP_FILE_SUFFIX
@@ -381,7 +382,7 @@ elif stage == "cleaned_written":          # .cleaned flushed, replace_segments n
 elif stage == "swap_renamed":             # .cleaned -> .swap, old segments untouched
     crash_after(LogSegment, "change_file_suffixes", when=lambda old, new: new == SWAP_FILE_SUFFIX)
 elif stage == "old_deleted":              # old segments renamed .deleted, .swap not yet renamed
-    crash_after(Log, "_schedule_deletion")
+    crash_after(LocalLog, "_schedule_deletion")
 elif stage == "swapped_in":               # every group swapped in, cleaner checkpoint not written
     crash_before(LogCleanerManager, "done_cleaning")
 else:

@@ -259,7 +259,7 @@ def test_deleting_hundreds_of_segments_logs_one_line_each_and_no_failures(tmp_pa
     with caplog.at_level(logging.DEBUG, logger="engine.segment"):
         assert manager.cleaner.clean_once() is not None
         clock.sleep(1)
-        for deleted in [p.segment for p in log._pending][:50]:
+        for deleted in [p.segment for p in log.local_log.pending_deletions][:50]:
             os.unlink(deleted.paths[1])                 # an index already gone is no failure
         assert manager.delete_expired_segment_files() >= replaced
         manager.delete_topic("cmp")
