@@ -138,7 +138,14 @@ class BrokerConfigFile(GeneratedFile):
         return ".logfs/config"
 
     def render(self) -> bytes:
-        return _props_text(self.ns.manager.config.to_props())
+        """The broker configuration; on a cluster mount, the settings it runs with (the cluster's address,
+        client, fetcher and replica settings, secrets redacted: logfs.cluster.mount_settings)."""
+        props = self.ns.manager.config.to_props()
+        options = getattr(self.ns.backend, "options", None)
+        if self.ns.backend.remote and options is not None:
+            from logfs.cluster.mount_settings import mount_settings_text
+            return mount_settings_text(options, props)
+        return _props_text(props)
 
 
 class TopicConfigFile(GeneratedFile):

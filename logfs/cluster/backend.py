@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, cast
 from engine.config import validate_topic_overrides
 from engine.errors import (
     InvalidPartitionError,
+    InvalidRecordError,
     InvalidTopicError,
     LogfsError,
     OffsetOutOfRangeError,
@@ -45,9 +46,12 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ClusterBackend", "CREATED_TOPIC_CONFIG"]
 
-#: what topics created through the mount get: records stamped by the broker at append, as an embedded
-#: mount stamps appended lines (SPEC.md "Writing": LogAppendTime)
-CREATED_TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
+#: what topics created through the mount get: CreateTime, so a ``timestamp`` given in ``append.jsonl`` is
+#: kept, and a plain line carries the mount's clock at produce time (librdkafka stamps it)
+CREATED_TOPIC_CONFIG = {"message.timestamp.type": "CreateTime"}
+#: Kafka's bounds of a CreateTime timestamp around the broker's clock (KIP-937), and its default for both
+TIMESTAMP_LIMITS = ("message.timestamp.before.max.ms", "message.timestamp.after.max.ms")
+_NO_LIMIT = 2 ** 63 - 1
 
 #: records below the replica's log start fetched for ``offset/<N>`` and kept (a side cache, by recency)
 BELOW_LOG_START_CACHED = 256
@@ -239,7 +243,10 @@ class ClusterBackend(LocalLogs):
 
     def append_values(self, tp: TopicPartition, values: Sequence[bytes | None],
                       keys: Sequence[bytes | None] | None) -> tuple[int, int]:
-        return self._produce(tp, values, keys)
+        try:
+            return self._produce(tp, values, keys)
+        except InvalidRecordError as exc:
+            raise self._timestamp_refusal(tp, exc, "the mount's clock") from None
 
     def append_text_lines(self, tp: TopicPartition, block: bytes) -> tuple[int, int, int]:
         values = block.split(b"\n")
@@ -248,8 +255,48 @@ class ClusterBackend(LocalLogs):
         return first, last, len(values)
 
     def append_json_records(self, tp: TopicPartition, records: Sequence[JsonRecord]) -> tuple[int, int]:
-        return self._produce(tp, [r.value for r in records], [r.key for r in records], [r.headers for r in records],
-                             [r.timestamp for r in records])
+        timestamps = [r.timestamp for r in records]
+        if any(t is not None for t in timestamps):
+            self._check_timestamps(tp, timestamps)
+        try:
+            return self._produce(tp, [r.value for r in records], [r.key for r in records],
+                                 [r.headers for r in records], timestamps)
+        except InvalidRecordError as exc:
+            raise self._timestamp_refusal(tp, exc, "the timestamps given") from None
+
+    def _check_timestamps(self, tp: TopicPartition, timestamps: Sequence[int | None]) -> None:
+        """Refuse (EINVAL, nothing produced) given timestamps the topic would not keep: on a LogAppendTime
+        topic the broker replaces them, and one outside the topic's ``message.timestamp.before/after.max.ms``
+        of now (this host's clock) the broker refuses (INVALID_TIMESTAMP)."""
+        props, _ = self.admin.describe_topic_config(tp.topic)
+        if props.get("message.timestamp.type") == "LogAppendTime":
+            raise InvalidRecordError(
+                f"Appending to {tp}: topic {tp.topic} has message.timestamp.type=LogAppendTime, so the broker "
+                "would replace the \"timestamp\" of the lines with its own clock; write them without one, or set "
+                f"message.timestamp.type=CreateTime in {tp.topic}/config to keep them")
+        now = int(time.time() * 1000)
+        before, after = (int(props.get(name, _NO_LIMIT)) for name in TIMESTAMP_LIMITS)
+        for i, ts in enumerate(timestamps):
+            if ts is None:
+                continue
+            if ts < now - before or ts > now + after:
+                limit, bound = (f"{TIMESTAMP_LIMITS[0]}={before}", "before") if ts < now - before \
+                    else (f"{TIMESTAMP_LIMITS[1]}={after}", "after")
+                raise InvalidRecordError(
+                    f"Appending to {tp}: record {i + 1} of the write has timestamp {ts}, more than {limit} ms "
+                    f"{bound} now ({now}): topic {tp.topic} refuses it (INVALID_TIMESTAMP)")
+
+    def _timestamp_refusal(self, tp: TopicPartition, exc: InvalidRecordError, whose: str) -> InvalidRecordError:
+        """The broker's INVALID_TIMESTAMP, with the topic's limits named; any other refusal as it is."""
+        if "INVALID_TIMESTAMP" not in str(exc):
+            return exc
+        try:
+            props, _ = self.admin.describe_topic_config(tp.topic)
+            limits = ", ".join(f"{name}={props.get(name, _NO_LIMIT)}" for name in TIMESTAMP_LIMITS)
+        except LogfsError as describe_error:
+            limits = f"its limits could not be read: {describe_error}"
+        return InvalidRecordError(f"{exc}: {whose} outside what topic {tp.topic} accepts around the broker's "
+                                  f"clock ({limits})")
 
     def append_blocks(self, topic: str) -> bool:
         return True     # every append waits for the cluster

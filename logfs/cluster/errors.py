@@ -12,6 +12,7 @@ import logging
 from engine.errors import (
     InvalidConfigError,
     InvalidPartitionError,
+    InvalidRecordError,
     InvalidRequestError,
     InvalidTopicError,
     LogfsError,
@@ -75,6 +76,7 @@ _BY_NAME: dict[str, type[LogfsError]] = {
     "MSG_SIZE_TOO_LARGE": RecordTooLargeError,
     "RECORD_LIST_TOO_LARGE": RecordTooLargeError,
     "INVALID_RECORD": InvalidRequestError,
+    "INVALID_TIMESTAMP": InvalidRecordError,
     "_MSG_TIMED_OUT": ClusterTimeoutError,
     "_TIMED_OUT": ClusterTimeoutError,
     "REQUEST_TIMED_OUT": ClusterTimeoutError,

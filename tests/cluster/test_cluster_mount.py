@@ -31,9 +31,9 @@ _TIMESTAMP = re.compile(rb'"timestamp":[0-9]+,"timestampType":[01]')
 
 
 def normalised(jsonl: bytes) -> bytes:
-    """records.jsonl with the timestamps blanked: a topic the mount creates is LogAppendTime, so the broker
-    stamps every record, ``append.jsonl`` ones too, where an embedded mount stamps its own clock and keeps a
-    JSON line's CreateTime (docs/cluster.md); everything else is compared byte for byte."""
+    """records.jsonl with the timestamps blanked: a topic the mount creates is CreateTime, so a plain line
+    carries the mount's clock at produce time, where an embedded mount stamps it LogAppendTime at the append
+    (docs/cluster.md); everything else is compared byte for byte."""
     return _TIMESTAMP.sub(b'"timestamp":0,"timestampType":0', jsonl)
 
 
@@ -88,7 +88,7 @@ def test_every_view_matches_an_embedded_mount(cluster_mount, logfs_mount, kafka_
                 f.write(data)
             # read-your-writes: the records are there as soon as write() returned
             assert (m / "t/0/records").read_bytes().endswith(data if data != b"\n" else b"\n")
-        with open(m / "t/config", "a") as f:        # >>: added to the overrides (LogAppendTime stays)
+        with open(m / "t/config", "a") as f:        # >>: added to the overrides (CreateTime stays)
             f.write("parse.key=true\nnull.marker=null-me\n")
         for data in keyed:
             with open(m / "t/append", "ab", buffering=0) as f:
@@ -202,7 +202,7 @@ def test_admin_operations_act_on_the_cluster(cluster_mount, kafka_cluster: Kafka
     assert sorted(os.listdir(m / "adm")).count("1") == 1
     # config: IncrementalAlterConfigs; the broker's refusal is EINVAL with its message in the log
     resource = ConfigResource(ConfigResource.Type.TOPIC, "adm")
-    assert "message.timestamp.type=LogAppendTime" in (m / "adm/config").read_text().splitlines()
+    assert "message.timestamp.type=CreateTime" in (m / "adm/config").read_text().splitlines()
     (m / "adm/config").write_text("retention.ms=86400000\n")
     configs = admin.describe_configs([resource])[resource].result()
     assert configs["retention.ms"].value == "86400000"
@@ -431,10 +431,10 @@ def test_groups_are_the_cluster_coordinators(cluster_mount, kafka_cluster: Kafka
 #
 # The Spark ``logfs`` source reads the mount's raw ``segments/`` files, which on a cluster mount are the local
 # replica's: the leader's batches byte for byte.  It returns what it returns on an embedded mount holding the
-# same records, timestamps aside (docs/cluster.md: the broker stamps LogAppendTime).  Both run on the
-# worker's one SparkSession (tests/spark_util.py).
+# same records, timestamps aside (docs/cluster.md: a plain line is CreateTime on the cluster, LogAppendTime on
+# an embedded mount).  Both run on the worker's one SparkSession (tests/spark_util.py).
 
-_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestampType"]
+_COLUMNS = ["key", "value", "topic", "partition", "offset"]
 
 
 

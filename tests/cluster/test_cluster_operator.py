@@ -152,6 +152,72 @@ def test_delete_records_past_a_replica_segment_deletes_it(cluster_mount, kafka_c
     assert {int(n.split(".")[0]) for n in os.listdir(m / "dr/0/segments")} == {10_000, 20_000}
 
 
+# --------------------------------------------------------------------------- .logfs/config
+
+
+def test_the_mount_config_shows_the_cluster_mounts_settings(cluster_mount, kafka_cluster: KafkaCluster) -> None:
+    """``.logfs/config`` listed the local engine's defaults (``num.partitions=1``) and nothing of the cluster:
+    now the cluster's address, the client, fetcher and replica settings the mount runs with."""
+    m = cluster_mount({"delivery.timeout.ms": "7000", "fetch.max.wait.ms": "300", "log.segment.bytes": "1048576"})
+    lines = (m / ".logfs/config").read_text().splitlines()
+    for line in (f"bootstrap.servers={kafka_cluster.bootstrap}", "delivery.timeout.ms=7000", "acks=all",
+                 "enable.idempotence=true", "fetch.max.wait.ms=300", "metadata.max.age.ms=2000",
+                 "log.segment.bytes=1048576", "log.retention.ms=-1", "#num.partitions: the cluster's default"):
+        assert line in lines, (line, lines)
+    assert "num.partitions=1" not in lines
+
+
+# --------------------------------------------------------------------------- timestamps
+
+
+def _append_refused(path: Path, data: bytes) -> int:
+    """The errno of a ``write()`` the mount refuses (0 if it was accepted)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, data)
+        return 0
+    except OSError as exc:
+        return exc.errno or -1
+    finally:
+        os.close(fd)
+
+
+def test_timestamps_given_in_append_jsonl_are_kept_or_refused(cluster_mount, kafka_cluster: KafkaCluster) -> None:
+    """A topic ``mkdir`` creates is CreateTime: a JSON line's ``timestamp`` is kept (it was replaced by the
+    broker's clock, exit 0) and a plain line carries the mount's clock.  On a LogAppendTime topic a given
+    timestamp is EINVAL, and one outside the topic's limits is EINVAL naming the limit (it was EIO)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    m = cluster_mount()
+    (m / "ts").mkdir()
+    given = int(time.time() * 1000) - 3_600_000
+    before = int(time.time() * 1000)
+    (m / "ts/0/append.jsonl").write_bytes(b'{"value":"given","timestamp":%d}\n' % given)
+    (m / "ts/0/append").write_bytes(b"plain\n")
+    after = int(time.time() * 1000)
+    rows = [json.loads(line) for line in (m / "ts/0/records.jsonl").read_text().splitlines()]
+    assert (rows[0]["value"], rows[0]["timestamp"], rows[0]["timestampType"]) == ("given", given, 0)
+    assert rows[1]["timestampType"] == 0 and before <= rows[1]["timestamp"] <= after, (before, rows[1], after)
+
+    admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
+    admin.create_topics([NewTopic("lat", 1, 3, config={"message.timestamp.type": "LogAppendTime"})])["lat"].result()
+    wait_for(lambda: "lat" in os.listdir(m.path), "the topic another client created to be listed", timeout=30)
+    stamped = b'{"value":"v","timestamp":%d}\n' % int(time.time() * 1000)
+    assert _append_refused(m / "lat/0/append.jsonl", stamped) == errno.EINVAL
+    assert (m / "lat/0/records").read_bytes() == b""
+    errors = (m / ".logfs/errors").read_text().splitlines()
+    assert any("lat/0/append.jsonl EINVAL" in e and "message.timestamp.type=LogAppendTime" in e for e in errors)
+    assert _append_refused(m / "lat/0/append.jsonl", b'{"value":"v"}\n') == 0
+
+    with open(m / "ts/config", "a") as f:
+        f.write("message.timestamp.after.max.ms=60000\n")
+    future = b'{"value":"late","timestamp":%d}\n' % (int(time.time() * 1000) + 3_600_000)
+    assert _append_refused(m / "ts/0/append.jsonl", future) == errno.EINVAL
+    errors = (m / ".logfs/errors").read_text().splitlines()
+    assert any("ts/0/append.jsonl EINVAL" in e and "message.timestamp.after.max.ms=60000" in e for e in errors)
+    assert (m / "ts/0/records").read_bytes() == b"given\nplain\n"
+
+
 # --------------------------------------------------------------------------- a full outage (last: stops the cluster)
 
 _ACCOUNTED = re.compile(r"acknowledged (\d+) of its (\d+) records at offsets (\d+)-(\d+) of (\S+)")

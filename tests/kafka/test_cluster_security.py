@@ -98,6 +98,10 @@ def test_a_secured_cluster_mounts_with_its_settings_in_a_file(family: str, secur
     # ps shows no password: it is in the file
     argv = Path(f"/proc/{m.proc.pid}/cmdline").read_bytes().split(b"\0")
     assert not any(s.encode() in arg for s in SECRETS for arg in argv)
+    # .logfs/config shows the settings the mount runs with, its secrets redacted
+    settings = (m / ".logfs/config").read_text()
+    assert f"security.protocol={props['security.protocol']}" in settings.splitlines(), settings
+    assert not any(s in settings for s in SECRETS), settings
     topic = f"sec-{family}"
     (m / topic).mkdir()
     with open(m / topic / "0/append", "ab", buffering=0) as f:
@@ -112,7 +116,7 @@ def test_a_secured_cluster_mounts_with_its_settings_in_a_file(family: str, secur
     assert time.monotonic() - started < 15
     assert (topic, 0) not in _committed(broker, "g")
     assert "g" not in os.listdir(m / topic / "groups")
-    assert "message.timestamp.type=LogAppendTime" in (m / topic / "config").read_text()
+    assert "message.timestamp.type=CreateTime" in (m / topic / "config").read_text()
     assert m.stop() == 0
     log = m.log()
     _assert_no_secret(m)
