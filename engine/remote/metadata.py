@@ -1,0 +1,236 @@
+"""The metadata of remote log segments: Kafka's ``RemoteLogMetadataManager`` over a log of events.
+
+Every step of a remote segment's life is an event appended to a log and
+fsynced before the step it announces is taken as done (Kafka keeps these
+events in its ``__remote_log_metadata`` topic; logfs owns its logs, so it keeps
+them the same way, in a log it is given):
+
+* ``COPY_SEGMENT_STARTED`` before the first object of a copy is written;
+* ``COPY_SEGMENT_FINISHED`` once every object is in the store: from then on
+  the copy serves reads, and the local segment may be deleted;
+* ``DELETE_SEGMENT_STARTED`` before the first object is deleted (remote
+  retention, DeleteRecords, topic deletion, or an orphan of a crashed copy);
+* ``DELETE_SEGMENT_FINISHED`` once every object is gone.
+
+The valid transitions are Kafka's (``RemoteLogSegmentState.isValidTransition``):
+STARTED to FINISHED or to DELETE_SEGMENT_STARTED (a copy abandoned after a
+crash), FINISHED to DELETE_SEGMENT_STARTED, DELETE_SEGMENT_STARTED to
+DELETE_SEGMENT_FINISHED.  An event that breaks them is refused before it is
+written.  Replaying the log at start rebuilds the state
+(:class:`RemoteLogMetadataCache`), so a crash between any two steps leaves a
+state the copy task finishes or undoes: a copy without FINISHED is an orphan
+to delete, a deletion without FINISHED is deleted again (both idempotent).
+
+Locking: one lock guards the cache and the appends, so the state seen after
+an event is the state the log holds.  Events are appended and flushed under
+it; the store is never called under it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from engine.errors import CorruptRecordError, InvalidRequestError
+from engine.remote.storage import RemoteLogSegmentId
+
+if TYPE_CHECKING:
+    from engine.log import Log
+
+logger = logging.getLogger(__name__)
+
+
+class RemoteLogSegmentState(enum.Enum):
+    """Kafka's ``RemoteLogSegmentState``."""
+
+    COPY_SEGMENT_STARTED = "COPY_SEGMENT_STARTED"
+    COPY_SEGMENT_FINISHED = "COPY_SEGMENT_FINISHED"
+    DELETE_SEGMENT_STARTED = "DELETE_SEGMENT_STARTED"
+    DELETE_SEGMENT_FINISHED = "DELETE_SEGMENT_FINISHED"
+
+
+_VALID_TRANSITIONS: dict[RemoteLogSegmentState | None, set[RemoteLogSegmentState]] = {
+    None: {RemoteLogSegmentState.COPY_SEGMENT_STARTED},
+    RemoteLogSegmentState.COPY_SEGMENT_STARTED: {RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+                                                 RemoteLogSegmentState.DELETE_SEGMENT_STARTED},
+    RemoteLogSegmentState.COPY_SEGMENT_FINISHED: {RemoteLogSegmentState.DELETE_SEGMENT_STARTED},
+    RemoteLogSegmentState.DELETE_SEGMENT_STARTED: {RemoteLogSegmentState.DELETE_SEGMENT_FINISHED},
+    RemoteLogSegmentState.DELETE_SEGMENT_FINISHED: set(),
+}
+
+
+@dataclass(frozen=True)
+class RemoteLogSegmentMetadata:
+    """One copy of a segment and where it is in its life (Kafka's ``RemoteLogSegmentMetadata``).
+
+    ``end_offset`` is the segment's last offset; ``segment_leader_epochs`` maps
+    each leader epoch of its batches to the first offset of that epoch in it.
+    """
+
+    segment_id: RemoteLogSegmentId
+    start_offset: int
+    end_offset: int
+    max_timestamp: int
+    segment_size_bytes: int
+    event_timestamp: int
+    state: RemoteLogSegmentState
+    segment_leader_epochs: Mapping[int, int] = field(default_factory=dict)
+
+    def to_event(self) -> bytes:
+        sid = self.segment_id
+        return orjson.dumps({
+            "state": self.state.value, "topic": sid.topic, "partition": sid.partition,
+            "baseOffset": sid.base_offset, "id": sid.id, "startOffset": self.start_offset,
+            "endOffset": self.end_offset, "maxTimestamp": self.max_timestamp,
+            "segmentSizeBytes": self.segment_size_bytes, "eventTimestamp": self.event_timestamp,
+            "segmentLeaderEpochs": {str(e): o for e, o in sorted(self.segment_leader_epochs.items())}})
+
+    @classmethod
+    def from_event(cls, data: bytes) -> RemoteLogSegmentMetadata:
+        try:
+            event: dict[str, Any] = orjson.loads(data)
+            return cls(RemoteLogSegmentId(str(event["topic"]), int(event["partition"]), int(event["baseOffset"]),
+                                          str(event["id"])),
+                       int(event["startOffset"]), int(event["endOffset"]), int(event["maxTimestamp"]),
+                       int(event["segmentSizeBytes"]), int(event["eventTimestamp"]),
+                       RemoteLogSegmentState(event["state"]),
+                       {int(e): int(o) for e, o in event["segmentLeaderEpochs"].items()})
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CorruptRecordError(f"Unreadable remote log metadata event {data[:200]!r}: {exc}") from exc
+
+
+class RemoteLogMetadataCache:
+    """The latest state of every copy of every partition (Kafka's ``RemoteLogMetadataCache``).
+
+    Not thread-safe on its own: :class:`RemoteLogMetadataManager` holds its lock around every use.
+    """
+
+    def __init__(self) -> None:
+        self._segments: dict[tuple[str, int], dict[str, RemoteLogSegmentMetadata]] = {}
+
+    def current(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata | None:
+        return self._segments.get((segment_id.topic, segment_id.partition), {}).get(segment_id.id)
+
+    def check_transition(self, metadata: RemoteLogSegmentMetadata) -> None:
+        current = self.current(metadata.segment_id)
+        state = current.state if current is not None else None
+        if metadata.state not in _VALID_TRANSITIONS[state]:
+            raise InvalidRequestError(f"Remote log segment {metadata.segment_id}: {metadata.state.value} cannot "
+                                      f"follow {state.value if state else 'nothing'}")
+
+    def apply(self, metadata: RemoteLogSegmentMetadata) -> None:
+        sid = metadata.segment_id
+        partition = self._segments.setdefault((sid.topic, sid.partition), {})
+        current = partition.get(sid.id)
+        if current is not None and metadata.state is not RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+            # later events carry the state; the segment's description is the copy's
+            metadata = replace(current, state=metadata.state, event_timestamp=metadata.event_timestamp)
+        if metadata.state is RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
+            del partition[sid.id]
+            if not partition:
+                del self._segments[(sid.topic, sid.partition)]
+        else:
+            partition[sid.id] = metadata
+
+    def segments(self, topic: str, partition: int,
+                 states: Iterable[RemoteLogSegmentState] | None = None) -> list[RemoteLogSegmentMetadata]:
+        """The partition's copies (in ``states``, default all), by start offset."""
+        wanted = set(states) if states is not None else None
+        found = [m for m in self._segments.get((topic, partition), {}).values()
+                 if wanted is None or m.state in wanted]
+        return sorted(found, key=lambda m: (m.start_offset, m.segment_id.id))
+
+    def partitions(self) -> list[tuple[str, int]]:
+        return sorted(self._segments)
+
+
+_FINISHED = (RemoteLogSegmentState.COPY_SEGMENT_FINISHED,)
+
+
+class RemoteLogMetadataManager:
+    """Records every event of the remote segments in ``log`` and answers from their replayed state."""
+
+    def __init__(self, log: Log) -> None:
+        self._log = log
+        self._lock = threading.Lock()
+        self._cache = RemoteLogMetadataCache()
+        self._replay()
+
+    def _replay(self) -> None:
+        count = 0
+        for record in self._log.read_records(self._log.log_start_offset):
+            if record.value is None:
+                continue
+            metadata = RemoteLogSegmentMetadata.from_event(record.value)
+            try:
+                self._cache.check_transition(metadata)
+            except InvalidRequestError as exc:
+                logger.warning("Skipping remote log metadata event at offset %d of %s: %s", record.offset,
+                               self._log.topic_partition, exc)
+                continue
+            self._cache.apply(metadata)
+            count += 1
+        if count:
+            logger.info("Loaded %d remote log metadata events of %d partitions from %s", count,
+                        len(self._cache.partitions()), self._log.topic_partition)
+
+    def add(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Record ``metadata`` (a new copy, or the next state of one), durably, then apply it.
+
+        InvalidRequestError for a transition Kafka does not allow; whatever the
+        log's append or flush raises leaves the state as it was.
+        """
+        with self._lock:
+            self._cache.check_transition(metadata)
+            sid = metadata.segment_id
+            self._log.append_values([metadata.to_event()], [f"{sid.topic}-{sid.partition}".encode()])
+            self._log.flush()
+            self._cache.apply(metadata)
+
+    def update_state(self, segment_id: RemoteLogSegmentId, state: RemoteLogSegmentState,
+                     event_timestamp: int) -> RemoteLogSegmentMetadata:
+        """Record the next state of an existing copy; returns its metadata in that state."""
+        with self._lock:
+            current = self._cache.current(segment_id)
+        if current is None:
+            raise InvalidRequestError(f"Remote log segment {segment_id} is unknown")
+        updated = replace(current, state=state, event_timestamp=event_timestamp)
+        self.add(updated)
+        return updated
+
+    def copied_segments(self, topic: str, partition: int) -> list[RemoteLogSegmentMetadata]:
+        """The copies that serve reads (COPY_SEGMENT_FINISHED), by start offset."""
+        with self._lock:
+            return self._cache.segments(topic, partition, _FINISHED)
+
+    def segment_for_offset(self, topic: str, partition: int, offset: int) -> RemoteLogSegmentMetadata | None:
+        """The finished copy holding ``offset``, None when no copy does (Kafka's ``remoteLogSegmentMetadata``)."""
+        for metadata in reversed(self.copied_segments(topic, partition)):
+            if metadata.start_offset <= offset:
+                return metadata if offset <= metadata.end_offset else None
+        return None
+
+    def highest_copied_offset(self, topic: str, partition: int) -> int:
+        """The last offset of the partition held by a finished copy, -1 when none is."""
+        return max((m.end_offset for m in self.copied_segments(topic, partition)), default=-1)
+
+    def unfinished(self, topic: str, partition: int) -> list[RemoteLogSegmentMetadata]:
+        """Copies a crash left mid-way (COPY_SEGMENT_STARTED) and deletions not finished (DELETE_SEGMENT_STARTED)."""
+        with self._lock:
+            return self._cache.segments(topic, partition, (RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+                                                           RemoteLogSegmentState.DELETE_SEGMENT_STARTED))
+
+    def known_ids(self, topic: str, partition: int) -> set[RemoteLogSegmentId]:
+        """Every copy the metadata knows in any state (what a store listing is checked against)."""
+        with self._lock:
+            return {m.segment_id for m in self._cache.segments(topic, partition)}
+
+    def partitions(self) -> list[tuple[str, int]]:
+        with self._lock:
+            return self._cache.partitions()

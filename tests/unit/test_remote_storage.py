@@ -1,0 +1,234 @@
+"""Remote log segments in a real store: a directory (``file://``) and a real SeaweedFS S3 server.
+
+No mock anywhere: the S3 store talks HTTP to ``weed mini`` (tests/seaweedfs.py);
+the segments copied are real closed segments of a real Log; the metadata
+events go through a real Log and are replayed from its files.
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.config import BrokerConfig
+from engine.errors import CorruptRecordError, InvalidConfigError, InvalidRequestError
+from engine.log import Log
+from engine.remote.metadata import RemoteLogMetadataManager, RemoteLogSegmentMetadata, RemoteLogSegmentState
+from engine.remote.storage import (
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteStorageError,
+    RemoteStorageManager,
+    open_remote_storage,
+)
+from engine.segment import LogSegment
+from tests.jvm import free_port
+from tests.seaweedfs import SeaweedFS
+
+STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+DELETE_STARTED = RemoteLogSegmentState.DELETE_SEGMENT_STARTED
+DELETE_FINISHED = RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
+
+
+@pytest.fixture(scope="module")
+def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
+    server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["file", "s3"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RemoteStorageManager]:
+    if request.param == "file":
+        (tmp_path / "store").mkdir()
+        opened = open_remote_storage({"rsm.config.uri": f"file://{tmp_path / 'store'}"})
+    else:
+        server: SeaweedFS = request.getfixturevalue("seaweedfs")
+        opened = open_remote_storage(server.settings(prefix=f"t{time.monotonic_ns()}"))
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def _log(path: Path) -> Log:
+    config = BrokerConfig.from_props({"log.dirs": str(path.parent), "log.segment.bytes": "1048576",
+                                      "log.flush.interval.messages": str(2**62)}).log_config()
+    return Log.load(str(path), config)
+
+
+@pytest.fixture
+def closed_segment(tmp_path: Path) -> Iterator[LogSegment]:
+    """The first segment of a log with two: 3,000 records in batches of 100, then rolled."""
+    log = _log(tmp_path / "data" / "t-0")
+    for i in range(30):
+        log.append_values([b"value-%06d" % (i * 100 + j) for j in range(100)])
+    log.roll()
+    log.append_values([b"after the roll"])
+    try:
+        yield log.segments[0]
+    finally:
+        log.close()
+
+
+def _data(segment: LogSegment) -> LogSegmentData:
+    return LogSegmentData(segment.log_path, segment.offset_index.path, segment.time_index.path, None, None,
+                          b"0\n1\n0 0\n")
+
+
+def test_a_copied_segment_reads_back_byte_for_byte(store: RemoteStorageManager, closed_segment: LogSegment):
+    segment_id = RemoteLogSegmentId.generate("t", 0, closed_segment.base_offset)
+    store.copy_log_segment_data(segment_id, _data(closed_segment))
+    log_bytes = Path(closed_segment.log_path).read_bytes()
+    assert len(log_bytes) > 30_000
+    assert store.fetch_log_segment(segment_id, 0) == log_bytes
+    assert store.fetch_log_segment(segment_id, 1000, 5000) == log_bytes[1000:5000]
+    assert store.fetch_log_segment(segment_id, len(log_bytes) - 10) == log_bytes[-10:]
+    assert store.fetch_log_segment(segment_id, 5, 5) == b""
+    closed_segment.offset_index.flush()
+    assert store.fetch_index(segment_id, IndexType.OFFSET) == Path(closed_segment.offset_index.path).read_bytes()
+    assert store.fetch_index(segment_id, IndexType.TIMESTAMP) == Path(closed_segment.time_index.path).read_bytes()
+    assert store.fetch_index(segment_id, IndexType.LEADER_EPOCH) == b"0\n1\n0 0\n"
+    # a second copy of the same segment (a retry after a crash) is another object: both are listed
+    retry = RemoteLogSegmentId.generate("t", 0, closed_segment.base_offset)
+    store.copy_log_segment_data(retry, _data(closed_segment))
+    assert store.list_segment_ids("t", 0) == {segment_id, retry}
+    assert store.list_segment_ids("t", 1) == set()
+    store.delete_log_segment_data(segment_id)
+    store.delete_log_segment_data(segment_id)          # idempotent
+    assert store.list_segment_ids("t", 0) == {retry}
+    with pytest.raises(RemoteStorageError) as missing:
+        store.fetch_log_segment(segment_id, 0)
+    assert missing.value.errno == errno.ENOENT
+    assert store.fetch_log_segment(retry, 0, 100) == log_bytes[:100]
+
+
+def test_a_copy_without_its_log_object_is_not_listed(store: RemoteStorageManager, closed_segment: LogSegment):
+    """The ``.log`` object is written last: a copy cut short by a crash before it is not a segment yet."""
+    class CrashBeforeLog(Exception):
+        pass
+
+    original = store._put
+    segment_id = RemoteLogSegmentId.generate("t", 0, 0)
+
+    def put(name: str, source: str | bytes) -> None:
+        if name.endswith(".log"):
+            raise CrashBeforeLog(name)
+        original(name, source)
+
+    store._put = put  # type: ignore[method-assign]  # the crash point, on the real store
+    with pytest.raises(CrashBeforeLog):
+        store.copy_log_segment_data(segment_id, _data(closed_segment))
+    store._put = original  # type: ignore[method-assign]
+    assert store.list_segment_ids("t", 0) == set()
+    store.delete_log_segment_data(segment_id)          # what the orphan clean-up does: removes its other objects
+    assert store._list("t-0") == []
+
+
+def test_open_names_the_setting_that_is_wrong(seaweedfs: SeaweedFS, tmp_path: Path):
+    def refused(settings: dict[str, str]) -> RemoteStorageError:
+        start = time.monotonic()
+        with pytest.raises(RemoteStorageError) as failed:
+            open_remote_storage(settings)
+        assert time.monotonic() - start < 30, "a wrong store must fail within seconds"
+        return failed.value
+
+    bad_key = refused(seaweedfs.settings(**{"rsm.config.s3.secret.access.key": "wrong"}))
+    assert bad_key.errno == errno.EACCES and "rsm.config.s3.secret.access.key" in str(bad_key)
+    bad_bucket = refused({**seaweedfs.settings(), "rsm.config.uri": "s3://no-such-bucket/x"})
+    assert bad_bucket.errno == errno.ENOENT and "no-such-bucket" in str(bad_bucket)
+    closed = refused(seaweedfs.settings(**{"rsm.config.s3.endpoint.url": f"http://127.0.0.1:{free_port()}",
+                                           "rsm.config.request.timeout.ms": "1000"}))
+    assert closed.errno == errno.ETIMEDOUT and "rsm.config.s3.endpoint.url" in str(closed)
+    missing_dir = refused({"rsm.config.uri": f"file://{tmp_path / 'nowhere'}"})
+    assert missing_dir.errno == errno.ENOENT and "rsm.config.uri" in str(missing_dir)
+    for settings, named in [({"rsm.config.uri": "ftp://x/y"}, "rsm.config.uri"),
+                            ({"rsm.config.uri": "s3:///prefix"}, "names no bucket"),
+                            ({}, "rsm.config.uri"),
+                            ({**seaweedfs.settings(), "rsm.config.s3.endpoint": "x"}, "rsm.config.s3.endpoint"),
+                            ({**seaweedfs.settings(), "rsm.config.request.timeout.ms": "0"}, "timeout")]:
+        with pytest.raises(InvalidConfigError, match=named):
+            open_remote_storage(settings)
+
+
+def test_a_stopped_store_fails_reads_within_the_bound_then_serves_again(tmp_path: Path,
+                                                                         closed_segment: LogSegment):
+    server = SeaweedFS(tmp_path / "weed").start()
+    try:
+        store = open_remote_storage(server.settings(prefix="p", **{"rsm.config.request.timeout.ms": "1000"}))
+        segment_id = RemoteLogSegmentId.generate("t", 0, 0)
+        store.copy_log_segment_data(segment_id, _data(closed_segment))
+        server.kill()
+        start = time.monotonic()
+        with pytest.raises(RemoteStorageError) as down:
+            store.fetch_log_segment(segment_id, 0, 100)
+        assert down.value.errno == errno.ETIMEDOUT and server.endpoint in str(down.value)
+        assert time.monotonic() - start < 10
+        # the same data dir, the same port: the store answers again and nothing was lost
+        server.start()
+        assert store.fetch_log_segment(segment_id, 0) == Path(closed_segment.log_path).read_bytes()
+        store.close()
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------------------------ metadata
+
+
+def _metadata(segment_id: RemoteLogSegmentId, state: RemoteLogSegmentState, start: int, end: int,
+              ts: int = 1) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(segment_id, start, end, 1_700_000_000_000 + end, 4096, ts, state, {0: start})
+
+
+def test_metadata_events_replay_to_the_same_state_after_a_restart(tmp_path: Path):
+    path = tmp_path / "data" / "__remote_log_metadata-0"
+    log = _log(path)
+    rlmm = RemoteLogMetadataManager(log)
+    first = RemoteLogSegmentId.generate("t", 0, 0)
+    second = RemoteLogSegmentId.generate("t", 0, 100)
+    crashed = RemoteLogSegmentId.generate("t", 0, 200)
+    deleting = RemoteLogSegmentId.generate("u", 3, 0)
+    rlmm.add(_metadata(first, STARTED, 0, 99))
+    rlmm.update_state(first, FINISHED, 2)
+    rlmm.add(_metadata(second, STARTED, 100, 199))
+    rlmm.update_state(second, FINISHED, 3)
+    rlmm.add(_metadata(crashed, STARTED, 200, 299))      # a copy the crash below interrupts
+    rlmm.add(_metadata(deleting, STARTED, 0, 9))
+    rlmm.update_state(deleting, FINISHED, 4)
+    rlmm.update_state(deleting, DELETE_STARTED, 5)       # a deletion the crash below interrupts
+    with pytest.raises(InvalidRequestError, match="cannot follow"):
+        rlmm.update_state(first, DELETE_FINISHED, 6)     # not deleting: refused, nothing written
+    end = log.log_end_offset
+    assert end == 8
+    log.close()
+
+    replayed = RemoteLogMetadataManager(_log(path))
+    assert [m.segment_id for m in replayed.copied_segments("t", 0)] == [first, second]
+    assert replayed.segment_for_offset("t", 0, 150).segment_id == second  # type: ignore[union-attr]
+    assert replayed.segment_for_offset("t", 0, 250) is None            # its copy never finished
+    assert replayed.highest_copied_offset("t", 0) == 199
+    assert [m.segment_id for m in replayed.unfinished("t", 0)] == [crashed]
+    assert [(m.segment_id, m.state) for m in replayed.unfinished("u", 3)] == [(deleting, DELETE_STARTED)]
+    assert replayed.known_ids("t", 0) == {first, second, crashed}
+    # what the copy task does with them: the orphan is abandoned, the deletion finished
+    replayed.update_state(crashed, DELETE_STARTED, 7)
+    replayed.update_state(crashed, DELETE_FINISHED, 8)
+    replayed.update_state(deleting, DELETE_FINISHED, 9)
+    assert replayed.partitions() == [("t", 0)]
+    assert replayed.known_ids("t", 0) == {first, second}
+
+
+def test_a_damaged_metadata_event_is_refused_with_its_cause(tmp_path: Path):
+    log = _log(tmp_path / "data" / "__remote_log_metadata-0")
+    log.append_values([b'{"state": "COPY_SEGMENT_STARTED"}'])
+    with pytest.raises(CorruptRecordError, match="Unreadable remote log metadata event"):
+        RemoteLogMetadataManager(log)
+    log.close()
