@@ -67,7 +67,7 @@ from engine.log_loader import DeletedSegmentFiles, LoadedLog, PendingDeletion
 from engine.segment import LogSegment, topic_partition_of_dir
 from engine.topic import TopicPartition
 
-#: The Log's logger, as before LocalLog was cut out of engine.log: operators' filters keep working.
+#: The Log's logger: one name (engine.log) for everything a partition's log says, what operators filter on.
 logger = logging.getLogger("engine.log")
 
 

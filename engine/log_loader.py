@@ -51,7 +51,7 @@ from engine.segment import LogSegment
 from engine.segment_checks import check_index_against_log, validate_tail
 from engine.topic import TopicPartition
 
-logger = logging.getLogger("engine.log")        # the operator's familiar logger name, as before the split
+logger = logging.getLogger("engine.log")        # the Log's logger: recovery is part of what a log says
 
 
 class DeletedSegmentFiles:

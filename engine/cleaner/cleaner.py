@@ -34,7 +34,7 @@ from engine.transactions import AbortedTxn, TransactionState
 if TYPE_CHECKING:   # pragma: no cover
     from engine.log import Log
 
-logger = logging.getLogger("engine.cleaner")     # one logger for the package, as before it was split
+logger = logging.getLogger("engine.cleaner")     # one logger for the package: what operators filter on
 
 _INT32_MAX = 0x7FFFFFFF
 

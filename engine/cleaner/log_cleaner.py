@@ -21,7 +21,7 @@ if TYPE_CHECKING:   # pragma: no cover
     from engine.config import BrokerConfig
     from engine.log import Log
 
-logger = logging.getLogger("engine.cleaner")     # one logger for the package, as before it was split
+logger = logging.getLogger("engine.cleaner")     # one logger for the package: what operators filter on
 
 
 # -- the cleaner of a whole broker ----------------------------------------------------------------

@@ -54,8 +54,8 @@ _INT32_UNPACK = _INT32.unpack_from
 _INT64_PACK_INTO = _INT64.pack_into
 _INT64_UNPACK = _INT64.unpack_from
 try:
-    # CPython's own MD5 (HACL*) skips OpenSSL's per-object EVP context set-up: for the
-    # short keys of compacted topics it hashes about 1.5x as fast as hashlib.md5.
+    # CPython's own MD5 (HACL*) skips OpenSSL's per-object EVP context set-up, the larger
+    # part of hashing a short key (figures: docs/performance.md, the cleaner).
     from _md5 import md5 as _md5
 except ImportError:     # pragma: no cover - a build without the builtin hash modules
     _md5 = hashlib.md5

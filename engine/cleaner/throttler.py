@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
-logger = logging.getLogger("engine.cleaner")     # one logger for the package, as before it was split
+logger = logging.getLogger("engine.cleaner")     # one logger for the package: what operators filter on
 
 #: Kafka's cleaner throttler checks its rate every 300 ms.
 THROTTLER_CHECK_INTERVAL_MS = 300
