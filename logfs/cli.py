@@ -244,6 +244,20 @@ def _cluster_selection(args: argparse.Namespace) -> tuple[re.Pattern[str] | None
     return pattern, start
 
 
+def _tls_diagnosed(reason: str, bootstrap: str, client: dict[str, str]) -> str:
+    """A failed TLS handshake's reason with OpenSSL's verdict on the broker's certificate: librdkafka says
+    "check ssl.ca.location" for every refused certificate, an expired one included (logfs.cluster.tls_check)."""
+    if "The TLS handshake with the Kafka cluster" not in reason:
+        return reason
+    from logfs.cluster.tls_check import broker_certificate_problem
+    problem = broker_certificate_problem(bootstrap, client)
+    if problem is None:
+        return reason
+    dates, text = problem
+    return f"The TLS handshake with the Kafka cluster at {bootstrap} failed: {text}" if dates \
+        else f"{reason}; {text}"
+
+
 def _mount_access(args: argparse.Namespace) -> MountAccess:
     """Who besides the mount's owner may do what (logfs.access), from ``--allow-group`` and ``--umask``."""
     from engine.errors import InvalidConfigError
@@ -339,7 +353,8 @@ def _mount(args: argparse.Namespace) -> int:
             backend = ClusterBackend(manager, cluster_options, topics=selection[0], start=selection[1])
             backend.start()
         except (LogfsError, OSError, ValueError) as exc:   # ValueError: a client setting librdkafka refuses
-            log.error("Cannot mount the Kafka cluster at %s: %s", cluster_options.bootstrap, exc)
+            log.error("Cannot mount the Kafka cluster at %s: %s", cluster_options.bootstrap,
+                      _tls_diagnosed(str(exc), cluster_options.bootstrap, cluster_options.client))
             if backend is not None:
                 backend.close()
             manager.shutdown()

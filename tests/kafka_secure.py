@@ -15,7 +15,9 @@ per setting family:
   the test CA signed;
 * ``NOHOST`` (SSL): a certificate signed by the test CA for another host name
   (``broker.invalid``), so only a client that turns hostname verification
-  off (``ssl.endpoint.identification.algorithm=``) connects.
+  off (``ssl.endpoint.identification.algorithm=``) connects;
+* ``EXPIRED`` (SSL): a certificate for 127.0.0.1 signed by the test CA that
+  expired on 2020-01-02.
 
 The broker's keystores are PKCS12 (``openssl pkcs12 -export``), the clients'
 files PEM: the CA (``ca.pem``), a client certificate and key for mutual TLS,
@@ -52,6 +54,7 @@ class Certificates:
     server_p12: Path
     nohost_p12: Path
     truststore_p12: Path       # the CA as a PKCS12 truststore (what a Java user may hold)
+    expired_p12: Path          # a broker certificate for 127.0.0.1 that expired on 2020-01-02
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -70,6 +73,23 @@ def _signed(d: Path, name: str, subject: str, san: str | None) -> None:
              "-out", f"{name}.pem", "-days", "2", "-sha256", "-extfile", ext.name, cwd=d)
 
 
+def _expired(d: Path, name: str) -> None:
+    """``name.key`` and ``name.pem``: a certificate for 127.0.0.1 signed by ``ca``, valid on 2020-01-01 only
+    (``openssl ca`` takes explicit dates, ``openssl x509`` only a number of days from now)."""
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+             "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", cwd=d)
+    db = d / f"{name}-ca"
+    db.mkdir()
+    (db / "index.txt").write_text("")
+    (db / "serial").write_text("1000\n")
+    (d / f"{name}-ca.cnf").write_text(
+        f"[ca]\ndefault_ca = this\n[this]\ndatabase = {db}/index.txt\nserial = {db}/serial\n"
+        f"new_certs_dir = {db}\ncertificate = {d}/ca.pem\nprivate_key = {d}/ca.key\ndefault_md = sha256\n"
+        "policy = any\ncopy_extensions = copy\n[any]\ncommonName = supplied\n")
+    _openssl("ca", "-batch", "-config", f"{name}-ca.cnf", "-in", f"{name}.csr", "-out", f"{name}.pem", "-notext",
+             "-startdate", "20200101000000Z", "-enddate", "20200102000000Z", cwd=d)
+
+
 def make_certificates(d: Path) -> Certificates:
     d.mkdir(parents=True, exist_ok=True)
     for ca in ("ca", "other-ca"):
@@ -78,7 +98,8 @@ def make_certificates(d: Path) -> Certificates:
     _signed(d, "server", "/CN=127.0.0.1", "IP:127.0.0.1,DNS:localhost")
     _signed(d, "nohost", "/CN=broker.invalid", "DNS:broker.invalid")
     _signed(d, "client", "/CN=logfs-client", None)
-    for name in ("server", "nohost"):
+    _expired(d, "expired")
+    for name in ("server", "nohost", "expired"):
         _openssl("pkcs12", "-export", "-in", f"{name}.pem", "-inkey", f"{name}.key", "-certfile", "ca.pem",
                  "-name", "broker", "-out", f"{name}.p12", "-passout", f"pass:{STORE_PASSWORD}", cwd=d)
     _openssl("pkcs12", "-export", "-nokeys", "-in", "ca.pem", "-out", "truststore.p12",
@@ -89,7 +110,7 @@ def make_certificates(d: Path) -> Certificates:
         key.chmod(0o600)
     combined.chmod(0o600)
     return Certificates(d, d / "ca.pem", d / "other-ca.pem", d / "client.pem", d / "client.key", combined,
-                        d / "server.p12", d / "nohost.p12", d / "truststore.p12")
+                        d / "server.p12", d / "nohost.p12", d / "truststore.p12", d / "expired.p12")
 
 
 class SecureKafkaBroker(KafkaBroker):
@@ -97,11 +118,12 @@ class SecureKafkaBroker(KafkaBroker):
 
     def __init__(self, base: Path) -> None:
         self.certs = make_certificates(base / "certs")
-        self.ports = {name: free_port() for name in ("SASL_PLAINTEXT", "SASL_SSL", "TLS", "MTLS", "NOHOST")}
+        self.ports = {name: free_port() for name in ("SASL_PLAINTEXT", "SASL_SSL", "TLS", "MTLS", "NOHOST",
+                                                     "EXPIRED")}
         super().__init__(base)
         listeners = {"PLAINTEXT": self.port, **self.ports}
         protocols = {"PLAINTEXT": "PLAINTEXT", "CONTROLLER": "PLAINTEXT", "SASL_PLAINTEXT": "SASL_PLAINTEXT",
-                     "SASL_SSL": "SASL_SSL", "TLS": "SSL", "MTLS": "SSL", "NOHOST": "SSL"}
+                     "SASL_SSL": "SASL_SSL", "TLS": "SSL", "MTLS": "SSL", "NOHOST": "SSL", "EXPIRED": "SSL"}
         advertised = ",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items())
         jaas_plain = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
                       f'user_alice="{ALICE_PASSWORD}" user_carol="{CAROL_PASSWORD}";')
@@ -124,6 +146,7 @@ class SecureKafkaBroker(KafkaBroker):
             "listener.name.mtls.ssl.truststore.type": "PEM",
             "listener.name.mtls.ssl.truststore.location": str(self.certs.ca),
             "listener.name.nohost.ssl.keystore.location": str(self.certs.nohost_p12),
+            "listener.name.expired.ssl.keystore.location": str(self.certs.expired_p12),
             # ACLs: every principal of the tests is a super user but carol, who may do nothing
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": "User:ANONYMOUS;User:alice;User:bob;User:CN=logfs-client",

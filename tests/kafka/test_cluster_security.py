@@ -145,6 +145,11 @@ def test_a_secured_cluster_mounts_with_its_settings_in_a_file(family: str, secur
      "ssl.key.location\\)"),
     ("certificate-for-another-host", "NOHOST", {"security.protocol": "SSL", "ssl.ca.location": "{ca}"},
      "The TLS handshake .* failed: .* ssl.endpoint.identification.algorithm"),
+    # librdkafka says "check ssl.ca.location" for it too: the mount asks OpenSSL and names the expiry
+    ("expired-broker-certificate", "EXPIRED", {"security.protocol": "SSL", "ssl.ca.location": "{ca}"},
+     "The TLS handshake with the Kafka cluster at .* failed: broker 127.0.0.1:[0-9]+'s certificate: certificate "
+     "has expired \\(notBefore 2020-01-01 00:00:00 UTC, notAfter 2020-01-02 00:00:00 UTC; now .*\\); renew the "
+     "broker's certificate"),
 ])
 def test_a_refused_login_or_handshake_fails_the_mount_at_once_naming_the_setting(
         family: str, listener: str, props: dict[str, str], message: str, secure_kafka_broker: SecureKafkaBroker,
