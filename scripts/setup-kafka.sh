@@ -8,6 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/apt-install.sh
 
+# --- kcat (librdkafka's console client): the producer-batches test (tests/kafka/test_producer_batches.py)
+# writes keys and headers with it, and scripts/bench/bench_producers.py reads with it beside the mount.
+command -v kcat >/dev/null 2>&1 || apt_install kcat
+
 # --- Apache Kafka, for the tests against a real broker and scripts/bench/bench_kafka.py.
 # The released jars (broker, KRaft storage tool, DumpLogSegments, the perf tools)
 # come from Maven Central through our recipe scripts/kafka/pom.xml, once, into a
