@@ -2,7 +2,8 @@
 
 Each samples the first rows to choose a schema (DuckDB 20,480 of them), so
 every row must carry the same members: the rows here change encodings only
-after row 30,000, and every value read must be the bytes that were appended.
+after row 30,000, and every value read must be the bytes that were appended
+(Spark's read.json: tests/spark/test_spark.py).
 """
 
 from __future__ import annotations
@@ -37,24 +38,28 @@ TAIL = [(b"\xffk", b"caf\xe9", (("h", b"\x00\xfe"), ("n", None))), (b"k", None, 
         (b"k", "été".encode(), ())]
 
 
-def _bytes(text: str | None, encoding: str | None) -> bytes | None:
+def decode(text: str | None, encoding: str | None) -> bytes | None:
     if text is None:
         return None
     return base64.b64decode(text) if encoding == "base64" else text.encode()
 
 
-@pytest.fixture
-def topic(mount):
+def fill(mount) -> None:
     """Topic ``t``: PLAIN keyed UTF-8 records without headers, then the tail rows."""
     mount.sh("mkdir t")
     with open(mount / "t/0/append.jsonl", "w") as f:
         f.write("".join('{"key":"k%d","value":"v%05d"}\n' % (i % 7, i) for i in range(PLAIN)))
     with open(mount / "t/0/append.jsonl", "w") as f:
         f.write("".join(json.dumps(row) + "\n" for row in _tail_rows()))
+
+
+@pytest.fixture
+def topic(mount):
+    fill(mount)
     return mount
 
 
-def _expected(i: int) -> tuple[bytes | None, bytes | None, tuple]:
+def expected(i: int) -> tuple[bytes | None, bytes | None, tuple]:
     return ((b"k%d" % (i % 7), b"v%05d" % i, ()) if i < PLAIN else TAIL[i - PLAIN])
 
 
@@ -77,9 +82,9 @@ def test_duckdb_default_sampling_reads_every_value(topic):
     for i, (offset, key, key_encoding, value, value_encoding, headers) in enumerate(rows):
         assert offset == i
         # every header column is read: a list of structs, or of JSON texts when the sample had none
-        decoded = tuple((h["key"], _bytes(h["value"], h["valueEncoding"]))
+        decoded = tuple((h["key"], decode(h["value"], h["valueEncoding"]))
                         for h in (json.loads(h) if isinstance(h, str) else h for h in headers))
-        assert (_bytes(key, key_encoding), _bytes(value, value_encoding), decoded) == _expected(i), i
+        assert (decode(key, key_encoding), decode(value, value_encoding), decoded) == expected(i), i
 
 
 def test_pandas_reads_every_value(topic):
@@ -92,6 +97,6 @@ def test_pandas_reads_every_value(topic):
 
     for i, row in enumerate(df.itertuples(index=False)):
         assert row.offset == i
-        got = (_bytes(null(row.key), null(row.keyEncoding)), _bytes(null(row.value), null(row.valueEncoding)),
-               tuple((h["key"], _bytes(h["value"], h["valueEncoding"])) for h in row.headers))
-        assert got == _expected(i), i
+        got = (decode(null(row.key), null(row.keyEncoding)), decode(null(row.value), null(row.valueEncoding)),
+               tuple((h["key"], decode(h["value"], h["valueEncoding"])) for h in row.headers))
+        assert got == expected(i), i

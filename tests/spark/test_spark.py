@@ -72,6 +72,21 @@ def files_conf(spark):
 # ------------------------------------------------------------------------------------ plain files
 
 
+def test_read_json_reads_every_value_when_encodings_change_after_row_30000(spark, mount):
+    """Spark's read.json types each column from every row: base64 keys, values and headers after row 30,000."""
+    from tests.mount.test_mount_json_readers import PLAIN, TAIL, decode, expected, fill
+
+    fill(mount)
+    rows = spark.read.json(str(mount / "t/0/records.jsonl")).orderBy("offset").collect()
+    assert len(rows) == PLAIN + len(TAIL)
+    for i, row in enumerate(rows):
+        assert row["offset"] == i
+        headers = tuple((h["key"], decode(h["value"], h["valueEncoding"])) for h in row["headers"])
+        assert (decode(row["key"], row["keyEncoding"]), decode(row["value"], row["valueEncoding"]),
+                headers) == expected(i), i
+
+
+
 @pytest.mark.mount_options({"internal.log.segment.bytes": "16384"})
 def test_read_text_and_json_split_reads_return_every_record_once(spark, mount, files_conf):
     _make_topic(mount, "plain", 3)
