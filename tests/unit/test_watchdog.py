@@ -51,7 +51,9 @@ def test_a_test_no_signal_stops_is_ended_with_its_stacks(tmp_path):
 
 def test_a_process_left_waiting_for_a_thread_exits_with_its_stacks(tmp_path):
     result, files = _run(tmp_path, "test_leaves_a_thread_the_exit_waits_for")
-    assert "1 passed" in result.stdout, result.stdout + result.stderr
+    # The test passed (its progress dot); the summary line may be lost: it is written after the session
+    # finished, into a buffer the watchdog's exit does not flush when it comes first (a loaded machine).
+    assert result.stdout.lstrip().startswith(".") and "F" not in result.stdout, result.stdout + result.stderr
     [(name, text)] = files.items()
     assert name.endswith("-exit.txt") and "still running 2 s after its session finished" in text, text
 
