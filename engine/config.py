@@ -658,7 +658,7 @@ class BrokerConfig:
         if millis == 0:
             raise _config_error(source, props.get(source, values[source]),
                                 "log.retention.ms must be unlimited (-1) or, greater than or equal to 1")
-        return millis
+        return int(millis)
 
     def _explicit_props(self) -> dict[str, str]:
         """The settings that rebuild this config: every plain one, and each derived one

@@ -174,13 +174,16 @@ class _Reader:
         return piece
 
     def int16(self) -> int:
-        return _INT16.unpack(self._take(2))[0]
+        value: int = _INT16.unpack(self._take(2))[0]
+        return value
 
     def int32(self) -> int:
-        return _INT32.unpack(self._take(4))[0]
+        value: int = _INT32.unpack(self._take(4))[0]
+        return value
 
     def int64(self) -> int:
-        return _INT64.unpack(self._take(8))[0]
+        value: int = _INT64.unpack(self._take(8))[0]
+        return value
 
     def string(self) -> str:
         n = self.int16()
@@ -495,7 +498,8 @@ def _control_type(key: bytes | None) -> int:
     """The ControlRecordType of a transaction marker's key (int16 version, int16 type); -1 if unreadable."""
     if key is None or len(key) < 4:
         return -1
-    return _INT16.unpack_from(key, 2)[0]
+    kind: int = _INT16.unpack_from(key, 2)[0]
+    return kind
 
 
 def group_lag(manager: LogManager, topic: str, committed: Mapping[int, int]) -> list[GroupLag]:

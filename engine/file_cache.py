@@ -137,7 +137,7 @@ class FileCache:
 FILE_CACHE = FileCache()
 
 
-def _lazy_evictor(ref: weakref.ref) -> Callable[[], None]:
+def _lazy_evictor(ref: weakref.ref[LazyFile]) -> Callable[[], None]:
     def evict() -> None:
         lazy = ref()
         if lazy is not None:

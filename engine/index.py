@@ -191,7 +191,7 @@ def _search(mm: mmap.mmap, entries: int, target: int, unpack_from: _UnpackFrom, 
     return lo
 
 
-def _evictor(ref: weakref.ref) -> Callable[[], None]:
+def _evictor(ref: weakref.ref[AbstractIndex]) -> Callable[[], None]:
     def evict() -> None:
         index = ref()
         if index is not None:
@@ -615,7 +615,8 @@ class OffsetIndex(AbstractIndex):
     def _read_last_offset(self) -> int:
         if self._entries == 0:
             return self.base_offset
-        return self.base_offset + _I32.unpack_from(self._mapped(), (self._entries - 1) * 8)[0]
+        relative: int = _I32.unpack_from(self._mapped(), (self._entries - 1) * 8)[0]
+        return self.base_offset + relative
 
     def _after_truncate(self) -> None:
         self._last_offset = self._read_last_offset()

@@ -37,7 +37,7 @@ import binascii
 import logging
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
@@ -73,7 +73,7 @@ class JsonRecord(NamedTuple):
     partition: int | None
 
 
-def _bytes_member(obj: dict, name: str, encoding_name: str, where: str) -> bytes | None:
+def _bytes_member(obj: dict[str, Any], name: str, encoding_name: str, where: str) -> bytes | None:
     data = obj.get(name)
     encoding = obj.get(encoding_name)
     if encoding not in _ENCODINGS:
@@ -115,7 +115,7 @@ def _names(members: object) -> str:
     return ", ".join(orjson.dumps(name).decode() for name in sorted(members))  # type: ignore[call-overload]
 
 
-def _int_member(obj: dict, name: str, minimum: int) -> int | None:
+def _int_member(obj: dict[str, Any], name: str, minimum: int) -> int | None:
     value = obj.get(name)
     if value is None:
         return None
@@ -132,7 +132,7 @@ _PLAIN_MEMBERS = frozenset(("topic", "partition", "offset", "timestamp", "timest
 KNOWN_MEMBERS = _PLAIN_MEMBERS | {"keyEncoding", "valueEncoding", "headers"}
 _HEADER_MEMBERS = frozenset(("key", "value", "valueEncoding"))
 #: ``headers`` of a line without any (``in`` compares with ==: an empty list, not any false value)
-_NO_HEADERS: tuple[None, list] = (None, [])
+_NO_HEADERS: tuple[None, list[Any]] = (None, [])
 
 
 def parse_jsonl_line(line: bytes) -> JsonRecord:

@@ -142,7 +142,8 @@ class LocalLog:
 
     @property
     def active_segment(self) -> LogSegment:
-        return self._segments.peekitem(-1)[1]
+        active: LogSegment = self._segments.peekitem(-1)[1]
+        return active
 
     @property
     def log_end_offset(self) -> int:

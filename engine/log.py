@@ -574,7 +574,7 @@ class Log:
                 max_position = limit.relative_position_in_segment
             else:
                 break
-            info = segment.read(start_offset, max_bytes, max_position, min_one_message)
+            info: FetchDataInfo | None = segment.read(start_offset, max_bytes, max_position, min_one_message)
             if info is not None:
                 return info
             i += 1
@@ -692,7 +692,8 @@ class Log:
             for _, header in segment.batches():
                 last = header
             if last is not None:
-                return last.partition_leader_epoch
+                epoch: int = last.partition_leader_epoch
+                return epoch
         return -1
 
     # ---------------------------------------------------------- truncate

@@ -117,7 +117,7 @@ class LoadedLog(NamedTuple):
     log_start_offset: int
     recovery_point: int
     log_end_offset: int
-    pending_deletions: list
+    pending_deletions: list[PendingDeletion]
 
 
 #: Suffixes of the files a LogLoader opens, renames or deletes; each must be a
@@ -592,7 +592,7 @@ class LogLoader:
     def _delete_segments_if_log_start_greater_than_log_end(self) -> int | None:
         if not self.segments:
             return None
-        log_end = self.segments.peekitem(-1)[1].next_offset
+        log_end: int = self.segments.peekitem(-1)[1].next_offset
         if log_end >= self.log_start_offset_checkpoint:
             return log_end
         # Kafka deletes every segment here (a follower refetches them from the

@@ -69,7 +69,7 @@ from engine.files import (
     time_index_file_path,
 )
 from engine.index import OffsetIndex, TimeIndex, open_regular_file
-from engine.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, validate_batch
+from engine.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, Record, validate_batch
 from engine.records.format import RecordBuffer
 from engine.records.reader import read_batches, read_headers
 from engine.topic import TopicPartition, parse_topic_partition_dir
@@ -556,13 +556,14 @@ class LogSegment:
                         return record.timestamp, record.offset
         return None
 
-    def _decode(self, buf: RecordBuffer, off: int, header: BatchHeader, position: int) -> list:
+    def _decode(self, buf: RecordBuffer, off: int, header: BatchHeader, position: int) -> list[Record]:
         try:
             return _records.decode_batch(buf, off, header)
         except CorruptRecordError as exc:
             raise exc.at(self.log_path, position) from None
 
-    def validate_and_decode(self, buf: RecordBuffer, off: int, header: BatchHeader, position: int) -> list:
+    def validate_and_decode(self, buf: RecordBuffer, off: int, header: BatchHeader,
+                            position: int) -> list[Record]:
         """CRC-check then decode one batch; CorruptRecordError names this file and position."""
         try:
             validate_batch(buf, off)

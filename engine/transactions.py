@@ -146,7 +146,7 @@ def marker_type(buf: RecordBuffer, off: int, header: BatchHeader) -> int:
     records = _records.decode_batch(buf, off, header, include_control=True)
     if not records or records[0].key is None or len(records[0].key) < 4:
         raise CorruptRecordError(f"Control batch at offset {header.base_offset} has no valid marker key")
-    _version, kind = struct.unpack_from(">hh", records[0].key)
+    kind: int = struct.unpack_from(">hh", records[0].key)[1]
     return kind
 
 
@@ -164,7 +164,7 @@ class TransactionState:
         self.stable_offset_bounded = stable_offset_bounded
         self._lock = threading.RLock()
         self._next_offset = 0                   # the walk has seen every batch below this offset
-        self._segment: weakref.ref | None = None
+        self._segment: weakref.ref[LogSegment] | None = None
         self._position = 0                      # where the walk goes on in self._segment
         self._ongoing: dict[int, list[tuple[int, int]]] = {}   # producer id -> its open batches
         self._open_bases: set[int] = set()      # base offsets of the batches in self._ongoing

@@ -10,7 +10,7 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import compress
 from operator import ge
 from typing import TYPE_CHECKING, cast
@@ -569,7 +569,8 @@ class Cleaner:
         return {pos: (kept_count, first, hits) for (pos, _), kept_count, first in zip(chosen, kept, firsts.tolist())}
 
     def _key_lookup(self, chunk: bytes, batches: list[tuple[int, BatchHeader]], offset_map: OffsetMap,
-                    latest_offset: int, skip: dict | None = None) -> tuple[dict[int, KeyColumns], dict]:
+                    latest_offset: int, skip: Mapping[int, object] | None = None
+                    ) -> tuple[dict[int, KeyColumns], dict[bytes | None, int]]:
         """Key columns of the chunk's mapped data batches (by position) and key -> offset in the map.
 
         Batches in ``skip`` (decided by offsets, :meth:`_offset_retention`) are left out.
@@ -791,8 +792,9 @@ def _map_chunk_compiled(batch_chunk: BatchChunk, start: int, aborted: AbortedTra
     return digests, columns.offsets[keyed], batch_ends, records
 
 
-def _retained(offsets: list[int], keys: list[bytes | None], tombstones: list[int], latest_of: dict,
-              latest_offset: int, retain_deletes: bool, stats: CleanerStats) -> list[bool]:
+def _retained(offsets: list[int], keys: list[bytes | None], tombstones: list[int],
+              latest_of: Mapping[bytes | None, int], latest_offset: int, retain_deletes: bool,
+              stats: CleanerStats) -> list[bool]:
     """Which records of one batch survive: the latest of their key, tombstones only if retained.
 
     A record above the map's latest offset was not seen by the map and stays;
@@ -816,7 +818,7 @@ def _retained(offsets: list[int], keys: list[bytes | None], tombstones: list[int
 
 
 def _expired_tombstones(offsets: list[int], keys: list[bytes | None], tombstones: list[int], retained: list[bool],
-                        latest_of: dict, latest_offset: int) -> int:
+                        latest_of: Mapping[bytes | None, int], latest_offset: int) -> int:
     """Tombstones of one batch that were the latest of their key and go only because of their horizon."""
     return sum(1 for i in tombstones
                if not retained[i] and offsets[i] <= latest_offset and offsets[i] >= latest_of[keys[i]])

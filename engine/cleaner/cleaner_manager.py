@@ -354,7 +354,7 @@ class LogCleanerManager:
         return LogToClean(log.topic_partition, log, offsets.first_dirty_offset,
                           offsets.first_uncleanable_dirty_offset).cleanable_ratio
 
-    def cleaner_state(self, log: Log) -> dict:
+    def cleaner_state(self, log: Log) -> dict[str, object]:
         """The cleaner's view of one log: position (first dirty offset), dirty ratio, last cleaning."""
         tp = log.topic_partition
         with self._lock:

@@ -7,7 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.cleaner.cleaner import _INT32_MAX, Cleaner
 from engine.cleaner.cleaner_manager import LastCleaning, LogCleanerManager, LogCleaningAbortedError, LogToClean
@@ -245,7 +245,7 @@ class LogCleaner:
     def pause_cleaning_for_non_compacted_partitions(self) -> list[tuple[TopicPartition, Log]]:
         return self.manager.pause_cleaning_for_non_compacted_partitions()
 
-    def cleaner_state(self, log: Log) -> dict:
+    def cleaner_state(self, log: Log) -> dict[str, object]:
         """The fields the mount's ``state`` file shows: cleaner position, dirty ratio, last cleaning."""
         return self.manager.cleaner_state(log)
 
@@ -269,7 +269,7 @@ class LogCleaner:
     def time_since_last_run_ms(self) -> int:
         return max(self.clock.milliseconds() - self.manager.time_of_last_run_ms, 0)
 
-    def metrics(self) -> dict:
+    def metrics(self) -> dict[str, Any]:     # a JSON document (.logfs/stats.json), read member by member
         """Kafka's ``kafka.log:type=LogCleaner`` gauges, the sums over all cleans, and each worker's last run.
 
         One consistent snapshot for ``.logfs/stats.json`` and ``.logfs/metrics``.

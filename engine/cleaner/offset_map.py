@@ -206,7 +206,8 @@ class OffsetMap:
         while True:
             slot = buf[pos:pos + BYTES_PER_ENTRY]
             if slot.startswith(digest):
-                return _INT64_UNPACK(slot, HASH_SIZE)[0]
+                found: int = _INT64_UNPACK(slot, HASH_SIZE)[0]
+                return found
             if slot == _EMPTY_SLOT:
                 return -1
             attempt += 1
@@ -336,7 +337,7 @@ class OffsetMap:
         if done < count and limit == slots:
             raise OffsetMapFullError(
                 f"Attempted to add a new entry to a full offset map, entries: {entries}, slots: {slots}")
-        return done
+        return int(done)
 
     def _put_bulk(self, digests: list[bytes], offsets: Sequence[int]) -> None:
         """Put pairs that cannot fill the map, the common case, in a few array operations.

@@ -103,7 +103,7 @@ def mb(size: float) -> float:
     return size / (1024 * 1024)
 
 
-def run_dict(stats: CleanerStats) -> dict:
+def run_dict(stats: CleanerStats) -> dict[str, object]:
     """One clean's figures in the units an operator reads (bytes, records, seconds, MB/s)."""
     tp = stats.topic_partition
     return {
