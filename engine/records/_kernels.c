@@ -637,6 +637,148 @@ done:
     return result;
 }
 
+/* -- records_columns: the records of a section as Python columns (the readers that need objects) ---------- */
+
+/* Every record parsed, offsets and timestamps inside 64 bits; whether any key is present, any header. */
+static int columns_check(const uint8_t *data, Py_ssize_t n, Py_ssize_t count, const batch_t *batch, int *any_key,
+                         int *any_headers, int *contiguous)
+{
+    Py_ssize_t p = 0;
+    int64_t first = 0;
+    record_t r;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t value;
+        if (parse_record(data, n, &p, &r) < 0 || __builtin_add_overflow(batch->base_offset, r.offset_delta, &value))
+            return 0;
+        if (!batch->log_append_time && __builtin_add_overflow(batch->base_timestamp, r.timestamp_delta, &value))
+            return 0;
+        *any_key |= r.key_length >= 0;
+        *any_headers |= r.header_count > 0;
+        if (i == 0)
+            first = r.offset_delta;
+        *contiguous &= r.offset_delta == first + i;
+    }
+    return p == n;
+}
+
+static inline PyObject *bytes_or_none(const uint8_t *d, int64_t n)
+{
+    if (n < 0)
+        Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)d, (Py_ssize_t)n);
+}
+
+/* (name, value) tuples of a record's headers; NULL with an exception set, or NULL and *refused when a
+ * name is not UTF-8 (the caller's Python loop raises what the decoder raises). */
+static PyObject *headers_of(const uint8_t *data, const record_t *r, int *refused)
+{
+    PyObject *headers = PyTuple_New((Py_ssize_t)r->header_count);
+    if (headers == NULL)
+        return NULL;
+    Py_ssize_t q = r->headers;                  /* parse_record checked every header within the record */
+    for (int64_t h = 0; h < r->header_count; h++) {
+        int64_t key_length = varint(data, &q, r->end);
+        if (!utf8_valid(data + q, (Py_ssize_t)key_length)) {
+            *refused = 1;
+            Py_DECREF(headers);
+            return NULL;
+        }
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)data + q, (Py_ssize_t)key_length, "strict");
+        q += (Py_ssize_t)key_length;
+        int64_t value_length = varint(data, &q, r->end);
+        PyObject *value = name == NULL ? NULL : bytes_or_none(data + q, value_length);
+        if (value_length > 0)
+            q += (Py_ssize_t)value_length;
+        PyObject *pair = value == NULL ? NULL : PyTuple_Pack(2, name, value);
+        Py_XDECREF(name);
+        Py_XDECREF(value);
+        if (pair == NULL) {
+            Py_DECREF(headers);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(headers, (Py_ssize_t)h, pair);
+    }
+    return headers;
+}
+
+/* records_columns(data, count, base_offset, base_timestamp, log_append_time, max_timestamp):
+ * (offsets, timestamps, keys or None when every key is null, values, headers or None when no record has
+ * one, whether the offsets count up by one) as lists, or None when the walk refuses the section. */
+static PyObject *records_columns(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    Py_ssize_t count;
+    batch_t batch;
+    if (!PyArg_ParseTuple(args, "y*nLLpL:records_columns", &data, &count, &batch.base_offset, &batch.base_timestamp,
+                          &batch.log_append_time, &batch.max_timestamp))
+        return NULL;
+    const uint8_t *d = (const uint8_t *)data.buf;
+    int any_key = 0, any_headers = 0, contiguous = 1, ok = 0, refused = 0;
+    if (count >= 0) {
+        Py_BEGIN_ALLOW_THREADS
+        ok = columns_check(d, data.len, count, &batch, &any_key, &any_headers, &contiguous);
+        Py_END_ALLOW_THREADS
+    }
+    if (!ok) {
+        PyBuffer_Release(&data);
+        Py_RETURN_NONE;
+    }
+    PyObject *offsets = PyList_New(count), *timestamps = PyList_New(count), *values = PyList_New(count);
+    PyObject *keys = any_key ? PyList_New(count) : NULL, *headers = any_headers ? PyList_New(count) : NULL;
+    PyObject *result = NULL, *last_timestamp = NULL;
+    int64_t last = 0;
+    if (offsets == NULL || timestamps == NULL || values == NULL || (any_key && keys == NULL)
+        || (any_headers && headers == NULL))
+        goto done;
+    Py_ssize_t p = 0;
+    record_t r;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        parse_record(d, data.len, &p, &r);     /* checked above, on the same bytes held for the call */
+        PyObject *item = PyLong_FromLongLong(batch.base_offset + r.offset_delta);
+        if (item == NULL)
+            goto done;
+        PyList_SET_ITEM(offsets, i, item);
+        int64_t timestamp = batch.log_append_time ? batch.max_timestamp : batch.base_timestamp + r.timestamp_delta;
+        if (last_timestamp == NULL || timestamp != last) {   /* records of one time share their int */
+            Py_XDECREF(last_timestamp);
+            last_timestamp = PyLong_FromLongLong(timestamp);
+            if (last_timestamp == NULL)
+                goto done;
+            last = timestamp;
+        }
+        Py_INCREF(last_timestamp);
+        PyList_SET_ITEM(timestamps, i, last_timestamp);
+        if ((item = bytes_or_none(d + r.value, r.value_length)) == NULL)
+            goto done;
+        PyList_SET_ITEM(values, i, item);
+        if (keys != NULL) {
+            if ((item = bytes_or_none(d + r.key, r.key_length)) == NULL)
+                goto done;
+            PyList_SET_ITEM(keys, i, item);
+        }
+        if (headers != NULL) {
+            if ((item = headers_of(d, &r, &refused)) == NULL)
+                goto done;
+            PyList_SET_ITEM(headers, i, item);
+        }
+    }
+    result = Py_BuildValue("OOOOON", offsets, timestamps, keys != NULL ? keys : Py_None, values,
+                           headers != NULL ? headers : Py_None, PyBool_FromLong(contiguous));
+done:
+    if (refused && result == NULL) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+    Py_XDECREF(last_timestamp);
+    Py_XDECREF(offsets);
+    Py_XDECREF(timestamps);
+    Py_XDECREF(values);
+    Py_XDECREF(keys);
+    Py_XDECREF(headers);
+    PyBuffer_Release(&data);
+    return result;
+}
+
 /* -- key_columns: the cleaner's offset-map pass over uncompressed batches ------------------------------- */
 
 static Py_ssize_t key_columns_loop(const uint8_t *buf, Py_ssize_t n, const int64_t *batches, Py_ssize_t rows,
@@ -1079,6 +1221,9 @@ static PyMethodDef methods[] = {
     {"records_jsonl", records_jsonl, METH_VARARGS,
      "records_jsonl(data, count, base_offset, base_timestamp, log_append_time, max_timestamp, pieces, render) "
      "-> JSON lines (render) | (text size, JSON size) | None"},
+    {"records_columns", records_columns, METH_VARARGS,
+     "records_columns(data, count, base_offset, base_timestamp, log_append_time, max_timestamp) -> "
+     "(offsets, timestamps, keys | None, values, headers | None, contiguous) | None"},
     {"key_columns", key_columns, METH_VARARGS,
      "key_columns(buf, batches, width, records, offsets, key_starts, key_lengths, null_values) -> records read, "
      "or -1 - the index of the first malformed batch"},

@@ -305,6 +305,19 @@ def _batch_timestamp(header: BatchHeader) -> int:
     return header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else header.base_timestamp
 
 
+def _compiled_columns(data: bytes, header: BatchHeader) -> tuple | None:
+    """The section's records as columns from the compiled walk (``kernels.records_columns``), or None when
+    the extension is not built or the walk refuses the section (the general loop then decodes it or says
+    what is wrong)."""
+    kernels = compiled.KERNELS
+    if kernels is None:
+        return None
+    found: tuple | None = kernels.records_columns(data, header.records_count, header.base_offset,
+                                                  header.base_timestamp, bool(header.attributes & TIMESTAMP_TYPE_MASK),
+                                                  header.max_timestamp)
+    return found
+
+
 # --- public entry points ------------------------------------------------------------
 
 def decode_values(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None = None) -> list[bytes | None]:
@@ -373,6 +386,12 @@ def decode_batch(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None = N
         return []
     count = header.records_count
     try:
+        found = _compiled_columns(data, header)
+        if found is not None:
+            offsets, timestamps, keys, values, headers, _ = found
+            return list(map(_new_record, repeat(Record), zip(
+                offsets, timestamps, repeat(None) if keys is None else keys, values,
+                repeat(()) if headers is None else headers)))
         values, taken, at = _uniform_values(data, count, False)
         records = list(map(_new_record, repeat(Record), zip(
             range(header.base_offset, header.base_offset + taken), repeat(_batch_timestamp(header)),
@@ -404,7 +423,9 @@ def decode_columns(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None =
     """The records of the batch at ``pos`` as columns, without a Record object per record.
 
     Equal field for field to :func:`decode_batch` (the hypothesis test in
-    tests/unit/test_records_columns.py proves it): the uniform-layout prefix comes
+    tests/unit/test_records_columns.py proves it): the compiled walk
+    (``kernels.records_columns``) makes the columns of any layout; without the
+    extension, or for a section it refuses, the uniform-layout prefix comes
     from the same values fast path, whose layout fixes offsets, timestamp, null
     keys and no headers, so those columns are built in bulk; anything else
     (keyed records, headers, other producers' batches) is decoded by the
@@ -414,6 +435,13 @@ def decode_columns(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None =
     if data is None:
         return BatchColumns(range(0), [], None, [], None)
     count = header.records_count
+    # the compiled walk first, any layout (also faster than the uniform path below for logfs's own batches)
+    found = _compiled_columns(data, header)
+    if found is not None:
+        found_offsets, found_timestamps, found_keys, found_values, found_headers, contiguous = found
+        start = found_offsets[0] if count else header.base_offset
+        return BatchColumns(range(start, start + count) if contiguous else found_offsets, found_timestamps,
+                            found_keys, found_values, found_headers)
     try:
         # The text fast path turns fixed-size records into "value\n" runs with
         # extended-slice deletes, all in C; one split then yields the values,
@@ -444,8 +472,9 @@ def decode_columns(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None =
         values += rest_values
         headers += rest_headers
     offsets: Sequence[int] = offset_list
-    if offset_list and offset_list[-1] - offset_list[0] == len(offset_list) - 1:
-        offsets = range(offset_list[0], offset_list[0] + len(offset_list))     # increasing, so gap-free
+    if offset_list and offset_list[-1] - offset_list[0] == len(offset_list) - 1 \
+            and offset_list == list(range(offset_list[0], offset_list[0] + len(offset_list))):
+        offsets = range(offset_list[0], offset_list[0] + len(offset_list))     # counting up by one
     return BatchColumns(offsets, timestamps, None if keys.count(None) == len(keys) else keys,
                         values, headers if any(headers) else None)
 

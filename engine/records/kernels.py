@@ -45,7 +45,7 @@ if TYPE_CHECKING:   # numpy is imported by the cleaner's kernels only: a text re
     import numpy.typing as npt
 
 __all__ = ["KeyColumns", "LinesLayout", "encode_lines", "json_plain", "key_columns", "key_digests",
-           "lines_layout", "put_digests", "records_jsonl", "records_text", "transactional_batches",
+           "lines_layout", "put_digests", "records_columns", "records_jsonl", "records_text", "transactional_batches",
            "uniform_text"]
 
 
@@ -64,6 +64,22 @@ def records_text(data: bytes | memoryview, count: int) -> bytearray | None:
     """
     result: bytearray | None = _kernels.records_text(data, count)
     return result
+
+
+def records_columns(data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,
+                    log_append_time: bool, max_timestamp: int) -> tuple[list[int], list[int], list[bytes | None] | None,
+                                                                  list[bytes | None], list[tuple] | None, bool] | None:
+    """The records of an uncompressed records section of any layout as lists, from the walk of
+    ``records_text``: (offsets, timestamps, keys or None when every key is null, values, headers or None
+    when no record has one, whether the offsets count up by one from the first); None when the section is
+    not exactly that, a header key is not UTF-8, or an offset or timestamp leaves 64 bits.
+
+    The objects the general loop (``decode._records_of``) makes, made in C: each header a tuple of
+    (str, bytes or None) tuples, ``()`` for none; a LogAppendTime batch's timestamps all ``max_timestamp``.
+    """
+    result = _kernels.records_columns(data, count, base_offset, base_timestamp, log_append_time, max_timestamp)
+    found: tuple | None = result
+    return found
 
 
 def records_jsonl(data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,

@@ -8,12 +8,14 @@ JSON lines and sizes byte for byte, or the same CorruptRecordError at the same p
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.errors import CorruptRecordError
-from engine.records import HEADER_SIZE, Compression, compiled, decode_columns, decode_text, read_header
+from engine.records import HEADER_SIZE, Compression, compiled, decode_batch, decode_columns, decode_text, read_header
 from engine.records.encode import _assemble
 from engine.records.format import CONTROL_FLAG_MASK, TIMESTAMP_TYPE_MASK
 from engine.records.varint import _zigzag_varint
@@ -87,6 +89,12 @@ def _check(batch: bytes) -> None:
     assert sizes == _python(walk.batch_view_sizes, batch, 0, header, TOPIC, PARTITION)
     if isinstance(lines, bytes) and isinstance(text, bytes):
         assert sizes == (len(text), len(lines), lines.count(b"\n"))
+    # the readers that need objects (Spark, the cleaner, dump-log): kernels.records_columns
+    columns = _outcome(decode_columns, batch, 0, header)
+    assert columns == _python(decode_columns, batch, 0, header)
+    assert _outcome(decode_batch, batch, 0, header) == _python(decode_batch, batch, 0, header)
+    with_control = partial(decode_batch, include_control=True)
+    assert _outcome(with_control, batch, 0, header) == _python(with_control, batch, 0, header)
 
 
 def test_the_walk_renders_what_render_renders():
