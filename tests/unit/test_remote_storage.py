@@ -8,6 +8,7 @@ events go through a real Log and are replayed from its files.
 from __future__ import annotations
 
 import errno
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from engine.config import BrokerConfig
 from engine.errors import CorruptRecordError, InvalidConfigError, InvalidRequestError
 from engine.log import Log
+from engine.remote.chunk_cache import RemoteChunkCache
 from engine.remote.metadata import RemoteLogMetadataManager, RemoteLogSegmentMetadata, RemoteLogSegmentState
 from engine.remote.storage import (
     IndexType,
@@ -27,6 +29,7 @@ from engine.remote.storage import (
     open_remote_storage,
 )
 from engine.segment import LogSegment
+from tests.helpers import wait_for
 from tests.jvm import free_port
 from tests.seaweedfs import SeaweedFS
 
@@ -232,3 +235,66 @@ def test_a_damaged_metadata_event_is_refused_with_its_cause(tmp_path: Path):
     with pytest.raises(CorruptRecordError, match="Unreadable remote log metadata event"):
         RemoteLogMetadataManager(log)
     log.close()
+
+
+# ------------------------------------------------------------------------------ chunk cache
+
+
+def _copied(store: RemoteStorageManager, segment: LogSegment) -> tuple[RemoteLogSegmentId, bytes]:
+    segment_id = RemoteLogSegmentId.generate("t", 0, segment.base_offset)
+    store.copy_log_segment_data(segment_id, _data(segment))
+    return segment_id, Path(segment.log_path).read_bytes()
+
+
+def test_the_chunk_cache_serves_any_range_within_its_bound(store: RemoteStorageManager, closed_segment: LogSegment,
+                                                           tmp_path: Path):
+    segment_id, data = _copied(store, closed_segment)
+    cache = RemoteChunkCache(store, str(tmp_path / "cache"), max_bytes=3 * 4096, chunk_bytes=4096, read_ahead=0)
+    try:
+        size = len(data)
+        for position, length in [(0, 100), (4000, 200), (size - 50, 500), (12_345, 9_000), (0, size), (size, 10)]:
+            assert cache.read(segment_id, position, length, size) == data[position:position + length]
+            assert cache.cached_bytes <= 3 * 4096
+            on_disk = sum(os.path.getsize(tmp_path / "cache" / n) for n in os.listdir(tmp_path / "cache"))
+            assert on_disk == cache.cached_bytes
+        fetched = cache.fetched_chunks
+        assert cache.read(segment_id, size - 50, 50, size) == data[-50:]      # still cached: no fetch
+        assert cache.fetched_chunks == fetched and cache.hits > 0
+        cache.forget(lambda s: s == segment_id)
+        assert cache.cached_bytes == 0 and os.listdir(tmp_path / "cache") == []
+    finally:
+        cache.close()
+
+
+def test_a_sequential_reader_gets_the_next_chunks_read_ahead(store: RemoteStorageManager,
+                                                             closed_segment: LogSegment, tmp_path: Path):
+    segment_id, data = _copied(store, closed_segment)
+    cache = RemoteChunkCache(store, str(tmp_path / "cache"), max_bytes=64 * 4096, chunk_bytes=4096, read_ahead=2)
+    try:
+        assert cache.read(segment_id, 0, 4096, len(data)) == data[:4096]        # first read: not sequential yet
+        assert cache.read(segment_id, 4096, 4096, len(data)) == data[4096:8192]  # sequential: chunks 2, 3 ahead
+        wait_for(lambda: cache.fetched_chunks >= 4, "the read-ahead of chunks 2 and 3")
+        hits = cache.hits
+        assert cache.read(segment_id, 8192, 8192, len(data)) == data[8192:16384]
+        assert cache.hits == hits + 2, "chunks 2 and 3 were read ahead: served from the cache"
+    finally:
+        cache.close()
+
+
+def test_cached_chunks_are_served_while_the_store_is_down(tmp_path: Path, closed_segment: LogSegment):
+    server = SeaweedFS(tmp_path / "weed").start()
+    try:
+        store = open_remote_storage(server.settings(prefix="c", **{"rsm.config.request.timeout.ms": "1000"}))
+        segment_id, data = _copied(store, closed_segment)
+        cache = RemoteChunkCache(store, str(tmp_path / "cache"), max_bytes=1 << 20, chunk_bytes=4096, read_ahead=0)
+        assert cache.read(segment_id, 0, 5000, len(data)) == data[:5000]
+        server.kill()
+        assert cache.read(segment_id, 100, 4000, len(data)) == data[100:4100]   # chunks 0 and 1: local
+        start = time.monotonic()
+        with pytest.raises(RemoteStorageError) as down:
+            cache.read(segment_id, 20_000, 10, len(data))
+        assert down.value.errno == errno.ETIMEDOUT and time.monotonic() - start < 10
+        cache.close()
+        store.close()
+    finally:
+        server.stop()
