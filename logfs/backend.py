@@ -46,9 +46,13 @@ class Backend(Protocol):
     def partitions(self, topic: str) -> list[int]:
         """The partitions of ``topic`` (sorted; [] if there is no such topic); answered without a request."""
 
-    def ensure_replica(self, tp: TopicPartition) -> Log:
-        """The local log of ``tp``, made on first use where the backend replicates (may block);
-        UnknownTopicOrPartitionError if there is no such partition."""
+    def ensure_replica(self, tp: TopicPartition, *, catch_up: bool = True) -> Log:
+        """The local log of ``tp``, made on first use where the backend replicates, and with ``catch_up``
+        holding what the cluster committed (may block); UnknownTopicOrPartitionError if there is no such
+        partition."""
+
+    def replica_behind(self, tp: TopicPartition) -> bool:
+        """Whether a read of ``tp`` must wait for ``ensure_replica`` first (no request)."""
 
     def record_below_log_start(self, tp: TopicPartition, offset: int) -> Record | None:
         """The record at ``offset``, below the local log start, from where the records live beyond the local
@@ -153,8 +157,11 @@ class EmbeddedBackend(LocalLogs):
     def partitions(self, topic: str) -> list[int]:
         return self.manager.partitions(topic)
 
-    def ensure_replica(self, tp: TopicPartition) -> Log:
+    def ensure_replica(self, tp: TopicPartition, *, catch_up: bool = True) -> Log:
         return self._log(tp)
+
+    def replica_behind(self, tp: TopicPartition) -> bool:
+        return False        # the mount's log is the log
 
     def record_below_log_start(self, tp: TopicPartition, offset: int) -> Record | None:
         return None         # the mount's log is the whole log

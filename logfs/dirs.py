@@ -139,7 +139,7 @@ class TopicDir(Directory):
         if name not in self._NEED_RECORDS:
             return None
         return self.ns.replica_preparation([TopicPartition(self.topic, p)
-                                            for p in self.ns.backend.partitions(self.topic)])
+                                            for p in self.ns.backend.partitions(self.topic)], catch_up=False)
 
     def lookup(self, name: str) -> Node:
         self.ns.require_topic(self.topic)
@@ -373,8 +373,13 @@ class PartitionDir(Directory):
     def names(self) -> list[str]:
         return list(self._ENTRIES)
 
+    #: names whose lookup makes the replica without waiting for it to catch up: a view waits at its open
+    #: (ViewFile.open_preparation), so that ``cat t/*/records`` (the shell's lookups first, one by one) has
+    #: every partition fetched together; a write waits for its own records
+    _CATCH_UP_AT_OPEN = frozenset({"records", "records.jsonl", "append", "append.jsonl", "delete"})
+
     def preparation(self, name: str) -> Callable[[], None] | None:
-        return self.ns.replica_preparation([self.tp])
+        return self.ns.replica_preparation([self.tp], catch_up=name not in self._CATCH_UP_AT_OPEN)
 
     def lookup(self, name: str) -> Node:
         target = self.ns.log(self.tp)

@@ -39,7 +39,13 @@ this process), exactly:
   with ``attr_only``, which locks no page, so it cannot wait on a request of
   this process); the kernel then asks the size again at a read at EOF or an
   ``fstat``, and drops the cached pages of a view whose size or mtime changed
-  (FUSE's auto_inval_data; a truncation of the log moves the mtime too);
+  (FUSE's auto_inval_data; a truncation of the log moves the mtime too).
+  The kernel ignores attributes answered while an invalidation of the inode
+  came in (``fuse_change_attributes``: its ``attr_version`` moved), so an inode
+  is invalidated once until the kernel asks again, and a change within
+  ``_ATTR_SETTLE_S`` of an answer is invalidated that much later: on a log that
+  grows all the time (a busy partition fetched by a cluster mount) the kernel
+  otherwise kept the size of the lookup, 0, and ``cat`` read nothing, exit 0;
 * large reads of one opening run in arrival order (readahead sends the next
   before the current one is answered), and the mount raises the kernel's
   readahead to 1 MiB (``cli._raise_readahead``, root only).
@@ -101,6 +107,8 @@ _KERNEL_REMOVES: contextvars.ContextVar[bool] = contextvars.ContextVar("kernel_r
 
 #: how long an open waits for a release on its way (``RetryAfterRelease``), and how often it looks
 _RELEASE_WAIT_S = 2.0
+#: how long after answering a view's attributes a change of its log waits to invalidate them (see the docstring)
+_ATTR_SETTLE_S = 0.05
 _RELEASE_POLL_S = 0.002
 
 #: renameat2's flag: fail with EEXIST rather than replace (emacs takes its lock file with it)
@@ -316,6 +324,13 @@ class LogfsOperations(pyfuse3.Operations):
         # partition -> inodes of its views whose attributes the kernel caches (page-cache mode)
         self._view_inodes: dict[TopicPartition, set[int]] = {}
         self._view_inodes_lock = threading.Lock()
+        #: view inodes invalidated since the kernel last asked their attributes (under _view_inodes_lock)
+        self._attrs_stale: set[int] = set()
+        #: view inode -> when its attributes were last answered (monotonic) and the size answered, and the
+        #: changes deferred meanwhile
+        self._attrs_answered: dict[int, tuple[float, int]] = {}
+        self._attrs_deferred: set[int] = set()
+        self._attrs_timer: threading.Timer | None = None
         namespace.views_changed_listeners.append(self._views_changed)
 
     # ------------------------------------------------------------------ inode table
@@ -330,8 +345,50 @@ class LogfsOperations(pyfuse3.Operations):
         next ``fstat`` or read at EOF, and a size or mtime that changed makes
         it drop the view's cached pages (auto_inval_data).
         """
+        now = time.monotonic()
+        inodes = []
         with self._view_inodes_lock:
-            inodes = tuple(self._view_inodes.get(tp, ()))
+            for ino in self._view_inodes.get(tp, ()):
+                if ino in self._attrs_stale:
+                    continue            # the kernel has not asked since: it will get the newest size
+                if now - self._attrs_answered.get(ino, (-_ATTR_SETTLE_S, 0))[0] < _ATTR_SETTLE_S:
+                    self._attrs_deferred.add(ino)       # an answer may be on its way to the kernel
+                    if self._attrs_timer is None:
+                        self._attrs_timer = threading.Timer(_ATTR_SETTLE_S, self._invalidate_deferred)
+                        self._attrs_timer.daemon = True
+                        self._attrs_timer.start()
+                    continue
+                self._attrs_stale.add(ino)
+                inodes.append(ino)
+        self._invalidate_attrs(inodes)
+
+    def _settle_attrs(self, ino: int, node: Node) -> None:
+        """A read-only open of ``ino``: if its size changed since the kernel last got it, its attributes are
+        invalidated now (the kernel applied that answer before it sent the open), so the reader's first
+        read at EOF asks the size again."""
+        with self._view_inodes_lock:
+            answered = self._attrs_answered.get(ino)
+            if answered is None or ino in self._attrs_stale:
+                return
+        if node.size() == answered[1]:
+            return
+        with self._view_inodes_lock:
+            self._attrs_deferred.discard(ino)
+            if ino in self._attrs_stale:
+                return
+            self._attrs_stale.add(ino)
+        self._invalidate_attrs([ino])
+
+    def _invalidate_deferred(self) -> None:
+        with self._view_inodes_lock:
+            inodes = [ino for ino in self._attrs_deferred if ino not in self._attrs_stale]
+            self._attrs_stale.update(inodes)
+            self._attrs_deferred.clear()
+            self._attrs_timer = None
+        self._invalidate_attrs(inodes)
+
+    @staticmethod
+    def _invalidate_attrs(inodes: Sequence[int]) -> None:
         for ino in inodes:
             try:
                 pyfuse3.invalidate_inode(ino, attr_only=True)
@@ -394,6 +451,8 @@ class LogfsOperations(pyfuse3.Operations):
                     views.discard(ino)
                     if not views:
                         del self._view_inodes[node.tp]
+                self._attrs_stale.discard(ino)
+                self._attrs_answered.pop(ino, None)
         if node.transient:
             try:
                 node.close()
@@ -432,9 +491,18 @@ class LogfsOperations(pyfuse3.Operations):
             attr.st_size = 0
             attr.st_blocks = 0
         else:
+            view = isinstance(node, ViewFile) and node.attr_timeout
+            if view:
+                with self._view_inodes_lock:    # before the size: a change after it is invalidated later
+                    self._attrs_stale.discard(ino)
+                    self._attrs_answered[ino] = (time.monotonic(), -1)
             attr.st_mode = stat.S_IFREG | self._mode(node)
             attr.st_nlink = 1
             attr.st_size = node.size()
+            if view:
+                with self._view_inodes_lock:
+                    if ino in self._attrs_answered:
+                        self._attrs_answered[ino] = (self._attrs_answered[ino][0], attr.st_size)
             attr.st_blocks = node.blocks()
         attr.st_uid = self._uid
         attr.st_gid = self._gid
@@ -667,6 +735,11 @@ class LogfsOperations(pyfuse3.Operations):
         write = (flags & os.O_ACCMODE) != os.O_RDONLY
         if write:
             self._check_writable(f"open {node.describe()} for writing")
+        else:
+            prepare = node.open_preparation()
+            if prepare is not None:     # a cluster mount's replica catching up first (logfs.nodes.ViewFile)
+                await trio.to_thread.run_sync(prepare)
+            self._settle_attrs(inode, node)
         deadline = trio.current_time() + _RELEASE_WAIT_S
         while True:
             try:

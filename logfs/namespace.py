@@ -164,18 +164,27 @@ class Namespace:
             return self.backend.ensure_replica(tp)
         return target
 
-    def replica_preparation(self, tps: list[TopicPartition]) -> Callable[[], None] | None:
+    def replica_preparation(self, tps: list[TopicPartition], *, catch_up: bool = True
+                            ) -> Callable[[], None] | None:
         """Making the local replicas of those of ``tps`` a remote backend has none of yet (a cluster mount's
-        first use of them: logfs.fs runs it off the request thread); None when none is missing."""
+        first use of them: logfs.fs runs it off the request thread), and with ``catch_up`` waiting until
+        each holds the leader's high watermark (the replicas are made first, so they are fetched together);
+        None when there is nothing to do."""
         if not self.backend.remote:
             return None
-        missing = [tp for tp in tps if self.manager.get_log(tp) is None]
-        if not missing:
+        if catch_up:
+            waiting = [tp for tp in tps if self.backend.replica_behind(tp)]
+        else:
+            waiting = [tp for tp in tps if self.manager.get_log(tp) is None]
+        if not waiting:
             return None
 
         def make_replicas() -> None:
-            for tp in missing:
-                self.backend.ensure_replica(tp)
+            for tp in waiting:
+                self.backend.ensure_replica(tp, catch_up=False)
+            if catch_up:
+                for tp in waiting:
+                    self.backend.ensure_replica(tp)
 
         return make_replicas
 

@@ -137,6 +137,10 @@ class FileNode(Node):
     def open(self, write: bool) -> Handle:
         raise NotImplementedError
 
+    def open_preparation(self) -> Callable[[], None] | None:
+        """What a read-only open must wait for first, off the request thread (logfs.fs); None: nothing."""
+        return None
+
     def _refuse_write(self, write: bool) -> None:
         if write and not self.writable:
             raise AccessDeniedError(f"{self.describe()} is read-only")
@@ -347,6 +351,11 @@ class ViewFile(FileNode):
     def same_file(self, start_offset: int) -> bool:
         """Whether a lookup now, anchored at ``start_offset``, names this file (one inode)."""
         return self.followed or (self.start_offset == start_offset and self.is_current())
+
+    def open_preparation(self) -> Callable[[], None] | None:
+        """A cluster mount's replica catching up to the leader's high watermark before the view opens, so the
+        view holds every record committed when it was opened (ETIMEDOUT rather than a short file)."""
+        return self.ns.replica_preparation([self.tp])
 
     def open(self, write: bool) -> Handle:
         self._refuse_write(write)

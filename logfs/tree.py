@@ -64,9 +64,10 @@ class Tree(Protocol):
     def log(self, tp: TopicPartition) -> Log:
         """The local log of ``tp`` (a cluster mount makes its replica on first use)."""
 
-    def replica_preparation(self, tps: list[TopicPartition]) -> Callable[[], None] | None:
-        """Making the local replicas of ``tps`` the backend has none of yet (may block); None if none is
-        missing."""
+    def replica_preparation(self, tps: list[TopicPartition], *, catch_up: bool = True
+                            ) -> Callable[[], None] | None:
+        """Making the local replicas of ``tps`` the backend has none of yet, and with ``catch_up`` waiting until
+        they hold what the cluster committed (may block); None if there is nothing to do."""
 
     def delete_topic(self, topic: str) -> None:
         """DeleteTopics, and everything the mount kept of the topic."""

@@ -119,9 +119,13 @@ class ClusterBackend(LocalLogs):
     def partitions(self, topic: str) -> list[int]:
         return self.fetcher.partitions(topic)
 
-    def ensure_replica(self, tp: TopicPartition) -> Log:
-        """The local replica of ``tp``, made and fetched on its first use."""
-        return self.fetcher.ensure_replica(tp, self.timeout_s)
+    def ensure_replica(self, tp: TopicPartition, *, catch_up: bool = True) -> Log:
+        """The local replica of ``tp``, made on its first use; with ``catch_up``, once it holds the leader's
+        high watermark (ReplicaFetcher.catch_up: ETIMEDOUT when it stops gaining records)."""
+        return self.fetcher.ensure_replica(tp, self.timeout_s, catch_up=catch_up)
+
+    def replica_behind(self, tp: TopicPartition) -> bool:
+        return self.fetcher.behind(tp)
 
     def record_below_log_start(self, tp: TopicPartition, offset: int) -> Record | None:
         """``offset/<N>`` below the replica's log start: a one-off read of the record at ``offset`` from the
@@ -206,7 +210,7 @@ class ClusterBackend(LocalLogs):
             self.admin.alter_topic_config(topic, remote)
         if local:
             if topic not in self.manager.topics():      # the mount's own settings live with a replica
-                self.ensure_replica(TopicPartition(topic, min(self.partitions(topic), default=0)))
+                self.ensure_replica(TopicPartition(topic, min(self.partitions(topic), default=0)), catch_up=False)
             self.manager.alter_topic_config(topic, local)
 
     # ------------------------------------------------------------------ records
@@ -234,11 +238,19 @@ class ClusterBackend(LocalLogs):
     def _produce(self, tp: TopicPartition, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                  headers: Sequence[Sequence[tuple[str, bytes | None]]] | None = None,
                  timestamps: Sequence[int | None] | None = None) -> tuple[int, int]:
-        self.ensure_replica(tp)         # where the records are read back (read-your-writes), made on first use
+        # where the records are read back (read-your-writes), made on first use
+        held_end = self.ensure_replica(tp, catch_up=False).log_end_offset
         try:
             first, last = self._producer().produce(tp, values, keys, headers, timestamps)
         except ClusterError as exc:
             raise quiet_while_unreachable(exc, self.admin.reachable) from None
+        if first < held_end:
+            # new offsets the replica already held: it is a replica of an earlier topic of this name (deleted and
+            # recreated since the last metadata poll); the metadata now replaces it, fetched anew for the read-back
+            log.info("Partition %s: the cluster appended at offsets %d..%d, below the local replica's end %d: "
+                     "the topic was recreated, refreshing its metadata", tp, first, last, held_end)
+            self.fetcher.request_sync(min(self.timeout_s, 5.0))
+            self.ensure_replica(tp, catch_up=False)
         return self._visible(tp, first, last)
 
     def append_values(self, tp: TopicPartition, values: Sequence[bytes | None],
@@ -302,7 +314,12 @@ class ClusterBackend(LocalLogs):
         return True     # every append waits for the cluster
 
     def watch_topics(self, removed: Callable[[str], None]) -> None:
-        self.fetcher.topic_removed = removed
+        def topic_removed(topic: str) -> None:
+            if self.producer is not None:       # the producer's metadata of the old topic is no use
+                self.producer.topic_replaced(topic)
+            removed(topic)
+
+        self.fetcher.topic_removed = topic_removed
 
     def group_coordinator(self) -> GroupMetadataManager:
         # the embedded coordinator's interface (what logfs.groups calls), answered by the cluster

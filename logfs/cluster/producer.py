@@ -120,9 +120,13 @@ class ClusterProducer:
         self.brokers = config["bootstrap.servers"]
         self.delivery_timeout_s = int(config["delivery.timeout.ms"]) / 1000
         self.queue_max_messages = int(config.get("queue.buffering.max.messages", "100000"))
-        self._producer = Producer({**config, "logger": ClientLog("logfs.cluster.librdkafka")})
+        self._config = {**config, "logger": ClientLog("logfs.cluster.librdkafka")}
+        self._producer = Producer(self._config)
         #: topics whose partitions and leaders this producer has metadata for (see _know)
         self._known: set[str] = set()
+        #: topics this producer has produced to (see topic_replaced)
+        self._produced: set[str] = set()
+        self._replace_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="logfs-producer", daemon=True)
         self._thread.start()
@@ -138,11 +142,15 @@ class ClusterProducer:
         """Produce the records in order and wait for their delivery; (first offset, last offset)."""
         if tp.topic not in self._known:
             self._know(tp)
+        self._produced.add(tp.topic)
         n = len(values)
         delivery = _Delivery(n, tp)
         what = f"Appending {n} records to {tp}"
         if (not headers or not any(headers)) and (timestamps is None or all(t is None for t in timestamps)):
-            self._produce_batch(tp, values, keys, delivery, what)
+            if not self._produce_batch(tp, values, keys, delivery, what):
+                self._refresh(tp)
+                if not self._produce_batch(tp, values, keys, delivery, what):
+                    self._refused_unknown(delivery, len(values), what)
             return self._wait(delivery, what)
         # librdkafka's produce_batch takes neither headers nor timestamps: such records are produced one by
         # one, which librdkafka may send in more than one batch (docs/cluster.md, "one write()")
@@ -156,12 +164,58 @@ class ClusterProducer:
                     kwargs["headers"] = list(headers[i])
                 if timestamps is not None and timestamps[i] is not None:
                     kwargs["timestamp"] = timestamps[i]
-                self._produce_one(tp, value, delivery, kwargs)
+                try:
+                    self._produce_one(tp, value, delivery, kwargs)
+                except KafkaException as exc:
+                    if i > 0 or exc.args[0].code() != KafkaError._UNKNOWN_PARTITION:
+                        raise
+                    self._refresh(tp)       # nothing queued yet: the partition is new to librdkafka
+                    self._produce_one(tp, value, delivery, kwargs)
         except KafkaException as exc:
             # the records queued before the failure are delivered or fail on their own; say which
             log.warning("%s: %d of them were queued before librdkafka refused one: %s", what, i, exc)
             raise from_kafka(exc, what, self.brokers) from None
         return self._wait(delivery, what)
+
+    def topic_replaced(self, topic: str) -> None:
+        """``topic`` was deleted on the cluster (and maybe created again): a producer that produced to it
+        is replaced by a new one (its writes in flight finish on the old one, flushed in the background).
+
+        librdkafka keeps the old topic's partitions and leader epochs and ignores metadata with lower
+        epochs, so it cannot produce to a topic recreated after leader changes until its
+        ``metadata.max.age.ms`` (15 minutes): every write timed out meanwhile."""
+        with self._replace_lock:
+            if topic not in self._produced:
+                return
+            old, self._producer = self._producer, Producer(self._config)
+            self._known.clear()
+            self._produced.clear()
+        log.info("Topic %s was deleted on the cluster: a new producer replaces the one that produced to it", topic)
+        threading.Thread(target=self._retire, args=(old,), name="logfs-producer-retired", daemon=True).start()
+
+    def _retire(self, old: Producer) -> None:
+        remaining = old.flush(self.delivery_timeout_s + 5)
+        if remaining:
+            log.error("%d records were not delivered to the cluster by the replaced producer", remaining)
+
+    def _refresh(self, tp: TopicPartition) -> None:
+        """librdkafka refused ``tp`` as an unknown partition and queued nothing: its metadata of the topic
+        predates partitions added by another client (it asks again only every
+        ``topic.metadata.refresh.interval.ms``, 5 minutes), so ask now (a Metadata request for the topic)."""
+        log.info("Partition %s is not in the producer's metadata of topic %s (partitions added on the cluster): "
+                 "refreshing it", tp, tp.topic)
+        self._known.discard(tp.topic)
+        self._know(tp)
+
+    def _refused_unknown(self, delivery: _Delivery, n: int, what: str) -> None:
+        """The write fails: librdkafka still knows no partition ``tp`` after a metadata refresh."""
+        with delivery.lock:
+            delivery.expected -= n
+            if delivery.error is None:
+                delivery.error = KafkaError(KafkaError._UNKNOWN_PARTITION)
+            if delivery.expected == 0:
+                delivery.done.set()
+        log.warning("%s: librdkafka refused them: no such partition in the topic's metadata", what)
 
     def _know(self, tp: TopicPartition) -> None:
         """Metadata of ``tp``'s topic before its first produce (a Metadata request for it).
@@ -181,7 +235,7 @@ class ClusterProducer:
             self._known.add(tp.topic)
 
     def _produce_batch(self, tp: TopicPartition, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
-                       delivery: _Delivery, what: str) -> None:
+                       delivery: _Delivery, what: str) -> bool:
         """The records of one write onto the partition's queue at once (librdkafka's ``rd_kafka_produce_batch``).
 
         Enqueued in one call, they leave in one ProduceRequest batch as long as
@@ -192,7 +246,8 @@ class ClusterProducer:
         thousands of records that takes longer than ``linger.ms`` to enqueue can
         be cut (far less often than with one ``produce()`` per record, which
         Python makes slower).  Waits for room in the local queue first, so the
-        batch is never refused half enqueued for a full queue.
+        batch is never refused half enqueued for a full queue.  False, with nothing
+        queued and ``delivery`` untouched, when librdkafka knows no such partition.
         """
         messages: list[dict] = []
         for i, value in enumerate(values):
@@ -207,6 +262,9 @@ class ClusterProducer:
                                                   on_delivery=delivery.report)
         except (KafkaException, BufferError) as exc:
             raise from_kafka(exc, what, self.brokers) from None
+        if queued == 0 and messages and all(getattr(m.get("_error"), "code", lambda: None)()
+                                            == KafkaError._UNKNOWN_PARTITION for m in messages):
+            return False            # nothing queued: the caller refreshes the topic's metadata and asks again
         if queued != len(messages):
             refused = [m["_error"] for m in messages if "_error" in m]
             with delivery.lock:             # refused messages get no delivery report
@@ -217,6 +275,7 @@ class ClusterProducer:
                     delivery.done.set()
             log.warning("%s: librdkafka queued %d of them and refused the rest: %s", what, queued,
                         refused[0] if refused else "no reason given")
+        return True
 
     def _wait(self, delivery: _Delivery, what: str) -> tuple[int, int]:
         """(first, last) offset of the write, or its error naming what the cluster stored of it (logged too,

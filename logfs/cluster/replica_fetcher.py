@@ -17,8 +17,15 @@ One thread keeps the local data dir a copy of the cluster's partitions:
   broker becomes a follower): a partition has no local log, no open file and
   no place in a fetch session until something under its directory is looked
   up (:meth:`ReplicaFetcher.ensure_replica`); its log then starts where
-  ``--from`` says (ListOffsets earliest, latest or by timestamp) and its
+  ``--from`` says (ListOffsets earliest, latest or by timestamp, asked of the
+  leader the fetcher's own metadata names, with its leader epoch) and its
   directory carries the topic ID in Kafka's ``partition.metadata``.
+* **complete reads**: a read waits (:meth:`ReplicaFetcher.catch_up`) until
+  the replica holds the leader's high watermark as of its open (ListOffsets
+  latest for a new replica, else the leader's last fetch response), while the
+  replica gains records; ETIMEDOUT when it stops gaining them.  Replicas are
+  made without waiting, so many made one after another (a shell glob's
+  lookups) are fetched together.
 * **fetch**: one Fetch request (v13+, topic IDs, so a recreated topic answers
   UNKNOWN_TOPIC_ID instead of its own records) per leader in flight, each
   long-polling at the leader, in an incremental fetch session (KIP-227,
@@ -38,16 +45,16 @@ One thread keeps the local data dir a copy of the cluster's partitions:
   largest local epoch at or below the leader's current one.
 * **start**: the mount answers once every held partition's leader answered
   one fetch (at most ``FIRST_ROUND_MAX_S``), so a remounted replica shows the
-  cluster's log start and its new records from the first read; a replica
-  made on first use answers once its leader did, within the same bound.
+  cluster's log start and its new records from the first read.
 * **log start**: the leader's log start offset in each response (retention,
   DeleteRecords on the cluster) moves the local log start up; a fetch offset
   below it (OFFSET_OUT_OF_RANGE) truncates the local log fully and starts it
   at the leader's log start (Kafka's ``truncateFullyAndStartAt``); beyond the
   leader's end (an unclean leader election) truncates to it.
-* **leader changes**: NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, a
-  broken connection: the partition backs off briefly, metadata is refreshed
-  and the fetch goes to the new leader.
+* **leader changes**: NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH,
+  UNKNOWN_TOPIC_ID, a broken connection: the partition backs off briefly
+  (``_BACKOFF_S``), the held topics' metadata is refreshed at once and the
+  fetch goes to the leader it names.
 
 Kafka's raw wire format is kafka-python's (``kafka.protocol`` request classes,
 its connection manager); the records stay bytes from socket to segment.
@@ -70,6 +77,7 @@ from engine.errors import LogfsError, UnknownTopicOrPartitionError
 from engine.partition_metadata import read_topic_id
 from engine.records.framing import iter_batches
 from engine.topic import TopicPartition
+from logfs.cluster.admin import UNREACHABLE_WAIT_S
 from logfs.cluster.errors import ClusterTimeoutError, quiet_kafka_python
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,11 +104,31 @@ _UNKNOWN_TOPIC_OR_PARTITION = 3
 _RETRIABLE_METADATA = {3, 5, 6, 56, 74, 75, 100}   # unknown topic/partition, leader not available, not leader,
 #                                                    storage error, fenced/unknown leader epoch, unknown topic id
 
+#: the names of the error codes a leader's answer to ListOffsets may carry, for the log
+_ERROR_NAMES = {3: "UNKNOWN_TOPIC_OR_PARTITION", 5: "LEADER_NOT_AVAILABLE", 6: "NOT_LEADER_OR_FOLLOWER",
+                56: "KAFKA_STORAGE_ERROR", 74: "FENCED_LEADER_EPOCH", 75: "UNKNOWN_LEADER_EPOCH",
+                100: "UNKNOWN_TOPIC_ID"}
+#: ListOffsets' timestamps of the log start and of the high watermark
+_EARLIEST, _LATEST = -2, -1
+
 _FETCH_SESSION_ERRORS = {70, 71}   # FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH
 _INT32_MAX = 0x7FFFFFFF
 _BACKOFF_S = 0.2
 #: the most the mount's start waits for the first fetch of every partition (see ReplicaFetcher.start)
 FIRST_ROUND_MAX_S = 10.0
+
+
+class _LeaderError(Exception):
+    """A leader's ListOffsets answer was an error, or did not come: refresh the metadata and ask again."""
+
+    def __init__(self, message: str, code: int = -1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _spec(position: StartPosition) -> int:
+    """ListOffsets' timestamp for ``--from``."""
+    return _EARLIEST if position == "earliest" else _LATEST if position == "latest" else int(position)
 
 
 @dataclass
@@ -220,7 +248,9 @@ class ReplicaFetcher:
         self._cluster: dict[str, _TopicMetadata] = {}
         #: replicas made on first use, for the fetcher thread to start fetching (under _appended)
         self._added: list[TopicPartition] = []
-        self._floors: dict[TopicPartition, int] = {}
+        #: (where --from started it, the leader's high watermark then) of each replica made on first use,
+        #: until the fetcher thread takes it (under _appended)
+        self._pending: dict[TopicPartition, tuple[int, int]] = {}
         self._create_lock = threading.Lock()
         #: the replica ensure_replica is making (its first fetch appends): the fetcher thread leaves it alone
         self._creating: TopicPartition | None = None
@@ -233,9 +263,12 @@ class ReplicaFetcher:
                                         dict[tuple[uuid.UUID, int], tuple[int, int, int]],
                                         list[tuple[uuid.UUID, int]]]] = {}
         self._sessions: dict[int, FetchSession] = {}
-        #: the client of first fetches (ensure_replica), made on the first: its own connections, as a broker
-        #: answers the requests of one connection in order, behind the session's long poll
-        self._first_client: Any = None
+        #: the client of ListOffsets (see _side), made on first use
+        self._side_client: Any = None
+        self._side_lock = threading.Lock()
+        #: the last metadata response, for the side client's brokers (see _side)
+        self._last_metadata: Any = None
+        self._side_metadata: Any = None
         self._node_delayed: dict[int, float] = {}
         self._appended = threading.Condition()
         self._sync_wanted = threading.Event()
@@ -300,9 +333,9 @@ class ReplicaFetcher:
         if self._thread.is_alive():
             self._thread.join(timeout=30)
         self._client.close()
-        with self._create_lock:
-            if self._first_client is not None:
-                self._first_client.close()
+        with self._side_lock:
+            if self._side_client is not None:
+                self._side_client.close()
 
     # ------------------------------------------------------------------ for the backend
 
@@ -321,103 +354,188 @@ class ReplicaFetcher:
         meta = self._cluster.get(topic)
         return [] if meta is None else sorted(meta.partitions)
 
-    def ensure_replica(self, tp: TopicPartition, timeout_s: float) -> Log:
-        """The local log of ``tp``, made on first use: started where ``--from`` says, fetched at once, and
-        returned once its leader answered a first fetch (at most ``FIRST_ROUND_MAX_S``)."""
+    def ensure_replica(self, tp: TopicPartition, timeout_s: float, *, catch_up: bool = True) -> Log:
+        """The local log of ``tp``, made on first use: started where ``--from`` says and handed to the fetcher
+        thread; with ``catch_up``, returned once it holds the leader's high watermark (see :meth:`catch_up`)."""
         target = self.manager.get_log(tp)
-        if target is not None:
-            return target
+        if target is None:
+            target = self._make_replica(tp, timeout_s)
+        if catch_up:
+            self.catch_up(tp, timeout_s)
+        return target
+
+    def _make_replica(self, tp: TopicPartition, timeout_s: float) -> Log:
+        """A new local log of ``tp`` at the offset ``--from`` names, with the leader's high watermark then as
+        what its first read waits for (one ListOffsets round trip; fetched by the fetcher thread)."""
         meta = self._cluster.get(tp.topic)
         if meta is None or tp.partition not in meta.partitions:
             raise UnknownTopicOrPartitionError(f"No partition {tp} on the cluster")
         with self._create_lock:
             target = self.manager.get_log(tp)
-            if target is None:
-                start = self._start_offset(tp)
-                self._creating = tp
-                try:
-                    target = self.manager.get_or_create_log(tp, kafka_topic_id(meta.topic_id))
-                    if start > 0:
-                        target.truncate_fully_and_start_at(start)
-                    log.info("Replicating partition %s from offset %d (--from %s)", tp, start,
-                             self.start_position)
-                    fetched = self._first_fetch(tp, meta, target, timeout_s)
-                    _raise_log_start(target, start, FROM_START)
-                finally:
-                    with self._appended:
-                        self._creating = None
+            if target is not None:
+                return target
+            start, high_watermark = self.list_offsets(tp, [_spec(self.start_position), _LATEST], timeout_s)
+            if start < 0:       # no record at or after --from's time: the end
+                start = high_watermark
+            meta = self._cluster.get(tp.topic) or meta
+            self._creating = tp
+            try:
+                target = self.manager.get_or_create_log(tp, kafka_topic_id(meta.topic_id))
+                if start > 0:
+                    target.truncate_fully_and_start_at(start)
+                log.info("Replicating partition %s from offset %d (--from %s)", tp, start, self.start_position)
+            finally:
+                with self._appended:
+                    self._creating = None
+                    if target is not None:
                         self._added.append(tp)
-                        self._floors[tp] = start
-                self._client.wakeup()
-                if fetched:
-                    return target
-        deadline = time.monotonic() + min(timeout_s, FIRST_ROUND_MAX_S)
+                        self._pending[tp] = (start, high_watermark)
+            self._client.wakeup()
+            return target
+
+    def behind(self, tp: TopicPartition) -> bool:
+        """Whether a read of ``tp`` must wait first (:meth:`ensure_replica`): it has no local replica yet, or
+        its replica does not hold the leader's last known high watermark (unknown until its leader answered,
+        but for a cluster known to be unreachable: then the replica serves what it holds).  No request."""
+        target = self.manager.get_log(tp)
+        if target is None:
+            return True
+        if tp.topic not in self._cluster:
+            return False        # not listed (--topics, or gone): nothing to wait for
+        state = self._states.get(tp)
+        if state is None or state.log is not target:
+            pending = self._pending.get(tp)
+            return pending is None or target.log_end_offset < pending[1]
+        if state.high_watermark < 0:
+            return self.admin.reachable
+        return target.log_end_offset < state.high_watermark
+
+    def catch_up(self, tp: TopicPartition, timeout_s: float) -> None:
+        """Wait until the local replica of ``tp`` holds the leader's high watermark as of now: the one
+        ListOffsets gave when the replica was made, else the one of the leader's last fetch response (or of
+        its first, for a replica kept from an earlier mount).  A read opened after this returns at least every
+        record committed before it.
+
+        Waits as long as the replica gains records; ETIMEDOUT when it gains none for ``timeout_s``, or
+        for ``UNREACHABLE_WAIT_S`` while the cluster is known to be unreachable (a replica whose leader never
+        answered then serves what it holds, as every replica does in an outage); ENOENT when the topic is
+        deleted meanwhile."""
+        bound = timeout_s
+        since = time.monotonic()
+        gained = -1
         with self._appended:
             while True:
+                target = self.manager.get_log(tp)
+                if target is None:
+                    raise UnknownTopicOrPartitionError(f"Partition {tp} was deleted on the cluster")
                 state = self._states.get(tp)
-                if state is not None and state.responded:
-                    return target
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    log.warning("Partition %s: its leader did not answer a first fetch within %g s: serving what "
-                                "the local replica holds while it catches up", tp, min(timeout_s, FIRST_ROUND_MAX_S))
-                    return target
-                self._appended.wait(min(left, 0.5))
+                if state is not None and state.log is target and state.high_watermark >= 0:
+                    high_watermark = state.high_watermark
+                else:
+                    pending = self._pending.get(tp)
+                    high_watermark = pending[1] if pending is not None and state is None else -1
+                end = target.log_end_offset
+                if high_watermark >= 0 and end >= high_watermark:
+                    return
+                if tp.topic not in self._cluster:
+                    return
+                reachable = self.admin.reachable
+                if high_watermark < 0 and not reachable:
+                    return
+                now = time.monotonic()
+                if end != gained:
+                    gained, since = end, now
+                waited = now - since
+                limit = bound if reachable else min(bound, UNREACHABLE_WAIT_S)
+                if waited >= limit:
+                    held = f"offsets {target.log_start_offset}..{end - 1}" if end > target.log_start_offset \
+                        else "no records"
+                    want = f"its high watermark {high_watermark}" if high_watermark >= 0 else \
+                        "an answer from its leader"
+                    raise ClusterTimeoutError(
+                        f"Partition {tp}: the local replica holds {held} and fetched nothing more for {waited:.1f} s "
+                        f"toward {want}{'' if reachable else ' (the cluster cannot be reached)'}: a read now would "
+                        f"miss committed records (bootstrap servers {self.brokers})")
+                self._appended.wait(min(limit - waited, 0.5))
 
-    def _first_fetch(self, tp: TopicPartition, meta: _TopicMetadata, target: Log, timeout_s: float) -> bool:
-        """One Fetch of a new replica from its leader, at once (sessionless, ``max_wait_ms`` 0), appended
-        before the fetcher thread takes the partition into its leader's session; False if the leader did not
-        answer with records or nothing-new (the fetcher thread then handles what it says)."""
-        from kafka.protocol.consumer import FetchRequest
+    def list_offsets(self, tp: TopicPartition, timestamps: list[int], timeout_s: float) -> list[int]:
+        """ListOffsets of ``tp`` at its leader, one offset per timestamp (``_EARLIEST``, ``_LATEST`` or epoch
+        ms; -1 where no record is at or after the time), with the leader and leader epoch of the fetcher's own
+        metadata (librdkafka's cache kept a recreated topic's old leader epoch, UNKNOWN_LEADER_EPOCH, for
+        its ``metadata.max.age.ms``).  A leader error refreshes the metadata at once and asks again; ETIMEDOUT
+        after ``timeout_s`` (``UNREACHABLE_WAIT_S`` while the cluster is known to be unreachable)."""
+        from kafka.errors import KafkaError
 
-        leader, epoch = meta.partitions[tp.partition]
-        if leader < 0:
-            return False
-        timeout_ms = int(min(timeout_s, FIRST_ROUND_MAX_S) * 1000)
-        fetch_topic = FetchRequest.FetchTopic
-        request = FetchRequest(
-            replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=64 << 20, isolation_level=0, session_id=0,
-            session_epoch=-1, topics=[fetch_topic(topic=tp.topic, topic_id=meta.topic_id, partitions=[
-                fetch_topic.FetchPartition(partition=tp.partition, current_leader_epoch=epoch,
-                                           fetch_offset=target.log_end_offset, last_fetched_epoch=-1,
-                                           log_start_offset=-1, partition_max_bytes=self.partition_max_bytes)])],
-            forgotten_topics_data=[], rack_id="", min_version=13, max_version=16)
-        try:
-            if self._first_client is None:
-                from kafka.net.compat import KafkaNetClient
-
-                client = KafkaNetClient(**{"client_id": "logfs-replica-first-fetch", **self._client_settings()})
-                client._manager.bootstrap(timeout_ms)
-                self._first_client = client
-            response = self._first_client.send_and_receive(leader, request, timeout_ms=timeout_ms)
-            pd = response.responses[0].partitions[0]
-            diverging = getattr(pd, "diverging_epoch", None)
-            if response.error_code != _NONE or pd.error_code != _NONE or (diverging is not None
-                                                                          and diverging.epoch >= 0):
-                return False
-            if pd.records:
-                target.append_as_follower(pd.records)
-            if pd.log_start_offset > target.log_start_offset:
-                target.maybe_increment_log_start_offset(min(pd.log_start_offset, target.log_end_offset),
-                                                        LEADER_LOG_START_OFFSET)
-            return True
-        except Exception as exc:  # the fetcher thread fetches it anyway: say it, and leave it to it
-            log.debug("First fetch of %s from broker %d failed: %s", tp, leader, exc)
-            return False
-
-    def _start_offset(self, tp: TopicPartition) -> int:
-        """ListOffsets for ``--from``: the leader's log start, its high watermark, or the first offset whose
-        timestamp is at or after the time (the high watermark when none is)."""
-        deadline = time.monotonic() + FIRST_ROUND_MAX_S
+        limit = timeout_s if self.admin.reachable else min(timeout_s, UNREACHABLE_WAIT_S)
+        deadline = time.monotonic() + limit
+        why: object = "no answer"
         while True:
-            try:
-                return self.admin.list_offset(tp, self.start_position)
-            except ClusterTimeoutError:
-                raise
-            except LogfsError:      # a leader being elected (a topic just created): ask again, briefly
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(_BACKOFF_S)
+            meta = self._cluster.get(tp.topic)
+            if meta is None or tp.partition not in meta.partitions:
+                raise UnknownTopicOrPartitionError(f"No partition {tp} on the cluster")
+            leader, epoch = meta.partitions[tp.partition]
+            left = deadline - time.monotonic()
+            if leader >= 0 and left > 0:
+                try:
+                    return self._list_offsets_at(leader, epoch, tp, timestamps, left)
+                except _LeaderError as exc:
+                    why = exc
+                except (KafkaError, OSError) as exc:
+                    why = exc
+            else:
+                why = "no leader" if leader < 0 else why
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ClusterTimeoutError(f"Listing the offsets of {tp} at its leader: {why} within {limit:g} s "
+                                          f"(bootstrap servers {self.brokers})")
+            log.debug("ListOffsets of %s at broker %d: %s; refreshing metadata", tp, leader, why)
+            self.request_sync(min(left, 2.0))
+            time.sleep(min(_BACKOFF_S, max(0.0, deadline - time.monotonic())))
+
+    def _list_offsets_at(self, leader: int, epoch: int, tp: TopicPartition, timestamps: list[int],
+                         timeout_s: float) -> list[int]:
+        """One ListOffsets (v4+: the current leader epoch) per timestamp, sent together to ``leader``."""
+        from kafka.protocol.consumer import ListOffsetsRequest
+
+        topic = ListOffsetsRequest.ListOffsetsTopic
+        out = []
+        with self._side_lock:
+            client = self._side()
+            futures = [client.send(leader, ListOffsetsRequest(
+                replica_id=-1, isolation_level=0, timeout_ms=0, min_version=4, topics=[topic(
+                    name=tp.topic, partitions=[topic.ListOffsetsPartition(
+                        partition_index=tp.partition, current_leader_epoch=epoch, timestamp=ts)])]))
+                for ts in timestamps]
+            deadline = time.monotonic() + timeout_s
+            for future in futures:
+                while not future.is_done:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise _LeaderError(f"no answer from broker {leader}")
+                    client.poll(timeout_ms=int(min(left, 0.5) * 1000) + 1, future=future)
+                if future.failed():
+                    raise _LeaderError(f"broker {leader}: {future.exception!r}")
+                pd = future.value.topics[0].partitions[0]
+                if pd.error_code != _NONE:
+                    raise _LeaderError(f"broker {leader} answered Kafka error code {pd.error_code} "
+                                       f"({_ERROR_NAMES.get(pd.error_code, 'see Kafka')})", pd.error_code)
+                out.append(pd.offset)
+        return out
+
+    def _side(self) -> Any:
+        """The client of requests made outside the fetch sessions (ListOffsets; under ``_side_lock``): its
+        own connections, as a broker answers the requests of one connection in order, behind a long poll."""
+        if self._side_client is None:
+            from kafka.net.compat import KafkaNetClient
+
+            client = KafkaNetClient(**{"client_id": "logfs-replica-offsets", **self._client_settings()})
+            client._manager.bootstrap(10_000)
+            self._side_client = client
+        md = self._last_metadata
+        if md is not None and md is not self._side_metadata:    # brokers that came back since its bootstrap
+            self._side_client.cluster.update_metadata(md)
+            self._side_metadata = md
+        return self._side_client
 
     def request_sync(self, timeout_s: float) -> bool:
         """Refresh metadata now (an admin change was made); True once a sync started after this call ended."""
@@ -533,6 +651,7 @@ class ReplicaFetcher:
             return
         self.admin.reachable = True
         self._client.cluster.update_metadata(md)    # the brokers the fetches go to, as this metadata names them
+        self._last_metadata = md
         if self._unreachable_since is not None:
             log.info("The Kafka cluster at %s answers again after %.1f s", self.brokers,
                      time.monotonic() - self._unreachable_since)
@@ -647,17 +766,20 @@ class ReplicaFetcher:
         """Fetch states for the replicas made on first use since the last round."""
         with self._appended:
             added, self._added = self._added, []
-            floors, self._floors = self._floors, {}
-        for tp in added:
-            meta = self._cluster.get(tp.topic)
-            target = self.manager.get_log(tp)
-            if meta is None or target is None or tp.partition not in meta.partitions:
-                continue
-            state = self._states.get(tp)
-            if state is None or state.log is not target:
-                leader, epoch = meta.partitions[tp.partition]
-                state = self._states[tp] = PartitionFetchState(target, meta.topic_id, leader, epoch)
-            state.start_floor = floors.get(tp, -1)
+            pending, self._pending = self._pending, {}
+            for tp in added:
+                meta = self._cluster.get(tp.topic)
+                target = self.manager.get_log(tp)
+                if meta is None or target is None or tp.partition not in meta.partitions:
+                    continue
+                state = self._states.get(tp)
+                if state is None or state.log is not target:
+                    leader, epoch = meta.partitions[tp.partition]
+                    state = self._states[tp] = PartitionFetchState(target, meta.topic_id, leader, epoch)
+                start, high_watermark = pending.get(tp, (-1, -1))
+                state.start_floor = start
+                if state.high_watermark < 0:
+                    state.high_watermark = high_watermark
 
     def _drop_topic(self, topic: str, why: str) -> None:
         log.info("Deleting the local replica of topic %s: %s", topic, why)
@@ -834,8 +956,9 @@ class ReplicaFetcher:
         """Kafka's ``handleOutOfRangeError``: follow the leader's log start, or its end."""
         target = state.log
         try:
-            start, end = self.admin.list_offsets(tp)
-        except LogfsError as exc:
+            start, end = self._list_offsets_at(state.leader, state.leader_epoch, tp, [_EARLIEST, _LATEST], 5.0)
+        except (_LeaderError, LogfsError) as exc:
+            self._refresh_wanted = True
             log.warning("Partition %s: fetch offset %d out of range and the leader's offsets unknown: %s",
                         tp, target.log_end_offset, exc)
             state.delayed_until = time.monotonic() + 1.0
