@@ -76,7 +76,8 @@ class RemoteChunkCache:
 
     def _path(self, key: ChunkKey) -> str:
         segment_id, index = key
-        return os.path.join(self.directory, f"{segment_id.partition_dir}-{segment_id.id}-{index}.chunk")
+        flat = segment_id.partition_dir.replace("/", "-")
+        return os.path.join(self.directory, f"{flat}-{segment_id.id}-{index}.chunk")
 
     def read(self, segment_id: RemoteLogSegmentId, position: int, size: int, segment_size: int) -> bytes:
         """Bytes ``[position, position + size)`` of the segment's ``.log`` (fewer at its end, ``segment_size``).

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from engine.errors import CorruptRecordError, InvalidRequestError
-from engine.remote.storage import RemoteLogSegmentId
+from engine.remote.storage import RemoteLogSegmentId, TopicIdPartition
 
 if TYPE_CHECKING:
     from engine.log import Log
@@ -85,7 +85,8 @@ class RemoteLogSegmentMetadata:
     def to_event(self) -> bytes:
         sid = self.segment_id
         return orjson.dumps({
-            "state": self.state.value, "topic": sid.topic, "partition": sid.partition,
+            "state": self.state.value, "topic": sid.topic_id_partition.topic,
+            "topicId": sid.topic_id_partition.topic_id, "partition": sid.topic_id_partition.partition,
             "baseOffset": sid.base_offset, "id": sid.id, "startOffset": self.start_offset,
             "endOffset": self.end_offset, "maxTimestamp": self.max_timestamp,
             "segmentSizeBytes": self.segment_size_bytes, "eventTimestamp": self.event_timestamp,
@@ -95,8 +96,8 @@ class RemoteLogSegmentMetadata:
     def from_event(cls, data: bytes) -> RemoteLogSegmentMetadata:
         try:
             event: dict[str, Any] = orjson.loads(data)
-            return cls(RemoteLogSegmentId(str(event["topic"]), int(event["partition"]), int(event["baseOffset"]),
-                                          str(event["id"])),
+            tip = TopicIdPartition(str(event["topic"]), str(event["topicId"]), int(event["partition"]))
+            return cls(RemoteLogSegmentId(tip, int(event["baseOffset"]), str(event["id"])),
                        int(event["startOffset"]), int(event["endOffset"]), int(event["maxTimestamp"]),
                        int(event["segmentSizeBytes"]), int(event["eventTimestamp"]),
                        RemoteLogSegmentState(event["state"]),
@@ -112,10 +113,10 @@ class RemoteLogMetadataCache:
     """
 
     def __init__(self) -> None:
-        self._segments: dict[tuple[str, int], dict[str, RemoteLogSegmentMetadata]] = {}
+        self._segments: dict[TopicIdPartition, dict[str, RemoteLogSegmentMetadata]] = {}
 
     def current(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata | None:
-        return self._segments.get((segment_id.topic, segment_id.partition), {}).get(segment_id.id)
+        return self._segments.get(segment_id.topic_id_partition, {}).get(segment_id.id)
 
     def check_transition(self, metadata: RemoteLogSegmentMetadata) -> None:
         current = self.current(metadata.segment_id)
@@ -126,7 +127,7 @@ class RemoteLogMetadataCache:
 
     def apply(self, metadata: RemoteLogSegmentMetadata) -> None:
         sid = metadata.segment_id
-        partition = self._segments.setdefault((sid.topic, sid.partition), {})
+        partition = self._segments.setdefault(sid.topic_id_partition, {})
         current = partition.get(sid.id)
         if current is not None and metadata.state is not RemoteLogSegmentState.COPY_SEGMENT_STARTED:
             # later events carry the state; the segment's description is the copy's
@@ -134,19 +135,19 @@ class RemoteLogMetadataCache:
         if metadata.state is RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
             del partition[sid.id]
             if not partition:
-                del self._segments[(sid.topic, sid.partition)]
+                del self._segments[sid.topic_id_partition]
         else:
             partition[sid.id] = metadata
 
-    def segments(self, topic: str, partition: int,
+    def segments(self, tip: TopicIdPartition,
                  states: Iterable[RemoteLogSegmentState] | None = None) -> list[RemoteLogSegmentMetadata]:
         """The partition's copies (in ``states``, default all), by start offset."""
         wanted = set(states) if states is not None else None
-        found = [m for m in self._segments.get((topic, partition), {}).values()
+        found = [m for m in self._segments.get(tip, {}).values()
                  if wanted is None or m.state in wanted]
         return sorted(found, key=lambda m: (m.start_offset, m.segment_id.id))
 
-    def partitions(self) -> list[tuple[str, int]]:
+    def partitions(self) -> list[TopicIdPartition]:
         return sorted(self._segments)
 
 
@@ -189,7 +190,7 @@ class RemoteLogMetadataManager:
         with self._lock:
             self._cache.check_transition(metadata)
             sid = metadata.segment_id
-            self._log.append_values([metadata.to_event()], [f"{sid.topic}-{sid.partition}".encode()])
+            self._log.append_values([metadata.to_event()], [str(sid.topic_id_partition).encode()])
             self._log.flush()
             self._cache.apply(metadata)
 
@@ -204,33 +205,33 @@ class RemoteLogMetadataManager:
         self.add(updated)
         return updated
 
-    def copied_segments(self, topic: str, partition: int) -> list[RemoteLogSegmentMetadata]:
+    def copied_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         """The copies that serve reads (COPY_SEGMENT_FINISHED), by start offset."""
         with self._lock:
-            return self._cache.segments(topic, partition, _FINISHED)
+            return self._cache.segments(tip, _FINISHED)
 
-    def segment_for_offset(self, topic: str, partition: int, offset: int) -> RemoteLogSegmentMetadata | None:
+    def segment_for_offset(self, tip: TopicIdPartition, offset: int) -> RemoteLogSegmentMetadata | None:
         """The finished copy holding ``offset``, None when no copy does (Kafka's ``remoteLogSegmentMetadata``)."""
-        for metadata in reversed(self.copied_segments(topic, partition)):
+        for metadata in reversed(self.copied_segments(tip)):
             if metadata.start_offset <= offset:
                 return metadata if offset <= metadata.end_offset else None
         return None
 
-    def highest_copied_offset(self, topic: str, partition: int) -> int:
+    def highest_copied_offset(self, tip: TopicIdPartition) -> int:
         """The last offset of the partition held by a finished copy, -1 when none is."""
-        return max((m.end_offset for m in self.copied_segments(topic, partition)), default=-1)
+        return max((m.end_offset for m in self.copied_segments(tip)), default=-1)
 
-    def unfinished(self, topic: str, partition: int) -> list[RemoteLogSegmentMetadata]:
+    def unfinished(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         """Copies a crash left mid-way (COPY_SEGMENT_STARTED) and deletions not finished (DELETE_SEGMENT_STARTED)."""
         with self._lock:
-            return self._cache.segments(topic, partition, (RemoteLogSegmentState.COPY_SEGMENT_STARTED,
-                                                           RemoteLogSegmentState.DELETE_SEGMENT_STARTED))
+            return self._cache.segments(tip, (RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+                                              RemoteLogSegmentState.DELETE_SEGMENT_STARTED))
 
-    def known_ids(self, topic: str, partition: int) -> set[RemoteLogSegmentId]:
+    def known_ids(self, tip: TopicIdPartition) -> set[RemoteLogSegmentId]:
         """Every copy the metadata knows in any state (what a store listing is checked against)."""
         with self._lock:
-            return {m.segment_id for m in self._cache.segments(topic, partition)}
+            return {m.segment_id for m in self._cache.segments(tip)}
 
-    def partitions(self) -> list[tuple[str, int]]:
+    def partitions(self) -> list[TopicIdPartition]:
         with self._lock:
             return self._cache.partitions()

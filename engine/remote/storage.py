@@ -10,13 +10,16 @@ are orphans that :meth:`RemoteStorageManager.list_segment_ids` finds.
 
 Object layout (one prefix per store, shared by any number of data dirs)::
 
-    PREFIX/TOPIC-PARTITION/BASE_OFFSET-ID.log
-    PREFIX/TOPIC-PARTITION/BASE_OFFSET-ID.index
-    PREFIX/TOPIC-PARTITION/BASE_OFFSET-ID.timeindex
-    PREFIX/TOPIC-PARTITION/BASE_OFFSET-ID.txnindex            (when the segment has one)
-    PREFIX/TOPIC-PARTITION/BASE_OFFSET-ID.snapshot            (when it has one)
-    PREFIX/TOPIC-PARTITION/BASE_OFFSET-ID.leader-epoch-checkpoint
+    PREFIX/TOPIC-TOPIC_ID/PARTITION/BASE_OFFSET-ID.log
+    PREFIX/TOPIC-TOPIC_ID/PARTITION/BASE_OFFSET-ID.index
+    PREFIX/TOPIC-TOPIC_ID/PARTITION/BASE_OFFSET-ID.timeindex
+    PREFIX/TOPIC-TOPIC_ID/PARTITION/BASE_OFFSET-ID.txnindex    (when the segment has one)
+    PREFIX/TOPIC-TOPIC_ID/PARTITION/BASE_OFFSET-ID.snapshot    (when it has one)
+    PREFIX/TOPIC-TOPIC_ID/PARTITION/BASE_OFFSET-ID.leader-epoch-checkpoint
 
+``TOPIC_ID`` is the topic's id (``partition.metadata``, as Kafka keys remote
+segments by ``TopicIdPartition``): two data dirs, or a topic deleted and
+created again under its name, never share a directory of the store.
 ``BASE_OFFSET`` is the segment's, 20 digits as in its local file names, and
 ``ID`` a random UUID (hex).  The ``.log`` object is written last: a copy whose
 ``.log`` is there has all its other objects.
@@ -71,21 +74,37 @@ LOG_SUFFIX = "log"
 
 
 @dataclass(frozen=True, order=True)
+class TopicIdPartition:
+    """A partition of one incarnation of a topic (Kafka's ``TopicIdPartition``)."""
+
+    topic: str
+    topic_id: str
+    partition: int
+
+    @property
+    def directory(self) -> str:
+        """The partition's directory below the store's prefix."""
+        return f"{self.topic}-{self.topic_id}/{self.partition}"
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition} (topic ID {self.topic_id})"
+
+
+@dataclass(frozen=True, order=True)
 class RemoteLogSegmentId:
     """One copy of one segment: its partition, base offset and the copy's unique id."""
 
-    topic: str
-    partition: int
+    topic_id_partition: TopicIdPartition
     base_offset: int
     id: str
 
     @classmethod
-    def generate(cls, topic: str, partition: int, base_offset: int) -> RemoteLogSegmentId:
-        return cls(topic, partition, base_offset, uuid.uuid4().hex)
+    def generate(cls, tip: TopicIdPartition, base_offset: int) -> RemoteLogSegmentId:
+        return cls(tip, base_offset, uuid.uuid4().hex)
 
     @property
     def partition_dir(self) -> str:
-        return f"{self.topic}-{self.partition}"
+        return self.topic_id_partition.directory
 
     def object_name(self, suffix: str) -> str:
         """The object's key below the store's prefix."""
@@ -172,15 +191,14 @@ class RemoteStorageManager(ABC):
         names += [segment_id.object_name(t.value) for t in IndexType]
         self._delete(names)
 
-    def list_segment_ids(self, topic: str, partition: int) -> set[RemoteLogSegmentId]:
+    def list_segment_ids(self, tip: TopicIdPartition) -> set[RemoteLogSegmentId]:
         """Every copy with a ``.log`` object in the store for the partition (finished or orphaned)."""
         found = set()
-        prefix = f"{topic}-{partition}"
-        for name in self._list(prefix):
+        for name in self._list(tip.directory):
             stem, _, suffix = name.rpartition("/")[2].partition(".")
             base, _, copy_id = stem.partition("-")
             if suffix == LOG_SUFFIX and base.isdigit() and copy_id:
-                found.add(RemoteLogSegmentId(topic, partition, int(base), copy_id))
+                found.add(RemoteLogSegmentId(tip, int(base), copy_id))
         return found
 
 

@@ -26,6 +26,7 @@ from engine.remote.storage import (
     RemoteLogSegmentId,
     RemoteStorageError,
     RemoteStorageManager,
+    TopicIdPartition,
     open_remote_storage,
 )
 from engine.segment import LogSegment
@@ -33,6 +34,8 @@ from tests.helpers import wait_for
 from tests.jvm import free_port
 from tests.seaweedfs import SeaweedFS
 
+T0 = TopicIdPartition("t", "Yk8nZ5mKQxa2bH3cVdE1Fw", 0)
+U3 = TopicIdPartition("u", "q0pL9rS8tU7vW6xY5zA4Bc", 3)
 STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 DELETE_STARTED = RemoteLogSegmentState.DELETE_SEGMENT_STARTED
@@ -88,7 +91,7 @@ def _data(segment: LogSegment) -> LogSegmentData:
 
 
 def test_a_copied_segment_reads_back_byte_for_byte(store: RemoteStorageManager, closed_segment: LogSegment):
-    segment_id = RemoteLogSegmentId.generate("t", 0, closed_segment.base_offset)
+    segment_id = RemoteLogSegmentId.generate(T0, closed_segment.base_offset)
     store.copy_log_segment_data(segment_id, _data(closed_segment))
     log_bytes = Path(closed_segment.log_path).read_bytes()
     assert len(log_bytes) > 30_000
@@ -101,13 +104,14 @@ def test_a_copied_segment_reads_back_byte_for_byte(store: RemoteStorageManager, 
     assert store.fetch_index(segment_id, IndexType.TIMESTAMP) == Path(closed_segment.time_index.path).read_bytes()
     assert store.fetch_index(segment_id, IndexType.LEADER_EPOCH) == b"0\n1\n0 0\n"
     # a second copy of the same segment (a retry after a crash) is another object: both are listed
-    retry = RemoteLogSegmentId.generate("t", 0, closed_segment.base_offset)
+    retry = RemoteLogSegmentId.generate(T0, closed_segment.base_offset)
     store.copy_log_segment_data(retry, _data(closed_segment))
-    assert store.list_segment_ids("t", 0) == {segment_id, retry}
-    assert store.list_segment_ids("t", 1) == set()
+    assert store.list_segment_ids(T0) == {segment_id, retry}
+    assert store.list_segment_ids(TopicIdPartition("t", T0.topic_id, 1)) == set()
+    assert store.list_segment_ids(TopicIdPartition("t", "another-incarnation", 0)) == set()   # recreated topic
     store.delete_log_segment_data(segment_id)
     store.delete_log_segment_data(segment_id)          # idempotent
-    assert store.list_segment_ids("t", 0) == {retry}
+    assert store.list_segment_ids(T0) == {retry}
     with pytest.raises(RemoteStorageError) as missing:
         store.fetch_log_segment(segment_id, 0)
     assert missing.value.errno == errno.ENOENT
@@ -120,7 +124,7 @@ def test_a_copy_without_its_log_object_is_not_listed(store: RemoteStorageManager
         pass
 
     original = store._put
-    segment_id = RemoteLogSegmentId.generate("t", 0, 0)
+    segment_id = RemoteLogSegmentId.generate(T0, 0)
 
     def put(name: str, source: str | bytes) -> None:
         if name.endswith(".log"):
@@ -131,9 +135,9 @@ def test_a_copy_without_its_log_object_is_not_listed(store: RemoteStorageManager
     with pytest.raises(CrashBeforeLog):
         store.copy_log_segment_data(segment_id, _data(closed_segment))
     store._put = original  # type: ignore[method-assign]
-    assert store.list_segment_ids("t", 0) == set()
+    assert store.list_segment_ids(T0) == set()
     store.delete_log_segment_data(segment_id)          # what the orphan clean-up does: removes its other objects
-    assert store._list("t-0") == []
+    assert store._list(T0.directory) == []
 
 
 def test_open_names_the_setting_that_is_wrong(seaweedfs: SeaweedFS, tmp_path: Path):
@@ -167,7 +171,7 @@ def test_a_stopped_store_fails_reads_within_the_bound_then_serves_again(tmp_path
     server = SeaweedFS(tmp_path / "weed").start()
     try:
         store = open_remote_storage(server.settings(prefix="p", **{"rsm.config.request.timeout.ms": "1000"}))
-        segment_id = RemoteLogSegmentId.generate("t", 0, 0)
+        segment_id = RemoteLogSegmentId.generate(T0, 0)
         store.copy_log_segment_data(segment_id, _data(closed_segment))
         server.kill()
         start = time.monotonic()
@@ -195,10 +199,10 @@ def test_metadata_events_replay_to_the_same_state_after_a_restart(tmp_path: Path
     path = tmp_path / "data" / "__remote_log_metadata-0"
     log = _log(path)
     rlmm = RemoteLogMetadataManager(log)
-    first = RemoteLogSegmentId.generate("t", 0, 0)
-    second = RemoteLogSegmentId.generate("t", 0, 100)
-    crashed = RemoteLogSegmentId.generate("t", 0, 200)
-    deleting = RemoteLogSegmentId.generate("u", 3, 0)
+    first = RemoteLogSegmentId.generate(T0, 0)
+    second = RemoteLogSegmentId.generate(T0, 100)
+    crashed = RemoteLogSegmentId.generate(T0, 200)
+    deleting = RemoteLogSegmentId.generate(U3, 0)
     rlmm.add(_metadata(first, STARTED, 0, 99))
     rlmm.update_state(first, FINISHED, 2)
     rlmm.add(_metadata(second, STARTED, 100, 199))
@@ -214,19 +218,19 @@ def test_metadata_events_replay_to_the_same_state_after_a_restart(tmp_path: Path
     log.close()
 
     replayed = RemoteLogMetadataManager(_log(path))
-    assert [m.segment_id for m in replayed.copied_segments("t", 0)] == [first, second]
-    assert replayed.segment_for_offset("t", 0, 150).segment_id == second  # type: ignore[union-attr]
-    assert replayed.segment_for_offset("t", 0, 250) is None            # its copy never finished
-    assert replayed.highest_copied_offset("t", 0) == 199
-    assert [m.segment_id for m in replayed.unfinished("t", 0)] == [crashed]
-    assert [(m.segment_id, m.state) for m in replayed.unfinished("u", 3)] == [(deleting, DELETE_STARTED)]
-    assert replayed.known_ids("t", 0) == {first, second, crashed}
+    assert [m.segment_id for m in replayed.copied_segments(T0)] == [first, second]
+    assert replayed.segment_for_offset(T0, 150).segment_id == second  # type: ignore[union-attr]
+    assert replayed.segment_for_offset(T0, 250) is None            # its copy never finished
+    assert replayed.highest_copied_offset(T0) == 199
+    assert [m.segment_id for m in replayed.unfinished(T0)] == [crashed]
+    assert [(m.segment_id, m.state) for m in replayed.unfinished(U3)] == [(deleting, DELETE_STARTED)]
+    assert replayed.known_ids(T0) == {first, second, crashed}
     # what the copy task does with them: the orphan is abandoned, the deletion finished
     replayed.update_state(crashed, DELETE_STARTED, 7)
     replayed.update_state(crashed, DELETE_FINISHED, 8)
     replayed.update_state(deleting, DELETE_FINISHED, 9)
-    assert replayed.partitions() == [("t", 0)]
-    assert replayed.known_ids("t", 0) == {first, second}
+    assert replayed.partitions() == [T0]
+    assert replayed.known_ids(T0) == {first, second}
 
 
 def test_a_damaged_metadata_event_is_refused_with_its_cause(tmp_path: Path):
@@ -241,7 +245,7 @@ def test_a_damaged_metadata_event_is_refused_with_its_cause(tmp_path: Path):
 
 
 def _copied(store: RemoteStorageManager, segment: LogSegment) -> tuple[RemoteLogSegmentId, bytes]:
-    segment_id = RemoteLogSegmentId.generate("t", 0, segment.base_offset)
+    segment_id = RemoteLogSegmentId.generate(T0, segment.base_offset)
     store.copy_log_segment_data(segment_id, _data(segment))
     return segment_id, Path(segment.log_path).read_bytes()
 
