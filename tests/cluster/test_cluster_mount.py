@@ -221,7 +221,8 @@ def test_admin_operations_act_on_the_cluster(cluster_mount, kafka_cluster: Kafka
     assert consumer_low == 4
     (m / "adm/0/delete").write_text("key gone\n")
     assert _consume(kafka_cluster, "adm")[-1] == (6, b"gone", None)
-    assert '"key":"gone","value":null' in (m / "adm/0/records.jsonl").read_text()
+    tombstone = '"key":"gone","keyEncoding":"utf8","value":null,"valueEncoding":null'
+    assert tombstone in (m / "adm/0/records.jsonl").read_text()
     # DeleteTopics
     os.rmdir(m / "adm")
     assert "adm" not in os.listdir(m.path)
