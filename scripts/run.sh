@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, then mounts logfs in the foreground with the
+# Installs what mounting needs and is missing (scripts/setup.sh: FUSE, gcc and
+# the mount's Python packages; nothing only the tests use), then mounts logfs in the foreground with the
 # embedded default: data in ./data, mount at ./mnt.  Ctrl-C unmounts cleanly
 # (flush, checkpoints, clean-shutdown marker).  Extra arguments go to
 # `logfs mount` (e.g. -o num.partitions=3).
@@ -10,7 +11,7 @@ usage() {
     cat <<'EOF'
 usage: scripts/run.sh [LOGFS MOUNT OPTIONS ...]
 
-Installs what is missing (scripts/setup.sh), then serves logfs in the
+Installs what mounting needs and is missing (scripts/setup.sh), then serves logfs in the
 foreground at ./mnt with its data in ./data until Ctrl-C (or `logfs umount mnt`
 from another shell), which shuts it down cleanly.  Arguments go to
 `logfs mount mnt --data-dir data`, for example:

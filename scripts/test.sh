@@ -6,7 +6,7 @@
 # tests at all (its exit code 5).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh && bash scripts/setup-kafka.sh || exit 1
+bash scripts/setup.sh --test && bash scripts/setup-kafka.sh || exit 1
 
 lint_failed=()
 .venv/bin/ruff check . || lint_failed+=(ruff)
