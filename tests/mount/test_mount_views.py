@@ -55,7 +55,8 @@ def test_topic_partition_layout_and_views_match_kafka(mount):
     assert all(r["topic"] == "t" and r["partition"] == 0 and r["timestampType"] == 1 and r["key"] is None
                for r in rows)
     assert rows[102]["value"] == 'héllo "q"'
-    assert list(rows[0])[:7] == ["topic", "partition", "offset", "timestamp", "timestampType", "key", "value"]
+    assert all(list(row) == ["topic", "partition", "offset", "timestamp", "timestampType", "key", "keyEncoding",
+                             "value", "valueEncoding", "headers"] for row in rows)
     assert _json_lines(mount.sh("cat t/0/from/102.jsonl").stdout) == rows[102:]
 
     state = json.loads((mount / "t/0/state").read_bytes())
