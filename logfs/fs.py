@@ -739,7 +739,6 @@ class LogfsOperations(pyfuse3.Operations):
             prepare = node.open_preparation()
             if prepare is not None:     # a cluster mount's replica catching up first (logfs.nodes.ViewFile)
                 await trio.to_thread.run_sync(prepare)
-            self._settle_attrs(inode, node)
         deadline = trio.current_time() + _RELEASE_WAIT_S
         while True:
             try:
@@ -751,6 +750,8 @@ class LogfsOperations(pyfuse3.Operations):
                     raise
                 await trio.sleep(_RELEASE_POLL_S)
         handle.opened(flags)
+        if not write:
+            self._settle_attrs(inode, node)     # after the open: the size of the view it anchored
         handle.opener = getattr(ctx, "pid", 0)     # whose process tree writes through it (logfs.writers)
         fh = self._next_fh
         self._next_fh += 1

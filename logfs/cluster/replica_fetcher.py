@@ -494,12 +494,15 @@ class ReplicaFetcher:
 
     def _list_offsets_at(self, leader: int, epoch: int, tp: TopicPartition, timestamps: list[int],
                          timeout_s: float) -> list[int]:
-        """One ListOffsets (v4+: the current leader epoch) per timestamp, sent together to ``leader``."""
+        """One ListOffsets (v4+: the current leader epoch) per timestamp, sent together to ``leader``; the side
+        client is waited for at most ``timeout_s`` too (the fetcher thread must not stall behind a caller)."""
         from kafka.protocol.consumer import ListOffsetsRequest
 
         topic = ListOffsetsRequest.ListOffsetsTopic
         out = []
-        with self._side_lock:
+        if not self._side_lock.acquire(timeout=timeout_s):
+            raise _LeaderError("the ListOffsets connection is busy")
+        try:
             client = self._side()
             futures = [client.send(leader, ListOffsetsRequest(
                 replica_id=-1, isolation_level=0, timeout_ms=0, min_version=4, topics=[topic(
@@ -520,6 +523,8 @@ class ReplicaFetcher:
                     raise _LeaderError(f"broker {leader} answered Kafka error code {pd.error_code} "
                                        f"({_ERROR_NAMES.get(pd.error_code, 'see Kafka')})", pd.error_code)
                 out.append(pd.offset)
+        finally:
+            self._side_lock.release()
         return out
 
     def _side(self) -> Any:
@@ -956,7 +961,7 @@ class ReplicaFetcher:
         """Kafka's ``handleOutOfRangeError``: follow the leader's log start, or its end."""
         target = state.log
         try:
-            start, end = self._list_offsets_at(state.leader, state.leader_epoch, tp, [_EARLIEST, _LATEST], 5.0)
+            start, end = self._list_offsets_at(state.leader, state.leader_epoch, tp, [_EARLIEST, _LATEST], 2.0)
         except (_LeaderError, LogfsError) as exc:
             self._refresh_wanted = True
             log.warning("Partition %s: fetch offset %d out of range and the leader's offsets unknown: %s",

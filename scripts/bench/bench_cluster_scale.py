@@ -18,7 +18,11 @@ open descriptors (``/proc/<pid>``) after the reads, and beside it Kafka's own
 ``ConsumerPerformance`` (kafka-consumer-perf-test.sh) reading the same
 records: its seconds and peak RSS (``/usr/bin/time``).
 
-    .venv/bin/python scripts/bench/bench_cluster_scale.py [--partitions 5000] [--records 20]
+    .venv/bin/python scripts/bench/bench_cluster_scale.py [--partitions 5000] [--records 20] [--glob]
+
+With ``--glob`` each topic is read as ``cat TOPIC/*/records | wc -l`` (the
+shell looks every ``records`` up before ``cat`` opens the first), and the
+count must equal the records produced, every partition's high watermark.
 """
 
 from __future__ import annotations
@@ -124,16 +128,23 @@ def _du_mb(path: Path) -> float:
 
 
 def _logfs_row(bootstrap: str, base: Path, args: list[str], read_topics: list[str] | None,
-               expected: int) -> dict[str, float]:
+               expected: int, glob: bool = False) -> dict[str, float]:
     proc, mnt, ready = _mount(bootstrap, base, args)
     try:
         topics = read_topics if read_topics is not None else sorted(t for t in os.listdir(mnt) if t != ".logfs")
         files = [str(mnt / t / p / "records") for t in topics for p in os.listdir(mnt / t) if p.isdigit()]
         started = time.perf_counter()
         lines = 0
-        for start in range(0, len(files), 200):
-            out = subprocess.run(["cat", *files[start:start + 200]], capture_output=True, check=True).stdout
-            lines += out.count(b"\n")
+        if glob:        # the shell looks every records up first, then cat opens them one by one
+            for start in range(0, len(topics), 20):
+                patterns = " ".join(f"'{t}'/*/records" for t in topics[start:start + 20])
+                out = subprocess.run(["bash", "-o", "pipefail", "-c", f"cat {patterns} | wc -l"], cwd=mnt,
+                                     capture_output=True, check=True).stdout
+                lines += int(out)
+        else:
+            for start in range(0, len(files), 200):
+                out = subprocess.run(["cat", *files[start:start + 200]], capture_output=True, check=True).stdout
+                lines += out.count(b"\n")
         read = time.perf_counter() - started
         if lines != expected:
             raise SystemExit(f"read {lines} records through the mount, expected {expected}")
@@ -174,6 +185,8 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=20, help="records of 100 bytes per partition")
     parser.add_argument("--replication", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the work dir")
+    parser.add_argument("--glob", action="store_true",
+                        help="read each topic as `cat TOPIC/*/records | wc -l` (the shell's lookups first)")
     args = parser.parse_args()
     from tests.kafka_cluster import KafkaCluster
 
@@ -194,7 +207,8 @@ def main() -> int:
         results = []
         for i, (name, mount_args, read_topics, expected, pattern, kafka_records) in enumerate(rows):
             try:
-                row = _logfs_row(cluster.bootstrap, base / f"logfs-{i}", mount_args, read_topics, expected)
+                row = _logfs_row(cluster.bootstrap, base / f"logfs-{i}", mount_args, read_topics, expected,
+                                 args.glob)
                 perf = _consumer_perf(cluster.bootstrap, base / f"logfs-{i}", pattern, kafka_records)
             except (SystemExit, Exception) as exc:      # say it, and measure the other rows
                 print(f"{name}: failed: {exc}", flush=True)
