@@ -11,7 +11,7 @@ usage() {
     cat <<'EOF'
 usage: scripts/run.sh [LOGFS MOUNT OPTIONS ...]
 
-Installs what mounting needs and is missing (scripts/setup.sh), then serves logfs in the
+Installs what a mount needs and is missing (scripts/setup.sh), then serves logfs in the
 foreground at ./mnt with its data in ./data until Ctrl-C (or `logfs umount mnt`
 from another shell), which shuts it down cleanly.  Arguments go to
 `logfs mount mnt --data-dir data`, for example:
