@@ -5,7 +5,7 @@ that dies closes its files in the kernel's ``do_exit``, after it has marked
 itself exiting (``PF_EXITING`` in the flags of ``/proc/<tid>/stat``) and
 stored its exit status (the last field, as ``waitpid`` reports it: the
 signal's number in the low 7 bits for a death by signal).  It stays in
-``/proc``, blocked on the FLUSH (state ``D``), until the mount answers.  So a
+``/proc``, blocked on the FLUSH (state ``D``, or ``S``), until the mount answers.  So a
 killed writer's FLUSH is recognised by a task among the opener's process tree
 (the process that opened the file and its descendants, which inherit the
 descriptor) that is exiting by a signal and blocked while the mount serves a
@@ -26,6 +26,9 @@ __all__ = ["KilledWriter", "killed_writer"]
 _PF_EXITING = 0x4
 #: at most this many tasks of a tree are looked at (a shell's job is a few)
 _MAX_TASKS = 4096
+#: the states of a task waiting for the FLUSH's answer: D (the kernel waits uninterruptibly when the dying task
+#: has a signal pending, as a killed one has), S (an interruptible wait, on kernels that choose one)
+_BLOCKED = ("D", "S")
 
 
 class KilledWriter(NamedTuple):
@@ -84,7 +87,7 @@ def killed_writer(opener: int) -> KilledWriter | None:
             state = _task_state(f"{base}/stat")
             if state is not None:
                 command, run_state, flags, exit_code = state
-                if flags & _PF_EXITING and exit_code & 0x7F and run_state == "D":
+                if flags & _PF_EXITING and exit_code & 0x7F and run_state in _BLOCKED:
                     return KilledWriter(int(tid), command, exit_code & 0x7F)
             try:
                 with open(f"{base}/children", "rb") as f:
