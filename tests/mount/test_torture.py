@@ -34,7 +34,8 @@ def test_torture_ci_defaults_lose_nothing():
     assert faults.get("kill-9", 0) + faults.get("kill-9-during-shutdown", 0) >= 6, output
     assert faults["clean-shutdown"] >= 3, output
     # writers killed mid-line by SIGINT and SIGKILL, none of whose unterminated lines became a record
-    assert faults["writer-killed-mid-line-SIGINT"] >= 3 and faults["writer-killed-mid-line-SIGKILL"] >= 3, output
+    assert faults.get("writer-killed-mid-line-SIGINT", 0) >= 3, output
+    assert faults.get("writer-killed-mid-line-SIGKILL", 0) >= 3, output
     assert summary["torn_records"] == 0 and summary["killed_writers_lines_dropped"] >= 6, output
 
 
