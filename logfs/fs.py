@@ -43,7 +43,9 @@ this process), exactly:
   The kernel ignores attributes answered while an invalidation of the inode
   came in (``fuse_change_attributes``: its ``attr_version`` moved), so an inode
   is invalidated once until the kernel asks again, and a change within
-  ``_ATTR_SETTLE_S`` of an answer is invalidated that much later: on a log that
+  ``_ATTR_SETTLE_S`` of an answer is invalidated that much later (but before
+  the answer to the ``write()`` or ``flush()`` of this mount that made it, so a
+  writer's next ``fstat`` sees its records: read-your-writes): on a log that
   grows all the time (a busy partition fetched by a cluster mount) the kernel
   otherwise kept the size of the lookup, 0, and ``cat`` read nothing, exit 0;
 * large reads of one opening run in arrival order (readahead sends the next
@@ -378,6 +380,13 @@ class LogfsOperations(pyfuse3.Operations):
                 return
             self._attrs_stale.add(ino)
         self._invalidate_attrs([ino])
+
+    def _invalidate_written(self) -> None:
+        """After a ``write()`` or ``flush()`` of this mount: what it appended is invalidated before the writer
+        gets its answer, deferred or not, so an ``fstat`` or a read at EOF after it sees the new size
+        (read-your-writes); only changes no request of this mount made wait out ``_ATTR_SETTLE_S``."""
+        if self._attrs_deferred:
+            self._invalidate_deferred()
 
     def _invalidate_deferred(self) -> None:
         with self._view_inodes_lock:
@@ -786,19 +795,25 @@ class LogfsOperations(pyfuse3.Operations):
     @_translating
     async def write(self, fh: int, off: int, buf: bytes) -> int:
         handle = self._handles[fh][1]
-        if handle.blocking:
-            return await trio.to_thread.run_sync(handle.write, off, buf)
-        return handle.write(off, buf)
+        try:
+            if handle.blocking:
+                return await trio.to_thread.run_sync(handle.write, off, buf)
+            return handle.write(off, buf)
+        finally:
+            self._invalidate_written()
 
     @_translating
     async def flush(self, fh: int) -> None:
         # Implemented for every handle: an ENOSYS here would make the kernel
         # stop sending flush for the whole mount, and append files need it.
         handle = self._handles[fh][1]
-        if handle.blocking:
-            await trio.to_thread.run_sync(handle.flush)
-        else:
-            handle.flush()
+        try:
+            if handle.blocking:
+                await trio.to_thread.run_sync(handle.flush)
+            else:
+                handle.flush()
+        finally:
+            self._invalidate_written()
 
     @_translating
     async def fsync(self, fh: int, datasync: bool) -> None:
