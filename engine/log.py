@@ -67,8 +67,9 @@ from engine.segment import FetchDataInfo, LogSegment, topic_partition_of_dir
 from engine.topic import TopicPartition
 from engine.transactions import READ_UNCOMMITTED_ISOLATION, ReadIsolation, TransactionState
 
-__all__ = ["CLIENT_RECORD_DELETION", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP",
-           "SEGMENT_DELETION", "AppendObserver", "AppendOrigin", "Log", "LogAppendInfo", "LogOffsetMetadata"]
+__all__ = ["CLIENT_RECORD_DELETION", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "LEADER_LOG_START_OFFSET",
+           "MAX_TIMESTAMP", "SEGMENT_DELETION", "AppendObserver", "AppendOrigin", "Log", "LogAppendInfo",
+           "LogOffsetMetadata"]
 
 logger = logging.getLogger(__name__)
 

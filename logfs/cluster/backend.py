@@ -26,15 +26,16 @@ from engine.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
+from engine.log import LEADER_LOG_START_OFFSET
 from engine.records import Record
 from engine.topic import TopicPartition, validate_topic_name
 from logfs.backend import LocalLogs
 from logfs.cluster.admin import ClusterAdmin
-from logfs.cluster.config import LOCAL_TOPIC_NAMES, ClusterOptions
+from logfs.cluster.config import FETCHER_DEFAULTS, LOCAL_TOPIC_NAMES, ClusterOptions
 from logfs.cluster.errors import ClusterError, ClusterTimeoutError, quiet_while_unreachable
 from logfs.cluster.groups import ClusterGroupCoordinator
 from logfs.cluster.producer import ClusterProducer
-from logfs.cluster.replica_fetcher import LEADER_LOG_START_OFFSET, ReplicaFetcher, StartPosition
+from logfs.cluster.replica_fetcher import ReplicaFetcher, StartPosition
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.consumer_offsets import GroupMetadataManager
@@ -71,11 +72,12 @@ class ClusterBackend(LocalLogs):
         self.timeout_s = options.timeout_s
         self.admin = ClusterAdmin(options.client_config(), self.timeout_s, options.create)
         self.topic_pattern = topics
+        fetcher = {**FETCHER_DEFAULTS, **options.fetcher}
         self.fetcher = ReplicaFetcher(
             manager, self.admin, options.fetcher_client_config(),
-            metadata_max_age_s=int(options.fetcher.get("metadata.max.age.ms", "2000")) / 1000,
-            listing_max_age_s=int(options.fetcher.get("metadata.listing.max.age.ms", "10000")) / 1000,
-            fetch_max_wait_ms=int(options.fetcher.get("fetch.max.wait.ms", "500")),
+            metadata_max_age_s=int(fetcher["metadata.max.age.ms"]) / 1000,
+            listing_max_age_s=int(fetcher["metadata.listing.max.age.ms"]) / 1000,
+            fetch_max_wait_ms=int(fetcher["fetch.max.wait.ms"]),
             topics=topics, start=start)
         self.producer: ClusterProducer | None = None
         self._coordinator = ClusterGroupCoordinator(manager, self.admin, options.fetcher_client_config())
@@ -161,6 +163,7 @@ class ClusterBackend(LocalLogs):
                                     f"--topics {pattern!r}")
         self.admin.create_topic(topic, CREATED_TOPIC_CONFIG)
         self._wait_until(lambda: topic in self.fetcher.topics(), f"Creating topic {topic}")
+        self.fetcher.created(topic)
 
     def add_partition(self, topic: str, partition: int) -> None:
         current = len(self.fetcher.partitions(topic))
@@ -174,6 +177,7 @@ class ClusterBackend(LocalLogs):
                          f"Adding partition {partition} to topic {topic}")
 
     def delete_topic(self, topic: str) -> None:
+        self.fetcher.deleted(topic)
         self.admin.delete_topic(topic)
         self._wait_until(lambda: topic not in self.fetcher.topics(), f"Deleting topic {topic}")
 

@@ -33,7 +33,9 @@ LOCAL_TOPIC_NAMES = frozenset({"parse.key", "key.separator", "null.marker"})
 REPLICA_DEFAULTS = {"log.retention.ms": "-1", "log.retention.bytes": "-1", "log.cleaner.enable": "false"}
 
 _CREATE_NAMES = ("num.partitions", "default.replication.factor")
-_FETCHER_NAMES = ("metadata.max.age.ms", "metadata.listing.max.age.ms", "fetch.max.wait.ms")
+#: the replica fetcher's settings when ``-o`` gives none: its metadata poll, full listing and long poll
+FETCHER_DEFAULTS = {"metadata.max.age.ms": "2000", "metadata.listing.max.age.ms": "10000", "fetch.max.wait.ms": "500"}
+_FETCHER_NAMES = tuple(FETCHER_DEFAULTS)
 
 
 @dataclass

@@ -15,13 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from logfs.cluster.client_settings import SECRET_NAMES
-from logfs.cluster.config import ClusterOptions
+from logfs.cluster.config import FETCHER_DEFAULTS, ClusterOptions
 from logfs.cluster.producer import PRODUCER_DEFAULTS
 
-__all__ = ["FETCHER_DEFAULTS", "mount_settings_text"]
-
-#: the replica fetcher's settings when ``-o`` gives none (logfs.cluster.backend)
-FETCHER_DEFAULTS = {"metadata.max.age.ms": "2000", "metadata.listing.max.age.ms": "10000", "fetch.max.wait.ms": "500"}
+__all__ = ["mount_settings_text"]
 
 REDACTED = "[redacted]"
 _CREATE_NAMES = ("num.partitions", "default.replication.factor")

@@ -74,6 +74,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import LogfsError, UnknownTopicOrPartitionError
+from engine.log import LEADER_LOG_START_OFFSET
 from engine.partition_metadata import read_topic_id
 from engine.records.framing import iter_batches
 from engine.topic import TopicPartition
@@ -87,13 +88,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ReplicaFetcher", "LEADER_LOG_START_OFFSET", "StartPosition"]
+__all__ = ["ReplicaFetcher", "StartPosition"]
 
 #: where a new replica starts (``--from``): "earliest", "latest" or a timestamp in epoch milliseconds
 StartPosition = str | int
 
-#: the reason logged when the local log start follows the leader's
-LEADER_LOG_START_OFFSET = "leader log start offset"
 #: the reason logged when the local log start is where --from started the replica
 FROM_START = "the start chosen by --from"
 
@@ -259,6 +258,9 @@ class ReplicaFetcher:
         #: held topics a metadata response did not show, since when: dropped at the second miss only (a
         #: broker that has not yet seen a topic just created answers UNKNOWN_TOPIC_OR_PARTITION for it)
         self._missing: dict[str, float] = {}
+        #: topics this mount created (mkdir), since when: for ``listing_max_age_s`` after they were first
+        #: listed, a listing without them (a broker that has not yet applied the CreateTopics) keeps them
+        self._created: dict[str, float] = {}
         self._inflight: dict[int, tuple[Any, dict[tuple[uuid.UUID, int], TopicPartition],
                                         dict[tuple[uuid.UUID, int], tuple[int, int, int]],
                                         list[tuple[uuid.UUID, int]]]] = {}
@@ -348,6 +350,15 @@ class ReplicaFetcher:
     def topics(self) -> list[str]:
         """The selected topics of the cluster (cached metadata: no request)."""
         return sorted(self._cluster)
+
+    def created(self, topic: str) -> None:
+        """The mount created ``topic``: the listings of the next ``listing_max_age_s`` keep it even when a broker
+        that has not applied the CreateTopics yet answers without it (its first write must not be ENOENT)."""
+        self._created[topic] = time.monotonic()
+
+    def deleted(self, topic: str) -> None:
+        """The mount is deleting ``topic``: the next listing without it drops it at once."""
+        self._created.pop(topic, None)
 
     def partitions(self, topic: str) -> list[int]:
         """The partitions of a selected topic (cached metadata: no request); [] for an unknown topic."""
@@ -678,6 +689,11 @@ class ReplicaFetcher:
                 meta.partitions[p.partition_index] = (p.leader_id, p.leader_epoch)
             if self.selected(t.name):
                 fresh[t.name] = meta
+        for topic, since in list(self._created.items()):
+            if now - since > self.listing_max_age_s:
+                self._created.pop(topic, None)
+            elif topic not in present and topic in self._cluster:
+                uncertain.add(topic)        # just created by this mount: kept as it was
         gone: list[str] = []
         for topic in local if full else held:
             if topic in present:
