@@ -133,7 +133,8 @@ class FileCache:
         return len(self._open)
 
 
-#: The process's cache (every segment of every log).
+#: The process's cache (every segment of every log): one per process, not per LogManager, because the
+#: budget it keeps is the process's ``RLIMIT_NOFILE``, which every manager of the process shares.
 FILE_CACHE = FileCache()
 
 
