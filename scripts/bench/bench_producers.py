@@ -174,8 +174,12 @@ def _build_own(partition_dir: Path, values: Path) -> None:
 
 def _engine(partition_dir: Path, code: Path) -> dict[str, float]:
     import json
+    # the mount's malloc settings (logfs.cli): without them glibc's dynamic mmap threshold lets a process
+    # that freed big blocks before serve later ones from its heap, which times the allocator, not the code
+    env = dict(os.environ, PYTHONPATH=str(code), MALLOC_ARENA_MAX="2", MALLOC_MMAP_THRESHOLD_=str(4 << 20),
+               MALLOC_TRIM_THRESHOLD_=str(8 << 20))
     out = subprocess.run([sys.executable, __file__, "--engine-child", str(partition_dir)], check=True,
-                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(code))).stdout
+                         capture_output=True, text=True, env=env).stdout
     return dict(json.loads(out.splitlines()[-1]))
 
 
