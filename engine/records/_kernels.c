@@ -53,63 +53,6 @@ static inline Py_ssize_t put_varint(uint8_t *out, Py_ssize_t o, uint64_t zigzagg
     return o;
 }
 
-/* -- uniform_text: the text view of a batch of values written without keys ---------------------------- */
-
-static Py_ssize_t uniform_text_loop(const uint8_t *data, Py_ssize_t n, Py_ssize_t count, uint8_t *out)
-{
-    Py_ssize_t p = 0, o = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t length = varint(data, &p, n);
-        if (p < 0 || length < 6 || length > n - p)
-            return -1;
-        Py_ssize_t end = p + (Py_ssize_t)length;
-        if (data[p] != 0 || data[p + 1] != 0)              /* attributes, timestamp delta */
-            return -1;
-        p += 2;
-        int64_t delta = varint(data, &p, end);
-        if (p < 0 || delta != i || p >= end || data[p] != 1)   /* offset delta i, null key (varint -1) */
-            return -1;
-        p += 1;
-        int64_t vlen = varint(data, &p, end);
-        if (p < 0 || vlen < 0 || p + vlen + 1 != end || data[end - 1] != 0)   /* the value, no headers */
-            return -1;
-        memcpy(out + o, data + p, (size_t)vlen);
-        o += (Py_ssize_t)vlen;
-        out[o++] = '\n';
-        p = end;
-    }
-    if (p != n)
-        return -1;
-    return o;
-}
-
-static PyObject *uniform_text(PyObject *self, PyObject *args)
-{
-    Py_buffer data;
-    Py_ssize_t count;
-    if (!PyArg_ParseTuple(args, "y*n:uniform_text", &data, &count))
-        return NULL;
-    PyObject *out = PyByteArray_FromStringAndSize(NULL, data.len);
-    if (out == NULL) {
-        PyBuffer_Release(&data);
-        return NULL;
-    }
-    Py_ssize_t size;
-    Py_BEGIN_ALLOW_THREADS
-    size = uniform_text_loop((const uint8_t *)data.buf, data.len, count, (uint8_t *)PyByteArray_AS_STRING(out));
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&data);
-    if (size < 0) {
-        Py_DECREF(out);
-        Py_RETURN_NONE;
-    }
-    if (PyByteArray_Resize(out, size) < 0) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    return out;
-}
-
 /* -- records_text / records_jsonl: the general walk of a records section, every producer's layout ---------- */
 
 /* Kafka's zigzag varlong at *p (at most 10 bytes, no bit past the 64th, before end); *p = -1 if not. */
@@ -1214,8 +1157,6 @@ out:
 }
 
 static PyMethodDef methods[] = {
-    {"uniform_text", uniform_text, METH_VARARGS,
-     "uniform_text(data, count) -> bytearray | None: the text view of a batch written without keys"},
     {"records_text", records_text, METH_VARARGS,
      "records_text(data, count) -> bytearray | None: the text view of a records section of any layout"},
     {"records_jsonl", records_jsonl, METH_VARARGS,

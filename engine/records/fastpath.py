@@ -16,7 +16,6 @@ from operator import itemgetter
 import numpy as np
 import numpy.typing as npt
 
-from engine.records import compiled
 from engine.records.encode import _encode_unkeyed
 from engine.records.varint import _PREFIX_NULL_KEY, _TABLE_SIZE, _VARINT, _VARINT_LEN, _read_varint
 
@@ -195,19 +194,14 @@ def _uniform_values(data: bytes, count: int, text: bool) -> tuple[list, int, int
 
     Returns (parts, records taken, position after them).  Without ``text`` the
     parts are the values; with it they are chunks of the text view (values each
-    followed by a newline).  Text of a uniform batch comes from the compiled
-    walk when it is built; otherwise a fixed-size segment becomes text without
-    one bytes object per record: one strided copy of its value columns per
-    segment into one buffer (_fixed_size_text).  A batch with a segment of
-    mixed sizes is taken whole by _sized_walk, or up to that segment only.
+    followed by a newline).  This is the path of a process without the compiled
+    walk (``kernels.records_text``, ``records_columns``: any layout, tried first
+    by the decoders), and of a batch that walk refuses: a fixed-size segment
+    becomes text without one bytes object per record: one strided copy of its
+    value columns per segment into one buffer (_fixed_size_text).  A batch with
+    a segment of mixed sizes is taken whole by _sized_walk, or up to that
+    segment only.
     """
-    kernels = compiled.KERNELS if text else None
-    if kernels is not None:
-        # the compiled walk renders any uniform batch, fixed-size or not, in one pass: 2.7x the
-        # strided copy and its frame checks below for 100-byte values (fixed-size segments too)
-        chunk = kernels.uniform_text(data, count)
-        if chunk is not None:
-            return [chunk], count, len(data)
     parts: list = []
     text_segments: list[tuple[int, int, int, int]] = []
     p = 0
@@ -219,7 +213,7 @@ def _uniform_values(data: bytes, count: int, text: bool) -> tuple[list, int, int
         if fixed is None:
             if type(data) is not bytes:         # decode_text's memoryview: the walk below takes bytes
                 data = bytes(data)
-            # mixed sizes (for text, only where the compiled walk above is not built)
+            # mixed sizes
             values = _sized_walk(data, count)
             if values is None:          # the general loop goes on from this segment
                 if text_segments:

@@ -8,7 +8,6 @@ the callers take when the extension is not built (``engine.records.compiled``):
 * ``records_text``/``records_jsonl``: the one walk of a records section of
   any layout (every producer's: own deltas, keys, nulls, headers), the text
   view of a batch, or its JSON lines and the sizes of both renderings;
-* ``uniform_text``: the text view of a batch of values of mixed sizes;
 * ``key_columns``: the log cleaner's offset-map pass, the offset, key and
   tombstone flag of every record of a read chunk's batches;
 * ``transactional_batches``: the walk for transaction markers
@@ -45,8 +44,7 @@ if TYPE_CHECKING:   # numpy is imported by the cleaner's kernels only: a text re
     import numpy.typing as npt
 
 __all__ = ["KeyColumns", "LinesLayout", "encode_lines", "json_plain", "key_columns", "key_digests",
-           "lines_layout", "put_digests", "records_columns", "records_jsonl", "records_text", "transactional_batches",
-           "uniform_text"]
+           "lines_layout", "put_digests", "records_columns", "records_jsonl", "records_text", "transactional_batches"]
 
 
 def records_text(data: bytes | memoryview, count: int) -> bytearray | None:
@@ -99,20 +97,6 @@ def records_jsonl(data: bytes | memoryview, count: int, base_offset: int, base_t
     """
     result: bytes | tuple[int, int] | None = _kernels.records_jsonl(
         data, count, base_offset, base_timestamp, log_append_time, max_timestamp, pieces, render)
-    return result
-
-
-def uniform_text(data: bytes, count: int) -> bytearray | None:
-    """The text view (each value and ``\\n``) of ``count`` records in the layout ``encode_values`` writes
-    without keys (any value sizes), or None when ``data`` is anything else.
-
-    Every field is checked as the general decoder reads it: the record length
-    (the record must end exactly there), attributes 0, timestamp delta 0, offset
-    delta ``i``, a null key, a non-null value, no headers, and nothing after the
-    last record.  The output is never longer than ``data`` (each record has at
-    least five frame bytes and gains one newline).
-    """
-    result: bytearray | None = _kernels.uniform_text(data, count)
     return result
 
 

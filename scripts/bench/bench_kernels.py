@@ -7,7 +7,7 @@ input, each checked to give the C kernel's bytes first:
 * encoding 1 MiB of 100-byte text lines as a records section (``cat >> append``):
   C ``lines_layout`` + ``encode_lines``; numpy, vectorised; Python
   ``bytes.split`` + ``encode_values`` (the path the mount takes without the C);
-* the text view of 10,000 values of 40-200 bytes: C ``uniform_text``; Python
+* the text view of 10,000 values of 40-200 bytes: C ``records_text``; Python
   ``_sized_walk``;
 * MD5 of 100,000 12-byte keys: C ``key_digests``; ``hashlib`` per key.
 
@@ -137,9 +137,9 @@ def main() -> int:
     values = [b"v" * (40 + i * 37 % 161) for i in range(10_000)]
     mixed = bytes(encode_values(0, values, 0)[HEADER_SIZE:])
     text = b"".join(v + b"\n" for v in values)
-    assert c.uniform_text(mixed, len(values)) == text
+    assert c.records_text(mixed, len(values)) == text
     what = "text view of 10,000 values of 40-200 B"
-    rows.append((what, "C extension", _best_ms(lambda: c.uniform_text(mixed, len(values)), args.repeat, 50)))
+    rows.append((what, "C extension", _best_ms(lambda: c.records_text(mixed, len(values)), args.repeat, 50)))
     if nb is not None:
         assert nb.uniform_text(mixed, len(values)) == text
         rows.append((what, "numba", _best_ms(lambda: nb.uniform_text(mixed, len(values)), args.repeat, 50)))

@@ -582,24 +582,23 @@ def test_every_framing_byte_is_checked(sizes) -> None:
 
 
 def test_the_text_of_mixed_sizes_is_the_compiled_walks() -> None:
-    """engine.records.kernels takes a batch of mixed value sizes whole, and refuses one byte off the layout."""
+    """engine.records.kernels takes a batch of mixed value sizes whole, and refuses a section it cannot frame."""
     from engine.records import compiled
     from engine.records.decode import _records_section
-    from engine.records.kernels import uniform_text
+    from engine.records.kernels import records_text
 
     assert compiled.KERNELS is not None       # so decode_text below takes the compiled walk too
 
     values = [b"v" * (i * 37 % 190) + b"\n" * (i % 3) for i in range(300)]     # empty values and newlines too
     batch = encode_values(0, values, TS)
     _, data = _records_section(batch, 0, None)
-    assert uniform_text(data, len(values)) == as_text(values)
+    assert records_text(data, len(values)) == as_text(values)
     assert decode_text(batch) == as_text(values)
-    for position, byte in ((1, 1), (2, 5), (len(data) - 1, 1)):       # attributes, timestamp delta, headers
-        bad = bytearray(data)
-        bad[position] = byte
-        assert uniform_text(bytes(bad), len(values)) is None
-    assert uniform_text(data, len(values) - 1) is None          # bytes left after the last record
-    assert uniform_text(data[:-1], len(values)) is None         # a record cut short
+    bad = bytearray(data)
+    bad[len(data) - 1] = 1                                      # a header count of -1
+    assert records_text(bytes(bad), len(values)) is None
+    assert records_text(data, len(values) - 1) is None          # bytes left after the last record
+    assert records_text(data[:-1], len(values)) is None         # a record cut short
 
 
 # --- a block of text lines encoded whole (the hot path of ``cat file >> append``) ----------------
