@@ -176,7 +176,11 @@ def test_a_copy_cut_by_a_crash_is_cleaned_up_and_done_again(tmp_path: Path, cras
 
 def test_a_copy_while_the_store_is_down_is_abandoned_and_done_when_it_returns(tmp_path: Path):
     server = SeaweedFS(tmp_path / "weed").start()
-    t = Tiered(tmp_path, settings=server.settings(prefix="rlm", **{"rsm.config.request.timeout.ms": "1000"}))
+    try:
+        t = Tiered(tmp_path, settings=server.settings(prefix="rlm", **{"rsm.config.request.timeout.ms": "1000"}))
+    except BaseException:
+        server.stop()
+        raise
     try:
         _fill(t.log, 40)
         server.kill()
