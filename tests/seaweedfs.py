@@ -67,7 +67,11 @@ class SeaweedFS:
         with open(self.data_dir / "weed.log", "ab") as log:      # the child keeps its own descriptor
             self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             env=env, start_new_session=True)
-        self._wait_ready(timeout)
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self.kill()             # a server that did not come up is not left behind
+            raise
         return self
 
     def _wait_ready(self, timeout: float) -> None:
