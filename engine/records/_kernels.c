@@ -12,14 +12,15 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Kafka's zigzag varint at *p (at most 5 bytes, before end): its value, *p moved past it; *p = -1 if not. */
-static inline int64_t varint(const uint8_t *data, Py_ssize_t *p, Py_ssize_t end)
+/* A zigzag varint at *p whose last byte starts at most at bit max_shift (28: a varint, 5 bytes; 63: a varlong,
+ * 10 bytes, no bit past the 64th), before end: its value, *p moved past it; *p = -1 if not. */
+static inline int64_t zigzag_at(const uint8_t *data, Py_ssize_t *p, Py_ssize_t end, int max_shift)
 {
     Py_ssize_t q = *p;
     uint64_t raw = 0;
     int shift = 0;
     for (;;) {
-        if (q >= end || shift > 28) {
+        if (q >= end || shift > max_shift || (shift == 63 && data[q] > 1)) {
             *p = -1;
             return 0;
         }
@@ -31,6 +32,12 @@ static inline int64_t varint(const uint8_t *data, Py_ssize_t *p, Py_ssize_t end)
     }
     *p = q;
     return (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+}
+
+/* Kafka's zigzag varint at *p (at most 5 bytes, before end): its value, *p moved past it; *p = -1 if not. */
+static inline int64_t varint(const uint8_t *data, Py_ssize_t *p, Py_ssize_t end)
+{
+    return zigzag_at(data, p, end, 28);
 }
 
 static inline int varint_size(uint64_t zigzagged)
@@ -58,22 +65,7 @@ static inline Py_ssize_t put_varint(uint8_t *out, Py_ssize_t o, uint64_t zigzagg
 /* Kafka's zigzag varlong at *p (at most 10 bytes, no bit past the 64th, before end); *p = -1 if not. */
 static inline int64_t varlong(const uint8_t *data, Py_ssize_t *p, Py_ssize_t end)
 {
-    Py_ssize_t q = *p;
-    uint64_t raw = 0;
-    int shift = 0;
-    for (;;) {
-        if (q >= end || shift > 63 || (shift == 63 && data[q] > 1)) {
-            *p = -1;
-            return 0;
-        }
-        uint8_t b = data[q++];
-        raw |= (uint64_t)(b & 0x7F) << shift;
-        if (b < 0x80)
-            break;
-        shift += 7;
-    }
-    *p = q;
-    return (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+    return zigzag_at(data, p, end, 63);
 }
 
 /* One record of a records section, as the general decoder reads it. */
