@@ -103,10 +103,6 @@ _UNKNOWN_TOPIC_OR_PARTITION = 3
 _RETRIABLE_METADATA = {3, 5, 6, 56, 74, 75, 100}   # unknown topic/partition, leader not available, not leader,
 #                                                    storage error, fenced/unknown leader epoch, unknown topic id
 
-#: the names of the error codes a leader's answer to ListOffsets may carry, for the log
-_ERROR_NAMES = {3: "UNKNOWN_TOPIC_OR_PARTITION", 5: "LEADER_NOT_AVAILABLE", 6: "NOT_LEADER_OR_FOLLOWER",
-                56: "KAFKA_STORAGE_ERROR", 74: "FENCED_LEADER_EPOCH", 75: "UNKNOWN_LEADER_EPOCH",
-                100: "UNKNOWN_TOPIC_ID"}
 #: ListOffsets' timestamps of the log start and of the high watermark
 _EARLIEST, _LATEST = -2, -1
 
@@ -507,6 +503,7 @@ class ReplicaFetcher:
                          timeout_s: float) -> list[int]:
         """One ListOffsets (v4+: the current leader epoch) per timestamp, sent together to ``leader``; the side
         client is waited for at most ``timeout_s`` too (the fetcher thread must not stall behind a caller)."""
+        from kafka import errors as kafka_errors
         from kafka.protocol.consumer import ListOffsetsRequest
 
         topic = ListOffsetsRequest.ListOffsetsTopic
@@ -532,7 +529,7 @@ class ReplicaFetcher:
                 pd = future.value.topics[0].partitions[0]
                 if pd.error_code != _NONE:
                     raise _LeaderError(f"broker {leader} answered Kafka error code {pd.error_code} "
-                                       f"({_ERROR_NAMES.get(pd.error_code, 'see Kafka')})", pd.error_code)
+                                       f"({kafka_errors.for_code(pd.error_code).message})", pd.error_code)
                 out.append(pd.offset)
         finally:
             self._side_lock.release()
