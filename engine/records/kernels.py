@@ -86,7 +86,7 @@ def records_jsonl(data: bytes | memoryview, count: int, base_offset: int, base_t
     """The JSON lines of ``count`` records of an uncompressed records section of any layout (``render``),
     or the sizes (text view, JSON lines) without rendering; None when the section is not exactly that.
 
-    Each line is ``engine.views.render``'s, from ``pieces`` (its ``_c_pieces``:
+    Each line is ``engine.views.render``'s, from ``pieces`` (``render.compiled_pieces``:
     the constant bytes of a line in order): the offset (base + delta), the
     timestamp (base + delta, or ``max_timestamp`` for a LogAppendTime batch),
     the key, value and header values null, UTF-8 text escaped as orjson writes

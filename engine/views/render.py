@@ -77,6 +77,9 @@ _VALUE_FIXED = 8 + len(_VALUE_ENCODING)
 #: The last member, around the header objects, and the line's end.
 _HEADERS_OPEN = b',"headers":['
 _HEADERS_CLOSE = b"]}\n"
+#: A header object's members up to their values (its value's encoding follows it, as a record's value's).
+_HEADER_KEY = b'{"key":'
+_HEADER_VALUE = b',"value":'
 
 
 class _JsonPieces(NamedTuple):
@@ -102,7 +105,7 @@ def _json_pieces(topic: str, partition: int, timestamp_type: int) -> _JsonPieces
     prefix = b'{"topic":' + orjson.dumps(topic) + b',"partition":%d,"offset":' % partition
     ts_prefix = b',"timestamp":'
     key_prefix = b',"timestampType":%d,"key":' % timestamp_type
-    value_prefix = b',"value":'
+    value_prefix = _HEADER_VALUE
     safe = prefix.replace(b"%", b"%%")
     value_tail = value_prefix + b'"%s"' + _VALUE_ENCODING + _UTF8 + _HEADERS_OPEN + _HEADERS_CLOSE
     nokey_tail = key_prefix + _NULL + _KEY_ENCODING + _NULL + value_tail
@@ -152,8 +155,28 @@ def _headers_piece(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
     """The header objects of a record, between the brackets of ``"headers":[...]``."""
     if not headers:
         return b""
-    return b",".join([b'{"key":' + orjson.dumps(name) + b',"value":' + _bytes_field(value, _VALUE_ENCODING) + b"}"
+    return b",".join([_HEADER_KEY + orjson.dumps(name) + _HEADER_VALUE + _bytes_field(value, _VALUE_ENCODING) + b"}"
                       for name, value in headers])
+
+
+@lru_cache(maxsize=4096)
+def compiled_pieces(topic: str, partition: int, timestamp_type: int) -> tuple[bytes, ...]:
+    """The constant pieces of a JSON line, in the order the compiled walk (``kernels.records_jsonl``) writes
+    them, so that its lines are this module's byte for byte.
+
+    head (up to the offset), timestamp, key prefix, after a null / text /
+    base64 key, value prefix, after a null / text / base64 value, a record
+    without headers, headers open, header key, header value, after a null /
+    text / base64 header value, header close, separator, headers close, line end.
+    """
+    pieces = _json_pieces(topic, partition, timestamp_type)
+    encodings = (_NULL, _UTF8, _BASE64)
+    return (pieces.prefix, pieces.ts_prefix, pieces.key_prefix,
+            *(_KEY_ENCODING + e for e in encodings),
+            pieces.value_prefix, *(_VALUE_ENCODING + e for e in encodings),
+            _HEADERS_OPEN + _HEADERS_CLOSE[:1], _HEADERS_OPEN, _HEADER_KEY, _HEADER_VALUE,
+            *(_VALUE_ENCODING + e for e in encodings),
+            b"}", b",", _HEADERS_CLOSE[:1], _HEADERS_CLOSE[1:])
 
 
 def _plain_ascii(joined: bytes) -> bool:

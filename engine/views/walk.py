@@ -7,7 +7,7 @@ The view index's catch-up needs the sizes of a batch's two renderings and
 record, whatever wrote the batch (logfs, Kafka's Java producer, librdkafka;
 own timestamp and offset deltas, keys, null values, headers).  The walk writes
 the lines of :mod:`engine.views.render` from its constant pieces
-(:func:`_c_pieces`), so its bytes are that module's byte for byte (the
+(:func:`engine.views.render.compiled_pieces`), so its bytes are that module's byte for byte (the
 property tests in tests/unit/test_walk.py hold them equal).
 
 When the walk refuses a batch (anything the general decoder would read
@@ -18,34 +18,12 @@ which renders the same bytes or raises the same CorruptRecordError.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from engine.records import BatchHeader, compiled, decode_columns
 from engine.records.decode import _records_section
 from engine.records.format import TIMESTAMP_TYPE_MASK, RecordBuffer
 from engine.views import render
 
 __all__ = ["batch_jsonl", "batch_view_sizes"]
-
-
-@lru_cache(maxsize=4096)
-def _c_pieces(topic: str, partition: int, timestamp_type: int) -> tuple[bytes, ...]:
-    """The constant pieces of a JSON line of ``render``, in the order the compiled walk writes them.
-
-    head (up to the offset), timestamp, key prefix, after a null / text /
-    base64 key, value prefix, after a null / text / base64 value, a record
-    without headers, headers open, header key, header value, after a null /
-    text / base64 header value, header close, separator, headers close, line end.
-    """
-    pieces = render._json_pieces(topic, partition, timestamp_type)
-    key_encoding, value_encoding = b',"keyEncoding":', b',"valueEncoding":'
-    null, utf8, base64 = b"null", b'"utf8"', b'"base64"'
-    return (pieces.prefix, pieces.ts_prefix, pieces.key_prefix,
-            key_encoding + null, key_encoding + utf8, key_encoding + base64,
-            pieces.value_prefix, value_encoding + null, value_encoding + utf8, value_encoding + base64,
-            b',"headers":[]', b',"headers":[', b'{"key":', b',"value":',
-            value_encoding + null, value_encoding + utf8, value_encoding + base64,
-            b"}", b",", b"]", b"}\n")
 
 
 def _walk(buf: RecordBuffer, pos: int, header: BatchHeader, topic: str, partition: int,
@@ -59,7 +37,7 @@ def _walk(buf: RecordBuffer, pos: int, header: BatchHeader, topic: str, partitio
     found: bytes | tuple[int, int] | None = kernels.records_jsonl(
         data, header.records_count, header.base_offset, header.base_timestamp,
         bool(header.attributes & TIMESTAMP_TYPE_MASK), header.max_timestamp,
-        _c_pieces(topic, partition, int(header.timestamp_type)), render_lines)
+        render.compiled_pieces(topic, partition, int(header.timestamp_type)), render_lines)
     return found
 
 

@@ -19,7 +19,7 @@ from engine.records import compiled, decode_text
 from engine.records.decode import _records_section
 from engine.records.format import TIMESTAMP_TYPE_MASK
 from engine.records.reader import read_chunks
-from engine.views import walk
+from engine.views import render, walk
 from tests.jvm import run_tool
 from tests.kafka_broker import KafkaBroker
 
@@ -55,7 +55,7 @@ def _text_of_log(partition_dir: Path, topic: str) -> bytes:
                     if section is None:
                         continue                        # a control batch renders nothing
                     batches += 1
-                    pieces = walk._c_pieces(topic, 0, int(header.timestamp_type))
+                    pieces = render.compiled_pieces(topic, 0, int(header.timestamp_type))
                     assert kernels.records_text(section, header.records_count) is not None, \
                         f"the walk refused the batch at offset {header.base_offset} of {log}"
                     assert kernels.records_jsonl(section, header.records_count, header.base_offset,

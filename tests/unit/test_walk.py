@@ -107,7 +107,7 @@ def test_the_walk_renders_what_render_renders():
     assert walk.batch_jsonl(batch, 0, header, TOPIC, PARTITION) == expected
     assert compiled.KERNELS is not None
     assert compiled.KERNELS.records_jsonl(batch[HEADER_SIZE:], 3, 10, 1000, False, 0,
-                                          walk._c_pieces(TOPIC, PARTITION, 0), True) == expected
+                                          render.compiled_pieces(TOPIC, PARTITION, 0), True) == expected
     assert bytes(decode_text(batch, 0, header)) == b'v\x00"\n\ncaf\xc3\xa9\n'
     _check(batch)
 
@@ -148,7 +148,7 @@ def test_hostile_sections_are_refused_without_reading_past_them(data):
     """Every length is checked against the record and the section: the walk says None, never reads on."""
     kernels = compiled.KERNELS
     assert kernels is not None
-    pieces = walk._c_pieces(TOPIC, PARTITION, 0)
+    pieces = render.compiled_pieces(TOPIC, PARTITION, 0)
     for count in (1, 2, 2 ** 40):
         # a copy that ends exactly at the section: a read past it would be a read past the buffer
         assert kernels.records_text(memoryview(bytearray(data)), count) is None
