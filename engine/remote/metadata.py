@@ -205,6 +205,12 @@ class RemoteLogMetadataManager:
         self.add(updated)
         return updated
 
+    def state_of(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentState | None:
+        """The copy's current state; None when the metadata does not know it (or its deletion finished)."""
+        with self._lock:
+            current = self._cache.current(segment_id)
+        return None if current is None else current.state
+
     def copied_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         """The copies that serve reads (COPY_SEGMENT_FINISHED), by start offset."""
         with self._lock:

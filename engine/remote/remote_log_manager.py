@@ -157,16 +157,14 @@ class RemoteLogManager:
     # ---------------------------------------------------------------- delete
     def _delete(self, segment_id: RemoteLogSegmentId) -> None:
         """DELETE_SEGMENT_STARTED (unless already), the objects, DELETE_SEGMENT_FINISHED."""
-        current = self.metadata.known_ids(segment_id.topic_id_partition)
-        if segment_id in current:
-            states = {m.segment_id: m.state for m in self.metadata.unfinished(segment_id.topic_id_partition)}
-            if states.get(segment_id) is not DELETE_STARTED:
-                self.metadata.update_state(segment_id, DELETE_STARTED, self.clock.milliseconds())
+        state = self.metadata.state_of(segment_id)
+        if state is not None and state is not DELETE_STARTED:
+            self.metadata.update_state(segment_id, DELETE_STARTED, self.clock.milliseconds())
         self.storage.delete_log_segment_data(segment_id)
         self.cache.forget(lambda s: s == segment_id)
         with self._indexes_lock:
             self._indexes.pop(segment_id, None)
-        if segment_id in current:
+        if state is not None:
             self.metadata.update_state(segment_id, DELETE_FINISHED, self.clock.milliseconds())
         self.deleted_segments += 1
 
