@@ -96,7 +96,7 @@ class ReadIsolation:
 READ_UNCOMMITTED_ISOLATION = ReadIsolation()
 
 
-class Log(Protocol):
+class TransactionalLog(Protocol):
     """What the transaction walk needs of ``engine.log.Log``, which owns the walk's state."""
 
     truncations: int
@@ -118,7 +118,7 @@ class AbortedTxn(NamedTuple):
     last_offset: int
 
 
-def read_committed_state(log: Log) -> TransactionState | None:
+def read_committed_state(log: TransactionalLog) -> TransactionState | None:
     """The aborted-transaction state of ``log`` when its views are read_committed, else None."""
     isolation = log.read_isolation
     if isolation.level != READ_COMMITTED:
@@ -132,7 +132,7 @@ def read_committed_state(log: Log) -> TransactionState | None:
         return state
 
 
-def visible_end_offset(log: Log) -> int:
+def visible_end_offset(log: TransactionalLog) -> int:
     """The end offset the views of ``log`` show up to: the last stable offset when stable offset bounded
     (Kafka's ``lastFetchableOffset`` of a read_committed fetch), else the log end offset."""
     state = read_committed_state(log)
@@ -156,7 +156,7 @@ class TransactionState:
     Thread-safe: views of one log are read from several threads.
     """
 
-    def __init__(self, log: Log, *, stable_offset_bounded: bool = False) -> None:
+    def __init__(self, log: TransactionalLog, *, stable_offset_bounded: bool = False) -> None:
         self._log = weakref.ref(log)
         #: the log's truncation count the walk started at (read_committed_state replaces a stale state)
         self.truncations = log.truncations
