@@ -55,12 +55,10 @@ class MountAccess:
 
     def describe(self) -> str:
         """One line for the log: what other users may do."""
-        name = _group_name(self.gid)
-        group = (f"group {name} acts as the mount's owner" if self.group_acts
-                 else "group and other users may read and list, never write, create, delete or commit")
-        if self.group_acts:
-            group += "; other users may read and list, never write, create, delete or commit"
-        return group + (f" (umask {self.umask:03o})" if self.umask else "")
+        others = "other users may read and list, never write, create, delete or commit"
+        text = f"group {_group_name(self.gid)} acts as the mount's owner; {others}" if self.group_acts \
+            else f"group and {others}"
+        return text + (f" (umask {self.umask:03o})" if self.umask else "")
 
 
 def group_id(text: str) -> int:
