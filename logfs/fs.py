@@ -47,7 +47,10 @@ this process), exactly:
   the answer to the ``write()`` or ``flush()`` of this mount that made it, so a
   writer's next ``fstat`` sees its records: read-your-writes): on a log that
   grows all the time (a busy partition fetched by a cluster mount) the kernel
-  otherwise kept the size of the lookup, 0, and ``cat`` read nothing, exit 0;
+  otherwise kept the size of the lookup, 0, and ``cat`` read nothing, exit 0.
+  An invalidation that finds no inode in the kernel (the answer to its first
+  lookup not yet applied) is sent again, and a read-only open invalidates a
+  size that changed since its last answer whatever was sent before;
 * large reads of one opening run in arrival order (readahead sends the next
   before the current one is answered), and the mount raises the kernel's
   readahead to 1 MiB (``cli._raise_readahead``, root only).
@@ -354,11 +357,7 @@ class LogfsOperations(pyfuse3.Operations):
                 if ino in self._attrs_stale:
                     continue            # the kernel has not asked since: it will get the newest size
                 if now - self._attrs_answered.get(ino, (-_ATTR_SETTLE_S, 0))[0] < _ATTR_SETTLE_S:
-                    self._attrs_deferred.add(ino)       # an answer may be on its way to the kernel
-                    if self._attrs_timer is None:
-                        self._attrs_timer = threading.Timer(_ATTR_SETTLE_S, self._invalidate_deferred)
-                        self._attrs_timer.daemon = True
-                        self._attrs_timer.start()
+                    self._defer_locked(ino)       # an answer may be on its way to the kernel
                     continue
                 self._attrs_stale.add(ino)
                 inodes.append(ino)
@@ -367,17 +366,19 @@ class LogfsOperations(pyfuse3.Operations):
     def _settle_attrs(self, ino: int, node: Node) -> None:
         """A read-only open of ``ino``: if its size changed since the kernel last got it, its attributes are
         invalidated now (the kernel applied that answer before it sent the open), so the reader's first
-        read at EOF asks the size again."""
+        read at EOF asks the size again.
+
+        This does not trust ``_attrs_stale``: an invalidation sent while the answer to the inode's first
+        lookup was on its way found no inode in the kernel (ENOENT, see ``_invalidate_attrs``), and the
+        kernel then holds that answer's size for the whole attribute timeout.  At the open the kernel holds
+        the inode, so this invalidation reaches it.
+        """
         with self._view_inodes_lock:
             answered = self._attrs_answered.get(ino)
-            if answered is None or ino in self._attrs_stale:
-                return
-        if node.size() == answered[1]:
+        if answered is None or node.size() == answered[1]:
             return
         with self._view_inodes_lock:
             self._attrs_deferred.discard(ino)
-            if ino in self._attrs_stale:
-                return
             self._attrs_stale.add(ino)
         self._invalidate_attrs([ino])
 
@@ -396,13 +397,32 @@ class LogfsOperations(pyfuse3.Operations):
             self._attrs_timer = None
         self._invalidate_attrs(inodes)
 
-    @staticmethod
-    def _invalidate_attrs(inodes: Sequence[int]) -> None:
+    def _defer_locked(self, ino: int) -> None:
+        """Invalidate ``ino``'s attributes ``_ATTR_SETTLE_S`` from now; the caller holds ``_view_inodes_lock``."""
+        self._attrs_deferred.add(ino)
+        if self._attrs_timer is None:
+            self._attrs_timer = threading.Timer(_ATTR_SETTLE_S, self._invalidate_deferred)
+            self._attrs_timer.daemon = True
+            self._attrs_timer.start()
+
+    def _invalidate_attrs(self, inodes: Sequence[int]) -> None:
+        """Drop the kernel's cached attributes of ``inodes`` (marked stale by the caller).
+
+        ENOENT for an inode this mount still holds means the kernel has not yet made it: the answer to its
+        first lookup is on its way (the looking-up process applies it after it wakes, which a loaded machine
+        can delay past ``_ATTR_SETTLE_S``).  That answer's size would then stand for the attribute timeout
+        while the inode counts as stale, so the invalidation is deferred again until the kernel holds it.
+        """
         for ino in inodes:
             try:
                 pyfuse3.invalidate_inode(ino, attr_only=True)
             except OSError as exc:
-                if exc.errno not in (errno.ENOENT, errno.ENOTCONN, errno.ENODEV):   # forgotten, or unmounted
+                if exc.errno == errno.ENOENT and ino in self._inodes:
+                    with self._view_inodes_lock:
+                        if ino in self._attrs_answered:     # not forgotten meanwhile
+                            self._attrs_stale.discard(ino)
+                            self._defer_locked(ino)
+                elif exc.errno not in (errno.ENOENT, errno.ENOTCONN, errno.ENODEV):   # forgotten, or unmounted
                     log.warning("Cannot invalidate the cached attributes of inode %d: %s", ino, exc)
 
     def _node(self, inode: int) -> Node:
