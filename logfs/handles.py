@@ -115,24 +115,34 @@ class ViewHandle(Handle):
         return self._view.continues_at(offset)
 
     def _whole(self, data: bytes | memoryview, position: int, size: int) -> bytes | memoryview:
-        """``data`` read at view ``position``, unless it is short of the view's end through the page cache.
+        """``data`` read at view ``position``: through the page cache, short of ``size`` only at the view's end.
 
-        The view answers a read that meets a damaged batch with the good bytes
-        before it (direct I/O hands them to the reader, whose next read fails
-        with EIO).  Through the page cache a short answer means end of file:
-        the kernel would end the file there and the reader would stop without
-        an error.  So a page-cache opening fails the whole request with the
-        damaged batch's error (EIO, logged with its ``.log`` and position);
-        the kernel then reads page by page up to the damaged one.
+        A short answer means end of file to the kernel, which fills the rest of
+        the request's pages with zeros and keeps them.  So what the view holds
+        after ``data`` (an append rendered since) is added; and the view answers
+        a read that meets a damaged batch with the good bytes before it (direct
+        I/O hands them to the reader, whose next read fails with EIO), which
+        through the page cache would end the file there, the reader stopping
+        without an error: a page-cache opening fails the whole request with the
+        damaged batch's error instead (EIO, logged with its ``.log`` and
+        position); the kernel then reads page by page up to the damaged one.
         """
         if not self.keep_cache or len(data) >= size:
             return data
-        after = position + len(data)
-        if after < self._view.size():
-            self._view.read_buffer(after, 1)       # raises the damaged batch's CorruptRecordError
-            raise StorageError(f"Read of {size} bytes at {position} of a view ended after {len(data)} bytes "
-                               "before its end")
-        return data
+        pieces = [data]
+        got = len(data)
+        while got < size:
+            more = self._view.read_buffer(position + got, size - got)    # a damaged batch: CorruptRecordError
+            if not more:
+                if position + got >= self._view.size():
+                    break
+                more = self._view.read_buffer(position + got, size - got)   # the view grew since that read
+                if not more:
+                    raise StorageError(f"Read of {size} bytes at {position} of a view ended after {got} bytes "
+                                       "before its end")
+            pieces.append(more)
+            got += len(more)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 class RawFileHandle(Handle):
