@@ -51,6 +51,22 @@ this process), exactly:
   An invalidation that finds no inode in the kernel (the answer to its first
   lookup not yet applied) is sent again, and a read-only open invalidates a
   size that changed since its last answer whatever was sent before;
+* the kernel never shows the zeros it fills a short read with.  A READ
+  answered short means end of file to it: it zero-fills the rest of the
+  request's pages and keeps them, hidden only while the size it holds is no
+  larger than where the answer ended.  So no size of a view inode is answered
+  beyond the end of a short READ answer whose pages the kernel may still hold
+  (``_zero_fills``): the request that would answer it first has the kernel
+  drop the inode's pages (``invalidate_inode`` of the data, from a worker
+  thread: it waits for READs in flight, which this thread answers), and a
+  ``write()``/``flush()`` does that before its answer for what it appended.
+  The kernel's own drop at a new size comes after it set the size (page by
+  page, the zero-filled last page last), and a reader on another CPU read the
+  zeros in between.  A short answer is rendered on the trio thread, where
+  every size is answered, in the step that sends it: one rendered in a worker
+  thread is rendered again there, so it never ends below a size answered
+  while the thread ran (the kernel, which got that size first, would keep the
+  zeros inside it);
 * large reads of one opening run in arrival order (readahead sends the next
   before the current one is answered), and the mount raises the kernel's
   readahead to 1 MiB (``cli._raise_readahead``, root only).
@@ -71,6 +87,7 @@ from __future__ import annotations
 import contextvars
 import errno
 import functools
+import itertools
 import logging
 import os
 import stat
@@ -114,6 +131,9 @@ _KERNEL_REMOVES: contextvars.ContextVar[bool] = contextvars.ContextVar("kernel_r
 _RELEASE_WAIT_S = 2.0
 #: how long after answering a view's attributes a change of its log waits to invalidate them (see the docstring)
 _ATTR_SETTLE_S = 0.05
+#: how many times a request drops an inode's zero-filled pages (READs answered short meanwhile add more) before
+#: it answers the size below them and has the kernel ask again later
+_ZERO_FILL_DROPS = 3
 _RELEASE_POLL_S = 0.002
 
 #: renameat2's flag: fail with EEXIST rather than replace (emacs takes its lock file with it)
@@ -336,6 +356,10 @@ class LogfsOperations(pyfuse3.Operations):
         self._attrs_answered: dict[int, tuple[float, int]] = {}
         self._attrs_deferred: set[int] = set()
         self._attrs_timer: threading.Timer | None = None
+        #: view inode -> (sequence number, end) of each READ answered short whose zero-filled pages the kernel
+        #: may still hold (under _view_inodes_lock): no size beyond the smallest end is answered (see the docstring)
+        self._zero_fills: dict[int, list[tuple[int, int]]] = {}
+        self._zero_fill_seq = itertools.count()
         namespace.views_changed_listeners.append(self._views_changed)
 
     # ------------------------------------------------------------------ inode table
@@ -425,6 +449,71 @@ class LogfsOperations(pyfuse3.Operations):
                 elif exc.errno not in (errno.ENOENT, errno.ENOTCONN, errno.ENODEV):   # forgotten, or unmounted
                     log.warning("Cannot invalidate the cached attributes of inode %d: %s", ino, exc)
 
+    def _zero_filled(self, ino: int, end: int) -> None:
+        """A READ of view inode ``ino`` answered short, ending at ``end``: the kernel zero-filled its pages on."""
+        with self._view_inodes_lock:
+            fills = self._zero_fills.setdefault(ino, [])
+            if fills and fills[-1][1] == end:
+                fills.pop()             # the same end again: the later one decides when its pages are gone
+            fills.append((next(self._zero_fill_seq), end))
+
+    def _zero_fill_below(self, ino: int) -> int | None:
+        """Where the first zeros the kernel may hold of ``ino`` start (None: none); under _view_inodes_lock."""
+        fills = self._zero_fills.get(ino)
+        return min(end for _, end in fills) if fills else None
+
+    async def _drop_zero_fills(self, ino: int, node: Node) -> None:
+        """Before a size of ``ino`` is answered: the kernel drops the zero-filled pages that size would show.
+
+        The data invalidation runs in a worker thread: the kernel waits for the
+        READs of the inode in flight, which this thread answers meanwhile.  It
+        drops every short answer's pages sent before it began; a READ answered
+        short while it ran is dropped by the next round, and after
+        ``_ZERO_FILL_DROPS`` rounds ``_attr`` answers the size below it.
+        """
+        for _ in range(_ZERO_FILL_DROPS):
+            with self._view_inodes_lock:
+                below = self._zero_fill_below(ino)
+                began = next(self._zero_fill_seq)
+            if below is None or node.size() <= below:
+                return
+            await trio.to_thread.run_sync(self._invalidate_data, ino)
+            with self._view_inodes_lock:
+                left = [fill for fill in self._zero_fills.get(ino, ()) if fill[0] > began]
+                if left:
+                    self._zero_fills[ino] = left
+                else:
+                    self._zero_fills.pop(ino, None)
+
+    async def _drop_grown_zero_fills(self) -> None:
+        """After a ``write()`` or ``flush()``: the zero-filled pages below what it appended go before its answer,
+        so a reader's next read at EOF gets the new size at once (read-your-writes)."""
+        if not self._zero_fills:
+            return
+        with self._view_inodes_lock:
+            inodes = list(self._zero_fills)
+        for ino in inodes:
+            entry = self._inodes.get(ino)
+            if entry is None:
+                continue
+            try:
+                await self._drop_zero_fills(ino, entry.node)
+            except LogfsError:
+                pass        # a view of a deleted topic: its next getattr fails, the write does not
+
+    def _invalidate_data(self, ino: int) -> None:
+        """Drop the kernel's cached pages and attributes of ``ino`` (a worker thread: it waits for READs in flight)."""
+        try:
+            pyfuse3.invalidate_inode(ino)
+        except OSError as exc:
+            # ENOENT: the kernel holds no such inode, so no page of it either; or forgotten, or unmounted
+            if exc.errno not in (errno.ENOENT, errno.ENOTCONN, errno.ENODEV):
+                log.warning("Cannot invalidate the cached pages of inode %d: %s", ino, exc)
+            return
+        with self._view_inodes_lock:
+            if ino in self._attrs_answered:
+                self._attrs_stale.add(ino)      # its attributes went too: the kernel asks again
+
     def _node(self, inode: int) -> Node:
         entry = self._inodes.get(inode)
         if entry is None:
@@ -482,6 +571,7 @@ class LogfsOperations(pyfuse3.Operations):
                         del self._view_inodes[node.tp]
                 self._attrs_stale.discard(ino)
                 self._attrs_answered.pop(ino, None)
+                self._zero_fills.pop(ino, None)
         if node.transient:
             try:
                 node.close()
@@ -530,6 +620,12 @@ class LogfsOperations(pyfuse3.Operations):
             attr.st_size = node.size()
             if view:
                 with self._view_inodes_lock:
+                    below = self._zero_fill_below(ino)
+                    if below is not None and attr.st_size > below:
+                        # a READ answered short since _drop_zero_fills: this size waits for its pages to go,
+                        # and the kernel asks again shortly
+                        attr.st_size = below
+                        self._defer_locked(ino)
                     if ino in self._attrs_answered:
                         self._attrs_answered[ino] = (self._attrs_answered[ino][0], attr.st_size)
             attr.st_blocks = node.blocks()
@@ -600,7 +696,11 @@ class LogfsOperations(pyfuse3.Operations):
         prepare = parent.preparation(decoded)
         if prepare is not None:         # a cluster mount's first use of a partition: its replica is made
             await trio.to_thread.run_sync(prepare)
-        return self._entry(parent.lookup(decoded))
+        node = parent.lookup(decoded)
+        known = self._inode_of.get(id(node))
+        if known is not None:
+            await self._drop_zero_fills(known, node)
+        return self._entry(node)
 
     async def _settle_config_unlinks(self) -> None:
         """Apply the unlinks of ``config`` whose process went away without creating it (see _ConfigUnlinks)."""
@@ -624,7 +724,9 @@ class LogfsOperations(pyfuse3.Operations):
     @_translating
     async def getattr(self, inode: int, ctx: Any = None) -> pyfuse3.EntryAttributes:
         self.ns.stats.metadata_requests += 1
-        return self._attr(inode, self._node(inode))
+        node = self._node(inode)
+        await self._drop_zero_fills(inode, node)
+        return self._attr(inode, node)
 
     @_translating
     async def setattr(self, inode: int, attr: pyfuse3.EntryAttributes, fields: pyfuse3.SetattrFields,
@@ -654,6 +756,7 @@ class LogfsOperations(pyfuse3.Operations):
             if held is not None:
                 await trio.to_thread.run_sync(held[1].truncate, attr.st_size)
         # Times are not stored: touch is accepted and changes nothing.
+        await self._drop_zero_fills(inode, node)
         return self._attr(inode, node)
 
     @_translating
@@ -790,15 +893,27 @@ class LogfsOperations(pyfuse3.Operations):
 
     @_translating
     async def read(self, fh: int, off: int, size: int) -> bytes | memoryview:   # type: ignore[override]
-        handle = self._handles[fh][1]
+        inode, handle = self._handles[fh]
+        data, threaded = await self._render(fh, handle, off, size)
+        if handle.keep_cache and len(data) < size:
+            # The kernel zero-fills the rest and takes it for the end: rendered in a worker thread, it is
+            # rendered once more here (a continuation of the cursor), so it ends no earlier than a size this
+            # thread answered meanwhile; and no size beyond it is answered while its pages may hold the zeros.
+            if threaded:
+                data = handle.read(off, size)
+            self._zero_filled(inode, off + len(data))
+        return data
+
+    async def _render(self, fh: int, handle: Handle, off: int, size: int) -> tuple[bytes | memoryview, bool]:
+        """The answer to a read, and whether a worker thread rendered it."""
         threshold = handle.offload_reads_from
         if threshold is None or size < threshold:
-            return handle.read(off, size)
+            return handle.read(off, size), False
         if not handle.keep_cache:
             # direct I/O: a reader's next read comes once this one is answered
             if handle.continues_at(off):
-                return handle.read(off, size)
-            return await trio.to_thread.run_sync(handle.read, off, size)
+                return handle.read(off, size), False
+            return await trio.to_thread.run_sync(handle.read, off, size), True
         # Through the page cache the kernel's readahead sends the next requests before this
         # one is answered: served by threads in any order they would each miss the view's
         # sequential cursor and render from its index (measured: 3x slower first reads).
@@ -809,8 +924,8 @@ class LogfsOperations(pyfuse3.Operations):
             lock = self._read_locks[fh] = trio.Lock()
         async with lock:
             if handle.continues_at(off):
-                return handle.read(off, size)
-            return await trio.to_thread.run_sync(handle.read, off, size)
+                return handle.read(off, size), False
+            return await trio.to_thread.run_sync(handle.read, off, size), True
 
     @_translating
     async def write(self, fh: int, off: int, buf: bytes) -> int:
@@ -821,6 +936,7 @@ class LogfsOperations(pyfuse3.Operations):
             return handle.write(off, buf)
         finally:
             self._invalidate_written()
+            await self._drop_grown_zero_fills()
 
     @_translating
     async def flush(self, fh: int) -> None:
@@ -834,6 +950,7 @@ class LogfsOperations(pyfuse3.Operations):
                 handle.flush()
         finally:
             self._invalidate_written()
+            await self._drop_grown_zero_fills()
 
     @_translating
     async def fsync(self, fh: int, datasync: bool) -> None:
@@ -895,6 +1012,7 @@ class LogfsOperations(pyfuse3.Operations):
                 continue   # vanished since opendir (deleted topic, retained segment)
             ino = self._remember(node)
             try:
+                await self._drop_zero_fills(ino, node)
                 attr = self._attr(ino, node)
             except LogfsError:
                 self._drop(ino, 1)
