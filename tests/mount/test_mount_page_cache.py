@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,64 @@ def test_a_reader_at_eof_sees_appends_and_small_reads_equal_large(logfs_mount):
         follower.terminate()
         follower.wait(timeout=30)
         follower.stdout.close()                                    # type: ignore[union-attr]
+
+
+def test_readers_at_eof_of_a_growing_view_never_read_zeros(logfs_mount):
+    """Readers at EOF of ``records`` while a writer appends three lines a millisecond and a loop stats the file.
+
+    Each read at EOF is answered short: the kernel zero-fills the rest of the
+    last page and keeps it, hidden by the size it holds.  Each append grows the
+    file, and the kernel learns the new size (the ``stat`` loop, a reader's
+    read at EOF).  It sets that size before it drops its pages, so a reader on
+    the other CPU read the zeros in between, as NUL bytes in the middle of the
+    file (about fifty in a 30 s run of this workload; the mount now has the
+    pages dropped before it answers a size beyond them).  The race is inside
+    the kernel and cannot be ordered from here: this workload makes it frequent,
+    and tests/unit/test_page_cache_zero_fill.py orders it against a model of
+    the kernel's pages.
+    """
+    mount = logfs_mount(FAST, extra_args=PAGE_CACHE)
+    mount.sh("mkdir t")
+    writes = 3000
+    expected = _lines(0, 3 * writes)
+    done = threading.Event()
+    reads: list[bytearray] = [bytearray() for _ in range(3)]
+    errors: list[BaseException] = []
+
+    def reader(k: int) -> None:
+        try:
+            with open(mount / "t/0/records", "rb", buffering=0) as f:
+                while len(reads[k]) < len(expected) and not done.is_set():
+                    chunk = f.read(1000 + 97 * k)      # sizes that end inside lines and pages
+                    if chunk:
+                        reads[k].extend(chunk)
+                    else:
+                        done.wait(0.0005 * k)         # reader 0 spins at EOF, the others poll
+        except BaseException as exc:       # reported by the test thread
+            errors.append(exc)
+
+    def stat_loop() -> None:
+        while not done.is_set():
+            os.stat(mount / "t/0/records")
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(3)] + [threading.Thread(target=stat_loop)]
+    for thread in threads:
+        thread.start()
+    try:
+        with open(mount / "t/0/append", "ab", buffering=0) as writer:
+            for i in range(writes):
+                writer.write(_lines(3 * i, 3 * i + 3))
+                done.wait(0.001)
+        wait_for(lambda: errors or all(len(data) >= len(expected) for data in reads), "the readers to read it all")
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join(30)
+    assert not errors, errors
+    for k, data in enumerate(reads):
+        zero = data.find(b"\0")
+        assert zero < 0, f"reader {k} read NUL bytes at {zero}: {bytes(data[zero - 20:zero + 40])!r}"
+        assert data == expected, f"reader {k}"
 
 
 def test_tail_F_across_deletions_through_the_page_cache(logfs_mount, tmp_path):
