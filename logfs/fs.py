@@ -360,6 +360,8 @@ class LogfsOperations(pyfuse3.Operations):
         #: may still hold (under _view_inodes_lock): no size beyond the smallest end is answered (see the docstring)
         self._zero_fills: dict[int, list[tuple[int, int]]] = {}
         self._zero_fill_seq = itertools.count()
+        #: inodes of _zero_fills whose log end moved since a write() or flush() last dropped them
+        self._zero_fills_grown: set[int] = set()
         namespace.views_changed_listeners.append(self._views_changed)
 
     # ------------------------------------------------------------------ inode table
@@ -378,6 +380,8 @@ class LogfsOperations(pyfuse3.Operations):
         inodes = []
         with self._view_inodes_lock:
             for ino in self._view_inodes.get(tp, ()):
+                if ino in self._zero_fills:
+                    self._zero_fills_grown.add(ino)     # for the write() or flush() that made the change
                 if ino in self._attrs_stale:
                     continue            # the kernel has not asked since: it will get the newest size
                 if now - self._attrs_answered.get(ino, (-_ATTR_SETTLE_S, 0))[0] < _ATTR_SETTLE_S:
@@ -486,12 +490,13 @@ class LogfsOperations(pyfuse3.Operations):
                     self._zero_fills.pop(ino, None)
 
     async def _drop_grown_zero_fills(self) -> None:
-        """After a ``write()`` or ``flush()``: the zero-filled pages below what it appended go before its answer,
-        so a reader's next read at EOF gets the new size at once (read-your-writes)."""
-        if not self._zero_fills:
+        """After a ``write()`` or ``flush()``: the zero-filled pages of the views whose log end moved go before its
+        answer, so a reader's next read at EOF gets the new size at once (read-your-writes)."""
+        if not self._zero_fills_grown:
             return
         with self._view_inodes_lock:
-            inodes = list(self._zero_fills)
+            inodes = list(self._zero_fills_grown)
+            self._zero_fills_grown.clear()
         for ino in inodes:
             entry = self._inodes.get(ino)
             if entry is None:
@@ -572,6 +577,7 @@ class LogfsOperations(pyfuse3.Operations):
                 self._attrs_stale.discard(ino)
                 self._attrs_answered.pop(ino, None)
                 self._zero_fills.pop(ino, None)
+                self._zero_fills_grown.discard(ino)
         if node.transient:
             try:
                 node.close()
