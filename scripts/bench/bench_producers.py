@@ -12,8 +12,9 @@ Each topic is then read whole, and timed, by:
   last line, then ``records.jsonl``;
 * the broker's log dir mounted ``--read-only`` (a fresh mount for each first read: ``records``, then
   ``records.jsonl``);
-* logfs's own batches of the same values (``cat values >> t/0/append`` on a mount of their own, the
-  ``.viewindex`` files removed, then the same first reads on a ``--read-only`` mount).
+* logfs's own batches of the same values (``cat values >> t/0/append`` on a mount of their own, the topic's
+  ``compression.type`` the producer's codec, the ``.viewindex`` files removed, then the same first reads on
+  a ``--read-only`` mount).
 
     .venv/bin/python scripts/bench/bench_producers.py [--records 1000000] [--records-1k 200000]
                                                       [--codecs none,lz4,zstd] [--keyed 200000]
@@ -161,11 +162,18 @@ def _engine_child(partition_dir: Path) -> None:
     print(json.dumps(best))
 
 
+def _codec_of(values: Path) -> str:
+    """The codec of the topic whose values ``values`` holds (``perf-zstd-100.values``: zstd)."""
+    return values.stem.split("-")[1]
+
+
 def _build_own(partition_dir: Path, values: Path) -> None:
-    """logfs's own batches of the lines of ``values``: 10,000 lines a batch, as ``cat >> append`` writes them."""
+    """logfs's own batches of the lines of ``values``: 10,000 lines a batch, as ``cat >> append`` writes them,
+    compressed with the producer's codec (the topic's ``compression.type``)."""
     from engine.config import LogConfig
     from engine.log import Log
-    log = Log.load(str(partition_dir), LogConfig.from_props({}))
+    codec = _codec_of(values)
+    log = Log.load(str(partition_dir), LogConfig.from_props({} if codec == "none" else {"compression.type": codec}))
     lines = values.read_bytes().split(b"\n")[:-1]
     for i in range(0, len(lines), 10_000):
         log.append_text_lines(b"\n".join(lines[i:i + 10_000]) + b"\n")
@@ -322,7 +330,7 @@ def main() -> int:
             print(topic, {k: round(v, 2) for k, v in row.items()}, flush=True)
         # the broker holds its log dir's lock: the read-only mounts come after it stopped
         subprocess.run(["bash", str(BROKER), "--stop", str(logdir)], check=True, stdout=subprocess.DEVNULL)
-        for topic, _codec, size, _records in topics:
+        for topic, codec, size, _records in topics:
             row = rows[topic]
             ro = ["--data-dir", str(logdir), "--read-only"]
             size_of = (base / f"{topic}.values").stat().st_size
@@ -333,6 +341,9 @@ def main() -> int:
                 mount = Mount(base / "own-mnt", ["--data-dir", str(own)], base / "own.log")
                 try:
                     (mount.mnt / "t").mkdir()
+                    if codec != "none":       # logfs's own batches compressed as the producer's were
+                        with open(mount.mnt / "t" / "config", "a") as config:
+                            config.write(f"compression.type={codec}\n")
                     subprocess.run(["bash", "-c", f"cat {base / topic}.values >> {mount.mnt}/t/0/append"],
                                    check=True)
                 finally:

@@ -637,3 +637,40 @@ def test_a_block_of_lines_is_encoded_by_the_kernels() -> None:
     batch, layout = encode_text_lines(0, block, TS)
     assert layout.lines == 5000 and decode_values(bytes(batch)) == [b"line"] * 5000
     assert encode_text_lines(0, block + b"no newline", TS) is None
+
+
+# --- the decompressors of producers' frames ------------------------------------------------------------------
+
+from engine.records.compression import _decompress  # noqa: E402
+
+
+def _frames(codec: Compression, data: bytes) -> bytes:
+    """``data`` as a producer frames it: zstd without its content size (zstd-jni's stream, Kafka's Java
+    producer), LZ4 with independent 64 KiB blocks (KafkaLZ4BlockOutputStream)."""
+    import lz4.frame
+    import zstandard
+    if codec == Compression.ZSTD:
+        stream = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+        return stream.compress(data) + stream.flush()
+    return lz4.frame.compress(data, block_linked=False, store_size=False,
+                              block_size=lz4.frame.BLOCKSIZE_MAX64KB)
+
+
+@pytest.mark.parametrize("codec", [Compression.LZ4, Compression.ZSTD])
+@settings(max_examples=40, deadline=None)
+@given(parts=st.lists(st.binary(max_size=200_000), min_size=1, max_size=3), cut=st.integers(1, 40))
+def test_producer_frames_decompress_whole_or_fail(codec: Compression, parts: list[bytes], cut: int) -> None:
+    """Concatenated frames read whole, as cramjam reads them; a frame cut short, trailing bytes or nothing at
+    all fail (a damaged batch is EIO, never fewer records)."""
+    import zstandard
+    frames = [_frames(codec, p) for p in parts]
+    framed = b"".join(frames)
+    assert _decompress(codec, framed) == b"".join(parts)
+    assert _decompress(codec, memoryview(framed)) == b"".join(parts)
+    if codec == Compression.ZSTD:
+        one = zstandard.ZstdCompressor().compress(parts[0])         # with its content size, as logfs writes
+        assert _decompress(codec, one) == parts[0]
+    cut = 1 + (cut - 1) % (len(frames[-1]) - 1)      # inside the last frame (a whole frame less is not damage)
+    for damaged in (framed[:len(framed) - cut], framed + b"\x00" * cut, b""):
+        with pytest.raises(Exception):  # noqa: B017 (each codec library has its own error type)
+            _decompress(codec, damaged)
