@@ -60,9 +60,9 @@ this process), exactly:
   drop the inode's pages (``invalidate_inode`` of the data, from a worker
   thread: it waits for READs in flight, which this thread answers), and a
   ``write()``/``flush()`` does that before its answer for what it appended.
-  The kernel's own drop at a new size comes after it set the size (page by
-  page, the zero-filled last page last), and a reader on another CPU read the
-  zeros in between.  A short answer is rendered on the trio thread, where
+  The kernel's own drop at a new size comes after it sets the size (page by
+  page, the zero-filled last page last): a reader on another CPU would read
+  the zeros in between.  A short answer is rendered on the trio thread, where
   every size is answered, in the step that sends it: one rendered in a worker
   thread is rendered again there, so it never ends below a size answered
   while the thread ran (the kernel, which got that size first, would keep the
