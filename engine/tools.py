@@ -45,9 +45,11 @@ from engine.index import OFFSET_INDEX_ENTRY as _OFFSET_ENTRY
 from engine.index import TIME_INDEX_ENTRY as _TIME_ENTRY
 from engine.records import (
     HEADER_SIZE,
+    BatchColumns,
     BatchHeader,
     TimestampType,
     decode_batch,
+    decode_columns,
     decode_values,
     read_header,
     validate_batch,
@@ -126,6 +128,16 @@ def _control_description(key: bytes | None, value: bytes | None) -> str:
     return f" controlType: UNKNOWN({type_id})"
 
 
+def _batch_columns(data: bytes, position: int, header: BatchHeader) -> BatchColumns:
+    """The records of a batch as columns: the compiled walk of every producer's layout
+    (``decode_columns``); a control batch's markers, which the views skip, decoded one by one."""
+    if not header.is_control:
+        return decode_columns(data, position, header)
+    records = decode_batch(data, position, header, include_control=True)
+    return BatchColumns([r.offset for r in records], [r.timestamp for r in records], [r.key for r in records],
+                        [r.value for r in records], [tuple(r.headers) for r in records])
+
+
 def _dump_log_file(path: str, print_data_log: bool, out: TextIO, err: TextIO) -> int:
     out.write(f"Log starting offset: {offset_from_file_name(path)}\n")
     data = _read_file(path)
@@ -157,29 +169,33 @@ def _dump_log_file(path: str, print_data_log: bool, out: TextIO, err: TextIO) ->
             f"isvalid: {_java_bool(valid)}\n")
         if print_data_log:
             try:
-                records = decode_batch(data, position, header, include_control=True)
+                columns = _batch_columns(data, position, header)
             except CorruptRecordError as exc:
                 err.write(f"Failed to read the records of the batch at position {position} of {path}: {exc}\n")
                 problems += 1
-                records = []
-            for record in records:
+                columns = BatchColumns(range(0), [], None, [], None)
+            keys, headers = columns.keys, columns.headers
+            for i, offset in enumerate(columns.offsets):
                 # As DumpLogSegments: the first record is compared with -1 too, so a
                 # segment that does not start at offset 0 reports "-1 is followed by N".
-                if record.offset != last_offset + 1:
-                    non_consecutive.append((last_offset, record.offset))
-                last_offset = record.offset
-                line = [f"| offset: {record.offset} {timestamp_type}: {record.timestamp} "
-                        f"keySize: {-1 if record.key is None else len(record.key)} "
-                        f"valueSize: {-1 if record.value is None else len(record.value)} "
-                        f"sequence: {_record_sequence(header, record.offset)} "
-                        f"headerKeys: [{','.join(k for k, _ in record.headers)}]"]
+                if offset != last_offset + 1:
+                    non_consecutive.append((last_offset, offset))
+                last_offset = offset
+                key = None if keys is None else keys[i]
+                value = columns.values[i]
+                names = "" if headers is None else ",".join(name for name, _ in headers[i])
+                line = [f"| offset: {offset} {timestamp_type}: {columns.timestamps[i]} "
+                        f"keySize: {-1 if key is None else len(key)} "
+                        f"valueSize: {-1 if value is None else len(value)} "
+                        f"sequence: {_record_sequence(header, offset)} "
+                        f"headerKeys: [{names}]"]
                 if header.is_control:
-                    line.append(_control_description(record.key, record.value))
+                    line.append(_control_description(key, value))
                 else:
-                    if record.key is not None:
-                        line.append(f" key: {_text(record.key)}")
-                    if record.value is not None:
-                        line.append(f" payload: {_text(record.value)}")
+                    if key is not None:
+                        line.append(f" key: {_text(key)}")
+                    if value is not None:
+                        line.append(f" payload: {_text(value)}")
                 out.write("".join(line) + "\n")
         position += header.size
     trailing = len(data) - position
