@@ -529,9 +529,16 @@ class LogManager:
                 return existing
             return self._create_log(tp, self._config_for(tp.topic), self._topic_id_of(tp.topic))
 
-    def get_or_create_log(self, tp: TopicPartition, topic_id: str) -> Log:
+    def get_or_create_log(self, tp: TopicPartition, topic_id: str, *, durable: bool = True) -> Log:
         """Kafka's ``LogManager.getOrCreateLog`` for a follower: the log of ``tp``, created alone (its topic
-        need not have other partitions here) with ``topic_id`` in its ``partition.metadata``."""
+        need not have other partitions here) with ``topic_id`` in its ``partition.metadata``.
+
+        ``durable=False`` skips the fsyncs that make the new directory survive a power loss, for a replica
+        whose leader holds every record it will fetch (a cluster mount's): after a power loss its directory
+        or ``partition.metadata`` may be missing, and a replica without its topic ID is dropped and fetched
+        again (logfs.cluster.replica_fetcher).  Three fsyncs were most of a cluster mount's first lookup of a
+        partition.
+        """
         self._check_writable(f"create partition {tp}")
         validate_topic_name(tp.topic)
         with self._lock:
@@ -540,7 +547,7 @@ class LogManager:
                 return existing
             if not self._logs.has_topic(tp.topic):
                 self._check_not_unsafe(tp.topic)
-            return self._create_log(tp, self._config_for(tp.topic), topic_id)
+            return self._create_log(tp, self._config_for(tp.topic), topic_id, durable=durable)
 
     def _topic_id_of(self, topic: str) -> str:
         """The topic ID of ``topic``'s existing partitions (a new one when none carries it: older data dirs)."""
@@ -550,7 +557,7 @@ class LogManager:
                 return topic_id
         return new_topic_id()
 
-    def _create_log(self, tp: TopicPartition, config: LogConfig, topic_id: str) -> Log:
+    def _create_log(self, tp: TopicPartition, config: LogConfig, topic_id: str, *, durable: bool = True) -> Log:
         """Create the partition dir in the emptiest log dir and register the log (under _lock).
 
         Before the dir exists, every checkpoint entry a deleted partition of
@@ -558,7 +565,8 @@ class LogManager:
         (:meth:`LogDirCheckpoints.drop_stale_entries`); the dir holds its segment
         files and ``partition.metadata`` (Kafka's topic ID), fsynced, and is
         fsynced in its parent before the log can take an append: a power loss
-        after the first acknowledged record cannot lose the directory.
+        after the first acknowledged record cannot lose the directory (unless
+        not ``durable``: see :meth:`get_or_create_log`).
         """
         self._checkpoints.drop_stale_entries(tp)
         parent = self._next_log_dir()
@@ -570,8 +578,9 @@ class LogManager:
         try:
             log = Log.load(path, config, clock=self.clock)
             try:
-                write_partition_metadata(path, topic_id)     # fsyncs the partition dir: segment files too
-                fsync_dir(parent)
+                write_partition_metadata(path, topic_id, durable=durable)   # fsyncs the partition dir too
+                if durable:
+                    fsync_dir(parent)
             except BaseException:
                 log.close()
                 raise

@@ -22,7 +22,7 @@ import base64
 import os
 import uuid
 
-from engine.files import atomic_write
+from engine.files import atomic_write, write_cache_file
 
 __all__ = ["PARTITION_METADATA_FILE", "new_topic_id", "read_topic_id", "write_partition_metadata"]
 
@@ -44,10 +44,12 @@ def new_topic_id() -> str:
             return text
 
 
-def write_partition_metadata(partition_dir: str, topic_id: str) -> None:
-    """Write ``partition.metadata`` durably (file fsynced, then the directory); raises OSError."""
+def write_partition_metadata(partition_dir: str, topic_id: str, *, durable: bool = True) -> None:
+    """Write ``partition.metadata`` atomically, durably (file fsynced, then the directory) unless not
+    ``durable`` (a power loss may then leave it missing or empty: :func:`read_topic_id` gives None); raises
+    OSError."""
     data = f"version: {_VERSION}\ntopic_id: {topic_id}\n".encode("ascii")
-    atomic_write(os.path.join(partition_dir, PARTITION_METADATA_FILE), data)
+    (atomic_write if durable else write_cache_file)(os.path.join(partition_dir, PARTITION_METADATA_FILE), data)
 
 
 def read_topic_id(partition_dir: str) -> str | None:

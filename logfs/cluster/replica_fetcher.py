@@ -387,7 +387,7 @@ class ReplicaFetcher:
             meta = self._cluster.get(tp.topic) or meta
             self._creating = tp
             try:
-                target = self.manager.get_or_create_log(tp, kafka_topic_id(meta.topic_id))
+                target = self.manager.get_or_create_log(tp, kafka_topic_id(meta.topic_id), durable=False)
                 if start > 0:
                     target.truncate_fully_and_start_at(start)
                 log.info("Replicating partition %s from offset %d (--from %s)", tp, start, self.start_position)
@@ -760,9 +760,11 @@ class ReplicaFetcher:
         if not self.selected(name):
             return          # a replica a mount with other --topics left: kept, neither listed nor fetched
         local = self.manager.partitions(name)
-        if local and self._local_topic_id(name) != topic_id:
+        local_id = self._local_topic_id(name) if local else topic_id
+        if local_id != topic_id:
             self._drop_topic(name, f"the cluster's topic of this name has a new topic ID {topic_id} "
-                                   "(deleted and recreated)")
+                                   "(deleted and recreated)" if local_id is not None else
+                                   "its partition.metadata is gone (a replica's is not fsynced: a power loss)")
             return
         for partition in local:
             tp = TopicPartition(name, partition)

@@ -289,6 +289,25 @@ def test_the_replica_survives_kill_9_of_the_mount(cluster_mount, kafka_cluster: 
     assert [v for _, _, v in _consume(kafka_cluster, "crash")] == expected.split(b"\n")[:-1]
 
 
+def test_a_replica_whose_partition_metadata_was_lost_is_fetched_again(cluster_mount) -> None:
+    """A replica's partition dir is made without fsyncs (the leader holds its records): when a power loss
+    takes its ``partition.metadata`` (here: removed while the mount is down), the next mount drops the
+    topic's replica, says why, and fetches it again whole, nothing twice."""
+    m = cluster_mount()
+    (m / "lost").mkdir()
+    with open(m / "lost/0/append", "ab", buffering=0) as f:
+        for i in range(40):
+            f.write(b"l%d\n" % i)
+    expected = b"".join(b"l%d\n" % i for i in range(40))
+    wait_for(lambda: (m / "lost/0/records").read_bytes() == expected, "the replica holding the writes")
+    m.stop()
+    (m.data / "lost-0" / "partition.metadata").unlink()
+    m.start()
+    wait_for(lambda: "its partition.metadata is gone" in m.log(), "the replica dropped, saying why")
+    assert (m / "lost/0/records").read_bytes() == expected
+    assert (m.data / "lost-0" / "partition.metadata").exists()
+
+
 def test_one_write_is_one_batch_on_the_cluster(cluster_mount) -> None:
     """The lines of one write() leave as one produce batch, which the broker appends whole or not at all (as an
     embedded mount's write is one batch): the replica holds the leader's batches byte for byte, so it shows it."""
