@@ -152,6 +152,12 @@ class PartitionFetchState:
         return self.last_epoch
 
 
+#: a partition as a fetch session names it: (topic ID, partition)
+_PartitionKey = tuple[uuid.UUID, int]
+#: what a fetch request says of a partition: (fetch offset, last fetched epoch, current leader epoch)
+_FetchPosition = tuple[int, int, int]
+
+
 class FetchSession:
     """Kafka's ``FetchSessionHandler`` (KIP-227): one incremental fetch session per leader.
 
@@ -173,11 +179,11 @@ class FetchSession:
         self.session_id = 0
         self.epoch = 0
         #: what the broker's session holds: partition -> (fetch offset, last fetched epoch, leader epoch)
-        self.sent: dict[tuple[uuid.UUID, int], tuple[int, int, int]] = {}
+        self.sent: dict[_PartitionKey, _FetchPosition] = {}
         self.sessionless = False
 
-    def next_request(self, wanted: Mapping[tuple[uuid.UUID, int], tuple[TopicPartition, tuple[int, int, int]]]
-                     ) -> tuple[int, int, list[tuple[uuid.UUID, int]], list[tuple[uuid.UUID, int]]]:
+    def next_request(self, wanted: Mapping[_PartitionKey, tuple[TopicPartition, _FetchPosition]]
+                     ) -> tuple[int, int, list[_PartitionKey], list[_PartitionKey]]:
         """(session id, epoch, partitions to send, partitions to forget) of the next request."""
         if self.sessionless:
             return 0, -1, list(wanted), []
@@ -187,8 +193,8 @@ class FetchSession:
         forget = [key for key in self.sent if key not in wanted]
         return self.session_id, self.epoch, send, forget
 
-    def acknowledged(self, session_id: int, sent: Mapping[tuple[uuid.UUID, int], tuple[int, int, int]],
-                     forgotten: list[tuple[uuid.UUID, int]]) -> None:
+    def acknowledged(self, session_id: int, sent: Mapping[_PartitionKey, _FetchPosition],
+                     forgotten: list[_PartitionKey]) -> None:
         """The broker answered the request built by next_request without a top-level error."""
         if self.sessionless:
             return
@@ -213,8 +219,179 @@ class _TopicMetadata:
     partitions: dict[int, tuple[int, int]] = field(default_factory=dict)   # partition -> (leader, epoch)
 
 
+@dataclass(frozen=True)
+class FetcherSettings:
+    """The fetcher's settings: fixed at construction, so read by every thread without a lock."""
+
+    #: the bootstrap servers (what error messages name)
+    brokers: str
+    #: how often the held topics' metadata is polled
+    metadata_max_age_s: float
+    #: how often the full listing is polled (at least ``metadata_max_age_s``)
+    listing_max_age_s: float
+    #: ``--topics``: only topics whose whole name matches are listed and replicated
+    topic_pattern: re.Pattern[str] | None
+    #: ``--from``: where a replica made on first use starts
+    start_position: StartPosition
+    fetch_max_wait_ms: int
+    partition_max_bytes: int
+    #: the mount's kafka-python settings, over the fetcher's defaults
+    client_config: Mapping[str, Any]
+
+
+@dataclass
+class _InflightFetch:
+    """One Fetch request sent to a leader and not yet completed (at most one per leader)."""
+
+    #: kafka-python's future of the FetchResponse
+    future: Any
+    #: every partition the session fetches from this leader, by the key the response names it with
+    keys: dict[_PartitionKey, TopicPartition]
+    #: the positions this request sent (``FetchSession.acknowledged`` records them once it is answered)
+    sent: dict[_PartitionKey, _FetchPosition]
+    #: the partitions this request told the session to forget
+    forgotten: list[_PartitionKey]
+
+
+@dataclass
+class _FetchLoop:
+    """The fetcher thread's own state: fetch sessions, requests in flight, back-offs and metadata timers.
+
+    Owner: the fetcher thread (and ``ReplicaFetcher.start``, before it starts the thread).  No other thread
+    reads or writes it, so it has no lock.
+    """
+
+    #: leader -> its incremental fetch session
+    sessions: dict[int, FetchSession] = field(default_factory=dict)
+    #: leader -> the fetch request sent to it and not yet completed
+    inflight: dict[int, _InflightFetch] = field(default_factory=dict)
+    #: broker -> until when (monotonic) fetches from it back off after a failure
+    node_delayed: dict[int, float] = field(default_factory=dict)
+    #: when (monotonic) the next full listing is due
+    next_listing: float = 0.0
+    #: when (monotonic) the next poll of the held topics' metadata is due
+    next_sync: float = 0.0
+    #: a fetch failed: poll the held topics' metadata at the next round
+    refresh_wanted: bool = False
+    #: held topics a metadata response did not show, since when: dropped at the second miss only (a broker that
+    #: has not yet seen a topic just created answers UNKNOWN_TOPIC_OR_PARTITION for it)
+    missing: dict[str, float] = field(default_factory=dict)
+    #: (old leader, new leader) -> partitions, while one metadata response is applied
+    moved: dict[tuple[int, int], list[TopicPartition]] = field(default_factory=dict)
+    #: since when (monotonic) the cluster has not answered a metadata request; None while it answers
+    unreachable_since: float | None = None
+
+
+@dataclass
+class _Replicas:
+    """What the fetcher thread publishes: the cluster's listing and the fetch state of each local replica.
+
+    Owner: the fetcher thread, the only writer (and ``ReplicaFetcher.start`` before it starts the thread).
+    Other threads read without a lock, one reference at a time: ``cluster`` is replaced whole, never changed
+    in place; ``states`` is read by key (or copied whole), and a state's ``high_watermark`` and ``responded``
+    are single values.  A thread that waits for a change waits on ``_Handoff.changed``, which the fetcher
+    thread notifies after it.
+    """
+
+    #: the selected topics of the cluster as the last full metadata poll saw them: what the namespace lists
+    cluster: dict[str, _TopicMetadata] = field(default_factory=dict)
+    #: the fetch state of each local replica the fetcher fetches
+    states: dict[TopicPartition, PartitionFetchState] = field(default_factory=dict)
+    #: the last metadata response, which the side client applies (its brokers: see ``_SideClient.client``)
+    last_metadata: Any = None
+
+
+@dataclass
+class _Handoff:
+    """What request threads hand the fetcher thread, and the progress they wait for.
+
+    Lock: ``changed``; every field is read and written under it, by request threads and the fetcher thread.
+    The fetcher thread notifies it after every append, truncation and dropped topic, when a partition's leader
+    first answered, and at the end of each metadata sync (``sync_generation``): a waiter re-checks what it
+    waits for at each wake-up.
+    """
+
+    changed: threading.Condition = field(default_factory=threading.Condition)
+    #: replicas made on first use, for the fetcher thread to start fetching
+    added: list[TopicPartition] = field(default_factory=list)
+    #: (where --from started it, the leader's high watermark then) of each replica made on first use, until
+    #: the fetcher thread takes it
+    pending: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+    #: the replica ``ensure_replica`` is making (its first fetch appends): the fetcher thread leaves it alone
+    creating: TopicPartition | None = None
+    #: topics this mount created (mkdir), since when: for ``listing_max_age_s`` after they were first listed,
+    #: a listing without them (a broker that has not yet applied the CreateTopics) keeps them
+    created: dict[str, float] = field(default_factory=dict)
+    #: a full metadata sync is wanted at the fetcher thread's next round (``request_sync``, a client error)
+    sync_wanted: bool = False
+    #: the metadata syncs ended (answered or not) since the start
+    sync_generation: int = 0
+
+    def want_sync(self) -> None:
+        with self.changed:
+            self.sync_wanted = True
+
+    def take_sync_wanted(self) -> bool:
+        """Whether a full sync was wanted, the wish cleared."""
+        with self.changed:
+            wanted, self.sync_wanted = self.sync_wanted, False
+            return wanted
+
+    def notify(self) -> None:
+        with self.changed:
+            self.changed.notify_all()
+
+
+@dataclass
+class _SideClient:
+    """The client of requests made outside the fetch sessions (ListOffsets): its own connections, as a broker
+    answers the requests of one connection in order, behind a long poll.
+
+    Lock: ``lock``; the thread holding it owns ``client`` (made on first use) and ``metadata``.  A thread
+    waits for it at most as long as its ListOffsets may take (``ReplicaFetcher._list_offsets_at``), and the
+    fetcher thread hands its metadata over through ``_Replicas.last_metadata`` without taking it.
+    """
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    client: Any = None
+    #: the metadata response last applied to ``client``
+    metadata: Any = None
+
+    def get(self, settings: dict[str, Any], latest_metadata: Any) -> Any:
+        """The client, made on first use, knowing the brokers of ``latest_metadata`` (under ``lock``)."""
+        if self.client is None:
+            from kafka.net.compat import KafkaNetClient
+
+            client = KafkaNetClient(**{"client_id": "logfs-replica-offsets", **settings})
+            client._manager.bootstrap(10_000)
+            self.client = client
+        md = latest_metadata
+        if md is not None and md is not self.metadata:    # brokers that came back since its bootstrap
+            self.client.cluster.update_metadata(md)
+            self.metadata = md
+        return self.client
+
+    def close(self) -> None:
+        with self.lock:
+            if self.client is not None:
+                self.client.close()
+
+
 class ReplicaFetcher:
-    """Keeps a ``LogManager``'s logs a replica of the cluster's partitions (see the module docstring)."""
+    """Keeps a ``LogManager``'s logs a replica of the cluster's partitions (see the module docstring).
+
+    Its state is cut by who may touch it, each part with its own rule (see each class):
+
+    * ``settings`` (:class:`FetcherSettings`): fixed at construction, read by every thread;
+    * ``_loop`` (:class:`_FetchLoop`): the fetcher thread's own, no lock;
+    * ``_replicas`` (:class:`_Replicas`): written by the fetcher thread only, read by any thread without a lock;
+    * ``_handoff`` (:class:`_Handoff`): between request threads and the fetcher thread, under its condition;
+    * ``_side`` (:class:`_SideClient`): the ListOffsets client, under its lock.
+
+    ``_create_lock`` serialises the making of replicas (:meth:`_make_replica`) and guards no field;
+    ``_stop`` ends the thread.  The fetch client ``_client`` is the fetcher thread's (``start`` bootstraps it
+    before the thread runs), but for ``wakeup``, which any thread calls.
+    """
 
     def __init__(self, manager: LogManager, admin: ClusterAdmin, client_config: Mapping[str, Any], *,
                  metadata_max_age_s: float = 2.0, listing_max_age_s: float = 10.0, fetch_max_wait_ms: int = 500,
@@ -225,56 +402,18 @@ class ReplicaFetcher:
         quiet_kafka_python()
         self.manager = manager
         self.admin = admin
-        self.brokers = admin.brokers
-        self.metadata_max_age_s = metadata_max_age_s
-        self.listing_max_age_s = max(listing_max_age_s, metadata_max_age_s)
-        #: ``--topics``: only topics whose whole name matches are listed and replicated
-        self.topic_pattern = topics
-        #: ``--from``: where a replica made on first use starts
-        self.start_position: StartPosition = start
-        self.fetch_max_wait_ms = fetch_max_wait_ms
-        self.partition_max_bytes = partition_max_bytes
-        self._client_config = dict(client_config)
+        self.settings = FetcherSettings(
+            brokers=admin.brokers, metadata_max_age_s=metadata_max_age_s,
+            listing_max_age_s=max(listing_max_age_s, metadata_max_age_s), topic_pattern=topics,
+            start_position=start, fetch_max_wait_ms=fetch_max_wait_ms, partition_max_bytes=partition_max_bytes,
+            client_config=dict(client_config))
         self._client = KafkaNetClient(**{**self._client_settings(), "client_id": "logfs-replica-fetcher",
                                          **client_config})
-        self._states: dict[TopicPartition, PartitionFetchState] = {}
-        #: the selected topics of the cluster as the last full metadata poll saw them (replaced whole, read
-        #: from any thread): what the namespace lists
-        self._cluster: dict[str, _TopicMetadata] = {}
-        #: replicas made on first use, for the fetcher thread to start fetching (under _appended)
-        self._added: list[TopicPartition] = []
-        #: (where --from started it, the leader's high watermark then) of each replica made on first use,
-        #: until the fetcher thread takes it (under _appended)
-        self._pending: dict[TopicPartition, tuple[int, int]] = {}
+        self._loop = _FetchLoop()
+        self._replicas = _Replicas()
+        self._handoff = _Handoff()
+        self._side = _SideClient()
         self._create_lock = threading.Lock()
-        #: the replica ensure_replica is making (its first fetch appends): the fetcher thread leaves it alone
-        self._creating: TopicPartition | None = None
-        self._refresh_wanted = False
-        self._next_listing = 0.0
-        #: held topics a metadata response did not show, since when: dropped at the second miss only (a
-        #: broker that has not yet seen a topic just created answers UNKNOWN_TOPIC_OR_PARTITION for it)
-        self._missing: dict[str, float] = {}
-        #: topics this mount created (mkdir), since when: for ``listing_max_age_s`` after they were first
-        #: listed, a listing without them (a broker that has not yet applied the CreateTopics) keeps them
-        self._created: dict[str, float] = {}
-        self._inflight: dict[int, tuple[Any, dict[tuple[uuid.UUID, int], TopicPartition],
-                                        dict[tuple[uuid.UUID, int], tuple[int, int, int]],
-                                        list[tuple[uuid.UUID, int]]]] = {}
-        self._sessions: dict[int, FetchSession] = {}
-        #: the client of ListOffsets (see _side), made on first use
-        self._side_client: Any = None
-        self._side_lock = threading.Lock()
-        #: the last metadata response, for the side client's brokers (see _side)
-        self._last_metadata: Any = None
-        self._side_metadata: Any = None
-        self._node_delayed: dict[int, float] = {}
-        self._appended = threading.Condition()
-        self._sync_wanted = threading.Event()
-        self._sync_generation = 0
-        self._next_sync = 0.0
-        self._unreachable_since: float | None = None
-        #: (old leader, new leader) -> partitions, while one metadata response is applied
-        self._moved: dict[tuple[int, int], list[TopicPartition]] = {}
         self._stop = threading.Event()
         #: called with a topic's name after its local replica was deleted (the namespace forgets its nodes)
         self.topic_removed: Callable[[str], None] | None = None
@@ -282,12 +421,12 @@ class ReplicaFetcher:
 
     def _client_settings(self) -> dict[str, Any]:
         return {
-            "bootstrap_servers": self.brokers.split(","),
+            "bootstrap_servers": self.settings.brokers.split(","),
             "request_timeout_ms": 10_000,
             "reconnect_backoff_ms": 100,
             "reconnect_backoff_max_ms": 1_000,
             "receive_message_max_bytes": 256 << 20,
-            **self._client_config,
+            **self.settings.client_config,
         }
 
     # ------------------------------------------------------------------ lifecycle
@@ -301,8 +440,8 @@ class ReplicaFetcher:
         except KafkaError as exc:
             # librdkafka's admin client reached the cluster just before (ClusterBackend.start)
             raise LogfsError(f"The replica fetcher (kafka-python) cannot connect to the Kafka cluster at "
-                             f"{self.brokers} within {timeout_s:g} s, though the admin client (librdkafka) did "
-                             f"with the same settings: {exc}") from None
+                             f"{self.settings.brokers} within {timeout_s:g} s, though the admin client (librdkafka) "
+                             f"did with the same settings: {exc}") from None
         self._sync_metadata(full=True)
         self._thread.start()
         self._wait_first_round(min(timeout_s, FIRST_ROUND_MAX_S))
@@ -312,9 +451,9 @@ class ReplicaFetcher:
         start and, up to a fetch's ``partition_max_bytes``, its records from the first read, not what the
         replica held when the last mount stopped (bounded: past it, the replica catches up while serving)."""
         deadline = time.monotonic() + timeout_s
-        with self._appended:
+        with self._handoff.changed:
             while True:
-                waiting = [tp for tp, s in list(self._states.items()) if not s.responded]
+                waiting = [tp for tp, s in list(self._replicas.states.items()) if not s.responded]
                 if not waiting:
                     return
                 left = deadline - time.monotonic()
@@ -323,7 +462,7 @@ class ReplicaFetcher:
                                 "a first fetch within %g s: they catch up while the mount serves them",
                                 len(waiting), waiting[0], timeout_s)
                     return
-                self._appended.wait(min(left, 0.5))
+                self._handoff.changed.wait(min(left, 0.5))
 
     def stop(self) -> None:
         self._stop.set()
@@ -331,9 +470,7 @@ class ReplicaFetcher:
         if self._thread.is_alive():
             self._thread.join(timeout=30)
         self._client.close()
-        with self._side_lock:
-            if self._side_client is not None:
-                self._side_client.close()
+        self._side.close()
 
     # ------------------------------------------------------------------ for the backend
 
@@ -341,24 +478,26 @@ class ReplicaFetcher:
         """Whether ``topic`` is one the mount lists (not internal, its whole name matching ``--topics``)."""
         if topic.startswith("__"):
             return False
-        return self.topic_pattern is None or self.topic_pattern.fullmatch(topic) is not None
+        return self.settings.topic_pattern is None or self.settings.topic_pattern.fullmatch(topic) is not None
 
     def topics(self) -> list[str]:
         """The selected topics of the cluster (cached metadata: no request)."""
-        return sorted(self._cluster)
+        return sorted(self._replicas.cluster)
 
     def created(self, topic: str) -> None:
         """The mount created ``topic``: the listings of the next ``listing_max_age_s`` keep it even when a broker
         that has not applied the CreateTopics yet answers without it (its first write must not be ENOENT)."""
-        self._created[topic] = time.monotonic()
+        with self._handoff.changed:
+            self._handoff.created[topic] = time.monotonic()
 
     def deleted(self, topic: str) -> None:
         """The mount is deleting ``topic``: the next listing without it drops it at once."""
-        self._created.pop(topic, None)
+        with self._handoff.changed:
+            self._handoff.created.pop(topic, None)
 
     def partitions(self, topic: str) -> list[int]:
         """The partitions of a selected topic (cached metadata: no request); [] for an unknown topic."""
-        meta = self._cluster.get(topic)
+        meta = self._replicas.cluster.get(topic)
         return [] if meta is None else sorted(meta.partitions)
 
     def ensure_replica(self, tp: TopicPartition, timeout_s: float, *, catch_up: bool = True) -> Log:
@@ -374,29 +513,30 @@ class ReplicaFetcher:
     def _make_replica(self, tp: TopicPartition, timeout_s: float) -> Log:
         """A new local log of ``tp`` at the offset ``--from`` names, with the leader's high watermark then as
         what its first read waits for (one ListOffsets round trip; fetched by the fetcher thread)."""
-        meta = self._cluster.get(tp.topic)
+        meta = self._replicas.cluster.get(tp.topic)
         if meta is None or tp.partition not in meta.partitions:
             raise UnknownTopicOrPartitionError(f"No partition {tp} on the cluster")
         with self._create_lock:
             target = self.manager.get_log(tp)
             if target is not None:
                 return target
-            start, high_watermark = self.list_offsets(tp, [_spec(self.start_position), _LATEST], timeout_s)
+            start, high_watermark = self.list_offsets(tp, [_spec(self.settings.start_position), _LATEST], timeout_s)
             if start < 0:       # no record at or after --from's time: the end
                 start = high_watermark
-            meta = self._cluster.get(tp.topic) or meta
-            self._creating = tp
+            meta = self._replicas.cluster.get(tp.topic) or meta
+            with self._handoff.changed:
+                self._handoff.creating = tp
             try:
                 target = self.manager.get_or_create_log(tp, kafka_topic_id(meta.topic_id), durable=False)
                 if start > 0:
                     target.truncate_fully_and_start_at(start)
-                log.info("Replicating partition %s from offset %d (--from %s)", tp, start, self.start_position)
+                log.info("Replicating partition %s from offset %d (--from %s)", tp, start, self.settings.start_position)
             finally:
-                with self._appended:
-                    self._creating = None
+                with self._handoff.changed:
+                    self._handoff.creating = None
                     if target is not None:
-                        self._added.append(tp)
-                        self._pending[tp] = (start, high_watermark)
+                        self._handoff.added.append(tp)
+                        self._handoff.pending[tp] = (start, high_watermark)
             self._client.wakeup()
             return target
 
@@ -407,11 +547,12 @@ class ReplicaFetcher:
         target = self.manager.get_log(tp)
         if target is None:
             return True
-        if tp.topic not in self._cluster:
+        if tp.topic not in self._replicas.cluster:
             return False        # not listed (--topics, or gone): nothing to wait for
-        state = self._states.get(tp)
+        state = self._replicas.states.get(tp)
         if state is None or state.log is not target:
-            pending = self._pending.get(tp)
+            with self._handoff.changed:
+                pending = self._handoff.pending.get(tp)
             return pending is None or target.log_end_offset < pending[1]
         if state.high_watermark < 0:
             return self.admin.reachable
@@ -430,21 +571,21 @@ class ReplicaFetcher:
         bound = timeout_s
         since = time.monotonic()
         gained = -1
-        with self._appended:
+        with self._handoff.changed:
             while True:
                 target = self.manager.get_log(tp)
                 if target is None:
                     raise UnknownTopicOrPartitionError(f"Partition {tp} was deleted on the cluster")
-                state = self._states.get(tp)
+                state = self._replicas.states.get(tp)
                 if state is not None and state.log is target and state.high_watermark >= 0:
                     high_watermark = state.high_watermark
                 else:
-                    pending = self._pending.get(tp)
+                    pending = self._handoff.pending.get(tp)
                     high_watermark = pending[1] if pending is not None and state is None else -1
                 end = target.log_end_offset
                 if high_watermark >= 0 and end >= high_watermark:
                     return
-                if tp.topic not in self._cluster:
+                if tp.topic not in self._replicas.cluster:
                     return
                 reachable = self.admin.reachable
                 if high_watermark < 0 and not reachable:
@@ -462,8 +603,8 @@ class ReplicaFetcher:
                     raise ClusterTimeoutError(
                         f"Partition {tp}: the local replica holds {held} and fetched nothing more for {waited:.1f} s "
                         f"toward {want}{'' if reachable else ' (the cluster cannot be reached)'}: a read now would "
-                        f"miss committed records (bootstrap servers {self.brokers})")
-                self._appended.wait(min(limit - waited, 0.5))
+                        f"miss committed records (bootstrap servers {self.settings.brokers})")
+                self._handoff.changed.wait(min(limit - waited, 0.5))
 
     def list_offsets(self, tp: TopicPartition, timestamps: list[int], timeout_s: float) -> list[int]:
         """ListOffsets of ``tp`` at its leader, one offset per timestamp (``_EARLIEST``, ``_LATEST`` or epoch
@@ -477,7 +618,7 @@ class ReplicaFetcher:
         deadline = time.monotonic() + limit
         why: object = "no answer"
         while True:
-            meta = self._cluster.get(tp.topic)
+            meta = self._replicas.cluster.get(tp.topic)
             if meta is None or tp.partition not in meta.partitions:
                 raise UnknownTopicOrPartitionError(f"No partition {tp} on the cluster")
             leader, epoch = meta.partitions[tp.partition]
@@ -494,7 +635,7 @@ class ReplicaFetcher:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ClusterTimeoutError(f"Listing the offsets of {tp} at its leader: {why} within {limit:g} s "
-                                          f"(bootstrap servers {self.brokers})")
+                                          f"(bootstrap servers {self.settings.brokers})")
             log.debug("ListOffsets of %s at broker %d: %s; refreshing metadata", tp, leader, why)
             self.request_sync(min(left, 2.0))
             time.sleep(min(_BACKOFF_S, max(0.0, deadline - time.monotonic())))
@@ -508,10 +649,10 @@ class ReplicaFetcher:
 
         topic = ListOffsetsRequest.ListOffsetsTopic
         out = []
-        if not self._side_lock.acquire(timeout=timeout_s):
+        if not self._side.lock.acquire(timeout=timeout_s):
             raise _LeaderError("the ListOffsets connection is busy")
         try:
-            client = self._side()
+            client = self._side.get(self._client_settings(), self._replicas.last_metadata)
             futures = [client.send(leader, ListOffsetsRequest(
                 replica_id=-1, isolation_level=0, timeout_ms=0, min_version=4, topics=[topic(
                     name=tp.topic, partitions=[topic.ListOffsetsPartition(
@@ -532,46 +673,31 @@ class ReplicaFetcher:
                                        f"({kafka_errors.for_code(pd.error_code).message})", pd.error_code)
                 out.append(pd.offset)
         finally:
-            self._side_lock.release()
+            self._side.lock.release()
         return out
-
-    def _side(self) -> Any:
-        """The client of requests made outside the fetch sessions (ListOffsets; under ``_side_lock``): its
-        own connections, as a broker answers the requests of one connection in order, behind a long poll."""
-        if self._side_client is None:
-            from kafka.net.compat import KafkaNetClient
-
-            client = KafkaNetClient(**{"client_id": "logfs-replica-offsets", **self._client_settings()})
-            client._manager.bootstrap(10_000)
-            self._side_client = client
-        md = self._last_metadata
-        if md is not None and md is not self._side_metadata:    # brokers that came back since its bootstrap
-            self._side_client.cluster.update_metadata(md)
-            self._side_metadata = md
-        return self._side_client
 
     def request_sync(self, timeout_s: float) -> bool:
         """Refresh metadata now (an admin change was made); True once a sync started after this call ended."""
-        with self._appended:
-            target = self._sync_generation + 2      # a sync running now may have read the old metadata
-        self._sync_wanted.set()
+        with self._handoff.changed:
+            target = self._handoff.sync_generation + 2      # a sync running now may have read the old metadata
+            self._handoff.sync_wanted = True
         self._client.wakeup()
         deadline = time.monotonic() + timeout_s
-        with self._appended:
-            while self._sync_generation < target:
+        with self._handoff.changed:
+            while self._handoff.sync_generation < target:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                self._appended.wait(left)
-                if self._sync_generation < target:
-                    self._sync_wanted.set()
+                self._handoff.changed.wait(left)
+                if self._handoff.sync_generation < target:
+                    self._handoff.sync_wanted = True
                     self._client.wakeup()
         return True
 
     def wait_for_offset(self, tp: TopicPartition, offset: int, timeout_s: float) -> bool:
         """Wait until the local replica of ``tp`` holds ``offset`` (read-your-writes); False on timeout."""
         deadline = time.monotonic() + timeout_s
-        with self._appended:
+        with self._handoff.changed:
             while True:
                 target = self.manager.get_log(tp)
                 if target is not None and target.log_end_offset > offset:
@@ -579,7 +705,7 @@ class ReplicaFetcher:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                self._appended.wait(left)
+                self._handoff.changed.wait(left)
 
     # ------------------------------------------------------------------ the thread
 
@@ -590,10 +716,9 @@ class ReplicaFetcher:
         while not self._stop.is_set():
             try:
                 now = time.monotonic()
-                if self._sync_wanted.is_set() or now >= self._next_listing:
-                    self._sync_wanted.clear()
+                if self._handoff.take_sync_wanted() or now >= self._loop.next_listing:
                     self._sync_metadata(full=True)
-                elif self._refresh_wanted or now >= self._next_sync:
+                elif self._loop.refresh_wanted or now >= self._loop.next_sync:
                     self._sync_metadata(full=False)
                 self._start_added()
                 self._send_fetches()
@@ -602,7 +727,7 @@ class ReplicaFetcher:
             except KafkaError as exc:   # the client's own errors (a broker gone, a connection lost) are state
                 if not self._stop.is_set():
                     log.debug("Replica fetcher: %r, retrying after a metadata refresh", exc)
-                    self._sync_wanted.set()
+                    self._handoff.want_sync()
                     self._stop.wait(_BACKOFF_S)
             except Exception as exc:  # a bug: the thread must survive it, say it once (not at every retry)
                 if not self._stop.is_set():
@@ -647,12 +772,12 @@ class ReplicaFetcher:
     def _sync_metadata(self, *, full: bool) -> None:
         """The cached listing (full) or the held topics' metadata (not full), and the fetch states to match."""
         now = time.monotonic()
-        self._next_sync = now + self.metadata_max_age_s
-        self._refresh_wanted = False
+        self._loop.next_sync = now + self.settings.metadata_max_age_s
+        self._loop.refresh_wanted = False
         local = self.manager.topics()
         held = [topic for topic in local if self.selected(topic)]
         if full:
-            self._next_listing = now + self.listing_max_age_s
+            self._loop.next_listing = now + self.settings.listing_max_age_s
         elif not held:
             self._bump_generation()
             return
@@ -664,11 +789,11 @@ class ReplicaFetcher:
             return
         self.admin.reachable = True
         self._client.cluster.update_metadata(md)    # the brokers the fetches go to, as this metadata names them
-        self._last_metadata = md
-        if self._unreachable_since is not None:
-            log.info("The Kafka cluster at %s answers again after %.1f s", self.brokers,
-                     time.monotonic() - self._unreachable_since)
-            self._unreachable_since = None
+        self._replicas.last_metadata = md
+        if self._loop.unreachable_since is not None:
+            log.info("The Kafka cluster at %s answers again after %.1f s", self.settings.brokers,
+                     time.monotonic() - self._loop.unreachable_since)
+            self._loop.unreachable_since = None
         fresh: dict[str, _TopicMetadata] = {}
         present: set[str] = set()
         uncertain: set[str] = set()
@@ -686,35 +811,36 @@ class ReplicaFetcher:
                 meta.partitions[p.partition_index] = (p.leader_id, p.leader_epoch)
             if self.selected(t.name):
                 fresh[t.name] = meta
-        for topic, since in list(self._created.items()):
-            if now - since > self.listing_max_age_s:
-                self._created.pop(topic, None)
-            elif topic not in present and topic in self._cluster:
-                uncertain.add(topic)        # just created by this mount: kept as it was
+        with self._handoff.changed:
+            for topic, since in list(self._handoff.created.items()):
+                if now - since > self.settings.listing_max_age_s:
+                    self._handoff.created.pop(topic, None)
+                elif topic not in present and topic in self._replicas.cluster:
+                    uncertain.add(topic)        # just created by this mount: kept as it was
         gone: list[str] = []
         for topic in local if full else held:
             if topic in present:
-                self._missing.pop(topic, None)
-            elif topic in self._missing:
+                self._loop.missing.pop(topic, None)
+            elif topic in self._loop.missing:
                 gone.append(topic)
             else:
-                self._missing[topic] = now
+                self._loop.missing[topic] = now
                 uncertain.add(topic)        # kept as it was until the next poll says it again
-        known = self._cluster
+        known = self._replicas.cluster
         if full:
             cluster = {name: known[name] for name in uncertain if name in known}
         else:
             cluster = {name: meta for name, meta in known.items() if name not in held or name in uncertain}
         cluster.update(fresh)
-        self._cluster = cluster
+        self._replicas.cluster = cluster
         if self.topic_removed is not None:
             for name in known.keys() - cluster.keys():
                 if name not in local:       # (a replica dropped below says it itself)
                     self.topic_removed(name)        # gone from the listing: the kernel forgets its entry
         for topic in gone:
-            self._missing.pop(topic, None)
+            self._loop.missing.pop(topic, None)
             self._drop_topic(topic, "it no longer exists on the cluster")
-        self._moved = {}
+        self._loop.moved = {}
         for topic in held:
             if topic in fresh:
                 try:
@@ -726,26 +852,26 @@ class ReplicaFetcher:
 
     def _log_leader_changes(self) -> None:
         """One line for the leader changes one metadata response showed, however many partitions moved."""
-        if not self._moved:
+        if not self._loop.moved:
             return
         moves = []
-        for (was, now), tps in sorted(self._moved.items(), key=lambda item: -len(item[1])):
+        for (was, now), tps in sorted(self._loop.moved.items(), key=lambda item: -len(item[1])):
             example = ", ".join(map(str, tps[:3])) + (", ..." if len(tps) > 3 else "")
             moves.append(f"{len(tps)} from {_broker(was)} to {_broker(now)} ({example})")
         log.info("Partition leaders moved: %s", "; ".join(moves))
-        self._moved = {}
+        self._loop.moved = {}
 
     def _bump_generation(self) -> None:
-        with self._appended:
-            self._sync_generation += 1
-            self._appended.notify_all()
+        with self._handoff.changed:
+            self._handoff.sync_generation += 1
+            self._handoff.changed.notify_all()
 
     def _unreachable(self, exc: Exception) -> None:
         self.admin.reachable = False
-        if self._unreachable_since is None:
-            self._unreachable_since = time.monotonic()
+        if self._loop.unreachable_since is None:
+            self._loop.unreachable_since = time.monotonic()
             log.warning("The Kafka cluster at %s cannot be reached (%s): serving the local replica, "
-                        "writes fail until it answers", self.brokers, exc)
+                        "writes fail until it answers", self.settings.brokers, exc)
 
     def _local_topic_id(self, topic: str) -> str | None:
         for partition in self.manager.partitions(topic):
@@ -766,36 +892,38 @@ class ReplicaFetcher:
                                    "(deleted and recreated)" if local_id is not None else
                                    "its partition.metadata is gone (a replica's is not fsynced: a power loss)")
             return
+        with self._handoff.changed:
+            creating = self._handoff.creating     # read after ``local``: a making that ends later is _start_added's
         for partition in local:
             tp = TopicPartition(name, partition)
-            if partition not in meta.partitions or tp == self._creating:
+            if partition not in meta.partitions or tp == creating:
                 continue            # (being made: _start_added takes it once its first fetch is in)
             leader, epoch = meta.partitions[partition]
             target = self.manager.get_log(tp)
             if target is None:
                 continue
-            state = self._states.get(tp)
+            state = self._replicas.states.get(tp)
             if state is None or state.log is not target:
-                self._states[tp] = PartitionFetchState(target, meta.topic_id, leader, epoch)
+                self._replicas.states[tp] = PartitionFetchState(target, meta.topic_id, leader, epoch)
             elif (state.leader, state.leader_epoch) != (leader, epoch):
                 if leader != state.leader:
-                    self._moved.setdefault((state.leader, leader), []).append(tp)
+                    self._loop.moved.setdefault((state.leader, leader), []).append(tp)
                 state.leader, state.leader_epoch, state.delayed_until = leader, epoch, 0.0
 
     def _start_added(self) -> None:
         """Fetch states for the replicas made on first use since the last round."""
-        with self._appended:
-            added, self._added = self._added, []
-            pending, self._pending = self._pending, {}
+        with self._handoff.changed:
+            added, self._handoff.added = self._handoff.added, []
+            pending, self._handoff.pending = self._handoff.pending, {}
             for tp in added:
-                meta = self._cluster.get(tp.topic)
+                meta = self._replicas.cluster.get(tp.topic)
                 target = self.manager.get_log(tp)
                 if meta is None or target is None or tp.partition not in meta.partitions:
                     continue
-                state = self._states.get(tp)
+                state = self._replicas.states.get(tp)
                 if state is None or state.log is not target:
                     leader, epoch = meta.partitions[tp.partition]
-                    state = self._states[tp] = PartitionFetchState(target, meta.topic_id, leader, epoch)
+                    state = self._replicas.states[tp] = PartitionFetchState(target, meta.topic_id, leader, epoch)
                 start, high_watermark = pending.get(tp, (-1, -1))
                 state.start_floor = start
                 if state.high_watermark < 0:
@@ -803,16 +931,15 @@ class ReplicaFetcher:
 
     def _drop_topic(self, topic: str, why: str) -> None:
         log.info("Deleting the local replica of topic %s: %s", topic, why)
-        for tp in [tp for tp in self._states if tp.topic == topic]:
-            del self._states[tp]
+        for tp in [tp for tp in self._replicas.states if tp.topic == topic]:
+            del self._replicas.states[tp]
         try:
             self.manager.delete_topic(topic)
         except LogfsError as exc:
             log.error("Could not delete the local replica of topic %s: %s", topic, exc)
         if self.topic_removed is not None:
             self.topic_removed(topic)
-        with self._appended:
-            self._appended.notify_all()
+        self._handoff.notify()
 
     # ------------------------------------------------------------------ fetching
 
@@ -822,20 +949,20 @@ class ReplicaFetcher:
 
         now = time.monotonic()
         by_leader: dict[int, list[tuple[TopicPartition, PartitionFetchState]]] = {}
-        for tp, state in self._states.items():
+        for tp, state in self._replicas.states.items():
             if state.leader < 0 or state.delayed_until > now:
                 continue
-            if self._node_delayed.get(state.leader, 0.0) > now:
+            if self._loop.node_delayed.get(state.leader, 0.0) > now:
                 continue
-            if state.leader in self._inflight:
+            if state.leader in self._loop.inflight:
                 continue
             by_leader.setdefault(state.leader, []).append((tp, state))
         fetch_topic = FetchRequest.FetchTopic
         fetch_partition = fetch_topic.FetchPartition
         forgotten_topic = FetchRequest.ForgottenTopic
         for leader, parts in by_leader.items():
-            session = self._sessions.setdefault(leader, FetchSession())
-            wanted: dict[tuple[uuid.UUID, int], tuple[TopicPartition, tuple[int, int, int]]] = {}
+            session = self._loop.sessions.setdefault(leader, FetchSession())
+            wanted: dict[_PartitionKey, tuple[TopicPartition, _FetchPosition]] = {}
             for tp, state in parts:
                 wanted[(state.topic_id, tp.partition)] = (
                     tp, (state.log.log_end_offset, state.last_fetched_epoch(), state.leader_epoch))
@@ -845,12 +972,13 @@ class ReplicaFetcher:
                 tp, (offset, last_epoch, leader_epoch) = wanted[key]
                 topics.setdefault(key[0], (tp.topic, []))[1].append(fetch_partition(
                     partition=tp.partition, current_leader_epoch=leader_epoch, fetch_offset=offset,
-                    last_fetched_epoch=last_epoch, log_start_offset=-1, partition_max_bytes=self.partition_max_bytes))
+                    last_fetched_epoch=last_epoch, log_start_offset=-1,
+                    partition_max_bytes=self.settings.partition_max_bytes))
             forgotten: dict[uuid.UUID, list[int]] = {}
             for topic_id, partition in forget:
                 forgotten.setdefault(topic_id, []).append(partition)
             request = FetchRequest(
-                replica_id=-1, max_wait_ms=self.fetch_max_wait_ms, min_bytes=1, max_bytes=64 << 20,
+                replica_id=-1, max_wait_ms=self.settings.fetch_max_wait_ms, min_bytes=1, max_bytes=64 << 20,
                 isolation_level=0, session_id=session_id, session_epoch=epoch,
                 topics=[fetch_topic(topic=name, topic_id=tid, partitions=ps) for tid, (name, ps) in topics.items()],
                 forgotten_topics_data=[forgotten_topic(topic_id=tid, partitions=ps) for tid, ps in forgotten.items()],
@@ -862,19 +990,20 @@ class ReplicaFetcher:
                 self._node_failed(leader, exc)
                 continue
             keys = {key: tp for key, (tp, _) in wanted.items()}
-            self._inflight[leader] = (future, keys, {key: wanted[key][1] for key in send}, forget)
+            self._loop.inflight[leader] = _InflightFetch(future, keys, {key: wanted[key][1] for key in send}, forget)
 
     def _complete_fetches(self) -> None:
-        for leader, (future, keys, sent, forgotten) in list(self._inflight.items()):
+        for leader, fetch in list(self._loop.inflight.items()):
+            future = fetch.future
             if not future.is_done:
                 continue
-            del self._inflight[leader]
-            session = self._sessions.setdefault(leader, FetchSession())
+            del self._loop.inflight[leader]
+            session = self._loop.sessions.setdefault(leader, FetchSession())
             if future.failed():
                 session.reset()
                 self._node_failed(leader, future.exception)
                 continue
-            self._node_delayed.pop(leader, None)
+            self._loop.node_delayed.pop(leader, None)
             response = future.value
             error = getattr(response, "error_code", _NONE)
             if error != _NONE:
@@ -886,22 +1015,23 @@ class ReplicaFetcher:
                     self._node_failed(leader, f"fetch error code {error}")
                 continue
             was = session.session_id
-            session.acknowledged(getattr(response, "session_id", 0), sent, forgotten)
+            session.acknowledged(getattr(response, "session_id", 0), fetch.sent, fetch.forgotten)
             if session.session_id != was:
-                log.debug("Fetch session %d with broker %d for %d partitions", session.session_id, leader, len(sent))
+                log.debug("Fetch session %d with broker %d for %d partitions", session.session_id, leader,
+                          len(fetch.sent))
             for topic in response.responses:
                 for pd in topic.partitions:
-                    tp = keys.get((topic.topic_id, pd.partition_index))
+                    tp = fetch.keys.get((topic.topic_id, pd.partition_index))
                     if tp is not None:
                         self._partition_data(tp, topic.topic_id, pd)
 
     def _node_failed(self, node: int, why: object) -> None:
         log.debug("Fetch from broker %d failed: %s", node, why)
-        self._node_delayed[node] = time.monotonic() + _BACKOFF_S
-        self._refresh_wanted = True
+        self._loop.node_delayed[node] = time.monotonic() + _BACKOFF_S
+        self._loop.refresh_wanted = True
 
     def _partition_data(self, tp: TopicPartition, topic_id: uuid.UUID, pd: Any) -> None:
-        state = self._states.get(tp)
+        state = self._replicas.states.get(tp)
         if state is None or state.topic_id != topic_id or self.manager.get_log(tp) is not state.log:
             return      # dropped or recreated while the fetch was in flight
         error = pd.error_code
@@ -918,7 +1048,7 @@ class ReplicaFetcher:
                 log.warning("Fetch of %s failed with Kafka error code %d; retrying", tp, error)
             state.last_error = error
             state.delayed_until = time.monotonic() + _BACKOFF_S
-            self._refresh_wanted = True
+            self._loop.refresh_wanted = True
 
     def _append(self, tp: TopicPartition, state: PartitionFetchState, pd: Any) -> None:
         target = state.log
@@ -942,15 +1072,14 @@ class ReplicaFetcher:
         else:
             state.high_watermark = pd.high_watermark
         if records or not state.responded:
-            with self._appended:
+            with self._handoff.changed:
                 state.responded = True
-                self._appended.notify_all()
+                self._handoff.changed.notify_all()
 
     def _truncate(self, tp: TopicPartition, state: PartitionFetchState, offset: int) -> None:
         state.log.truncate_to(offset)
         state.last_epoch = None
-        with self._appended:
-            self._appended.notify_all()
+        self._handoff.notify()
 
     def _diverged(self, tp: TopicPartition, state: PartitionFetchState, epoch: int, end_offset: int) -> None:
         """Kafka's ``getOffsetTruncationState``: truncate to where the leader's and the replica's epochs agree."""
@@ -978,7 +1107,7 @@ class ReplicaFetcher:
         try:
             start, end = self._list_offsets_at(state.leader, state.leader_epoch, tp, [_EARLIEST, _LATEST], 2.0)
         except (_LeaderError, LogfsError) as exc:
-            self._refresh_wanted = True
+            self._loop.refresh_wanted = True
             log.warning("Partition %s: fetch offset %d out of range and the leader's offsets unknown: %s",
                         tp, target.log_end_offset, exc)
             state.delayed_until = time.monotonic() + 1.0
@@ -1005,8 +1134,7 @@ class ReplicaFetcher:
                 self._truncate(tp, state, agreed)
             else:
                 state.delayed_until = time.monotonic() + _BACKOFF_S
-        with self._appended:
-            self._appended.notify_all()
+        self._handoff.notify()
 
 
 def _broker(node: int) -> str:
