@@ -149,8 +149,23 @@ def topic_partition_of_dir(dir: str) -> TopicPartition:
     return parse_topic_partition_dir(name)
 
 
+class SegmentAttachment:
+    """The base of what another layer keeps on a segment, derived from its bytes (the mount's view indexes:
+    ``engine.views.index.SegmentViews``).
+
+    The segment holds at most one, in :attr:`LogSegment.attachment`, and knows nothing of it beyond this: it
+    never reads it, drops it when bytes it already holds change (truncation, recovery), after which its owner
+    rebuilds it by a scan as after a remount, and it goes with the segment.
+    """
+
+    __slots__ = ()
+
+
 class LogSegment:
     """One segment of a partition's log: ``<base>.log`` + ``.index`` + ``.timeindex``."""
+
+    #: what another layer derives from this segment's bytes (see :class:`SegmentAttachment`); None when nothing
+    attachment: SegmentAttachment | None
 
     def __init__(self, dir: str, base_offset: int, config: LogConfig, clock: Clock = SYSTEM_CLOCK, *,
                  file_suffix: str = "", file_already_exists: bool = False,
@@ -208,11 +223,7 @@ class LogSegment:
         self._rolling_based_timestamp: int | None | Literal[_Unknown.UNKNOWN] = _UNKNOWN if self._size else None
         self._damage_logged = False      # read_next_offset logs damage once per segment
         self._index_distrusted = False   # translate_offset found the offset index wrong (logged once)
-        #: A slot for state that an observer of the log derives from this segment's
-        #: bytes (the mount's view index, engine.views).  The segment never reads it;
-        #: it only drops it when bytes already written change (truncation, recovery),
-        #: after which the observer rebuilds it by a scan, as after a remount.
-        self.sidecar: object | None = None
+        self.attachment = None
 
     def _open_index(self, kind: type[_IndexT], path: str) -> _IndexT:
         if self.read_only and not os.path.lexists(path):
@@ -664,7 +675,7 @@ class LogSegment:
         self._bytes_since_last_index_entry = valid_bytes - last_index_entry
         self._next_offset = next_offset
         self._rolling_based_timestamp = _UNKNOWN if valid_bytes else None
-        self.sidecar = None                  # derived from the old bytes: rebuilt on first use
+        self.attachment = None               # derived from the old bytes: rebuilt on first use
         return truncated
 
     def _truncate_file(self, size: int) -> None:
@@ -692,7 +703,7 @@ class LogSegment:
         self._bytes_since_last_index_entry = 0
         self._next_offset = None
         self._max_timestamp_and_offset = self._read_largest_timestamp()
-        self.sidecar = None
+        self.attachment = None
         # The segment becomes (or stays) the active one: give its indexes room again.
         # Last, as it needs new descriptors (mmap): when they run out (EMFILE) the
         # records are gone all the same, and a full index only makes the next append roll.
@@ -837,7 +848,7 @@ class LogSegment:
         self.time_index.rename_to(replace_suffix(self.time_index.path, old_suffix, new_suffix))
         if new_suffix == DELETED_FILE_SUFFIX:
             # No new view reads a deleted segment (open ones hold its index in memory): the mount's
-            # view index sidecar goes now, not with the files after file.delete.delay.ms, which a
+            # view index file goes now, not with the files after file.delete.delay.ms, which a
             # restart in between would leave behind for ever.
             remove_view_index_file(self.dir, self.base_offset)
         if new_suffix == "":

@@ -151,7 +151,7 @@ def marker_type(buf: RecordBuffer, off: int, header: BatchHeader) -> int:
 
 
 class TransactionState:
-    """Aborted transactions of one log, and read_committed view indexes of its segments.
+    """Aborted transactions of one log: the walk of its transactional batches and markers.
 
     Thread-safe: views of one log are read from several threads.
     """
@@ -162,7 +162,9 @@ class TransactionState:
         self.truncations = log.truncations
         #: views end at the last stable offset (a live replica) instead of hiding open transactions
         self.stable_offset_bounded = stable_offset_bounded
-        self._lock = threading.RLock()
+        #: serialises the walk; a reader that needs several answers from one state of the walk holds it across
+        #: them (the read_committed view index's catch-up, engine.views.index)
+        self.lock = threading.RLock()
         self._next_offset = 0                   # the walk has seen every batch below this offset
         self._segment: weakref.ref[LogSegment] | None = None
         self._position = 0                      # where the walk goes on in self._segment
@@ -257,7 +259,7 @@ class TransactionState:
         """True when a read_committed consumer does not see the records of this batch."""
         if not header.is_transactional or header.is_control:
             return False
-        with self._lock:
+        with self.lock:
             if header.next_offset > self._next_offset:
                 self._catch_up()
             i = bisect.bisect_right(self._hidden_bases, header.base_offset) - 1
@@ -270,7 +272,7 @@ class TransactionState:
 
         Stable offset bounded: also for any record at or after the last stable offset (not fetchable yet).
         """
-        with self._lock:
+        with self.lock:
             if offset >= self._next_offset:
                 self._catch_up()
             i = bisect.bisect_right(self._hidden_bases, offset) - 1
@@ -285,7 +287,7 @@ class TransactionState:
 
         Only grows as the log grows (a marker closes a transaction; a new one opens after the end).
         """
-        with self._lock:
+        with self.lock:
             self._catch_up()
             return self._stable_offset()
 
@@ -295,6 +297,6 @@ class TransactionState:
 
     def aborted_transactions(self) -> list[AbortedTxn]:
         """Every aborted transaction of the log, in marker order (what ``.txnindex`` files list)."""
-        with self._lock:
+        with self.lock:
             self._catch_up()
             return list(self.aborted)

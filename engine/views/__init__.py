@@ -2,12 +2,13 @@
 
 Kafka's core (engine.log, engine.segment, engine.cleaner) knows nothing of
 this package.  It attaches to a log through one hook, ``Log.append_observer``
-(:func:`engine.views.index.attach`), and keeps each segment's view index in the
-segment's opaque ``sidecar`` slot, which the segment drops when bytes it holds
-change; the index is then rebuilt by one scan, as after a remount.
+(:func:`engine.views.index.attach`), and keeps each segment's view indexes as the
+segment's ``attachment`` (an ``engine.segment.SegmentAttachment``, of which the
+segment knows nothing more), which the segment drops when bytes it holds change;
+the indexes are then rebuilt by one scan, as after a remount.
 
 Modules: ``render`` (the renderings and their sizes, byte for byte), ``index``
-(ViewIndex, the sidecar and the append observer), ``log_view`` (LogView,
+(ViewIndex, the segment's attachment and the append observer), ``log_view`` (LogView,
 ViewIdentity, record_at), ``consume`` (a consumer group's view of a log).
 """
 

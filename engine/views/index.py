@@ -19,9 +19,11 @@ never look past it.  The running totals are published as one tuple
 (:attr:`totals`) so that a reader sees the sizes and the end offset of the
 same batch, never a mix of two.
 
-The index of a segment lives in the segment's ``sidecar`` slot (a
-:class:`SegmentViews`), which the segment drops whenever bytes it already
-holds change; :func:`view_index` then rebuilds it by one scan.  While a log has
+The index of a segment is the segment's ``attachment`` (a :class:`SegmentViews`,
+the view layer's ``engine.segment.SegmentAttachment``), which the segment drops
+whenever bytes it already holds change; :func:`view_index` then rebuilds it by
+one scan.  The read_committed index of the segment (:func:`committed_view_index`)
+is kept there too, for the log's transaction state it was built with.  While a log has
 a :class:`ViewsObserver` (:func:`attach`), appends keep the index of the active
 segment exact without any scan, from sizes computed off the appended values.
 """
@@ -36,6 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from engine.errors import CorruptRecordError
+from engine.segment import SegmentAttachment
 from engine.views import persisted
 from engine.views.render import appended_lines_view_sizes, appended_view_sizes
 from engine.views.walk import batch_view_sizes
@@ -208,15 +211,18 @@ def _interval(segment: LogSegment) -> int:
     return max(segment.index_interval_bytes, VIEW_INDEX_INTERVAL_BYTES)
 
 
-class SegmentViews:
-    """What a segment's ``sidecar`` holds: its view index and the topic partition it was sized for.
+class SegmentViews(SegmentAttachment):
+    """A segment's ``attachment``: its view indexes and the topic partition they were sized for.
 
     JSON lines name the topic, so an index sized under another name (a topic
-    directory renamed for deletion) is stale.  ``lock`` serialises catch-up
-    scans; an append never waits for it (see :meth:`ViewsObserver.on_append`).
+    directory renamed for deletion) is stale, and the segment gets a new
+    ``SegmentViews``.  ``index`` is guarded by ``lock``, which serialises
+    catch-up scans; an append never waits for it (see
+    :meth:`ViewsObserver.on_append`).  ``committed`` is guarded by the lock of
+    ``committed_txn`` (``TransactionState.lock``), see :func:`committed_view_index`.
     """
 
-    __slots__ = ("index", "topic_partition", "lock", "loaded", "persisted")
+    __slots__ = ("index", "topic_partition", "lock", "loaded", "persisted", "committed", "committed_txn")
 
     def __init__(self, segment: LogSegment) -> None:
         self.index = ViewIndex(segment.base_offset, _interval(segment))
@@ -224,13 +230,16 @@ class SegmentViews:
         self.lock = threading.Lock()
         self.loaded = False         # the persisted file was looked for (sealed segments)
         self.persisted = False      # the complete index is on disk (or cannot be written)
+        #: the read_committed view index, as the transaction state ``committed_txn`` hides batches
+        self.committed: ViewIndex | None = None
+        self.committed_txn: weakref.ref[TransactionState] | None = None
 
 
 def _views_of(segment: LogSegment) -> SegmentViews:
-    views = segment.sidecar
+    views = segment.attachment
     if not isinstance(views, SegmentViews) or views.topic_partition != segment.topic_partition:
         views = SegmentViews(segment)
-        segment.sidecar = views
+        segment.attachment = views
     return views
 
 
@@ -258,7 +267,7 @@ def view_index_and_damage(segment: LogSegment,
     partial index is kept, so asking again costs one header read, not a
     rescan of the segment.
     """
-    views = segment.sidecar
+    views = segment.attachment
     if isinstance(views, SegmentViews) and views.index.log_size >= segment.size \
             and views.topic_partition == segment.topic_partition and (views.persisted or not sealed):
         return views.index, None
@@ -325,7 +334,7 @@ class ViewsObserver:
     @staticmethod
     def _appended(segment: LogSegment, position: int, batch_size: int, first: int, count: int,
                   view_sizes: Callable[[TopicPartition], tuple[int, int]]) -> None:
-        views = segment.sidecar
+        views = segment.attachment
         if views is None:
             if position != 0:
                 return                  # built by a scan on first use
@@ -352,7 +361,7 @@ class ViewsObserver:
         flush: engine.views.persisted); a sealed segment's that is not is
         written after the scan of its first use.
         """
-        views = segment.sidecar
+        views = segment.attachment
         if not isinstance(views, SegmentViews) or not views.lock.acquire(blocking=False):
             return
         try:
@@ -373,29 +382,24 @@ def attach(log: Log) -> None:
         log.append_observer = _OBSERVER
 
 
-#: read_committed view indexes, per transaction state (engine.transactions) and segment
-_COMMITTED: weakref.WeakKeyDictionary[TransactionState, weakref.WeakKeyDictionary[LogSegment, ViewIndex]] = \
-    weakref.WeakKeyDictionary()
-_COMMITTED_LOCK = threading.Lock()
-
-
 def committed_view_index(txn: TransactionState, segment: LogSegment) -> ViewIndex:
     """The segment's view index with the batches of aborted transactions rendering nothing.
 
     Built like :func:`view_index` (one scan, then caught up as the segment
-    grows), from the same column sizes; kept per transaction state.  Stable
+    grows), from the same column sizes; kept in the segment's ``SegmentViews``
+    for the transaction state ``txn`` (the log's, replaced when the log is
+    truncated: an index built with another state is built again), under
+    ``txn.lock``, so the walk answers every batch from one state.  Stable
     offset bounded (a live replica: engine.transactions), it covers only the
     batches below the last stable offset and catches up as that moves, so its
     ``log_size`` stays below the segment's size while a transaction is open.
     """
-    with _COMMITTED_LOCK:
-        indexes = _COMMITTED.get(txn)
-        if indexes is None:
-            indexes = _COMMITTED[txn] = weakref.WeakKeyDictionary()
-    with txn._lock:
-        vi = indexes.get(segment)
-        if vi is None:
-            vi = indexes[segment] = ViewIndex(segment.base_offset, _interval(segment))
+    views = _views_of(segment)
+    with txn.lock:
+        vi = views.committed
+        if vi is None or views.committed_txn is None or views.committed_txn() is not txn:
+            vi = ViewIndex(segment.base_offset, _interval(segment))
+            views.committed, views.committed_txn = vi, weakref.ref(txn)
         size = segment.size
         if vi.log_size >= size:
             return vi

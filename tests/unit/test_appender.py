@@ -261,6 +261,6 @@ def test_appends_through_the_backend_keep_the_view_index_exact_without_a_scan(ma
     a.write(0, b"first\nsecond\n")
     a.write(0, b"third\n")
     segment = manager.get_log(TopicPartition("t", 0)).active_segment
-    assert isinstance(segment.sidecar, SegmentViews)
-    assert segment.sidecar.index.log_size == segment.size > 0
-    assert segment.sidecar.index.totals.text_size == len(b"first\nsecond\nthird\n")
+    assert isinstance(segment.attachment, SegmentViews)
+    assert segment.attachment.index.log_size == segment.size > 0
+    assert segment.attachment.index.totals.text_size == len(b"first\nsecond\nthird\n")

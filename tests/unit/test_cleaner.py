@@ -214,7 +214,7 @@ def test_compaction_of_many_updates_keeps_timestamps_offsets_and_views(tmp_path,
     assert [r.offset for r in read_kafka(Path(log.dir))] == list(range(290, 300))
     # The mount's text view of each cleaned segment, rebuilt by a scan (the cleaner sizes no view).
     for segment in log.segments.values():
-        assert segment.sidecar is None
+        assert segment.attachment is None
         vi = view_index(segment)
         recs = [r for r in after if segment.base_offset <= r.offset < segment.next_offset]
         assert vi.text_size == sum(len(r.value) + 1 for r in recs)

@@ -300,3 +300,37 @@ def test_a_live_replica_truncated_below_a_marker_is_walked_again(tmp_path):
             record_at(log, 1)
     finally:
         manager.shutdown()
+
+
+def test_the_read_committed_view_index_is_the_segments_for_the_logs_transaction_state(tmp_path):
+    """The read_committed view index of a segment is kept in the segment's attachment (the view layer's
+    SegmentViews) for the transaction state it was built with: a read under that state reuses it, a
+    truncation drops it with the attachment, and the state walked again after it builds its own (which shows
+    the transaction committed by the marker appended after the truncation)."""
+    from engine.views.index import SegmentViews, committed_view_index
+
+    manager = LogManager(BrokerConfig(log_dirs=[str(tmp_path / "data")], isolation_level="read_committed",
+                                      log_cleaner_enable=False))
+    manager.startup()
+    try:
+        log = manager.get_or_create_log(TP, "AAAAAAAAAAAAAAAAAAAAAA")
+        log.append_as_follower(_op_batch(("plain", 1), 0)[0])
+        log.append_as_follower(_op_batch(("data", 0, 2), 1)[0])           # 1, 2
+        log.append_as_follower(_op_batch(("end", 0, False), 3)[0])        # ABORT: 3
+        assert _offsets_of(_read_all(LogView(log, ViewFormat.JSONL))) == [0]
+        segment = log.segments.peekitem(-1)[1]
+        txn = log.transaction_state
+        assert txn is not None
+        views = segment.attachment
+        assert isinstance(views, SegmentViews) and views.committed is not None
+        assert views.committed_txn is not None and views.committed_txn() is txn
+        assert committed_view_index(txn, segment) is views.committed
+        assert log.truncate_to(3)
+        assert segment.attachment is None
+        log.append_as_follower(_op_batch(("end", 0, True), 3)[0])         # COMMIT: 3
+        assert _offsets_of(_read_all(LogView(log, ViewFormat.JSONL))) == [0, 1, 2]
+        views = segment.attachment
+        assert isinstance(views, SegmentViews) and views.committed_txn is not None
+        assert views.committed_txn() is log.transaction_state is not txn
+    finally:
+        manager.shutdown()

@@ -101,14 +101,14 @@ def test_positions_equal_real_rendering_lengths(tmp_path, keyed, monkeypatch):
             assert segment.translate_offset(offset).position == log_pos
 
     for segment in log.segments.values():
-        maintained = segment.sidecar.index     # maintained on append by the observer, not by a scan
+        maintained = segment.attachment.index     # maintained on append by the observer, not by a scan
         assert maintained.log_size == segment.size
         check(segment)
-        assert segment.sidecar.index is maintained
+        assert segment.attachment.index is maintained
     log.close()
     reloaded = Log.load(str(tmp_path / "views-3"), config, clock=clock, had_clean_shutdown=True)
     for segment in reloaded.segments.values():
-        assert segment.sidecar is None  # loaded from disk: built lazily
+        assert segment.attachment is None  # loaded from disk: built lazily
         check(segment)                     # built by one scan
     reloaded.close()
 
@@ -130,7 +130,7 @@ def test_blocks_of_lines_keep_the_view_index_exact(tmp_path):
         clock.sleep(3)
     assert log.num_segments > 2
     for segment in log.segments.values():
-        vi = segment.sidecar.index          # maintained on append by the observer, not by a scan
+        vi = segment.attachment.index          # maintained on append by the observer, not by a scan
         records = _segment_records(segment)
         assert vi.log_size == segment.size
         assert vi.text_size == len(render_text(records))
@@ -161,9 +161,9 @@ def test_multi_batch_append_counts_records_not_offsets(tmp_path):
     second = [Record(10, 9, b"c", b"yz")]
     data = encode_records(first) + encode_records(second)
     segment.append(10, 9, 10, data)
-    assert segment.sidecar is None       # the segment itself derives nothing from what it stores
+    assert segment.attachment is None       # the segment itself derives nothing from what it stores
     vi = view_index(segment)
-    assert segment.sidecar.index is vi and view_index(segment) is vi      # scanned once, then kept
+    assert segment.attachment.index is vi and view_index(segment) is vi      # scanned once, then kept
     assert (vi.record_count, vi.next_offset, vi.log_size) == (3, 11, len(data))
     assert vi.text_size == len(render_text(first + second))
     assert vi.json_size == len(render_jsonl(first + second, "t", 0, 0))

@@ -268,7 +268,7 @@ def test_corrupt_batch_fails_the_read_naming_file_and_position(tmp_path, fmt, re
         log.close()       # a clean shutdown: no recovery pass, which would truncate the corrupt batch
         log = Log.load(log.dir, log.config, clock=ManualClock(), had_clean_shutdown=True)
         segment = log.active_segment
-        assert segment.sidecar is None
+        assert segment.attachment is None
     view = LogView(log, fmt)
     # everything before the corrupt batch reads as before, sequentially and at random
     lines_before = 25 * 5
