@@ -15,7 +15,7 @@ command -v kcat >/dev/null 2>&1 || apt_install kcat
 # --- Apache Kafka, for the tests against a real broker and scripts/bench/bench_kafka.py.
 # The released jars (broker, KRaft storage tool, DumpLogSegments, the perf tools)
 # come from Maven Central through our recipe scripts/kafka/pom.xml, once, into a
-# cache outside the repo; tests/kafka_broker.py finds them there (or in
+# cache outside the repo; devtools/jvm.py finds them there (or in
 # $LOGFS_KAFKA_LIBS).
 kafka_version=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' scripts/kafka/pom.xml)
 kafka_libs=${LOGFS_KAFKA_LIBS:-${XDG_CACHE_HOME:-$HOME/.cache}/logfs/kafka-$kafka_version/libs}

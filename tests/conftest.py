@@ -27,8 +27,8 @@ from typing import NamedTuple
 
 import pytest
 
+from devtools.process import ChildProcess
 from tests import ROOT
-from tests.process import ChildProcess
 
 #: What a test may start, by its markers (tests/markers.py), the real Kafka brokers' module-scoped fixtures
 #: (``kafka_broker``, ``kafka_cluster``, ``secure_kafka_broker``), the process's SparkSession (``spark``), and

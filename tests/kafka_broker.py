@@ -1,13 +1,9 @@
-"""A real Apache Kafka broker for the tests: single-node KRaft (broker and controller in one JVM).
+"""The ``kafka_broker`` fixture (a real single-node KRaft broker, devtools.kafka.KafkaBroker) and the helpers
+that read and compare what a broker holds.
 
-Built on tests/jvm.py (the jars, the JVM, the ``java`` command, ports, formatting, stopping).  The
-broker listens on 127.0.0.1 on free ports, keeps its ``log.dirs`` in a temporary directory, and
-stops cleanly (SIGTERM, which writes ``.kafka_cleanshutdown``) or crashes (SIGKILL).
-
-The ``kafka_broker`` fixture is registered for every test module by ``pytest_plugins`` in
-``tests/conftest.py``; a module asks for it by name and gets its own broker (module scope: a JVM
-start costs seconds on this machine).  Every test that starts a JVM is marked ``kafka``
-(tests/markers.py refuses one that is not).
+The fixture is registered for every test module by ``pytest_plugins`` in ``tests/conftest.py``; a module
+asks for it by name and gets its own broker (module scope: a JVM start costs seconds on this machine).
+Every test that starts a JVM is marked ``kafka`` (tests/markers.py refuses one that is not).
 """
 
 from __future__ import annotations
@@ -20,58 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.jvm import KafkaProcess, brokers_registered, free_port, kraft_properties, new_cluster_id, wait_for_kafka
+from devtools.kafka import KafkaBroker
 
-
-class KafkaBroker(KafkaProcess):
-    """One single-node KRaft broker process over ``base/data`` (its only entry of ``log.dirs``)."""
-
-    def __init__(self, base: Path, overrides: dict[str, str] | None = None) -> None:
-        super().__init__(base, free_port(), free_port())
-        self.bootstrap = f"127.0.0.1:{self.port}"
-        self.properties = {
-            **kraft_properties(1, self.port, self.controller_port, f"1@127.0.0.1:{self.controller_port}",
-                               self.log_dir, replicas=1),
-            "log.cleaner.dedupe.buffer.size": str(8 * 1024 * 1024),
-            "log.cleaner.backoff.ms": "500",
-            **(overrides or {}),
-        }
-
-    # ---- lifecycle
-
-    def format(self, *extra: str) -> None:  # type: ignore[override]
-        """``kafka-storage.sh format`` of this broker's properties (``extra``: more arguments of the tool)."""
-        self.write_config(self.properties)
-        super().format(new_cluster_id(), *extra)
-
-    def start(self, timeout: float = 120.0) -> KafkaBroker:
-        if not (self.log_dir / "meta.properties").exists():
-            self.format()
-        self.launch()
-        try:
-            self.wait_for(lambda: self.listening() and brokers_registered(self.bootstrap) == 1,
-                          "the broker to answer", timeout)
-        except BaseException:
-            self.kill()
-            raise
-        return self
-
-    # ---- conveniences
-
-    def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
-        from kafka import KafkaAdminClient
-        from kafka.admin import NewTopic
-
-        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
-        try:
-            admin.create_topics([NewTopic(name, partitions, 1, topic_configs=config or {})])
-        finally:
-            admin.close()
-        self.wait_for(lambda: all((self.log_dir / f"{name}-{p}").is_dir() for p in range(partitions)),
-                      f"partition directories of {name}")
-
-    def wait_for(self, condition, what: str, timeout: float = 60.0) -> None:
-        wait_for_kafka(condition, what, timeout, [self], self.log)
+__all__ = ["KafkaBroker", "Seen", "consume_all", "hash_tree", "kafka_broker", "seen_from_json"]
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ refuse a test that does not, so a missing marker fails in the fast loop instead 
   ``kafka_broker``, ``secure_kafka_broker``, ``kafka_cluster``, ``spark``) without its marker is a
   usage error, whatever ``-m`` selects;
 * in this process, :func:`require_marker`: ``Mount.start`` (tests/conftest.py), the one function that
-  builds a ``java`` command line (tests/jvm.py) and ``new_spark`` (tests/spark_util.py) call it;
+  builds a ``java`` command line (devtools/jvm.py, through ``devtools.jvm.java_guard``, which this
+  module sets) and ``new_spark`` (tests/spark_util.py) call it;
 * in the processes a test starts (a ``logfs mount``, ``scripts/run.sh``, the harness, a shell that
   runs ``java``): while a test without ``mount``, ``kafka`` or ``spark`` runs, ``PYTHONPATH`` starts
   with tests/unmarked, whose ``sitecustomize`` makes ``pyfuse3.init`` (every FUSE mount) and
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from devtools import jvm
 from tests import ROOT
 
 #: the fixtures that start a mount, a JVM or Spark, and the markers a test asking for one carries
@@ -116,6 +118,14 @@ def require_marker(marker: str, what: str) -> None:
     if item is not None and item.get_closest_marker(marker) is None:
         raise RuntimeError(f"{item.nodeid} starts {what} but is not marked @pytest.mark.{marker}: "
                            f"the fast loop `{FAST_LOOP}` would run it")
+
+
+def require_kafka_marker(what: str) -> None:
+    """Fail the current test unless it is marked ``kafka`` (a broker, one of Kafka's tools, Java itself)."""
+    require_marker("kafka", f"a JVM ({what})")
+
+
+jvm.java_guard = require_kafka_marker
 
 
 def _prepend(name: str, path: str) -> str:

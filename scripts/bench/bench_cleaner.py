@@ -133,12 +133,12 @@ def bench_vs_kafka(records: int, keys: int, batch: int, value_size: int) -> dict
     """
     import re
 
+    from devtools.kafka import KafkaBroker
     from engine.cleaner import LogCleaner
     from engine.config import BrokerConfig
     from engine.manager import LogManager
     from engine.topic import TopicPartition
     from logfs.to_kafka import adopt
-    from tests.kafka_broker import KafkaBroker
 
     base = Path(tempfile.mkdtemp(prefix="bench-cleaner-kafka-"))
     try:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a cluster mount costs with many partitions (issue 25): mount ready, disk, RSS, open files.
 
-A 3-node KRaft cluster (tests/kafka_cluster.py) gets ``--partitions`` partitions
+A 3-node KRaft cluster (devtools/kafka.py) gets ``--partitions`` partitions
 (default 5,000): topic ``sel`` with 10 partitions and ``bulk-<i>`` topics with
 the rest, ``--records`` records of 100 bytes in every partition (replication
 factor ``--replication``, default 1 to spare a small machine).  Then, one
@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.jvm import JVM_OPTS, java_command, write_log4j  # noqa: E402
+from devtools.jvm import JVM_OPTS, java_command, write_log4j  # noqa: E402
 
 LOGFS = ROOT / ".venv" / "bin" / "logfs"
 SELECTED = 10
@@ -188,7 +188,7 @@ def main() -> int:
     parser.add_argument("--glob", action="store_true",
                         help="read each topic as `cat TOPIC/*/records | wc -l` (the shell's lookups first)")
     args = parser.parse_args()
-    from tests.kafka_cluster import KafkaCluster
+    from devtools.kafka import KafkaCluster
 
     base = Path(tempfile.mkdtemp(prefix="bench-cluster-scale-"))
     cluster = KafkaCluster(base / "kafka", {"num.partitions": "1"}).start()

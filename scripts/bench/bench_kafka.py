@@ -2,7 +2,7 @@
 """Apache Kafka as the speed anchor: Kafka's own perf tools beside a logfs mount, one run, one machine.
 
 * Kafka: a single-node KRaft broker (the released jars scripts/setup.sh
-  fetched, started as tests/kafka_broker.py starts it), a one-partition topic;
+  fetched, started as the tests start it: devtools/kafka.py), a one-partition topic;
   ``ProducerPerformance`` (kafka-producer-perf-test.sh: N records of 100 bytes,
   one producer, no compression, acks=1, no throttle), then
   ``ConsumerPerformance`` (kafka-consumer-perf-test.sh) reading them back.
@@ -15,7 +15,7 @@ broker's JVM has -Xmx512m, as in the tests.
 
     .venv/bin/python scripts/bench/bench_kafka.py [--records 2000000] [--keep]
 
-``--cluster`` (issue 20): a 3-node KRaft cluster (tests/kafka_cluster.py,
+``--cluster`` (issue 20): a 3-node KRaft cluster (devtools/kafka.py,
 replication factor 3, ``min.insync.replicas=2``) instead of one broker;
 ProducerPerformance with ``acks=all`` and ConsumerPerformance on it, beside a
 cluster mount (``logfs mount --bootstrap-server``) of the same cluster:
@@ -43,8 +43,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.jvm import JVM_OPTS, kafka_version, run_tool  # noqa: E402
-from tests.kafka_broker import KafkaBroker  # noqa: E402
+from devtools.jvm import JVM_OPTS, kafka_version, run_tool  # noqa: E402
+from devtools.kafka import KafkaBroker  # noqa: E402
 
 LOGFS = ROOT / ".venv" / "bin" / "logfs"
 RECORD_SIZE = 100
@@ -215,7 +215,7 @@ def _pct(values: list[float], p: float) -> float:
 
 
 def cluster_main(records: int, base: Path) -> int:
-    from tests.kafka_cluster import KafkaCluster
+    from devtools.kafka import KafkaCluster
 
     mb = records * RECORD_SIZE / 1e6
     cluster = KafkaCluster(base / "kafka").start()

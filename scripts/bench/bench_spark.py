@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     broker = None
     bootstrap = args.kafka
     if args.kafka_broker:
-        from tests.kafka_broker import KafkaBroker
+        from devtools.kafka import KafkaBroker
         broker = KafkaBroker(Path(workdir) / "kafka")
         atexit.register(broker.stop)        # whatever happens next, the JVM does not outlive the bench
         broker.start()

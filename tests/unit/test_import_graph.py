@@ -135,3 +135,25 @@ def test_no_import_cycle_in_logfs() -> None:
     cycle = cycle_within("logfs")
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
+
+
+def test_kafka_core_does_not_import_the_views() -> None:
+    """The log, its segments and the cleaner know nothing of the mount's renderings (engine.views): a
+    segment keeps the view layer's index only as a ``SegmentAttachment``."""
+    graph = import_graph()
+    core = [name for name in graph if name in ("engine.log", "engine.local_log", "engine.segment",
+                                               "engine.transactions") or name.startswith("engine.cleaner")]
+    assert "engine.segment" in core and "engine.cleaner.cleaner" in core
+    assert not {(name, target) for name in core for target in graph[name] if target.startswith("engine.views")}
+
+
+def test_scripts_and_devtools_import_no_test_module() -> None:
+    """The benchmarks and scripts, and devtools/ (what they share with the tests), import nothing of tests/."""
+    found = []
+    for folder in ("scripts", "devtools"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for stmt in _imports(ast.parse(path.read_text(), str(path))):
+                names = [alias.name for alias in stmt.names] if isinstance(stmt, ast.Import) else [stmt.module or ""]
+                found += [f"{path.relative_to(ROOT)}: {name}" for name in names
+                          if name == "tests" or name.startswith("tests.")]
+    assert not found

@@ -1,4 +1,5 @@
-"""A process a test starts and owns (a ``logfs mount``, a Kafka JVM): waited for to the end, or crashed."""
+"""A process a test or a benchmark starts and owns (a ``logfs mount``, a Kafka JVM): waited for to the end, or
+crashed."""
 
 from __future__ import annotations
 
