@@ -674,8 +674,8 @@ class OffsetIndex(AbstractIndex):
     def lookup(self, target_offset: int, _unpack: _UnpackFrom = _I32.unpack_from,
                _unpack_entry: _UnpackFrom = _OFFSET_ENTRY.unpack_from) -> tuple[int, int]:
         """The ``(offset, position)`` of the largest entry <= target, else ``(base_offset, 0)``."""
-        # The hot path of every view read: _search inlined (about 15% faster), entry
-        # count read before the mapping (see the module docstring).
+        # The hot path of every view read: _search inlined, entry count read before
+        # the mapping (see the module docstring).
         entries = self._entries
         base = self.base_offset
         if entries == 0:

@@ -928,7 +928,7 @@ class TaskFailedError(StorageError):
 def _keep_small_segment_bytes(topic: str, overrides: dict[str, str]) -> None:
     """A ``segment.bytes`` override below Kafka 4's 1 MiB minimum, stored by an older logfs (which took
     Kafka 3's minimum): kept working as ``internal.segment.bytes``, with one warning, so the topic's data
-    and settings load as before.  Setting ``segment.bytes`` again (1 MiB or more) is the way out."""
+    and settings load unchanged.  Setting ``segment.bytes`` again (1 MiB or more) is the way out."""
     value = overrides.get("segment.bytes")
     number = parse_canonical_int(value.strip()) if value is not None else None
     if number is None or number >= MIN_SEGMENT_BYTES or "internal.segment.bytes" in overrides:

@@ -94,10 +94,10 @@ def index_bytes_needed(segment_bytes: int, segment_index_bytes: int) -> int:
     default).  A segment holds at most one offset index entry per batch and
     one time index entry per batch plus the final one, and a batch is at least
     ``HEADER_SIZE`` bytes, so a small segment never needs more than a page.
-    The first write into a large sparse mapping costs about 2 ms per MiB of
-    file here (a 10 MiB index: over 20 ms per roll), which made a roll of a
-    tiny segment cost 5-25 ms (issue 18).  For the default segment size the
-    result is ``segment.index.bytes``, as in Kafka.
+    The first write into a large sparse mapping pays for the whole mapping, so
+    a tiny segment gets a small index and its roll stays cheap
+    (docs/performance.md, "Figures behind the code").  For the default segment
+    size the result is ``segment.index.bytes``, as in Kafka.
     """
     needed = (max(segment_bytes, 0) // HEADER_SIZE + 2) * 12      # 12: the wider (time index) entry
     return min(segment_index_bytes, max(_MIN_INDEX_BYTES, needed))

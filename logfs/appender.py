@@ -39,8 +39,8 @@ Line splitting is the hot path of ``cat file >> append``: it is one
 ``bytes.split`` per write and, without keys, no per-line Python work at all.
 The append itself runs on the calling (trio) thread: encoding a 1 MiB batch is
 pure Python holding the GIL, so a worker thread would buy no parallelism and
-cost a ``trio.to_thread.run_sync`` round trip (measured ~110 us here) per
-write.  Only a topic with ``flush.messages`` set, whose appends may fsync,
+cost a ``trio.to_thread.run_sync`` round trip per write (docs/performance.md,
+"Figures behind the code").  Only a topic with ``flush.messages`` set, whose appends may fsync,
 appends from a worker thread (see ``blocking``); a lock keeps such writes and
 a close of the same opening from interleaving.
 

@@ -10,7 +10,7 @@ local replica on its first use (``ensure_replica``).  An embedded mount changes 
 asks the cluster (CreateTopics, Produce, DeleteRecords, ...) and its local
 logs are replicas that follow the cluster (logfs.cluster).  This module is
 the seam: :class:`Backend` is what the namespace calls, :class:`EmbeddedBackend`
-does it with the ``LogManager`` as before.
+does it with the local ``LogManager``.
 """
 
 from __future__ import annotations

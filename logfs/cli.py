@@ -197,13 +197,10 @@ def _tune_malloc() -> None:
     * The buffers of a 1 MiB request (the request, the lines with their
       partial line, the encoded batch) are reused from the heap.  glibc's
       own threshold rises only once a block that large has been freed, so
-      whether they came from fresh mmaps, every page faulted in again, hung
-      on what else the process had allocated: with the compiled JSON check of
-      an append (no orjson dump of the block to raise it) a 100 MB ``cat >>
-      append`` took 47,880 minor faults and 0.27-0.30 s of the mount's CPU;
-      with these settings 0-3 faults and 0.13-0.19 s (14 appends each, the
-      mount's ``/proc/PID/stat``), RSS unchanged (74-75 MB after 3 appends,
-      ``scripts/bench/bench_footprint.py``).
+      whether they came from fresh mmaps, every page faulted in again, would
+      hang on what else the process had allocated; with these settings they
+      never do, and RSS does not grow (the faults and CPU of a 100 MB append
+      either way: docs/performance.md, "Figures behind the code").
     """
     if not sys.platform.startswith("linux"):
         return

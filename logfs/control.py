@@ -76,7 +76,7 @@ class ConfigEditHandle(LineHandle):
     def truncate(self, size: int) -> None:
         """``ftruncate(fd, 0)``: the text written from now on replaces the overrides (at close)."""
         if size != 0:
-            return          # as before: a size the text will have once written changes nothing
+            return          # a size the text will have once written changes nothing
         with self._lock:
             self._partial, self._updates, self._refused = b"", {}, None
             self._replace = self._pending = True

@@ -221,7 +221,7 @@ class _RecursiveRemovals:
     its entries, so for a process that listed the topic's directory,
     unlinking and rmdir inside the topic are accepted without
     effect; its final rmdir of the topic directory deletes the topic.  Any
-    other process gets EPERM as before.  Entries expire after five minutes.
+    other process gets EPERM.  Entries expire after five minutes.
     """
 
     _TTL_S = 300.0
@@ -922,7 +922,7 @@ class LogfsOperations(pyfuse3.Operations):
             return await trio.to_thread.run_sync(handle.read, off, size), True
         # Through the page cache the kernel's readahead sends the next requests before this
         # one is answered: served by threads in any order they would each miss the view's
-        # sequential cursor and render from its index (measured: 3x slower first reads).
+        # sequential cursor and render from its index (docs/performance.md, "Figures behind the code").
         # trio.Lock is FIFO, so they run in the order they came, one at a time; each decides
         # once it holds the lock (a request that came while one was in a thread continues it).
         lock = self._read_locks.get(fh)

@@ -88,10 +88,9 @@ class ViewHandle(Handle):
     interleave with it (the GIL switches every few ms) for the price of one
     thread hop per read.  Small reads (``head``, ``wc``'s 16 KiB) and reads
     that continue the view's cursor (``continues_at``: a sequential reader,
-    the kernel's readahead; at most one 1 MiB request's batches, 1-2 ms) stay
-    inline, where the hop would dominate: inline, a first ``cat records`` of
-    200 MB took 0.19 s of the mount's CPU instead of 0.38 s
-    (``scripts/bench/bench_reads.py``).
+    the kernel's readahead; at most one 1 MiB request's batches) stay inline,
+    where the hop would dominate (docs/performance.md, "Figures behind the
+    code").
 
     Without ``direct_io`` the opening keeps the pages the kernel cached for the
     inode (``keep_cache``): a view's inode is one rendering whose bytes only

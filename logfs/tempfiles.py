@@ -230,7 +230,8 @@ class TempFiles:
         return node
 
     def unlink(self, parent: Node, name: str) -> bool:
-        """Remove temporary file ``name``; False if there is none (the caller refuses as before)."""
+        """Remove temporary file ``name``; False if there is none (the caller then handles it as a name of the
+        namespace)."""
         node = self._files.pop((parent.key, name), None)
         if node is None:
             return False
@@ -241,7 +242,7 @@ class TempFiles:
                noreplace: bool = False) -> bool:
         """Rename a temporary file: to a free name, or over ``config``/``append`` (applied, see module docstring).
 
-        False if ``old_name`` is no temporary file (the caller refuses as before).
+        False if ``old_name`` is no temporary file (the caller then handles it as a name of the namespace).
         Runs off the trio thread: applying a config writes to disk.
         """
         node = self.get(old_parent, old_name)

@@ -320,7 +320,7 @@ class OffsetMap:
         map pass hashes them in ``engine.records.kernels``), put one by one in compiled code.
 
         Exactly ``put`` per pair in order (the same slots, probes and stopping
-        point); 0.25 us a pair where ``put_many`` costs about 1 us a key.
+        point).
         """
         kernels = compiled.KERNELS
         if kernels is None:

@@ -54,7 +54,8 @@ from engine.records.varint import (
 if TYPE_CHECKING:  # pragma: no cover
     from engine.records.kernels import LinesLayout
 
-#: Blocks of lines from this size on are encoded by the compiled kernels (measured crossover: 1-2 KiB).
+#: Blocks of lines from this size on are encoded by the compiled kernels (above the size where they start to
+#: cost less than ``bytes.split`` and ``encode_values``: docs/performance.md, "Figures behind the code").
 COMPILED_FROM = 4096
 
 
@@ -209,10 +210,7 @@ def encode_text_lines(base_offset: int, block: bytes, timestamp: int) -> tuple[b
 
     The hot path of ``cat file >> append``: the lines are never split into
     Python objects; one compiled pass finds them and one writes the records
-    (``engine.records.kernels``).  Per MiB of 100-byte lines it costs 0.45 ms,
-    where ``bytes.split`` and ``encode_values`` take 4.1 ms; below
-    ``COMPILED_FROM`` bytes the two cost the same (9 us vs 5.5 us for one
-    line, 14 us vs 43 us for 100).  Returns the batch and the lines' layout,
+    (``engine.records.kernels``).  Returns the batch and the lines' layout,
     or None for the caller to encode with ``encode_values``: ``block`` is
     shorter than that, or does not end with a newline, or the kernels are
     not built (``engine.records.compiled``).
@@ -232,7 +230,7 @@ def encode_text_lines(base_offset: int, block: bytes, timestamp: int) -> tuple[b
     _PREFIX.pack_into(out, 0, base_offset, _EMPTY_BATCH_LENGTH + layout.size, NO_PARTITION_LEADER_EPOCH, MAGIC,
                       crc)
     # Not copied to bytes: with the copy alive beside it, both 1 MiB buffers
-    # come from fresh mmaps and their page faults cost 1.6 ms per MiB.
+    # come from fresh mmaps and every page of them faults in again.
     return out, layout
 
 

@@ -127,7 +127,7 @@ def _value_length_by_size_table(w: int) -> list[int | None]:
     return table
 
 
-#: offset-delta width -> its table, built on first use (all of them took 90 ms of every process's start)
+#: offset-delta width -> its table, built on first use (not at import: docs/performance.md, "Figures behind the code")
 _VALUE_LENGTH_BY_SIZE: dict[int, list[int | None]] = {}
 
 
@@ -175,8 +175,9 @@ def _fixed_size_text(data: bytes, segments: list[tuple[int, int, int, int]]) -> 
 
     One strided copy per segment into one result: the records as the rows of
     a matrix, their value columns copied into the rows of the result and its
-    last column set to newlines (3x faster than deleting the frame columns of
-    a copy one extended slice at a time, and no join of the segments after).
+    last column set to newlines (not the frame columns deleted from a copy one
+    extended slice at a time: docs/performance.md, "Figures behind the code"),
+    and no join of the segments after.
     """
     out = bytearray(sum(count * (size - frame_len) for _, count, size, frame_len in segments))
     o = 0

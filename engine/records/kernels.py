@@ -20,15 +20,13 @@ the callers take when the extension is not built (``engine.records.compiled``):
   key and Kafka's ``SkimpyOffsetMap.put`` of each (digest, offset) pair.
 
 A records section of values of mixed sizes must be walked record by record:
-each record's position depends on the previous record's length varint.  In
-Python that walk costs about 0.6 us per record (``_sized_walk``); compiled it
-costs under 0.1 us.  The extension loads in well under a millisecond and adds
-about 1 MB to a process (it replaced numba kernels that cost 0.9 s to load and
-about 120 MB of memory: docs/performance.md, "Record kernels in C").
+each record's position depends on the previous record's length varint, so
+that walk is compiled (its cost beside the Python walk ``_sized_walk``, and
+the extension's load time and memory: docs/performance.md, "Record kernels in C").
 
 Kernels check every byte they rely on and answer None (or -1) when anything
 differs from what they expect; the caller then runs the general Python loop,
-which decodes exactly as before and names what is wrong.  They run without
+which decodes the same bytes and names what is wrong.  They run without
 the GIL.
 """
 

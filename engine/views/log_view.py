@@ -324,10 +324,9 @@ class LogView:
     def continues_at(self, position: int) -> bool:
         """Whether a read at ``position`` is served by the cursor: from the last chunk or right after it.
 
-        Such a read looks nothing up (no index, no bisect): it decodes the
-        batches that follow, about 1 ms per MiB rendered as text and 2 as JSON
-        lines (``scripts/bench/bench_views.py``), so the FUSE layer serves it
-        inline.  Read without the lock: a stale answer only changes which
+        Such a read looks nothing up (no index, no bisect): it decodes only the
+        batches that follow (its cost: docs/performance.md, "Figures behind the
+        code"), so the FUSE layer serves it inline.  Read without the lock: a stale answer only changes which
         thread serves the read.
         """
         start, buf, following = self._buf_start, self._buf, self._next

@@ -19,8 +19,8 @@ Two renderings exist (DESIGN.md "Views"):
 
 The view index (engine.views.index) stores, per batch, how many bytes each
 rendering takes, so a read at byte position P of a view never renders from the
-start.  Those sizes are computed on the *append* path, which must keep up with
-~1.5M records/s: :func:`appended_view_sizes` therefore never renders.  It
+start.  Those sizes are computed on the *append* path, which must cost no more
+than the append itself: :func:`appended_view_sizes` therefore never renders.  It
 proves with one test over the joined batch that every value is plain ASCII
 needing no escapes, and then the size is arithmetic (lengths, counts of nulls,
 digit counts of a run of offsets).  Anything else falls back to exact
