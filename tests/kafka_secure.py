@@ -1,6 +1,6 @@
 """A real Kafka broker with secured listeners, its certificates made at test time (openssl).
 
-One single-node KRaft JVM (tests/kafka_broker.py's ``KafkaBroker``) carries
+One single-node KRaft JVM (``devtools.kafka.KafkaBroker``) carries
 every listener a test of a secured cluster needs, to spare the machine a JVM
 per setting family:
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Outage rounds: every broker of a cluster mount's cluster killed for a minute, then back, again and again.
 
-Starts a 3-node KRaft cluster (tests/kafka_cluster.py) and a cluster mount of
+Starts a 3-node KRaft cluster (devtools/kafka.py) and a cluster mount of
 it in a work dir, makes topic ``t`` and group ``g``, then repeats a round:
 
 * readers keep reading ``t/config``, ``t/groups/g``, ``t/groups/`` and

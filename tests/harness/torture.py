@@ -40,7 +40,7 @@ power loss.  The same checks follow.
 
 With ``--bootstrap-server HOST:PORT,...`` (a cluster without topics ``p``,
 ``r``, ``c``) or ``--cluster`` (a 3-node KRaft cluster started in the work
-dir from tests/kafka_cluster.py) the mount is a cluster mount (SPEC.md
+dir from devtools/kafka.py) the mount is a cluster mount (SPEC.md
 section 10): the writers' records are acknowledged by the cluster
 (``acks=all``), the data dir is the mount's local replica, and the crashes
 (kill -9, power losses with ``--power-loss``) hit the replica.  The same
@@ -846,7 +846,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="torture a cluster mount of this Kafka cluster (it must not have topics p, r, c): "
                              "the data dir is the mount's local replica")
     parser.add_argument("--cluster", action="store_true",
-                        help="start a 3-node KRaft cluster in the work dir (tests/kafka_cluster.py, the jars of "
+                        help="start a 3-node KRaft cluster in the work dir (devtools/kafka.py, the jars of "
                              "scripts/setup-kafka.sh) and torture a cluster mount of it")
     parser.add_argument("--fd-limit", type=int, default=None,
                         help="the mount's ulimit -n (its segment files then live under a budget of 3/4 of it)")
