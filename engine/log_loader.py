@@ -63,7 +63,7 @@ class DeletedSegmentFiles:
     Its index maps (a descriptor each) are released at once: nothing reads a
     deleted segment's indexes.  A roll per record with retention or the
     cleaner behind it would otherwise keep three descriptors per segment for
-    the delay (issue 18: EMFILE on every append for a minute).
+    the delay, and appends would fail with EMFILE until it passed (issue 18).
     """
 
     __slots__ = ("paths", "size", "segment", "_repr")
