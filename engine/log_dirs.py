@@ -216,7 +216,7 @@ def scan_partition_dirs(log_dir: str) -> PartitionDirScan:
 
 def next_log_dir(log_dirs: list[str], partition_dirs: Iterable[str]) -> str:
     """Kafka's ``nextLogDirs``: the log dir holding the fewest of ``partition_dirs`` (first on ties)."""
-    counts = {d: 0 for d in log_dirs}
+    counts = dict.fromkeys(log_dirs, 0)
     for path in partition_dirs:
         parent = os.path.dirname(path)
         if parent in counts:

@@ -162,7 +162,7 @@ def _timestamp_targets(name: str, single: int | None, by_partition: Mapping[tupl
                        tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int] | None:
     """The timestamp to look up per partition, or None when neither timestamp option is given."""
     if single is not None:
-        return {tp: single for tp in tps}
+        return dict.fromkeys(tps, single)
     if by_partition is None:
         return None
     missing = sorted(set(tps) - set(by_partition))

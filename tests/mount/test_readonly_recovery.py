@@ -242,7 +242,7 @@ def test_read_only_load_serves_what_read_write_recovery_leaves_and_writes_nothin
     shutil.copytree(ro_dir, rw_dir)
     before = fingerprint(ro_dir)
     clock = ManualClock(_T0 + 10_000_000)
-    kw = dict(had_clean_shutdown=clean, recovery_point=recovery_point, clock=clock)
+    kw = {"had_clean_shutdown": clean, "recovery_point": recovery_point, "clock": clock}
     ro = Log.load(str(ro_dir), _CONFIG, read_only=True, **kw)
     try:
         seen = _outcome(ro)

@@ -22,7 +22,7 @@ from engine.segment import LogSegment
 from engine.views import LogView, ViewFormat, attach, persisted
 from tests.helpers import make_config, wait_for
 
-CONFIG = dict(internal_segment_bytes=6_000, index_interval_bytes=512)
+CONFIG = {"internal_segment_bytes": 6_000, "index_interval_bytes": 512}
 
 
 @pytest.fixture(autouse=True)

@@ -136,7 +136,7 @@ def test_split_reads_while_appends_go_on(spark, mount, files_conf):
         stop.set()
         thread.join()
 
-    everything = set(v for vs in before.values() for v in vs) | set(during)
+    everything = {v for vs in before.values() for v in vs} | set(during)
     for values in (text_values, [r.value.encode() for r in json_rows]):
         counts = collections.Counter(values)
         assert max(counts.values()) == 1, "a record was read twice"

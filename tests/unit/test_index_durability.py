@@ -62,7 +62,7 @@ def test_a_roll_fsyncs_the_sealed_indexes_at_their_trimmed_size_when_the_records
     for i in range(40):
         log.append_values([b"record-%03d" % i])
         log.flush()                        # a writer that fsyncs each write: the recovery point keeps up
-    sealed = [s for s in log.segments.values()][:-1]
+    sealed = list(log.segments.values())[:-1]
     assert len(sealed) >= 3
     synced = set(fsyncs)
     for segment in sealed:

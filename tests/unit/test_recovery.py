@@ -22,7 +22,7 @@ from tests.helpers import make_config
 T0 = 1_700_000_000_000
 
 
-CONFIG = dict(internal_segment_bytes=1000, index_interval_bytes=150)
+CONFIG = {"internal_segment_bytes": 1000, "index_interval_bytes": 150}
 
 
 def build_log(path: str, batches: int = 30, clock: ManualClock | None = None) -> tuple[Log, list[Record]]:

@@ -47,7 +47,7 @@ def test_deletable_segments_stops_at_first_kept_and_spares_empty_active():
 
 
 def build(tmp_path, clock, **overrides) -> Log:
-    config = dict(internal_segment_bytes=400, retention_ms=10 * HOUR, file_delete_delay_ms=60_000)
+    config = {"internal_segment_bytes": 400, "retention_ms": 10 * HOUR, "file_delete_delay_ms": 60_000}
     config.update(overrides)
     log = Log.load(str(tmp_path / "r-0"), make_config(**config), clock=clock)
     for i in range(12):

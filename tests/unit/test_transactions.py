@@ -226,7 +226,7 @@ def test_read_committed_views_of_a_live_replica_end_at_the_last_stable_offset(tm
         log = manager.get_or_create_log(TP, "AAAAAAAAAAAAAAAAAAAAAA")
         model = _LiveModel()
         followers = {fmt: LogView(log, fmt) for fmt in ViewFormat}
-        seen = {fmt: b"" for fmt in ViewFormat}
+        seen = dict.fromkeys(ViewFormat, b"")
         for op in [*ops, ("end", 0, True), ("end", 1, False), ("end", 2, True)]:
             if op[0] == "roll":
                 if log.active_segment.size:

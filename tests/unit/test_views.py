@@ -355,7 +355,7 @@ def test_view_continues_inside_a_cleaned_segment_that_merged_its_last_segment(tm
     assert list(log.segments) == [0, 20]          # one cleaned segment at the old base offset
     log.append_values([b"third"], [b"k0"])
     rest = read_all_from(view, len(seen), 7)
-    expected_records = [r for r in log.read_records(10)]
+    expected_records = list(log.read_records(10))
     assert [r.value for r in expected_records] == [b"second-7", b"second-8", b"second-9", b"third"]
     if fmt is ViewFormat.TEXT:
         assert rest == b"second-7\nsecond-8\nsecond-9\nthird\n"
