@@ -109,7 +109,8 @@ def lock_log_dirs(log_dirs: list[str], read_only: bool) -> list[LogDirLock]:
     locks: list[LogDirLock] = []
     try:
         for log_dir in log_dirs:
-            locks.append(LogDirLock(log_dir, lock_log_dir(log_dir, read_only)))
+            # a loop, not extend(): each lock is in `locks` the moment it is taken, for the release below
+            locks.append(LogDirLock(log_dir, lock_log_dir(log_dir, read_only)))  # noqa: PERF401
     except BaseException:
         unlock_log_dirs(locks)
         raise

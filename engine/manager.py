@@ -489,7 +489,8 @@ class LogManager:
             topic_id = new_topic_id()
             try:
                 for partition in range(count):
-                    created.append(self._create_log(TopicPartition(topic, partition), config, topic_id))
+                    # a loop, not extend(): each log is in `created` the moment it exists, for the undo below
+                    created.append(self._create_log(TopicPartition(topic, partition), config, topic_id))  # noqa: PERF401
             except BaseException:
                 self._undo_create(topic, created)
                 raise

@@ -224,7 +224,8 @@ def _batches_by_position(log_path: str) -> dict[int, BatchHeader]:
         try:
             for position, header, _, _ in read_batches(lambda pos, size: os.pread(fd, size, pos), 0, None,
                                                        _TOOL_READ_CHUNK, path=log_path, strict=False):
-                found[position] = header
+                # a loop, not a comprehension: what was found before the damage stays in `found`
+                found[position] = header  # noqa: PERF403
         except CorruptRecordError:
             pass                # what is found up to the damage; `logfs check` reports the damage itself
     return found

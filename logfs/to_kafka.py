@@ -215,8 +215,7 @@ def plan_script(state: DataDirState, *, node_id: int, bootstrap_server: str,
     # then the script stops before creating anything, saying why
     ordered = sorted(state.topics.values(), key=lambda topic: topic.name != GROUP_METADATA_TOPIC)
     for topic in ordered:
-        for note in topic.notes:
-            lines.append(f"# {topic.name}: {note}")
+        lines.extend(f"# {topic.name}: {note}" for note in topic.notes)
         cmd = [*shlex.split(kafka_topics), "--bootstrap-server", bootstrap_server, "--create", "--topic", topic.name,
                "--replica-assignment", ",".join([str(node_id)] * topic.partitions)]
         for name, value in topic.configs.items():

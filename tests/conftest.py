@@ -210,8 +210,7 @@ def kafka_records(partition_dir: Path) -> list[KafkaRecord]:
             assert batch.validate_crc(), f"CRC mismatch in {name} at offset {batch.base_offset}"
             if batch.is_control_batch:
                 continue
-            for rec in batch:
-                out.append(KafkaRecord(rec.offset, rec.timestamp, rec.key, rec.value))
+            out.extend(KafkaRecord(rec.offset, rec.timestamp, rec.key, rec.value) for rec in batch)
     return out
 
 

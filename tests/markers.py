@@ -101,10 +101,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 misplaced.append(f"{item.nodeid} is marked @pytest.mark.{marker} outside {' or '.join(folders)} "
                                  "(scripts/test.sh's worker groups go by folder)")
         for fixture in getattr(item, "fixturenames", ()):
-            for marker in FIXTURE_MARKERS.get(fixture, ()):
-                if item.get_closest_marker(marker) is None:
-                    missing.append(f"{item.nodeid} uses the {fixture!r} fixture but is not marked "
-                                   f"@pytest.mark.{marker}")
+            missing.extend(f"{item.nodeid} uses the {fixture!r} fixture but is not marked @pytest.mark.{marker}"
+                           for marker in FIXTURE_MARKERS.get(fixture, ()) if item.get_closest_marker(marker) is None)
     errors = sorted(set(misplaced))
     if missing:
         errors += sorted(set(missing)) + [f"(the fast loop `{FAST_LOOP}` would run them)"]

@@ -100,9 +100,8 @@ def client_settings_table() -> str:
     """The table as docs/cluster.md shows it (Markdown)."""
     lines = ["| setting | librdkafka (admin client, producer) | kafka-python (replica fetcher, OffsetDelete) |",
              "|---|---|---|"]
-    for row in _ROWS:
-        if not row.producer_only:
-            lines.append(f"| `{row.name}` | {row.librdkafka} | {row.kafka_python} |")
+    lines.extend(f"| `{row.name}` | {row.librdkafka} | {row.kafka_python} |"
+                 for row in _ROWS if not row.producer_only)
     producer = [row for row in _ROWS if row.producer_only]
     lines.append(f"| {', '.join(f'`{row.name}`' for row in producer)} | the same names (`acks` all only, "
                  "`enable.idempotence` true only) | not used: the fetcher does not produce |")

@@ -37,9 +37,8 @@ def mount_settings_text(options: ClusterOptions, replica: Mapping[str, str]) -> 
            *_lines(clients), "",
            "# The replica fetcher", *_lines({**FETCHER_DEFAULTS, **options.fetcher}), "",
            "# Topics mkdir creates"]
-    for name in _CREATE_NAMES:
-        out.append(f"{name}={options.create[name]}" if name in options.create
-                   else f"#{name}: the cluster's default")
+    out.extend(f"{name}={options.create[name]}" if name in options.create else f"#{name}: the cluster's default"
+               for name in _CREATE_NAMES)
     # the engine's topic-creation defaults are not the replica's: the section above says what mkdir creates
     out += ["", "# The local replica (the engine's settings; each topic's own are in <topic>/config)",
             *_lines({k: v for k, v in replica.items() if k not in _CREATE_NAMES})]

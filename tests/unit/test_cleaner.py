@@ -95,10 +95,7 @@ def clean(log: Log, cleaner: Cleaner, first_dirty: int | None = None, now_ms: in
 def expected_after_clean(history: list[tuple[int, bytes, bytes | None]], end: int,
                          keep_tombstone) -> list[tuple[int, bytes, bytes | None]]:
     """The model: latest record of each key below ``end``; tombstones where ``keep_tombstone(offset)``."""
-    latest: dict[bytes, int] = {}
-    for offset, key, _ in history:
-        if offset < end:
-            latest[key] = offset
+    latest: dict[bytes, int] = {key: offset for offset, key, _ in history if offset < end}
     out = []
     for offset, key, value in history:
         if offset >= end:
@@ -511,9 +508,7 @@ def _prepare_crash(tmp_path):
     cleaned.on_becoming_inactive_segment()
     cleaned.flush()
     assert cleaned.next_offset == group[-1].next_offset
-    latest = {}
-    for offset, key, _ in before:
-        latest[key] = offset
+    latest = {key: offset for offset, key, _ in before}
     cleaned_records = [r for r in before if r[0] < cleaned.next_offset and latest[r[1]] == r[0]]
     assert 0 < len(cleaned_records) < cleaned.next_offset
     rest = [r for r in before if r[0] >= cleaned.next_offset]

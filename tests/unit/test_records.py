@@ -53,8 +53,7 @@ def kafka_python_records(batch: bytes) -> list[tuple]:
     while memory.has_next():
         kbatch = memory.next_batch()
         assert kbatch.validate_crc(), "kafka-python rejects the CRC"
-        for r in kbatch:
-            out.append((r.offset, r.timestamp, r.key, r.value, tuple(r.headers)))
+        out.extend((r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in kbatch)
     return out
 
 
