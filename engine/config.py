@@ -231,10 +231,7 @@ class ConfigKey:
 
     def parse(self, value: Any) -> Any:
         """Parse a string (or check an already typed value), then validate it."""
-        if isinstance(value, str):
-            value = self._parse_string(value)
-        else:
-            value = self.check_typed(value)
+        value = self._parse_string(value) if isinstance(value, str) else self.check_typed(value)
         self.validate(value)
         return value
 

@@ -69,8 +69,7 @@ def validate_batches(tp: TopicPartition, buf: bytes | bytearray, config: LogConf
             raise RecordTooLargeError(
                 f"The record batch size in the append to {tp} is {header.size} bytes "
                 f"which exceeds the maximum configured value of {config.max_message_bytes}.")
-        if config.compact and not header.is_control:
-            if any(r.key is None for r in decode_batch(buf, pos, header)):
+        if config.compact and not header.is_control and any(r.key is None for r in decode_batch(buf, pos, header)):
                 raise InvalidRecordError(
                     f"Compacted topic cannot accept message without key in topic partition {tp}.")
         headers.append((pos, header))

@@ -320,7 +320,7 @@ class SegmentsDir(_PartitionSubDir):
 
     def names(self) -> list[str]:
         names: list[str] = []
-        for base in self.ns.log(self.tp).segments.keys():
+        for base in self.ns.log(self.tp).segments:
             stem = filename_prefix_from_offset(base)
             names.extend(stem + suffix for suffix in _SEGMENT_LISTING)
         return names

@@ -855,11 +855,9 @@ class LogfsOperations(pyfuse3.Operations):
             attr = self._entry(parent.lookup(_CONFIG))
             return await self.open(attr.st_ino, flags | os.O_TRUNC, ctx), attr
         create: Callable[[str], Node]
-        if self._temps.takes(parent):
-            # an editor's or a tool's temporary file next to config and append
-            create = functools.partial(self._temps.create, parent)
-        else:
-            create = parent.create      # groups/<new group>; Directory's default refuses with EPERM
+        # an editor's or a tool's temporary file next to config and append; else groups/<new group>
+        # (Directory's default refuses with EPERM)
+        create = functools.partial(self._temps.create, parent) if self._temps.takes(parent) else parent.create
         attr = self._entry(create(os.fsdecode(name)))
         return await self.open(attr.st_ino, flags, ctx), attr
 

@@ -230,10 +230,7 @@ class Namespace:
 
 
 def _mentions_topic(key: tuple, topic: str) -> bool:
-    for part in key[1:]:
-        if part == topic or (isinstance(part, TopicPartition) and part.topic == topic):
-            return True
-    return False
+    return any(part == topic or (isinstance(part, TopicPartition) and part.topic == topic) for part in key[1:])
 
 
 def _now_ns() -> int:

@@ -189,10 +189,7 @@ def encode_values(base_offset: int, values: Sequence[bytes | None], timestamp: i
         # fields beyond the tables all drop out of the fast paths the same way.
         try:
             # Nulls are let through on purpose: len(None) is the TypeError above.
-            if keys is None:
-                records = _encode_unkeyed(values)  # type: ignore[arg-type]
-            else:
-                records = _encode_keyed(values, keys)  # type: ignore[arg-type]
+            records = _encode_unkeyed(values) if keys is None else _encode_keyed(values, keys)  # type: ignore[arg-type]
         except (TypeError, IndexError):
             records = None
     if records is None:

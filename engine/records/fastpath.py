@@ -156,10 +156,7 @@ def _sized_walk(data: bytes, count: int) -> list[bytes] | None:
                 by_size = _VALUE_LENGTH_BY_SIZE[w] = _value_length_by_size_table(w)
             for _ in range((hi if hi < count else count) - lo):
                 b = data[p]
-                if b < 0x80:
-                    e = p + 1 + (b >> 1)
-                else:
-                    e = p + 2 + (((b & 0x7F) | (data[p + 1] << 7)) >> 1)
+                e = p + 1 + (b >> 1) if b < 0x80 else p + 2 + (((b & 0x7F) | (data[p + 1] << 7)) >> 1)
                 # A size no such record has maps to None: TypeError, caught below.
                 append(data[e - 1 - by_size[e - p]:e - 1])  # type: ignore[operator]
                 p = e

@@ -215,7 +215,8 @@ class SegmentRangeReader:
                 continue
             path = _segment_file(self.opts.mount, self.topic, self.partition, base, ".log")
             try:
-                segment = open(path, "rb", buffering=0)
+                # opened outside the `with` below so that only the open's FileNotFoundError relists
+                segment = open(path, "rb", buffering=0)  # noqa: SIM115
             except FileNotFoundError:
                 bases, listing_is_fresh, after = self._relist(f"Segment file {path} was deleted"), True, None
                 continue

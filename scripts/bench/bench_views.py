@@ -149,10 +149,7 @@ def main() -> None:
                     for segment in log.segments.values():
                         index = view_index(segment)
                         # touch the column(s) this rendering needs
-                        if columns == "json":
-                            _ = index.json_size
-                        else:
-                            _ = index.text_size
+                        _ = index.json_size if columns == "json" else index.text_size
                 finally:
                     log.close()
             return run

@@ -85,9 +85,8 @@ def test_a_group_commit_the_coordinator_refuses_is_ebusy(cluster_mount, kafka_cl
         assert consumer.committed([TopicPartition("held", 0)], timeout=30)[0].offset == 5
         assert "Group H committed offsets" not in m.log()
         # consume/H: reads from the consumer's commit; the commit at close is refused the same way
-        with pytest.raises(OSError) as refused:
-            with open(m / "held/0/consume/H", "rb") as f:
-                assert f.read() == b"".join(b"h%d\n" % i for i in range(5, 200))
+        with pytest.raises(OSError) as refused, open(m / "held/0/consume/H", "rb") as f:
+            assert f.read() == b"".join(b"h%d\n" % i for i in range(5, 200))
         assert refused.value.errno == errno.EBUSY
         assert "Committing offsets for group H: the cluster refused it: held-0: UNKNOWN_MEMBER_ID" in m.log()
         assert consumer.committed([TopicPartition("held", 0)], timeout=30)[0].offset == 5

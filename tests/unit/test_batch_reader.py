@@ -23,12 +23,7 @@ from engine.views.log_view import LogView, ViewFormat
 
 
 def _batches(sizes: list[int]) -> bytes:
-    out = []
-    offset = 0
-    for n in sizes:
-        out.append(encode_values(offset, [b"v" * n], 1000))
-        offset += 1
-    return b"".join(out)
+    return b"".join(encode_values(offset, [b"v" * n], 1000) for offset, n in enumerate(sizes))
 
 
 def _reader(data: bytes, calls: list[tuple[int, int]] | None = None):

@@ -148,11 +148,10 @@ def test_writes_in_place_over_the_previous_generation_on_a_full_disk(tmp_path):
         f = OffsetCheckpointFile(str(fs / cp.LOG_START_OFFSET_CHECKPOINT))
         f.write({TopicPartition("t", p): 1 for p in range(3)})
         f.write({TopicPartition("t", p): 2 for p in range(3)})
-        with open(fs / "filler", "wb") as filler:
-            with pytest.raises(OSError) as full:
-                while True:
-                    filler.write(b"\0" * 65536)
-                    filler.flush()
+        with open(fs / "filler", "wb") as filler, pytest.raises(OSError) as full:
+            while True:
+                filler.write(b"\0" * 65536)
+                filler.flush()
         assert full.value.errno == errno.ENOSPC
         f.write({TopicPartition("t", p): 3 for p in range(3)})        # fits the blocks of .prev
         assert f.read() == {TopicPartition("t", p): 3 for p in range(3)}

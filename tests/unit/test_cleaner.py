@@ -98,9 +98,7 @@ def expected_after_clean(history: list[tuple[int, bytes, bytes | None]], end: in
     latest: dict[bytes, int] = {key: offset for offset, key, _ in history if offset < end}
     out = []
     for offset, key, value in history:
-        if offset >= end:
-            out.append((offset, key, value))
-        elif latest[key] == offset and (value is not None or keep_tombstone(offset)):
+        if offset >= end or (latest[key] == offset and (value is not None or keep_tombstone(offset))):
             out.append((offset, key, value))
     return out
 
@@ -163,10 +161,7 @@ def test_cleaning_keeps_exactly_latest_values_and_tombstones_within_horizon(tmp_
         # Second clean: the horizon is delete.retention.ms before the clean section's last
         # mtime; with 0 ms every tombstone of the clean section goes, those of the dirty
         # section (newer) stay.
-        if short_retention:
-            keep = lambda offset: offset >= end1
-        else:
-            keep = lambda offset: True
+        keep = (lambda offset: offset >= end1) if short_retention else (lambda offset: True)
         expected = expected_after_clean(history, end2, keep)
         assert contents(log) == expected
         offsets = [o for o, _, _ in expected]

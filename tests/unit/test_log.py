@@ -142,7 +142,7 @@ def test_truncate_to(tmp_path):
     assert log.truncate_to(23) is True
     assert log.log_end_offset == 20                 # whole batches: the one holding 23 starts at 20
     assert [r.offset for r in log.read_records(0)] == list(range(20))
-    assert all(b <= 20 for b in log.segments.keys())
+    assert all(b <= 20 for b in log.segments)
     assert log.append_values([b"again"]) == (20, 20)
     log.close()
 
