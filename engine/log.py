@@ -147,22 +147,22 @@ class Log:
         must exist, and whatever recovery it needs happens in memory.
         """
         start = time.monotonic()
-        dir = os.path.abspath(dir)
-        tp = topic_partition or topic_partition_of_dir(dir)
-        if os.path.islink(dir):
-            raise UnsafeFileError(f"Partition directory {dir} is a symbolic link: logfs never follows links in a "
-                                  "log directory", paths=[dir])
+        log_dir = os.path.abspath(dir)
+        tp = topic_partition or topic_partition_of_dir(log_dir)
+        if os.path.islink(log_dir):
+            raise UnsafeFileError(f"Partition directory {log_dir} is a symbolic link: logfs never follows links in a "
+                                  "log directory", paths=[log_dir])
         if read_only:
-            if not os.path.isdir(dir):
-                raise StorageError(f"Log directory {dir} does not exist (opened read-only)")
+            if not os.path.isdir(log_dir):
+                raise StorageError(f"Log directory {log_dir} does not exist (opened read-only)")
         else:
             try:
-                os.makedirs(dir, exist_ok=True)
+                os.makedirs(log_dir, exist_ok=True)
             except OSError as exc:
-                raise StorageError(f"Could not create log directory {dir}: {exc.strerror}") from exc
-        loaded = LogLoader(dir, tp, config, clock, had_clean_shutdown, log_start_offset,
+                raise StorageError(f"Could not create log directory {log_dir}: {exc.strerror}") from exc
+        loaded = LogLoader(log_dir, tp, config, clock, had_clean_shutdown, log_start_offset,
                            recovery_point, read_only=read_only).load()
-        log = cls(dir, config, loaded, clock=clock, topic_partition=tp, read_only=read_only)
+        log = cls(log_dir, config, loaded, clock=clock, topic_partition=tp, read_only=read_only)
         logger.info(log._prefix + "Completed load of log with %d segments, log start offset %d and log end "
                     "offset %d in %d ms", log.num_segments, log.log_start_offset, log.log_end_offset,
                     (time.monotonic() - start) * 1000)

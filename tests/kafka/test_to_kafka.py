@@ -112,8 +112,8 @@ def _write_data(mount: Mount) -> None:
     add_config(mount / "events/config", "internal.segment.bytes=2048\n")
     for p in (1, 2):
         (mount / f"events/{p}").mkdir()
-    for round in range(20):
-        _append(mount, "events/append", [b"event %d-%d %s" % (round, i, b"x" * (i % 7)) for i in range(30)])
+    for turn in range(20):
+        _append(mount, "events/append", [b"event %d-%d %s" % (turn, i, b"x" * (i % 7)) for i in range(30)])
     _append(mount, "events/2/append", [bytes(range(1, 10)) + b"\xff\xfe not utf-8"])
 
     # One topic per codec, keyed lines (parse.key) with a tab.
@@ -122,8 +122,8 @@ def _write_data(mount: Mount) -> None:
         (mount / topic).mkdir()
         add_config(mount / f"{topic}/config",
                    f"compression.type={codec}\nparse.key=true\ninternal.segment.bytes=4096\n")
-        for round in range(10):
-            _append(mount, f"{topic}/0/append", [b"k%d\t%s value %d %s" % (i, codec.encode(), round, b"y" * i)
+        for turn in range(10):
+            _append(mount, f"{topic}/0/append", [b"k%d\t%s value %d %s" % (i, codec.encode(), turn, b"y" * i)
                                                  for i in range(25)])
 
     # JSON lines in: CreateTime timestamps, headers, null keys and values, bytes that are not UTF-8.
@@ -147,23 +147,23 @@ def _write_data(mount: Mount) -> None:
     add_config(mount / "table/config", "cleanup.policy=compact\nparse.key=true\nnull.marker=NULL\n"
                                         "internal.segment.bytes=2048\nmin.cleanable.dirty.ratio=0.01\n"
                                         "delete.retention.ms=86400000\n")
-    for round in range(15):
-        _append(mount, "table/0/append", [b"row%d\tversion %d of row %d" % (i, round, i) for i in range(12)])
+    for turn in range(15):
+        _append(mount, "table/0/append", [b"row%d\tversion %d of row %d" % (i, turn, i) for i in range(12)])
     (mount / "table/0/delete").write_bytes(b"key row3\n")
     _append(mount, "table/0/append", [b"row5\tNULL"])
-    for round in range(15, 30):           # more updates, so the tombstones are cleaned past
-        _append(mount, "table/0/append", [b"row%d\tversion %d of row %d" % (i, round, i) for i in range(12)
+    for turn in range(15, 30):           # more updates, so the tombstones are cleaned past
+        _append(mount, "table/0/append", [b"row%d\tversion %d of row %d" % (i, turn, i) for i in range(12)
                                           if i not in (3, 5)])
 
     # Log start moved by retention (whole segments) and by DeleteRecords inside a segment.
     (mount / "retained").mkdir()
     add_config(mount / "retained/config", "internal.segment.bytes=1024\n")
-    for round in range(30):
-        _append(mount, "retained/0/append", [b"old %d-%d" % (round, i) for i in range(10)])
+    for turn in range(30):
+        _append(mount, "retained/0/append", [b"old %d-%d" % (turn, i) for i in range(10)])
     (mount / "deleted").mkdir()
     add_config(mount / "deleted/config", "internal.segment.bytes=4096\n")
-    for round in range(10):
-        _append(mount, "deleted/0/append", [b"line %d-%d" % (round, i) for i in range(10)])
+    for turn in range(10):
+        _append(mount, "deleted/0/append", [b"line %d-%d" % (turn, i) for i in range(10)])
     (mount / "deleted/0/delete").write_bytes(b"before 37\n")
 
 
@@ -295,8 +295,8 @@ def test_readme_moving_to_kafka_runs_as_written(logfs_mount, tmp_path):
     mount = logfs_mount(MOUNT_OPTIONS)
     (mount / "events").mkdir()
     (mount / "events/1").mkdir()
-    for round in range(5):
-        _append(mount, "events/append", [b"event %d-%d" % (round, i) for i in range(10)])
+    for turn in range(5):
+        _append(mount, "events/append", [b"event %d-%d" % (turn, i) for i in range(10)])
     expected = {p: _mount_view(mount, "events", p) for p in (0, 1)}
     assert sum(len(records) for _, _, records in expected.values()) == 50
 

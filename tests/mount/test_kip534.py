@@ -169,9 +169,9 @@ def test_tombstone_on_a_topic_that_keeps_being_written_expires(tmp_path):
         tombstone_offset = log.log_end_offset - 1
         log.roll()
         first_clean = None
-        for round in range(100):
+        for step in range(100):
             for i in range(3):
-                log.append_values([b"r%d-%d" % (round, i)], [b"hot%d" % i])
+                log.append_values([b"r%d-%d" % (step, i)], [b"hot%d" % i])
             log.roll()
             for segment in log.segments.values():        # each segment as new as the clock
                 segment.set_last_modified(clock.milliseconds())
@@ -179,9 +179,9 @@ def test_tombstone_on_a_topic_that_keeps_being_written_expires(tmp_path):
             first_clean = clock.milliseconds() if first_clean is None else first_clean
             present = any(r.key == b"gone" for r in _all(log))
             if clock.milliseconds() < first_clean + RETENTION_MS:
-                assert present, f"the tombstone went before its horizon (round {round})"
+                assert present, f"the tombstone went before its horizon (round {step})"
             else:
-                assert not present, f"the tombstone outlived its horizon (round {round})"
+                assert not present, f"the tombstone outlived its horizon (round {step})"
                 assert stats.deletes_expired == 1
                 break
             clock.sleep(RETENTION_MS // 10)
