@@ -220,7 +220,7 @@ class LogSegment:
         self._bytes_since_last_index_entry = 0
         self._next_offset: int | None = None if self._size else base_offset
         self._max_timestamp_and_offset: tuple[int, int] | Literal[_Unknown.UNKNOWN] = _UNKNOWN
-        self._rolling_based_timestamp: int | None | Literal[_Unknown.UNKNOWN] = _UNKNOWN if self._size else None
+        self._rolling_based_timestamp: int | Literal[_Unknown.UNKNOWN] | None = _UNKNOWN if self._size else None
         self._damage_logged = False      # read_next_offset logs damage once per segment
         self._index_distrusted = False   # translate_offset found the offset index wrong (logged once)
         self.attachment = None

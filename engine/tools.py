@@ -310,7 +310,7 @@ def _dump_producer_snapshot(path: str, out: TextIO, err: TextIO) -> int:
     if len(raw) < _SNAPSHOT_HEADER.size:
         err.write(f"Snapshot {path} is too short ({len(raw)} bytes)\n")
         return 1
-    version, crc, count = _SNAPSHOT_HEADER.unpack_from(raw)
+    _version, crc, count = _SNAPSHOT_HEADER.unpack_from(raw)
     if crc32c(raw[6:]) != crc:
         err.write(f"Snapshot is corrupt: CRC mismatch in {path}\n")
         return 1

@@ -10,7 +10,7 @@ a name spells (times, the ``.jsonl`` suffix) is parsed by logfs.names.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from engine.errors import OffsetOutOfRangeError
 from engine.files import SEGMENT_FILE_SUFFIXES, filename_prefix_from_offset, parse_segment_file_name, segment_file_name
@@ -58,7 +58,7 @@ class RootDir(Directory):
         return ""
 
     def names(self) -> list[str]:
-        return [".logfs"] + self.ns.backend.topics()
+        return [".logfs", *self.ns.backend.topics()]
 
     def lookup(self, name: str) -> Node:
         if name == ".logfs":
@@ -91,7 +91,8 @@ class BrokerDir(Directory):
     parent_key = ("root",)
     topic: str | None = None
     entry_timeout = attr_timeout = STABLE_TIMEOUT_S
-    _FILES = {"config": BrokerConfigFile, "errors": ErrorsFile, "stats.json": StatsFile, "metrics": MetricsFile}
+    _FILES: ClassVar[dict[str, type[Node]]] = {"config": BrokerConfigFile, "errors": ErrorsFile,
+                                                "stats.json": StatsFile, "metrics": MetricsFile}
 
     def path(self) -> str:
         return ".logfs"
@@ -110,7 +111,7 @@ class TopicDir(Directory):
     """``<topic>/``: the names of ``_ENTRIES`` (each maps to the method making its node), then the partitions."""
 
     parent_key = ("root",)
-    _ENTRIES = {
+    _ENTRIES: ClassVar[dict[str, str]] = {
         "append": "_append", "config": "_config", "delete": "_delete",
         "append.jsonl": "_append_jsonl", "groups": "_groups",
     }
@@ -348,7 +349,7 @@ class PartitionDir(Directory):
 
     entry_timeout = attr_timeout = STABLE_TIMEOUT_S     # a partition goes only with its topic
 
-    _ENTRIES: dict[str, str | Callable[[Tree, TopicPartition], Node]] = {
+    _ENTRIES: ClassVar[dict[str, str | Callable[[Tree, TopicPartition], Node]]] = {
         "append": "_append", "records": "_records", "records.jsonl": "_records_jsonl",
         "offset": OffsetDir, "from": FromDir, "since": SinceDir, "segments": SegmentsDir,
         "state": StateFile, "delete": PartitionDeleteFile, "append.jsonl": "_append_jsonl", "consume": ConsumeDir,

@@ -994,7 +994,7 @@ class LogfsOperations(pyfuse3.Operations):
         fh = self._next_fh
         self._next_fh += 1
         # Names are snapshotted at opendir so start_id indexes a stable list.
-        self._dir_handles[fh] = _DirHandle(inode, [".", ".."] + node.names() + self._temps.names(node))
+        self._dir_handles[fh] = _DirHandle(inode, [".", "..", *node.names(), *self._temps.names(node)])
         return fh
 
     @_translating

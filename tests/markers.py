@@ -105,7 +105,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                            for marker in FIXTURE_MARKERS.get(fixture, ()) if item.get_closest_marker(marker) is None)
     errors = sorted(set(misplaced))
     if missing:
-        errors += sorted(set(missing)) + [f"(the fast loop `{FAST_LOOP}` would run them)"]
+        errors += [*sorted(set(missing)), f"(the fast loop `{FAST_LOOP}` would run them)"]
     if errors:
         raise pytest.UsageError("\n".join(errors))
 

@@ -183,7 +183,7 @@ class LogView:
         if start_offset <= segment.base_offset:
             return 0
         index = self._view_index(segment)
-        offset, log_pos, text_pos, json_pos = index.floor_by_offset(start_offset)
+        _offset, log_pos, text_pos, json_pos = index.floor_by_offset(start_offset)
         size = text_pos if self._text else json_pos
         limit = self._segment_size(segment)
         for header, item, _ in self._batches(segment, log_pos, full=True):
@@ -414,7 +414,7 @@ class LogView:
                 raise
             if item is None:
                 break
-            header, batch, log_pos_after = item
+            _header, batch, log_pos_after = item
             piece = cast("bytes | bytearray", batch)            # full=False: the batch's rendering
             if pos + len(piece) > slot_end:
                 break                      # a batch appended after the size snapshot

@@ -113,7 +113,7 @@ def parse_jaas_config(text: str) -> tuple[str, str]:
 
     ``org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p";``
     """
-    words = text.strip().split(None, 2) + ["", ""]
+    words = [*text.strip().split(None, 2), "", ""]
     module, flag, options = words[0], words[1], words[2]
     if module not in _LOGIN_MODULES:
         raise InvalidConfigError(

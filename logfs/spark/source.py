@@ -211,7 +211,7 @@ class LogfsDataSource(DataSource):
 
     def schema(self) -> StructType:
         if _bool_option(self.options, "includeHeaders", False):
-            return StructType(KAFKA_SCHEMA.fields + [HEADERS_FIELD])
+            return StructType([*KAFKA_SCHEMA.fields, HEADERS_FIELD])
         return KAFKA_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:

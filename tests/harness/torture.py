@@ -594,7 +594,7 @@ class Torture(Checks):
             return
         finally:
             os.close(fd)
-        first, last = map(int, reply.split())
+        first, _last = map(int, reply.split())
         with part.lock:
             for i, value in enumerate(values):
                 part.acked[first + i] = value

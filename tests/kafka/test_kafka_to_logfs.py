@@ -286,7 +286,7 @@ def _check_views(m: Mount, topic: str, partition: int, expected: list[Seen]) -> 
     assert seg_rows == expected, where
     if not expected:
         return
-    sample = expected[:: max(1, len(expected) // 25)] + [expected[-1]]
+    sample = [*expected[::max(1, len(expected) // 25)], expected[-1]]
     for rec in sample:
         assert (pdir / "offset" / str(rec.offset)).read_bytes() == (rec.value or b"") + b"\n", \
             f"{where} offset/{rec.offset}"

@@ -291,7 +291,7 @@ def test_data_is_private_on_disk_by_default(logfs_mount, umask, dir_mode, file_m
     m.start()
     _fill(m, "t", 300)
     assert m.stop() == 0
-    paths = [m.data] + list(m.data.rglob("*"))
+    paths = [m.data, *m.data.rglob("*")]
     assert len([p for p in paths if p.name.endswith((".log", ".index", ".timeindex"))]) >= 3
     assert any(p.name.endswith("checkpoint") for p in paths)
     for path in paths:

@@ -117,7 +117,7 @@ def test_first_clean_sets_the_horizon_and_the_first_clean_at_it_drops_the_tombst
         t1 = clock.milliseconds()
         stats = _clean(log)
         assert stats.horizons_set == 1 and stats.deletes_expired == 0
-        header, records = _tombstone_batch(log, b"k2")
+        header, _records = _tombstone_batch(log, b"k2")
         assert header.attributes & DELETE_HORIZON_FLAG_MASK
         assert header.delete_horizon_ms == header.base_timestamp == t1 + RETENTION_MS
         # Timestamps are unchanged for every reader: ours (records, columns) and kafka-python's.

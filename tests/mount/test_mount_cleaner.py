@@ -25,6 +25,7 @@ test then mounts the directory and checks that the recovered log is correct:
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import os
 import re
@@ -92,7 +93,7 @@ def _latest(rows: list[dict]) -> dict[str, dict]:
 def _assert_consistent_subset(rows: list[dict], original: dict[int, dict]) -> None:
     """Offsets strictly increasing and every row exactly the record written at its offset."""
     offsets = [row["offset"] for row in rows]
-    assert all(a < b for a, b in zip(offsets, offsets[1:])), "offsets not strictly increasing"
+    assert all(a < b for a, b in itertools.pairwise(offsets)), "offsets not strictly increasing"
     for row in rows:
         assert row == original[row["offset"]], f"record at offset {row['offset']} differs from what was written"
 
@@ -333,7 +334,7 @@ def test_readers_across_cleanings_see_a_consistent_stream(mount):
     for name, data in (("sequential read()", bytes(loop_data)), ("tail -f", tail_data)):
         rows = [json.loads(line) for line in data.splitlines()]    # a torn line fails to parse
         offsets = [r["offset"] for r in rows]
-        assert all(a < b for a, b in zip(offsets, offsets[1:])), f"{name}: offsets not strictly increasing"
+        assert all(a < b for a, b in itertools.pairwise(offsets)), f"{name}: offsets not strictly increasing"
         assert offsets[-1] == end - 1, (f"{name} stopped at offset {offsets[-1]} of {end}; the file's size is "
                                         f"{os.stat(mount / 't/0/records.jsonl').st_size}; tail said {err!r}")
         for row in rows:   # values encode their round and key: k<i> -> v<round>-<i>-...

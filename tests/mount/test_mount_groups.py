@@ -73,9 +73,9 @@ def read_commits(data: Path) -> dict[tuple[str, str, int], int | None]:
                     if rec.value is None:
                         out[(group, topic, partition)] = None
                         continue
-                    version, offset, epoch = struct.unpack_from(">hqi", rec.value, 0)
+                    version, offset, _epoch = struct.unpack_from(">hqi", rec.value, 0)
                     assert version == 3                             # OffsetCommitValue v3
-                    metadata, pos = string(rec.value, 14)
+                    _metadata, pos = string(rec.value, 14)
                     (commit_ts,) = struct.unpack_from(">q", rec.value, pos)
                     assert pos + 8 == len(rec.value) and commit_ts > 1_600_000_000_000
                     out[(group, topic, partition)] = offset

@@ -8,6 +8,7 @@ monkeypatch in that subprocess only); the mount then starts over what it left.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -223,7 +224,7 @@ def test_size_retention_follows_kafkas_diff_rule_and_bounds_disk_usage(mount, ta
     numbers = [int(line[5:]) for line in got]
     assert numbers[0] == after["log_start_offset"]                    # from the log start at its open
     assert numbers[-1] == first - 1                                   # followed to the end
-    assert all(a < b for a, b in zip(numbers, numbers[1:]))           # in order, never a line twice
+    assert all(a < b for a, b in itertools.pairwise(numbers))           # in order, never a line twice
     # A segment rolled and retained entirely between two of tail's polls is gone before the
     # reader gets there (a Kafka consumer would be reset to the log start): the only records a
     # reader may miss are ones retention deleted, all below the final log start offset.

@@ -27,7 +27,7 @@ NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 def as_nobody(m: Mount, command: str) -> subprocess.CompletedProcess:
     """``command`` run by bash as nobody:nogroup in the mount's directory."""
-    return subprocess.run(NOBODY + ["bash", "-c", command], cwd=m.path, capture_output=True, timeout=120)
+    return subprocess.run([*NOBODY, "bash", "-c", command], cwd=m.path, capture_output=True, timeout=120)
 
 
 @pytest.fixture

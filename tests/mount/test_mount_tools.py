@@ -96,7 +96,7 @@ def test_cp_install_rsync_tar_shutil_copy_every_kind_of_file(mount, tmp_path):
         name = path.replace("/", "_")
         for tool in (["cp", path], ["install", "-m", "0644", path]):
             target = out / f"{tool[0]}-{name}"
-            result = mount.sh(" ".join(tool + [str(target)]), check=False)
+            result = mount.sh(" ".join([*tool, str(target)]), check=False)
             assert result.returncode == 0 and result.stderr == b"", (tool, path, result.stderr)
             assert same(target.read_bytes(), expected, path), (tool, path)
         shutil.copyfile(mount / path, out / f"shutil-{name}")

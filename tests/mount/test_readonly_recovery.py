@@ -51,7 +51,7 @@ def fingerprint(root: Path) -> dict[str, tuple]:
     """Every entry under ``root`` (itself included): kind, mode, size, mtime and content hash."""
     result = {}
     for dirpath, dirnames, filenames in os.walk(root):
-        for name in ["."] + dirnames + filenames:
+        for name in [".", *dirnames, *filenames]:
             path = os.path.join(dirpath, name)
             st = os.lstat(path)
             digest = ""

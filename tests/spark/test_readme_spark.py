@@ -41,7 +41,7 @@ def project(tmp_path):
 
 
 def test_readme_data_source_snippet_runs_as_shown(project):
-    root, m = project
+    root, _m = project
     snippet = next(b for b in _python_blocks() if "logfs.spark.register(spark)" in b)
     program = "\n".join([
         "from pyspark.sql import SparkSession",

@@ -10,6 +10,7 @@ files (``read_kafka``), which shares no code with ours.
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import os
 import threading
@@ -306,7 +307,7 @@ def test_source_reads_across_retention_and_compaction_replacing_segments(mount, 
     task, first = tasks["false"]
     rows = first + [row for batch in task for row in batch.to_pylist()]
     offsets = [r["offset"] for r in rows]
-    assert all(a < b for a, b in zip(offsets, offsets[1:])), "an offset was emitted twice or out of order"
+    assert all(a < b for a, b in itertools.pairwise(offsets)), "an offset was emitted twice or out of order"
     for r in rows:
         assert (r["key"], r["value"]) == written[r["offset"]], f"offset {r['offset']} is not what was written"
     # Below the new log start only the rest of the segment that was open when it was deleted.

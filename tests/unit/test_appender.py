@@ -9,6 +9,7 @@ read back with kafka-python from the segment files (tests.conftest.kafka_records
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -93,7 +94,7 @@ def test_any_split_of_the_byte_stream_gives_the_same_records(tmp_path_factory, l
         stream = b"\n".join(lines) + (b"\n" if terminated else b"")
         a = appender(manager)
         bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
-        for lo, hi in zip(bounds, bounds[1:]):
+        for lo, hi in itertools.pairwise(bounds):
             a.write(lo, stream[lo:hi])
         a.release()
         # An unterminated empty last line is no record (there is nothing to flush).
@@ -133,8 +134,8 @@ def test_a_line_over_max_message_bytes_is_dropped_whole_and_nothing_else(manager
     manager.create_topic("t", 1, {"max.message.bytes": "1000"})
     a = appender(manager)
     a.write(0, b"before\n" + b"x" * 600)               # the head of a long line is buffered
-    with pytest.raises(RecordTooLargeError, match="A line of at least 1200 bytes written to t/0/append exceeds "
-                                                  "max.message.bytes=1000 of topic t; the line is dropped"):
+    with pytest.raises(RecordTooLargeError, match=r"A line of at least 1200 bytes written to t/0/append exceeds "
+                                                  r"max\.message\.bytes=1000 of topic t; the line is dropped"):
         a.write(0, b"y" * 600)                           # refused before it is buffered without bound
     # not a retry, but the end of the refused line (a writer that took a short count and went on): the line's
     # rest is dropped with it and this write fails too, appending nothing
@@ -240,13 +241,13 @@ def test_append_jsonl_has_the_same_oversized_line_protocol_and_line_numbers(mana
     a = appender(manager, fmt=JSON_LINES)
     a.write(0, b'{"value":"before"}\n{"value":"' + b"x" * 5000)    # the head of a long line is buffered
     head = b"y" * 4000
-    with pytest.raises(RecordTooLargeError, match="A line of at least 9010 bytes written to t/0/append.jsonl"):
+    with pytest.raises(RecordTooLargeError, match=r"A line of at least 9010 bytes written to t/0/append\.jsonl"):
         a.write(0, head)                                 # over 4 x max.message.bytes + 4096: never fits
     with pytest.raises(RecordTooLargeError):
         a.write(0, head)                                 # the writer's retry of the refused request
     a.write(0, head + b'"}\n{"value":"after"}\n')        # the second retry: the rest of the line is dropped
     assert values(manager) == [b"before", b"after"]
-    with pytest.raises(InvalidRecordError, match="Malformed JSON line 5 of t/0/append.jsonl"):
+    with pytest.raises(InvalidRecordError, match=r"Malformed JSON line 5 of t/0/append\.jsonl"):
         a.write(0, b"\n[]\n")                            # numbered in the stream: the dropped line counts
 
 

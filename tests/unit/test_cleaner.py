@@ -511,7 +511,7 @@ def _prepare_crash(tmp_path):
 
 
 def test_crash_with_cleaned_files_is_rolled_back_on_load(tmp_path, read_kafka):
-    log, group, cleaned, before, _ = _prepare_crash(tmp_path)
+    log, _group, cleaned, before, _ = _prepare_crash(tmp_path)
     cleaned.close()
     log.close()
     reloaded = new_log(tmp_path, log_config(**{"internal.segment.bytes": "400"}))
@@ -522,7 +522,7 @@ def test_crash_with_cleaned_files_is_rolled_back_on_load(tmp_path, read_kafka):
 
 
 def test_crash_after_swap_rename_is_completed_on_load(tmp_path, read_kafka):
-    log, group, cleaned, before, after = _prepare_crash(tmp_path)
+    log, _group, cleaned, _before, after = _prepare_crash(tmp_path)
     cleaned.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
     cleaned.close()
     log.close()
@@ -535,7 +535,7 @@ def test_crash_after_swap_rename_is_completed_on_load(tmp_path, read_kafka):
 
 
 def test_crash_after_old_segments_partly_renamed_deleted_is_completed_on_load(tmp_path, read_kafka):
-    log, group, cleaned, before, after = _prepare_crash(tmp_path)
+    log, group, cleaned, _before, after = _prepare_crash(tmp_path)
     cleaned.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
     cleaned.close()
     group[1].change_file_suffixes("", ".deleted")   # replace_segments got this far

@@ -45,7 +45,7 @@ def test_jaas_config_gives_username_and_password() -> None:
                              '  username=alice password="a b";') == ("alice", "a b")
     for bad in ('com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true;',
                 'org.apache.kafka.common.security.plain.PlainLoginModule required username="a";'):
-        with pytest.raises(InvalidConfigError, match="sasl.jaas.config") as info:
+        with pytest.raises(InvalidConfigError, match=r"sasl\.jaas\.config") as info:
             parse_jaas_config(bad)
         assert "useKeyTab" not in str(info.value)
 
@@ -129,10 +129,10 @@ def test_a_setting_no_client_can_honour_is_refused(props: dict[str, str], messag
 
 
 def test_a_setting_no_client_knows_is_refused_naming_it_without_its_value() -> None:
-    with pytest.raises(InvalidConfigError, match="Unsupported Kafka client setting sasl.pasword") as info:
+    with pytest.raises(InvalidConfigError, match=r"Unsupported Kafka client setting sasl\.pasword") as info:
         split_options("127.0.0.1:9092", ["sasl.pasword=s3cret-value"])
     assert "s3cret-value" not in str(info.value)
-    with pytest.raises(InvalidConfigError, match="Unsupported Kafka client setting key.serializer"):
+    with pytest.raises(InvalidConfigError, match=r"Unsupported Kafka client setting key\.serializer"):
         split_options("127.0.0.1:9092", [], {"key.serializer": "org.apache.kafka.common.serialization.X"})
 
 
@@ -150,10 +150,10 @@ def test_java_key_and_trust_stores_are_refused_with_the_pem_alternative(tmp_path
             ClientSettings.from_props({"security.protocol": "SSL", "ssl.truststore.location": str(store),
                                        "ssl.truststore.password": "pw"})
         assert info.value.errno == 22
-    with pytest.raises(InvalidConfigError, match="a PKCS12 keystore cannot be read .* ssl.keystore.type=PEM"):
+    with pytest.raises(InvalidConfigError, match=r"a PKCS12 keystore cannot be read .* ssl\.keystore\.type=PEM"):
         ClientSettings.from_props({"security.protocol": "SSL", "ssl.keystore.location": str(p12),
                                    "ssl.keystore.type": "PKCS12"})
-    with pytest.raises(InvalidConfigError, match="is a PEM file, not ssl.truststore.type=JKS"):
+    with pytest.raises(InvalidConfigError, match=r"is a PEM file, not ssl\.truststore\.type=JKS"):
         ClientSettings.from_props({"security.protocol": "SSL", "ssl.truststore.location": str(combined),
                                    "ssl.truststore.type": "JKS"})
 

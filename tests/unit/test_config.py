@@ -162,9 +162,9 @@ def test_invalid_topic_values_name_the_setting(name, value, message):
 
 
 def test_unknown_topic_name_refused():
-    with pytest.raises(InvalidConfigError, match="Unknown topic config name: segment.byte"):
+    with pytest.raises(InvalidConfigError, match=r"Unknown topic config name: segment\.byte"):
         LogConfig.from_props({"segment.byte": "100"})
-    with pytest.raises(InvalidConfigError, match="log.segment.bytes"):
+    with pytest.raises(InvalidConfigError, match=r"log\.segment\.bytes"):
         LogConfig.from_props({"log.segment.bytes": "1048576"})   # a broker name is not a topic name
 
 
@@ -232,11 +232,11 @@ def test_to_props_round_trips(props):
 
 
 def test_direct_construction_is_validated():
-    with pytest.raises(InvalidConfigError, match="internal.segment.bytes: Value must be at least 14"):
+    with pytest.raises(InvalidConfigError, match=r"internal\.segment\.bytes: Value must be at least 14"):
         LogConfig(internal_segment_bytes=1)
-    with pytest.raises(InvalidConfigError, match="segment.bytes: Value must be at least 1048576"):
+    with pytest.raises(InvalidConfigError, match=r"segment\.bytes: Value must be at least 1048576"):
         LogConfig(segment_bytes=4096)
-    with pytest.raises(InvalidConfigError, match="segment.bytes"):
+    with pytest.raises(InvalidConfigError, match=r"segment\.bytes"):
         LogConfig(segment_bytes="100")
     assert LogConfig(cleanup_policy=["compact"]).cleanup_policy == ("compact",)
 
@@ -256,20 +256,20 @@ def test_broker_time_precedence():
     assert BrokerConfig.from_props({"log.flush.scheduler.interval.ms": "1000"}).log_flush_interval_ms == 1000
     assert BrokerConfig.from_props({"log.flush.scheduler.interval.ms": "1000",
                                     "log.flush.interval.ms": "10"}).log_flush_interval_ms == 10
-    with pytest.raises(InvalidConfigError, match="log.retention.ms must be unlimited"):
+    with pytest.raises(InvalidConfigError, match=r"log\.retention\.ms must be unlimited"):
         BrokerConfig.from_props({"log.retention.ms": "0"})
-    with pytest.raises(InvalidConfigError, match="log.retention.minutes"):
+    with pytest.raises(InvalidConfigError, match=r"log\.retention\.minutes"):
         BrokerConfig.from_props({"log.retention.minutes": "0"})
-    with pytest.raises(InvalidConfigError, match="log.roll.ms: Value must be at least 1"):
+    with pytest.raises(InvalidConfigError, match=r"log\.roll\.ms: Value must be at least 1"):
         BrokerConfig.from_props({"log.roll.ms": "0"})
 
 
 def test_broker_log_dirs():
     assert BrokerConfig.from_props({"log.dir": "/a"}).log_dirs == ["/a"]
     assert BrokerConfig.from_props({"log.dir": "/a", "log.dirs": "/b, /c"}).log_dirs == ["/b", "/c"]
-    with pytest.raises(InvalidConfigError, match="log.dirs"):
+    with pytest.raises(InvalidConfigError, match=r"log\.dirs"):
         BrokerConfig.from_props({"log.dirs": "/b,,/c"})
-    with pytest.raises(InvalidConfigError, match="log.dir"):
+    with pytest.raises(InvalidConfigError, match=r"log\.dir"):
         BrokerConfig.from_props({"log.dir": " "})
     assert BrokerConfig(log_dirs=["/x"]).log_dirs == ["/x"]
 
@@ -293,7 +293,7 @@ def test_unknown_broker_names(caplog):
         config = BrokerConfig.from_props({"broker.id": "0", "listeners": "PLAINTEXT://:9092", "num.partitions": "3"})
     assert config.num_partitions == 3
     assert "The configuration 'broker.id' was supplied but isn't a known config." in caplog.text
-    with pytest.raises(InvalidConfigError, match="Unknown broker config name: broker.id"):
+    with pytest.raises(InvalidConfigError, match=r"Unknown broker config name: broker\.id"):
         BrokerConfig.from_props({"broker.id": "0"}, strict=True)
 
 
@@ -305,7 +305,7 @@ def test_broker_with_overrides():
     assert over.log_config().segment_size == 1000 and over.log_config().segment_bytes == 1 << 30
     pinned = BrokerConfig.from_props({"log.retention.ms": "5000"})
     assert pinned.with_overrides({"log.retention.hours": "1"}).log_retention_ms == 5000   # ms wins, as in Kafka
-    with pytest.raises(InvalidConfigError, match="Unknown broker config name: retention.ms"):
+    with pytest.raises(InvalidConfigError, match=r"Unknown broker config name: retention\.ms"):
         base.with_overrides({"retention.ms": "1"})
     assert base.num_partitions == 4
 

@@ -44,7 +44,7 @@ def test_next_offset_at_is_the_first_record_not_wholly_given(batches, committed,
         for size in sizes:
             total += size
             ends.append(total)
-        for position in data.draw(st.lists(st.integers(0, view.size()), max_size=20)) + [0, view.size()]:
+        for position in [*data.draw(st.lists(st.integers(0, view.size()), max_size=20)), 0, view.size()]:
             expected = next((r.offset for r, end in zip(records, ends) if end > position), view.end_offset)
             assert view.next_offset_at(position) == expected, position
         view.close()

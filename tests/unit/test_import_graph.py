@@ -81,7 +81,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for target in sorted(graph[node]):
             if colour[target] == GREY:
-                return stack[stack.index(target):] + [target]
+                return [*stack[stack.index(target):], target]
             if colour[target] == WHITE:
                 cycle = visit(target)
                 if cycle is not None:

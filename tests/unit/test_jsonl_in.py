@@ -107,6 +107,6 @@ def test_a_write_larger_than_a_segment_is_split_and_atomic(tmp_path: Path) -> No
     assert [r.timestamp for r in log.read_records(0)] == list(range(100))
     assert len(log.segments) > 5
     with pytest.raises(RecordTooLargeError):
-        append_json_records(log, parsed + [JsonRecord(None, b"y" * 5000, (), 0, None)])
+        append_json_records(log, [*parsed, JsonRecord(None, b"y" * 5000, (), 0, None)])
     assert log.log_end_offset == 100                     # nothing of the refused write
     manager.shutdown()

@@ -96,9 +96,9 @@ def test_create_topic_validation_leaves_nothing(tmp_path):
         manager.create_topic("t")
     with pytest.raises(InvalidTopicError):
         manager.create_topic("bad/name")
-    with pytest.raises(InvalidConfigError, match="retention.ms"):
+    with pytest.raises(InvalidConfigError, match=r"retention\.ms"):
         manager.create_topic("u", 2, {"retention.ms": "soon"})
-    with pytest.raises(InvalidConfigError, match="no.such.config"):
+    with pytest.raises(InvalidConfigError, match=r"no\.such\.config"):
         manager.create_topic("u", 2, {"no.such.config": "1"})
     assert manager.topics() == ["t"]
     assert sorted(n for n in os.listdir(tmp_path / "d") if not n.startswith((".lock", "topic-configs"))) == [
@@ -216,7 +216,7 @@ def test_topic_config_persists_and_invalid_alter_changes_nothing(tmp_path):
     assert config.retention_ms == 1234 and config.compact
     assert manager.get_log(TopicPartition("c", 1)).config.segment_size == 4096
     before = [(d / TOPIC_CONFIGS_FILE).read_bytes() for d in dirs]
-    with pytest.raises(InvalidConfigError, match="segment.ms"):
+    with pytest.raises(InvalidConfigError, match=r"segment\.ms"):
         manager.alter_topic_config("c", {"retention.ms": "99", "segment.ms": "-5"})
     with pytest.raises(InvalidConfigError, match="bogus"):
         manager.alter_topic_config("c", {"bogus": None})
@@ -631,7 +631,7 @@ def test_topic_configs_unreadable_in_one_dir_are_taken_from_another(tmp_path, ca
     for name in (TOPIC_CONFIGS_FILE, TOPIC_CONFIGS_FILE + ".prev"):
         (dirs[1] / name).write_bytes(b"[]")
         (dirs[0] / name).write_bytes(b"")
-    with pytest.raises(StorageError, match="Refusing to start.*restore topic-configs.json from a backup"):
+    with pytest.raises(StorageError, match=r"Refusing to start.*restore topic-configs\.json from a backup"):
         started(dirs)
 
 

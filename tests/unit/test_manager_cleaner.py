@@ -235,7 +235,7 @@ def test_retention_failure_still_resumes_cleaning(tmp_path):
         raise OSError("disk gone")
 
     log.delete_old_segments = failing
-    with pytest.raises(StorageError, match="retention failed for 1 item.*disk gone"):
+    with pytest.raises(StorageError, match=r"retention failed for 1 item.*disk gone"):
         manager.cleanup_logs()            # the run counts as failed (issue 9)
     assert manager.cleaner.manager.cleaning_state(log.topic_partition) is None
     manager.shutdown()

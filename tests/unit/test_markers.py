@@ -20,17 +20,17 @@ from tests.spark_util import new_spark
 
 
 def test_an_unmarked_test_cannot_start_a_kafka_jvm():
-    with pytest.raises(RuntimeError, match="not marked @pytest.mark.kafka"):
+    with pytest.raises(RuntimeError, match=r"not marked @pytest\.mark\.kafka"):
         java_command("kafka.Kafka")
 
 
 def test_an_unmarked_test_cannot_start_spark():
-    with pytest.raises(RuntimeError, match="not marked @pytest.mark.spark"):
+    with pytest.raises(RuntimeError, match=r"not marked @pytest\.mark\.spark"):
         new_spark("unmarked")
 
 
 def test_an_unmarked_test_cannot_start_a_mount(tmp_path):
-    with pytest.raises(RuntimeError, match="not marked @pytest.mark.mount"):
+    with pytest.raises(RuntimeError, match=r"not marked @pytest\.mark\.mount"):
         Mount(tmp_path).start()
 
 

@@ -81,9 +81,9 @@ def test_clear_forgets_everything_and_keeps_memory():
 
 
 def test_too_small_or_bad_load_factor_is_refused():
-    with pytest.raises(OffsetMapFullError, match="dedupe.buffer.size"):
+    with pytest.raises(OffsetMapFullError, match=r"dedupe\.buffer\.size"):
         OffsetMap(BYTES_PER_ENTRY - 1)
-    with pytest.raises(OffsetMapFullError, match="load.factor"):
+    with pytest.raises(OffsetMapFullError, match=r"load\.factor"):
         OffsetMap(1000, load_factor=0.0)
 
 
@@ -140,7 +140,7 @@ def test_put_many_and_get_many_are_put_and_get_in_a_loop(ops, extra_slots, max_e
     assert batched.put_many(keys, offsets, max_entries) == expected_done
     assert _entries(batched) == _entries(one_by_one)
     assert (batched.size, batched.latest_offset) == (one_by_one.size, one_by_one.latest_offset)
-    probes = keys + [b"\xff" * 7, b""]
+    probes = [*keys, b"\xff" * 7, b""]
     assert batched.get_many(probes) == [one_by_one.get(k) for k in probes]
 
 
@@ -193,7 +193,7 @@ def test_get_many_walks_collision_chains_of_a_full_table():
     keys = [b"key-%d" % i for i in range(31)]
     assert m.put_many(keys, list(range(500, 531))) == 31
     assert m.collision_rate > 0
-    assert m.get_many(keys + [b"absent"]) == list(range(500, 531)) + [-1]
+    assert m.get_many([*keys, b"absent"]) == [*range(500, 531), -1]
 
 
 @settings(max_examples=50, deadline=None)

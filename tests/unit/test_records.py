@@ -551,14 +551,14 @@ def test_encode_values_batches_take_the_fast_path(sizes) -> None:
     """The equality tests above only prove something if the fast path really runs."""
     count = 9000
     values = [b"%06d" % i + b"y" * (94 if sizes == "fixed" else i % 150) for i in range(count)]
-    header, data = _records_section(encode_values(0, values, TS), 0, None)
+    _header, data = _records_section(encode_values(0, values, TS), 0, None)
     for text in (False, True):
-        parts, taken, at = _uniform_values(data, count, text)
+        _parts, taken, at = _uniform_values(data, count, text)
         assert (taken, at) == (count, len(data))
     assert _uniform_values(data, count, False)[0] == values
     # one null value: nothing of a mixed-size batch, the segments before it of a fixed one
     values[8500] = None
-    header, data = _records_section(encode_values(0, values, TS), 0, None)
+    _header, data = _records_section(encode_values(0, values, TS), 0, None)
     assert _uniform_values(data, count, False)[1] == (8192 if sizes == "fixed" else 0)
 
 

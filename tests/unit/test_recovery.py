@@ -226,7 +226,7 @@ def _log_with_cleaned_swap(path: str) -> tuple[list[Record], list[LogSegment], l
 def test_a_valid_swap_is_completed_in_memory_read_only_and_on_disk_read_write(tmp_path, old_segments_left):
     """Both crash points of replace_segments: before and after the old segments were renamed .deleted."""
     path = str(tmp_path / "t-0")
-    records, segments, expected = _log_with_cleaned_swap(path)
+    _records, segments, expected = _log_with_cleaned_swap(path)
     if not old_segments_left:
         for segment in segments[:2]:
             for p in (segment.log_path, segment.offset_index.path, segment.time_index.path):

@@ -7,6 +7,7 @@ a copy (``os._exit`` at a chosen object, as kill -9 would leave it).
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -85,7 +86,7 @@ def test_closed_segments_are_copied_once_in_order_never_the_active_one(tiered: T
     newly = len(tiered.log.segments) - 1 - len(closed)
     assert tiered.rlm.copy_log_segments(tiered.log, TIP) == newly > 0
     ends = _copies(tiered)
-    assert all(a[1] + 1 == b[0] for a, b in zip(ends, ends[1:])), f"copies not contiguous: {ends}"
+    assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(ends)), f"copies not contiguous: {ends}"
 
 
 def test_a_read_of_a_copy_returns_the_batches_of_the_local_segment(tiered: Tiered):

@@ -80,7 +80,7 @@ def test_sparse_offset_index_spacing_follows_index_interval(segment):
         offset, position = index.entry(n)
         assert position in positions
         assert offset == positions[position] + 9            # the batch's last offset, as Kafka indexes
-        assert position - previous > 1000 or n == 0 and position > 1000
+        assert position - previous > 1000 or (n == 0 and position > 1000)
         previous = position
     # time index: strictly increasing timestamps at the same points
     stamps = [segment.time_index.entry(n)[0] for n in range(segment.time_index.entries)]
@@ -205,7 +205,7 @@ def test_kafka_python_reads_the_log_file(segment):
             break
         assert batch.validate_crc()
         offsets.extend(r.offset for r in batch)
-    assert offsets == list(range(120)) + [120, 125]
+    assert offsets == [*range(120), 120, 125]
 
 
 def test_enospc_truncates_back_and_raises_log_dir_full(tmp_path):

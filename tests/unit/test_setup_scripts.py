@@ -68,7 +68,7 @@ def test_setup_for_the_tests_installs_the_rest(tmp_path):
 
 
 def test_setup_refuses_an_unknown_argument(tmp_path):
-    with pytest.raises(AssertionError, match="usage: scripts/setup.sh"):
+    with pytest.raises(AssertionError, match=r"usage: scripts/setup\.sh"):
         _run(tmp_path, "--tests")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from bisect import bisect_right
 
@@ -199,7 +200,7 @@ def test_view_index_exact_under_concurrent_appends_and_lookups(tmp_path):
     vi = view_index(segment)
     assert vi.text_size == len(render_text(records))
     assert vi.json_size == len(render_jsonl(records, "c", 0, 1))
-    assert all(a.text_size <= b.text_size for a, b in zip(seen, seen[1:]))      # sizes only grow
+    assert all(a.text_size <= b.text_size for a, b in itertools.pairwise(seen))      # sizes only grow
     log.close()
 
 

@@ -44,7 +44,7 @@ def _run(tmp_path, test: str) -> tuple[subprocess.CompletedProcess, dict[str, st
 def test_a_test_no_signal_stops_is_ended_with_its_stacks(tmp_path):
     result, files = _run(tmp_path, "test_stuck_where_no_signal_reaches")
     assert result.returncode != 0
-    [(name, text)] = files.items()
+    [(_name, text)] = files.items()
     assert "test_stuck_where_no_signal_reaches ran over its timeout of 1 s" in text, text
     assert "in test_stuck_where_no_signal_reaches" in text, text     # the stuck frame
 
