@@ -36,11 +36,14 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from engine.errors import CorruptCheckpointError, InvalidRequestError, LogDirFullError, StorageError
 from engine.files import TMP_FILE_SUFFIX, fsync_dir
 from engine.topic import TopicPartition
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 logger = logging.getLogger(__name__)
 

@@ -45,13 +45,15 @@ import logging
 import math
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidConfigError
 from engine.numbers import INT_MAX, LONG_MAX, parse_canonical_int
 from engine.properties import format_properties, parse_properties
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 logger = logging.getLogger(__name__)
 

@@ -52,7 +52,6 @@ import logging
 import struct
 import threading
 import time
-from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from engine import records as _records
@@ -60,6 +59,8 @@ from engine.errors import CorruptRecordError, InvalidRequestError, LogfsError, T
 from engine.topic import TopicPartition
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Iterable, Mapping
+
     from engine.log import Log
     from engine.manager import LogManager
 

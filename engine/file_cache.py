@@ -34,9 +34,12 @@ import resource
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from engine.errors import StorageError, storage_error
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 

@@ -36,7 +36,6 @@ import base64
 import binascii
 import logging
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
@@ -46,6 +45,8 @@ from engine.numbers import LONG_MAX
 from engine.records import HEADER_SIZE, Compression, Record, TimestampType, encode_records
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+
     from engine.log import Log
 
 logger = logging.getLogger(__name__)

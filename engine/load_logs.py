@@ -24,8 +24,8 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine.checkpoint import (
     CLEAN_SHUTDOWN_FILE,
@@ -34,13 +34,17 @@ from engine.checkpoint import (
     RECOVERY_POINT_CHECKPOINT,
     OffsetCheckpointFile,
 )
-from engine.clock import Clock
-from engine.config import LogConfig
 from engine.errors import LogfsError, StorageError, UnsafeFileError
 from engine.files import fsync_dir
 from engine.log import Log
 from engine.log_dirs import scan_partition_dirs
 from engine.topic import TopicPartition, delete_dir_name, parse_topic_partition_dir
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from engine.clock import Clock
+    from engine.config import LogConfig
 
 #: the LogManager's logger: these are its lines, as in Kafka's LogManager
 logger = logging.getLogger("engine.manager")

@@ -45,13 +45,9 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import NamedTuple, Protocol
-
-from sortedcontainers import SortedDict
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from engine.clock import SYSTEM_CLOCK, Clock
-from engine.config import LogConfig
 from engine.errors import ReadOnlyError, StorageError
 from engine.files import (
     CLEANED_FILE_SUFFIX,
@@ -65,7 +61,14 @@ from engine.files import (
 )
 from engine.log_loader import DeletedSegmentFiles, LoadedLog, PendingDeletion
 from engine.segment import LogSegment, topic_partition_of_dir
-from engine.topic import TopicPartition
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from sortedcontainers import SortedDict
+
+    from engine.config import LogConfig
+    from engine.topic import TopicPartition
 
 #: The Log's logger: one name (engine.log) for everything a partition's log says, what operators filter on.
 logger = logging.getLogger("engine.log")

@@ -34,13 +34,10 @@ import logging
 import os
 import struct
 import time
-from collections.abc import Callable, Sequence
-
-from sortedcontainers import SortedDict
+from typing import TYPE_CHECKING
 
 from engine import retention
 from engine.clock import SYSTEM_CLOCK, Clock
-from engine.config import LogConfig
 from engine.errors import (
     InvalidRecordError,
     InvalidRequestError,
@@ -64,8 +61,15 @@ from engine.records import (
     validate_batch,
 )
 from engine.segment import FetchDataInfo, LogSegment, topic_partition_of_dir
-from engine.topic import TopicPartition
 from engine.transactions import READ_UNCOMMITTED_ISOLATION, ReadIsolation, TransactionState
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from sortedcontainers import SortedDict
+
+    from engine.config import LogConfig
+    from engine.topic import TopicPartition
 
 __all__ = ["CLIENT_RECORD_DELETION", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "LEADER_LOG_START_OFFSET",
            "MAX_TIMESTAMP", "SEGMENT_DELETION", "AppendObserver", "AppendOrigin", "Log", "LogAppendInfo",

@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from engine.checkpoint import (
@@ -30,11 +29,13 @@ from engine.checkpoint import (
     OffsetCheckpointFile,
 )
 from engine.errors import LogDirFullError, LogfsError, StorageError
-from engine.topic import TopicPartition
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable, Iterable, Mapping
+
     from engine.cleaner import LogCleaner
     from engine.log import Log
+    from engine.topic import TopicPartition
 
 logger = logging.getLogger("engine.manager")      # the lines keep the logger they were logged under
 

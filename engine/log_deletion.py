@@ -14,11 +14,13 @@ import os
 import shutil
 import threading
 from collections import deque
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from engine.errors import LogfsError
-from engine.log import Log
-from engine.topic import TopicPartition
+
+if TYPE_CHECKING:
+    from engine.log import Log
+    from engine.topic import TopicPartition
 
 logger = logging.getLogger(__name__)
 

@@ -20,12 +20,14 @@ import fcntl
 import logging
 import os
 import threading
-from collections.abc import Iterable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from engine.errors import InvalidConfigError, InvalidTopicError, StorageError
 from engine.files import DELETE_DIR_SUFFIX
 from engine.topic import TopicPartition, parse_topic_partition_dir
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 logger = logging.getLogger(__name__)
 

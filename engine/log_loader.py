@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from sortedcontainers import SortedDict
 
-from engine.clock import Clock
-from engine.config import LogConfig
 from engine.errors import (
     CorruptIndexError,
     CorruptRecordError,
@@ -49,7 +46,13 @@ from engine.files import (
 from engine.records import validate_batch
 from engine.segment import LogSegment
 from engine.segment_checks import check_index_against_log, validate_tail
-from engine.topic import TopicPartition
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from engine.clock import Clock
+    from engine.config import LogConfig
+    from engine.topic import TopicPartition
 
 logger = logging.getLogger("engine.log")        # the Log's logger: recovery is part of what a log says
 

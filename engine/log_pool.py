@@ -12,10 +12,11 @@ two lookups to agree takes the owner's lock around both.
 
 from __future__ import annotations
 
-from collections.abc import ItemsView, Iterator, Mapping, ValuesView
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import ItemsView, Iterator, Mapping, ValuesView
+
     from engine.log import Log
     from engine.topic import TopicPartition
 

@@ -9,12 +9,16 @@ up.  Each raises the engine error Kafka's broker answers with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from engine.config import LogConfig
 from engine.errors import InvalidRecordError, RecordTooLargeError
 from engine.records import HEADER_SIZE, BatchHeader, decode_batch, encode_values, validate_batch
-from engine.topic import TopicPartition
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from engine.config import LogConfig
+    from engine.topic import TopicPartition
 
 __all__ = ["RECORD_OVERHEAD_BOUND", "check_record_sizes", "validate_batches", "check_in_order"]
 

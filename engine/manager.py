@@ -101,7 +101,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from engine.checkpoint import CLEAN_SHUTDOWN_FILE
 from engine.cleaner import LogCleaner
@@ -157,6 +157,9 @@ from engine.topic import (
 )
 from engine.topic_configs import TOPIC_CONFIGS_FILE, TopicConfigStore
 from engine.transactions import ReadIsolation
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 logger = logging.getLogger(__name__)
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from engine.errors import InvalidConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _BLANKS = " \t\f"

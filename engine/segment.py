@@ -43,7 +43,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import Iterator
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeVar
 
@@ -70,12 +69,14 @@ from engine.files import (
 )
 from engine.index import OffsetIndex, TimeIndex, open_regular_file
 from engine.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, Record, validate_batch
-from engine.records.format import RecordBuffer
 from engine.records.reader import read_batches, read_headers
 from engine.topic import TopicPartition, parse_topic_partition_dir
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Iterator
+
     from engine.config import LogConfig
+    from engine.records.format import RecordBuffer
 
 log = logging.getLogger(__name__)
 

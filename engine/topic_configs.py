@@ -34,12 +34,15 @@ import errno
 import json
 import logging
 import os
-from collections.abc import Collection, Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from engine.checkpoint import PREVIOUS_SUFFIX, read_no_follow, write_keeping_previous
-from engine.clock import Clock
 from engine.errors import LogDirFullError, StorageError, storage_error
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping
+
+    from engine.clock import Clock
 
 logger = logging.getLogger(__name__)
 

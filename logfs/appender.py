@@ -53,7 +53,6 @@ from __future__ import annotations
 import errno
 import logging
 import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from engine.errors import InvalidPartitionError, LogfsError, RecordTooLargeError, UnknownTopicOrPartitionError
@@ -65,6 +64,8 @@ from logfs.handles import Handle
 from logfs.writers import killed_writer
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
     from engine.config import LogConfig
     from logfs.backend import Backend
     from logfs.stats import MountStats

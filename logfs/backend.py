@@ -15,7 +15,6 @@ does it with the local ``LogManager``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from engine.errors import UnknownTopicOrPartitionError
@@ -24,6 +23,8 @@ from engine.topic import TopicPartition
 from engine.views import attach as attach_views
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable, Mapping, Sequence
+
     from engine.config import LogConfig
     from engine.consumer_offsets import GroupMetadataManager
     from engine.jsonl_in import JsonRecord

@@ -24,12 +24,13 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from engine.config import DEFAULT_LOG_DIR
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable, Iterator, Sequence
+
     from engine.config import BrokerConfig
     from logfs.access import MountAccess
 

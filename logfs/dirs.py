@@ -9,7 +9,6 @@ a name spells (times, the ``.jsonl`` suffix) is parsed by logfs.names.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from engine.errors import OffsetOutOfRangeError
@@ -44,6 +43,8 @@ from logfs.nodes import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
     from engine.log import Log
     from logfs.tree import Tree
 

@@ -94,13 +94,12 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, NoReturn, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 import pyfuse3
 import trio
 
 from engine.errors import LogfsError, OffsetOutOfRangeError, ReadOnlyError
-from engine.topic import TopicPartition
 from logfs.access import MountAccess
 from logfs.dirs import RootDir, TopicDir
 from logfs.errors import (
@@ -110,10 +109,13 @@ from logfs.errors import (
     NotPermittedError,
     RetryAfterRelease,
 )
-from logfs.handles import Handle
-from logfs.namespace import Namespace
 from logfs.nodes import Directory, FileNode, Node, ViewFile
 from logfs.tempfiles import TempFile, TempFiles
+
+if TYPE_CHECKING:
+    from engine.topic import TopicPartition
+    from logfs.handles import Handle
+    from logfs.namespace import Namespace
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +211,7 @@ def _translating(op: _Op) -> _Op:
             log.exception("%s failed with an unexpected error", op.__name__)
             raise pyfuse3.FUSEError(errno.EIO) from None
 
-    return cast(_Op, wrapper)
+    return cast("_Op", wrapper)
 
 
 class _RecursiveRemovals:

@@ -50,19 +50,19 @@ import logging
 import threading
 from typing import TYPE_CHECKING, cast
 
-from engine.consumer_offsets import GroupMetadataManager
 from engine.errors import InvalidRequestError, LogfsError
 from engine.numbers import INT_MAX, parse_canonical_int
 from engine.topic import TopicPartition
-from engine.views import ViewFormat
 from engine.views.consume import ConsumerView, open_consumer_view
 from logfs.errors import NoSuchNameError, shown
 from logfs.handles import BytesHandle, Handle, LineHandle, ViewHandle
-from logfs.leases import Lease
 from logfs.names import parse_timestamp, split_format
 from logfs.nodes import RW_MODE, Directory, FileNode, Node
 
 if TYPE_CHECKING:  # pragma: no cover
+    from engine.consumer_offsets import GroupMetadataManager
+    from engine.views import ViewFormat
+    from logfs.leases import Lease
     from logfs.tree import Tree
 
 log = logging.getLogger(__name__)

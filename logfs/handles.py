@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from engine.errors import StorageError
 from logfs.errors import AccessDeniedError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
     from engine.views import LogView
 
 

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import errno as _errno
 import threading
+from typing import TYPE_CHECKING
 
 from engine.errors import LogfsError
-from engine.topic import TopicPartition
 from logfs.errors import RetryAfterRelease
+
+if TYPE_CHECKING:
+    from engine.topic import TopicPartition
 
 __all__ = ["GroupBusyError", "GroupLeases", "Lease", "ReleasePendingError"]
 

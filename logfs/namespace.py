@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from engine.errors import (
@@ -45,7 +44,6 @@ from engine.errors import (
     UnknownTopicOrPartitionError,
 )
 from engine.topic import TopicPartition
-from logfs import stats as _stats
 from logfs.appender import TopicRouter
 from logfs.backend import Backend, EmbeddedBackend
 from logfs.dirs import RootDir
@@ -55,8 +53,11 @@ from logfs.refusals import RecentRefusals
 from logfs.tree import Keyed
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
     from engine.log import Log
     from engine.manager import LogManager
+    from logfs import stats as _stats
 
 _K = TypeVar("_K", bound=Keyed)
 

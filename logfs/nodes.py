@@ -9,14 +9,12 @@ import hashlib
 import logging
 import os
 import weakref
-from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import orjson
 
 from engine.errors import LogfsError, UnknownTopicOrPartitionError
 from engine.files import DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX
-from engine.topic import TopicPartition
 from engine.views import LogView, ViewFormat, ViewIdentity
 from logfs import stats as _stats
 from logfs.errors import AccessDeniedError, NotPermittedError, StaleNameError
@@ -24,8 +22,11 @@ from logfs.handles import BytesHandle, Handle, RawFileHandle, ViewHandle
 from logfs.refusals import ErrorsHandle
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable, Iterable
+
     from engine.log import Log
     from engine.segment import LogSegment
+    from engine.topic import TopicPartition
     from logfs.tree import Tree
 
 log = logging.getLogger(__name__)

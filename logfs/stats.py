@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +26,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from engine.records import compiled
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Iterator
+
     from engine.consumer_offsets import GroupMetadataManager
     from engine.log import Log
     from engine.manager import LogManager

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +31,8 @@ from engine.errors import LogfsError
 from engine.numbers import LONG_MAX
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
     from engine.manager import LogManager
     from logfs.stats import MountStats
 

@@ -46,16 +46,15 @@ partition must exist in the broker's log dir with no record in it.
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import json
 import logging
 import os
 import shlex
 import shutil
-from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine.checkpoint import (
     CLEAN_SHUTDOWN_FILE,
@@ -68,6 +67,10 @@ from engine.errors import LogfsError
 from engine.files import LOG_FILE_SUFFIX, TMP_FILE_SUFFIX, VIEW_INDEX_FILE_SUFFIX, atomic_write, fsync_dir
 from engine.partition_metadata import PARTITION_METADATA_FILE
 from engine.topic import TopicPartition
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Iterable, Sequence
 
 logger = logging.getLogger(__name__)
 

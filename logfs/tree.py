@@ -9,10 +9,11 @@ This module imports nothing of the nodes or the namespace.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
     from engine.consumer_offsets import GroupMetadataManager
     from engine.log import Log
     from engine.manager import LogManager

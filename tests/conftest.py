@@ -21,14 +21,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import pytest
 
 from devtools.process import ChildProcess
 from tests import ROOT
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 #: What a test may start, by its markers (tests/markers.py), the real Kafka brokers' module-scoped fixtures
 #: (``kafka_broker``, ``kafka_cluster``, ``secure_kafka_broker``), the process's SparkSession (``spark``), and

@@ -8,9 +8,12 @@ its heading, wherever the section lives.
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests import ROOT
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _FENCE = re.compile(r"^(```|~~~)")
 _HEADING = re.compile(r"^(#{1,6}) (.*?)\s*$")

@@ -20,12 +20,10 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-from engine.cleaner import CleanerStats, LogCleaner
 from engine.cleaner.cleaner_manager import LOG_CLEANING_ABORTED
 from engine.clock import ManualClock
 from engine.config import BrokerConfig, LogConfig
@@ -33,6 +31,11 @@ from engine.manager import LogManager
 from engine.topic import TopicPartition
 from logfs.namespace import Namespace
 from logfs.stats import MountStats
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from engine.cleaner import CleanerStats, LogCleaner
 
 T = TypeVar("T")
 

@@ -27,14 +27,17 @@ and a second CA nobody used (``other-ca.pem``) for the untrusted-CA case.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.jvm import free_port
 from tests.kafka_broker import KafkaBroker
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 #: distinctive secrets, so a test can search the mount's log and argv for them
 ALICE_PASSWORD = "alice-Pw-5b1e9d"

@@ -19,12 +19,15 @@ refuse a test that does not, so a missing marker fails in the fast loop instead 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from devtools import jvm
 from tests import ROOT
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 #: the fixtures that start a mount, a JVM or Spark, and the markers a test asking for one carries
 FIXTURE_MARKERS = {

@@ -14,9 +14,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests.jvm import free_port
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 ACCESS_KEY = "logfs-test"
 SECRET_KEY = "logfs-test-secret"

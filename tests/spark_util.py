@@ -12,8 +12,7 @@ import functools
 import importlib.util
 import io
 import os
-from collections.abc import Callable, Iterator, Sequence
-from types import ModuleType
+from typing import TYPE_CHECKING
 
 import orjson
 import pytest
@@ -21,6 +20,10 @@ import pytest
 from tests import ROOT
 from tests.helpers import wait_for
 from tests.markers import require_marker
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+    from types import ModuleType
 
 
 def new_spark(app_name: str):

@@ -18,10 +18,12 @@ from __future__ import annotations
 import atexit
 import faulthandler
 import os
-from collections.abc import Iterator
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 #: beyond the test's own timeout: the signal method's failure, and its fixtures' teardown, come first
 GRACE_S = float(os.environ.get("LOGFS_TEST_HANG_GRACE", "60"))

@@ -10,7 +10,6 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import compress
 from operator import ge
 from typing import TYPE_CHECKING, cast
@@ -18,7 +17,6 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from engine.cleaner.cleaner_manager import LogToClean, log_segments
-from engine.cleaner.offset_map import OffsetMap
 from engine.cleaner.stats import CleanerStats
 from engine.cleaner.throttler import GilYield, Throttler
 from engine.clock import SYSTEM_CLOCK, Clock
@@ -28,11 +26,14 @@ from engine.records import LOG_OVERHEAD, BatchHeader, Record, compiled, decode_b
 from engine.records.format import COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
 from engine.records.reader import BatchChunk, read_chunks
 from engine.segment import LogSegment
-from engine.topic import TopicPartition
 from engine.transactions import AbortedTxn, TransactionState
 
 if TYPE_CHECKING:   # pragma: no cover
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+
+    from engine.cleaner.offset_map import OffsetMap
     from engine.log import Log
+    from engine.topic import TopicPartition
 
 logger = logging.getLogger("engine.cleaner")     # one logger for the package: what operators filter on
 

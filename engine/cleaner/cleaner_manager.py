@@ -25,18 +25,19 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from engine.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.errors import LogfsError
-from engine.topic import TopicPartition
 
 if TYPE_CHECKING:   # pragma: no cover - imported for annotations only
+    from collections.abc import Callable, Iterable, Sequence
+
     from engine.log import Log
     from engine.segment import LogSegment
+    from engine.topic import TopicPartition
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.cleaner.cleaner import _INT32_MAX, Cleaner
@@ -15,11 +14,13 @@ from engine.cleaner.offset_map import OffsetMap
 from engine.cleaner.stats import CleanerStats, CleanerTotals, mb, run_dict
 from engine.cleaner.throttler import Throttler
 from engine.clock import SYSTEM_CLOCK, Clock
-from engine.topic import TopicPartition
 
 if TYPE_CHECKING:   # pragma: no cover
+    from collections.abc import Callable, Iterable, Sequence
+
     from engine.config import BrokerConfig
     from engine.log import Log
+    from engine.topic import TopicPartition
 
 logger = logging.getLogger("engine.cleaner")     # one logger for the package: what operators filter on
 

@@ -33,13 +33,16 @@ import mmap
 import struct
 import sys
 from array import array
-from collections.abc import Iterable, Sequence
 from operator import methodcaller
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from engine.errors import LogfsError
 from engine.records import compiled
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 HASH_SIZE = 16                      # MD5 digest length
 BYTES_PER_ENTRY = HASH_SIZE + 8     # digest + int64 offset

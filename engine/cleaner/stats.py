@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from engine.topic import TopicPartition
+if TYPE_CHECKING:
+    from engine.topic import TopicPartition
 
 # -- statistics ----------------------------------------------------------------------------------
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 logger = logging.getLogger("engine.cleaner")     # one logger for the package: what operators filter on
 

@@ -10,7 +10,10 @@ the same bytes, only slower.
 from __future__ import annotations
 
 import logging
-from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 __all__ = ["KERNELS", "state"]
 

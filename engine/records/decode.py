@@ -8,9 +8,8 @@ entry points first try the layout proof of :mod:`engine.records.fastpath`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from itertools import repeat
-from typing import NamedTuple, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from engine.errors import CorruptRecordError
 from engine.records import compiled
@@ -32,6 +31,9 @@ from engine.records.format import (
 )
 from engine.records.framing import read_header
 from engine.records.varint import _read_varint
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 # ---------------------------------------------------------------------------
 # Decoding
@@ -57,7 +59,7 @@ def _records_section(buf: RecordBuffer, pos: int, header: BatchHeader | None,
         return header, None
     codec = header.attributes & COMPRESSION_CODEC_MASK
     if view and not codec:
-        return header, cast(bytes, memoryview(buf)[pos + HEADER_SIZE:end])
+        return header, cast("bytes", memoryview(buf)[pos + HEADER_SIZE:end])
     data = buf[pos + HEADER_SIZE:end]
     if codec:
         try:
@@ -353,11 +355,11 @@ def decode_text(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None = No
         # the compiled walk of any layout (every producer's batches); None sends the batch to the loops below
         text = kernels.records_text(data, count)
         if text is not None:
-            return cast(bytearray, text)
+            return cast("bytearray", text)
     try:
         parts, taken, at = _uniform_values(data, count, True)
         if len(parts) == 1 and taken == count and at == len(data):
-            return cast(bytearray, parts[0])
+            return cast("bytearray", parts[0])
         if type(data) is not bytes:
             data = bytes(data)
         if taken < count or at != len(data):

@@ -7,7 +7,6 @@ builtins, one ``b"".join``); the general encoder handles what falls out of them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from operator import add
 from typing import TYPE_CHECKING
 
@@ -52,6 +51,8 @@ from engine.records.varint import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+
     from engine.records.kernels import LinesLayout
 
 #: Blocks of lines from this size on are encoded by the compiled kernels (above the size where they start to

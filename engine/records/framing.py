@@ -11,7 +11,7 @@ translation) stays in :mod:`engine.segment`: it skips batch bodies unread.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from crc32c import crc32c as _crc32c
 
@@ -27,6 +27,9 @@ from engine.records.format import (
     _new_header,
     _unpack_header,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 def read_header(buf: RecordBuffer, pos: int = 0) -> BatchHeader:

@@ -32,12 +32,13 @@ the GIL.
 
 from __future__ import annotations
 
-import mmap
 from typing import TYPE_CHECKING, NamedTuple
 
 from engine.records import _kernels  # type: ignore[attr-defined]
 
 if TYPE_CHECKING:   # numpy is imported by the cleaner's kernels only: a text read or an append does not pay it
+    import mmap
+
     import numpy as np
     import numpy.typing as npt
 

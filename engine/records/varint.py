@@ -11,8 +11,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from itertools import repeat
 from operator import add
+from typing import TYPE_CHECKING
 
-from engine.records.format import RecordBuffer
+if TYPE_CHECKING:
+    from engine.records.format import RecordBuffer
 
 
 def _zigzag_varint(n: int) -> bytes:

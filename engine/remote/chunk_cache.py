@@ -33,10 +33,13 @@ import os
 import shutil
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from engine.remote.storage import RemoteLogSegmentId, RemoteStorageError, RemoteStorageManager
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +40,8 @@ from engine.errors import CorruptRecordError, InvalidRequestError
 from engine.remote.storage import RemoteLogSegmentId, TopicIdPartition
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
     from engine.log import Log
 
 logger = logging.getLogger(__name__)

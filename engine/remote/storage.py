@@ -39,7 +39,6 @@ import os
 import shutil
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -48,7 +47,7 @@ from engine.errors import InvalidConfigError, LogfsError
 from engine.files import atomic_write, fsync_dir
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
 
 
 class RemoteStorageError(LogfsError):

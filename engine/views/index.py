@@ -34,7 +34,6 @@ import threading
 import weakref
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from engine.errors import CorruptRecordError
@@ -44,6 +43,8 @@ from engine.views.render import appended_lines_view_sizes, appended_view_sizes
 from engine.views.walk import batch_view_sizes
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from engine.log import Log
     from engine.segment import LogSegment
     from engine.topic import TopicPartition

@@ -51,7 +51,6 @@ import bisect
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import TYPE_CHECKING, cast
 
@@ -63,6 +62,8 @@ from engine.views import render, walk
 from engine.views.index import committed_view_index, view_index
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable, Iterator
+
     from engine.log import Log
     from engine.records import BatchColumns, BatchHeader, Record
     from engine.segment import LogSegment

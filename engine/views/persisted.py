@@ -46,7 +46,6 @@ import stat
 import struct
 import sys
 from array import array
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from crc32c import crc32c
@@ -56,6 +55,8 @@ from engine.index import OFFSET_INDEX_ENTRY
 from engine.records import HEADER_SIZE
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from engine.segment import LogSegment
 
 logger = logging.getLogger(__name__)

@@ -31,7 +31,6 @@ equals ``len(render_*)`` byte for byte.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from itertools import repeat
 from typing import TYPE_CHECKING, NamedTuple, cast
@@ -41,6 +40,8 @@ import orjson
 from engine.records import compiled
 
 if TYPE_CHECKING:  # pragma: no cover - only for annotations
+    from collections.abc import Iterable, Sequence
+
     from engine.records import BatchColumns, Record
 
 #: A record's fields in Record's order: a Record, or the plain tuple of the column path (_column_records).

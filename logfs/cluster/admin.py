@@ -12,8 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
@@ -29,7 +28,6 @@ from confluent_kafka.admin import (
 )
 
 from engine.errors import InvalidConfigError
-from engine.topic import TopicPartition
 from logfs.cluster.errors import (
     ClientLog,
     ClusterAuthenticationError,
@@ -39,6 +37,11 @@ from logfs.cluster.errors import (
     quiet_while_unreachable,
     security_failure,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from engine.topic import TopicPartition
 
 log = logging.getLogger(__name__)
 

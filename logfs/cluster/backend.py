@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import collections
 import logging
-import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
 from engine.config import validate_topic_overrides
@@ -27,7 +25,6 @@ from engine.errors import (
     UnknownTopicOrPartitionError,
 )
 from engine.log import LEADER_LOG_START_OFFSET
-from engine.records import Record
 from engine.topic import TopicPartition, validate_topic_name
 from logfs.backend import LocalLogs
 from logfs.cluster.admin import ClusterAdmin
@@ -38,10 +35,14 @@ from logfs.cluster.producer import ClusterProducer
 from logfs.cluster.replica_fetcher import ReplicaFetcher, StartPosition
 
 if TYPE_CHECKING:  # pragma: no cover
+    import re
+    from collections.abc import Callable, Mapping, Sequence
+
     from engine.consumer_offsets import GroupMetadataManager
     from engine.jsonl_in import JsonRecord
     from engine.log import Log
     from engine.manager import LogManager
+    from engine.records import Record
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 __all__ = ["CLIENT_SETTINGS", "ClientSetting", "ClientSettings", "RedactSecrets", "client_settings_table"]
 

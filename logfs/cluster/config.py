@@ -16,13 +16,15 @@ client the mount connects with is configured.  Any other name is refused.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.config import BROKER_CONFIG_NAMES
 from engine.errors import InvalidConfigError
 from logfs.cluster.client_settings import ClientSettings
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 __all__ = ["ClusterOptions", "split_options", "LOCAL_TOPIC_NAMES", "REPLICA_DEFAULTS"]
 

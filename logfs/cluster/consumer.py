@@ -11,15 +11,18 @@ replica.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from engine.records import Record
-from engine.topic import TopicPartition
 from logfs.cluster.errors import ClientLog, ClusterTimeoutError, from_kafka
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from engine.topic import TopicPartition
 
 __all__ = ["read_one_record"]
 

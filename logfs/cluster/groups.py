@@ -34,12 +34,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from engine.consumer_offsets import GroupLag, group_lag
 from engine.errors import InvalidRequestError
-from engine.manager import LogManager
 from engine.topic import TopicPartition
 from logfs.cluster.admin import UNREACHABLE_WAIT_S, ClusterAdmin
 from logfs.cluster.errors import (
@@ -51,6 +49,11 @@ from logfs.cluster.errors import (
     quiet_while_unreachable,
     refused,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+
+    from engine.manager import LogManager
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,14 @@ topic settings are not here: each topic's ``config`` is its DescribeConfigs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from logfs.cluster.client_settings import SECRET_NAMES
 from logfs.cluster.config import FETCHER_DEFAULTS, ClusterOptions
 from logfs.cluster.producer import PRODUCER_DEFAULTS
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ["mount_settings_text"]
 

@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from engine.errors import LogfsError
-from engine.topic import TopicPartition
 from logfs.cluster.errors import ClientLog, ClusterError, ClusterTimeoutError, error_name, from_kafka
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from engine.errors import LogfsError
+    from engine.topic import TopicPartition
 
 log = logging.getLogger(__name__)
 

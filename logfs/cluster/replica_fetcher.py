@@ -64,12 +64,9 @@ from __future__ import annotations
 
 import base64
 import logging
-import re
 import threading
 import time
-import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -82,6 +79,10 @@ from logfs.cluster.admin import UNREACHABLE_WAIT_S
 from logfs.cluster.errors import ClusterTimeoutError, quiet_kafka_python
 
 if TYPE_CHECKING:  # pragma: no cover
+    import re
+    import uuid
+    from collections.abc import Callable, Mapping
+
     from engine.log import Log
     from engine.manager import LogManager
     from logfs.cluster.admin import ClusterAdmin

@@ -14,7 +14,10 @@ from __future__ import annotations
 import socket
 import ssl
 import time
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ["broker_certificate_problem"]
 

@@ -6,7 +6,6 @@ import errno
 import functools
 import logging
 import os
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import (
@@ -16,6 +15,8 @@ from engine.errors import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover - imported lazily where used
+    from collections.abc import Iterator
+
     from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -19,6 +18,9 @@ from engine.errors import (
     UnknownTopicOrPartitionError,
 )
 from logfs.spark.options import EARLIEST, LATEST, OffsetSpec, PartitionOffsets, SourceOptions
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import orjson
 from pyspark.sql.types import (
@@ -21,6 +21,9 @@ from pyspark.sql.types import (
 )
 
 from engine.errors import InvalidConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 log = logging.getLogger(__name__)
 

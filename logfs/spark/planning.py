@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import InputPartition
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 class OffsetRangePartition(InputPartition):

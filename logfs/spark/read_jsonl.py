@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import logging
 import os
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import (
@@ -13,11 +12,14 @@ from engine.errors import (
     UnknownTopicOrPartitionError,
 )
 from logfs.spark.mount_client import offset_bounds, skip_deleted
-from logfs.spark.options import SourceOptions
-from logfs.spark.planning import OffsetRangePartition
 
 if TYPE_CHECKING:  # pragma: no cover - imported lazily where used
+    from collections.abc import Iterator
+
     import pyarrow as pa
+
+    from logfs.spark.options import SourceOptions
+    from logfs.spark.planning import OffsetRangePartition
 
 log = logging.getLogger(__name__)
 

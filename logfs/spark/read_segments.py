@@ -5,7 +5,6 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import (
@@ -24,12 +23,15 @@ from engine.records import (
 )
 from engine.records.reader import read_chunks
 from logfs.spark.mount_client import partition_state, skip_deleted
-from logfs.spark.options import SourceOptions
-from logfs.spark.planning import OffsetRangePartition
 from logfs.spark.read_jsonl import read_range_jsonl
 
 if TYPE_CHECKING:  # pragma: no cover - imported lazily where used
+    from collections.abc import Iterator, Sequence
+
     import pyarrow as pa
+
+    from logfs.spark.options import SourceOptions
+    from logfs.spark.planning import OffsetRangePartition
 
 log = logging.getLogger(__name__)
 

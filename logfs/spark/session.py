@@ -6,12 +6,13 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from logfs.spark.source import LogfsDataSource
 
 if TYPE_CHECKING:  # pragma: no cover - imported lazily where used
+    from collections.abc import Mapping
+
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)

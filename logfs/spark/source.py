@@ -7,7 +7,6 @@ this module path, so moving them is a change of what workers import.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import (
@@ -51,6 +50,8 @@ from logfs.spark.planning import OffsetRangePartition, plan_ranges
 from logfs.spark.read_segments import read_range
 
 if TYPE_CHECKING:  # pragma: no cover - imported lazily where used
+    from collections.abc import Iterator, Mapping, Sequence
+
     import pyarrow as pa
 
 log = logging.getLogger(__name__)

@@ -21,14 +21,16 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from engine.records import decode_batch, decode_text, decode_values, encode_values, read_header
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 TIMESTAMP = 1_700_000_000_000
 

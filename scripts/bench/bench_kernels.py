@@ -24,9 +24,8 @@ import hashlib
 import importlib.util
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,6 +35,10 @@ if str(ROOT) not in sys.path:
 
 from engine.records import HEADER_SIZE, compiled, encode_values  # noqa: E402
 from engine.records.fastpath import _sized_walk  # noqa: E402
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
 
 
 def _best_ms(call: Callable[[], object], repeat: int, inner: int) -> float:

@@ -17,13 +17,16 @@ import re
 import subprocess
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.conftest import ROOT, Mount
 from tests.helpers import direct_read, wait_for
-from tests.kafka_cluster import KafkaCluster
 from tests.spark_util import append_lines, records_jsonl, run_pipeline
+
+if TYPE_CHECKING:
+    from tests.kafka_cluster import KafkaCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.mount]
 

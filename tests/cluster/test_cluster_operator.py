@@ -18,8 +18,8 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -28,6 +28,9 @@ from tests.conftest import Mount
 from tests.helpers import wait_for
 from tests.kafka_cluster import KafkaCluster
 from tests.mount.test_mount_shared_host import check_group_acts_as_owner, check_others_read_only
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.mount]
 

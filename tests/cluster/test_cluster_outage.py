@@ -12,13 +12,16 @@ import errno
 import json
 import re
 import subprocess
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.conftest import Mount
 from tests.harness import outage_round
 from tests.helpers import wait_for
-from tests.kafka_cluster import KafkaCluster
+
+if TYPE_CHECKING:
+    from tests.conftest import Mount
+    from tests.kafka_cluster import KafkaCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.mount]
 

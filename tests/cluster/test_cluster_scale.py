@@ -17,12 +17,16 @@ import errno
 import json
 import os
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.helpers import wait_for
-from tests.kafka_cluster import KafkaCluster
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.kafka_cluster import KafkaCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.mount]
 

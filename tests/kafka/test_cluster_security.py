@@ -18,14 +18,17 @@ import re
 import stat
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from engine.properties import parse_properties
-from tests.conftest import Mount
 from tests.docs import doc_section
 from tests.helpers import wait_for
 from tests.kafka_secure import ALICE_PASSWORD, BOB_PASSWORD, CAROL_PASSWORD, SecureKafkaBroker
+
+if TYPE_CHECKING:
+    from tests.conftest import Mount
 
 pytestmark = [pytest.mark.kafka, pytest.mark.mount]
 

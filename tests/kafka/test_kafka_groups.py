@@ -11,12 +11,16 @@ started again on it, hands a Kafka consumer the offsets logfs committed.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from tests.conftest import Mount
-from tests.kafka_broker import KafkaBroker
+
+if TYPE_CHECKING:
+    from tests.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.mount, pytest.mark.kafka]
 

@@ -21,7 +21,7 @@ import shutil
 import struct
 import subprocess
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
@@ -33,6 +33,9 @@ from engine.topic import TopicPartition
 from tests.conftest import LOGFS, Mount, kafka_records
 from tests.jvm import run_tool
 from tests.kafka_broker import KafkaBroker, Seen, consume_all, hash_tree, seen_from_json
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = [pytest.mark.mount, pytest.mark.kafka]
 

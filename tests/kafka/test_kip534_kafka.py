@@ -16,7 +16,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -30,6 +30,9 @@ from engine.log import Log
 from engine.records import decode_batch, iter_batches, validate_batch
 from tests.conftest import LOGFS
 from tests.jvm import run_tool
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.kafka      # a KRaft broker and Kafka's DumpLogSegments
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,7 +21,11 @@ from engine.records.format import TIMESTAMP_TYPE_MASK
 from engine.records.reader import read_chunks
 from engine.views import render, walk
 from tests.jvm import run_tool
-from tests.kafka_broker import KafkaBroker
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.kafka]
 

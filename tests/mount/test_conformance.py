@@ -26,11 +26,14 @@ import mmap
 import os
 import shutil
 import subprocess
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.conftest import FAST_TASKS, Mount, kafka_records
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.mount
 

@@ -15,12 +15,15 @@ import json
 import os
 import stat
 import struct
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.conftest import Mount, kafka_records
 from tests.helpers import add_config
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.mount
 

@@ -14,12 +14,15 @@ import errno
 import json
 import os
 import subprocess
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.conftest import Mount, kafka_records
 from tests.helpers import add_config, wait_for
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.mount
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.conftest import Mount
 from tests.mount.test_powerloss_fs import Layer
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 pytestmark = pytest.mark.mount
 

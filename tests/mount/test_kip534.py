@@ -18,6 +18,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -42,9 +43,11 @@ from engine.records import (
     rebuild_batch,
     validate_batch,
 )
-from tests.conftest import Mount
 from tests.helpers import add_config, wait_for
 from tests.mount.test_mount_cleaner import CLEANER_OPTIONS
+
+if TYPE_CHECKING:
+    from tests.conftest import Mount
 
 RETENTION_MS = 60_000
 

@@ -34,12 +34,15 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.conftest import LOGFS, ROOT, Mount, kafka_records
 from tests.helpers import CLEANER_TASK, add_config, mount_stats, wait_for, wait_for_task_runs
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.mount
 

@@ -14,12 +14,15 @@ import os
 import struct
 import subprocess
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.helpers import wait_for
 from tests.unit.test_consumer_offsets import batch, group_metadata_key, key_bytes, value_bytes
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.mount
 

@@ -13,11 +13,14 @@ import json
 import os
 import struct
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from kafka.partitioner.default import murmur2
 from kafka.record.default_records import DefaultRecordBatchBuilder
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.mount
 

@@ -13,13 +13,17 @@ import json
 import os
 import subprocess
 import threading
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.conftest import Mount
 from tests.helpers import add_config, direct_read, wait_for
 from tests.mount.test_mount_everyday import test_tail_F_never_prints_a_record_twice_across_deletions as tail_F_scenario
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.conftest import Mount
 
 pytestmark = pytest.mark.mount
 

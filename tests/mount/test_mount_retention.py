@@ -15,12 +15,15 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.conftest import ROOT, kafka_records
 from tests.helpers import CLEANER_TASK, RETENTION_TASK, add_config, mount_stats, wait_for, wait_for_task_runs
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.mount
 

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import re
 import subprocess
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.conftest import ROOT, Mount
 from tests.docs import console_blocks, doc_files
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _TIMESTAMP = re.compile(rb'"timestamp":\d+')
 

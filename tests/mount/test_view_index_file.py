@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,6 +21,9 @@ from engine.log import Log
 from engine.segment import LogSegment
 from engine.views import LogView, ViewFormat, attach, persisted
 from tests.helpers import make_config, wait_for
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 CONFIG = {"internal_segment_bytes": 6_000, "index_interval_bytes": 512}
 

@@ -20,18 +20,22 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pyfuse3
 import pytest
 import trio
 
-from engine.manager import LogManager
 from engine.topic import TopicPartition
 from logfs.fs import LogfsOperations
 from logfs.namespace import Namespace
 from logfs.stats import MountStats
 from tests.helpers import namespace_manager, wait_for  # noqa: F401  (the manager fixture)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from engine.manager import LogManager
 
 TP = TopicPartition("t", 0)
 

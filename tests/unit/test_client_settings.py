@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import subprocess
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -25,6 +25,9 @@ from logfs.cluster.client_settings import (
 )
 from logfs.cluster.config import split_options
 from tests.docs import doc_section
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 JAAS_SCRAM = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="bob" '
               'password="p\\"w;=x";')

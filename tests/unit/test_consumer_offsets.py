@@ -9,7 +9,7 @@ loader is checked against bytes our encoder never produced.
 from __future__ import annotations
 
 import struct
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from crc32c import crc32c
@@ -32,6 +32,9 @@ from engine.consumer_offsets import (
 )
 from engine.manager import LogManager
 from engine.topic import TopicPartition
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 # ---------------------------------------------------------------- an independent writer of Kafka's schemas
 

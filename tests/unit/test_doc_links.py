@@ -8,11 +8,14 @@ punctuation other than ``-`` and ``_`` dropped, spaces as ``-``, a repeated head
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.docs import ROOT, doc_files, headings
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 _FENCE = re.compile(r"^(```|~~~)")

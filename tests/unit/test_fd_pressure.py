@@ -12,9 +12,12 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests import ROOT
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def run_child(code: str, tmp_path: Path) -> dict:

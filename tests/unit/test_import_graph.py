@@ -15,9 +15,12 @@ package.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests import ROOT
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PACKAGES = ("engine", "logfs")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import given, settings
@@ -15,6 +15,9 @@ from engine.manager import LogManager
 from engine.records import Record
 from engine.topic import TopicPartition
 from engine.views.render import render_jsonl, render_jsonl_line
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 # bytes that are often valid UTF-8 (rendered as strings, escapes included) and often not (base64)
 data = st.one_of(st.none(), st.binary(max_size=40), st.text(max_size=40).map(str.encode))

@@ -8,12 +8,16 @@ to its leader, an append rolled back) and which changes are reported.
 
 from __future__ import annotations
 
-from engine.manager import LogManager
+from typing import TYPE_CHECKING
+
 from engine.topic import TopicPartition
 from logfs.namespace import Namespace
 from logfs.nodes import ViewFile
 from logfs.stats import MountStats
 from tests.helpers import namespace_manager  # noqa: F401  (the manager fixture)
+
+if TYPE_CHECKING:
+    from engine.manager import LogManager
 
 TP = TopicPartition("t", 0)
 

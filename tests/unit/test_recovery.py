@@ -8,6 +8,7 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,8 +17,10 @@ from hypothesis import strategies as st
 from engine.clock import ManualClock
 from engine.log import Log
 from engine.records import HEADER_SIZE, Record, encode_records
-from engine.segment import LogSegment
 from tests.helpers import make_config
+
+if TYPE_CHECKING:
+    from engine.segment import LogSegment
 
 T0 = 1_700_000_000_000
 

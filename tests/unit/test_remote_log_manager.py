@@ -10,8 +10,7 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -24,6 +23,10 @@ from engine.remote.storage import TopicIdPartition, open_remote_storage
 from tests import ROOT
 from tests.helpers import make_config
 from tests.seaweedfs import SeaweedFS
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 TIP = TopicIdPartition("t", "Yk8nZ5mKQxa2bH3cVdE1Fw", 0)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import errno
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -29,10 +29,14 @@ from engine.remote.storage import (
     TopicIdPartition,
     open_remote_storage,
 )
-from engine.segment import LogSegment
 from tests.helpers import wait_for
 from tests.jvm import free_port
 from tests.seaweedfs import SeaweedFS
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from engine.segment import LogSegment
 
 T0 = TopicIdPartition("t", "Yk8nZ5mKQxa2bH3cVdE1Fw", 0)
 U3 = TopicIdPartition("u", "q0pL9rS8tU7vW6xY5zA4Bc", 3)

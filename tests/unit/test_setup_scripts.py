@@ -11,11 +11,14 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.conftest import ROOT
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: what the script itself runs, found on the machine; everything else is missing from its PATH
 TOOLS = ("bash", "dirname", "touch", "cat", "id", "pkg-config", "gcc", "fusermount3")

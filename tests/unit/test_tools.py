@@ -5,12 +5,15 @@ from __future__ import annotations
 import io
 import shutil
 import struct
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from engine.records import Compression, Record, encode_records, encode_values, read_header
 from engine.tools import check_dirs, dump_log
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 TS = 1_700_000_000_000
 NAME = "00000000000000000000"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import struct
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from crc32c import crc32c
@@ -31,6 +31,9 @@ from engine.errors import OffsetOutOfRangeError
 from engine.manager import LogManager
 from engine.topic import TopicPartition
 from engine.views import LogView, ViewFormat, record_at
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 ABORT, COMMIT = 0, 1
 TP = TopicPartition("t", 0)

@@ -12,7 +12,10 @@ import importlib.abc
 import importlib.util
 import os
 import sys
-from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 REFUSES = set(filter(None, os.environ.get("LOGFS_TEST_REFUSES", "").split(",")))
 #: module -> (attribute to refuse, the marker it needs)
