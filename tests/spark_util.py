@@ -108,7 +108,8 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, what: str =
 def _load_pipeline() -> ModuleType:
     """scripts/pipeline.py as a module (scripts/ is not a package), loaded once."""
     spec = importlib.util.spec_from_file_location("logfs_pipeline_script", ROOT / "scripts" / "pipeline.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

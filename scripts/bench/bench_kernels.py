@@ -94,7 +94,8 @@ def _numba_kernels(checkout: Path) -> ModuleType | None:
         print("numba is not installed: its row is left out")
         return None
     spec = importlib.util.spec_from_file_location("numba_kernels", path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if not hasattr(module, "load"):

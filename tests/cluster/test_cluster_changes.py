@@ -115,7 +115,8 @@ def test_a_first_read_of_every_partition_by_glob(filled: KafkaCluster, cluster_m
     made, fetched together), then cat opens each, which waits for its partition's high watermark."""
     m = cluster_mount(name="glob")
     high_watermarks = _high_watermarks(filled, "perf-wide")
-    assert sum(high_watermarks) == WIDE_RECORDS and all(hw > BIG_RECORDS / 4 for hw in high_watermarks)
+    assert sum(high_watermarks) == WIDE_RECORDS
+    assert all(hw > BIG_RECORDS / 4 for hw in high_watermarks)
     assert _lines("cat perf-wide/*/records", m.path) == WIDE_RECORDS
     # and the JSON view of a partition, first opened by tail, which reads from its end
     last = subprocess.run(["tail", "-n", "1", "perf-wide/1/records.jsonl"], cwd=m.path, capture_output=True,
@@ -178,7 +179,9 @@ def test_partitions_added_with_kafka_topics_are_usable_within_seconds(kafka_clus
     assert (m.path / "grow/2/records").read_bytes().startswith(b"two\n")
     spread = [(m.path / f"grow/{p}/records").read_bytes().count(b"\nv") + (m.path / f"grow/{p}/records")
               .read_bytes().startswith(b"v") for p in range(3)]
-    assert sum(spread) == 12 and spread[1] > 0 and spread[2] > 0, spread
+    assert sum(spread) == 12, spread
+    assert spread[1] > 0, spread
+    assert spread[2] > 0, spread
     assert "Failed to query partition leaders" not in m.log()
 
 
@@ -258,7 +261,8 @@ def _consume(cluster: KafkaCluster, topic: str) -> list[tuple[int, bytes | None]
         out: list[tuple[int, bytes | None]] = []
         while (out[-1][0] + 1 if out else low) < high:
             msg = consumer.poll(10)
-            assert msg is not None and msg.error() is None, msg and msg.error()
+            assert msg is not None, msg and msg.error()
+            assert msg.error() is None, msg and msg.error()
             out.append((msg.offset(), msg.value()))
         return out
     finally:

@@ -161,13 +161,16 @@ def test_read_committed_views_of_the_cluster_end_at_the_last_stable_offset(
     try:
         produce(plain, b"plain-0")                    # 0
         replicated(1)
-        assert shows(b"plain-0\n") and follower.read() == b"plain-0\n"
+        assert shows(b"plain-0\n")
+        assert follower.read() == b"plain-0\n"
         txn.begin_transaction()
         produce(txn, b"txn-0", b"txn-1")              # 1, 2
         produce(plain, b"plain-1")                    # 3: behind the open transaction
         replicated(4)
-        assert shows(b"plain-0\n") and follower.read() == b""
-        assert missing(1) and missing(3)
+        assert shows(b"plain-0\n")
+        assert follower.read() == b""
+        assert missing(1)
+        assert missing(3)
         txn.commit_transaction(60)                    # the COMMIT marker: 4
         replicated(5)
         assert shows(b"plain-0\ntxn-0\ntxn-1\nplain-1\n")
@@ -177,10 +180,12 @@ def test_read_committed_views_of_the_cluster_end_at_the_last_stable_offset(
         produce(txn, b"aborted-0")                    # 5
         produce(plain, b"plain-2")                    # 6: behind the open transaction
         replicated(7)
-        assert shows(b"plain-0\ntxn-0\ntxn-1\nplain-1\n") and follower.read() == b""
+        assert shows(b"plain-0\ntxn-0\ntxn-1\nplain-1\n")
+        assert follower.read() == b""
         txn.abort_transaction(60)                     # the ABORT marker: 7
         replicated(8)
-        assert shows(b"plain-0\ntxn-0\ntxn-1\nplain-1\nplain-2\n") and follower.read() == b"plain-2\n"
+        assert shows(b"plain-0\ntxn-0\ntxn-1\nplain-1\nplain-2\n")
+        assert follower.read() == b"plain-2\n"
         assert b"aborted" not in (m / topic / "0" / "records.jsonl").read_bytes()
         assert missing(5)
     finally:
@@ -197,7 +202,8 @@ def test_admin_operations_act_on_the_cluster(cluster_mount, kafka_cluster: Kafka
     admin = _admin(kafka_cluster)
     (m / "adm").mkdir()
     md = admin.list_topics("adm", timeout=10).topics["adm"]
-    assert len(md.partitions) == 1 and len(md.partitions[0].replicas) == 3   # the cluster's defaults
+    assert len(md.partitions) == 1
+    assert len(md.partitions[0].replicas) == 3                               # the cluster's defaults
     with pytest.raises(FileExistsError):
         (m / "adm").mkdir()
     (m / "adm/1").mkdir()
@@ -405,10 +411,14 @@ def test_torture_of_the_local_replica_loses_nothing_the_cluster_acknowledged(
     summary = json.loads(out[out.index("{"):]) if "{" in out else {}
     output = out + result.stderr[-6000:]
     assert summary, output
-    assert summary["lost"] == 0 and summary["duplicated"] == 0 and summary["misplaced"] == 0, output
-    assert summary["start_went_back"] == 0 and summary["retention_undone_by_power_loss"] == 0, output
+    assert summary["lost"] == 0, output
+    assert summary["duplicated"] == 0, output
+    assert summary["misplaced"] == 0, output
+    assert summary["start_went_back"] == 0, output
+    assert summary["retention_undone_by_power_loss"] == 0, output
     assert result.returncode == 0, output
-    assert summary["cycles"] >= 8 and summary["acknowledged"] > 500, output
+    assert summary["cycles"] >= 8, output
+    assert summary["acknowledged"] > 500, output
     faults = summary["faults"]
     for crash in ("kill-9", "power-loss"):
         assert sum(n for kind, n in faults.items() if kind.startswith(crash)) >= 1, output
@@ -474,7 +484,8 @@ def test_pipeline_script_runs_unchanged_on_a_cluster_mount(spark, kafka_cluster:
         return run_pipeline(spark, str(m.path), *args)
 
     out = run("--source", "cevents", "--sink", "ctotals", "--generate", "400")
-    assert "Appended 400 events to topic cevents" in out and "Read 400 events from topic cevents" in out
+    assert "Appended 400 events to topic cevents" in out
+    assert "Read 400 events from topic cevents" in out
     events = [json.loads(r["value"]) for r in records_jsonl(str(m.path), "cevents")]
     assert len(events) == 400
     counts = collections.Counter(e["type"] for e in events)
@@ -580,7 +591,8 @@ def test_cluster_unreachable(cluster_mount, kafka_cluster: KafkaCluster) -> None
                  timeout=60)
         # a request made on the mount's request thread fails fast instead of stalling the mount
         config = subprocess.run(["cat", "down/config"], cwd=m.path, capture_output=True, timeout=60)
-        assert config.returncode != 0 and b"Connection timed out" in config.stderr, config.stderr
+        assert config.returncode != 0, config.stderr
+        assert b"Connection timed out" in config.stderr, config.stderr
         assert (m / "down/0/records").read_bytes() == b"before\n"
         assert "before" in (m / "down/0/records.jsonl").read_text()
     finally:

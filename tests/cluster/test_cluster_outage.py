@@ -61,7 +61,8 @@ def test_the_first_group_write_on_a_fresh_cluster_waits_for_the_loading_coordina
         f.write(b"".join(b"f%d\n" % i for i in range(5)))
     (m / "fresh/groups/first").write_text("0 2\n")
     assert (m / "fresh/groups/first").read_text() == "0 2 5 3\n"
-    assert m.proc is not None and m.proc.poll() is None
+    assert m.proc is not None
+    assert m.proc.poll() is None
 
 
 def test_a_group_commit_the_coordinator_refuses_is_ebusy(cluster_mount, kafka_cluster: KafkaCluster) -> None:
@@ -164,11 +165,13 @@ def test_vim_deleting_a_config_line_removes_the_setting_on_both_backends(cluster
                                  "vimmed/config"], cwd=m.path, capture_output=True, timeout=60)
         assert result.returncode == 0, result.stderr
         overrides = [line for line in (m / "vimmed/config").read_text().splitlines() if not line.startswith("#")]
-        assert "segment.bytes=1048576" in overrides and not any(o.startswith("retention.ms=") for o in overrides)
+        assert "segment.bytes=1048576" in overrides
+        assert not any(o.startswith("retention.ms=") for o in overrides)
     resource = ConfigResource(ConfigResource.Type.TOPIC, "vimmed")
     admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
     entries = admin.describe_configs([resource])[resource].result()
-    assert entries["retention.ms"].value != "100000" and entries["segment.bytes"].value == "1048576"
+    assert entries["retention.ms"].value != "100000"
+    assert entries["segment.bytes"].value == "1048576"
 
 
 def test_tail_f_of_a_topic_another_client_deletes_ends_with_an_error(cluster_mount,
@@ -243,10 +246,14 @@ def test_an_outage_round_the_mount_survives(cluster_mount, kafka_cluster: KafkaC
     args = argparse.Namespace(down_seconds=60.0, after_seconds=20.0, max_log_lines=8)
     result = outage_round.run_round(1, kafka_cluster, m, args)
     assert result.alive, m.log_tail(4000)
-    assert result.write_back_s is not None and result.write_back_s <= outage_round.WRITE_BACK_WITHIN_S, result
-    assert result.tracebacks == 0 and result.log_lines <= args.max_log_lines, (result, m.log_tail(6000))
+    assert result.write_back_s is not None, result
+    assert result.write_back_s <= outage_round.WRITE_BACK_WITHIN_S, result
+    assert result.tracebacks == 0, (result, m.log_tail(6000))
+    assert result.log_lines <= args.max_log_lines, (result, m.log_tail(6000))
     # reads of the replica went on throughout; requests to the cluster failed with ETIMEDOUT, never hung
-    assert result.reads.get("records: ok", 0) > 0 and not any(k.endswith(": hung") for k in result.reads), result
+    assert result.reads.get("records: ok", 0) > 0, result
+    assert not any(k.endswith(": hung") for k in result.reads), result
     assert any("Connection timed out" in k for k in result.reads), result.reads
-    assert "cannot be reached" in m.log() and "answers again after" in m.log()
+    assert "cannot be reached" in m.log()
+    assert "answers again after" in m.log()
     assert subprocess.run(["cat", "t/groups/g"], cwd=m.path, capture_output=True, timeout=60).returncode == 0

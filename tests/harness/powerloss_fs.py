@@ -228,7 +228,8 @@ class PowerLossFS(pyfuse3.Operations):
 
     def _attach(self, d: Node, name: bytes, node: Node) -> None:
         """Give ``node`` the durable name ``d/name`` in BACKING."""
-        assert d.dentries is not None and name not in d.dentries
+        assert d.dentries is not None
+        assert name not in d.dentries
         if not node.is_dir:
             if node.staged:
                 src_fd: int | None = self.staging

@@ -125,7 +125,8 @@ def test_a_secured_cluster_mounts_with_its_settings_in_a_file(family: str, secur
     _assert_no_secret(m)
     warnings = [line for line in log.splitlines() if "can be read by" in line]
     if readable:
-        assert len(warnings) == 1 and "holds secrets (sasl.jaas.config)" in warnings[0], log[-3000:]
+        assert len(warnings) == 1, log[-3000:]
+        assert "holds secrets (sasl.jaas.config)" in warnings[0], log[-3000:]
     else:
         assert not warnings, warnings
 
@@ -167,7 +168,8 @@ def test_a_refused_login_or_handshake_fails_the_mount_at_once_naming_the_setting
     elapsed = time.monotonic() - started
     assert elapsed < 15, elapsed
     errors = [line for line in m.log().splitlines() if " ERROR " in line]
-    assert len(errors) == 1 and re.search(message, errors[0]), m.log()[-3000:]
+    assert len(errors) == 1, m.log()[-3000:]
+    assert re.search(message, errors[0]), m.log()[-3000:]
     _assert_no_secret(m)
     assert "not-" + BOB_PASSWORD not in m.log()
 
@@ -182,7 +184,9 @@ def test_what_the_acls_do_not_allow_is_eacces_naming_the_acl(secure_kafka_broker
         (m / "denied").mkdir()
     assert info.value.errno == errno.EACCES
     lines = [line for line in m.log().splitlines() if "ACLs do not allow" in line]
-    assert len(lines) == 1 and "Creating topic denied" in lines[0] and "AUTHORIZATION_FAILED" in lines[0], m.log()
+    assert len(lines) == 1, m.log()
+    assert "Creating topic denied" in lines[0], m.log()
+    assert "AUTHORIZATION_FAILED" in lines[0], m.log()
     assert m.stop() == 0
     _assert_no_secret(m)
 

@@ -312,8 +312,8 @@ def test_the_data_is_what_the_scenario_promises(scenario: Scenario):
     codecs = {p: {attrs & 0x7 for _, attrs in _batches(log_dir / f"codecs-{p}")} for p in range(len(CODECS))}
     assert codecs == {0: {0}, 1: {1}, 2: {2}, 3: {3}, 4: {4}}, codecs
     txn = _batches(log_dir / "txn-0") + _batches(log_dir / "txn-1")
-    assert any(a & CONTROL_FLAG for _, a in txn) and any(a & TRANSACTIONAL_FLAG and not a & CONTROL_FLAG
-                                                         for _, a in txn), txn
+    assert any(a & CONTROL_FLAG for _, a in txn), txn
+    assert any(a & TRANSACTIONAL_FLAG and not a & CONTROL_FLAG for _, a in txn), txn
     assert len(scenario.committed["txn"][0]) < len(scenario.uncommitted["txn"][0]), "nothing aborted in txn-0"
     compacted = scenario.uncommitted["compacted"][0]
     offsets = [r.offset for r in compacted]
@@ -328,7 +328,8 @@ def test_the_data_is_what_the_scenario_promises(scenario: Scenario):
     files = {p: sorted(os.listdir(log_dir / f"txn-{p}")) for p in (0, 1)}
     assert any(n.endswith(".snapshot") for n in files[0]), files
     assert any(n.endswith(".txnindex") for p in (0, 1) for n in files[p]), files
-    assert "partition.metadata" in files[0] and "leader-epoch-checkpoint" in files[0], files
+    assert "partition.metadata" in files[0], files
+    assert "leader-epoch-checkpoint" in files[0], files
     assert (log_dir / "__cluster_metadata-0" / "quorum-state").exists()
     assert (log_dir / "replication-offset-checkpoint").exists()
     # the open transaction holds a read_committed consumer at its first offset (the last stable offset)
@@ -413,7 +414,8 @@ def test_aborted_transactions_are_those_the_broker_indexed(scenario: Scenario):
                     _, producer_id, first, last, _ = struct.unpack_from(">hqqqq", raw, i)
                     indexed.append((producer_id, first, last))
             state = transactions.read_committed_state(manager.get_log(TopicPartition("txn", p)))
-            assert indexed and [tuple(a) for a in state.aborted_transactions()] == indexed
+            assert indexed
+            assert [tuple(a) for a in state.aborted_transactions()] == indexed
     finally:
         manager.shutdown()
     assert hash_tree(log_dir) == before

@@ -166,7 +166,8 @@ def test_kafkas_dump_log_reads_the_horizons_our_cleaner_writes(tmp_path):
         assert b"passed sanity check" in checked.stdout, checked.stdout.decode()
         dumped = run_tool("org.apache.kafka.tools.DumpLogSegments", "--files", index, base=tmp_path)
         text = (dumped.stdout + dumped.stderr).decode()
-        assert "mismatch" not in text.lower() and "offset:" in text, text
+        assert "mismatch" not in text.lower(), text
+        assert "offset:" in text, text
 
 
 def _markers(partition_dir: Path) -> list[tuple[int, int | None, bool]]:
@@ -241,7 +242,10 @@ def test_transactions_are_cleaned_as_kafka_cleans_them(kafka_broker, tmp_path):
                                                     "delete.retention.ms": "60000"}), clock=clock)
     try:
         commit, abort = _markers(copy)
-        assert commit[2] and not abort[2] and commit[1] is None and abort[1] is None
+        assert commit[2]
+        assert not abort[2]
+        assert commit[1] is None
+        assert abort[1] is None
         log.roll()
         _clean(log)             # aborted records gone; k1's committed value kept; both markers, no horizon
         assert [(r.key, r.value) for r in log.read_records(log.log_start_offset)] == \

@@ -75,7 +75,8 @@ def test_second_mount_on_a_data_dir_in_use_is_refused_and_touches_nothing(logfs_
             log = result.stderr.decode()
             assert result.returncode != 0, log
             assert f"Failed to acquire lock on file .lock in {first.data}" in log
-            assert "Loading logs" not in log and "Recover" not in log
+            assert "Loading logs" not in log
+            assert "Recover" not in log
             assert subprocess.run(["mountpoint", "-q", str(second_mnt)]).returncode != 0
         # the refused mounts read no segment and wrote nothing in the partition
         after = _tree(first.data / "t-0")
@@ -90,7 +91,8 @@ def test_second_mount_on_a_data_dir_in_use_is_refused_and_touches_nothing(logfs_
     values = [r.value for r in records]
     assert values == [b"before-%d" % i for i in range(50)] + [b"after-%d" % i for i in range(50)] + [b"last"]
     assert [r.offset for r in records] == list(range(101))
-    assert acked[0] == (0, 0) and acked[-1] == (100, 100)
+    assert acked[0] == (0, 0)
+    assert acked[-1] == (100, 100)
 
 
 def test_read_only_mounts_share_a_dir_and_exclude_a_writer(logfs_mount, tmp_path):
@@ -127,7 +129,8 @@ def test_read_only_mounts_share_a_dir_and_exclude_a_writer(logfs_mount, tmp_path
     try:
         result = subprocess.run(_mount_cmd(tmp_path / "rw", writer.data), capture_output=True, timeout=60,
                                 cwd=tmp_path)
-        assert result.returncode != 0 and "Failed to acquire lock" in result.stderr.decode()
+        assert result.returncode != 0
+        assert "Failed to acquire lock" in result.stderr.decode()
     finally:
         ro.stop()
 
@@ -211,7 +214,8 @@ def test_corrupt_topic_configs_load_the_previous_generation_and_never_fall_back_
     configs.write_bytes(b'{"version": 1, "generation": 9, "topics": {"c": {"cleanup.po')   # torn
     mount.start()
     log = mount.log()
-    assert "topic-configs.json is corrupt" in log and "loading the previous generation" in log
+    assert "topic-configs.json is corrupt" in log
+    assert "loading the previous generation" in log
     assert b"cleanup.policy=compact" in (mount / "c/config").read_bytes()
     # retention (200 ms for delete topics) has run several times and deleted nothing
     deadline_runs = json.loads((mount / ".logfs/stats.json").read_bytes())["tasks"]["kafka-log-retention"]["runs"]
@@ -227,7 +231,8 @@ def test_corrupt_topic_configs_load_the_previous_generation_and_never_fall_back_
     result = subprocess.run(_mount_cmd(mount.path, mount.data), capture_output=True, timeout=60, cwd=mount.base)
     err = result.stderr.decode()
     assert result.returncode != 0
-    assert "Refusing to start" in err and "restore topic-configs.json from a backup" in err
+    assert "Refusing to start" in err
+    assert "restore topic-configs.json from a backup" in err
     assert len(kafka_records(mount.data / "c-0")) == 200
 
 
@@ -249,7 +254,8 @@ def test_log_start_checkpoint_beyond_the_log_end_keeps_every_segment(mount):
     mount.start()
     assert "The checkpointed log start offset 999999999 is beyond the log end offset 3000" in mount.log()
     state = _state(mount, "t")
-    assert state["log_start_offset"] == 0 and state["log_end_offset"] == 3000
+    assert state["log_start_offset"] == 0
+    assert state["log_end_offset"] == 3000
     assert (mount / "t/0/offset/2999").read_bytes() == b"r2999\n"
     assert len((mount / "t/0/records").read_bytes().splitlines()) == 3000
     assert sorted(p.name for p in (mount.data / "t-0").iterdir() if p.name.endswith(".log")) == segments
@@ -267,7 +273,8 @@ def test_rmdir_of_a_long_topic_name_succeeds_and_a_quick_restart_finishes_the_de
     os.rmdir(mount / topic)                                   # was EIO: the -delete name passed 255 bytes
     assert topic not in os.listdir(mount.path)
     deleting = [n for n in os.listdir(mount.data) if n.endswith("-delete")]
-    assert len(deleting) == 1 and all(len(n) <= 255 for n in deleting)
+    assert len(deleting) == 1
+    assert all(len(n) <= 255 for n in deleting)
     assert mount.stop() == 0                                  # well within file.delete.delay.ms
     mount.options["log.segment.delete.delay.ms"] = "100"
     mount.start()
@@ -313,8 +320,10 @@ def test_check_covers_topics_starting_with_a_dot(mount):
     raw[position + size - 2] ^= 0xFF                          # a record byte: the CRC fails
     log.write_bytes(bytes(raw))
     code, lines = _check(mount.data)
-    assert code == 1 and len(lines) == 1, lines
-    assert f"{log}, position {position}" in lines[0] and "crc" in lines[0]
+    assert code == 1, lines
+    assert len(lines) == 1, lines
+    assert f"{log}, position {position}" in lines[0]
+    assert "crc" in lines[0]
 
 
 def test_check_reports_one_bad_batch_once_not_the_rest_of_the_segment(mount):
@@ -328,14 +337,18 @@ def test_check_reports_one_bad_batch_once_not_the_rest_of_the_segment(mount):
     raw[position + size - 5] ^= 0x01
     log.write_bytes(bytes(raw))
     code, lines = _check(mount.data)
-    assert code == 1 and len(lines) == 1, lines               # was "... bytes unreadable" + every later index entry
-    assert f"position {position}" in lines[0] and "offsets 1000..1009" in lines[0]
+    assert code == 1, lines
+    assert len(lines) == 1, lines                             # was "... bytes unreadable" + every later index entry
+    assert f"position {position}" in lines[0]
+    assert "offsets 1000..1009" in lines[0]
     # a length field that breaks the framing: the rest is unreadable, said once, no index entries after it
     raw[position + 8:position + 12] = (10 ** 6).to_bytes(4, "big")
     log.write_bytes(bytes(raw))
     code, lines = _check(mount.data)
-    assert code == 1 and len(lines) == 1, lines
-    assert f"position {position}" in lines[0] and "cannot be framed" in lines[0]
+    assert code == 1, lines
+    assert len(lines) == 1, lines
+    assert f"position {position}" in lines[0]
+    assert "cannot be framed" in lines[0]
 
 
 def test_check_of_empty_partitions_after_a_crash_is_clean(logfs_mount):
@@ -345,7 +358,8 @@ def test_check_of_empty_partitions_after_a_crash_is_clean(logfs_mount):
     _write_batches(mount, "b", 50)
     mount.kill()                                              # active indexes stay preallocated, zero-filled
     index = mount.data / "a-0" / "00000000000000000000.index"
-    assert index.stat().st_size > 0 and not index.read_bytes().strip(b"\0")
+    assert index.stat().st_size > 0
+    assert not index.read_bytes().strip(b"\0")
     assert _check(mount.data) == (0, [])
     mount.start()
     assert mount.stop() == 0
@@ -363,12 +377,16 @@ def test_check_reports_a_swap_file_the_next_mount_would_install(mount):
     garbage = segments[2].with_name(segments[2].name + ".swap")
     garbage.write_bytes(os.urandom(5000))
     code, lines = _check(mount.data)
-    assert code == 1 and len(lines) == 1 and str(garbage) in lines[0], lines
+    assert code == 1, lines
+    assert len(lines) == 1, lines
+    assert str(garbage) in lines[0], lines
     garbage.unlink()
     other = segments[2].with_name(segments[2].name + ".swap")
     other.write_bytes(segments[1].read_bytes())               # another segment's content
     code, lines = _check(mount.data)
-    assert code == 1 and str(other) in lines[0] and "holds another segment" in lines[0], lines
+    assert code == 1, lines
+    assert str(other) in lines[0], lines
+    assert "holds another segment" in lines[0], lines
     other.unlink()
     assert _check(mount.data) == (0, [])
 
@@ -398,7 +416,8 @@ def test_other_users_are_refused_without_allow_other_and_nothing_outside_the_dat
             (m / "t").mkdir()
             (m / "t/0/append").write_bytes(b"secret\n")
             denied = _as_nobody("cat", str(m / "t/0/records"))
-            assert denied.returncode != 0 and b"Permission denied" in denied.stderr, denied
+            assert denied.returncode != 0, denied
+            assert b"Permission denied" in denied.stderr, denied
             assert _as_nobody("ls", str(m.path)).returncode != 0
             assert _as_nobody("sh", "-c", f"echo x > {m / 't/0/append'}").returncode != 0
         finally:
@@ -407,7 +426,8 @@ def test_other_users_are_refused_without_allow_other_and_nothing_outside_the_dat
         m.start()
         try:
             allowed = _as_nobody("cat", str(m / "t/0/records"))
-            assert allowed.returncode == 0 and allowed.stdout == b"secret\n", allowed
+            assert allowed.returncode == 0, allowed
+            assert allowed.stdout == b"secret\n", allowed
         finally:
             assert m.stop() == 0
         assert (m.data / "t-0").is_dir()
@@ -450,7 +470,8 @@ def test_a_compaction_of_hundreds_of_segments_logs_no_failed_deletes(mount):
     os.rmdir(mount / "c")                        # and the topic with what the cleaner left
     assert mount.stop() == 0
     log = mount.log()
-    assert "Failed to delete" not in log and "does not exist" not in log
+    assert "Failed to delete" not in log
+    assert "does not exist" not in log
     deleted = [line for line in log.splitlines() if " INFO Deleted " in line and " of segment " in line]
     # one line per segment file set (the replaced ones, then those of the deleted topic), not three
     assert len(deleted) <= 2 * segments + remaining + 20, len(deleted)

@@ -186,11 +186,14 @@ def test_a_logfs_data_dir_is_served_by_kafka_after_the_procedure(kafka_broker, l
     topics = {"events": 3, **{f"codec-{c}": 1 for c in CODECS}, "imported": 1, "table": 1, "retained": 1,
               "deleted": 1}
     expected = {(t, p): _mount_view(mount, t, p) for t, n in topics.items() for p in range(n)}
-    assert expected[("deleted", 0)][0] == 37 and expected[("retained", 0)][0] > 0
+    assert expected[("deleted", 0)][0] == 37
+    assert expected[("retained", 0)][0] > 0
     table = expected[("table", 0)][2]
     assert [r[0] for r in table] != list(range(table[0][0], table[0][0] + len(table))), "no gaps: not cleaned"
     imported = expected[("imported", 0)][2]
-    assert {r[4] for r in imported} == {0} and any(r[5] for r in imported) and any(r[1] is None for r in imported)
+    assert {r[4] for r in imported} == {0}
+    assert any(r[5] for r in imported)
+    assert any(r[1] is None for r in imported)
     assert mount.stop() == 0
     assert list(mount.data.glob("*/*.viewindex")), "the mount wrote no view index file"
 
@@ -235,7 +238,9 @@ def test_adopt_refuses_what_it_cannot_carry_over_and_changes_nothing(logfs_mount
 
     # A data dir that is still mounted: said so (its clean-shutdown marker is gone too, but that is not the cause).
     result = _logfs("to-kafka", "adopt", str(mount.data), "--broker-log-dir", str(broker_dir), check=False)
-    assert result.returncode == 1 and b"is in use" in result.stderr and b"logfs umount" in result.stderr
+    assert result.returncode == 1
+    assert b"is in use" in result.stderr
+    assert b"logfs umount" in result.stderr
     assert mount.stop() == 0
     before = {p: p.read_bytes() for p in mount.data.rglob("*") if p.is_file()}
     plan = json.loads(_logfs("to-kafka", "plan", "--json", "--node-id", "3", str(mount.data)).stdout)
@@ -245,11 +250,13 @@ def test_adopt_refuses_what_it_cannot_carry_over_and_changes_nothing(logfs_mount
 
     # Not a formatted Kafka log dir; then a formatted one where the topic was never created.
     result = _logfs("to-kafka", "adopt", str(mount.data), "--broker-log-dir", str(broker_dir), check=False)
-    assert result.returncode == 1 and b"not a formatted Kafka log dir" in result.stderr
+    assert result.returncode == 1
+    assert b"not a formatted Kafka log dir" in result.stderr
     (broker_dir / "meta.properties").write_text("version=1\ncluster.id=x\nnode.id=1\n")
     (broker_dir / ".kafka_cleanshutdown").write_text('{"version":0,"brokerEpoch":1}')
     result = _logfs("to-kafka", "adopt", str(mount.data), "--broker-log-dir", str(broker_dir), check=False)
-    assert result.returncode == 1 and b"t-0 does not exist in" in result.stderr
+    assert result.returncode == 1
+    assert b"t-0 does not exist in" in result.stderr
     assert {p: p.read_bytes() for p in mount.data.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in broker_dir.iterdir()) == [".kafka_cleanshutdown", "meta.properties"]
 
@@ -308,7 +315,8 @@ def test_readme_moving_to_kafka_runs_as_written(logfs_mount, tmp_path):
         script = "".join(f"{command}\n" for command in _readme_moving_to_kafka_block())
         out, _ = shell.communicate(script.encode(), timeout=600)
         assert shell.returncode == 0, out.decode(errors="replace")[-5000:]
-        assert mount.proc is not None and mount.proc.wait(timeout=60) == 0    # step 1 unmounted it
+        assert mount.proc is not None
+        assert mount.proc.wait(timeout=60) == 0                               # step 1 unmounted it
         mount.proc = None
         for partition, (start, end, records) in expected.items():
             assert _consume("localhost:9092", "events", partition) == (start, end, records)

@@ -70,7 +70,8 @@ def test_delete_dirs_of_every_kind_are_removed_without_following_links(mount, tm
     (odd / "00000000000000000000.log").write_bytes(b"\0" * 100)
     mount.start()
     wait_for(lambda: not torn.exists() and not linked.exists() and not odd.exists(), what="-delete dirs removed")
-    assert (outside / "precious").read_bytes() == b"keep me\n" and sorted(os.listdir(outside)) == ["precious"]
+    assert (outside / "precious").read_bytes() == b"keep me\n"
+    assert sorted(os.listdir(outside)) == ["precious"]
     assert _values(mount, "live") == expected
     assert "gone" not in os.listdir(mount.path)
     assert mount.stop() == 0
@@ -93,9 +94,11 @@ def test_corrupt_checkpoints_fall_back_to_their_previous_generation(mount):
     (data / ".kafka_cleanshutdown").unlink()                  # recover, from the previous recovery point
     mount.start()
     log = mount.log()
-    assert "using its previous generation" in log and "log-start-offset-checkpoint.prev" in log
+    assert "using its previous generation" in log
+    assert "log-start-offset-checkpoint.prev" in log
     start = _state(mount, "t")["log_start_offset"]
-    assert previous == "0\n1\nt 0 150\n" and start == 150      # not the first segment's base offset
+    assert previous == "0\n1\nt 0 150\n"
+    assert start == 150                                        # not the first segment's base offset
     values = _values(mount, "t")
     assert values == expected[start:]
     assert mount.stop() == 0
@@ -163,4 +166,5 @@ def test_a_link_planted_as_the_lock_file_refuses_the_mount_and_is_not_followed(t
                             timeout=60)
     assert result.returncode != 0
     assert f"Failed to open the lock file {data / '.lock'}" in result.stderr.decode()
-    assert victim.read_bytes() == b"precious\n" and sorted(os.listdir(data)) == [".lock"]
+    assert victim.read_bytes() == b"precious\n"
+    assert sorted(os.listdir(data)) == [".lock"]

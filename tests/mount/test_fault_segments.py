@@ -142,7 +142,8 @@ def test_damaged_active_segment_behind_a_clean_shutdown_marker(logfs_mount, dama
     mount.start()
     assert (mount / "t/0/records").read_bytes() == b"".join(r.value + b"\n" for r in readable)
     first, last = _append_with_offsets(mount, "t/0/append", [b"after-%d" % i for i in range(5)])
-    assert first == len(readable) and last == first + 4
+    assert first == len(readable)
+    assert last == first + 4
     for i in range(5):
         assert mount.sh(f"cat t/0/offset/{first + i}").stdout == b"after-%d\n" % i
     # named at load (as an index that disagrees with the log, or a tail that fails its check)
@@ -227,7 +228,8 @@ def test_damage_in_a_sealed_segment_is_eio_never_a_silent_gap(logfs_mount, damag
     try:
         for view in ("t/0/records", "t/0/records.jsonl"):
             result = m.sh(f"cat {view} > /dev/null", check=False)
-            assert result.returncode != 0 and b"Input/output error" in result.stderr, view
+            assert result.returncode != 0, view
+            assert b"Input/output error" in result.stderr, view
         damaged_offset = int(segments[1].name.split(".")[0]) + (len(positions) // 2) * 10 + 3
         result = m.sh(f"cat t/0/offset/{damaged_offset}", check=False)
         assert b"Input/output error" in result.stderr
@@ -263,7 +265,8 @@ def test_an_index_that_disagrees_with_its_log_is_rebuilt(mount):
         assert values == b"".join(b"t-%d\n" % i for i in range(last_of_segment))
     finally:
         assert mount.stop() == 0
-    assert "Found a corrupted index file" in mount.log() and "disagrees with log" in mount.log()
+    assert "Found a corrupted index file" in mount.log()
+    assert "disagrees with log" in mount.log()
     assert index.read_bytes() == good                        # rebuilt on disk
 
 
@@ -286,7 +289,7 @@ def test_no_warning_about_the_active_index_after_a_crash_or_a_clean_shutdown(mou
 # --------------------------------------------------------------------------- privacy on disk
 
 
-@pytest.mark.parametrize("umask, dir_mode, file_mode", [(None, 0o700, 0o600), ("022", 0o755, 0o644)])
+@pytest.mark.parametrize(("umask", "dir_mode", "file_mode"), [(None, 0o700, 0o600), ("022", 0o755, 0o644)])
 def test_data_is_private_on_disk_by_default(logfs_mount, umask, dir_mode, file_mode):
     m = logfs_mount(SMALL_SEGMENTS, start=False,
                     extra_args=["--data-umask", umask] if umask else None)

@@ -119,7 +119,8 @@ def test_first_clean_sets_the_horizon_and_the_first_clean_at_it_drops_the_tombst
         clock.sleep(1000)
         t1 = clock.milliseconds()
         stats = _clean(log)
-        assert stats.horizons_set == 1 and stats.deletes_expired == 0
+        assert stats.horizons_set == 1
+        assert stats.deletes_expired == 0
         header, _records = _tombstone_batch(log, b"k2")
         assert header.attributes & DELETE_HORIZON_FLAG_MASK
         assert header.delete_horizon_ms == header.base_timestamp == t1 + RETENTION_MS
@@ -137,7 +138,8 @@ def test_first_clean_sets_the_horizon_and_the_first_clean_at_it_drops_the_tombst
         log.roll()
         clock.now = t1 + RETENTION_MS - 1
         stats = _clean(log)
-        assert stats.horizons_set == 0 and stats.deletes_expired == 0
+        assert stats.horizons_set == 0
+        assert stats.deletes_expired == 0
         header, _ = _tombstone_batch(log, b"k2")
         assert header.delete_horizon_ms == t1 + RETENTION_MS
         assert [(r.offset, r.key, r.value) for r in _all(log)] == \
@@ -212,7 +214,8 @@ def test_horizons_that_were_already_set_are_honoured_and_kept(tmp_path):
         header, records = _batches(log)[0]
         assert header.delete_horizon_ms == horizon             # not reset to now + retention
         assert [(r.offset, r.key) for r in records] == [(1, b"b"), (2, b"c")]
-        assert header.base_offset == 0 and header.last_offset == 2     # Kafka keeps the batch's offsets
+        assert header.base_offset == 0
+        assert header.last_offset == 2                                 # Kafka keeps the batch's offsets
         log.append_values([b"3b"], [b"c"])
         log.roll()
         clock.now = horizon
@@ -272,7 +275,8 @@ def test_a_horizon_batch_reads_back_the_same_records_everywhere(spec, compressio
     assert theirs == [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in kept]
     # Without a horizon the flag is clear and the base timestamp is the first record's.
     plain = read_header(rebuild_batch(header, kept))
-    assert plain.delete_horizon_ms is None and plain.base_timestamp == kept[0].timestamp
+    assert plain.delete_horizon_ms is None
+    assert plain.base_timestamp == kept[0].timestamp
 
 
 # ------------------------------------------------------------------------------- the mount
@@ -322,7 +326,8 @@ def test_a_tombstone_expires_in_a_mount_under_continuous_writes(mount):
         assert time.monotonic() - written >= retention_ms / 1000, "dropped before delete.retention.ms"
         assert _cleaner_totals(mount)["deletes_expired"] >= 1
         metrics = (mount / ".logfs/metrics").read_text()
-        assert "logfs_cleaner_deletes_expired_total" in metrics and "logfs_cleaner_delete_horizons_set_total" in metrics
+        assert "logfs_cleaner_deletes_expired_total" in metrics
+        assert "logfs_cleaner_delete_horizons_set_total" in metrics
     finally:
         os.close(fd)
     latest = {r["key"]: r["value"] for r in _rows(mount)}

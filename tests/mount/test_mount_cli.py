@@ -27,7 +27,8 @@ def test_umount_dump_log_and_check(mount):
     seg = mount.partition_dir("t", 0) / "00000000000000000000.log"
     dump = _logfs("dump-log", str(seg), "--print-data-log")
     assert dump.returncode == 0, dump.stderr
-    assert "baseOffset: 0 lastOffset: 99" in dump.stdout and "payload: last" in dump.stdout
+    assert "baseOffset: 0 lastOffset: 99" in dump.stdout
+    assert "payload: last" in dump.stdout
 
     check = _logfs("check", str(mount.data))
     assert check.returncode == 0, check.stdout + check.stderr
@@ -35,7 +36,8 @@ def test_umount_dump_log_and_check(mount):
     data[-3] ^= 0xFF                                   # corrupt the last record's value
     seg.write_bytes(bytes(data))
     check = _logfs("check", str(mount.data))
-    assert check.returncode == 1 and str(seg) in check.stdout + check.stderr
+    assert check.returncode == 1
+    assert str(seg) in check.stdout + check.stderr
 
 
 def test_bad_option_is_refused_with_its_name(tmp_path):
@@ -46,7 +48,8 @@ def test_bad_option_is_refused_with_its_name(tmp_path):
         assert result.returncode == 2
         assert "log.segment.bytes" in result.stderr
         result = _logfs("mount", str(mnt), "--data-dir", str(tmp_path / "d"), "-o", "no.such.setting=1")
-        assert result.returncode == 2 and "no.such.setting" in result.stderr
+        assert result.returncode == 2
+        assert "no.such.setting" in result.stderr
     finally:   # had a mount started by mistake, do not leave it behind
         subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
 
@@ -61,9 +64,11 @@ def test_a_bad_topics_pattern_or_start_is_refused_naming_it(tmp_path):
                             (["--from", "yesterday"], "Invalid --from 'yesterday'"),
                             (["--from", "2026-13-01"], "Invalid --from '2026-13-01'")):
             result = _logfs("mount", str(mnt), *cluster, *args)
-            assert result.returncode == 2 and named in result.stderr, result.stderr
+            assert result.returncode == 2, result.stderr
+            assert named in result.stderr, result.stderr
             assert result.stderr.count("\n") == 1, result.stderr        # one line naming the cause
         result = _logfs("mount", str(mnt), "--data-dir", str(tmp_path / "e"), "--topics", "t")
-        assert result.returncode == 2 and "give --bootstrap-server" in result.stderr, result.stderr
+        assert result.returncode == 2, result.stderr
+        assert "give --bootstrap-server" in result.stderr, result.stderr
     finally:   # had a mount started by mistake, do not leave it behind
         subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)

@@ -73,7 +73,8 @@ def test_umount_returns_once_the_clean_shutdown_is_done(mount):
     mount.sh("for t in a b c d; do mkdir $t && seq 1 100 > $t/append; done")       # 240 partitions
     result = subprocess.run([str(LOGFS), "umount", str(mount.path)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert mount.proc is not None and mount.proc.poll() == 0          # the serving process has exited
+    assert mount.proc is not None
+    assert mount.proc.poll() == 0                                     # the serving process has exited
     mount.proc = None
     assert (mount.data / ".kafka_cleanshutdown").exists()
     assert "Shutdown completed" in mount.log()
@@ -97,7 +98,8 @@ def test_sed_i_rsync_and_vim_write_through_temporary_files(mount, tmp_path):
     assert "EPERM" not in mount.log()[before_vim:]                    # swap, probe and backup files all worked
     assert mount.sh("ls -a t | sort").stdout.split() == sorted(
         [b".", b"..", b"0", b"append", b"append.jsonl", b"config", b"delete", b"groups"])    # nothing left over
-    assert not list(mount.data.glob("t-0/*sed*")) and not list(mount.data.glob("**/.append.*"))
+    assert not list(mount.data.glob("t-0/*sed*"))
+    assert not list(mount.data.glob("**/.append.*"))
     # a bad config line fails the rename and applies nothing; the temporary file stays for the user to fix
     result = mount.sh("sed -i 's/^retention.ms=.*/retention.ms=soon/' t/config", check=False)
     assert result.returncode != 0
@@ -105,7 +107,8 @@ def test_sed_i_rsync_and_vim_write_through_temporary_files(mount, tmp_path):
     # the rest of the namespace stays fixed
     for command in ("mv t/config t/config.old", "touch t/0/segments/x", "touch new-file", "mv t/0/records t/r"):
         result = mount.sh(command, check=False)
-        assert result.returncode != 0 and b"Operation not permitted" in result.stderr, command
+        assert result.returncode != 0, command
+        assert b"Operation not permitted" in result.stderr, command
 
 
 def test_to_kafka_plan_on_a_live_mount_says_it_is_mounted(mount):
@@ -113,7 +116,8 @@ def test_to_kafka_plan_on_a_live_mount_says_it_is_mounted(mount):
     result = subprocess.run([str(LOGFS), "to-kafka", "plan", str(mount.data)], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode != 0
-    assert "is in use" in result.stderr and "logfs umount" in result.stderr, result.stderr
+    assert "is in use" in result.stderr, result.stderr
+    assert "logfs umount" in result.stderr, result.stderr
     assert "not shut down cleanly" not in result.stderr
 
 

@@ -80,7 +80,8 @@ def read_commits(data: Path) -> dict[tuple[str, str, int], int | None]:
                     assert version == 3                             # OffsetCommitValue v3
                     _metadata, pos = string(rec.value, 14)
                     (commit_ts,) = struct.unpack_from(">q", rec.value, pos)
-                    assert pos + 8 == len(rec.value) and commit_ts > 1_600_000_000_000
+                    assert pos + 8 == len(rec.value)
+                    assert commit_ts > 1_600_000_000_000
                     out[(group, topic, partition)] = offset
     return out
 
@@ -188,7 +189,8 @@ def test_bad_group_lines_are_einval_and_apply_nothing(mount):
     assert mount.sh("ls t/groups").stdout == b"g\n"
     for bad in ["0 99", "7 1", "reset sideways", "0", "zero 1", "reset -1"]:
         result = mount.sh(f"echo '{bad}' > t/groups/g", check=False)
-        assert result.returncode != 0 and b"Invalid argument" in result.stderr, bad
+        assert result.returncode != 0, bad
+        assert b"Invalid argument" in result.stderr, bad
     # a good line and a bad one through one opening: nothing applied
     fd = os.open(mount / "t/groups/g", os.O_WRONLY)
     try:
@@ -209,10 +211,12 @@ def test_group_numbers_have_one_spelling_and_huge_ones_are_einval(mount):
     for bad in [f"0 {huge}", f"reset {huge}", f"reset @{huge}", f"{huge} 1", "0 003", "reset 002", "00 1",
                 "0 00", "reset 00"]:
         result = mount.sh(f"printf '%s\\n' '{bad}' > t/groups/g", check=False)
-        assert result.returncode != 0 and b"Invalid argument" in result.stderr, bad[:20]
+        assert result.returncode != 0, bad[:20]
+        assert b"Invalid argument" in result.stderr, bad[:20]
     assert group_rows(mount, "t", "g") == [[0, 2, 4, 2]]
     log = mount.log()
-    assert "Traceback" not in log and "ERROR" not in log
+    assert "Traceback" not in log
+    assert "ERROR" not in log
     assert "'0 003' for t/groups/g: '003' is not an offset" in log
     assert huge not in log                              # named by its length, not dumped
 

@@ -55,8 +55,10 @@ def test_recreated_topic_partition_dir_carries_a_new_topic_id(mount):
     os.rmdir(mount / "t")
     (mount / "t").mkdir()
     second = (mount.partition_dir("t", 0) / "partition.metadata").read_text()
-    assert first.startswith("version: 0\ntopic_id: ") and first.endswith("\n")
-    assert second.startswith("version: 0\ntopic_id: ") and first != second
+    assert first.startswith("version: 0\ntopic_id: ")
+    assert first.endswith("\n")
+    assert second.startswith("version: 0\ntopic_id: ")
+    assert first != second
 
 
 def test_a_refused_unterminated_last_line_logs_one_warning_and_no_error(mount):
@@ -70,5 +72,6 @@ def test_a_refused_unterminated_last_line_logs_one_warning_and_no_error(mount):
     log = mount.log()
     assert "ERROR" not in log
     lines = [line for line in log.splitlines() if "without key" in line]
-    assert len(lines) == 2 and all(" WARNING " in line for line in lines), lines
+    assert len(lines) == 2, lines
+    assert all(" WARNING " in line for line in lines), lines
     assert (mount / "c/0/records").read_bytes() == (mount / "d/0/records").read_bytes() == b""

@@ -66,7 +66,8 @@ def expected(i: int) -> tuple[bytes | None, bytes | None, tuple]:
 def test_every_row_of_every_json_view_has_the_same_members(topic):
     for view in ("t/0/records.jsonl", "t/0/from/29990.jsonl", "t/0/segments/00000000000000000000.jsonl"):
         rows = [json.loads(line) for line in topic.sh(f"cat {view}").stdout.splitlines()]
-        assert rows and all(list(row) == MEMBERS for row in rows), view
+        assert rows, view
+        assert all(list(row) == MEMBERS for row in rows), view
         assert all(list(h) == ["key", "value", "valueEncoding"] for row in rows for h in row["headers"])
     since = topic.sh("cat t/0/since/0").stdout
     assert since == topic.sh("cat t/0/records").stdout       # since/ is text; its .jsonl is records.jsonl
@@ -91,7 +92,8 @@ def test_pandas_reads_every_value(topic):
     import pandas as pd
 
     df = pd.read_json(topic / "t/0/records.jsonl", lines=True, dtype=False)   # as docs/usage.md shows
-    assert list(df.columns) == MEMBERS and len(df) == PLAIN + len(TAIL)
+    assert list(df.columns) == MEMBERS
+    assert len(df) == PLAIN + len(TAIL)
     def null(x):     # pandas shows a null as NaN in a column of strings
         return None if not isinstance(x, str) and pd.isna(x) else x
 

@@ -101,7 +101,8 @@ def test_log_append_time_records_keep_their_timestamps(mount):
     src = [json.loads(line) for line in mount.sh("cat a/0/records.jsonl").stdout.splitlines()]
     dst = [json.loads(line) for line in mount.sh("cat b/0/records.jsonl").stdout.splitlines()]
     assert [(r["timestamp"], r["value"]) for r in dst] == [(r["timestamp"], r["value"]) for r in src]
-    assert {r["timestampType"] for r in src} == {1} and {r["timestampType"] for r in dst} == {0}
+    assert {r["timestampType"] for r in src} == {1}
+    assert {r["timestampType"] for r in dst} == {0}
     assert mount.sh("cat b/0/append.jsonl", check=False).stdout == b""    # replies go to the writer only
 
 
@@ -110,7 +111,8 @@ def test_a_malformed_line_fails_the_write_and_appends_nothing(mount, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b'{"value":"a"}\n{"value":"b"}\n\n{"value":"c"}\n{"value": "d", "timestamp": "noon"}\n')
     result = mount.sh(f"cat {bad} >> t/0/append.jsonl", check=False)
-    assert result.returncode != 0 and b"Invalid argument" in result.stderr
+    assert result.returncode != 0
+    assert b"Invalid argument" in result.stderr
     assert mount.sh("cat t/0/records").stdout == b"kept\n"
     assert "Malformed JSON line 5 of t/0/append.jsonl: timestamp must be an integer" in mount.log()
     # the writer reads back one `<first> <last>` line per batch
@@ -134,7 +136,8 @@ def test_an_unknown_member_is_refused_never_a_null_value(mount):
     """A log shipper's ``{"message": ...}`` or a typo: EINVAL naming the line and the member, never a tombstone."""
     mount.sh("mkdir t && echo cleanup.policy=compact >> t/config")
     result = mount.sh("echo '{\"valu\":\"x\"}' >> t/0/append.jsonl", check=False)
-    assert result.returncode != 0 and b"Invalid argument" in result.stderr
+    assert result.returncode != 0
+    assert b"Invalid argument" in result.stderr
     assert 'Malformed JSON line 1 of t/0/append.jsonl: unknown member "valu"' in mount.log()
     result = mount.sh("printf '%s\\n' '{\"key\":\"k\",\"value\":\"v\"}' '{\"key\":\"k\",\"message\":\"m\"}'"
                       " > t/0/append.jsonl", check=False)
@@ -158,7 +161,8 @@ def test_topic_level_append_jsonl_routes_by_key_or_explicit_partition(mount):
         assert keyed == [k for k in keys if (murmur2(k.encode()) & 0x7FFFFFFF) % 4 == p]
     assert json.loads(mount.sh("tail -n 1 t/3/records.jsonl").stdout)["value"] == "pinned"
     result = mount.sh("echo '{\"value\":\"x\",\"partition\":4}' >> t/append.jsonl", check=False)
-    assert result.returncode != 0 and b"Invalid argument" in result.stderr
+    assert result.returncode != 0
+    assert b"Invalid argument" in result.stderr
     assert "names partition 4, but topic t has 4 partitions" in mount.log()
 
 

@@ -124,7 +124,8 @@ def test_a_reader_at_eof_sees_appends_and_small_reads_equal_large(logfs_mount):
     mount.sh("mkdir t")
     _append(mount, _lines(0, 1000))
     with open(mount / "t/0/records", "rb", buffering=0) as reader:
-        assert reader.read() == _lines(0, 1000) and reader.read() == b""     # at EOF, pages cached
+        assert reader.read() == _lines(0, 1000)
+        assert reader.read() == b""                                          # at EOF, pages cached
         _append(mount, _lines(1000, 1500))
         assert os.fstat(reader.fileno()).st_size == len(_lines(0, 1500))
         assert reader.read() == _lines(1000, 1500)                          # the same descriptor
@@ -231,7 +232,8 @@ def test_a_damaged_batch_fails_the_read_and_never_ends_the_file_early(logfs_moun
     base = int(third.name.split(".")[0])
     good = _lines(0, base)
     result = mount.sh("cat t/0/records", check=False)
-    assert result.returncode != 0 and b"Input/output error" in result.stderr
+    assert result.returncode != 0
+    assert b"Input/output error" in result.stderr
     if mode == DIRECT_IO:
         assert result.stdout == good                   # every record before the damaged batch
     else:

@@ -42,7 +42,8 @@ def test_an_oversized_printed_line_leaves_nothing_and_fails_the_command(mount, u
     mount.sh("mkdir t && echo before >> t/0/append")
     result = mount.sh(f"PYTHONUNBUFFERED={unbuffered} {PYTHON} -c \"print('x'*1100000)\" >> t/0/append",
                       check=False)
-    assert result.returncode != 0 and b"Message too long" in result.stderr, result
+    assert result.returncode != 0, result
+    assert b"Message too long" in result.stderr, result
     mount.sh("echo next >> t/0/append")                    # the next line appends normally
     assert (mount / "t/0/records").read_bytes() == b"before\nnext\n"
     assert [line for line in errors(mount) if " t/0/append EMSGSIZE " in line], errors(mount)
@@ -71,14 +72,17 @@ def test_a_mistyped_or_new_name_is_refused_naming_the_file_probably_meant(mount)
     for command, meant in (("echo hi >> t/0/apend", "t/0/append"), ("echo x > t/0/recods", "t/0/records"),
                            ("echo retention.ms=1 > t/confg", "t/config")):
         result = mount.sh(command, check=False)
-        assert result.returncode != 0 and b"Operation not permitted" in result.stderr, command
+        assert result.returncode != 0, command
+        assert b"Operation not permitted" in result.stderr, command
         assert f"did you mean {meant}?" in mount.log(), command
     result = mount.sh("touch t/0/newfile", check=False)
-    assert result.returncode != 0 and b"Operation not permitted" in result.stderr
+    assert result.returncode != 0
+    assert b"Operation not permitted" in result.stderr
     assert sorted(os.listdir(mount / "t/0")) == sorted(
         ["append", "append.jsonl", "consume", "delete", "from", "offset", "records", "records.jsonl", "segments",
          "since", "state"])
-    assert (mount / "t/0/records").read_bytes() == b"" and overrides(mount) == []
+    assert (mount / "t/0/records").read_bytes() == b""
+    assert overrides(mount) == []
     assert any(" t/0/apend EPERM create: " in line and "did you mean t/0/append?" in line for line in errors(mount))
 
 
@@ -110,7 +114,8 @@ os.replace(f.name, 't/config')"
     assert overrides(mount) == ["retention.ms=70000", "segment.ms=100000"]
     assert (mount / "t/0/records").read_bytes() == b"one\ntwo\nthree\n"
     assert sorted(os.listdir(mount / "t")) == ["0", "append", "append.jsonl", "config", "delete", "groups"]
-    assert "create failed" not in mount.log() and "rename failed" not in mount.log()
+    assert "create failed" not in mount.log()
+    assert "rename failed" not in mount.log()
 
 
 # --------------------------------------------------------------------------- config
@@ -120,7 +125,8 @@ def test_a_refused_config_opening_changes_nothing(mount):
     mount.sh("mkdir t && echo retention.ms=5000 > t/config")
     before = os.stat(mount / "t/config").st_mtime_ns
     result = mount.sh("echo retention.ms=abc > t/config", check=False)
-    assert result.returncode != 0 and b"Invalid argument" in result.stderr
+    assert result.returncode != 0
+    assert b"Invalid argument" in result.stderr
     assert overrides(mount) == ["retention.ms=5000"]               # the O_TRUNC did not reset them
     assert os.stat(mount / "t/config").st_mtime_ns == before
     result = mount.sh("printf 'segment.ms=100000\\nretention.ms=soon\\n' > t/config", check=False)
@@ -152,11 +158,14 @@ def test_mv_across_filesystems_replaces_config_as_a_redirection_does(mount, tmp_
     good.write_text("segment.ms=100000\n")
     result = mount.sh(f"mv {good} t/config", check=False)
     assert result.returncode == 0, result.stderr
-    assert overrides(mount) == ["segment.ms=100000"] and not good.exists()
+    assert overrides(mount) == ["segment.ms=100000"]
+    assert not good.exists()
     bad.write_text("retention.ms=soon\n")
     result = mount.sh(f"mv {bad} t/config", check=False)
-    assert result.returncode != 0 and b"Invalid argument" in result.stderr
-    assert overrides(mount) == ["segment.ms=100000"] and bad.exists()   # nothing applied, nothing lost
+    assert result.returncode != 0
+    assert b"Invalid argument" in result.stderr
+    assert overrides(mount) == ["segment.ms=100000"]
+    assert bad.exists()                                                 # nothing applied, nothing lost
     assert mount.sh("rm t/config", check=False).returncode == 0          # rm alone: every override removed
     wait_for(lambda: overrides(mount) == [], "the overrides of the removed config to go")
 
@@ -181,13 +190,15 @@ def test_logfs_errors_is_followed_by_tail_f_and_keeps_the_last_thousand(mount):
         line = seen.decode()
         assert " t/config EINVAL write: Invalid value abc for configuration retention.ms" in line, line
         stamp = line.split()[0]
-        assert len(stamp) == len("2026-11-27T17:43:38.681Z") and stamp.endswith("Z")
+        assert len(stamp) == len("2026-11-27T17:43:38.681Z")
+        assert stamp.endswith("Z")
     finally:
         tail.kill()
         tail.communicate()     # and its pipe closed
     mount.sh("for i in $(seq 1005); do echo x > t/0/no-such-$i; done", check=False)
     lines = errors(mount)
     assert len(lines) == 1000
-    assert " t/0/no-such-1005 EPERM create: " in lines[-1] and " t/0/no-such-6 EPERM " in lines[0]
+    assert " t/0/no-such-1005 EPERM create: " in lines[-1]
+    assert " t/0/no-such-6 EPERM " in lines[0]
     # the file only grows: its size counts the dropped lines too, so a follower never sees it shrink
     assert os.stat(mount / ".logfs/errors").st_size > sum(len(line) + 1 for line in lines)

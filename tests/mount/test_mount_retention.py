@@ -128,7 +128,8 @@ def test_time_retention_deletes_only_expired_segments_through_deleted_files(moun
     _write(mount, "t", 400, 400)                                    # young
     before = _state(mount)
     expired = [s for s in before["segments"] if s["largest_timestamp"] <= old_newest]
-    assert len(expired) >= 3 and len(expired) < len(before["segments"])
+    assert len(expired) >= 3
+    assert len(expired) < len(before["segments"])
     young_oldest = before["segments"][len(expired)]["largest_timestamp"]
     assert young_oldest - old_newest >= AGE_GAP_MS
     expected_start = before["segments"][len(expired)]["base_offset"]
@@ -168,7 +169,8 @@ def test_time_retention_deletes_only_expired_segments_through_deleted_files(moun
     add_config(mount / "t/config", b"retention.ms=100\n")
     wait_for(lambda: _state(mount)["log_start_offset"] == 800, what="all segments expired")
     final = _state(mount)
-    assert final["log_end_offset"] == 800 and [s["base_offset"] for s in final["segments"]] == [800]
+    assert final["log_end_offset"] == 800
+    assert [s["base_offset"] for s in final["segments"]] == [800]
     assert (mount / "t/0/records").read_bytes() == b""
     _write(mount, "t", 800, 20)
     wait_for(lambda: len((tmp_path / "tail.out").read_bytes()) >= len(_lines(0, 820)), "tail -f to reach line 819")

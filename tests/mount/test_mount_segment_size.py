@@ -19,10 +19,12 @@ pytestmark = pytest.mark.mount
 def test_a_topic_segment_bytes_below_one_mib_is_einval_and_changes_nothing(mount):
     mount.sh("mkdir t && echo retention.ms=5000 >> t/config")
     result = mount.sh("echo segment.bytes=100 >> t/config", check=False)
-    assert result.returncode != 0 and b"Invalid argument" in result.stderr
+    assert result.returncode != 0
+    assert b"Invalid argument" in result.stderr
     assert "Invalid value 100 for configuration segment.bytes: Value must be at least 1048576" in mount.log()
     config = mount.sh("cat t/config").stdout.decode()
-    assert "retention.ms=5000\n" in config and "\nsegment.bytes=" not in config     # still the default
+    assert "retention.ms=5000\n" in config
+    assert "\nsegment.bytes=" not in config                                         # still the default
     mount.sh("seq 2000 >> t/0/append")
     assert len(list(mount.partition_dir("t", 0).glob("*.log"))) == 1                 # one segment, not 2000
     mount.sh("echo segment.bytes=1048576 >> t/config")                                 # the minimum is taken

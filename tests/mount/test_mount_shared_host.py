@@ -73,13 +73,16 @@ def check_others_read_only(m: Mount, topic: str) -> None:
     assert stat.S_IMODE(os.stat(m / topic).st_mode) == 0o755
     records = (m / f"{topic}/0/records").read_bytes()
     read = as_nobody(m, f"cat {topic}/0/records")
-    assert read.returncode == 0 and read.stdout == records, read.stderr
+    assert read.returncode == 0, read.stderr
+    assert read.stdout == records, read.stderr
     consume = as_nobody(m, f"cat {topic}/0/consume/g-nobody")
-    assert consume.returncode == 1 and b"Permission denied" in consume.stderr, consume
+    assert consume.returncode == 1, consume
+    assert b"Permission denied" in consume.stderr, consume
     for command in (f"echo '0 1' > {topic}/groups/g-nobody", f"echo x >> {topic}/0/append",
                     f"echo retention.ms=1 >> {topic}/config", "mkdir other", f"echo >> {topic}/delete"):
         refused = as_nobody(m, command)
-        assert refused.returncode != 0 and b"Permission denied" in refused.stderr, (command, refused)
+        assert refused.returncode != 0, (command, refused)
+        assert b"Permission denied" in refused.stderr, (command, refused)
     assert "g-nobody" not in committed_groups(m, topic)
     assert (m / f"{topic}/0/records").read_bytes() == records
     assert not (m / "other").exists()
@@ -92,7 +95,8 @@ def check_group_acts_as_owner(m: Mount, topic: str) -> None:
     assert stat.S_IMODE(os.stat(m / f"{topic}/append").st_mode) == 0o664
     records = (m / f"{topic}/0/records").read_bytes()
     consume = as_nobody(m, f"cat {topic}/0/consume/g-nobody")
-    assert consume.returncode == 0 and consume.stdout == records, consume
+    assert consume.returncode == 0, consume
+    assert consume.stdout == records, consume
     assert "g-nobody" in committed_groups(m, topic)
     assert (m / f"{topic}/groups/g-nobody").read_text().split()[:2] == ["0", str(records.count(b"\n"))]
 
@@ -121,7 +125,8 @@ def test_a_umask_hides_the_mount_from_other_users(shared_mount) -> None:
     (m / "t/0/append").write_bytes(b"a\n")
     assert stat.S_IMODE(os.stat(m / "t").st_mode) == 0o750
     read = as_nobody(m, "cat t/0/records")
-    assert read.returncode == 1 and b"Permission denied" in read.stderr, read
+    assert read.returncode == 1, read
+    assert b"Permission denied" in read.stderr, read
 
 
 def test_allow_group_without_allow_other_is_refused(shared_base: Path) -> None:

@@ -70,7 +70,8 @@ def test_stat_gives_one_inode_per_path_until_the_content_is_deleted(mount):
     before = {path: os.stat(mount / path).st_ino for path in VIEW_PATHS}
     _append(mount / "t/0/append", _lines(201, 210))          # appends: the same files, grown
     grown = os.stat(mount / "t/0/records")
-    assert grown.st_ino == before["t/0/records"] and grown.st_size == len(_lines(1, 210))
+    assert grown.st_ino == before["t/0/records"]
+    assert grown.st_size == len(_lines(1, 210))
     assert os.stat(mount / "t/0/offset/3").st_ino == before["t/0/offset/3"]
     # DeleteRecords below 5: records and since/0 are other files now, from/5 is the same file
     (mount / "t/0/delete").write_bytes(b"before 5\n")
@@ -97,7 +98,8 @@ def test_cp_install_rsync_tar_shutil_copy_every_kind_of_file(mount, tmp_path):
         for tool in (["cp", path], ["install", "-m", "0644", path]):
             target = out / f"{tool[0]}-{name}"
             result = mount.sh(" ".join([*tool, str(target)]), check=False)
-            assert result.returncode == 0 and result.stderr == b"", (tool, path, result.stderr)
+            assert result.returncode == 0, (tool, path, result.stderr)
+            assert result.stderr == b"", (tool, path, result.stderr)
             assert same(target.read_bytes(), expected, path), (tool, path)
         shutil.copyfile(mount / path, out / f"shutil-{name}")
         assert same((out / f"shutil-{name}").read_bytes(), expected, path), path
@@ -107,7 +109,8 @@ def test_cp_install_rsync_tar_shutil_copy_every_kind_of_file(mount, tmp_path):
     assert (out / "rsync/0/segments/00000000000000000000.log").read_bytes() == \
         (mount / "t/0/segments/00000000000000000000.log").read_bytes()
     result = mount.sh(f"tar cf {out}/t.tar t", check=False)
-    assert result.returncode == 0 and result.stderr == b"", result.stderr
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == b"", result.stderr
     subprocess.run(["tar", "xf", str(out / "t.tar"), "-C", str(out)], check=True)
     assert (out / "t/0/records.jsonl").read_bytes() == (mount / "t/0/records.jsonl").read_bytes()
 
@@ -164,7 +167,9 @@ def test_less_follow_mode_shows_appends(mount, tmp_path):
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
     screen = out.read_bytes()
-    assert screen.count(b"line-5") == 1 and b"truncated" not in screen and b"replaced" not in screen
+    assert screen.count(b"line-5") == 1
+    assert b"truncated" not in screen
+    assert b"replaced" not in screen
 
 
 def test_tail_f_and_tail_F_read_on_across_a_deletion_without_a_record_twice(mount, tmp_path):
@@ -190,7 +195,8 @@ def test_tail_f_and_tail_F_read_on_across_a_deletion_without_a_record_twice(moun
             p.send_signal(signal.SIGTERM)
             p.wait(timeout=10)
     assert err.read_bytes() == b""
-    assert out_F.read_bytes() == _lines(1, 30) and b"replaced" not in err_F.read_bytes()
+    assert out_F.read_bytes() == _lines(1, 30)
+    assert b"replaced" not in err_F.read_bytes()
     # nobody has it open: the name now shows the records from the new log start (as after a log rotation)
     assert (mount / "t/0/records").read_bytes() == _lines(11, 30)
 
@@ -211,7 +217,8 @@ def test_du_counts_what_is_stored_and_ls_la_shows_dot_entries(mount):
     _topic(mount, records=2000)
     listing = mount.sh("ls -la t/0").stdout.decode().splitlines()
     names = [line.split()[-1] for line in listing[1:]]
-    assert names[:2] == [".", ".."] and "records" in names
+    assert names[:2] == [".", ".."]
+    assert "records" in names
     du_mount = int(mount.sh("du -s --block-size=1 t").stdout.split()[0])
     stored = sum(p.stat().st_size for p in mount.partition_dir("t", 0).iterdir()
                  if p.suffix in (".log",))
@@ -228,7 +235,8 @@ def test_rm_rf_of_a_topic_deletes_it_like_rmdir(mount):
     os.mkdir(mount / "u")
     _append(mount / "u/0/append", b"keep\n")
     result = mount.sh("rm -rf t", check=False)
-    assert result.returncode == 0 and result.stderr == b"", result.stderr
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == b"", result.stderr
     assert sorted(os.listdir(mount.path)) == [".logfs", "u"]
     assert "(EPERM)" not in mount.log()                       # no refusal from rm -rf
     # files of a topic still cannot be removed one by one, by anyone not removing the topic,
@@ -236,7 +244,8 @@ def test_rm_rf_of_a_topic_deletes_it_like_rmdir(mount):
     result = mount.sh("rm u/0/records; rmdir u/0", check=False)
     assert b"Operation not permitted" in result.stderr
     result = mount.sh("rm -rf u/0", check=False)
-    assert result.returncode != 0 and b"Operation not permitted" in result.stderr
+    assert result.returncode != 0
+    assert b"Operation not permitted" in result.stderr
     assert (mount / "u/0/records").read_bytes() == b"keep\n"
     shutil.rmtree(mount / "u")
     assert os.listdir(mount.path) == [".logfs"]
@@ -251,12 +260,14 @@ def test_config_written_line_by_line_is_applied_whole_at_close(mount):
     os.mkdir(mount / "t")
     # bash's builtin printf writes each line with its own write(2)
     result = mount.sh("printf 'retention.ms=5000\\nsegment.bytes=xyz\\n' > t/config", check=False)
-    assert result.returncode != 0 and b"Invalid argument" in result.stderr
+    assert result.returncode != 0
+    assert b"Invalid argument" in result.stderr
     assert "retention.ms=604800000\n" in (mount / "t/config").read_text()     # nothing applied
     result = mount.sh("printf 'retention.ms=5000\\nsegment.ms=60000\\n' > t/config", check=False)
     assert result.returncode == 0, result.stderr
     config = (mount / "t/config").read_text()
-    assert "retention.ms=5000\n" in config and "segment.ms=60000\n" in config
+    assert "retention.ms=5000\n" in config
+    assert "segment.ms=60000\n" in config
     # a bad name later in the same opening: the good lines written before it are not applied
     fd = os.open(mount / "t/config", os.O_WRONLY | os.O_TRUNC)
     try:
@@ -273,7 +284,8 @@ def test_config_written_line_by_line_is_applied_whole_at_close(mount):
     assert mount.stop() == 0
     log = mount.log()
     assert log.count("Updated config of topic t") == 1      # once per applied change, not twice
-    assert log.count("xyz") == 1 and log.count("no.such.name") == 1   # one line per refusal
+    assert log.count("xyz") == 1
+    assert log.count("no.such.name") == 1                             # one line per refusal
 
 
 @pytest.mark.mount_options({"log.segment.bytes": "8000000"})
@@ -305,7 +317,8 @@ def test_an_oversized_single_write_fails_with_emsgsize_and_loses_nothing_else(mo
     f.write(b"kept too\n")
     f.close()
     result = mount.sh("printf '%s\\n' \"$(head -c 1572864 /dev/zero | tr '\\0' y)\" >> t/0/append", check=False)
-    assert result.returncode != 0 and b"Message too long" in result.stderr
+    assert result.returncode != 0
+    assert b"Message too long" in result.stderr
     assert (mount / "t/0/records").read_bytes() == b"before\nafter\nlast without newline\nkept\nkept too\n"
     assert mount.stop() == 0
     assert "Dropped the unterminated" not in mount.log()
@@ -351,12 +364,14 @@ def test_cat_prints_the_good_bytes_before_a_corrupt_batch_then_fails(logfs_mount
     damaged.write_bytes(bytes(data))
     base = int(damaged.name.split(".")[0])
     result = mount.sh("cat t/0/records", check=False)
-    assert result.returncode != 0 and b"Input/output error" in result.stderr
+    assert result.returncode != 0
+    assert b"Input/output error" in result.stderr
     good = b"".join(written[:base])
     if mode == ["--no-page-cache"]:
         assert result.stdout == good                            # every record before the damaged batch
     else:
-        assert result.stdout == good[:len(good) // 4096 * 4096] and result.stdout   # its whole pages
+        assert result.stdout == good[:len(good) // 4096 * 4096]
+        assert result.stdout                                                        # its whole pages
     assert mount.stop() == 0
     assert mount.log().count(f"file {damaged}, position 0") == 1
 
@@ -428,18 +443,22 @@ def test_numbers_of_thousands_of_digits_are_einval_with_one_log_line(mount):
     assert (mount / "t/0/records").read_bytes() == _lines(1, 5)
     assert mount.stop() == 0
     log = mount.log()
-    assert "Traceback" not in log and "unexpected error" not in log
-    assert log.count("(5007 characters)") == 1 and log.count("(5000 characters)") == 1
+    assert "Traceback" not in log
+    assert "unexpected error" not in log
+    assert log.count("(5007 characters)") == 1
+    assert log.count("(5000 characters)") == 1
     assert log.count("(250 characters)") == 1
 
 
 def test_cli_version_log_level_help_and_umount_messages(tmp_path):
     out = subprocess.run([str(LOGFS), "--version"], capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout.startswith("logfs ")
+    assert out.returncode == 0
+    assert out.stdout.startswith("logfs ")
     out = subprocess.run([str(LOGFS), "mount", "--help"], capture_output=True, text=True)
     assert "--log-level" in out.stdout
     out = subprocess.run([str(LOGFS), "umount", str(tmp_path)], capture_output=True, text=True)
-    assert out.returncode == 1 and out.stderr.strip() == f"logfs umount: {tmp_path} is not mounted"
+    assert out.returncode == 1
+    assert out.stderr.strip() == f"logfs umount: {tmp_path} is not mounted"
 
 
 def _scripts_tree(tmp_path: Path) -> Path:
@@ -463,8 +482,10 @@ def test_run_sh_help_mounts_nothing(tmp_path):
     root = _scripts_tree(tmp_path)
     out = subprocess.run(["bash", "scripts/run.sh", "--help"], cwd=root, capture_output=True, text=True,
                          timeout=60)
-    assert out.returncode == 0 and out.stdout.startswith("usage: scripts/run.sh")
-    assert "--data-dir" in out.stdout and "mounting" not in out.stdout
+    assert out.returncode == 0
+    assert out.stdout.startswith("usage: scripts/run.sh")
+    assert "--data-dir" in out.stdout
+    assert "mounting" not in out.stdout
     assert not (root / "mnt").exists()
 
 
@@ -486,7 +507,8 @@ def test_run_sh_detaches_a_killed_mount_and_mounts_again(tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
-    assert b"stale mount" in out and proc.returncode == 0, out.decode(errors="replace")
+    assert b"stale mount" in out, out.decode(errors="replace")
+    assert proc.returncode == 0, out.decode(errors="replace")
 
 
 def _stat_ok(path: Path) -> bool:
@@ -507,7 +529,8 @@ def test_pipeline_stream_checkpoint_is_not_in_the_current_directory(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     path = pipeline.default_checkpoint("mnt", "events", "windows")
     assert path.startswith(str(tmp_path / "state" / "logfs" / "pipeline"))
-    assert path.endswith("events-to-windows") and not Path(path).is_relative_to(tmp_path / "mnt")
+    assert path.endswith("events-to-windows")
+    assert not Path(path).is_relative_to(tmp_path / "mnt")
 
 
 def test_sendfile_of_a_generated_file_that_shrank_while_open_copies_what_it_opened(mount):

@@ -39,7 +39,7 @@ def _killed(mount, proc: subprocess.Popen, sig: int) -> None:
     assert proc.wait(timeout=10) == -sig
 
 
-@pytest.mark.parametrize("command,sig", [
+@pytest.mark.parametrize(("command", "sig"), [
     ("cat", signal.SIGINT), ("cat", signal.SIGKILL), ("dd bs=64K status=none", signal.SIGKILL),
     ("dd bs=64K status=none", signal.SIGTERM),
     (f"{PYTHON} -c 'import shutil, sys; shutil.copyfileobj(sys.stdin.buffer, sys.stdout.buffer, 1)'",
@@ -60,7 +60,8 @@ def test_a_writer_killed_mid_line_stores_nothing_of_it(mount, tmp_path, command,
     wait_for(lambda: "Dropped the unterminated last line (4 bytes) written to t/0/append" in errors(mount),
              timeout=10, what="the drop in .logfs/errors")
     line = next(line for line in errors(mount).splitlines() if "Dropped the unterminated" in line)
-    assert " t/0/append EINTR flush: " in line and f"killed by {name}" in line, line
+    assert " t/0/append EINTR flush: " in line, line
+    assert f"killed by {name}" in line, line
     assert f"killed by {name}" in mount.log()
     mount.sh("echo next >> t/0/append")
     assert records(mount) == b"whole\nnext\n"

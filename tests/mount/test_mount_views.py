@@ -60,8 +60,10 @@ def test_topic_partition_layout_and_views_match_kafka(mount):
     assert _json_lines(mount.sh("cat t/0/from/102.jsonl").stdout) == rows[102:]
 
     state = json.loads((mount / "t/0/state").read_bytes())
-    assert state["topic"] == "t" and state["partition"] == 0
-    assert state["log_start_offset"] == 0 and state["log_end_offset"] == 103
+    assert state["topic"] == "t"
+    assert state["partition"] == 0
+    assert state["log_start_offset"] == 0
+    assert state["log_end_offset"] == 103
     assert state["num_segments"] == len(state["segments"]) >= 1
     assert state["dir"] == str(mount.partition_dir("t", 0))
 
@@ -73,7 +75,8 @@ def test_topic_partition_layout_and_views_match_kafka(mount):
     for suffix in (".log", ".index", ".timeindex"):
         through = (mount / f"t/0/segments/00000000000000000000{suffix}").read_bytes()
         on_disk = (mount.partition_dir("t", 0) / f"00000000000000000000{suffix}").read_bytes()
-        assert through == on_disk[:len(through)] and not on_disk[len(through):].strip(b"\0"), suffix
+        assert through == on_disk[:len(through)], suffix
+        assert not on_disk[len(through):].strip(b"\0"), suffix
         assert os.stat(mount / f"t/0/segments/00000000000000000000{suffix}").st_size == len(through)
     assert len((mount / "t/0/segments/00000000000000000000.timeindex").read_bytes()) % 12 == 0
     assert (mount / "t/0/segments/00000000000000000000.jsonl").read_bytes() == jl
@@ -98,7 +101,8 @@ def test_since_views_epoch_ms_and_iso(mount):
     iso = dt.datetime.fromtimestamp(cut / 1000, tz=dt.UTC).isoformat()
     assert mount.sh(f"cat 't/0/since/{iso}'").stdout == b"new1\nnew2\n"
     rows = _json_lines(mount.sh(f"cat t/0/since/{cut}.jsonl").stdout)
-    assert [r["value"] for r in rows] == ["new1", "new2"] and all(r["timestamp"] >= cut for r in rows)
+    assert [r["value"] for r in rows] == ["new1", "new2"]
+    assert all(r["timestamp"] >= cut for r in rows)
     # A time after every record: an empty view that grows with new appends.
     future = cut + 3_600_000
     with open(mount / f"t/0/since/{future}", "rb") as f:
@@ -135,7 +139,9 @@ def test_topic_append_keys_null_marker_and_round_robin(mount, read_kafka):
     (mount / "k").mkdir()
     add_config(mount / "k/config", b"parse.key=true\nkey.separator=:\nnull.marker=NULL\n")
     config = (mount / "k/config").read_text()
-    assert "parse.key=true\n" in config and "key.separator=:\n" in config and "null.marker=NULL\n" in config
+    assert "parse.key=true\n" in config
+    assert "key.separator=:\n" in config
+    assert "null.marker=NULL\n" in config
     default_retention = [line for line in config.splitlines() if line.startswith("#retention.ms=")]
     assert len(default_retention) == 1                 # a default, shown as a comment
     with open(mount / "k/config", "a") as f:           # >>: adds to the overrides
@@ -178,7 +184,8 @@ def test_broker_files_stats_and_metrics(mount):
     mount.sh("seq 1 1000 > t/0/append")
     assert sorted(os.listdir(mount / ".logfs")) == ["config", "errors", "metrics", "stats.json"]
     config = (mount / ".logfs/config").read_text()
-    assert f"log.dirs={mount.data}\n" in config and "log.segment.bytes=" in config
+    assert f"log.dirs={mount.data}\n" in config
+    assert "log.segment.bytes=" in config
     assert os.stat(mount / ".logfs/config").st_size == len(config.encode())
     tasks = ("kafka-log-retention", "kafka-log-flusher", "kafka-recovery-point-checkpoint",
              "kafka-log-start-offset-checkpoint", "kafka-delete-logs")
@@ -228,5 +235,6 @@ def test_binary_values_survive_jsonl(mount):
     with open(mount / "b/0/append", "wb") as f:
         f.write(payload + b"\n")
     row = _json_lines((mount / "b/0/records.jsonl").read_bytes())[0]
-    assert row["valueEncoding"] == "base64" and base64.b64decode(row["value"]) == payload
+    assert row["valueEncoding"] == "base64"
+    assert base64.b64decode(row["value"]) == payload
     assert (mount / "b/0/records").read_bytes() == payload + b"\n"

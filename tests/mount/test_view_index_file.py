@@ -104,7 +104,8 @@ def test_first_tail_after_a_reload_reads_no_log_byte_of_a_sealed_segment(tmp_pat
         view = LogView(log, fmt)
         size = view.size()
         tail = view.read(size - 100, 100)
-        assert len(tail) == 100 and tail.endswith(b"\n")
+        assert len(tail) == 100
+        assert tail.endswith(b"\n")
         view.close()
     assert not [base for base in sealed if reads.by_base.get(base)], reads.by_base
     log.close()
@@ -147,7 +148,8 @@ def test_a_damaged_or_missing_file_is_rebuilt_and_the_views_stay_exact(tmp_path,
         assert (_render_all(log, ViewFormat.TEXT), _render_all(log, ViewFormat.JSONL)) == expected
     if damage.__name__ != "delete":
         lines = [r for r in caplog.records if files[1].name in r.getMessage()]
-        assert len(lines) == 1 and "rebuilding" in lines[0].getMessage()
+        assert len(lines) == 1
+        assert "rebuilding" in lines[0].getMessage()
     log.close()
     # the rebuilt file is valid again: a reload loads it
     log = Log.load(str(log_dir), make_config(**CONFIG))
@@ -225,7 +227,8 @@ def test_view_index_files_survive_kill_9_and_views_stay_exact(logfs_mount):
     text = (mount / "t/0/records").read_bytes()
     assert text.splitlines() == lines
     jsonl = (mount / "t/0/records.jsonl").read_bytes().splitlines()
-    assert len(jsonl) == len(lines) and b'"offset":2999' in jsonl[-1].replace(b" ", b"")
+    assert len(jsonl) == len(lines)
+    assert b'"offset":2999' in jsonl[-1].replace(b" ", b"")
     assert not list(part.glob("*.tmp"))
     assert "is not used: its checksum does not match" in mount.log()
 
@@ -272,7 +275,8 @@ def test_orphaned_files_are_removed_at_load_with_one_line(tmp_path, caplog):
         assert _view_index_files(reloaded.dir) == {
             os.path.basename(view_index_file_path(log.dir, b)) for b in bases}
         lines = [r.getMessage() for r in caplog.records if "view index files of deleted segments" in r.getMessage()]
-        assert len(lines) == 1 and "Removed 3 view index files" in lines[0]
+        assert len(lines) == 1
+        assert "Removed 3 view index files" in lines[0]
         assert _render_all(reloaded, ViewFormat.TEXT) == b"".join(v + b"\n" for v in _values(1000))
     finally:
         reloaded.close()

@@ -58,7 +58,8 @@ def test_readme_data_source_snippet_runs_as_shown(project):
     result = subprocess.run([sys.executable, "-c", program], cwd=root, env=env, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-5000:]
-    assert "ROWS 300 True" in result.stdout and "STREAMING True" in result.stdout
+    assert "ROWS 300 True" in result.stdout
+    assert "STREAMING True" in result.stdout
 
 
 def test_readme_pipeline_console_block_runs_as_written(project):

@@ -169,7 +169,8 @@ def test_source_returns_what_was_appended_with_kafka_columns(spark, mount, read_
     rows = df.selectExpr("key", "value", "topic", "partition", "offset",
                          "unix_millis(timestamp) AS ts", "timestampType").collect()
     assert len(rows) == len(lines)
-    assert {r.topic for r in rows} == {"kv"} and {r.timestampType for r in rows} == {1}
+    assert {r.topic for r in rows} == {"kv"}
+    assert {r.timestampType for r in rows} == {1}
     assert collections.Counter(bytes(r.key) + b"\t" + bytes(r.value) for r in rows) == collections.Counter(lines)
 
     # Against Kafka's own decoding of the .log files: same offsets, keys, values, timestamps.
@@ -286,7 +287,8 @@ def test_source_reads_across_retention_and_compaction_replacing_segments(mount, 
         assert (rng.from_offset, rng.until_offset) == (0, 1200)
         task = iter(reader.read(rng))
         first = next(task).to_pylist()
-        assert first and first[0]["offset"] == 0
+        assert first
+        assert first[0]["offset"] == 0
         tasks[fail_on_data_loss] = (task, first)
 
     # Between planning and reading: DeleteRecords below 500 (retention deletes the segments
@@ -343,7 +345,7 @@ def test_source_fails_on_a_corrupt_stored_batch_naming_the_file(spark, mount):
         f.seek(corrupt_at + HEADER_SIZE + 5)
         f.write(bytes([byte[0] ^ 0x10]))
 
-    with pytest.raises(Exception) as failure:
+    with pytest.raises(Exception, match="Record batch is corrupt") as failure:   # Spark's error, wrapping ours
         _source(spark, mount, "bad").collect()
     message = str(failure.value)
     assert "Record batch is corrupt" in message
@@ -429,7 +431,9 @@ def test_streaming_rate_limit_and_available_now(spark, mount, tmp_path):
              .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
     query.awaitTermination(180)
     assert not query.isActive
-    assert sum(sizes) == 90 and max(sizes) <= 20 and len(sizes) >= 5
+    assert sum(sizes) == 90
+    assert max(sizes) <= 20
+    assert len(sizes) >= 5
 
     # latest (the streaming default) sees only what comes after the start.
     fresh = logfs_spark.LogfsStreamReader(logfs_spark.SourceOptions.parse(
@@ -448,7 +452,8 @@ def test_spark_tasks_append_through_append_files(spark, mount):
     df = spark.range(0, 2000, numPartitions=4).selectExpr("concat('row-', CAST(id AS STRING)) AS value")
     assert logfs_spark.append_rows(df, mp, "out", chunk_bytes=4096) == 2000
     ends = end_offsets(mp, "out")
-    assert sum(ends.values()) == 2000 and all(n > 0 for n in ends.values())  # unkeyed lines spread
+    assert sum(ends.values()) == 2000
+    assert all(n > 0 for n in ends.values())                                 # unkeyed lines spread
     got = collections.Counter(r["value"] for r in records_jsonl(mp, "out"))
     assert got == collections.Counter(f"row-{i}" for i in range(2000))
 
@@ -485,7 +490,8 @@ def test_pipeline_script_end_to_end(spark, mount, tmp_path, monkeypatch):
     bad = ("not json", '{"type": 3')
     events = [json.loads(r["value"]) for r in records_jsonl(mp, "events") if r["value"] not in bad]
     assert len(events) == 500
-    assert "Read 500 events from topic events" in out and "skipped 2 records that are not JSON events" in out
+    assert "Read 500 events from topic events" in out
+    assert "skipped 2 records that are not JSON events" in out
     counts = collections.Counter(e["type"] for e in events)
     totals = [json.loads(r["value"]) for r in records_jsonl(mp, "totals")]
     assert {t["type"]: t["count"] for t in totals} == counts
@@ -508,7 +514,7 @@ def test_pipeline_script_end_to_end(spark, mount, tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------ planning
 
 
-@pytest.mark.parametrize("min_partitions,max_records", [(None, None), (7, None), (None, 10), (50, 3)])
+@pytest.mark.parametrize(("min_partitions", "max_records"), [(None, None), (7, None), (None, 10), (50, 3)])
 def test_planned_ranges_cover_each_offset_once(min_partitions, max_records):
     starts = {("a", 0): 5, ("a", 1): 0, ("b", 0): 100}
     untils = {("a", 0): 105, ("a", 1): 0, ("b", 0): 123}
@@ -531,4 +537,5 @@ def test_max_offsets_per_trigger_shares_by_lag():
     limited = source._rate_limit(start, end, 40, mount="/nonexistent")
     taken = {tp: limited[tp] - start.get(tp, 0) for tp in limited}
     assert sum(taken.values()) == 40
-    assert taken[("t", 0)] == 30 and taken[("t", 1)] == 10
+    assert taken[("t", 0)] == 30
+    assert taken[("t", 1)] == 10

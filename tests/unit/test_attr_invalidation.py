@@ -33,8 +33,6 @@ from logfs.stats import MountStats
 from tests.helpers import namespace_manager, wait_for  # noqa: F401  (the manager fixture)
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from engine.manager import LogManager
 
 TP = TopicPartition("t", 0)
@@ -80,8 +78,8 @@ def kernel_attrs(monkeypatch: pytest.MonkeyPatch) -> KernelAttrs:
 
 
 @pytest.fixture(name="ops")
-def page_cache_ops(manager: LogManager) -> Iterator[LogfsOperations]:
-    yield LogfsOperations(Namespace(manager, MountStats(), views_direct_io=False))
+def page_cache_ops(manager: LogManager) -> LogfsOperations:
+    return LogfsOperations(Namespace(manager, MountStats(), views_direct_io=False))
 
 
 def _lookup_records(ops: LogfsOperations) -> int:

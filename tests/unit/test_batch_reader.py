@@ -60,7 +60,8 @@ def test_a_torn_tail_ends_a_lenient_walk_and_is_damage_before_a_published_end():
     with pytest.raises(CorruptRecordError) as err:
         list(read_batches(_reader(cut), 0, len(data), 64, path="x.log"))
     third = len(_batches([10, 20]))
-    assert err.value.path == "x.log" and err.value.position == third
+    assert err.value.path == "x.log"
+    assert err.value.position == third
 
 
 def test_a_bad_crc_yields_the_batches_before_it_then_names_the_file_and_byte():
@@ -72,7 +73,8 @@ def test_a_bad_crc_yields_the_batches_before_it_then_names_the_file_and_byte():
         for chunk in read_chunks(_reader(bytes(data)), 0, len(data), 1 << 20, path="x.log", verify_crc=True):
             seen += [h.base_offset for _, h in chunk.batches]
     assert seen == [0]
-    assert err.value.path == "x.log" and err.value.position == second
+    assert err.value.path == "x.log"
+    assert err.value.position == second
     assert "crc" in err.value.detail
 
 
@@ -82,7 +84,8 @@ def test_a_bad_length_is_damage_even_in_a_lenient_walk():
     data[second + 8:second + 12] = (5).to_bytes(4, "big")
     with pytest.raises(CorruptRecordError) as err:
         list(read_batches(_reader(bytes(data)), 0, None, 64, path="x.log", strict=False))
-    assert err.value.position == second and "smaller than the minimum" in err.value.detail
+    assert err.value.position == second
+    assert "smaller than the minimum" in err.value.detail
 
 
 
@@ -107,7 +110,8 @@ def test_the_header_walk_skips_bodies_and_reports_damage_as_the_whole_batch_walk
     bad[second + 8:second + 12] = (5).to_bytes(4, "big")
     with pytest.raises(CorruptRecordError) as err:
         list(read_headers(_reader(bytes(bad)), 0, len(bad), 64, path="x.log", strict=False))
-    assert err.value.position == second and "smaller than the minimum" in err.value.detail
+    assert err.value.position == second
+    assert "smaller than the minimum" in err.value.detail
 
 def _damaged_log(tmp_path) -> tuple[Log, int]:
     d = tmp_path / "t-0"

@@ -60,7 +60,7 @@ def test_missing_and_empty_files(tmp_path):
     assert OffsetCheckpointFile(str(tmp_path / "version-only")).read() == {}
 
 
-@pytest.mark.parametrize("content, message", [
+@pytest.mark.parametrize(("content", "message"), [
     ("1\n0\n", "Unrecognised version:1"),
     ("x\n0\n", "line 1"),
     ("0\nabc\n", "line 2: 'abc'"),

@@ -199,7 +199,8 @@ def test_compaction_of_many_updates_keeps_timestamps_offsets_and_views(tmp_path,
     after = all_records(log)
     assert [r.offset for r in after] == list(range(290, 300))
     assert all(r == before[r.offset] for r in after)            # same timestamp, key, value, headers
-    assert stats.messages_read == 300 and stats.messages_written == 10
+    assert stats.messages_read == 300
+    assert stats.messages_written == 10
     assert stats.bytes_written < stats.bytes_read
     # The first round groups by the sizes before cleaning: one cleaned segment per full one.
     assert log.num_segments == segments_before
@@ -351,7 +352,8 @@ def test_filthiest_log_is_chosen_and_marked_in_progress(tmp_path):
     assert checkpoint[first.topic_partition] == first.first_uncleanable_offset
     # `first` is now all clean (ratio 0 < 0.5); `second` is still all dirty.
     third = manager.grab_filthiest_log()
-    assert third.topic_partition == second.topic_partition and third.cleanable_ratio == 1.0
+    assert third.topic_partition == second.topic_partition
+    assert third.cleanable_ratio == 1.0
     manager.done_cleaning(third.topic_partition, str(tmp_path), 0)
     # A ratio must be strictly above the threshold: at 1.0 nothing is chosen, but the
     # dirtiest ratio is still reported (Kafka's max-dirty-percent).
@@ -393,7 +395,8 @@ def test_log_cleaner_clean_once_end_to_end(tmp_path):
     log.roll()
     cleaner = LogCleaner(broker_config(tmp_path), [str(tmp_path)], lambda: [log])
     stats = cleaner.clean_once()
-    assert stats is not None and stats.topic_partition == log.topic_partition
+    assert stats is not None
+    assert stats.topic_partition == log.topic_partition
     assert stats.end_offset == log.active_segment.base_offset
     assert [r.offset for r in all_records(log)] == list(range(475, 500))
     checkpoint = OffsetCheckpointFile(str(tmp_path / CLEANER_OFFSET_CHECKPOINT)).read()
@@ -404,7 +407,8 @@ def test_log_cleaner_clean_once_end_to_end(tmp_path):
     assert state["last_cleaning"]["records_written"] == 25
     # the map (25 keys, utilization in the stats) is emptied when the clean ends: its pages go back to the
     # system until the next clean, not kept resident by an idle mount
-    assert stats.buffer_utilization > 0 and cleaner.cleaners[0].offset_map.size == 0
+    assert stats.buffer_utilization > 0
+    assert cleaner.cleaners[0].offset_map.size == 0
     # Nothing dirty any more: the caller backs off.
     assert cleaner.clean_once() is None
     # No stray files of the swap protocol remain.
@@ -599,7 +603,8 @@ def test_largest_dirty_ratio_wins(tmp_path):
     manager.update_checkpoints(str(tmp_path), partition_to_update_or_add=(a.topic_partition, half))
     assert manager.dirty_ratio(a) < manager.dirty_ratio(b) == 1.0
     chosen = manager.grab_filthiest_log()
-    assert chosen.topic_partition == b.topic_partition and chosen.cleanable_ratio == 1.0
+    assert chosen.topic_partition == b.topic_partition
+    assert chosen.cleanable_ratio == 1.0
     manager.done_cleaning(b.topic_partition, str(tmp_path), b.active_segment.base_offset - 1)
     chosen = manager.grab_filthiest_log()
     assert chosen.topic_partition == a.topic_partition
@@ -624,7 +629,8 @@ def test_map_filling_up_inside_one_read_chunk_stops_at_the_same_record(tmp_path)
     stats = clean(log, cleaner)
     # keys 0..19 fill the map; offset 20 (key-20) is the first record it cannot take
     assert stats.end_offset == 20
-    assert cleaner.offset_map.size == 20 and cleaner.offset_map.latest_offset == 19
+    assert cleaner.offset_map.size == 20
+    assert cleaner.offset_map.latest_offset == 19
     assert contents(log) == expected_after_clean(history, 20, lambda o: True)
     log.close()
 
@@ -639,7 +645,8 @@ def test_gil_yield_sleeps_once_per_interval():
         gil_yield()
         if len(sleeps) > len(calls_that_slept):
             calls_that_slept.append(call)
-    assert calls_that_slept == [3, 6, 9] and sleeps == [0.0] * 3
+    assert calls_that_slept == [3, 6, 9]
+    assert sleeps == [0.0] * 3
 
 
 def test_gil_yield_does_not_sleep_without_another_thread():
@@ -681,9 +688,11 @@ def test_keys_are_decoded_once_per_batch_and_retention_is_judged_by_offsets(tmp_
     latest = {b"k%d" % (j % 30): j for j in range(400)}
     latest.pop(b"k1")
     assert [r.offset for r in all_records(log)] == sorted([*latest.values(), 400])
-    assert stats.messages_read == 401 and stats.messages_written == 30
+    assert stats.messages_read == 401
+    assert stats.messages_written == 30
     # every batch once in the map pass, and only the tombstone's batch again in the copy pass
-    assert sorted(decoded) == sorted([*range(0, 400, 4), 400, 400]) and len(decoded) == batches + 1
+    assert sorted(decoded) == sorted([*range(0, 400, 4), 400, 400])
+    assert len(decoded) == batches + 1
     log.close()
 
 

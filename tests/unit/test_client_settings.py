@@ -70,7 +70,8 @@ def test_every_client_gets_every_connection_setting(tmp_path: Path) -> None:
         "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "bob",
         "sasl_plain_password": 'p"w;=x', "ssl_cafile": str(combined), "ssl_certfile": str(combined),
         "ssl_keyfile": str(combined), "ssl_check_hostname": False, "client_id": "me"}
-    assert 'p"w;=x' in settings.secrets and JAAS_SCRAM in settings.secrets
+    assert 'p"w;=x' in settings.secrets
+    assert JAAS_SCRAM in settings.secrets
 
 
 def test_the_table_names_only_what_the_clients_take(tmp_path: Path) -> None:
@@ -171,8 +172,11 @@ def test_secrets_are_redacted_from_log_lines_and_tracebacks() -> None:
     redactor = RedactSecrets(["pw-1", "pw\\2"])
     assert redactor.filter(record)
     formatted = logging.Formatter().format(record)
-    assert "pw-1" not in formatted and "pw\\\\2" not in formatted and "pw\\2" not in formatted
-    assert formatted.startswith("auth [redacted] and b'u\\x00[redacted]'") and "ValueError: bad [redacted]" in formatted
+    assert "pw-1" not in formatted
+    assert "pw\\\\2" not in formatted
+    assert "pw\\2" not in formatted
+    assert formatted.startswith("auth [redacted] and b'u\\x00[redacted]'")
+    assert "ValueError: bad [redacted]" in formatted
 
 
 def test_the_docs_show_the_table_the_clients_are_built_from() -> None:
@@ -193,6 +197,7 @@ def test_a_refusal_of_the_credentials_or_the_acls_during_a_request_is_eacces_nam
     assert "check sasl.username and sasl.password (or sasl.jaas.config)" in str(login)
     acl = from_kafka(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "Group authorization failed"),
                      "Reading the committed offsets of group g", "b:9092")
-    assert acl.errno == errno.EACCES and "the cluster's ACLs do not allow it" in str(acl)
+    assert acl.errno == errno.EACCES
+    assert "the cluster's ACLs do not allow it" in str(acl)
     other = from_kafka(KafkaError(KafkaError._TRANSPORT, "Broker transport failure"), "Creating topic t", "b:9092")
     assert other.errno == errno.EIO

@@ -107,7 +107,8 @@ def test_topic_defaults_are_kafkas():
     config = LogConfig()
     for name, expected in KAFKA_TOPIC_DEFAULTS.items():
         assert getattr(config, attr(name)) == expected, name
-    assert config.delete and not config.compact
+    assert config.delete
+    assert not config.compact
     assert BrokerConfig().log_config() == config
 
 
@@ -115,13 +116,14 @@ def test_log_config_is_immutable_and_hashable():
     config = LogConfig()
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.segment_bytes = 5
-    assert hash(config) == hash(LogConfig()) and {config: 1}[LogConfig()] == 1
+    assert hash(config) == hash(LogConfig())
+    assert {config: 1}[LogConfig()] == 1
     assert hash(config.with_overrides({"internal.segment.bytes": "100"})) != hash(config)
 
 
 # -- parsing and validation -------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, value, message", [
+@pytest.mark.parametrize(("name", "value", "message"), [
     ("segment.bytes", "abc", "Invalid value abc for configuration segment.bytes: Not a number of type INT"),
     ("segment.bytes", "1048575", "Invalid value 1048575 for configuration segment.bytes: Value must be at least "
                                  "1048576"),
@@ -158,7 +160,8 @@ def test_invalid_topic_values_name_the_setting(name, value, message):
     with pytest.raises(InvalidConfigError, match=message.replace("(", r"\(").replace(".", r"\.")) as info:
         base.with_overrides({"segment.ms": "5", name: value})
     assert name in str(info.value)
-    assert base.retention_ms == 1000 and base.segment_ms == 604800000   # nothing changed
+    assert base.retention_ms == 1000
+    assert base.segment_ms == 604800000                                 # nothing changed
 
 
 def test_unknown_topic_name_refused():
@@ -176,11 +179,16 @@ def test_topic_values_parse_like_configdef():
         "flush.messages": str(LONG_MAX),
     })
     assert (config.segment_bytes, config.retention_ms, config.retention_bytes) == (1048576, -1, 500)
-    assert config.min_cleanable_dirty_ratio == 1.0 and isinstance(config.min_cleanable_dirty_ratio, float)
-    assert config.cleanup_policy == ("compact", "delete") and config.compact and config.delete
-    assert config.compression_type == "zstd" and config.parse_key is True
+    assert config.min_cleanable_dirty_ratio == 1.0
+    assert isinstance(config.min_cleanable_dirty_ratio, float)
+    assert config.cleanup_policy == ("compact", "delete")
+    assert config.compact
+    assert config.delete
+    assert config.compression_type == "zstd"
+    assert config.parse_key is True
     assert config.key_separator == " : "            # not trimmed: blanks can be the separator
-    assert config.null_marker == "<null>" and config.flush_messages == LONG_MAX
+    assert config.null_marker == "<null>"
+    assert config.flush_messages == LONG_MAX
     assert LogConfig.from_props({"cleanup.policy": ""}).cleanup_policy == ()
     assert LogConfig.from_props({"min.cleanable.dirty.ratio": ".25"}).min_cleanable_dirty_ratio == 0.25
 
@@ -192,17 +200,21 @@ def test_integer_values_have_one_spelling(value):
     # config values follow the same rule.  5,000 digits is EINVAL, not a ValueError.
     with pytest.raises(InvalidConfigError) as info:
         LogConfig.from_props({"retention.bytes": value})
-    assert "retention.bytes" in str(info.value) and len(str(info.value)) < 300
+    assert "retention.bytes" in str(info.value)
+    assert len(str(info.value)) < 300
 
 
 def test_overrides_layer_on_defaults():
     broker = BrokerConfig.from_props({"log.retention.hours": "1", "log.cleanup.policy": "compact"})
     defaults = broker.log_config()
-    assert defaults.retention_ms == 3_600_000 and defaults.compact
+    assert defaults.retention_ms == 3_600_000
+    assert defaults.compact
     topic = LogConfig.from_props({"internal.segment.bytes": "1024"}, defaults=defaults)
     assert (topic.segment_size, topic.retention_ms, topic.compact) == (1024, 3_600_000, True)
     again = topic.with_overrides({"retention.ms": "5"})
-    assert again.retention_ms == 5 and topic.retention_ms == 3_600_000 and again.segment_size == 1024
+    assert again.retention_ms == 5
+    assert topic.retention_ms == 3_600_000
+    assert again.segment_size == 1024
     assert topic.with_overrides({}) is topic
 
 
@@ -274,7 +286,7 @@ def test_broker_log_dirs():
     assert BrokerConfig(log_dirs=["/x"]).log_dirs == ["/x"]
 
 
-@pytest.mark.parametrize("name, value", [
+@pytest.mark.parametrize(("name", "value"), [
     ("num.partitions", "0"), ("log.segment.bytes", "1048575"), ("internal.log.segment.bytes", "13"),
     ("offsets.topic.segment.bytes", "1000"), ("log.index.size.max.bytes", "4"),
     ("log.retention.check.interval.ms", "0"), ("log.flush.interval.messages", "0"),
@@ -302,7 +314,8 @@ def test_broker_with_overrides():
     over = base.with_overrides({"log.retention.hours": "1", "internal.log.segment.bytes": "1000"})
     assert (over.log_retention_ms, over.num_partitions, over.internal_log_segment_bytes, over.log_dirs) == \
         (3_600_000, 4, 1000, ["/d1"])
-    assert over.log_config().segment_size == 1000 and over.log_config().segment_bytes == 1 << 30
+    assert over.log_config().segment_size == 1000
+    assert over.log_config().segment_bytes == 1 << 30
     pinned = BrokerConfig.from_props({"log.retention.ms": "5000"})
     assert pinned.with_overrides({"log.retention.hours": "1"}).log_retention_ms == 5000   # ms wins, as in Kafka
     with pytest.raises(InvalidConfigError, match=r"Unknown broker config name: retention\.ms"):
@@ -316,8 +329,10 @@ def test_broker_to_props_round_trips():
                                       "log.cleanup.policy": "compact,delete"})
     props = config.to_props()
     assert set(props) == BROKER_CONFIG_NAMES
-    assert props["log.dirs"] == "/a,/b" and props["log.retention.ms"] == "1800000"
-    assert props["log.roll.ms"] == "1234" and props["log.cleanup.policy"] == "compact,delete"
+    assert props["log.dirs"] == "/a,/b"
+    assert props["log.retention.ms"] == "1800000"
+    assert props["log.roll.ms"] == "1234"
+    assert props["log.cleanup.policy"] == "compact,delete"
     assert BrokerConfig().to_props()["log.cleaner.io.max.bytes.per.second"] == "1.7976931348623157E308"
     assert BrokerConfig.from_props(props) == config
     assert BrokerConfig.from_props(BrokerConfig().to_props()) == BrokerConfig()
@@ -384,7 +399,8 @@ def test_read_properties_file_and_build(tmp_path):
     props = BrokerConfig.read_properties_file(str(path))
     assert props["café"] == "1"            # not UTF-8: read as ISO-8859-1 like Properties.load
     config = BrokerConfig.from_props(props)
-    assert config.log_dirs == ["/tmp/kafka-logs"] and config.log_retention_ms == 86_400_000
+    assert config.log_dirs == ["/tmp/kafka-logs"]
+    assert config.log_retention_ms == 86_400_000
     with pytest.raises(InvalidConfigError, match="Cannot read config file"):
         BrokerConfig.read_properties_file(str(tmp_path / "missing.properties"))
 

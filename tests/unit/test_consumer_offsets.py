@@ -93,7 +93,7 @@ def control_batch(base_offset: int, producer_id: int, commit: bool) -> bytes:
 # ---------------------------------------------------------------- placement
 
 
-@pytest.mark.parametrize("text,expected", [
+@pytest.mark.parametrize(("text", "expected"), [
     ("", 0), ("hello", 99162322), ("Aa", 2112), ("BB", 2112),
     ("polygenelubricants", -2**31),              # Java's famous Integer.MIN_VALUE hash
     ("\U0001F600", 0xD83D * 31 + 0xDE00),          # a surrogate pair: two UTF-16 code units
@@ -140,9 +140,9 @@ def test_keys_of_every_kind() -> None:
     assert decode_key(key_bytes(1, "g", "t", 1)) == (1, OffsetCommitKey("g", "t", 1))
     assert decode_key(group_metadata_key("g")) == (2, "g")
     assert decode_key(struct.pack(">h", 3) + b"anything")[1] is None
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="needs 4 bytes"):
         decode_key(key_bytes(1, "g", "t", 1)[:-2])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown OffsetCommitValue version 9"):
         decode_offset_commit_value(struct.pack(">hq", 9, 1))
 
 

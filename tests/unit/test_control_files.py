@@ -68,11 +68,13 @@ def test_config_shows_overrides_as_lines_and_defaults_as_comments(ns, manager):
     manager.alter_topic_config("t", {"internal.segment.bytes": "4096"})
     text = TopicConfigFile(ns, "t").open(write=False).read(0, 1 << 20)
     lines = text.decode().splitlines()
-    assert text.endswith(b"\n") and lines[0].startswith("# Overrides of topic t")
+    assert text.endswith(b"\n")
+    assert lines[0].startswith("# Overrides of topic t")
     overrides = [line for line in lines if not line.startswith("#")]
     assert overrides == ["internal.segment.bytes=4096"]
     defaults = [line[1:] for line in lines if line.startswith("#") and not line.startswith("# ")]
-    assert defaults == sorted(defaults) and "retention.ms=604800000" in defaults   # the broker's default
+    assert defaults == sorted(defaults)
+    assert "retention.ms=604800000" in defaults                                    # the broker's default
     assert dict(line.split("=", 1) for line in overrides + defaults) == manager.topic_config("t").to_props()
 
 
@@ -123,7 +125,7 @@ def test_config_lines_are_checked_at_each_write_and_applied_together_at_close(ns
     assert manager.topic_config("t").segment_size == 4096
 
 
-@pytest.mark.parametrize("line,message", [
+@pytest.mark.parametrize(("line", "message"), [
     (b"retention.ms 1234", "Invalid config line 'retention.ms 1234' for topic t: expected name=value"),
     (b"=5", "Invalid config line '=5' for topic t: expected name=value"),
     (b"no.such.config=1", "no.such.config"),
@@ -135,7 +137,8 @@ def test_a_bad_config_line_abandons_everything_written_through_that_opening(ns, 
     handle.write(0, b"internal.segment.bytes=4096\n")
     with pytest.raises(InvalidConfigError) as exc:
         handle.write(0, b"retention.ms=1234\n" + line + b"\n")
-    assert exc.value.errno == errno.EINVAL and message in str(exc.value)
+    assert exc.value.errno == errno.EINVAL
+    assert message in str(exc.value)
     assert str(exc.value).endswith("; nothing written to t/config through this opening will be applied")
     with pytest.raises(InvalidConfigError, match="an earlier line written through this opening was refused"):
         handle.write(0, b"cleanup.policy=compact\n")
@@ -158,7 +161,7 @@ def test_before_marker_is_delete_records_and_key_marker_a_tombstone(ns, manager)
 _MARKER_HELP = "for t-0/delete: expected 'before <offset>' (the offset in digits, no leading zero) or 'key <key>'"
 
 
-@pytest.mark.parametrize("marker,message", [
+@pytest.mark.parametrize(("marker", "message"), [
     (b"before 11", "Cannot delete records of t-0 before offset 11: it is beyond the log end offset 10"),
     (b"before", f"Invalid marker 'before' {_MARKER_HELP}"),
     (b"key", f"Invalid marker 'key' {_MARKER_HELP}"),
@@ -170,7 +173,8 @@ def test_a_bad_marker_applies_none_of_the_write(ns, manager, marker, message):
     handle = PartitionDeleteFile(ns, TP).open(write=True)
     with pytest.raises(InvalidRequestError) as exc:
         handle.write(0, b"key a\nbefore 2\n" + marker + b"\n")
-    assert exc.value.errno == errno.EINVAL and str(exc.value) == message
+    assert exc.value.errno == errno.EINVAL
+    assert str(exc.value) == message
     assert records(manager) == [(o, None, b"v%d" % o) for o in range(10)]
     assert manager.get_log(TP).log_start_offset == 0
 

@@ -103,7 +103,8 @@ def test_the_cleaners_swap_names_are_durable_before_the_old_segments_are_renamed
     clean(log, cleaner_for(log))
     swaps = [i for i, (op, path) in enumerate(events) if op in ("rename", "replace") and path.endswith(".swap")]
     deleted = [i for i, (op, path) in enumerate(events) if op in ("rename", "replace") and path.endswith(".deleted")]
-    assert swaps and deleted
+    assert swaps
+    assert deleted
     for d in deleted:                       # each group the cleaner swaps in: its .swap names, then .deleted
         swap = max(i for i in swaps if i < d)
         assert first(events, "fsync", log.dir + "/", swap) < d

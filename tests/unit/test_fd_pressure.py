@@ -85,7 +85,8 @@ def test_segments_waiting_for_deletion_hold_only_their_log_descriptor(tmp_path):
                       "released": released, "deleted_files": sum(n.endswith(".deleted") for n in os.listdir(path)),
                       "values": [r.value.decode() for r in log.read_records(95)]}))
     """, tmp_path)
-    assert out["segments"] > 20 and out["pending"] >= out["segments"] - 3
+    assert out["segments"] > 20
+    assert out["pending"] >= out["segments"] - 3
     assert out["deleted_files"] == 3 * out["pending"]          # on disk until file.delete.delay.ms
     assert out["held"] - out["released"] >= out["pending"]      # but their index maps are gone now
     assert out["values"] == ["record-%03d" % i for i in range(95, 100)]
@@ -125,4 +126,5 @@ def test_a_topic_created_without_descriptors_left_is_emfile_and_leaves_nothing(t
     """, tmp_path)
     assert out["failure"]["errno"] == "EMFILE", out
     assert "Too many open files" in out["failure"]["message"]
-    assert out["left"] == [] and out["after"] == ["t"]
+    assert out["left"] == []
+    assert out["after"] == ["t"]

@@ -55,7 +55,8 @@ def test_any_topic_configs_bytes_load_fall_back_or_refuse(current: bytes, previo
         try:
             manager = _start(d)
         except StorageError as exc:
-            assert "Refusing to start" in str(exc) and "restore" in str(exc)
+            assert "Refusing to start" in str(exc)
+            assert "restore" in str(exc)
             return
         except InvalidConfigError as exc:          # parsed, but a value is not a valid config
             assert TOPIC_CONFIGS_FILE in str(exc)

@@ -134,7 +134,8 @@ def test_new_file_preallocated_rounded_down(tmp_path):
     assert (idx.entries, idx.max_entries, idx.size_in_bytes) == (0, 125, 0)
     assert idx.lookup(5000) == (BASE, 0)
     t = TimeIndex(str(tmp_path / "t.timeindex"), BASE, 1003)
-    assert os.path.getsize(t.path) == 996 and t.max_entries == 83
+    assert os.path.getsize(t.path) == 996
+    assert t.max_entries == 83
 
 
 def test_invalid_max_index_size(tmp_path):
@@ -155,13 +156,16 @@ def test_append_rules(tmp_path):
     idx.append(1001, 10)
     with pytest.raises(IndexOffsetOverflowError, match="Integer overflow"):
         idx.append(BASE + 2**31, 20)
-    assert not idx.can_append_offset(BASE + 2**31) and idx.can_append_offset(BASE + 2**31 - 1)
+    assert not idx.can_append_offset(BASE + 2**31)
+    assert idx.can_append_offset(BASE + 2**31 - 1)
     idx.append(1002, 20)
     assert idx.is_full()
     with pytest.raises(IndexFullError, match="full index"):
         idx.append(1003, 30)
-    assert isinstance(IndexFullError("x"), InvalidOffsetError) and issubclass(InvalidOffsetError, LogfsError)
-    assert idx.entries == 3 and idx.lookup(10**9) == (1002, 20)
+    assert isinstance(IndexFullError("x"), InvalidOffsetError)
+    assert issubclass(InvalidOffsetError, LogfsError)
+    assert idx.entries == 3
+    assert idx.lookup(10**9) == (1002, 20)
     with pytest.raises(InvalidRequestError):
         idx.entry(3)
 
@@ -181,7 +185,8 @@ def test_clean_close_trims_and_reopen_restores(tmp_path):
         assert again.lookup(target) == naive_lookup(entries, target, (BASE, 0))
     # Reloading the active segment re-grows it (Kafka's resizeIndexes), entries kept.
     assert again.resize(MB)
-    assert not again.is_full() and again.entries == 3000
+    assert not again.is_full()
+    assert again.entries == 3000
     again.append(entries[-1][0] + 1, entries[-1][1] + 1)
     assert again.lookup(10**9) == (entries[-1][0] + 1, entries[-1][1] + 1)
     assert not again.resize(MB)     # already that size
@@ -195,11 +200,13 @@ def test_unclean_shutdown_leaves_preallocated_junk_detected(tmp_path):
     idx.flush()
     idx.close_handler()             # a crash: nobody trimmed the file
     reopened = OffsetIndex(idx.path, BASE, 4096)
-    assert reopened.entries == 512 and reopened.last_offset == BASE
+    assert reopened.entries == 512
+    assert reopened.last_offset == BASE
     with pytest.raises(CorruptIndexError, match="not larger than the first offset"):
         reopened.sanity_check()
     reopened.reset()                # what recovery does before rebuilding
-    assert reopened.entries == 0 and reopened.max_entries == 512
+    assert reopened.entries == 0
+    assert reopened.max_entries == 512
     reopened.sanity_check()
     reopened.close()
 
@@ -229,7 +236,8 @@ def test_empty_trimmed_index_has_no_mapping_and_regrows(tmp_path):
     assert os.path.getsize(idx.path) == 0
     again = OffsetIndex(idx.path, BASE, MB)
     assert (again.entries, again.max_entries) == (0, 0)
-    assert again.lookup(12345) == (BASE, 0) and again.fetch_upper_bound_offset(0, 10) is None
+    assert again.lookup(12345) == (BASE, 0)
+    assert again.fetch_upper_bound_offset(0, 10) is None
     again.sanity_check()
     again.truncate_to(5)
     with pytest.raises(IndexFullError):
@@ -246,7 +254,9 @@ def test_resize_refuses_to_drop_entries(tmp_path):
         idx.append(*e)
     with pytest.raises(InvalidRequestError, match="holds 10 entries"):
         idx.resize(79)
-    assert idx.resize(80) and os.path.getsize(idx.path) == 80 and idx.entries == 10
+    assert idx.resize(80)
+    assert os.path.getsize(idx.path) == 80
+    assert idx.entries == 10
     idx.close()
 
 
@@ -271,7 +281,8 @@ def test_lifecycle_rename_delete_closed(tmp_path):
     idx.append(1005, 0)
     new_path = idx.path + ".deleted"
     idx.rename_to(new_path)
-    assert idx.path == new_path and os.path.exists(new_path)
+    assert idx.path == new_path
+    assert os.path.exists(new_path)
     assert idx.lookup(2000) == (1005, 0)       # the mapping survives the rename
     (tmp_path / "moved").mkdir()
     os.rename(new_path, tmp_path / "moved" / os.path.basename(new_path))
@@ -313,7 +324,8 @@ def test_every_entry_around_the_warm_section_start_is_found(tmp_path, first_hot)
             (below, times[i], times[i]), i
 
     idx.truncate_to(entries[first_hot][0])              # drops the entry at first_hot and after
-    assert idx.entries == first_hot and (first_hot == 0 or idx.last_offset == entries[first_hot - 1][0])
+    assert idx.entries == first_hot
+    assert first_hot == 0 or idx.last_offset == entries[first_hot - 1][0]
     idx.close()
     t.close()
 
@@ -356,7 +368,8 @@ def test_time_index_rules(tmp_path):
     t.maybe_append(100, 1001)
     t.maybe_append(100, 1002)          # same timestamp: ignored
     t.maybe_append(99, 1003)           # older timestamp: ignored
-    assert t.entries == 1 and t.last_entry == (100, 1001)
+    assert t.entries == 1
+    assert t.last_entry == (100, 1001)
     with pytest.raises(InvalidOffsetError, match="no larger than the last offset"):
         t.maybe_append(200, 1000)
     t.maybe_append(200, 1005)
@@ -365,7 +378,9 @@ def test_time_index_rules(tmp_path):
     with pytest.raises(IndexFullError):
         t.maybe_append(400, 1007)
     t.maybe_append(400, 1007, skip_full_check=True)
-    assert t.entries == 4 and t.lookup(10**15) == (400, 1007) and t.lookup(50) == (-1, BASE)
+    assert t.entries == 4
+    assert t.lookup(10**15) == (400, 1007)
+    assert t.lookup(50) == (-1, BASE)
     assert t.entry(1) == (200, 1005)
     t.close()
     with open(t.path, "rb") as f:
@@ -377,11 +392,14 @@ def test_time_truncate_to(tmp_path):
     for ts, offset in [(10, 1001), (20, 1004), (30, 1009)]:
         t.maybe_append(ts, offset)
     t.truncate_to(1005)
-    assert t.entries == 2 and t.last_entry == (20, 1004)
+    assert t.entries == 2
+    assert t.last_entry == (20, 1004)
     t.truncate_to(1004)
-    assert t.entries == 1 and t.last_entry == (10, 1001)
+    assert t.entries == 1
+    assert t.last_entry == (10, 1001)
     t.truncate_to(0)
-    assert t.entries == 0 and t.last_entry == (-1, BASE)
+    assert t.entries == 0
+    assert t.last_entry == (-1, BASE)
     t.maybe_append(5, 1000)            # an emptied index accepts any timestamp again
     t.close()
 
@@ -407,11 +425,13 @@ def test_time_index_resize_reloads_last_entry(tmp_path):
     t.maybe_append(10, 1001)
     t.maybe_append(20, 1002)
     t.trim_to_valid_size()
-    assert os.path.getsize(t.path) == 24 and t.last_entry == (20, 1002)
+    assert os.path.getsize(t.path) == 24
+    assert t.last_entry == (20, 1002)
     t.resize(MB)
     t.maybe_append(30, 1003)
     t.close()
     reopened = TimeIndex(t.path, BASE, MB)
-    assert reopened.entries == 3 and reopened.last_entry == (30, 1003)
+    assert reopened.entries == 3
+    assert reopened.last_entry == (30, 1003)
     reopened.sanity_check()
     reopened.close()

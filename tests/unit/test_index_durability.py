@@ -87,7 +87,8 @@ def test_shutdown_fsyncs_the_trimmed_indexes_before_the_clean_shutdown_marker(tm
     for path in paths:
         size = os.path.getsize(path)
         trims = [i for i, entry in enumerate(fsyncs) if entry == (path, size)]
-        assert trims and trims[-1] < marker[0], f"{path} not fsynced at its trimmed size {size} before the marker"
+        assert trims, f"{path} not fsynced at its trimmed size {size} before the marker"
+        assert trims[-1] < marker[0], f"{path} not fsynced at its trimmed size {size} before the marker"
 
 
 def test_a_lost_trim_is_reported_by_check_and_rebuilt_durably_by_the_loader(tmp_path, fsyncs, caplog):
@@ -107,7 +108,8 @@ def test_a_lost_trim_is_reported_by_check_and_rebuilt_durably_by_the_loader(tmp_
     os.truncate(index_path, max_size)      # the trim a power loss loses: back to preallocated, zero-filled
     out = io.StringIO()
     assert check_dirs([str(data)], out) == 1
-    assert "zero-filled preallocated tail" in out.getvalue() and index_path in out.getvalue()
+    assert "zero-filled preallocated tail" in out.getvalue()
+    assert index_path in out.getvalue()
 
     fsyncs.clear()
     with caplog.at_level(logging.WARNING, logger="engine"):

@@ -31,7 +31,8 @@ records = st.builds(Record, offset=st.integers(0, 2**62), timestamp=st.integers(
 @settings(max_examples=500, deadline=None)
 def test_parse_inverts_render(record: Record, topic: str, partition: int, timestamp_type: int) -> None:
     line = render_jsonl_line(record, topic, partition, timestamp_type)
-    assert line.endswith(b"\n") and line.count(b"\n") == 1       # one record, one line
+    assert line.endswith(b"\n")
+    assert line.count(b"\n") == 1                                # one record, one line
     parsed = parse_jsonl_line(line)
     assert parsed == JsonRecord(record.key, record.value, record.headers, record.timestamp, partition)
 
@@ -56,7 +57,7 @@ def test_the_rendered_form_and_the_short_forms_are_one_record(line: bytes) -> No
     assert parse_jsonl_line(line) == JsonRecord(None, b"x", (), 5, None if b"partition" not in line else 0)
 
 
-@pytest.mark.parametrize("line,message", [
+@pytest.mark.parametrize(("line", "message"), [
     (b"not json", "not JSON"),
     (b"[1, 2]", "expected a JSON object"),
     (b'{"value": 5}', "value must be a string"),

@@ -29,8 +29,10 @@ TS = 1_700_000_000_000
 def test_the_extension_is_built_and_loaded_with_the_package():
     """setup.py builds engine/records/_kernels.c (scripts/setup.sh; tests/conftest.py's checkout): no test below
     would prove anything on the Python paths alone."""
-    assert kernels is not None and compiled.state() == "loaded", \
-        "engine/records/_kernels.c is not built: scripts/setup.sh, or .venv/bin/python setup.py build_ext --inplace"
+    not_built = ("engine/records/_kernels.c is not built: scripts/setup.sh, "
+                 "or .venv/bin/python setup.py build_ext --inplace")
+    assert kernels is not None, not_built
+    assert compiled.state() == "loaded", not_built
     assert kernels._kernels.__file__.endswith(".so")
 
 

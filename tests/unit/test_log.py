@@ -99,12 +99,14 @@ def test_explicit_roll_and_roll_flushes_old_segment(tmp_path):
     log.append_values(values_for(0, 4))
     assert log.recovery_point == 0
     segment = log.roll()
-    assert segment.base_offset == 4 and log.active_segment is segment
+    assert segment.base_offset == 4
+    assert log.active_segment is segment
     assert log.recovery_point == 4                    # the rolled segment was flushed
     log.append_values(values_for(4, 2))
     assert log.unflushed_messages == 2
     log.flush()
-    assert log.recovery_point == 6 and log.unflushed_messages == 0
+    assert log.recovery_point == 6
+    assert log.unflushed_messages == 0
     log.close()
 
 
@@ -248,7 +250,8 @@ def test_crc_failure_on_read_names_file_and_position(tmp_path):
         f.write(b"\x00\x00\x00")
     with pytest.raises(CorruptRecordError) as err:
         log.read_records(0)
-    assert err.value.path == log.active_segment.log_path and err.value.position == second
+    assert err.value.path == log.active_segment.log_path
+    assert err.value.position == second
     log.close()
 
 
@@ -294,7 +297,8 @@ def test_batches_built_by_kafka_python(tmp_path, compression):
     assert log.log_end_offset == 40
     records = log.read_records(0)
     assert [r.value for r in records] == [b"payload-%d" % i for i in range(40)]
-    assert records[13].headers == (("h", b"v3"),) and records[13].timestamp == T0 + 3
+    assert records[13].headers == (("h", b"v3"),)
+    assert records[13].timestamp == T0 + 3
     # and appended through append_batch, offsets assigned by the log
     assert log.append_batch(_kafka_python_batch(0, compression, 5)) == (40, 44)
     assert [r.key for r in log.read_records(40)] == [b"key-%d" % i for i in range(5)]
@@ -317,7 +321,8 @@ def test_replace_segments_swaps_cleaned_files(tmp_path):
     log.replace_segments([cleaned], old)
     assert log.segments[old[0].base_offset] is cleaned
     assert old[1].base_offset not in log.segments
-    assert not cleaned.has_suffix(".cleaned") and cleaned.log_path.endswith("0.log")
+    assert not cleaned.has_suffix(".cleaned")
+    assert cleaned.log_path.endswith("0.log")
     assert all(s.has_suffix(".deleted") for s in old)
     assert log.read_records(0) == expected
     assert log.pending_deletion_segments == 2
@@ -329,7 +334,8 @@ def test_rename_dir_keeps_segments_usable(tmp_path):
     for i in range(6):
         log.append_values(values_for(i * 4, 4))
     log.rename_dir("t-0.abc-delete")
-    assert log.dir.endswith("t-0.abc-delete") and os.path.isdir(log.dir)
+    assert log.dir.endswith("t-0.abc-delete")
+    assert os.path.isdir(log.dir)
     assert all(os.path.dirname(s.log_path) == log.dir for s in log.segments.values())
     log.roll()
     assert len(log.read_records(0)) == 24
@@ -396,7 +402,9 @@ def test_read_only_load_of_a_clean_log_writes_nothing_and_refuses_every_change(t
     before = _snapshot(tmp_path)
     config = make_config(internal_segment_bytes=600, index_interval_bytes=64)
     log = Log.load(d, config, had_clean_shutdown=True, clock=clock, read_only=True, recovery_point=0)
-    assert log.read_only and log.log_end_offset == 120 and log.recovery_point == 120
+    assert log.read_only
+    assert log.log_end_offset == 120
+    assert log.recovery_point == 120
     assert [r.value for r in log.read_records(0)] == values_for(0, 120)
     assert log.fetch_offset_by_timestamp(T0 + 50)[0] == 27
     assert log.read(60, 1 << 20).records

@@ -48,7 +48,8 @@ def test_a_damaged_batch_appends_nothing(tmp_path):
     damaged[-1] ^= 0xFF
     with pytest.raises(CorruptRecordError):
         log.append_as_follower(bytes(damaged))
-    assert log.log_end_offset == 0 and log.size == 0
+    assert log.log_end_offset == 0
+    assert log.size == 0
 
 
 def test_offsets_below_the_log_end_are_refused(tmp_path):
@@ -88,7 +89,8 @@ def with_epoch(data: bytes, epoch: int) -> bytes:
 def test_leader_epochs_come_from_the_batches(tmp_path):
     """Kafka's LeaderEpochFileCache.endOffsetFor, from the batches' own epochs, across segments."""
     log = open_log(tmp_path, internal_segment_bytes=200)
-    assert log.latest_epoch() == -1 and log.end_offset_for_epoch(3) is None
+    assert log.latest_epoch() == -1
+    assert log.end_offset_for_epoch(3) is None
     # epoch 0: offsets 0-3, epoch 2: 4-6, epoch 5: 7-8 (rolls in between: tiny segments)
     for offsets, epoch in (([0, 1], 0), ([2, 3], 0), ([4, 5, 6], 2), ([7], 5), ([8], 5)):
         log.append_as_follower(with_epoch(batch(offsets), epoch))
@@ -101,7 +103,8 @@ def test_leader_epochs_come_from_the_batches(tmp_path):
     assert log.end_offset_for_epoch(1) == (0, 4)
     assert log.end_offset_for_epoch(0) == (0, 4)
     log.truncate_to(4)
-    assert log.latest_epoch() == 0 and log.end_offset_for_epoch(5) == (0, 4)
+    assert log.latest_epoch() == 0
+    assert log.end_offset_for_epoch(5) == (0, 4)
 
 
 def test_a_batch_without_an_epoch_ends_what_is_known(tmp_path):
@@ -123,7 +126,8 @@ def test_a_fetch_larger_than_a_segment_is_cut_into_segments(tmp_path, caplog):
         assert log.append_as_follower(fetched) == 400
     assert "already exists" not in caplog.text
     sizes = [s.size for s in log.segments.values()]
-    assert len(sizes) >= 8 and max(sizes) <= 1024
+    assert len(sizes) >= 8
+    assert max(sizes) <= 1024
     assert [r.offset for r in log.read_records(395)] == [395, 396, 397, 398, 399]
     assert b"".join(Path(s.log_path).read_bytes() for s in log.segments.values()) == fetched
 

@@ -65,7 +65,8 @@ def values(manager: LogManager, topic: str, partition: int) -> list[bytes]:
 def test_missing_dirs_are_created_and_duplicates_refused(tmp_path):
     a, b = tmp_path / "a", tmp_path / "nested" / "b"
     manager = started([a, b])
-    assert a.is_dir() and b.is_dir()
+    assert a.is_dir()
+    assert b.is_dir()
     manager.shutdown()
     with pytest.raises(InvalidConfigError, match="Duplicate log directory"):
         LogManager(broker([a, tmp_path / "x" / ".." / "a"])).startup()
@@ -138,8 +139,10 @@ def test_checkpoints_in_kafka_format_and_clean_restart(tmp_path):
     assert not any((d / CLEAN_SHUTDOWN_FILE).exists() for d in dirs)
     restored = again.get_log(TopicPartition("t", 0))
     assert restored.log_start_offset == log0.log_start_offset
-    assert restored.recovery_point == 80 and restored.log_end_offset == 80
-    assert again.loaded_logs == 2 and again.load_seconds >= 0
+    assert restored.recovery_point == 80
+    assert restored.log_end_offset == 80
+    assert again.loaded_logs == 2
+    assert again.load_seconds >= 0
 
 
 def test_unclean_reload_keeps_every_record_and_corrupt_checkpoint_means_full_recovery(tmp_path, caplog):
@@ -204,7 +207,8 @@ def test_stray_files_ignored_and_parallel_load(tmp_path, monkeypatch):
     monkeypatch.setattr(Log, "load", load_recording_thread)
     again = started(dirs, num_recovery_threads_per_data_dir=3)
     assert again.loaded_logs == 12
-    assert len(threads_seen) > 1 and all(name.startswith("log-recovery-") for name in threads_seen)
+    assert len(threads_seen) > 1
+    assert all(name.startswith("log-recovery-") for name in threads_seen)
     assert values(again, "t5", 0)[0] == b"r-0-a"
 
 
@@ -213,7 +217,8 @@ def test_topic_config_persists_and_invalid_alter_changes_nothing(tmp_path):
     manager = started(dirs)
     manager.create_topic("c", 2, {"cleanup.policy": "compact"})
     config = manager.alter_topic_config("c", {"retention.ms": "1234", "internal.segment.bytes": "4096"})
-    assert config.retention_ms == 1234 and config.compact
+    assert config.retention_ms == 1234
+    assert config.compact
     assert manager.get_log(TopicPartition("c", 1)).config.segment_size == 4096
     before = [(d / TOPIC_CONFIGS_FILE).read_bytes() for d in dirs]
     with pytest.raises(InvalidConfigError, match=r"segment\.ms"):
@@ -254,7 +259,8 @@ def test_a_stored_segment_bytes_below_the_minimum_loads_as_the_internal_setting(
         assert (config.segment_size, config.segment_bytes, config.retention_ms) == (4096, 1 << 30, 1234)
         assert again.topic_overrides("t") == {"retention.ms": "1234", "internal.segment.bytes": "4096"}
         warnings = [r.getMessage() for r in caplog.records if "below Kafka 4's minimum" in r.getMessage()]
-        assert len(warnings) == 1 and "Topic t has segment.bytes=4096" in warnings[0]
+        assert len(warnings) == 1
+        assert "Topic t has segment.bytes=4096" in warnings[0]
     finally:
         again.shutdown()
 
@@ -267,10 +273,12 @@ def test_delete_topic_renames_then_removes_after_delay(tmp_path):
     manager.create_topic("kept", 1)
     append(manager, "gone", 0, 5)
     manager.delete_topic("gone")
-    assert manager.topics() == ["kept"] and manager.get_log(TopicPartition("gone", 0)) is None
+    assert manager.topics() == ["kept"]
+    assert manager.get_log(TopicPartition("gone", 0)) is None
     names = sorted(os.listdir(d))
     renamed = [n for n in names if n.endswith("-delete")]
-    assert len(renamed) == 2 and all(n.startswith("gone-") and len(n.split(".")[-1]) == 32 + 7 for n in renamed)
+    assert len(renamed) == 2
+    assert all(n.startswith("gone-") and len(n.split(".")[-1]) == 32 + 7 for n in renamed)
     assert manager.delete_logs() == 0
     clock.sleep(60000)
     assert manager.delete_logs() == 2
@@ -292,7 +300,8 @@ def test_delete_dirs_found_at_startup_are_queued_and_removed(tmp_path):
     manager.shutdown()                      # "crash" before the delay passed
     assert [n for n in os.listdir(d) if n.endswith("-delete")]
     again = started([d], clock=clock, log_segment_delete_delay_ms=1000)
-    assert again.topics() == [] and len(again.pending_deletions()) == 1
+    assert again.topics() == []
+    assert len(again.pending_deletions()) == 1
     assert again.delete_logs() == 0
     clock.sleep(1000)
     assert again.delete_logs() == 1
@@ -399,7 +408,9 @@ def test_read_only_mode_writes_nothing(tmp_path):
         with pytest.raises(ReadOnlyError):
             change()
     # The periodic jobs do nothing at all.
-    assert ro.cleanup_logs() == 0 and ro.delete_logs() == 0 and ro.delete_expired_segment_files() == 0
+    assert ro.cleanup_logs() == 0
+    assert ro.delete_logs() == 0
+    assert ro.delete_expired_segment_files() == 0
     ro.flush_dirty_logs()
     ro.checkpoint_recovery_points()
     ro.checkpoint_log_start_offsets()
@@ -480,7 +491,8 @@ def test_delete_records_checkpoints_the_log_start_before_renaming_and_refuses_be
     end = log.log_end_offset
     with pytest.raises(InvalidRequestError, match="beyond the log end offset"):
         manager.delete_records(tp, end + 1)
-    assert log.log_start_offset == 0 and _checkpointed_start(d, tp) is None
+    assert log.log_start_offset == 0
+    assert _checkpointed_start(d, tp) is None
 
     seen_at_rename: list[int | None] = []
     real = LogSegment.change_file_suffixes
@@ -570,10 +582,12 @@ def test_interrupted_topic_deletion_is_finished_at_startup(tmp_path, monkeypatch
     assert len(again.pending_deletions()) == 4
     assert "deleting" not in json.loads((d2 / TOPIC_CONFIGS_FILE).read_text())
     again.create_topic("half", 1)                                     # the name is free at once
-    assert again.topic_overrides("half") == {} and values(again, "half", 0) == []
+    assert again.topic_overrides("half") == {}
+    assert values(again, "half", 0) == []
     again.shutdown()
     third = started([d1, d2])
-    assert third.topics() == ["half", "other"] and third.partitions("half") == [0]
+    assert third.topics() == ["half", "other"]
+    assert third.partitions("half") == [0]
 
 
 def test_create_topic_clears_a_deletion_intent_left_by_a_failed_write(tmp_path, monkeypatch):
@@ -610,7 +624,8 @@ def test_delete_topic_refused_whole_when_its_intent_cannot_be_written(tmp_path, 
     with pytest.raises(StorageError, match="Read-only file system"):
         manager.delete_topic("stay")
     monkeypatch.undo()
-    assert manager.partitions("stay") == [0, 1] and manager.topic_overrides("stay") == {"retention.ms": "1000"}
+    assert manager.partitions("stay") == [0, 1]
+    assert manager.topic_overrides("stay") == {"retention.ms": "1000"}
     assert sorted(n for n in os.listdir(d) if n.startswith("stay")) == ["stay-0", "stay-1"]
 
 

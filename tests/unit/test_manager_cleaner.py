@@ -88,7 +88,8 @@ def test_compacted_topic_created_after_startup_is_cleaned_with_checkpoint_in_its
 
     stats = manager.cleaner.clean_once()
 
-    assert stats is not None and stats.topic_partition == TopicPartition("cmp", 0)
+    assert stats is not None
+    assert stats.topic_partition == TopicPartition("cmp", 0)
     assert latest_by_key(manager, "cmp") == expected
     assert len(log.read_records(0)) == 13 < records_before
     assert log.size < size_before
@@ -198,10 +199,13 @@ def test_cleanup_logs_with_cleaner_pauses_non_compacted_logs_and_leaves_compacte
     deleted = manager.cleanup_logs()
 
     assert states == [LogCleaningPaused(1)]          # paused for the cleaner during retention
-    assert deleted > 0 and logs["del"].log_start_offset > 0
+    assert deleted > 0
+    assert logs["del"].log_start_offset > 0
     assert logs["del"].num_segments < segments["del"]
-    assert logs["both"].log_start_offset == 0 and logs["both"].num_segments == segments["both"]
-    assert logs["cmp"].log_start_offset == 0 and logs["cmp"].num_segments == segments["cmp"]
+    assert logs["both"].log_start_offset == 0
+    assert logs["both"].num_segments == segments["both"]
+    assert logs["cmp"].log_start_offset == 0
+    assert logs["cmp"].num_segments == segments["cmp"]
     for log in logs.values():                        # everything resumed
         assert manager.cleaner.manager.cleaning_state(log.topic_partition) is None
 
@@ -209,8 +213,10 @@ def test_cleanup_logs_with_cleaner_pauses_non_compacted_logs_and_leaves_compacte
     # (unique keys: cleaning keeps every record).
     cmp_records = logs["cmp"].read_records(0)
     manager.cleaner.clean_once()
-    assert logs["both"].log_start_offset > 0 and logs["both"].size <= 2500 + 1024
-    assert logs["cmp"].log_start_offset == 0 and logs["cmp"].read_records(0) == cmp_records
+    assert logs["both"].log_start_offset > 0
+    assert logs["both"].size <= 2500 + 1024
+    assert logs["cmp"].log_start_offset == 0
+    assert logs["cmp"].read_records(0) == cmp_records
     manager.shutdown()
 
 
@@ -220,9 +226,12 @@ def test_cleanup_logs_without_cleaner_retains_delete_and_compact_delete_logs(tmp
     segments = mixed_topics(manager)
     logs = {t: manager.get_log(TopicPartition(t, 0)) for t in segments}
     assert manager.cleanup_logs() > 0
-    assert logs["del"].log_start_offset > 0 and logs["del"].num_segments < segments["del"]
-    assert logs["both"].log_start_offset > 0 and logs["both"].num_segments < segments["both"]
-    assert logs["cmp"].log_start_offset == 0 and logs["cmp"].num_segments == segments["cmp"]
+    assert logs["del"].log_start_offset > 0
+    assert logs["del"].num_segments < segments["del"]
+    assert logs["both"].log_start_offset > 0
+    assert logs["both"].num_segments < segments["both"]
+    assert logs["cmp"].log_start_offset == 0
+    assert logs["cmp"].num_segments == segments["cmp"]
     manager.shutdown()
 
 

@@ -50,10 +50,12 @@ def test_a_logfs_mount_started_by_an_unmarked_test_refuses(tmp_path):
 
 def test_java_and_pyspark_started_by_an_unmarked_test_refuse():
     java = subprocess.run(["sh", "-c", "java -version"], capture_output=True, text=True, timeout=60)
-    assert java.returncode == 97 and "not marked @pytest.mark.kafka" in java.stderr, java.stderr
+    assert java.returncode == 97, java.stderr
+    assert "not marked @pytest.mark.kafka" in java.stderr, java.stderr
     spark = subprocess.run([sys.executable, "-c", "from pyspark.java_gateway import launch_gateway; launch_gateway()"],
                            capture_output=True, text=True, timeout=120)
-    assert spark.returncode == 97 and "not marked @pytest.mark.spark" in spark.stderr, spark.stderr
+    assert spark.returncode == 97, spark.stderr
+    assert "not marked @pytest.mark.spark" in spark.stderr, spark.stderr
 
 
 def test_a_test_asking_for_a_mount_without_the_marker_is_refused_at_collection(tmp_path):

@@ -24,7 +24,8 @@ def test_every_non_negative_long_has_one_spelling(n):
     assert parse_canonical_int(str(n)) == n
     assert parse_canonical_int("0" + str(n)) is None          # leading zero: another spelling
     assert parse_canonical_int("+" + str(n)) is None
-    assert parse_canonical_int(f" {n}") is None and parse_canonical_int(f"{n}\n") is None
+    assert parse_canonical_int(f" {n}") is None
+    assert parse_canonical_int(f"{n}\n") is None
 
 
 @given(st.integers(min_value=-LONG_MAX - 1, max_value=LONG_MAX))
@@ -58,10 +59,11 @@ def test_partition_numbers(text):
 
 
 def test_partition_number_bounds():
-    assert parse_partition("0") == 0 and parse_partition(str(INT_MAX)) == INT_MAX
+    assert parse_partition("0") == 0
+    assert parse_partition(str(INT_MAX)) == INT_MAX
 
 
-@pytest.mark.parametrize("text,expected", [
+@pytest.mark.parametrize(("text", "expected"), [
     ("0", 0), ("1700000000000", 1700000000000), ("2026-11-21T23:52:24Z", 1795305144000),
     ("2026-11-21T23:52:24", 1795305144000), ("2026-11-21", 1795219200000),
     ("2026-11-21T23:52:24+01:00", 1795301544000),

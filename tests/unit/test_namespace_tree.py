@@ -121,7 +121,7 @@ def test_parse_segment_file_name_is_the_one_reading_of_segment_names():
     assert parse_segment_file_name("leader-epoch-checkpoint") is None
     assert parse_segment_file_name("\u0664\u0662.log") is None           # ASCII digits only
     assert parse_segment_file_name(".log") is None
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="does not start with a base offset"):
         offset_from_file_name("partition.metadata")
 
 

@@ -17,7 +17,9 @@ def test_slots_and_capacity_follow_memory_and_load_factor():
     m = OffsetMap(1000 * BYTES_PER_ENTRY + 7, load_factor=0.75)
     assert m.slots == 1000
     assert m.capacity == 750
-    assert m.size == 0 and m.latest_offset == -1 and m.utilization == 0.0
+    assert m.size == 0
+    assert m.latest_offset == -1
+    assert m.utilization == 0.0
 
 
 def test_put_get_overwrite_and_latest_offset():
@@ -64,7 +66,8 @@ def test_full_map_refuses_new_keys_but_not_lookups():
     assert "full offset map" in str(info.value)
     assert [m.get(b"k%d" % i) for i in range(8)] == list(range(8))
     assert m.get(b"absent") == -1             # bounded search: no infinite probe loop
-    assert m.utilization == 1.0 and m.is_full()
+    assert m.utilization == 1.0
+    assert m.is_full()
 
 
 def test_clear_forgets_everything_and_keeps_memory():
@@ -72,7 +75,8 @@ def test_clear_forgets_everything_and_keeps_memory():
     for i in range(40):
         m.put(b"%d" % i, i)
     m.clear()
-    assert m.size == 0 and m.latest_offset == -1
+    assert m.size == 0
+    assert m.latest_offset == -1
     assert all(m.get(b"%d" % i) == -1 for i in range(40))
     assert bytes(m._bytes) == bytes(50 * BYTES_PER_ENTRY)
     assert m.slots == 50
@@ -184,7 +188,8 @@ def test_put_many_refuses_a_new_key_when_every_slot_is_taken():
     with pytest.raises(OffsetMapFullError, match="full offset map, entries: 3, slots: 3"):
         m.put_many([b"a", b"b", b"c", b"d"], [1, 2, 3, 4])
     # what was put before the refusal stays, and lookups still work on a full map
-    assert m.size == 3 and m.latest_offset == 3
+    assert m.size == 3
+    assert m.latest_offset == 3
     assert m.get_many([b"a", b"c", b"zz"]) == [1, 3, -1]
 
 

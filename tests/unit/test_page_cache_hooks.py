@@ -65,4 +65,5 @@ def test_direct_io_views_report_nothing(manager: LogManager) -> None:
     ns.views_changed_listeners.append(changed.append)
     assert _records(ns).attr_timeout == 0
     manager.get_log(TP).append_values([b"x"])
-    assert changed == [] and manager.get_log(TP).end_listeners == []
+    assert changed == []
+    assert manager.get_log(TP).end_listeners == []

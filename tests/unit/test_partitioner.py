@@ -21,7 +21,7 @@ JAVA_CASES = {
 }
 
 
-@pytest.mark.parametrize("key, expected", sorted(JAVA_CASES.items()))
+@pytest.mark.parametrize(("key", "expected"), sorted(JAVA_CASES.items()))
 def test_murmur2_matches_kafka_utils_test(key: bytes, expected: int) -> None:
     assert murmur2(key) == expected
 

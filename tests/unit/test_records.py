@@ -90,7 +90,8 @@ def test_encode_values_round_trip(values, base_offset, timestamp, codec) -> None
     assert header.next_offset == base_offset + len(values)
     assert header.records_count == len(values)
     assert header.timestamp_type == TimestampType.LOG_APPEND_TIME
-    assert header.producer_id == -1 and header.base_sequence == -1
+    assert header.producer_id == -1
+    assert header.base_sequence == -1
     assert header.partition_leader_epoch == -1
     assert decode_values(batch) == values
     expected = [(base_offset + i, timestamp, None, v, ()) for i, v in enumerate(values)]
@@ -151,7 +152,7 @@ def test_log_append_time_batches_read_max_timestamp(records) -> None:
     assert [r.timestamp for r in decoded] == [t for _, t, _, _, _ in kafka_python_records(batch)]
 
 
-@pytest.mark.parametrize("count, size", [(1, 0), (63, 10), (64, 10), (100, 63), (100, 64),
+@pytest.mark.parametrize(("count", "size"), [(1, 0), (63, 10), (64, 10), (100, 63), (100, 64),
                                          (9000, 5), (3, 8191), (3, 8192), (2, 70_000), (70_000, 1)])
 def test_encode_values_table_boundaries(count, size) -> None:
     """Offset deltas and lengths across 1/2/3-byte varints and beyond the tables."""
@@ -198,7 +199,8 @@ def test_header_properties() -> None:
     assert isinstance(h, BatchHeader)
     assert (h.magic, h.last_offset, h.next_offset, h.size) == (MAGIC, 12, 13, len(batch))
     assert h.compression == Compression.GZIP
-    assert not h.is_control and not h.is_transactional
+    assert not h.is_control
+    assert not h.is_transactional
     assert h.delete_horizon_ms is None
     assert h.last_sequence == -1
 
@@ -284,7 +286,8 @@ def test_control_batch_is_skipped() -> None:
     control = encode_records([Record(42, TS, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00")])
     control = rebuild(control, attributes=0x20 | 0x10)
     header = validate_batch(control)
-    assert header.is_control and header.is_transactional
+    assert header.is_control
+    assert header.is_transactional
     assert decode_batch(control) == []
     assert decode_values(control) == []
     assert [h.base_offset for _, h in iter_batches(control)] == [42]
@@ -485,7 +488,7 @@ def test_fast_paths_equal_general_loop_on_other_writers(rows, writer) -> None:
     assert assert_fast_equals_general(batch) == [v for _, v, _ in rows]
 
 
-@pytest.mark.parametrize("count, size, jitter", [
+@pytest.mark.parametrize(("count", "size", "jitter"), [
     (8193, 100, 0), (9000, 100, 2), (70_000, 1, 0), (70_000, 3, 1), (3, 8189, 0), (3, 8191, 2),
     (2, 70_000, 0), (5, 60_000, 0)])
 def test_fast_paths_across_table_bounds(count, size, jitter) -> None:
@@ -634,7 +637,8 @@ def test_a_block_of_lines_is_encoded_by_the_kernels() -> None:
     assert compiled.KERNELS is not None
     block = b"line\n" * 5000
     batch, layout = encode_text_lines(0, block, TS)
-    assert layout.lines == 5000 and decode_values(bytes(batch)) == [b"line"] * 5000
+    assert layout.lines == 5000
+    assert decode_values(bytes(batch)) == [b"line"] * 5000
     assert encode_text_lines(0, block + b"no newline", TS) is None
 
 

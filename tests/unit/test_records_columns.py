@@ -69,13 +69,14 @@ def test_general_batches_equal_decode_batch(fields, timestamp_type) -> None:
     check_equal(encode_records(records, timestamp_type=timestamp_type))
 
 
-@pytest.mark.parametrize("count,size", [(64, 10), (65, 10), (8192, 3), (8193, 3), (300, 200)])
+@pytest.mark.parametrize(("count", "size"), [(64, 10), (65, 10), (8192, 3), (8193, 3), (300, 200)])
 def test_fast_path_across_offset_delta_widths(count, size) -> None:
     values = [bytes([97 + i % 26]) * (size + i % 2) for i in range(count)]
     batch = encode_values(7, values, TS)
     columns = decode_columns(batch)
     assert columns.offsets == range(7, 7 + count)
-    assert columns.keys is None and columns.headers is None
+    assert columns.keys is None
+    assert columns.headers is None
     check_equal(batch)
 
 

@@ -282,7 +282,8 @@ def test_log_start_offset_checkpoint(tmp_path):
     loaded.close()
     # a checkpoint beyond the log end is damage on a single node: every segment is kept (issue 9)
     beyond = reload(path, had_clean_shutdown=True, log_start_offset=end + 100)
-    assert beyond.log_start_offset == bases[0] and beyond.log_end_offset == end
+    assert beyond.log_start_offset == bases[0]
+    assert beyond.log_end_offset == end
     assert list(beyond.segments.keys()) == bases
     assert beyond.pending_deletion_segments == 0
     assert beyond.read_records(0) == records

@@ -102,7 +102,8 @@ def test_a_read_of_a_copy_returns_the_batches_of_the_local_segment(tiered: Tiere
         assert metadata.start_offset <= offset <= metadata.end_offset
         records = [r for pos, _ in iter_batches(data)
                    for r in decode_batch(data, pos, read_header(data, pos))]
-        assert records and records[0].offset <= offset
+        assert records
+        assert records[0].offset <= offset
         assert any(r.offset == offset for r in records), f"offset {offset} not in the batches read"
         assert all(r.value == expected[r.offset] for r in records)
         local = tiered.log.segments[metadata.start_offset]
@@ -120,7 +121,8 @@ def test_remote_retention_deletes_the_copies_below_an_offset(tiered: Tiered):
     assert _copies(tiered) == copies[2:]
     assert len(tiered.storage.list_segment_ids(TIP)) == len(copies) - 2
     assert tiered.rlm.delete_partition(TIP) == len(copies) - 2
-    assert tiered.storage.list_segment_ids(TIP) == set() and _copies(tiered) == []
+    assert tiered.storage.list_segment_ids(TIP) == set()
+    assert _copies(tiered) == []
 
 
 CRASH_HELPER = r"""
@@ -189,7 +191,8 @@ def test_a_copy_while_the_store_is_down_is_abandoned_and_done_when_it_returns(tm
         _fill(t.log, 40)
         server.kill()
         assert t.rlm.copy_log_segments(t.log, TIP) == 0
-        assert t.rlm.copy_errors == 1 and _copies(t) == []
+        assert t.rlm.copy_errors == 1
+        assert _copies(t) == []
         server.start()
         t.rlm.clean_up_unfinished(TIP)
         assert t.rlm.metadata.unfinished(TIP) == []

@@ -153,14 +153,18 @@ def test_open_names_the_setting_that_is_wrong(seaweedfs: SeaweedFS, tmp_path: Pa
         return failed.value
 
     bad_key = refused(seaweedfs.settings(**{"rsm.config.s3.secret.access.key": "wrong"}))
-    assert bad_key.errno == errno.EACCES and "rsm.config.s3.secret.access.key" in str(bad_key)
+    assert bad_key.errno == errno.EACCES
+    assert "rsm.config.s3.secret.access.key" in str(bad_key)
     bad_bucket = refused({**seaweedfs.settings(), "rsm.config.uri": "s3://no-such-bucket/x"})
-    assert bad_bucket.errno == errno.ENOENT and "no-such-bucket" in str(bad_bucket)
+    assert bad_bucket.errno == errno.ENOENT
+    assert "no-such-bucket" in str(bad_bucket)
     closed = refused(seaweedfs.settings(**{"rsm.config.s3.endpoint.url": f"http://127.0.0.1:{free_port()}",
                                            "rsm.config.request.timeout.ms": "1000"}))
-    assert closed.errno == errno.ETIMEDOUT and "rsm.config.s3.endpoint.url" in str(closed)
+    assert closed.errno == errno.ETIMEDOUT
+    assert "rsm.config.s3.endpoint.url" in str(closed)
     missing_dir = refused({"rsm.config.uri": f"file://{tmp_path / 'nowhere'}"})
-    assert missing_dir.errno == errno.ENOENT and "rsm.config.uri" in str(missing_dir)
+    assert missing_dir.errno == errno.ENOENT
+    assert "rsm.config.uri" in str(missing_dir)
     for settings, named in [({"rsm.config.uri": "ftp://x/y"}, "rsm.config.uri"),
                             ({"rsm.config.uri": "s3:///prefix"}, "names no bucket"),
                             ({}, "rsm.config.uri"),
@@ -181,7 +185,8 @@ def test_a_stopped_store_fails_reads_within_the_bound_then_serves_again(tmp_path
         start = time.monotonic()
         with pytest.raises(RemoteStorageError) as down:
             store.fetch_log_segment(segment_id, 0, 100)
-        assert down.value.errno == errno.ETIMEDOUT and server.endpoint in str(down.value)
+        assert down.value.errno == errno.ETIMEDOUT
+        assert server.endpoint in str(down.value)
         assert time.monotonic() - start < 10
         # the same data dir, the same port: the store answers again and nothing was lost
         server.start()
@@ -267,9 +272,11 @@ def test_the_chunk_cache_serves_any_range_within_its_bound(store: RemoteStorageM
             assert on_disk == cache.cached_bytes
         fetched = cache.fetched_chunks
         assert cache.read(segment_id, size - 50, 50, size) == data[-50:]      # still cached: no fetch
-        assert cache.fetched_chunks == fetched and cache.hits > 0
+        assert cache.fetched_chunks == fetched
+        assert cache.hits > 0
         cache.forget(lambda s: s == segment_id)
-        assert cache.cached_bytes == 0 and os.listdir(tmp_path / "cache") == []
+        assert cache.cached_bytes == 0
+        assert os.listdir(tmp_path / "cache") == []
     finally:
         cache.close()
 
@@ -301,7 +308,8 @@ def test_cached_chunks_are_served_while_the_store_is_down(tmp_path: Path, closed
         start = time.monotonic()
         with pytest.raises(RemoteStorageError) as down:
             cache.read(segment_id, 20_000, 10, len(data))
-        assert down.value.errno == errno.ETIMEDOUT and time.monotonic() - start < 10
+        assert down.value.errno == errno.ETIMEDOUT
+        assert time.monotonic() - start < 10
         cache.close()
         store.close()
     finally:

@@ -28,11 +28,15 @@ class FakeSegment:
 def test_predicates():
     a, b, c = FakeSegment(0, 100, T0), FakeSegment(10, 100, T0 + 10), FakeSegment(20, 0, T0 + 20)
     by_time = retention.retention_ms_breached(T0 + 1000, 995)
-    assert by_time(a, b) and by_time(b, c) is False
+    assert by_time(a, b)
+    assert by_time(b, c) is False
     by_size = retention.retention_size_breached(250, 100)       # diff 150: only one 100-byte segment fits
-    assert by_size(a, b) and not by_size(b, c)
+    assert by_size(a, b)
+    assert not by_size(b, c)
     by_start = retention.log_start_offset_breached(10)
-    assert by_start(a, b) and not by_start(b, c) and not by_start(c, None)
+    assert by_start(a, b)
+    assert not by_start(b, c)
+    assert not by_start(c, None)
 
 
 def test_deletable_segments_stops_at_first_kept_and_spares_empty_active():
@@ -78,7 +82,8 @@ def test_time_retention_deletes_oldest_and_queues_files(tmp_path):
     assert not any(n.endswith(".deleted") for n in os.listdir(log.dir))
     # a reader that held the segment keeps reading the unlinked file
     data = reader_held.read_bytes(0, reader_held.size)
-    assert len(data) == reader_held.size and b"record-000" in data
+    assert len(data) == reader_held.size
+    assert b"record-000" in data
     log.close()
 
 

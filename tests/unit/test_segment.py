@@ -60,7 +60,8 @@ def test_append_read_round_trip(segment):
     info = segment.read(155, 1 << 20)
     assert isinstance(info, FetchDataInfo)
     base, position, _ = batches[15]
-    assert info.position == position and info.segment_base_offset == 0
+    assert info.position == position
+    assert info.segment_base_offset == 0
     assert decode_batch(info.records)[0].offset == base
     assert segment.read(300, 1000) is None                 # beyond the last batch
     assert segment.read(0, 0).records == b""
@@ -84,7 +85,8 @@ def test_sparse_offset_index_spacing_follows_index_interval(segment):
         previous = position
     # time index: strictly increasing timestamps at the same points
     stamps = [segment.time_index.entry(n)[0] for n in range(segment.time_index.entries)]
-    assert stamps == sorted(set(stamps)) and len(stamps) == index.entries
+    assert stamps == sorted(set(stamps))
+    assert len(stamps) == index.entries
 
 
 def test_lookups_by_offset_and_timestamp(segment):
@@ -115,7 +117,8 @@ def test_should_roll_on_each_trigger(tmp_path):
     assert not seg.should_roll(config, T0, 10, T0, 2000 - size)
     assert seg.should_roll(config, T0, 2**31, T0, 10)                # relative offset overflow
     fill(seg, 1, start=10, ts=T0)           # first index entry: a 24-byte time index is then full
-    assert seg.time_index.entries == 1 and seg.time_index.is_full()  # one slot kept for the final entry
+    assert seg.time_index.entries == 1
+    assert seg.time_index.is_full()                                  # one slot kept for the final entry
     assert seg.should_roll(config, T0, 50, T0, 10)                   # index full
     seg.close()
 
@@ -161,7 +164,8 @@ def test_truncate_to_offset(segment):
     size = segment.size
     removed = segment.truncate_to(150)
     assert removed == size - batches[15][1] == size - os.path.getsize(segment.log_path)
-    assert segment.next_offset == 150 and segment.size == batches[15][1]
+    assert segment.next_offset == 150
+    assert segment.size == batches[15][1]
     assert segment.max_timestamp_so_far == T0 + 14
     assert all(segment.offset_index.entry(n)[0] < 150 for n in range(segment.offset_index.entries))
     fill(segment, 2, start=150, ts=T0 + 100)
@@ -171,7 +175,8 @@ def test_truncate_to_offset(segment):
 def test_delete_keeps_reading_through_open_descriptor(segment):
     fill(segment, 10)
     segment.change_file_suffixes("", ".deleted")
-    assert segment.has_suffix(".deleted") and segment.log_path.endswith(".log.deleted")
+    assert segment.has_suffix(".deleted")
+    assert segment.log_path.endswith(".log.deleted")
     assert os.path.exists(segment.offset_index.path)
     before = segment.read_bytes(0, segment.size)
     segment.delete_if_exists()
@@ -265,11 +270,14 @@ def test_a_segment_cut_mid_batch_raises_with_file_and_position_as_fields(segment
     try:
         with pytest.raises(CorruptRecordError) as info:
             all_records(seg)
-        assert info.value.path == seg.log_path and info.value.position == cut_at
+        assert info.value.path == seg.log_path
+        assert info.value.position == cut_at
         assert "(file " not in info.value.detail
         assert seg.read(45, 1 << 20).records            # before the damage: served
         vi, damage = view_index_and_damage(seg)        # views: the good bytes, then the error
-        assert vi.log_size == cut_at and damage.position == cut_at and damage.path == seg.log_path
+        assert vi.log_size == cut_at
+        assert damage.position == cut_at
+        assert damage.path == seg.log_path
         with pytest.raises(CorruptRecordError):
             view_index(seg)
         with pytest.raises(CorruptRecordError):
@@ -277,7 +285,8 @@ def test_a_segment_cut_mid_batch_raises_with_file_and_position_as_fields(segment
         # Rebuilding the indexes of a sealed segment keeps its bytes (truncate=False)
         size = os.path.getsize(seg.log_path)
         assert seg.recover(truncate=False) == size - cut_at
-        assert os.path.getsize(seg.log_path) == size and seg.next_offset == 120
+        assert os.path.getsize(seg.log_path) == size
+        assert seg.next_offset == 120
         with pytest.raises(CorruptRecordError):
             all_records(seg)
     finally:
@@ -317,7 +326,8 @@ def test_an_index_that_points_between_batches_fails_the_check_and_lookups_do_not
         # A reader meeting the bad entry falls back to scanning: right answer, never ENOENT
         last_entry_offset = seg.offset_index.last_offset
         found = seg.translate_offset(last_entry_offset)
-        assert found is not None and found.offset >= last_entry_offset
+        assert found is not None
+        assert found.offset >= last_entry_offset
         assert [r.offset for r in all_records(seg)] == list(range(600))
     finally:
         seg.close()
@@ -333,10 +343,13 @@ def test_read_only_recovery_is_in_memory_and_writes_nothing(segment, tmp_path):
              (segment.log_path, segment.time_index.path)}
     seg = _reopen(tmp_path, read_only=True)
     try:
-        assert seg.indexes_missing and seg.offset_index.in_memory
+        assert seg.indexes_missing
+        assert seg.offset_index.in_memory
         assert seg.recover(in_memory=True) == 16
-        assert seg.size == os.path.getsize(seg.log_path) - 16 and seg.next_offset == 300
-        assert seg.offset_index.entries > 0 and seg.translate_offset(155).offset == 159
+        assert seg.size == os.path.getsize(seg.log_path) - 16
+        assert seg.next_offset == 300
+        assert seg.offset_index.entries > 0
+        assert seg.translate_offset(155).offset == 159
         assert [r.offset for r in all_records(seg)] == list(range(300))
     finally:
         seg.close()
@@ -389,7 +402,8 @@ def test_a_small_segment_preallocates_small_indexes_and_a_default_one_kafkas_siz
     from engine.segment import LogSegment, index_bytes_needed
 
     tiny = LogSegment.open(str(tmp_path), 0, LogConfig.from_props({"internal.segment.bytes": "100"}))
-    assert os.path.getsize(tiny.offset_index.path) <= 4096 and os.path.getsize(tiny.time_index.path) <= 4096
+    assert os.path.getsize(tiny.offset_index.path) <= 4096
+    assert os.path.getsize(tiny.time_index.path) <= 4096
     default = LogSegment.open(str(tmp_path), 1000, LogConfig.from_props({}))
     assert default.offset_index.max_index_size == LogConfig.from_props({}).segment_index_bytes
     # a segment never holds more batches (each at least 61 bytes) than its indexes have room for

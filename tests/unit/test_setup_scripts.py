@@ -57,7 +57,8 @@ def test_setup_for_mounting_installs_nothing_only_the_tests_use(tmp_path):
     apt, python = _run(tmp_path)
     assert not TEST_ONLY & set(apt), apt
     installs = [line for line in python if " pip install " in line and " -e " in line]
-    assert installs and all(line.endswith(" -e .") for line in installs), python
+    assert installs, python
+    assert all(line.endswith(" -e .") for line in installs), python
     # setuptools' "Editable installation" notice is not shown (pip prints it as a BuildBackendWarning)
     assert all(line.startswith("PYTHONWARNINGS=ignore:Editable installation ") for line in installs), python
 

@@ -41,7 +41,7 @@ def test_fail_on_data_loss_false_skips_to_the_log_start_with_one_warning(caplog)
                           "skipping them (failOnDataLoss=false)")]
 
 
-@pytest.mark.parametrize("options,message", [
+@pytest.mark.parametrize(("options", "message"), [
     ({}, "Option 'path' (the logfs mount point) is required"),
     ({"subscribe": "t"}, "Option 'path' (the logfs mount point) is required"),
     ({"path": "MOUNT"}, "Exactly one of the options 'subscribe', 'subscribePattern' or 'assign' must be given, "
@@ -74,7 +74,8 @@ def test_options_parse_as_spark_kafka_source_does(tmp_path):
     assert (defaults.fail_on_data_loss, defaults.include_headers) == (True, False)
 
 
-@pytest.mark.parametrize("name,value", [("readFormat", "parquet"), ("startingOffsetsByTimestampStrategy", "never")])
+@pytest.mark.parametrize(("name", "value"),
+                         [("readFormat", "parquet"), ("startingOffsetsByTimestampStrategy", "never")])
 def test_an_option_with_a_few_spellings_names_them(tmp_path, name, value):
     with pytest.raises(InvalidConfigError, match=rf"Invalid value '{value}' for option {name}: expected one of \("):
         SourceOptions.parse({"path": str(tmp_path), "subscribe": "t", name: value})
@@ -89,7 +90,8 @@ def test_spark_pickles_the_source_by_module_path_for_its_workers(tmp_path):
     from logfs.spark import LogfsDataSource, OffsetRangePartition
 
     shipped = cloudpickle.dumps(LogfsDataSource)
-    assert b"logfs.spark.source" in shipped and b"LogfsDataSource" in shipped
+    assert b"logfs.spark.source" in shipped
+    assert b"LogfsDataSource" in shipped
     assert pickle.loads(shipped) is LogfsDataSource
     opts = SourceOptions.parse({"path": str(tmp_path), "subscribe": "t"})
     rng = OffsetRangePartition("t", 3, 10, 20)

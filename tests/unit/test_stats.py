@@ -80,7 +80,8 @@ def test_stats_json_figures_are_the_live_logs(manager, stats):
         assert doc["topics"][topic]["size_bytes"] == sum(
             manager.get_log(TopicPartition(topic, p)).size for p in range(parts))
     pending = doc["topics"]["t"]["partitions"]["0"]["pending_deletion"]
-    assert pending["segments"] > 0 and pending["bytes"] > 0               # DeleteRecords left .deleted files
+    assert pending["segments"] > 0
+    assert pending["bytes"] > 0                                           # DeleteRecords left .deleted files
     assert doc["topics"]["t"]["partitions"]["0"]["log_start_offset"] == 50
     # only compacted partitions carry the cleaner position, the checkpointed first dirty offset
     assert "cleaner_position" not in doc["topics"]["t"]["partitions"]["0"]
@@ -91,7 +92,8 @@ def test_stats_json_figures_are_the_live_logs(manager, stats):
     assert doc["tasks"] == {"kafka-log-retention": {
         "interval_ms": 300_000, "runs": 3, "errors": 1, "last_run_ms": T0 + 5, "last_duration_ms": 1.5,
         "total_duration_ms": 4.25, "last_error": "StorageError: disk", "last_result": 2}}
-    assert doc["cleaner"]["totals"]["runs"] == 1 and doc["cleaner"]["threads"] == 1
+    assert doc["cleaner"]["totals"]["runs"] == 1
+    assert doc["cleaner"]["threads"] == 1
     assert doc["cleaner"]["last_run"]["0"]["topic_partition"] == "c-0"
 
 

@@ -50,7 +50,7 @@ def test_build_jobs_has_kafkas_scheduler_names_and_intervals(tmp_path):
         m.shutdown()
 
 
-@pytest.mark.parametrize("delay_ms,interval_ms", [("0", 10), ("5", 10), ("200", 200), ("60000", 1000)])
+@pytest.mark.parametrize(("delay_ms", "interval_ms"), [("0", 10), ("5", 10), ("200", 200), ("60000", 1000)])
 def test_the_deletion_job_looks_often_enough_for_file_delete_delay(tmp_path, delay_ms, interval_ms):
     m = _manager(tmp_path, **{"log.segment.delete.delay.ms": delay_ms})
     try:
@@ -96,8 +96,11 @@ def test_runs_errors_and_results_are_counted(caplog):
     with caplog.at_level(logging.ERROR, logger="logfs.tasks"):
         _run_until(jobs, stats, lambda: "failing" in stats.tasks and stats.tasks["failing"].runs >= 3)
     ticker, failed = stats.tasks["ticker"].as_dict(), stats.tasks["failing"].as_dict()
-    assert ticker["runs"] >= 1 and ticker["errors"] == 0 and ticker["last_result"] == 7
-    assert ticker["last_error"] is None and ticker["interval_ms"] == 5
+    assert ticker["runs"] >= 1
+    assert ticker["errors"] == 0
+    assert ticker["last_result"] == 7
+    assert ticker["last_error"] is None
+    assert ticker["interval_ms"] == 5
     assert failed["runs"] == failed["errors"] == len(calls) >= 3
     assert failed["last_error"] == "RuntimeError: boom"
     assert "never" not in stats.tasks                  # a disabled job is never scheduled

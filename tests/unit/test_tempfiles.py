@@ -26,7 +26,8 @@ def test_created_written_renamed_over_append_and_config(ns):
     temps = TempFiles(ns)
     topic, partition = ns.root.lookup("t"), ns.root.lookup("t").lookup("0")
     node = temps.create(partition, ".append.X1")
-    assert temps.names(partition) == [".append.X1"] and temps.get(partition, ".append.X1") is node
+    assert temps.names(partition) == [".append.X1"]
+    assert temps.get(partition, ".append.X1") is node
     node.write(0, b"a\nb\n")
     assert temps.rename(partition, ".append.X1", partition, "append")
     assert [r.value for r in ns.log(TopicPartition("t", 0)).read_records(10)] == [b"a", b"b"]
@@ -51,7 +52,8 @@ def test_refusals_leave_things_as_they_were(ns):
     bad.write(0, b"retention.ms=soon\n")
     with pytest.raises(LogfsError) as exc:
         temps.rename(topic, "config.tmp", topic, "config")
-    assert exc.value.errno == errno.EINVAL and temps.get(topic, "config.tmp") is bad   # stays for the user to fix
+    assert exc.value.errno == errno.EINVAL
+    assert temps.get(topic, "config.tmp") is bad                                       # stays for the user to fix
     with pytest.raises(LogfsError) as exc:
         temps.rename(topic, "config.tmp", topic, "delete")                          # only config and append take it
     assert exc.value.errno == errno.EPERM
@@ -98,4 +100,5 @@ def test_any_other_new_name_is_refused_naming_the_file_probably_meant(ns):
         assert exc.value.errno == errno.EPERM
     with pytest.raises(LogfsError, match="Cannot create t/0/newfile") as exc:
         temps.create(partition, "newfile")                    # far from every name: refused all the same
-    assert exc.value.errno == errno.EPERM and temps.names(partition) == []
+    assert exc.value.errno == errno.EPERM
+    assert temps.names(partition) == []

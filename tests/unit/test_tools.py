@@ -80,7 +80,8 @@ def test_check_torn_tail(good) -> None:
         f.write(good["batches"][0][:40])
     problems, lines = run_check(good["dir"].parent)
     assert problems == 1
-    assert "truncated" in lines[0] and str(log) in lines[0]
+    assert "truncated" in lines[0]
+    assert str(log) in lines[0]
 
 
 def test_check_bad_index_entry(good) -> None:
@@ -90,7 +91,8 @@ def test_check_bad_index_entry(good) -> None:
     index.write_bytes(bytes(raw))
     problems, lines = run_check(good["dir"].parent)
     assert problems == 1
-    assert str(index) in lines[0] and "not the start of a batch" in lines[0]
+    assert str(index) in lines[0]
+    assert "not the start of a batch" in lines[0]
 
 
 def test_check_index_offsets_must_increase(good) -> None:
@@ -110,7 +112,8 @@ def test_check_time_index_not_monotonic(good) -> None:
     timeindex.write_bytes(bytes(raw))
     problems, lines = run_check(good["dir"].parent)
     assert problems == 1
-    assert str(timeindex) in lines[0] and "not larger" in lines[0]
+    assert str(timeindex) in lines[0]
+    assert "not larger" in lines[0]
 
 
 def test_check_offsets_must_increase_across_batches(tmp_path) -> None:
@@ -118,7 +121,8 @@ def test_check_offsets_must_increase_across_batches(tmp_path) -> None:
     part.mkdir(parents=True)
     (part / f"{NAME}.log").write_bytes(encode_values(0, [b"a", b"b"], TS) + encode_values(1, [b"c"], TS))
     problems, lines = run_check(tmp_path / "data")
-    assert problems == 1 and "does not follow" in lines[0]
+    assert problems == 1
+    assert "does not follow" in lines[0]
 
 
 def test_check_checkpoints(good) -> None:

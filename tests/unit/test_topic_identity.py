@@ -65,9 +65,11 @@ def test_partitions_of_a_topic_share_one_topic_id_and_a_new_topic_gets_a_new_one
     ids = {read_topic_id(str(data / f"t-{p}")) for p in (0, 1)}
     manager.add_partition("t", 2)
     ids.add(read_topic_id(str(data / "t-2")))
-    assert len(ids) == 1 and None not in ids
+    assert len(ids) == 1
+    assert None not in ids
     (topic_id,) = ids
-    assert len(topic_id) == 22 and not topic_id.startswith("-")
+    assert len(topic_id) == 22
+    assert not topic_id.startswith("-")
     assert (data / "t-0" / PARTITION_METADATA_FILE).read_text() == f"version: 0\ntopic_id: {topic_id}\n"
     manager.delete_topic("t")
     manager.create_topic("t", 1)

@@ -150,7 +150,8 @@ def test_lazy_index_catches_up_with_batches_appended_without_sizes(tmp_path):
     log.append_values([b"dddd"])
     vi = view_index(log.active_segment)
     assert vi.text_size == len(b"a\nbb\nccc\n\ndddd\n")
-    assert vi.next_offset == 5 and vi.record_count == 5
+    assert vi.next_offset == 5
+    assert vi.record_count == 5
     log.close()
 
 
@@ -164,7 +165,8 @@ def test_multi_batch_append_counts_records_not_offsets(tmp_path):
     segment.append(10, 9, 10, data)
     assert segment.attachment is None       # the segment itself derives nothing from what it stores
     vi = view_index(segment)
-    assert segment.attachment.index is vi and view_index(segment) is vi      # scanned once, then kept
+    assert segment.attachment.index is vi
+    assert view_index(segment) is vi                                      # scanned once, then kept
     assert (vi.record_count, vi.next_offset, vi.log_size) == (3, 11, len(data))
     assert vi.text_size == len(render_text(first + second))
     assert vi.json_size == len(render_jsonl(first + second, "t", 0, 0))
@@ -237,7 +239,8 @@ def test_rebuilt_index_equals_rendering_of_any_producer_batches(tmp_path_factory
     vi = view_index(segment)
     assert (vi.text_size, vi.json_size) == (len(render_text(expected)),
                                             len(render_jsonl(expected, "views", 3, ts_type)))
-    assert vi.record_count == len(expected) and vi.next_offset == offset - gap + 1
+    assert vi.record_count == len(expected)
+    assert vi.next_offset == offset - gap + 1
     for n in range(len(vi)):
         first, _, text_pos, json_pos = vi._entry(n)
         before = [r for r in expected if r.offset < first]

@@ -105,7 +105,8 @@ def test_random_reads_equal_slices(tmp_path_factory, data):
 def test_view_grows_while_appending_and_never_shows_partial_records(tmp_path):
     log = make_log(tmp_path, internal_segment_bytes=600)
     view = LogView(log, ViewFormat.TEXT)
-    assert view.size() == 0 and view.read(0, 100) == b""
+    assert view.size() == 0
+    assert view.read(0, 100) == b""
     seen = b""
     for i in range(50):
         log.append_values([b"line-%d" % i, b"second-%d" % i])
@@ -209,7 +210,8 @@ def test_view_reads_what_it_opened_across_a_cleaner_swap(tmp_path):
     log.delete_expired_segment_files(log.clock.milliseconds() + 10**9)
     assert head + read_all_from(view, 50, 211) == json_before
     after = read_all(LogView(log, ViewFormat.TEXT), 4096)
-    assert after == full_text(log) and len(after) < len(before)
+    assert after == full_text(log)
+    assert len(after) < len(before)
     assert after.startswith(b"value-3\nvalue-7\n")
 
 
@@ -286,7 +288,8 @@ def test_corrupt_batch_fails_the_read_naming_file_and_position(tmp_path, fmt, re
         assert info.value.path == segment.log_path
         assert info.value.position == position
         assert info.value.errno == errno.EIO
-        assert segment.log_path in str(info.value) and f"position {position}" in str(info.value)
+        assert segment.log_path in str(info.value)
+        assert f"position {position}" in str(info.value)
     log.close()
 
 

@@ -56,7 +56,8 @@ def _parse(line: bytes, fmt: ViewFormat) -> tuple[int, int]:
         value = obj["value"].encode()
         assert obj["key"] == "k%d" % int(value[1:value.index(b"@")])
         offset = obj["offset"]
-        assert value.startswith(b"k") and int(value[value.index(b"@") + 1:value.index(b":")]) == offset
+        assert value.startswith(b"k")
+        assert int(value[value.index(b"@") + 1:value.index(b":")]) == offset
     else:
         value = line
         offset = int(value[value.index(b"@") + 1:value.index(b":")])
@@ -190,7 +191,8 @@ def test_slow_reader_falls_behind_retention(tmp_path, fmt, seed):
         elif (step // 50) % 3 != 2:
             reader.read_once()
     reader.drain()
-    assert reader.offsets[0] == 0 and reader.offsets[-1] == next_offset - 1
+    assert reader.offsets[0] == 0
+    assert reader.offsets[-1] == next_offset - 1
     # only what retention deleted before the reader got there may be missing
     missed = set(range(next_offset)) - set(reader.offsets)
     assert not missed or max(missed) < log.log_start_offset

@@ -53,9 +53,11 @@ def test_a_process_left_waiting_for_a_thread_exits_with_its_stacks(tmp_path):
     result, files = _run(tmp_path, "test_leaves_a_thread_the_exit_waits_for")
     # The test passed (its progress dot); the summary line may be lost: it is written after the session
     # finished, into a buffer the watchdog's exit does not flush when it comes first (a loaded machine).
-    assert result.stdout.lstrip().startswith(".") and "F" not in result.stdout, result.stdout + result.stderr
+    assert result.stdout.lstrip().startswith("."), result.stdout + result.stderr
+    assert "F" not in result.stdout, result.stdout + result.stderr
     [(name, text)] = files.items()
-    assert name.endswith("-exit.txt") and "still running 2 s after its session finished" in text, text
+    assert name.endswith("-exit.txt"), text
+    assert "still running 2 s after its session finished" in text, text
 
 
 def test_a_process_that_exits_in_time_leaves_nothing(tmp_path):
