@@ -635,8 +635,9 @@ def _check(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _configure_logging(getattr(args, "sub_log_level", None) or args.log_level)
-    handlers = {"mount": _mount, "umount": _umount, "dump-log": _dump_log, "check": _check,
-                "to-kafka": lambda args: args.handler(args)}
+    handlers: dict[str, Callable[[argparse.Namespace], int]] = {
+        "mount": _mount, "umount": _umount, "dump-log": _dump_log, "check": _check,
+        "to-kafka": lambda args: args.handler(args)}
     try:
         return handlers[args.command](args)
     except BrokenPipeError:   # `logfs dump-log ... | head`

@@ -26,7 +26,7 @@ from logfs.handles import BytesHandle, Handle, LineCommandHandle, LineHandle
 from logfs.nodes import RW_MODE, STABLE_TIMEOUT_S, WRITE_ONLY_MODE, FileNode, GeneratedFile
 
 if TYPE_CHECKING:  # pragma: no cover
-    from logfs.tree import Tree
+    from logfs.tree import NodeKey, Tree
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ class TopicConfigFile(GeneratedFile):
         self.applied_ns = 0
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> NodeKey:
         return ("config", self.topic)
 
     def describe(self) -> str:
@@ -256,7 +256,7 @@ class TopicDeleteFile(_MarkerFile):
         self.topic = topic
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> NodeKey:
         return ("delete", self.topic)
 
     def describe(self) -> str:
@@ -278,7 +278,7 @@ class PartitionDeleteFile(_MarkerFile):
         self.tp = tp
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> NodeKey:
         return ("delete", self.tp)
 
     def describe(self) -> str:
@@ -350,7 +350,7 @@ class AppendTargetFile(FileNode):
         return self.format.file_name
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> NodeKey:
         return (self.name, self.topic, self.partition)
 
     def describe(self) -> str:

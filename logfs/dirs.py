@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
 
     from engine.log import Log
-    from logfs.tree import Tree
+    from logfs.tree import NodeKey, Tree
 
 
 class RootDir(Directory):
@@ -123,7 +123,7 @@ class TopicDir(Directory):
         self.topic = topic
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> NodeKey:
         return ("topic", self.topic)
 
     def path(self) -> str:
@@ -147,7 +147,8 @@ class TopicDir(Directory):
         self.ns.require_topic(self.topic)
         method = self._ENTRIES.get(name)
         if method is not None:
-            return getattr(self, method)()
+            node: Node = getattr(self, method)()
+            return node
         partition = parse_canonical_int(name)
         if partition is not None and partition in self.ns.backend.partitions(self.topic):
             return self.ns.stable(PartitionDir, TopicPartition(self.topic, partition))
@@ -197,11 +198,11 @@ class _PartitionSubDir(Directory):
         self.topic = tp.topic
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> NodeKey:
         return (self.kind, self.tp)
 
     @property
-    def parent_key(self) -> tuple:
+    def parent_key(self) -> NodeKey:
         return ("partition", self.tp)
 
     def path(self) -> str:
@@ -362,11 +363,11 @@ class PartitionDir(Directory):
         self.topic = tp.topic
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> NodeKey:
         return ("partition", self.tp)
 
     @property
-    def parent_key(self) -> tuple:
+    def parent_key(self) -> NodeKey:
         return ("topic", self.tp.topic)
 
     def path(self) -> str:
@@ -389,7 +390,8 @@ class PartitionDir(Directory):
         if entry is None:
             raise NoSuchNameError(f"No file {name!r} in partition {self.tp}")
         if isinstance(entry, str):
-            return getattr(self, entry)(target)
+            node: Node = getattr(self, entry)(target)
+            return node
         return self.ns.stable(entry, self.tp)
 
     def _records(self, target: Log) -> Node:

@@ -116,6 +116,7 @@ if TYPE_CHECKING:
     from engine.topic import TopicPartition
     from logfs.handles import Handle
     from logfs.namespace import Namespace
+    from logfs.tree import NodeKey
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +270,7 @@ class _ConfigUnlinks:
     _TTL_S = 60.0
 
     def __init__(self) -> None:
-        self._pending: dict[tuple[tuple, int], tuple[float, Node]] = {}
+        self._pending: dict[tuple[NodeKey, int], tuple[float, Node]] = {}
 
     def unlinked(self, parent: Node, pid: int, config: Node) -> None:
         self._pending[(parent.key, pid)] = (time.monotonic(), config)
@@ -659,7 +660,8 @@ class LogfsOperations(pyfuse3.Operations):
             self._drop(ino, 1)
             raise
 
-    def _record_refusal(self, op: str, args: tuple, code: int, exc: BaseException) -> None:
+    # Any: a FUSE operation's own arguments (inodes, names, handles), whichever operation it was
+    def _record_refusal(self, op: str, args: tuple[Any, ...], code: int, exc: BaseException) -> None:
         """Add a refusal to ``.logfs/errors`` (logfs.refusals), with the path the operation was about."""
         try:
             path = self._path_of(op, args)
@@ -667,7 +669,7 @@ class LogfsOperations(pyfuse3.Operations):
             path = "?"
         self.ns.refusals.record(path, code, f"{op}: {exc}")
 
-    def _path_of(self, op: str, args: tuple) -> str:
+    def _path_of(self, op: str, args: tuple[Any, ...]) -> str:     # Any: as in _record_refusal
         """The path an operation's arguments name: a handle's file, an inode, or a name in a directory."""
         if op in _HANDLE_OPS:
             held = self._handles.get(args[0])

@@ -63,7 +63,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from engine.consumer_offsets import GroupMetadataManager
     from engine.views import ViewFormat
     from logfs.leases import Lease
-    from logfs.tree import Tree
+    from logfs.tree import NodeKey, Tree
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class GroupsDir(Directory):
         self.topic = topic
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> NodeKey:
         return ("groups", self.topic)
 
     def path(self) -> str:
@@ -137,7 +137,7 @@ class GroupFile(FileNode):
         self.group = group
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> NodeKey:
         return ("group", self.topic, self.group)
 
     def describe(self) -> str:
@@ -328,7 +328,7 @@ class ConsumeDir(Directory):
         self.tp = tp
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> NodeKey:
         return ("consume", self.tp)
 
     def path(self) -> str:
@@ -370,7 +370,7 @@ class ConsumeFile(FileNode):
         self._from: int | None = None         # the committed offset the view was anchored at
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> NodeKey:
         return ("consume", id(self))
 
     def describe(self) -> str:

@@ -50,7 +50,7 @@ from logfs.dirs import RootDir
 from logfs.leases import GroupLeases
 from logfs.nodes import RETIRED_NODES, Node
 from logfs.refusals import RecentRefusals
-from logfs.tree import Keyed
+from logfs.tree import Keyed, NodeKey
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
@@ -91,8 +91,8 @@ class Namespace:
         #: called with a partition whose views may have grown (its log end moved), when views are
         #: served through the page cache (logfs.fs drops the attributes the kernel cached of them)
         self.views_changed_listeners: list[Callable[[TopicPartition], None]] = []
-        self._nodes: dict[tuple, Node] = {}
-        self._retired: collections.OrderedDict[tuple, Node] = collections.OrderedDict()
+        self._nodes: dict[NodeKey, Node] = {}
+        self._retired: collections.OrderedDict[NodeKey, Node] = collections.OrderedDict()
         self.root = RootDir(self)
         self._nodes[self.root.key] = self.root
         # consumer groups (logfs.groups): the committed offsets (the backend's: loaded from
@@ -116,7 +116,7 @@ class Namespace:
             return node
         return existing
 
-    def content(self, key: tuple, same: Callable[[_K], bool], make: Callable[[], _K]) -> _K:
+    def content(self, key: NodeKey, same: Callable[[_K], bool], make: Callable[[], _K]) -> _K:
         """The node of a content name: the known one while ``same(node)``, else a new one (a new inode)."""
         # a key's first element names the kind of content, so the class of its node
         known = cast("_K | None", self._nodes.get(key))
@@ -150,7 +150,7 @@ class Namespace:
             if self._nodes.get(old_key) is old:
                 del self._nodes[old_key]
 
-    def known_node(self, key: tuple) -> Node | None:
+    def known_node(self, key: NodeKey) -> Node | None:
         return self._nodes.get(key)
 
     def nodes_known(self) -> int:
@@ -230,7 +230,7 @@ class Namespace:
 # --------------------------------------------------------------------------- helpers
 
 
-def _mentions_topic(key: tuple, topic: str) -> bool:
+def _mentions_topic(key: NodeKey, topic: str) -> bool:
     return any(part == topic or (isinstance(part, TopicPartition) and part.topic == topic) for part in key[1:])
 
 

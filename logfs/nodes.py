@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from engine.log import Log
     from engine.segment import LogSegment
     from engine.topic import TopicPartition
-    from logfs.tree import Tree
+    from logfs.tree import NodeKey, Tree
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class Node:
         self.ns = ns
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> NodeKey:
         raise NotImplementedError
 
     def size(self) -> int:
@@ -227,7 +227,7 @@ class StateFile(GeneratedFile):
         self.tp = tp
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> NodeKey:
         return ("state", self.tp)
 
     def describe(self) -> str:
@@ -283,7 +283,7 @@ class ViewFile(FileNode):
                           lambda: cls(ns, tp, name, target, fmt, start_offset, segment))
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> NodeKey:
         return ("view", self.tp, self.name)
 
     def describe(self) -> str:
@@ -459,7 +459,7 @@ class RecordFile(FileNode):
         self.content = None      # a lookup brings it back (OffsetDir.lookup reads the record anyway)
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> NodeKey:
         return ("offset", self.tp, self.offset)
 
     def describe(self) -> str:
@@ -497,7 +497,7 @@ class SegmentFile(FileNode):
         self._last_mtime_ns = 0
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> NodeKey:
         return ("segfile", self.tp, self.name)
 
     def describe(self) -> str:

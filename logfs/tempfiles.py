@@ -44,13 +44,14 @@ import time
 from typing import TYPE_CHECKING
 
 from engine.errors import LogfsError
+from engine.topic import TopicPartition
 from logfs.control import AppendTargetFile, TopicConfigFile
 from logfs.errors import NotPermittedError
 from logfs.handles import Handle
 from logfs.nodes import RW_MODE, FileNode, Node
 
 if TYPE_CHECKING:  # pragma: no cover
-    from logfs.tree import Tree
+    from logfs.tree import NodeKey, Tree
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ class TempFile(FileNode):
         self.dropped = False
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> NodeKey:
         return ("temp", id(self))
 
     def describe(self) -> str:
@@ -178,7 +179,7 @@ class TempFiles:
 
     def __init__(self, ns: Tree) -> None:
         self._ns = ns
-        self._files: dict[tuple[tuple, str], TempFile] = {}
+        self._files: dict[tuple[NodeKey, str], TempFile] = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -324,4 +325,6 @@ def _describe(parent: Node) -> str:
     key = parent.key
     if key[0] == "topic":
         return str(key[1])
-    return f"{key[1].topic}/{key[1].partition}"
+    tp = key[1]
+    assert isinstance(tp, TopicPartition), key      # else a partition's directory
+    return f"{tp.topic}/{tp.partition}"

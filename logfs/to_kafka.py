@@ -379,7 +379,7 @@ def _merge_checkpoint(log_dir: str, name: str, offsets: dict[TopicPartition, int
 
 # ------------------------------------------------------------------------------ the command line
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``logfs to-kafka plan|adopt`` on the ``logfs`` command's subparsers."""
     parser = sub.add_parser("to-kafka", help="hand a logfs data directory to an Apache Kafka (KRaft) broker",
                             description="Move a logfs data directory to Kafka: `plan` creates the topics, "

@@ -24,14 +24,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from logfs.refusals import RecentRefusals
     from logfs.stats import MountStats
 
-__all__ = ["Keyed", "Tree"]
+__all__ = ["Keyed", "NodeKey", "Tree"]
+
+#: a node's key in the namespace's table: its kind (a str), then what it names (a topic, a TopicPartition,
+#: a name, an offset, an id)
+NodeKey = tuple[object, ...]
 
 
 class Keyed(Protocol):
     """A node as the namespace's table knows it: by its key (see ``logfs.nodes.Node.key``)."""
 
     @property
-    def key(self) -> tuple: ...
+    def key(self) -> NodeKey: ...
 
 
 _K = TypeVar("_K", bound=Keyed)
@@ -82,5 +86,5 @@ class Tree(Protocol):
     def stable(self, cls: Callable[..., _K], *args: object) -> _K:
         """The one node of a structural name, ``cls(tree, *args)`` the first time (so its inode is reused)."""
 
-    def content(self, key: tuple, same: Callable[[_K], bool], make: Callable[[], _K]) -> _K:
+    def content(self, key: NodeKey, same: Callable[[_K], bool], make: Callable[[], _K]) -> _K:
         """The node of a content name: the known one while ``same(node)``, else ``make()`` (a new inode)."""

@@ -61,8 +61,9 @@ def _compress(codec: int, data: bytes) -> bytes:
         # The LZ4 frame as Kafka's Lz4BlockOutputStream writes it: independent
         # 64 KB blocks, no content size.  Kafka's reader refuses linked blocks
         # ("Dependent block stream is unsupported"), which cramjam writes.
-        return lz4.frame.compress(data, block_linked=False, store_size=False,
-                                  block_size=lz4.frame.BLOCKSIZE_MAX64KB)
+        framed: bytes = lz4.frame.compress(data, block_linked=False, store_size=False,
+                                           block_size=lz4.frame.BLOCKSIZE_MAX64KB)
+        return framed
     if codec == Compression.ZSTD:
         return bytes(cramjam.zstd.compress(data, level=_ZSTD_LEVEL))
     raise InvalidRecordError(f"Unknown compression codec id {codec}")

@@ -9,7 +9,7 @@ entry points first try the layout proof of :mod:`engine.records.fastpath`.
 from __future__ import annotations
 
 from itertools import repeat
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from engine.errors import CorruptRecordError
 from engine.records import compiled
@@ -34,6 +34,9 @@ from engine.records.varint import _read_varint
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
+
+    from engine.records.format import Headers
+    from engine.records.kernels import RecordColumns
 
 # ---------------------------------------------------------------------------
 # Decoding
@@ -204,7 +207,7 @@ def _records_of(data: bytes, header: BatchHeader, pos: int = 0, count: int | Non
     timestamps: list[int] = []
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
-    headers_of: list[tuple] = []
+    headers_of: list[Headers] = []
     add_offset = offsets.append
     add_timestamp = timestamps.append
     add_key = keys.append
@@ -307,14 +310,14 @@ def _batch_timestamp(header: BatchHeader) -> int:
     return header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else header.base_timestamp
 
 
-def _compiled_columns(data: bytes, header: BatchHeader) -> tuple | None:
+def _compiled_columns(data: bytes, header: BatchHeader) -> RecordColumns | None:
     """The section's records as columns from the compiled walk (``kernels.records_columns``), or None when
     the extension is not built or the walk refuses the section (the general loop then decodes it or says
     what is wrong)."""
     kernels = compiled.KERNELS
     if kernels is None:
         return None
-    found: tuple | None = kernels.records_columns(data, header.records_count, header.base_offset,
+    found: RecordColumns | None = kernels.records_columns(data, header.records_count, header.base_offset,
                                                   header.base_timestamp, bool(header.attributes & TIMESTAMP_TYPE_MASK),
                                                   header.max_timestamp)
     return found
@@ -451,7 +454,7 @@ def decode_columns(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None =
         parts, taken, at = _uniform_values(data, count, True)
         if taken == count and at == len(data):
             text = parts[0] if len(parts) == 1 else b"".join(parts)
-            values: list = text.split(b"\n")
+            values: list[Any] = text.split(b"\n")     # Any: the lines of bytes or bytearray text, then the values
             if len(values) == count + 1:
                 values.pop()
             else:
@@ -465,7 +468,7 @@ def decode_columns(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None =
     offset_list = list(range(header.base_offset, header.base_offset + taken))
     timestamps = [_batch_timestamp(header)] * taken
     keys: list[bytes | None] = [None] * taken
-    headers: list = [()] * taken
+    headers: list[Headers] = [()] * taken
     if rest:
         rest_offsets, rest_timestamps, rest_keys, rest_values, rest_headers = zip(*rest)
         offset_list += rest_offsets

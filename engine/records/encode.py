@@ -8,7 +8,7 @@ builtins, one ``b"".join``); the general encoder handles what falls out of them.
 from __future__ import annotations
 
 from operator import add
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from crc32c import crc32c as _crc32c
 
@@ -88,7 +88,8 @@ def _encode_unkeyed(values: Sequence[bytes]) -> bytes:
     """
     n = len(values)
     lens = list(map(len, values))
-    parts: list = [None] * (4 * n)
+    # Any: pieces from the tables and the values as given (a null value is let through: the join refuses it)
+    parts: list[Any] = [None] * (4 * n)
     parts[1::4] = _PREFIX_NULL_KEY[:n]
     parts[2::4] = map(_varint_piece, lens)
     parts[3::4] = values
@@ -114,7 +115,7 @@ def _encode_keyed(values: Sequence[bytes], keys: Sequence[bytes]) -> bytes:
                map(add, map(add, value_lens, map(_varint_len, value_lens)),
                    map(add, key_lens, map(_varint_len, key_lens))),
                _PREFIX_KEYED_LEN1[:n])
-    parts: list = [None] * (6 * n)
+    parts: list[Any] = [None] * (6 * n)     # Any: as in _encode_unkeyed
     parts[0::6] = map(_hc0_varint_piece, body)
     parts[1::6] = _PREFIX_KEYED[:n]
     parts[2::6] = map(_varint_piece, key_lens)
@@ -165,7 +166,7 @@ def _encode_general(offset_deltas: Sequence[int], timestamp_deltas: Sequence[int
     return b"".join(out)
 
 
-def _check_bytes(items: Sequence, what: str) -> None:
+def _check_bytes(items: Sequence[object], what: str) -> None:
     for item in items:
         if item is not None and not isinstance(item, (bytes, bytearray, memoryview)):
             raise InvalidRecordError(f"Record {what} must be bytes or None, got {type(item).__name__}")

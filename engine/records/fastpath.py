@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from operator import itemgetter
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -187,7 +188,7 @@ def _fixed_size_text(data: bytes, segments: list[tuple[int, int, int, int]]) -> 
     return out
 
 
-def _uniform_values(data: bytes, count: int, text: bool) -> tuple[list, int, int]:
+def _uniform_values(data: bytes, count: int, text: bool) -> tuple[list[Any], int, int]:
     """Decode the uniform-layout prefix of a records section.
 
     Returns (parts, records taken, position after them).  Without ``text`` the
@@ -200,7 +201,8 @@ def _uniform_values(data: bytes, count: int, text: bool) -> tuple[list, int, int
     a segment of mixed sizes is taken whole by _sized_walk, or up to that
     segment only.
     """
-    parts: list = []
+    # Any: values (bytes) without ``text``, text chunks (bytes, bytearray) with it; each caller knows which
+    parts: list[Any] = []
     text_segments: list[tuple[int, int, int, int]] = []
     p = 0
     for lo, hi, w in _WIDTH_RANGES:

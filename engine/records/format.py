@@ -85,6 +85,10 @@ class TimestampType(IntEnum):
     LOG_APPEND_TIME = 1
 
 
+#: a record's headers: (key, value or None) pairs, in order
+Headers = tuple[tuple[str, bytes | None], ...]
+
+
 class Record(NamedTuple):
     """One record as the log layer sees it, with its absolute offset and timestamp."""
 
@@ -92,7 +96,7 @@ class Record(NamedTuple):
     timestamp: int
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
+    headers: Headers = ()
 
 
 class BatchHeader(NamedTuple):

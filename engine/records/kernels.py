@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 from engine.records import _kernels  # type: ignore[attr-defined]
+from engine.records.format import Headers
 
 if TYPE_CHECKING:   # numpy is imported by the cleaner's kernels only: a text read or an append does not pay it
     import mmap
@@ -42,7 +43,7 @@ if TYPE_CHECKING:   # numpy is imported by the cleaner's kernels only: a text re
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["KeyColumns", "LinesLayout", "encode_lines", "json_plain", "key_columns", "key_digests",
+__all__ = ["KeyColumns", "LinesLayout", "RecordColumns", "encode_lines", "json_plain", "key_columns", "key_digests",
            "lines_layout", "put_digests", "records_columns", "records_jsonl", "records_text", "transactional_batches"]
 
 
@@ -63,9 +64,13 @@ def records_text(data: bytes | memoryview, count: int) -> bytearray | None:
     return result
 
 
+#: what records_columns answers: offsets, timestamps, keys (None: every key null), values, headers (None: no
+#: record has one), whether the offsets count up by one
+RecordColumns = tuple[list[int], list[int], list[bytes | None] | None, list[bytes | None], list[Headers] | None, bool]
+
+
 def records_columns(data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,
-                    log_append_time: bool, max_timestamp: int) -> tuple[list[int], list[int], list[bytes | None] | None,
-                                                                  list[bytes | None], list[tuple] | None, bool] | None:
+                    log_append_time: bool, max_timestamp: int) -> RecordColumns | None:
     """The records of an uncompressed records section of any layout as lists, from the walk of
     ``records_text``: (offsets, timestamps, keys or None when every key is null, values, headers or None
     when no record has one, whether the offsets count up by one from the first); None when the section is
@@ -75,7 +80,7 @@ def records_columns(data: bytes | memoryview, count: int, base_offset: int, base
     (str, bytes or None) tuples, ``()`` for none; a LogAppendTime batch's timestamps all ``max_timestamp``.
     """
     result = _kernels.records_columns(data, count, base_offset, base_timestamp, log_append_time, max_timestamp)
-    found: tuple | None = result
+    found: RecordColumns | None = result
     return found
 
 

@@ -152,11 +152,11 @@ class ViewIndex:
         self.append(first_offset, log_position, text_size, json_size, next_offset, indexed,
                     batch_size=batch_size, records=records)
 
-    def columns(self) -> tuple[array, array, array, array]:
+    def columns(self) -> tuple[array[int], array[int], array[int], array[int]]:
         """The four columns (offset, log, text and JSON positions); only the first ``entries`` are valid."""
         return self._offsets, self._log_positions, self._text_positions, self._json_positions
 
-    def load_columns(self, columns: Sequence[array], entries: int, totals: tuple[int, int, int, int, int],
+    def load_columns(self, columns: Sequence[array[int]], entries: int, totals: tuple[int, int, int, int, int],
                      last_position: int, bytes_since_last_entry: int) -> None:
         """Fill an empty index from a persisted one (engine.views.persisted); appends may follow.
 
@@ -173,7 +173,7 @@ class ViewIndex:
         return (self._offsets[n], self._log_positions[n], self._text_positions[n],
                 self._json_positions[n])
 
-    def _floor(self, column: array, key: int) -> tuple[int, int, int, int]:
+    def _floor(self, column: array[int], key: int) -> tuple[int, int, int, int]:
         n = self.entries
         i = bisect_right(column, key, 0, n) - 1
         if i < 0:

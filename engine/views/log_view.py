@@ -580,7 +580,8 @@ class ViewIdentity:
             values = segments.values()
             first = max(segments.bisect_right(start_offset) - 1, 0)
             covered = list(values[first:])
-        self._covered: list[tuple[int, weakref.ref]] = [(seg.base_offset, weakref.ref(seg)) for seg in covered]
+        self._covered: list[tuple[int, weakref.ref[LogSegment]]] = [(seg.base_offset, weakref.ref(seg))
+                                                                    for seg in covered]
         self._current = True
 
     def is_current(self) -> bool:

@@ -449,7 +449,7 @@ def render_jsonl_columns(columns: BatchColumns, topic: str, partition: int, time
             columns_in_order = [offsets, timestamps] if keys is None else [offsets, timestamps, keys]
         columns_in_order.append(values)
         width = len(columns_in_order)
-        args: list = [None] * (width * n)
+        args: list[object] = [None] * (width * n)
         for i, column in enumerate(columns_in_order):
             args[i::width] = column
         return (template * n) % tuple(args)

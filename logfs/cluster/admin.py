@@ -74,7 +74,8 @@ class ClusterAdmin:
         self.timeout_s = timeout_s
         self._create_defaults = dict(create_defaults or {})
         self._client_config = dict(client_config)
-        config: dict = {**client_config, "logger": ClientLog("logfs.cluster.librdkafka")}
+        # Any: librdkafka's settings and the logger object, which its stub's setting types leave out
+        config: dict[str, Any] = {**client_config, "logger": ClientLog("logfs.cluster.librdkafka")}
         try:
             self._admin = AdminClient(config)
         except KafkaException as exc:     # a client setting librdkafka does not know or refuses
@@ -134,7 +135,7 @@ class ClusterAdmin:
         ``groups/``, a read of ``config``, which must not stall every other file of the mount)."""
         return self.timeout_s if self.reachable else min(self.timeout_s, UNREACHABLE_WAIT_S)
 
-    def result(self, future: concurrent.futures.Future, what: str, timeout: float | None = None, *,
+    def result(self, future: concurrent.futures.Future[object], what: str, timeout: float | None = None, *,
                retriable: bool = False) -> Any:
         """The answer of one admin request, or the engine error for the cluster's refusal or silence.
 
@@ -164,7 +165,7 @@ class ClusterAdmin:
                 raise _Retriable(error) from None
             raise error from None
 
-    def _asked_again(self, send: Callable[[float], concurrent.futures.Future], what: str) -> Any:
+    def _asked_again(self, send: Callable[[float], concurrent.futures.Future[object]], what: str) -> Any:
         """``send(request_timeout)``'s answer, the request made again while the refusal is retriable
         (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE: a leader moving), until the request's bound.
 
@@ -270,5 +271,5 @@ class ClusterAdmin:
 
 def _source(entry: ConfigEntry) -> int:
     """The entry's ``ConfigSource`` as its number (librdkafka hands back the number or the enum)."""
-    source: object = entry.source
-    return int(getattr(source, "value", source))  # type: ignore[call-overload]
+    source: Any = entry.source      # Any: the ConfigSource enum or its number, as librdkafka hands it back
+    return int(getattr(source, "value", source))

@@ -155,8 +155,10 @@ class ClusterGroupCoordinator:
 
     def _group_offsets(self, group: str) -> dict[TopicPartition, int]:
         """OffsetFetch of every partition ``group`` committed."""
-        def fetch(client: Any) -> dict:
-            return client.list_group_offsets({group: None}).get(group, {})
+        # Any: kafka-python's TopicPartition and OffsetAndMetadata (an untyped library)
+        def fetch(client: Any) -> dict[Any, Any]:
+            offsets: dict[Any, Any] = client.list_group_offsets({group: None}).get(group, {})
+            return offsets
 
         result = self._request(f"Reading the committed offsets of group {group}", group, fetch)
         return {TopicPartition(tp.topic, tp.partition): om.offset for tp, om in result.items() if om.offset >= 0}

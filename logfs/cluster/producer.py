@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -45,6 +45,14 @@ _FORCED = {"acks": "all", "enable.idempotence": "true"}
 #: how long after ``delivery.timeout.ms`` a write waits for its last delivery report (librdkafka scans for
 #: timed-out messages once a second)
 _REPORT_GRACE_S = 2.0
+
+
+class _RecordArgs(TypedDict, total=False):
+    """What a record adds to librdkafka's ``produce`` beyond its value."""
+
+    key: bytes
+    headers: list[tuple[str, str | bytes | None]]
+    timestamp: int
 
 
 class _Delivery:
@@ -161,13 +169,15 @@ class ClusterProducer:
         i = 0
         try:
             for i, value in enumerate(values):
-                kwargs: dict = {}
-                if keys is not None and keys[i] is not None:
-                    kwargs["key"] = keys[i]
+                kwargs: _RecordArgs = {}
+                key = keys[i] if keys is not None else None
+                if key is not None:
+                    kwargs["key"] = key
                 if headers is not None and headers[i]:
                     kwargs["headers"] = list(headers[i])
-                if timestamps is not None and timestamps[i] is not None:
-                    kwargs["timestamp"] = timestamps[i]
+                timestamp = timestamps[i] if timestamps is not None else None
+                if timestamp is not None:
+                    kwargs["timestamp"] = timestamp
                 try:
                     self._produce_one(tp, value, delivery, kwargs)
                 except KafkaException as exc:
@@ -253,9 +263,9 @@ class ClusterProducer:
         batch is never refused half enqueued for a full queue.  False, with nothing
         queued and ``delivery`` untouched, when librdkafka knows no such partition.
         """
-        messages: list[dict] = []
+        messages: list[dict[str, object]] = []
         for i, value in enumerate(values):
-            message: dict = {} if value is None else {"value": value}
+            message: dict[str, object] = {} if value is None else {"value": value}
             if keys is not None and keys[i] is not None:
                 message["key"] = keys[i]
             messages.append(message)
@@ -303,7 +313,7 @@ class ClusterProducer:
             accounted.partial = True
         raise accounted
 
-    def _produce_one(self, tp: TopicPartition, value: bytes | None, delivery: _Delivery, kwargs: dict) -> None:
+    def _produce_one(self, tp: TopicPartition, value: bytes | None, delivery: _Delivery, kwargs: _RecordArgs) -> None:
         while True:
             try:
                 self._producer.produce(tp.topic, value, partition=tp.partition, on_delivery=delivery.report,

@@ -968,7 +968,7 @@ class ReplicaFetcher:
                 wanted[(state.topic_id, tp.partition)] = (
                     tp, (state.log.log_end_offset, state.last_fetched_epoch(), state.leader_epoch))
             session_id, epoch, send, forget = session.next_request(wanted)
-            topics: dict[uuid.UUID, tuple[str, list]] = {}
+            topics: dict[uuid.UUID, tuple[str, list[object]]] = {}
             for key in send:
                 tp, (offset, last_epoch, leader_epoch) = wanted[key]
                 topics.setdefault(key[0], (tp.topic, []))[1].append(fetch_partition(

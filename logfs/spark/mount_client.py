@@ -44,7 +44,8 @@ def partition_state(mount: str, topic: str, partition: int) -> dict[str, Any]:
     path = os.path.join(mount, topic, str(partition), "state")
     try:
         with open(path, "rb") as f:
-            return orjson.loads(f.read())
+            state: dict[str, Any] = orjson.loads(f.read())
+            return state
     except FileNotFoundError:
         raise UnknownTopicOrPartitionError(f"No partition {topic}-{partition} under {mount}") from None
     except orjson.JSONDecodeError as exc:

@@ -42,6 +42,7 @@ from logfs.spark.options import (
     LATEST,
     SOURCE_NAME,
     OffsetSpec,
+    PartitionOffsets,
     SourceOptions,
     _bool_option,
     group_offsets,
@@ -116,7 +117,7 @@ class LogfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {tp: offset_bounds(self.opts.mount, *tp)[1]
                 for tp in _topic_partitions(self.opts, must_exist=False)}
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> PartitionOffsets:
         tps = _topic_partitions(self.opts, must_exist=False)
         bounds = {tp: offset_bounds(self.opts.mount, *tp) for tp in tps}
         offsets = group_offsets(self.opts.mount, self.opts.group, tps, bounds) if self.opts.group else \
@@ -133,10 +134,10 @@ class LogfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now_target = self._latest()
         log.info("[logfs source] Trigger.AvailableNow: reading up to %s", self._available_now_target)
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> PartitionOffsets | None:
         return _as_offsets(self._latest().items())
 
-    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+    def latestOffset(self, start: PartitionOffsets | None = None, limit: ReadLimit | None = None) -> PartitionOffsets:
         started = _from_offsets(start or {})
         latest = self._available_now_target if self._available_now_target is not None else self._latest()
         end: dict[tuple[str, int], int] = {}
@@ -160,7 +161,7 @@ class LogfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         result = _as_offsets(end.items())
         return start if start is not None and result == start else result
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: PartitionOffsets, end: PartitionOffsets) -> Sequence[InputPartition]:
         started = _from_offsets(start or {})
         ended = _from_offsets(end)
         starts = {}
@@ -178,7 +179,7 @@ class LogfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, OffsetRangePartition)
         return read_range(self.opts, partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: PartitionOffsets) -> None:
         # Nothing to release: the log is the buffer and Spark's checkpoint holds the position.
         log.debug("[logfs source] Committed offsets %s", end)
 
