@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from engine.cleaner import CleanerStats, LogCleaner
+    from engine.log import Log
 
 T = TypeVar("T")
 
@@ -46,6 +47,20 @@ RECOVERY_POINT_TASK = "kafka-recovery-point-checkpoint"
 LOG_START_OFFSET_TASK = "kafka-log-start-offset-checkpoint"
 DELETE_TASK = "kafka-delete-logs"
 CLEANER_TASK = "kafka-log-cleaner-thread-0"
+
+
+def log_of(manager: LogManager, tp: TopicPartition) -> Log:
+    """``manager.get_log(tp)`` of a partition the test has created (an AssertionError naming it if not)."""
+    log = manager.get_log(tp)
+    assert log is not None, f"no log of {tp}"
+    return log
+
+
+def cleaner_of(manager: LogManager) -> LogCleaner:
+    """``manager.cleaner`` of a manager started with the cleaner enabled."""
+    cleaner = manager.cleaner
+    assert cleaner is not None, "the manager runs no cleaner"
+    return cleaner
 
 
 def make_config(**overrides: object) -> LogConfig:
@@ -63,7 +78,7 @@ def started_manager(data_dir: str, partitions: int) -> LogManager:
                    clock=ManualClock(1_700_000_000_000))
     m.startup()
     m.create_topic("t", partitions)
-    m.get_log(TopicPartition("t", 0)).append_values([b"v%d" % i for i in range(10)])
+    log_of(m, TopicPartition("t", 0)).append_values([b"v%d" % i for i in range(10)])
     return m
 
 
@@ -140,7 +155,7 @@ class PausedClean:
         self._reached = threading.Event()
         self._release = threading.Event()
         self._result: dict[str, CleanerStats | None] = {}
-        self.worker.check_done = self._pausing_check      # type: ignore[method-assign]
+        self.worker.check_done = self._pausing_check
         self.thread = threading.Thread(target=lambda: self._result.setdefault("stats", cleaner.clean_once()))
         self.thread.start()
         assert self._reached.wait(10), "the clean never reached its pause"
@@ -166,7 +181,7 @@ class PausedClean:
 
     def restore(self) -> None:
         """The worker's own ``check_done`` again (cleans after this one are not held)."""
-        self.worker.check_done = self._original_check      # type: ignore[method-assign]
+        self.worker.check_done = self._original_check
 
 
 def add_config(path: Any, text: str | bytes) -> None:

@@ -90,14 +90,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
         def _split_scope(self, nodeid: str) -> str:
             return worker_group(nodeid)
 
-    return WorkerGroupScheduling(config, log)  # type: ignore[arg-type]
+    return WorkerGroupScheduling(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Refuse the run when a test asks for a fixture that starts something its markers do not name, or lives
     outside the folders of its markers."""
-    misplaced, missing = [], []
+    misplaced: list[str] = []
+    missing: list[str] = []
     for item in items:
         for marker, folders in MARKER_FOLDERS.items():
             if item.get_closest_marker(marker) is not None and not item.nodeid.startswith(folders):

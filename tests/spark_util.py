@@ -92,7 +92,7 @@ def end_offsets(mount: str, topic: str) -> dict[int, int]:
 
 def records_jsonl(mount: str, topic: str) -> list[dict]:
     """Every record of a topic as the mount renders it (records.jsonl of each partition)."""
-    out = []
+    out: list[dict[str, object]] = []
     for p in end_offsets(mount, topic):
         with open(os.path.join(mount, topic, str(p), "records.jsonl"), "rb") as f:
             out.extend(orjson.loads(line) for line in f.read().splitlines())

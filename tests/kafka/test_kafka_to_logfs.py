@@ -31,6 +31,7 @@ from engine.config import BrokerConfig
 from engine.manager import LogManager
 from engine.topic import TopicPartition
 from tests.conftest import LOGFS, Mount, kafka_records
+from tests.helpers import log_of
 from tests.jvm import run_tool
 from tests.kafka_broker import KafkaBroker, Seen, consume_all, hash_tree, seen_from_json
 
@@ -413,7 +414,7 @@ def test_aborted_transactions_are_those_the_broker_indexed(scenario: Scenario):
                 for i in range(0, len(raw), 34):   # version, producer id, first, last, last stable offset
                     _, producer_id, first, last, _ = struct.unpack_from(">hqqqq", raw, i)
                     indexed.append((producer_id, first, last))
-            state = transactions.read_committed_state(manager.get_log(TopicPartition("txn", p)))
+            state = transactions.read_committed_state(log_of(manager, TopicPartition("txn", p)))
             assert indexed
             assert [tuple(a) for a in state.aborted_transactions()] == indexed
     finally:

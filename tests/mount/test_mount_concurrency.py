@@ -36,7 +36,7 @@ def test_eight_concurrent_writers_lose_nothing_and_never_interleave(mount):
     assert len(lines) == writers * writes * per_write
     assert len(set(lines)) == len(lines)
     # Each write's lines are contiguous and in order; each writer's writes are in order.
-    last_batch = {}
+    last_batch: dict[int, int] = {}
     i = 0
     while i < len(lines):
         w, b, j = (int(x) for x in lines[i][1:].split(b"-"))

@@ -31,7 +31,7 @@ def kafka_records_full(partition_dir: Path) -> list[tuple]:
     """(offset, timestamp, key, value, headers) of every record, decoded by kafka-python."""
     from kafka.record.memory_records import MemoryRecords
 
-    out = []
+    out: list[tuple[int, int, bytes | None, bytes | None, tuple[object, ...]]] = []
     for name in sorted(os.listdir(partition_dir)):
         if name.endswith(".log"):
             records = MemoryRecords((partition_dir / name).read_bytes())

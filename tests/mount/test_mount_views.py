@@ -169,7 +169,7 @@ def test_topic_append_keys_null_marker_and_round_robin(mount, read_kafka):
         os.close(fd)
     assert mount.stop() == 0
 
-    seen = {}
+    seen: dict[bytes | None, list[bytes | None]] = {}
     for p in range(3):
         for rec in read_kafka(mount.partition_dir("k", p)):
             expected = (murmur2(rec.key) & 0x7FFFFFFF) % 3

@@ -27,6 +27,7 @@ from logfs.appender import JSON_LINES, TEXT_LINES, AppendHandle, TopicRouter
 from logfs.backend import EmbeddedBackend
 from logfs.stats import MountStats
 from tests.conftest import kafka_records
+from tests.helpers import log_of
 
 
 @pytest.fixture
@@ -44,12 +45,12 @@ def appender(manager: LogManager, topic: str = "t", partition: int | None = 0,
 
 
 def values(manager: LogManager, topic: str = "t", partition: int = 0) -> list[bytes | None]:
-    return [r.value for r in manager.get_log(TopicPartition(topic, partition)).read_records(0)]
+    return [r.value for r in log_of(manager, TopicPartition(topic, partition)).read_records(0)]
 
 
 def batch_sizes(manager: LogManager, topic: str = "t", partition: int = 0) -> list[int]:
     """Records per batch of a partition, in offset order (from the segment files)."""
-    log = manager.get_log(TopicPartition(topic, partition))
+    log = log_of(manager, TopicPartition(topic, partition))
     out = []
     for segment in log.segments.values():
         for _, header in iter_batches(segment.read_bytes(0, segment.size)):
@@ -100,7 +101,7 @@ def test_any_split_of_the_byte_stream_gives_the_same_records(tmp_path_factory, l
         # An unterminated empty last line is no record (there is nothing to flush).
         expected = lines if terminated or lines[-1] else lines[:-1]
         assert values(manager) == expected
-        log_dir = Path(manager.get_log(TopicPartition("t", 0)).dir)
+        log_dir = Path(log_of(manager, TopicPartition("t", 0)).dir)
         assert [r.value for r in kafka_records(log_dir)] == expected      # as Kafka's codec reads the files
     finally:
         manager.shutdown()
@@ -110,12 +111,12 @@ def test_keys_separator_and_null_marker_come_from_the_topic_config_at_each_write
     manager.create_topic("t", 1, {"parse.key": "true", "key.separator": ":", "null.marker": "NULL"})
     a = appender(manager)
     a.write(0, b"k1:v1\nk2:a:b\nNULL:v3\nk4:NULL\n:empty key\n")
-    records = manager.get_log(TopicPartition("t", 0)).read_records(0)
+    records = log_of(manager, TopicPartition("t", 0)).read_records(0)
     assert [(r.key, r.value) for r in records] == [
         (b"k1", b"v1"), (b"k2", b"a:b"), (None, b"v3"), (b"k4", None), (b"", b"empty key")]
     manager.alter_topic_config("t", {"parse.key": None, "null.marker": None})   # the open handle follows
     a.write(0, b"k5:v5\n")
-    assert manager.get_log(TopicPartition("t", 0)).read_records(5)[0][2:4] == (None, b"k5:v5")
+    assert log_of(manager, TopicPartition("t", 0)).read_records(5)[0][2:4] == (None, b"k5:v5")
 
 
 def test_a_line_without_separator_refuses_the_whole_write(manager):
@@ -198,7 +199,7 @@ def test_keyed_records_go_where_kafkas_default_partitioner_puts_them(manager):
     a = appender(manager, "k", None)
     a.write(0, b"".join(k + b"\tv-" + k + b"\n" for k in keys))
     for p in range(3):
-        got = [(r.key, r.value) for r in manager.get_log(TopicPartition("k", p)).read_records(0)]
+        got = [(r.key, r.value) for r in log_of(manager, TopicPartition("k", p)).read_records(0)]
         want = [(k, b"v-" + k) for k in keys if (murmur2(k) & 0x7FFFFFFF) % 3 == p]
         assert got == want, p                            # the lines' order kept within a partition
         assert batch_sizes(manager, "k", p) == ([len(want)] if want else [])   # one batch per partition
@@ -261,7 +262,7 @@ def test_appends_through_the_backend_keep_the_view_index_exact_without_a_scan(ma
     a = appender(manager, partition=partition)
     a.write(0, b"first\nsecond\n")
     a.write(0, b"third\n")
-    segment = manager.get_log(TopicPartition("t", 0)).active_segment
+    segment = log_of(manager, TopicPartition("t", 0)).active_segment
     assert isinstance(segment.attachment, SegmentViews)
     assert segment.attachment.index.log_size == segment.size > 0
     assert segment.attachment.index.totals.text_size == len(b"first\nsecond\nthird\n")

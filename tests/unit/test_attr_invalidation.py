@@ -30,7 +30,7 @@ from engine.topic import TopicPartition
 from logfs.fs import LogfsOperations
 from logfs.namespace import Namespace
 from logfs.stats import MountStats
-from tests.helpers import namespace_manager, wait_for  # noqa: F401  (the manager fixture)
+from tests.helpers import log_of, namespace_manager, wait_for  # noqa: F401  (the manager fixture)
 
 if TYPE_CHECKING:
     from engine.manager import LogManager
@@ -94,7 +94,7 @@ def _lookup_records(ops: LogfsOperations) -> int:
 def _changed_while_the_lookup_answer_is_on_its_way(ops: LogfsOperations, manager: LogManager,
                                                    kernel: KernelAttrs) -> int:
     records = _lookup_records(ops)
-    manager.get_log(TP).append_values([b"more"])        # within the settle time: invalidated a little later
+    log_of(manager, TP).append_values([b"more"])        # within the settle time: invalidated a little later
     # the deferred invalidation ran and found no inode in the kernel
     wait_for(lambda: kernel.was_refused(records), "the deferred invalidation")
     return records

@@ -344,6 +344,8 @@ def test_filthiest_log_is_chosen_and_marked_in_progress(tmp_path):
     # Nothing cleaned yet: both are 100% dirty; ties go to either, but both are cleanable.
     first = manager.grab_filthiest_log()
     second = manager.grab_filthiest_log()
+    assert first is not None
+    assert second is not None
     assert {first.topic_partition, second.topic_partition} == {TopicPartition("a", 0), TopicPartition("b", 0)}
     assert manager.grab_filthiest_log() is None                 # both in progress
     manager.done_cleaning(first.topic_partition, str(tmp_path), first.first_uncleanable_offset)
@@ -352,6 +354,7 @@ def test_filthiest_log_is_chosen_and_marked_in_progress(tmp_path):
     assert checkpoint[first.topic_partition] == first.first_uncleanable_offset
     # `first` is now all clean (ratio 0 < 0.5); `second` is still all dirty.
     third = manager.grab_filthiest_log()
+    assert third is not None
     assert third.topic_partition == second.topic_partition
     assert third.cleanable_ratio == 1.0
     manager.done_cleaning(third.topic_partition, str(tmp_path), 0)
@@ -472,7 +475,7 @@ def test_pause_and_resume_counts(tmp_path):
 
 def test_throttler_sleeps_to_hold_the_rate():
     now = {"ns": 0}
-    slept = []
+    slept: list[float] = []
     throttler = Throttler(1000.0, 300, nanoseconds=lambda: now["ns"], sleep=slept.append)
     throttler.maybe_throttle(100)            # within the first interval: no check yet
     assert slept == []
@@ -603,10 +606,12 @@ def test_largest_dirty_ratio_wins(tmp_path):
     manager.update_checkpoints(str(tmp_path), partition_to_update_or_add=(a.topic_partition, half))
     assert manager.dirty_ratio(a) < manager.dirty_ratio(b) == 1.0
     chosen = manager.grab_filthiest_log()
+    assert chosen is not None
     assert chosen.topic_partition == b.topic_partition
     assert chosen.cleanable_ratio == 1.0
     manager.done_cleaning(b.topic_partition, str(tmp_path), b.active_segment.base_offset - 1)
     chosen = manager.grab_filthiest_log()
+    assert chosen is not None
     assert chosen.topic_partition == a.topic_partition
     assert chosen.first_dirty_offset == half
     manager.done_cleaning(a.topic_partition, str(tmp_path), half)
@@ -637,9 +642,9 @@ def test_map_filling_up_inside_one_read_chunk_stops_at_the_same_record(tmp_path)
 
 def test_gil_yield_sleeps_once_per_interval():
     now = [0.0]
-    sleeps = []
+    sleeps: list[float] = []
     gil_yield = GilYield(0.001, 0.0, clock=lambda: now[0], sleep=sleeps.append, threads=lambda: 2)
-    calls_that_slept = []
+    calls_that_slept: list[int] = []
     for call in range(1, 11):       # 0.4 ms apart: the deadline is 1 ms after the last yield
         now[0] += 0.0004
         gil_yield()

@@ -13,6 +13,7 @@ from engine.topic import TopicPartition
 from engine.views import ViewFormat
 from engine.views.consume import open_consumer_view
 from engine.views.render import json_sizes, text_sizes
+from tests.helpers import log_of
 
 values = st.one_of(st.none(), st.binary(max_size=30), st.text(max_size=30).map(str.encode))
 writes = st.lists(st.lists(st.tuples(values, st.one_of(st.none(), st.binary(max_size=8))), min_size=1, max_size=8),
@@ -28,7 +29,7 @@ def test_next_offset_at_is_the_first_record_not_wholly_given(batches, committed,
             "log.index.interval.bytes": "64"}))
         manager.startup()
         manager.create_topic("t", 1)
-        log = manager.get_log(TopicPartition("t", 0))
+        log = log_of(manager, TopicPartition("t", 0))
         for batch in batches:
             log.append_values([v for v, _ in batch], [k for _, k in batch])
         view = open_consumer_view(log, fmt, committed)
@@ -59,7 +60,7 @@ def test_position_at_the_end_of_a_released_and_deleted_segment(tmp_path):
         "log.segment.delete.delay.ms": "0"}))
     manager.startup()
     manager.create_topic("t", 1)
-    log = manager.get_log(TopicPartition("t", 0))
+    log = log_of(manager, TopicPartition("t", 0))
     for i in range(20):
         log.append_values([b"value-%02d" % i])
     first_segment_end = log.segments.peekitem(1)[0]          # base offset of the second segment

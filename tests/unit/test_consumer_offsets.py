@@ -32,6 +32,7 @@ from engine.consumer_offsets import (
 )
 from engine.manager import LogManager
 from engine.topic import TopicPartition
+from tests.helpers import log_of
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -171,7 +172,7 @@ def _manager(tmp_path: Path, partitions: int = 3) -> LogManager:
 def test_load_replays_versions_tombstones_group_metadata_and_transactions(tmp_path: Path) -> None:
     manager = _manager(tmp_path)
     manager.create_topic(GROUP_METADATA_TOPIC_NAME, 3, {"cleanup.policy": "compact"})
-    log = manager.get_log(TopicPartition(GROUP_METADATA_TOPIC_NAME, 1))
+    log = log_of(manager, TopicPartition(GROUP_METADATA_TOPIC_NAME, 1))
     log.append_batch(batch(0, [
         (key_bytes(0, "old", "t", 0), value_bytes(0, 5)),         # legacy key v0, value v0
         (key_bytes(1, "old", "t", 1), value_bytes(1, 6)),         # value v1 with an expire timestamp
@@ -208,7 +209,7 @@ def test_commit_goes_to_the_groups_partition_and_survives_a_restart(tmp_path: Pa
     assert manager.partitions(GROUP_METADATA_TOPIC_NAME) == list(range(7))
     assert manager.topic_config(GROUP_METADATA_TOPIC_NAME).compact
     p = partition_for("billing", 7)
-    records = manager.get_log(TopicPartition(GROUP_METADATA_TOPIC_NAME, p)).read_records(0)
+    records = log_of(manager, TopicPartition(GROUP_METADATA_TOPIC_NAME, p)).read_records(0)
     assert [(r.key, r.value[:10]) for r in records] == [
         (key_bytes(1, "billing", "orders", 0), value_bytes(3, 3, epoch=-1)[:10]),
         (key_bytes(1, "billing", "orders", 1), value_bytes(3, 4, epoch=-1)[:10])]

@@ -20,13 +20,13 @@ from logfs.control import PartitionDeleteFile, TopicConfigFile, TopicDeleteFile
 from logfs.handles import LineCommandHandle
 from logfs.namespace import Namespace
 from logfs.stats import MountStats
-from tests.helpers import namespace, namespace_manager  # noqa: F401  (the ns and manager fixtures)
+from tests.helpers import log_of, namespace, namespace_manager  # noqa: F401  (the ns and manager fixtures)
 
 TP = TopicPartition("t", 0)
 
 
 def records(manager) -> list[tuple[int, bytes | None, bytes | None]]:
-    log = manager.get_log(TP)
+    log = log_of(manager, TP)
     return [(r.offset, r.key, r.value) for r in log.read_records(log.log_start_offset)]
 
 
@@ -152,7 +152,7 @@ def test_a_bad_config_line_abandons_everything_written_through_that_opening(ns, 
 def test_before_marker_is_delete_records_and_key_marker_a_tombstone(ns, manager):
     handle = PartitionDeleteFile(ns, TP).open(write=True)
     handle.write(0, b"before 4\n")
-    assert manager.get_log(TP).log_start_offset == 4
+    assert log_of(manager, TP).log_start_offset == 4
     handle.write(0, b"  key user 42\r\nbefore 6\r\n")    # leading blanks and CRLF endings are tolerated
     assert records(manager) == [(o, None, b"v%d" % o) for o in range(6, 10)] + [(10, b"user 42", None)]
     assert ns.stats.appended_records == 1                # the tombstone counts as an append
@@ -176,7 +176,7 @@ def test_a_bad_marker_applies_none_of_the_write(ns, manager, marker, message):
     assert exc.value.errno == errno.EINVAL
     assert str(exc.value) == message
     assert records(manager) == [(o, None, b"v%d" % o) for o in range(10)]
-    assert manager.get_log(TP).log_start_offset == 0
+    assert log_of(manager, TP).log_start_offset == 0
 
 
 def test_topic_delete_marker(ns, manager):

@@ -24,6 +24,7 @@ from engine.config import BrokerConfig
 from engine.manager import LogManager
 from engine.tools import check_dirs
 from engine.topic import TopicPartition
+from tests.helpers import log_of
 
 T0 = TopicPartition("t", 0)
 
@@ -58,7 +59,7 @@ def index_files(partition_dir) -> list[str]:
 def test_a_roll_fsyncs_the_sealed_indexes_at_their_trimmed_size_when_the_records_are_synced(tmp_path, fsyncs):
     manager = started(tmp_path / "data")
     manager.create_topic("t", 1)
-    log = manager.get_log(T0)
+    log = log_of(manager, T0)
     for i in range(40):
         log.append_values([b"record-%03d" % i])
         log.flush()                        # a writer that fsyncs each write: the recovery point keeps up
@@ -77,7 +78,7 @@ def test_shutdown_fsyncs_the_trimmed_indexes_before_the_clean_shutdown_marker(tm
     data = tmp_path / "data"
     manager = started(data)
     manager.create_topic("t", 1)
-    log = manager.get_log(T0)
+    log = log_of(manager, T0)
     log.append_values([b"record-%03d" % i for i in range(5)])
     active = log.active_segment
     paths = (active.offset_index.path, active.time_index.path)
@@ -95,7 +96,7 @@ def test_a_lost_trim_is_reported_by_check_and_rebuilt_durably_by_the_loader(tmp_
     data = tmp_path / "data"
     manager = started(data)
     manager.create_topic("t", 1)
-    log = manager.get_log(T0)
+    log = log_of(manager, T0)
     for i in range(20):
         log.append_values([b"record-%03d" % i])
     sealed = next(iter(log.segments.values()))
@@ -117,7 +118,7 @@ def test_a_lost_trim_is_reported_by_check_and_rebuilt_durably_by_the_loader(tmp_
     assert "Found a corrupted index file" in caplog.text        # the loader sees what check saw
     assert os.path.getsize(index_path) == trimmed
     assert (index_path, trimmed) in fsyncs                      # the rebuild survives the next power loss
-    assert [r.value for r in again.get_log(T0).read_records(0)] == [b"record-%03d" % i for i in range(20)]
+    assert [r.value for r in log_of(again, T0).read_records(0)] == [b"record-%03d" % i for i in range(20)]
     again.shutdown()
     out = io.StringIO()
     assert check_dirs([str(data)], out) == 0, out.getvalue()

@@ -15,6 +15,7 @@ from engine.manager import LogManager
 from engine.records import Record
 from engine.topic import TopicPartition
 from engine.views.render import render_jsonl, render_jsonl_line
+from tests.helpers import log_of
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -91,7 +92,7 @@ def _log(tmp_path: Path, **overrides: str):
     manager = LogManager(BrokerConfig.from_props(props))
     manager.startup()
     manager.create_topic("t", 1)
-    return manager, manager.get_log(TopicPartition("t", 0))
+    return manager, log_of(manager, TopicPartition("t", 0))
 
 
 def test_append_keeps_timestamps_headers_and_nulls(tmp_path: Path) -> None:

@@ -355,7 +355,7 @@ def test_log_dir_full_appends_nothing_partial(tmp_path):
     try:
         log = Log.load(str(mnt / "full-0"), make_config(segment_index_bytes=4096, index_interval_bytes=64),
                        clock=ManualClock(T0))
-        acknowledged = []
+        acknowledged: list[int] = []
         with pytest.raises(LogDirFullError):
             for i in range(10_000):
                 first, last = log.append_values([b"%06d" % i + b"." * 300] * 3)

@@ -32,6 +32,7 @@ from engine.manager import LogManager
 from engine.topic import TopicPartition
 from engine.topic_configs import TOPIC_CONFIGS_FILE
 from engine.views import LogView, ViewFormat
+from tests.helpers import cleaner_of, log_of
 
 
 def broker(dirs, **props) -> BrokerConfig:
@@ -53,13 +54,13 @@ def crashed(manager: LogManager) -> None:
 
 
 def append(manager: LogManager, topic: str, partition: int, count: int, tag: bytes = b"r") -> None:
-    log = manager.get_log(TopicPartition(topic, partition))
+    log = log_of(manager, TopicPartition(topic, partition))
     for i in range(count):
         log.append_values([tag + b"-%d-a" % i, tag + b"-%d-b" % i])
 
 
 def values(manager: LogManager, topic: str, partition: int) -> list[bytes]:
-    return [r.value for r in manager.get_log(TopicPartition(topic, partition)).read_records(0)]
+    return [r.value for r in log_of(manager, TopicPartition(topic, partition)).read_records(0)]
 
 
 def test_missing_dirs_are_created_and_duplicates_refused(tmp_path):
@@ -123,7 +124,7 @@ def test_checkpoints_in_kafka_format_and_clean_restart(tmp_path):
     manager.create_topic("t", 2)
     append(manager, "t", 0, 40)
     append(manager, "t", 1, 5)
-    log0 = manager.get_log(TopicPartition("t", 0))
+    log0 = log_of(manager, TopicPartition("t", 0))
     log0.maybe_increment_log_start_offset(log0.segments.keys()[1] + 1, "test")
     manager.shutdown()
     for d in dirs:
@@ -137,7 +138,7 @@ def test_checkpoints_in_kafka_format_and_clean_restart(tmp_path):
     again = started(dirs)
     assert again.had_clean_shutdown == {str(d): True for d in dirs}
     assert not any((d / CLEAN_SHUTDOWN_FILE).exists() for d in dirs)
-    restored = again.get_log(TopicPartition("t", 0))
+    restored = log_of(again, TopicPartition("t", 0))
     assert restored.log_start_offset == log0.log_start_offset
     assert restored.recovery_point == 80
     assert restored.log_end_offset == 80
@@ -160,7 +161,7 @@ def test_unclean_reload_keeps_every_record_and_corrupt_checkpoint_means_full_rec
     assert "recovery-point-offset-checkpoint" in caplog.text
     assert again.had_clean_shutdown == {str(d): False}
     assert values(again, "t", 0) == expected
-    assert again.get_log(TopicPartition("t", 0)).log_end_offset == 60
+    assert log_of(again, TopicPartition("t", 0)).log_end_offset == 60
 
 
 def test_missing_checkpoint_and_torn_tail_recovered(tmp_path):
@@ -169,13 +170,13 @@ def test_missing_checkpoint_and_torn_tail_recovered(tmp_path):
     manager.create_topic("t", 1)
     append(manager, "t", 0, 10)
     expected = values(manager, "t", 0)
-    log = manager.get_log(TopicPartition("t", 0))
+    log = log_of(manager, TopicPartition("t", 0))
     with open(log.active_segment.log_path, "ab") as f:
         f.write(b"\x00\x00\x00\x00\x00\x00\x00\x63\x00\x00\x01")    # torn batch header
     crashed(manager)
     again = started([d])
     assert values(again, "t", 0) == expected
-    assert again.get_log(TopicPartition("t", 0)).log_end_offset == 20
+    assert log_of(again, TopicPartition("t", 0)).log_end_offset == 20
 
 
 def test_duplicate_partition_across_dirs_refused(tmp_path):
@@ -219,7 +220,7 @@ def test_topic_config_persists_and_invalid_alter_changes_nothing(tmp_path):
     config = manager.alter_topic_config("c", {"retention.ms": "1234", "internal.segment.bytes": "4096"})
     assert config.retention_ms == 1234
     assert config.compact
-    assert manager.get_log(TopicPartition("c", 1)).config.segment_size == 4096
+    assert log_of(manager, TopicPartition("c", 1)).config.segment_size == 4096
     before = [(d / TOPIC_CONFIGS_FILE).read_bytes() for d in dirs]
     with pytest.raises(InvalidConfigError, match=r"segment\.ms"):
         manager.alter_topic_config("c", {"retention.ms": "99", "segment.ms": "-5"})
@@ -227,7 +228,7 @@ def test_topic_config_persists_and_invalid_alter_changes_nothing(tmp_path):
         manager.alter_topic_config("c", {"bogus": None})
     assert [(d / TOPIC_CONFIGS_FILE).read_bytes() for d in dirs] == before
     assert manager.topic_config("c").retention_ms == 1234
-    assert manager.get_log(TopicPartition("c", 0)).config.retention_ms == 1234
+    assert log_of(manager, TopicPartition("c", 0)).config.retention_ms == 1234
     manager.alter_topic_config("c", {"internal.segment.bytes": None})
     manager.shutdown()
 
@@ -238,7 +239,7 @@ def test_topic_config_persists_and_invalid_alter_changes_nothing(tmp_path):
     (dirs[0] / TOPIC_CONFIGS_FILE).write_text(json.dumps(stale))
     again = started(dirs)
     assert again.topic_overrides("c") == {"cleanup.policy": "compact", "retention.ms": "1234"}
-    assert again.get_log(TopicPartition("c", 0)).config.retention_ms == 1234
+    assert log_of(again, TopicPartition("c", 0)).config.retention_ms == 1234
     assert again.topic_config("c").segment_size == again.default_config.segment_size
 
 
@@ -313,7 +314,7 @@ def test_flush_dirty_logs_honours_flush_ms(tmp_path):
     manager = started([tmp_path / "d"], clock=clock, log_flush_interval_ms=1000)
     manager.create_topic("f", 1)
     append(manager, "f", 0, 4)
-    log = manager.get_log(TopicPartition("f", 0))
+    log = log_of(manager, TopicPartition("f", 0))
     clock.sleep(500)
     manager.flush_dirty_logs()
     assert log.recovery_point == 0
@@ -332,13 +333,13 @@ def test_cleanup_logs_applies_retention_only_to_delete_policy(tmp_path):
     manager.create_topic("cmp", 1, {"retention.bytes": "1100", "internal.segment.bytes": "500",
                                     "cleanup.policy": "compact"})
     for topic in ("del", "cmp"):
-        log = manager.get_log(TopicPartition(topic, 0))
+        log = log_of(manager, TopicPartition(topic, 0))
         for i in range(60):
             log.append_values([b"value-%d" % i], [b"k%d" % (i % 5)])
     deleted = manager.cleanup_logs()
     assert deleted > 0
-    assert manager.get_log(TopicPartition("del", 0)).log_start_offset > 0
-    assert manager.get_log(TopicPartition("cmp", 0)).log_start_offset == 0
+    assert log_of(manager, TopicPartition("del", 0)).log_start_offset > 0
+    assert log_of(manager, TopicPartition("cmp", 0)).log_start_offset == 0
 
 
 def _snapshot(root) -> dict[str, tuple[bytes, int] | None]:
@@ -361,11 +362,11 @@ def _populated(dirs, clock) -> None:
     manager.create_topic("r", 1, {"retention.bytes": "1500", "file.delete.delay.ms": "86400000"})
     for p in range(3):
         append(manager, "t", p, 40, tag=b"t%d" % p)
-    log = manager.get_log(TopicPartition("c", 0))
+    log = log_of(manager, TopicPartition("c", 0))
     for i in range(60):
         log.append_values([b"v%d" % i], [b"k%d" % (i % 4)])
     log.roll()
-    assert manager.cleaner.clean_once() is not None
+    assert cleaner_of(manager).clean_once() is not None
     append(manager, "r", 0, 60)
     assert manager.cleanup_logs() > 0            # leaves .deleted files for a day
     manager.shutdown()
@@ -384,10 +385,10 @@ def test_read_only_mode_writes_nothing(tmp_path):
     assert all(os.path.exists(d / CLEAN_SHUTDOWN_FILE) for d in dirs)     # the marker stays
     for p in range(3):
         assert values(ro, "t", p) == [b"t%d-%d-%s" % (p, i, s) for i in range(40) for s in (b"a", b"b")]
-    compacted = ro.get_log(TopicPartition("c", 0)).read_records(0)
+    compacted = log_of(ro, TopicPartition("c", 0)).read_records(0)
     assert {r.key: r.value for r in compacted} == {b"k%d" % k: b"v%d" % (56 + k) for k in range(4)}
     assert len(compacted) == 4
-    retained = ro.get_log(TopicPartition("r", 0))
+    retained = log_of(ro, TopicPartition("r", 0))
     assert retained.log_start_offset > 0
     assert [r.value for r in retained.read_records(retained.log_start_offset)] == \
         [b"r-%d-%s" % (i, s) for i in range(60) for s in (b"a", b"b")][retained.log_start_offset:]
@@ -400,7 +401,7 @@ def test_read_only_mode_writes_nothing(tmp_path):
             [(r.offset, r.key and r.key.decode(), r.value and r.value.decode()) for r in records]
         text.close()
         jsonl.close()
-    t0 = ro.get_log(TopicPartition("t", 0))
+    t0 = log_of(ro, TopicPartition("t", 0))
     for change in (lambda: ro.create_topic("u"), lambda: ro.add_partition("t", 3),
                    lambda: ro.alter_topic_config("t", {"retention.ms": "1"}), lambda: ro.delete_topic("t"),
                    lambda: t0.append_values([b"x"]), t0.roll, lambda: t0.truncate_to(0),
@@ -425,7 +426,7 @@ def test_read_only_mode_writes_nothing(tmp_path):
 
 def _all_values(manager) -> dict:
     return {(topic, p): [r.value for r in (lambda log: log.read_records(log.log_start_offset))(
-                manager.get_log(TopicPartition(topic, p)))]
+                log_of(manager, TopicPartition(topic, p)))]
             for topic in manager.topics() for p in manager.partitions(topic)}
 
 
@@ -485,7 +486,7 @@ def test_delete_records_checkpoints_the_log_start_before_renaming_and_refuses_be
     manager.create_topic("dr", 1)
     append(manager, "dr", 0, 60)
     tp = TopicPartition("dr", 0)
-    log = manager.get_log(tp)
+    log = log_of(manager, tp)
     bases = list(log.segments.keys())
     assert len(bases) >= 4
     end = log.log_end_offset
@@ -510,7 +511,7 @@ def test_delete_records_checkpoints_the_log_start_before_renaming_and_refuses_be
     # a crash now (no shutdown): the next start hides the records below it
     crashed(manager)
     again = started([d])
-    relog = again.get_log(tp)
+    relog = log_of(again, tp)
     assert relog.log_start_offset == target
     assert relog.read_records(target)[0].offset == target
     assert not [n for n in os.listdir(relog.dir) if n.endswith(".deleted")]
@@ -527,7 +528,7 @@ def test_retention_checkpoints_the_planned_log_start_before_renaming(tmp_path, m
     for _ in range(8):
         append(manager, "ret", 0, 8)
         clock.sleep(1_000_000)
-    log = manager.get_log(tp)
+    log = log_of(manager, tp)
     segments = list(log.segments.values())
     clock.now = segments[2].largest_timestamp + 3_600_001         # three segments are too old
     seen_at_rename: list[int | None] = []
@@ -546,7 +547,7 @@ def test_retention_checkpoints_the_planned_log_start_before_renaming(tmp_path, m
     # restart over the half-renamed state: segments 1 and 2 are still there, but hidden
     crashed(manager)
     again = started([d], clock=clock)
-    relog = again.get_log(tp)
+    relog = log_of(again, tp)
     assert relog.log_start_offset == segments[3].base_offset
     assert relog.read_records(relog.log_start_offset)[0].offset == segments[3].base_offset
     assert again.cleanup_logs() == 2                                 # the run finishes the deletion

@@ -22,7 +22,7 @@ from engine.errors import StorageError
 from engine.files import CLEANED_FILE_SUFFIX, DELETE_DIR_SUFFIX, SWAP_FILE_SUFFIX
 from engine.manager import LogManager
 from engine.topic import TopicPartition
-from tests.helpers import PausedClean
+from tests.helpers import PausedClean, cleaner_of, log_of
 
 COMPACT = {"cleanup.policy": "compact", "internal.segment.bytes": "2048", "min.cleanable.dirty.ratio": "0.01"}
 
@@ -40,7 +40,7 @@ def started(dirs, clock=None, **props) -> LogManager:
 
 def fill(manager: LogManager, topic: str, count: int, keys: int, tag: bytes = b"v") -> dict[bytes, bytes]:
     """Append ``count`` keyed records (``keys`` distinct keys) and roll; returns each key's latest value."""
-    log = manager.get_log(TopicPartition(topic, 0))
+    log = log_of(manager, TopicPartition(topic, 0))
     latest = {}
     for i in range(count):
         key, value = b"key-%d" % (i % keys), tag + b"-%d" % i
@@ -51,7 +51,7 @@ def fill(manager: LogManager, topic: str, count: int, keys: int, tag: bytes = b"
 
 
 def latest_by_key(manager: LogManager, topic: str) -> dict[bytes, bytes]:
-    log = manager.get_log(TopicPartition(topic, 0))
+    log = log_of(manager, TopicPartition(topic, 0))
     result = {}
     for record in log.read_records(log.log_start_offset):
         result[record.key] = record.value
@@ -80,13 +80,13 @@ def test_compacted_topic_created_after_startup_is_cleaned_with_checkpoint_in_its
     manager = started([a, b])
     manager.create_topic("plain", 1)                 # lands in a: the next one goes to b
     manager.create_topic("cmp", 1, COMPACT)
-    log = manager.get_log(TopicPartition("cmp", 0))
+    log = log_of(manager, TopicPartition("cmp", 0))
     assert os.path.dirname(log.dir) == str(b)
     expected = fill(manager, "cmp", 600, 13)
     records_before = len(log.read_records(0))
     size_before = log.size
 
-    stats = manager.cleaner.clean_once()
+    stats = cleaner_of(manager).clean_once()
 
     assert stats is not None
     assert stats.topic_partition == TopicPartition("cmp", 0)
@@ -98,13 +98,13 @@ def test_compacted_topic_created_after_startup_is_cleaned_with_checkpoint_in_its
     assert checkpoint_text(b) == f"0\n1\ncmp 0 {first_dirty}\n"
     assert not os.path.exists(a / CLEANER_OFFSET_CHECKPOINT) or checkpoint_text(a) == "0\n0\n"
     assert not [n for n in os.listdir(log.dir) if n.endswith((CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX))]
-    assert manager.cleaner.clean_once() is None     # nothing dirty left
+    assert cleaner_of(manager).clean_once() is None     # nothing dirty left
     manager.shutdown()
 
     # The cleaned log and its checkpoint survive a restart.
     again = started([a, b])
     assert latest_by_key(again, "cmp") == expected
-    assert again.cleaner.manager.all_cleaner_checkpoints() == {TopicPartition("cmp", 0): first_dirty}
+    assert cleaner_of(again).manager.all_cleaner_checkpoints() == {TopicPartition("cmp", 0): first_dirty}
     again.shutdown()
 
 
@@ -112,9 +112,9 @@ def test_topic_switched_to_compact_is_picked_up(tmp_path):
     manager = started([tmp_path / "d"])
     manager.create_topic("t", 1, {"internal.segment.bytes": "2048", "min.cleanable.dirty.ratio": "0.01"})
     expected = fill(manager, "t", 300, 5)
-    assert manager.cleaner.clean_once() is None      # delete policy: never cleaned
+    assert cleaner_of(manager).clean_once() is None      # delete policy: never cleaned
     manager.alter_topic_config("t", {"cleanup.policy": "compact"})
-    assert manager.cleaner.clean_once() is not None
+    assert cleaner_of(manager).clean_once() is not None
     assert latest_by_key(manager, "t") == expected
     manager.shutdown()
 
@@ -122,7 +122,7 @@ def test_topic_switched_to_compact_is_picked_up(tmp_path):
 def test_deleting_a_topic_while_it_is_cleaned_aborts_the_clean_and_drops_its_checkpoint(tmp_path):
     d = tmp_path / "d"
     manager = started([d])
-    cleaner = manager.cleaner
+    cleaner = cleaner_of(manager)
     manager.create_topic("keep", 1, COMPACT)
     manager.create_topic("cmp", 1, COMPACT)
     fill(manager, "keep", 200, 7)
@@ -132,7 +132,7 @@ def test_deleting_a_topic_while_it_is_cleaned_aborts_the_clean_and_drops_its_che
     checkpointed = cleaner.manager.all_cleaner_checkpoints()
     assert set(checkpointed) == {TopicPartition("keep", 0), TopicPartition("cmp", 0)}
     fill(manager, "cmp", 800, 7, tag=b"w")           # only cmp is dirty now
-    log = manager.get_log(TopicPartition("cmp", 0))
+    log = log_of(manager, TopicPartition("cmp", 0))
     tp = log.topic_partition
 
     paused = PausedClean(cleaner)                    # in the middle of cleaning cmp
@@ -163,11 +163,11 @@ def test_delete_of_an_idle_compacted_topic_removes_its_checkpoint_entry(tmp_path
     manager = started([d])
     manager.create_topic("cmp", 1, COMPACT)
     fill(manager, "cmp", 200, 3)
-    assert manager.cleaner.clean_once() is not None
+    assert cleaner_of(manager).clean_once() is not None
     assert TopicPartition("cmp", 0) in OffsetCheckpointFile(str(d / CLEANER_OFFSET_CHECKPOINT)).read()
     manager.delete_topic("cmp")
     assert OffsetCheckpointFile(str(d / CLEANER_OFFSET_CHECKPOINT)).read() == {}
-    assert manager.cleaner.manager.cleaning_state(TopicPartition("cmp", 0)) is None
+    assert cleaner_of(manager).manager.cleaning_state(TopicPartition("cmp", 0)) is None
     manager.shutdown()
 
 
@@ -180,18 +180,18 @@ def mixed_topics(manager: LogManager) -> dict[str, int]:
     for topic, policy in policies.items():
         manager.create_topic(topic, 1, dict(RETAINED, **{"cleanup.policy": policy}))
         fill(manager, topic, 200, 200)      # unique keys: cleaning would remove nothing
-    return {t: manager.get_log(TopicPartition(t, 0)).num_segments for t in policies}
+    return {t: log_of(manager, TopicPartition(t, 0)).num_segments for t in policies}
 
 
 def test_cleanup_logs_with_cleaner_pauses_non_compacted_logs_and_leaves_compacted_to_the_cleaner(tmp_path):
     manager = started([tmp_path / "d"])
     segments = mixed_topics(manager)
-    logs = {t: manager.get_log(TopicPartition(t, 0)) for t in segments}
+    logs = {t: log_of(manager, TopicPartition(t, 0)) for t in segments}
     states = []
     retain = logs["del"].delete_old_segments
 
     def observed_retention():
-        states.append(manager.cleaner.manager.cleaning_state(logs["del"].topic_partition))
+        states.append(cleaner_of(manager).manager.cleaning_state(logs["del"].topic_partition))
         return retain()
 
     logs["del"].delete_old_segments = observed_retention
@@ -207,12 +207,12 @@ def test_cleanup_logs_with_cleaner_pauses_non_compacted_logs_and_leaves_compacte
     assert logs["cmp"].log_start_offset == 0
     assert logs["cmp"].num_segments == segments["cmp"]
     for log in logs.values():                        # everything resumed
-        assert manager.cleaner.manager.cleaning_state(log.topic_partition) is None
+        assert cleaner_of(manager).manager.cleaning_state(log.topic_partition) is None
 
     # compact,delete retention is the cleaner's job, after its clean of the filthiest log
     # (unique keys: cleaning keeps every record).
     cmp_records = logs["cmp"].read_records(0)
-    manager.cleaner.clean_once()
+    cleaner_of(manager).clean_once()
     assert logs["both"].log_start_offset > 0
     assert logs["both"].size <= 2500 + 1024
     assert logs["cmp"].log_start_offset == 0
@@ -224,7 +224,7 @@ def test_cleanup_logs_without_cleaner_retains_delete_and_compact_delete_logs(tmp
     manager = started([tmp_path / "d"], **{"log.cleaner.enable": "false"})
     assert manager.cleaner is None
     segments = mixed_topics(manager)
-    logs = {t: manager.get_log(TopicPartition(t, 0)) for t in segments}
+    logs = {t: log_of(manager, TopicPartition(t, 0)) for t in segments}
     assert manager.cleanup_logs() > 0
     assert logs["del"].log_start_offset > 0
     assert logs["del"].num_segments < segments["del"]
@@ -238,7 +238,7 @@ def test_cleanup_logs_without_cleaner_retains_delete_and_compact_delete_logs(tmp
 def test_retention_failure_still_resumes_cleaning(tmp_path):
     manager = started([tmp_path / "d"])
     manager.create_topic("del", 1, RETAINED)
-    log = manager.get_log(TopicPartition("del", 0))
+    log = log_of(manager, TopicPartition("del", 0))
 
     def failing():
         raise OSError("disk gone")
@@ -246,7 +246,7 @@ def test_retention_failure_still_resumes_cleaning(tmp_path):
     log.delete_old_segments = failing
     with pytest.raises(StorageError, match=r"retention failed for 1 item.*disk gone"):
         manager.cleanup_logs()            # the run counts as failed (issue 9)
-    assert manager.cleaner.manager.cleaning_state(log.topic_partition) is None
+    assert cleaner_of(manager).manager.cleaning_state(log.topic_partition) is None
     manager.shutdown()
 
 
@@ -262,11 +262,11 @@ def test_deleting_hundreds_of_segments_logs_one_line_each_and_no_failures(tmp_pa
     manager = started([d], clock=clock, **{"log.segment.delete.delay.ms": "0"})
     manager.create_topic("cmp", 1, COMPACT)
     fill(manager, "cmp", 3000, 5)
-    log = manager.get_log(TopicPartition("cmp", 0))
+    log = log_of(manager, TopicPartition("cmp", 0))
     replaced = len(log.segments) - 1
     assert replaced > 100
     with caplog.at_level(logging.DEBUG, logger="engine.segment"):
-        assert manager.cleaner.clean_once() is not None
+        assert cleaner_of(manager).clean_once() is not None
         clock.sleep(1)
         for deleted in [p.segment for p in log.local_log.pending_deletions][:50]:
             os.unlink(deleted.paths[1])                 # an index already gone is no failure

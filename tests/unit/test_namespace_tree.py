@@ -18,7 +18,7 @@ from engine.files import offset_from_file_name, parse_segment_file_name
 from engine.topic import TopicPartition
 from logfs.errors import MalformedNameError, NoSuchNameError, shown
 from logfs.namespace import Namespace
-from tests.helpers import namespace, namespace_manager  # noqa: F401  (the ns and manager fixtures)
+from tests.helpers import log_of, namespace, namespace_manager  # noqa: F401  (the ns and manager fixtures)
 
 TP = TopicPartition("t", 0)
 NAMESPACE_PARTITIONS = 2
@@ -82,7 +82,7 @@ def test_one_path_one_node_while_the_content_is_the_same_file(ns, manager):
     assert walk(ns, "t/0/since/0") is since
     assert walk(ns, "t/0/offset/3") is offset
     # Appends only grow a view: still the same file.
-    manager.get_log(TP).append_values([b"v10"])
+    log_of(manager, TP).append_values([b"v10"])
     assert walk(ns, "t/0/records") is records
     # Deleting records below offset 5 replaces what the views from the log start show.
     manager.delete_records(TP, 5)

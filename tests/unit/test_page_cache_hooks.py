@@ -14,7 +14,7 @@ from engine.topic import TopicPartition
 from logfs.namespace import Namespace
 from logfs.nodes import ViewFile
 from logfs.stats import MountStats
-from tests.helpers import namespace_manager  # noqa: F401  (the manager fixture)
+from tests.helpers import log_of, namespace_manager  # noqa: F401  (the manager fixture)
 
 if TYPE_CHECKING:
     from engine.manager import LogManager
@@ -31,7 +31,7 @@ def _records(ns: Namespace) -> ViewFile:
 def test_a_truncation_moves_the_mtime_of_a_view(manager: LogManager) -> None:
     ns = Namespace(manager, MountStats(), views_direct_io=False)
     view = _records(ns)
-    log = manager.get_log(TP)
+    log = log_of(manager, TP)
     before = view.mtime_ns()
     assert view.mtime_ns() == before                     # nothing changed: the same mtime
     modified = log.active_segment.last_modified
@@ -49,7 +49,7 @@ def test_page_cache_views_report_every_change_of_the_log_end(manager: LogManager
     ns.views_changed_listeners.append(changed.append)
     view = _records(ns)
     assert view.attr_timeout > 0
-    log = manager.get_log(TP)
+    log = log_of(manager, TP)
     log.append_values([b"x"])
     assert changed == [TP]
     log.truncate_to(3)
@@ -64,6 +64,6 @@ def test_direct_io_views_report_nothing(manager: LogManager) -> None:
     changed: list[TopicPartition] = []
     ns.views_changed_listeners.append(changed.append)
     assert _records(ns).attr_timeout == 0
-    manager.get_log(TP).append_values([b"x"])
+    log_of(manager, TP).append_values([b"x"])
     assert changed == []
-    assert manager.get_log(TP).end_listeners == []
+    assert log_of(manager, TP).end_listeners == []

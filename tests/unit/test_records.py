@@ -46,9 +46,9 @@ nullable = st.none() | blobs
 header_lists = st.lists(st.tuples(st.text(max_size=10), nullable), max_size=3)
 
 
-def kafka_python_records(batch: bytes) -> list[tuple]:
+def kafka_python_records(batch: bytes) -> list[tuple[int, int, bytes | None, bytes | None, tuple[object, ...]]]:
     """Parse with kafka-python: every batch must have a valid CRC."""
-    out = []
+    out: list[tuple[int, int, bytes | None, bytes | None, tuple[object, ...]]] = []
     memory = MemoryRecords(bytes(batch))
     while memory.has_next():
         kbatch = memory.next_batch()

@@ -122,7 +122,8 @@ def test_corrupt_segment_deletes_every_later_segment(tmp_path):
 def _flippable_positions(log_path: str) -> list[int]:
     """Every byte of the .log except base offset and leader epoch, which the v2 format leaves outside the CRC."""
     data = Path(log_path).read_bytes()
-    positions, pos = [], 0
+    positions: list[int] = []
+    pos = 0
     while pos < len(data):
         length = int.from_bytes(data[pos + 8:pos + 12], "big")
         size = length + 12

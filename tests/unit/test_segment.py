@@ -203,7 +203,7 @@ def test_kafka_python_reads_the_log_file(segment):
     segment.flush()
     with open(segment.log_path, "rb") as f:
         records = MemoryRecords(f.read())
-    offsets = []
+    offsets: list[int] = []
     while True:
         batch = records.next_batch()
         if batch is None:

@@ -18,6 +18,7 @@ from engine.config import BrokerConfig
 from engine.manager import LogManager
 from engine.topic import TopicPartition
 from logfs.stats import MountStats, TaskRun, partition_state, prometheus_metrics, stats_json
+from tests.helpers import cleaner_of, log_of
 
 T0 = 1_700_000_000_000
 
@@ -35,16 +36,16 @@ def manager(tmp_path):
     m = _manager(tmp_path / "data")
     m.create_topic("t", 2)
     for p in range(2):
-        log = m.get_log(TopicPartition("t", p))
+        log = log_of(m, TopicPartition("t", p))
         for i in range(30):
             log.append_values([b"t%d-%03d" % (p, i)] * 3)
     m.delete_records(TopicPartition("t", 0), 50)          # leaves .deleted segments for a minute
     m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
-    c = m.get_log(TopicPartition("c", 0))
+    c = log_of(m, TopicPartition("c", 0))
     for i in range(40):
         c.append_values([b"v%d" % i], [b"k%d" % (i % 4)])
     c.roll()
-    assert m.cleaner.clean_once() is not None
+    assert cleaner_of(m).clean_once() is not None
     yield m
     m.shutdown()
 
@@ -67,7 +68,7 @@ def test_stats_json_figures_are_the_live_logs(manager, stats):
     for topic, parts in (("t", 2), ("c", 1)):
         expected_records = 0
         for p in range(parts):
-            log = manager.get_log(TopicPartition(topic, p))
+            log = log_of(manager, TopicPartition(topic, p))
             got = doc["topics"][topic]["partitions"][str(p)]
             assert {k: got[k] for k in ("dir", "log_start_offset", "log_end_offset", "recovery_point",
                                         "size_bytes", "num_segments")} == {
@@ -78,7 +79,7 @@ def test_stats_json_figures_are_the_live_logs(manager, stats):
             expected_records += log.log_end_offset - log.log_start_offset
         assert doc["topics"][topic]["records"] == expected_records
         assert doc["topics"][topic]["size_bytes"] == sum(
-            manager.get_log(TopicPartition(topic, p)).size for p in range(parts))
+            log_of(manager, TopicPartition(topic, p)).size for p in range(parts))
     pending = doc["topics"]["t"]["partitions"]["0"]["pending_deletion"]
     assert pending["segments"] > 0
     assert pending["bytes"] > 0                                           # DeleteRecords left .deleted files
@@ -105,7 +106,7 @@ def test_task_run_shows_only_scalar_results():
 
 
 def test_partition_state_lists_every_segment_and_the_cleaner_fields(manager):
-    log = manager.get_log(TopicPartition("t", 0))
+    log = log_of(manager, TopicPartition("t", 0))
     state = partition_state(manager, log)
     assert state["segments"] == [{"base_offset": s.base_offset, "next_offset": s.next_offset,
                                   "size_bytes": s.size, "largest_timestamp": s.largest_timestamp}
@@ -116,7 +117,7 @@ def test_partition_state_lists_every_segment_and_the_cleaner_fields(manager):
     # the cleaner's keys are there for every partition, compacted or not
     assert {k: state[k] for k in ("cleaner_position", "cleaning_state", "uncleanable", "last_cleaning")} == \
         {"cleaner_position": None, "cleaning_state": None, "uncleanable": False, "last_cleaning": None}
-    compacted = partition_state(manager, manager.get_log(TopicPartition("c", 0)))
+    compacted = partition_state(manager, log_of(manager, TopicPartition("c", 0)))
     assert compacted["cleaner_position"] == manager.cleaner.manager.all_cleaner_checkpoints()[TopicPartition("c", 0)]
     assert compacted["last_cleaning"]["records_read"] > compacted["last_cleaning"]["records_written"] > 0
 
@@ -124,12 +125,12 @@ def test_partition_state_lists_every_segment_and_the_cleaner_fields(manager):
 def test_partition_state_of_a_mount_without_cleaner(tmp_path):
     rw = _manager(tmp_path / "ro")
     rw.create_topic("c", 1, {"cleanup.policy": "compact"})
-    rw.get_log(TopicPartition("c", 0)).append_values([b"v"], [b"k"])
+    log_of(rw, TopicPartition("c", 0)).append_values([b"v"], [b"k"])
     rw.shutdown()
     ro = _manager(tmp_path / "ro", read_only=True)
     try:
         assert ro.cleaner is None
-        state = partition_state(ro, ro.get_log(TopicPartition("c", 0)))
+        state = partition_state(ro, log_of(ro, TopicPartition("c", 0)))
         assert {k: state[k] for k in ("cleaner_position", "dirty_ratio", "cleaning_state", "uncleanable",
                                       "last_cleaning")} == {"cleaner_position": None, "dirty_ratio": None,
                                                             "cleaning_state": None, "uncleanable": False,
@@ -152,7 +153,7 @@ def test_prometheus_metrics_are_kafkas_gauges_with_the_live_values(manager, stat
     samples = _samples(prometheus_metrics(manager, stats))
     for topic, parts in (("t", 2), ("c", 1)):
         for p in range(parts):
-            log = manager.get_log(TopicPartition(topic, p))
+            log = log_of(manager, TopicPartition(topic, p))
             labels = (("partition", str(p)), ("topic", topic))
             assert samples[("kafka_log_log_size", labels)] == log.size
             assert samples[("kafka_log_log_logendoffset", labels)] == log.log_end_offset
@@ -172,6 +173,6 @@ def test_prometheus_metrics_are_kafkas_gauges_with_the_live_values(manager, stat
     assert samples[("logfs_log_cleaner_position", c0)] == \
         manager.cleaner.manager.all_cleaner_checkpoints()[TopicPartition("c", 0)]
     assert samples[("logfs_log_cleaner_dirty_ratio", c0)] == manager.cleaner.manager.dirty_ratio(
-        manager.get_log(TopicPartition("c", 0)))
+        log_of(manager, TopicPartition("c", 0)))
     assert ("logfs_log_cleaner_dirty_ratio", (("partition", "0"), ("topic", "t"))) not in samples
     assert samples[("logfs_pending_log_deletions", ())] == 0

@@ -21,6 +21,7 @@ from engine.config import BrokerConfig
 from engine.manager import LogManager
 from engine.partition_metadata import PARTITION_METADATA_FILE, read_topic_id
 from engine.topic import TopicPartition
+from tests.helpers import log_of
 
 T0 = TopicPartition("t", 0)
 NAMES = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT)
@@ -47,12 +48,12 @@ def test_stale_checkpoint_entries_are_dropped_before_the_partition_exists(tmp_pa
     for name in NAMES:
         for path in (data / name, data / (name + PREVIOUS_SUFFIX)):
             assert T0 not in OffsetCheckpointFile(str(path)).read(), path
-    manager.get_log(T0).append_values([b"v%d" % i for i in range(20)])
-    manager.get_log(T0).flush()
+    log_of(manager, T0).append_values([b"v%d" % i for i in range(20)])
+    log_of(manager, T0).flush()
     manager._unlock_log_dirs()                       # the process dies: no shutdown, no checkpoint
 
     again = started(data)
-    log = again.get_log(T0)
+    log = log_of(again, T0)
     assert (log.log_start_offset, log.log_end_offset) == (0, 20)
     assert [r.value for r in log.read_records(0)] == [b"v%d" % i for i in range(20)]
     again.shutdown()

@@ -31,6 +31,7 @@ from engine.errors import OffsetOutOfRangeError
 from engine.manager import LogManager
 from engine.topic import TopicPartition
 from engine.views import LogView, ViewFormat, record_at
+from tests.helpers import log_of
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -125,7 +126,7 @@ def test_read_committed_views_show_what_a_read_committed_consumer_sees(tmp_path_
                                           log_cleaner_enable=False))
         manager.startup()
         try:
-            log = manager.get_log(TP)
+            log = log_of(manager, TP)
             assert _view_offsets(log) == expected, level
             text = LogView(log, ViewFormat.TEXT)
             assert len(text.read(0, text.size()).splitlines()) == len(expected)
@@ -149,7 +150,7 @@ def test_aborted_transactions_are_listed_as_kafka_lists_them(tmp_path):
                                       log_cleaner_enable=False))
     manager.startup()
     try:
-        state = transactions.read_committed_state(manager.get_log(TP))
+        state = transactions.read_committed_state(log_of(manager, TP))
         assert state is not None
         # offsets: 0-1 tx0, 2 plain, 3 tx1, 4 ABORT(tx0), 5-6 tx1, 7 COMMIT(tx1), 8 tx0, 9 ABORT(tx0)
         assert state.aborted_transactions() == [transactions.AbortedTxn(1000, 0, 4),

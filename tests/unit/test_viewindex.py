@@ -42,7 +42,7 @@ def test_first_batch_always_indexed_and_totals_accumulate():
        st.integers(0, 30_000))
 def test_floor_lookups_match_brute_force(batches, probe):
     vi = ViewIndex(0)
-    entries = []
+    entries: list[tuple[int, int, int, int]] = []
     offset = position = text = json = 0
     for count, text_size, json_size, indexed in batches:
         if indexed or not entries:

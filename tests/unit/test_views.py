@@ -42,7 +42,8 @@ def full_json(log: Log, start: int | None = None) -> bytes:
 
 
 def read_all(view: LogView, chunk: int) -> bytes:
-    out, pos = [], 0
+    out: list[bytes] = []
+    pos = 0
     while True:
         piece = view.read(pos, chunk)
         if not piece:
