@@ -63,6 +63,10 @@ __all__ = ["ConfigType", "ConfigKey", "LogConfig", "BrokerConfig", "TOPIC_CONFIG
 
 DOUBLE_MAX = 1.7976931348623157e308   # Java's Double.MAX_VALUE
 
+#: Any: a config value is of its key's ConfigType (int, float, str, bool, a list of str), known only
+#: when the key is looked up; parse() and check_typed() are where it is checked
+ConfigValue = Any
+
 # Kafka's defaults (LogConfig, ServerLogConfigs, CleanerConfig, ServerConfigs).
 DEFAULT_SEGMENT_BYTES = 1024 * 1024 * 1024
 DEFAULT_SEGMENT_MS = 7 * 24 * 60 * 60 * 1000
@@ -99,12 +103,12 @@ _JAVA_DOUBLE = re.compile(r"[+-]?(NaN|Infinity|((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?
 _LIST_SEPARATOR = re.compile(r"\s*,\s*")
 
 
-def _config_error(name: str, value: Any, message: str) -> InvalidConfigError:
+def _config_error(name: str, value: ConfigValue, message: str) -> InvalidConfigError:
     """Kafka's ``ConfigException(name, value, message)`` text."""
     return InvalidConfigError(f"Invalid value {_show(value)} for configuration {name}: {message}")
 
 
-def _show(value: Any) -> str:
+def _show(value: ConfigValue) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
@@ -126,7 +130,7 @@ class AtLeast:
     def __init__(self, minimum: float) -> None:
         self.minimum = minimum
 
-    def ensure_valid(self, name: str, value: Any) -> None:
+    def ensure_valid(self, name: str, value: ConfigValue) -> None:
         if value < self.minimum:
             raise _config_error(name, value, f"Value must be at least {self.minimum}")
 
@@ -140,7 +144,7 @@ class Between:
     def __init__(self, minimum: float, maximum: float) -> None:
         self.minimum, self.maximum = minimum, maximum
 
-    def ensure_valid(self, name: str, value: Any) -> None:
+    def ensure_valid(self, name: str, value: ConfigValue) -> None:
         if math.isnan(value) or value < self.minimum:
             raise _config_error(name, value, f"Value must be at least {self.minimum}")
         if value > self.maximum:
@@ -156,7 +160,7 @@ class ValidString:
     def __init__(self, *valid: str) -> None:
         self.valid = valid
 
-    def ensure_valid(self, name: str, value: Any) -> None:
+    def ensure_valid(self, name: str, value: ConfigValue) -> None:
         if value not in self.valid:
             raise _config_error(name, value, "String must be one of: " + ", ".join(self.valid))
 
@@ -170,7 +174,7 @@ class ValidList:
     def __init__(self, *valid: str) -> None:
         self.element = ValidString(*valid)
 
-    def ensure_valid(self, name: str, value: Any) -> None:
+    def ensure_valid(self, name: str, value: ConfigValue) -> None:
         for element in value:
             self.element.ensure_valid(name, element)
 
@@ -181,7 +185,7 @@ class ValidList:
 class NonEmptyString:
     """``ConfigDef.NonEmptyString``."""
 
-    def ensure_valid(self, name: str, value: Any) -> None:
+    def ensure_valid(self, name: str, value: ConfigValue) -> None:
         if value == "":
             raise _config_error(name, value, "String must be non-empty")
 
@@ -192,7 +196,7 @@ class NonEmptyString:
 class NonEmptyList:
     """At least one element (``log.dirs``)."""
 
-    def ensure_valid(self, name: str, value: Any) -> None:
+    def ensure_valid(self, name: str, value: ConfigValue) -> None:
         if not value:
             raise _config_error(name, value,
                                 "At least one log directory must be defined via log.dirs or log.dir.")
@@ -221,8 +225,8 @@ class ConfigKey:
 
     name: str
     type: ConfigType
-    default: Any
-    validator: Any = None
+    default: ConfigValue
+    validator: ConfigValue = None
     doc: str = ""
     nullable: bool = False
     trim: bool = True
@@ -231,13 +235,13 @@ class ConfigKey:
     def attr(self) -> str:
         return self.name.replace(".", "_")
 
-    def parse(self, value: Any) -> Any:
+    def parse(self, value: ConfigValue) -> ConfigValue:
         """Parse a string (or check an already typed value), then validate it."""
         value = self._parse_string(value) if isinstance(value, str) else self.check_typed(value)
         self.validate(value)
         return value
 
-    def _parse_string(self, text: str) -> Any:
+    def _parse_string(self, text: str) -> ConfigValue:
         name, kind = self.name, self.type
         trimmed = text.strip() if self.trim else text
         if self.nullable and trimmed == "":
@@ -264,7 +268,7 @@ class ConfigKey:
             return number
         raise _config_error(name, text, f"Not a number of type {kind.value}")
 
-    def check_typed(self, value: Any) -> Any:
+    def check_typed(self, value: ConfigValue) -> ConfigValue:
         """Check (and normalise: list -> tuple, int -> float) a value given as a Python object."""
         name, kind = self.name, self.type
         if value is None:
@@ -292,11 +296,11 @@ class ConfigKey:
             return value
         raise _config_error(name, value, f"Not a number of type {kind.value}")
 
-    def validate(self, value: Any) -> None:
+    def validate(self, value: ConfigValue) -> None:
         if value is not None and self.validator is not None:
             self.validator.ensure_valid(self.name, value)
 
-    def format(self, value: Any) -> str:
+    def format(self, value: ConfigValue) -> str:
         """The value as it would be written in a properties file (``parse(format(v)) == v``)."""
         if value is None:
             return ""
@@ -376,7 +380,7 @@ _TOPIC_KEYS = (
 TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {key.name: key for key in _TOPIC_KEYS}
 TOPIC_CONFIG_NAMES: frozenset[str] = frozenset(TOPIC_CONFIG_KEYS)
 #: Topic-level name -> default: the one home of the defaults, which LogConfig's fields take.
-_TOPIC_DEFAULTS: dict[str, Any] = {key.name: key.default for key in _TOPIC_KEYS}
+_TOPIC_DEFAULTS: dict[str, ConfigValue] = {key.name: key.default for key in _TOPIC_KEYS}
 
 
 def validate_topic_overrides(updates: Mapping[str, str | None]) -> None:
@@ -448,14 +452,14 @@ class LogConfig:
         return "delete" in self.cleanup_policy
 
     @classmethod
-    def from_props(cls, props: Mapping[str, Any], defaults: LogConfig | None = None) -> LogConfig:
+    def from_props(cls, props: Mapping[str, ConfigValue], defaults: LogConfig | None = None) -> LogConfig:
         """``defaults`` (Kafka's defaults when None) with ``props`` applied.
 
         Every name must be a topic-level name and every value valid for it;
         otherwise :class:`InvalidConfigError` names the first bad one and nothing
         is built.
         """
-        changes: dict[str, Any] = {}
+        changes: dict[str, ConfigValue] = {}
         for name, value in props.items():
             key = TOPIC_CONFIG_KEYS.get(name)
             if key is None:
@@ -464,7 +468,7 @@ class LogConfig:
         base = defaults if defaults is not None else cls()
         return dataclasses.replace(base, **changes) if changes else base
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> LogConfig:
+    def with_overrides(self, overrides: Mapping[str, ConfigValue]) -> LogConfig:
         """A new config: this one with ``overrides`` (topic-level names) applied."""
         return self.from_props(overrides, defaults=self)
 
@@ -544,7 +548,7 @@ BROKER_CONFIG_KEYS: dict[str, ConfigKey] = {key.name: key for key in _BROKER_KEY
 BROKER_CONFIG_NAMES: frozenset[str] = frozenset(BROKER_CONFIG_KEYS)
 #: Broker-level name -> default: the one home of the defaults, which BrokerConfig's fields take.  The
 #: four effective values (see BrokerConfig) default to what Kafka derives from their fallbacks.
-_BROKER_DEFAULTS: dict[str, Any] = {key.name: key.default for key in _BROKER_KEYS}
+_BROKER_DEFAULTS: dict[str, ConfigValue] = {key.name: key.default for key in _BROKER_KEYS}
 
 
 
@@ -617,14 +621,14 @@ class BrokerConfig:
                                 "log.retention.ms must be unlimited (-1) or, greater than or equal to 1")
 
     @classmethod
-    def from_props(cls, props: Mapping[str, Any], strict: bool = False) -> BrokerConfig:
+    def from_props(cls, props: Mapping[str, ConfigValue], strict: bool = False) -> BrokerConfig:
         """Build from broker settings (e.g. a ``server.properties``), applying Kafka's precedence.
 
         An unknown name is ignored with a warning, as Kafka does for the many
         non-log settings of a ``server.properties``; with ``strict`` (names given
         one by one on the command line) it is refused.
         """
-        values: dict[str, Any] = {key.name: key.default for key in _BROKER_KEYS}
+        values: dict[str, ConfigValue] = {key.name: key.default for key in _BROKER_KEYS}
         for name, value in props.items():
             key = BROKER_CONFIG_KEYS.get(name)
             if key is None:
@@ -644,7 +648,7 @@ class BrokerConfig:
         return cls(**kwargs)
 
     @staticmethod
-    def _retention_ms(values: Mapping[str, Any], props: Mapping[str, Any]) -> int:
+    def _retention_ms(values: Mapping[str, ConfigValue], props: Mapping[str, ConfigValue]) -> int:
         """Kafka's ``logRetentionTimeMillis``: ms, else minutes, else hours; negative is -1."""
         if values["log.retention.ms"] is not None:
             millis, source = values["log.retention.ms"], "log.retention.ms"
@@ -682,7 +686,7 @@ class BrokerConfig:
         except InvalidConfigError:
             return None      # minutes/hours alone would be invalid (0): only log.retention.ms explains it
 
-    def with_overrides(self, overrides: Mapping[str, Any], strict: bool = True) -> BrokerConfig:
+    def with_overrides(self, overrides: Mapping[str, ConfigValue], strict: bool = True) -> BrokerConfig:
         """A new config: this one with ``overrides`` applied (``-o name=value`` on the command line).
 
         With ``strict`` (the default) an unknown name is refused.

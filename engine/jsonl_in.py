@@ -74,6 +74,7 @@ class JsonRecord(NamedTuple):
     partition: int | None
 
 
+# Any: a parsed JSON object's members
 def _bytes_member(obj: dict[str, Any], name: str, encoding_name: str, where: str) -> bytes | None:
     data = obj.get(name)
     encoding = obj.get(encoding_name)
@@ -113,10 +114,11 @@ def _headers(raw: object) -> tuple[tuple[str, bytes | None], ...]:
 
 
 def _names(members: object) -> str:
+    # ignore: the members of a JSON object are str; orjson's stub takes Any only
     return ", ".join(orjson.dumps(name).decode() for name in sorted(members))  # type: ignore[call-overload]
 
 
-def _int_member(obj: dict[str, Any], name: str, minimum: int) -> int | None:
+def _int_member(obj: dict[str, Any], name: str, minimum: int) -> int | None:     # Any: a parsed JSON object's members
     value = obj.get(name)
     if value is None:
         return None

@@ -901,5 +901,5 @@ class _ScanOnlyIndex:
     def fetch_upper_bound_offset(self, fetch_position: int, fetch_size: int) -> None:
         return None
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:     # Any: whatever the wrapped index has
         return getattr(self._index, name)

@@ -192,7 +192,7 @@ class TopicConfigStore:
         Raises LogDirFullError (ENOSPC) or StorageError naming the dir that failed.
         """
         generation = self.generation + 1
-        doc: dict[str, Any] = {
+        doc: dict[str, Any] = {     # Any: the JSON document
             "version": _TOPIC_CONFIGS_VERSION, "generation": generation,
             "written_ms": self.clock.milliseconds(),
             "topics": {t: dict(sorted(o.items())) for t, o in sorted(overrides.items()) if o}}

@@ -191,7 +191,7 @@ def _translating(op: _Op) -> _Op:
     """Turn engine and OS exceptions into FUSEError, logging the cause once."""
 
     @functools.wraps(op)
-    async def wrapper(self: LogfsOperations, *args: Any) -> Any:
+    async def wrapper(self: LogfsOperations, *args: Any) -> Any:     # Any: the operation's own
         try:
             return await op(self, *args)
         except pyfuse3.FUSEError:
@@ -212,7 +212,7 @@ def _translating(op: _Op) -> _Op:
             log.exception("%s failed with an unexpected error", op.__name__)
             raise pyfuse3.FUSEError(errno.EIO) from None
 
-    return cast("_Op", wrapper)
+    return cast("_Op", wrapper)   # cast: the wrapper keeps the wrapped operation's signature
 
 
 class _RecursiveRemovals:
@@ -690,6 +690,7 @@ class LogfsOperations(pyfuse3.Operations):
 
     # ------------------------------------------------------------------ names
 
+    # Any: pyfuse3's RequestContext, None from within
     @_translating
     async def lookup(self, parent_inode: int, name: bytes, ctx: Any = None) -> pyfuse3.EntryAttributes:
         parent = self._directory(parent_inode)
@@ -720,6 +721,7 @@ class LogfsOperations(pyfuse3.Operations):
     @staticmethod
     def _remove_overrides(config: Node) -> None:
         try:
+            # ignore: a topic's config node is a TopicConfigFile (Node has no open())
             handle = config.open(True)      # type: ignore[attr-defined]
             handle.opened(os.O_WRONLY | os.O_TRUNC)
             handle.release()                 # the empty text: every override removed
@@ -732,7 +734,7 @@ class LogfsOperations(pyfuse3.Operations):
             self._drop(ino, nlookup)
 
     @_translating
-    async def getattr(self, inode: int, ctx: Any = None) -> pyfuse3.EntryAttributes:
+    async def getattr(self, inode: int, ctx: Any = None) -> pyfuse3.EntryAttributes:     # Any: as lookup()'s ctx
         self.ns.stats.metadata_requests += 1
         node = self._node(inode)
         await self._drop_zero_fills(inode, node)
@@ -899,6 +901,7 @@ class LogfsOperations(pyfuse3.Operations):
         self._inodes[inode].nopen += 1
         return pyfuse3.FileInfo(fh=fh, direct_io=handle.direct_io, keep_cache=handle.keep_cache)
 
+    # ignore: pyfuse3's stub says bytes; a memoryview is served the same way
     @_translating
     async def read(self, fh: int, off: int, size: int) -> bytes | memoryview:   # type: ignore[override]
         inode, handle = self._handles[fh]
@@ -1015,6 +1018,7 @@ class LogfsOperations(pyfuse3.Operations):
                     return
                 continue
             try:
+                # ignore: a parent is a Directory (Node has no lookup())
                 node = self._temps.get(parent, name) or parent.lookup(name)   # type: ignore[attr-defined]
             except LogfsError:
                 continue   # vanished since opendir (deleted topic, retained segment)
@@ -1042,6 +1046,7 @@ class LogfsOperations(pyfuse3.Operations):
     async def fsyncdir(self, fh: int, datasync: bool) -> None:
         dh = self._dir_handles[fh]
         node = self._node(dh.inode)
+        # ignore: fsyncdir comes for directories only (Node has no fsync())
         await trio.to_thread.run_sync(node.fsync)   # type: ignore[attr-defined]
 
     @_translating

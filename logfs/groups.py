@@ -301,6 +301,7 @@ class GroupCommandHandle(LineHandle):
         offsets: dict[int, int] = {}
         for verb, arg in actions:
             if verb == "commit":
+                # cast: a commit action's argument is its (partition, offset)
                 partition, offset = cast("tuple[int, int]", arg)
                 offsets[int(partition)] = int(offset)
                 continue
@@ -312,8 +313,10 @@ class GroupCommandHandle(LineHandle):
                 if verb == "reset":
                     offsets[p] = start if arg == "earliest" else end
                 elif verb == "reset-offset":
+                    # ignore: a reset-offset action's argument is its offset (str or int)
                     offsets[p] = min(max(int(arg), start), end)  # type: ignore[call-overload]
                 else:
+                    # ignore: a reset-to-timestamp action's argument is its timestamp (str or int)
                     found = target.fetch_offset_by_timestamp(int(arg))  # type: ignore[call-overload]
                     offsets[p] = end if found is None else found[0]
         coordinator(node.ns).commit(node.group, {TopicPartition(node.topic, p): o for p, o in offsets.items()})

@@ -112,7 +112,7 @@ class Namespace:
         # a key's first element names the kind of node, so its class
         existing = cast("_K | None", self._nodes.get(node.key))
         if existing is None:
-            self._nodes[node.key] = cast("Node", node)
+            self._nodes[node.key] = cast("Node", node)   # cast: _K is a Node subclass; the table holds Nodes
             return node
         return existing
 
@@ -124,7 +124,7 @@ class Namespace:
             self._retired.pop(key, None)
             return known
         node = make()
-        self._nodes[key] = cast("Node", node)
+        self._nodes[key] = cast("Node", node)   # cast: as in stable()
         self._retired.pop(key, None)
         return node
 

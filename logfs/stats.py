@@ -46,9 +46,9 @@ class TaskRun:
     last_duration_ms: float | None = None
     total_duration_ms: float = 0.0
     last_error: str | None = None
-    last_result: Any = None
+    last_result: Any = None     # Any: a task's result, of its own kind
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:     # Any: JSON values
         return {
             "interval_ms": self.interval_ms, "runs": self.runs, "errors": self.errors,
             "last_run_ms": self.last_run_ms, "last_duration_ms": self.last_duration_ms,
@@ -89,11 +89,11 @@ class MountStats:
             return run
 
 
-def partition_state(manager: LogManager, log: Log) -> dict[str, Any]:
+def partition_state(manager: LogManager, log: Log) -> dict[str, Any]:     # Any: JSON values
     """The JSON of ``MOUNT/<topic>/<p>/state`` (Spark's data source relies on these names)."""
     segments = log.segments  # one copy-on-write reference: a consistent list
     tp = log.topic_partition
-    state: dict[str, Any] = {
+    state: dict[str, Any] = {     # Any: JSON values
         "topic": tp.topic,
         "partition": tp.partition,
         "dir": log.dir,
@@ -119,7 +119,7 @@ _NO_CLEANER_STATE: dict[str, Any] = {"cleaner_position": None, "dirty_ratio": No
                                      "uncleanable": False, "last_cleaning": None}
 
 
-def _cleaner_state(manager: LogManager, log: Log) -> dict[str, Any]:
+def _cleaner_state(manager: LogManager, log: Log) -> dict[str, Any]:     # Any: JSON values
     """Cleaner position (first dirty offset), dirty ratio, cleaning state and the last clean of ``log``.
 
     The keys are present for every partition, compacted or not, so readers
@@ -136,7 +136,7 @@ def _logs(manager: LogManager) -> list[Log]:
 
 
 def stats_json(manager: LogManager, stats: MountStats) -> bytes:
-    topics: dict[str, Any] = {}
+    topics: dict[str, Any] = {}     # Any: JSON values
     for lg in _logs(manager):
         tp = lg.topic_partition
         topic = topics.setdefault(tp.topic, {"partitions": {}, "size_bytes": 0, "records": 0})
@@ -295,11 +295,11 @@ def _cleaner_metrics(manager: LogManager) -> Iterator[Metric]:
     yield from (ratio, position)
 
 
-def _consumer_groups(store: GroupMetadataManager | None) -> dict[str, Any]:
+def _consumer_groups(store: GroupMetadataManager | None) -> dict[str, Any]:     # Any: JSON values
     """group -> topic -> {"lag": total, "partitions": {p: {committed, log_end_offset, lag}}} (issue 13)."""
     if store is None:
         return {}
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {}     # Any: JSON values
     for topic, groups in sorted(store.all_groups().items()):
         for group in sorted(groups):
             rows = store.lag(group, topic)

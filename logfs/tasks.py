@@ -55,8 +55,8 @@ class Job:
 
     name: str
     interval_ms: int
-    run: Callable[[], Any]
-    rerun_when: Callable[[Any], bool] | None = None
+    run: Callable[[], Any]     # Any: a task's result, of its own kind
+    rerun_when: Callable[[Any], bool] | None = None     # Any: as run's
     #: asks a long run in progress to stop (e.g. LogCleaner.shutdown) before the mount waits for it
     stop: Callable[[], object] | None = None
 
@@ -115,7 +115,7 @@ def cleaner_jobs(manager: LogManager) -> list[Job]:
             for i in range(int(cfg.log_cleaner_threads))]
 
 
-def _cleaned_something(result: Any) -> bool:
+def _cleaned_something(result: Any) -> bool:     # Any: the cleaner task's result
     # clean_once returns the CleanerStats of a clean, or None when no log was dirty enough.
     return result is not None
 

@@ -263,6 +263,7 @@ class TempFiles:
             node.name, node.where = new_name, _describe(new_parent)
             self._files[(new_parent.key, new_name)] = node
             return True
+        # ignore: a parent is a Directory (Node has no lookup())
         target = new_parent.lookup(new_name)   # type: ignore[attr-defined]
         with node.lock:
             data = bytes(node.data)
@@ -283,6 +284,7 @@ class TempFiles:
     @staticmethod
     def _not_temporary(parent: Node, name: str) -> str:
         where = _describe(parent)
+        # ignore: a parent is a Directory (Node has no names())
         names = parent.names()      # type: ignore[attr-defined]
         meant = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
         hint = f"; did you mean {where}/{meant[0]}?" if meant else f" (it holds {', '.join(sorted(names))})"
@@ -291,7 +293,7 @@ class TempFiles:
 
     def _exists(self, parent: Node, name: str) -> bool:
         try:
-            parent.lookup(name)   # type: ignore[attr-defined]
+            parent.lookup(name)   # type: ignore[attr-defined]  # a parent is a Directory (Node has no lookup())
         except LogfsError:
             return False
         return True

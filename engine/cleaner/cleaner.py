@@ -590,6 +590,7 @@ class Cleaner:
                 pause()
         distinct = dict.fromkeys(keys)
         distinct.pop(None, None)
+        # cast: the None key was popped just above
         latest_of = dict(zip(distinct, offset_map.get_many(cast("list[bytes]", list(distinct)))))
         latest_of[None] = _NEVER_RETAINED
         return columns, latest_of

@@ -62,6 +62,7 @@ def _records_section(buf: RecordBuffer, pos: int, header: BatchHeader | None,
         return header, None
     codec = header.attributes & COMPRESSION_CODEC_MASK
     if view and not codec:
+        # cast: a memoryview reads as the bytes it views (RecordBuffer's readers take both)
         return header, cast("bytes", memoryview(buf)[pos + HEADER_SIZE:end])
     data = buf[pos + HEADER_SIZE:end]
     if codec:
@@ -358,10 +359,11 @@ def decode_text(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None = No
         # the compiled walk of any layout (every producer's batches); None sends the batch to the loops below
         text = kernels.records_text(data, count)
         if text is not None:
-            return cast("bytearray", text)
+            return cast("bytearray", text)   # cast: KERNELS is a module object, its functions untyped through it
     try:
         parts, taken, at = _uniform_values(data, count, True)
         if len(parts) == 1 and taken == count and at == len(data):
+            # cast: a text chunk of _uniform_values (bytes or bytearray, its parts list[Any])
             return cast("bytearray", parts[0])
         if type(data) is not bytes:
             data = bytes(data)

@@ -188,7 +188,7 @@ def _fixed_size_text(data: bytes, segments: list[tuple[int, int, int, int]]) -> 
     return out
 
 
-def _uniform_values(data: bytes, count: int, text: bool) -> tuple[list[Any], int, int]:
+def _uniform_values(data: bytes, count: int, text: bool) -> tuple[list[Any], int, int]:     # Any: see parts below
     """Decode the uniform-layout prefix of a records section.
 
     Returns (parts, records taken, position after them).  Without ``text`` the

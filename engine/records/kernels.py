@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from engine.records import _kernels  # type: ignore[attr-defined]
+from engine.records import _kernels  # type: ignore[attr-defined]  # a C extension, no stub
 from engine.records.format import Headers
 
 if TYPE_CHECKING:   # numpy is imported by the cleaner's kernels only: a text read or an append does not pay it

@@ -139,6 +139,7 @@ def read_chunks(read: ReadAt, start: int, end: int | None, chunk_size: int, *, p
             raise error
         left = n - off
         if eof or (end is not None and pos + HEADER_SIZE > end and pos < end):
+            # ignore: strict implies end is not None (read_chunks sets strict = strict and end is not None)
             if strict and (left > 0 or pos < end):  # type: ignore[operator]
                 raise _damaged(f"The {end - pos} bytes up to the segment's valid size {end} do not hold "  # type: ignore[operator]
                                "a whole record batch (the file is cut short or damaged)", path, pos)

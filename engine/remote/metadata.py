@@ -96,7 +96,7 @@ class RemoteLogSegmentMetadata:
     @classmethod
     def from_event(cls, data: bytes) -> RemoteLogSegmentMetadata:
         try:
-            event: dict[str, Any] = orjson.loads(data)
+            event: dict[str, Any] = orjson.loads(data)     # Any: a parsed JSON event
             tip = TopicIdPartition(str(event["topic"]), str(event["topicId"]), int(event["partition"]))
             return cls(RemoteLogSegmentId(tip, int(event["baseOffset"]), str(event["id"])),
                        int(event["startOffset"]), int(event["endOffset"]), int(event["maxTimestamp"]),

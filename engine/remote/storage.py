@@ -284,6 +284,7 @@ class S3RemoteStorage(RemoteStorageManager):
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        # Any: boto3 builds its client at run time
         self._client: Any = boto3.session.Session().client(
             "s3", endpoint_url=endpoint_url, region_name=region or "us-east-1",
             aws_access_key_id=access_key_id, aws_secret_access_key=secret_access_key,

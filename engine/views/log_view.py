@@ -478,6 +478,7 @@ class LogView:
                 base, data = chunk.position, chunk.buf
                 for rel, header in chunk.batches:
                     if stable is not None and header.base_offset >= stable:
+                        # cast: stable is set only when txn is
                         stable = cast("TransactionState", txn).last_stable_offset()
                         if header.base_offset >= stable:
                             return

@@ -266,6 +266,7 @@ def render_jsonl(records: Iterable[RecordFields], topic: str, partition: int, ti
     pieces = _json_pieces(topic, partition, timestamp_type)
     general = pieces.fmt_general
     values = [record[3] for record in records]
+    # cast: no None in values, checked just before
     if None not in values and _plain_ascii(b"".join(cast("list[bytes]", values))):
         keys = [record[2] for record in records]
         key_nulls = keys.count(None)

@@ -96,7 +96,7 @@ class ClusterAdmin:
         failures: list[ClusterAuthenticationError] = []
         client_log = logging.getLogger("logfs.cluster.librdkafka")
 
-        def on_error(error: Any) -> None:
+        def on_error(error: Any) -> None:     # Any: librdkafka's KafkaError
             client_log.debug("%s: %s", error.name(), error.str())
             failure = security_failure(error.name(), error.str(), self.brokers)
             if failure is not None:
@@ -136,7 +136,7 @@ class ClusterAdmin:
         return self.timeout_s if self.reachable else min(self.timeout_s, UNREACHABLE_WAIT_S)
 
     def result(self, future: concurrent.futures.Future[object], what: str, timeout: float | None = None, *,
-               retriable: bool = False) -> Any:
+               retriable: bool = False) -> Any:     # Any: each admin request answers its own type
         """The answer of one admin request, or the engine error for the cluster's refusal or silence.
 
         Each item of a request (topic, partition, config resource) has its own future; a refusal of that item,
@@ -159,12 +159,13 @@ class ClusterAdmin:
                 self.reachable) from None
         except KafkaException as exc:
             error = quiet_while_unreachable(from_kafka(exc, what, self.brokers), self.reachable)
-            inner: Any = exc.args[0] if exc.args else None
+            inner: Any = exc.args[0] if exc.args else None     # Any: the KafkaError librdkafka raises inside
             if retriable and callable(getattr(inner, "retriable", None)) and inner.retriable() \
                     and error_name(inner) not in _NOT_RETRIED:
                 raise _Retriable(error) from None
             raise error from None
 
+    # Any: as result()
     def _asked_again(self, send: Callable[[float], concurrent.futures.Future[object]], what: str) -> Any:
         """``send(request_timeout)``'s answer, the request made again while the refusal is retriable
         (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE: a leader moving), until the request's bound.

@@ -224,7 +224,7 @@ class ClientSettings:
                     raise InvalidConfigError(f"sasl.jaas.config and {name} disagree: give one of them")
                 given[name] = value
         rd: dict[str, str] = {}
-        kp: dict[str, Any] = {}
+        kp: dict[str, Any] = {}     # Any: kafka-python's settings (str, int, bool, an SSLContext)
         for name, value in given.items():
             row = CLIENT_SETTINGS[name]
             if name == "security.protocol":
@@ -266,6 +266,7 @@ class ClientSettings:
         out.librdkafka_config, out.kafka_python_config = rd, kp
         return out
 
+    # Any: kafka-python's settings
     def _stores(self, given: Mapping[str, str], rd: dict[str, str], kp: dict[str, Any]) -> None:
         """``ssl.truststore.*`` and ``ssl.keystore.*`` (Java's) as the PEM files both clients read."""
         for kind, location_name in (("truststore", "ssl.truststore.location"), ("keystore", "ssl.keystore.location")):

@@ -54,7 +54,7 @@ class ClusterOptions:
         """librdkafka's configuration (the admin client and the producer)."""
         return {"bootstrap.servers": self.bootstrap, **self.settings.librdkafka_config}
 
-    def fetcher_client_config(self) -> dict[str, Any]:
+    def fetcher_client_config(self) -> dict[str, Any]:     # Any: kafka-python's settings
         """kafka-python's configuration (the replica fetcher, OffsetDelete), without the bootstrap servers."""
         return dict(self.settings.kafka_python_config)
 

@@ -71,6 +71,7 @@ def read_one_record(client_config: Mapping[str, str], tp: TopicPartition, offset
 
 def _header(entry: object) -> tuple[str, bytes | None]:
     """A librdkafka header ``(name, value)`` as a Record's."""
+    # cast: librdkafka's headers are (str, value) pairs; its stub says object
     name, value = cast("tuple[str, bytes | str | None]", entry)
     if isinstance(value, str):
         return name, value.encode()

@@ -69,13 +69,13 @@ class ClusterGroupCoordinator:
     """Committed offsets kept by the cluster's group coordinator (see the module docstring)."""
 
     def __init__(self, manager: LogManager, admin: ClusterAdmin,
-                 client_config: Mapping[str, Any] | None = None) -> None:
+                 client_config: Mapping[str, Any] | None = None) -> None:     # Any: kafka-python's settings
         self.manager = manager
         self.admin = admin
         #: kafka-python's names of the mount's client settings (security), as the replica fetcher gets them
         self._client_config = dict(client_config or {})
         self._client_lock = threading.Lock()
-        self._kafka_admin: Any = None
+        self._kafka_admin: Any = None     # Any: kafka-python's KafkaAdminClient, untyped
 
     # ------------------------------------------------------------------ requests
 
@@ -84,7 +84,7 @@ class ClusterGroupCoordinator:
         (some requests are made on the mount's request thread, which must not stall the whole mount)."""
         return self.admin.timeout_s if self.admin.reachable else min(self.admin.timeout_s, UNREACHABLE_WAIT_S)
 
-    def _client(self, wait_s: float) -> Any:
+    def _client(self, wait_s: float) -> Any:     # Any: kafka-python's KafkaAdminClient
         """kafka-python's ``KafkaAdminClient``, made at the first group request (it bootstraps when made).
 
         Its requests run on its own network thread; callers from any thread block on their answer."""
@@ -118,7 +118,7 @@ class ClusterGroupCoordinator:
         for key in [k for k in list(coordinators) if k[1] == group]:
             coordinators.pop(key, None)
 
-    def _request(self, what: str, group: str | None, call: Callable[[Any], T]) -> T:
+    def _request(self, what: str, group: str | None, call: Callable[[Any], T]) -> T:     # Any: kafka-python's client
         """``call(client)``, asked again while the coordinator loads or moves, until the request's bound.
 
         A refusal is the engine error of its meaning (EBUSY for a group with members) with the
@@ -157,7 +157,7 @@ class ClusterGroupCoordinator:
         """OffsetFetch of every partition ``group`` committed."""
         # Any: kafka-python's TopicPartition and OffsetAndMetadata (an untyped library)
         def fetch(client: Any) -> dict[Any, Any]:
-            offsets: dict[Any, Any] = client.list_group_offsets({group: None}).get(group, {})
+            offsets: dict[Any, Any] = client.list_group_offsets({group: None}).get(group, {})     # Any: as fetch()'s
             return offsets
 
         result = self._request(f"Reading the committed offsets of group {group}", group, fetch)
@@ -205,7 +205,7 @@ class ClusterGroupCoordinator:
                       for tp, offset in items}
         what = f"Committing offsets for group {group}"
 
-        def alter(client: Any) -> None:
+        def alter(client: Any) -> None:     # Any: kafka-python's client
             answers = client.alter_group_offsets(group, partitions)
             self._check(answers, what)
 
@@ -239,7 +239,7 @@ class ClusterGroupCoordinator:
 
         what = f"Deleting the committed offsets of group {group} on topic {topic}"
 
-        def delete(client: Any) -> None:
+        def delete(client: Any) -> None:     # Any: kafka-python's client
             answers = client.delete_group_offsets(group, [KafkaTopicPartition(topic, p) for p in partitions])
             self._check(answers, what)
 
@@ -248,7 +248,7 @@ class ClusterGroupCoordinator:
                  group, topic, ",".join(map(str, partitions)))
         return len(partitions)
 
-    def _check(self, answers: Mapping[Any, Any], what: str) -> None:
+    def _check(self, answers: Mapping[Any, Any], what: str) -> None:     # Any: kafka-python's answers
         """Every partition's answer of an OffsetCommit or OffsetDelete: a coordinator that loads or moves is
         raised as such (asked again), any other error is the request's refusal."""
         from kafka.errors import NoError

@@ -394,6 +394,7 @@ class ReplicaFetcher:
     before the thread runs), but for ``wakeup``, which any thread calls.
     """
 
+    # Any: kafka-python's settings
     def __init__(self, manager: LogManager, admin: ClusterAdmin, client_config: Mapping[str, Any], *,
                  metadata_max_age_s: float = 2.0, listing_max_age_s: float = 10.0, fetch_max_wait_ms: int = 500,
                  partition_max_bytes: int = 8 << 20, topics: re.Pattern[str] | None = None,
@@ -420,7 +421,7 @@ class ReplicaFetcher:
         self.topic_removed: Callable[[str], None] | None = None
         self._thread = threading.Thread(target=self._run, name="logfs-replica-fetcher", daemon=True)
 
-    def _client_settings(self) -> dict[str, Any]:
+    def _client_settings(self) -> dict[str, Any]:     # Any: kafka-python's settings
         return {
             "bootstrap_servers": self.settings.brokers.split(","),
             "request_timeout_ms": 10_000,
@@ -741,13 +742,13 @@ class ReplicaFetcher:
 
     # ------------------------------------------------------------------ metadata
 
-    def _metadata(self, topics: list[str] | None) -> Any:
+    def _metadata(self, topics: list[str] | None) -> Any:     # Any: kafka-python's MetadataResponse
         """A MetadataResponse for ``topics`` (None: every topic) from the least loaded broker, or from any other
         one that answers (a broker that died is not the cluster being unreachable), within 10 s in all."""
         from kafka.protocol.metadata import MetadataRequest
 
         cluster = self._client.cluster
-        nodes: list[Any] = []
+        nodes: list[Any] = []     # Any: kafka-python's broker metadata
         for node in ([self._client.least_loaded_node(bootstrap_fallback=True)]
                      + [b.node_id for b in cluster.brokers()] + [b.node_id for b in cluster.bootstrap_brokers()]):
             if node is not None and node not in nodes:
@@ -1031,6 +1032,7 @@ class ReplicaFetcher:
         self._loop.node_delayed[node] = time.monotonic() + _BACKOFF_S
         self._loop.refresh_wanted = True
 
+    # Any: a Fetch response's partition
     def _partition_data(self, tp: TopicPartition, topic_id: uuid.UUID, pd: Any) -> None:
         state = self._replicas.states.get(tp)
         if state is None or state.topic_id != topic_id or self.manager.get_log(tp) is not state.log:
@@ -1051,7 +1053,7 @@ class ReplicaFetcher:
             state.delayed_until = time.monotonic() + _BACKOFF_S
             self._loop.refresh_wanted = True
 
-    def _append(self, tp: TopicPartition, state: PartitionFetchState, pd: Any) -> None:
+    def _append(self, tp: TopicPartition, state: PartitionFetchState, pd: Any) -> None:     # Any: as _partition_data's
         target = state.log
         records = pd.records
         try:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover - imported lazily where used
 log = logging.getLogger(__name__)
 
 
-def _line_bytes(value: Any, what: str) -> bytes:
+def _line_bytes(value: Any, what: str) -> bytes:     # Any: a Spark row's column, checked here
     if isinstance(value, str):
         data = value.encode()
     elif isinstance(value, (bytes, bytearray, memoryview)):
@@ -34,6 +34,7 @@ def _line_bytes(value: Any, what: str) -> bytes:
     return data
 
 
+# Any: Spark's Rows and accumulator
 def _append_partition(rows: Iterator[Any], *, path: str, value_index: int, key_index: int | None,
                       separator: bytes, null_marker: bytes | None, chunk_bytes: int,
                       counter: Any) -> None:

@@ -39,12 +39,12 @@ def list_partitions(mount: str, topic: str) -> list[int]:
     return sorted(int(n) for n in names if n.isdigit())
 
 
-def partition_state(mount: str, topic: str, partition: int) -> dict[str, Any]:
+def partition_state(mount: str, topic: str, partition: int) -> dict[str, Any]:     # Any: the state file's JSON
     """``MOUNT/<topic>/<p>/state`` parsed (log start/end offsets, segments, ...)."""
     path = os.path.join(mount, topic, str(partition), "state")
     try:
         with open(path, "rb") as f:
-            state: dict[str, Any] = orjson.loads(f.read())
+            state: dict[str, Any] = orjson.loads(f.read())     # Any: JSON values
             return state
     except FileNotFoundError:
         raise UnknownTopicOrPartitionError(f"No partition {topic}-{partition} under {mount}") from None

@@ -56,7 +56,7 @@ def _decode_bytes(text: pa.Array, encoding: pa.Array, what: str) -> pa.Array:
 
 def _decode_headers(headers: pa.Array) -> pa.Array:
     import pyarrow as pa
-    out: list[list[dict[str, Any]] | None] = []
+    out: list[list[dict[str, Any]] | None] = []     # Any: JSON headers
     for row in headers.to_pylist():
         if not row:             # Spark's Kafka source: null, not [], for a record without headers
             out.append(None)
@@ -94,7 +94,7 @@ def _to_kafka_batch(table: pa.Table, lo: int, hi: int, include_headers: bool) ->
         names.append("headers")
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
-def _open_view(opts: SourceOptions, rng: OffsetRangePartition) -> tuple[Any, int]:
+def _open_view(opts: SourceOptions, rng: OffsetRangePartition) -> tuple[Any, int]:     # Any: an open binary file
     """Open ``from/<N>.jsonl`` for the range; handle a start below the log start offset."""
     start = rng.from_offset
     path = os.path.join(opts.mount, rng.topic, str(rng.partition), "from", f"{start}.jsonl")
@@ -126,7 +126,7 @@ class _ViewChunks:
 
     _QUEUE_DEPTH = 2
 
-    def __init__(self, view: Any, records_wanted: int) -> None:
+    def __init__(self, view: Any, records_wanted: int) -> None:     # Any: as _open_view's
         import queue
         import threading
 

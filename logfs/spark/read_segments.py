@@ -90,7 +90,7 @@ class _ColumnBuilder:
         self.values: list[bytes | None] = []
         self.keys: list[bytes | None] = []
         self.any_key = False
-        self.headers: list[list[dict[str, Any]] | None] = []
+        self.headers: list[list[dict[str, Any]] | None] = []     # Any: JSON headers
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -238,6 +238,7 @@ class SegmentRangeReader:
         if last is not None:
             yield last
 
+    # Any: an open binary file
     def _read_segment(self, segment: Any, path: str, base: int, start: int) -> Iterator[pa.RecordBatch]:
         """Walk one ``.log`` from byte ``start``, adding the wanted records to the builder.
 

@@ -45,7 +45,7 @@ def _worker_python_ok(executable: str) -> bool:
     return result.returncode == 0
 
 
-def _ensure_worker_python(sc: Any) -> None:
+def _ensure_worker_python(sc: Any) -> None:     # Any: a SparkContext
     current = getattr(sc, "pythonExec", None) or os.environ.get("PYSPARK_PYTHON", "python3")
     if _worker_python_ok(current):
         return
