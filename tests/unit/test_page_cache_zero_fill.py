@@ -35,18 +35,21 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pyfuse3
 import pytest
 import trio
 
-from engine.manager import LogManager
 from engine.topic import TopicPartition
 from logfs.fs import LogfsOperations
 from logfs.namespace import Namespace
 from logfs.stats import MountStats
-from tests.helpers import namespace_manager  # noqa: F401  (the manager fixture)
+from tests.helpers import log_of, namespace_manager  # noqa: F401  (the manager fixture)
+
+if TYPE_CHECKING:
+
+    from engine.manager import LogManager
 
 TP = TopicPartition("t", 0)
 
@@ -86,8 +89,8 @@ def kernel_pages(monkeypatch: pytest.MonkeyPatch) -> KernelPages:
 
 
 @pytest.fixture(name="ops")
-def page_cache_ops(manager: LogManager) -> Iterator[LogfsOperations]:
-    yield LogfsOperations(Namespace(manager, MountStats(), views_direct_io=False))
+def page_cache_ops(manager: LogManager) -> LogfsOperations:
+    return LogfsOperations(Namespace(manager, MountStats(), views_direct_io=False))
 
 
 async def _lookup(ops: LogfsOperations, *names: bytes) -> int:
@@ -114,7 +117,7 @@ def test_a_size_beyond_a_short_read_is_answered_only_once_the_kernel_dropped_its
         assert await _read(ops, kernel, ino, fh, 0, 4096) != b""       # the whole view: a short READ
         assert kernel.shows_zeros(ino, size + 1)
         if appended_by == "the log":      # a replica fetcher, another process's producer
-            manager.get_log(TP).append_values([b"appended"])
+            log_of(manager, TP).append_values([b"appended"])
         else:
             append = await _lookup(ops, b"t", b"0", b"append")
             writer = (await ops.open(append, os.O_WRONLY, None)).fh
@@ -128,7 +131,8 @@ def test_a_size_beyond_a_short_read_is_answered_only_once_the_kernel_dropped_its
         grown = (await ops.getattr(ino)).st_size
         assert grown > size
         rest = await _read(ops, kernel, ino, fh, size, 4096)
-        assert len(rest) == grown - size and b"appended" in rest
+        assert len(rest) == grown - size
+        assert b"appended" in rest
         await ops.release(fh)
 
     trio.run(scenario)
@@ -136,7 +140,7 @@ def test_a_size_beyond_a_short_read_is_answered_only_once_the_kernel_dropped_its
 
 def test_a_read_rendered_in_a_thread_ends_no_earlier_than_a_size_answered_meanwhile(
         ops: LogfsOperations, manager: LogManager, kernel: KernelPages) -> None:
-    log = manager.get_log(TP)
+    log = log_of(manager, TP)
     log.append_values([b"%05d-" % i + b"x" * 94 for i in range(3000)])     # 300 KB of text
 
     async def scenario() -> None:
@@ -145,12 +149,13 @@ def test_a_read_rendered_in_a_thread_ends_no_earlier_than_a_size_answered_meanwh
         handle = ops._handles[fh][1]
         size = (await ops.getattr(ino)).st_size
         request = 512 * 1024
-        assert size < request and request >= (handle.offload_reads_from or 0)   # a first large read: a thread
+        assert size < request
+        assert request >= (handle.offload_reads_from or 0)                      # a first large read: a thread
         rendered, proceed = threading.Event(), threading.Event()
         render = handle.read
 
-        def paused(offset: int, n: int) -> bytes | memoryview:
-            data = render(offset, n)
+        def paused(offset: int, size: int) -> bytes | memoryview:
+            data = render(offset, size)
             if not rendered.is_set():
                 rendered.set()
                 proceed.wait(30)
@@ -186,7 +191,7 @@ def test_a_view_that_grew_after_a_short_render_completes_the_answer(ops: LogfsOp
         fh = (await ops.open(ino, os.O_RDONLY, None)).fh
         handle = ops._handles[fh][1]
         rendered = handle._view.read_buffer(0, 4096)          # type: ignore[attr-defined]
-        manager.get_log(TP).append_values([b"appended"])
+        log_of(manager, TP).append_values([b"appended"])
         answer = handle._whole(rendered, 0, 4096)              # type: ignore[attr-defined]
         assert bytes(answer) == bytes(rendered) + b"appended\n"
         await ops.release(fh)
