@@ -59,7 +59,7 @@ def append(manager: LogManager, topic: str, partition: int, count: int, tag: byt
         log.append_values([tag + b"-%d-a" % i, tag + b"-%d-b" % i])
 
 
-def values(manager: LogManager, topic: str, partition: int) -> list[bytes]:
+def values(manager: LogManager, topic: str, partition: int) -> list[bytes | None]:
     return [r.value for r in log_of(manager, TopicPartition(topic, partition)).read_records(0)]
 
 
@@ -85,8 +85,8 @@ def test_partitions_spread_over_dirs_with_fewest_logs(tmp_path):
     assert sorted(counts.values()) == [2, 2, 2]
     manager.create_topic("one", 1)
     manager.create_topic("two", 2)
-    counts = [len([n for n in os.listdir(d) if os.path.isdir(d / n)]) for d in dirs]
-    assert sorted(counts) == [3, 3, 3]
+    dir_counts = [len([n for n in os.listdir(d) if os.path.isdir(d / n)]) for d in dirs]
+    assert sorted(dir_counts) == [3, 3, 3]
     assert manager.partitions("spread") == list(range(6))
     assert manager.topics() == ["one", "spread", "two"]
 
@@ -562,7 +562,7 @@ def test_interrupted_topic_deletion_is_finished_at_startup(tmp_path, monkeypatch
     for p in range(4):
         append(manager, "half", p, 3)
     real = Log.rename_dir
-    calls = []
+    calls: list[str] = []
 
     def crash_after_two(log, new_name):
         if len(calls) == 2:

@@ -50,9 +50,9 @@ def fill(manager: LogManager, topic: str, count: int, keys: int, tag: bytes = b"
     return latest
 
 
-def latest_by_key(manager: LogManager, topic: str) -> dict[bytes, bytes]:
+def latest_by_key(manager: LogManager, topic: str) -> dict[bytes | None, bytes | None]:
     log = log_of(manager, TopicPartition(topic, 0))
-    result = {}
+    result: dict[bytes | None, bytes | None] = {}
     for record in log.read_records(log.log_start_offset):
         result[record.key] = record.value
     return result

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import TYPE_CHECKING
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.records import Record
 from engine.views import render
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 TOPIC = "events.v1-x_y"
 
@@ -138,7 +142,7 @@ def test_render_values_matches_render_text() -> None:
 def columns_of(records: list[Record]):
     """BatchColumns as records.decode_columns shapes them (None columns, a range when gap-free)."""
     from engine.records import BatchColumns
-    offsets = [r.offset for r in records]
+    offsets: Sequence[int] = [r.offset for r in records]
     if offsets and offsets[-1] - offsets[0] == len(offsets) - 1:
         offsets = range(offsets[0], offsets[0] + len(offsets))
     keys = [r.key for r in records]
