@@ -276,6 +276,7 @@ def test_a_segment_cut_mid_batch_raises_with_file_and_position_as_fields(segment
         assert seg.read(45, 1 << 20).records            # before the damage: served
         vi, damage = view_index_and_damage(seg)        # views: the good bytes, then the error
         assert vi.log_size == cut_at
+        assert damage is not None
         assert damage.position == cut_at
         assert damage.path == seg.log_path
         with pytest.raises(CorruptRecordError):

@@ -69,6 +69,7 @@ def test_partitions_of_a_topic_share_one_topic_id_and_a_new_topic_gets_a_new_one
     assert len(ids) == 1
     assert None not in ids
     (topic_id,) = ids
+    assert topic_id is not None
     assert len(topic_id) == 22
     assert not topic_id.startswith("-")
     assert (data / "t-0" / PARTITION_METADATA_FILE).read_text() == f"version: 0\ntopic_id: {topic_id}\n"
