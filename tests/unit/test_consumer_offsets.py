@@ -197,7 +197,9 @@ def test_load_replays_versions_tombstones_group_metadata_and_transactions(tmp_pa
     assert store.committed_offsets("old", "t") == {0: 5, 1: 6}
     assert store.committed("new", TopicPartition("t", 0)) == 8
     assert store.committed("tx", TopicPartition("t", 0)) == 11
-    assert store.offset_and_metadata("old", TopicPartition("t", 1)).expire_timestamp == 2000
+    old = store.offset_and_metadata("old", TopicPartition("t", 1))
+    assert old is not None
+    assert old.expire_timestamp == 2000
     manager.shutdown()
 
 

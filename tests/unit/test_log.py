@@ -244,7 +244,9 @@ def test_crc_failure_on_read_names_file_and_position(tmp_path):
     log = open_log(tmp_path)
     log.append_values(values_for(0, 5))
     log.append_values(values_for(5, 5))
-    second = log.active_segment.translate_offset(5).position
+    found = log.active_segment.translate_offset(5)
+    assert found is not None
+    second = found.position
     with open(log.active_segment.log_path, "r+b") as f:
         f.seek(second + 65)
         f.write(b"\x00\x00\x00")
@@ -406,7 +408,9 @@ def test_read_only_load_of_a_clean_log_writes_nothing_and_refuses_every_change(t
     assert log.log_end_offset == 120
     assert log.recovery_point == 120
     assert [r.value for r in log.read_records(0)] == values_for(0, 120)
-    assert log.fetch_offset_by_timestamp(T0 + 50)[0] == 27
+    found = log.fetch_offset_by_timestamp(T0 + 50)
+    assert found is not None
+    assert found[0] == 27
     assert log.read(60, 1 << 20).records
     for change in (lambda: log.append_values([b"x"]), log.roll, log.flush, lambda: log.truncate_to(3),
                    log.delete_old_segments, lambda: log.maybe_increment_log_start_offset(5),
@@ -448,7 +452,9 @@ def test_read_only_load_recovers_in_memory_and_writes_nothing(tmp_path, damage):
     try:
         assert [r.value for r in log.read_records(0)] == expected
         assert log.log_end_offset == 120
-        assert log.fetch_offset_by_timestamp(T0 + 50)[0] == 27
+        found = log.fetch_offset_by_timestamp(T0 + 50)
+        assert found is not None
+        assert found[0] == 27
         with pytest.raises(ReadOnlyError):
             log.append_values([b"x"])
     finally:

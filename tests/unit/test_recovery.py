@@ -77,7 +77,9 @@ def test_reload_after_unclean_shutdown(tmp_path):
     loaded = reload(path, had_clean_shutdown=False, recovery_point=recovery_point)
     assert loaded.read_records(0) == records
     assert loaded.recovery_point == recovery_point
-    assert loaded.fetch_offset_by_timestamp(records[-1].timestamp)[0] <= records[-1].offset
+    found = loaded.fetch_offset_by_timestamp(records[-1].timestamp)
+    assert found is not None
+    assert found[0] <= records[-1].offset
     loaded.close()
 
 

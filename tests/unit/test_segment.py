@@ -350,7 +350,9 @@ def test_read_only_recovery_is_in_memory_and_writes_nothing(segment, tmp_path):
         assert seg.size == os.path.getsize(seg.log_path) - 16
         assert seg.next_offset == 300
         assert seg.offset_index.entries > 0
-        assert seg.translate_offset(155).offset == 159
+        found = seg.translate_offset(155)
+        assert found is not None
+        assert found.offset == 159
         assert [r.offset for r in all_records(seg)] == list(range(300))
     finally:
         seg.close()
