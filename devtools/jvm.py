@@ -21,11 +21,14 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from devtools import ROOT
 from devtools.process import ChildProcess
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
 
 POM = ROOT / "scripts" / "kafka" / "pom.xml"
 

@@ -16,7 +16,7 @@ tests/kafka_cluster.py.
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from devtools.jvm import (
     CLUSTER_JVM_OPTS,
@@ -28,6 +28,9 @@ from devtools.jvm import (
     run_tool,
     wait_for_kafka,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 class KafkaBroker(KafkaProcess):

@@ -11,12 +11,15 @@ from __future__ import annotations
 import base64
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from devtools.kafka import KafkaBroker
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["KafkaBroker", "Seen", "consume_all", "hash_tree", "kafka_broker", "seen_from_json"]
 

@@ -4,11 +4,14 @@ cluster-mount tests, one per test module; its JVMs are stopped at the end of the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from devtools.kafka import ClusterNode, KafkaCluster
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["ClusterNode", "KafkaCluster", "kafka_cluster"]
 

@@ -66,6 +66,7 @@ import base64
 import logging
 import threading
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -80,7 +81,6 @@ from logfs.cluster.errors import ClusterTimeoutError, quiet_kafka_python
 
 if TYPE_CHECKING:  # pragma: no cover
     import re
-    import uuid
     from collections.abc import Callable, Mapping
 
     from engine.log import Log

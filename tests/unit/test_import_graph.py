@@ -146,7 +146,8 @@ def test_kafka_core_does_not_import_the_views() -> None:
     graph = import_graph()
     core = [name for name in graph if name in ("engine.log", "engine.local_log", "engine.segment",
                                                "engine.transactions") or name.startswith("engine.cleaner")]
-    assert "engine.segment" in core and "engine.cleaner.cleaner" in core
+    assert "engine.segment" in core
+    assert "engine.cleaner.cleaner" in core
     assert not {(name, target) for name in core for target in graph[name] if target.startswith("engine.views")}
 
 

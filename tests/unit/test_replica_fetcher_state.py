@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import types
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -22,6 +22,9 @@ from logfs.cluster.replica_fetcher import (
     _Replicas,
     _SideClient,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 @pytest.fixture
@@ -38,8 +41,10 @@ def test_the_fetcher_holds_its_state_in_its_typed_parts(fetcher: ReplicaFetcher)
     assert set(vars(fetcher)) == {"manager", "admin", "settings", "topic_removed", "_client", "_loop", "_replicas",
                                   "_handoff", "_side", "_create_lock", "_stop", "_thread"}
     assert isinstance(fetcher.settings, FetcherSettings)
-    assert isinstance(fetcher._loop, _FetchLoop) and isinstance(fetcher._replicas, _Replicas)
-    assert isinstance(fetcher._handoff, _Handoff) and isinstance(fetcher._side, _SideClient)
+    assert isinstance(fetcher._loop, _FetchLoop)
+    assert isinstance(fetcher._replicas, _Replicas)
+    assert isinstance(fetcher._handoff, _Handoff)
+    assert isinstance(fetcher._side, _SideClient)
     assert fetcher.settings.brokers == "127.0.0.1:1"
     assert fetcher.settings.listing_max_age_s == 3.0        # never below metadata_max_age_s
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -67,7 +72,8 @@ def test_request_sync_waits_for_a_sync_begun_after_it(fetcher: ReplicaFetcher) -
         threading.Event().wait(0.01)
     fetcher._bump_generation()
     waiter.join(0.2)
-    assert waiter.is_alive() and not done
+    assert waiter.is_alive()
+    assert not done
     fetcher._bump_generation()
     waiter.join(10.0)
     assert done == [True]

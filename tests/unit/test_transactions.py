@@ -326,15 +326,18 @@ def test_the_read_committed_view_index_is_the_segments_for_the_logs_transaction_
         txn = log.transaction_state
         assert txn is not None
         views = segment.attachment
-        assert isinstance(views, SegmentViews) and views.committed is not None
-        assert views.committed_txn is not None and views.committed_txn() is txn
+        assert isinstance(views, SegmentViews)
+        assert views.committed is not None
+        assert views.committed_txn is not None
+        assert views.committed_txn() is txn
         assert committed_view_index(txn, segment) is views.committed
         assert log.truncate_to(3)
         assert segment.attachment is None
         log.append_as_follower(_op_batch(("end", 0, True), 3)[0])         # COMMIT: 3
         assert _offsets_of(_read_all(LogView(log, ViewFormat.JSONL))) == [0, 1, 2]
         views = segment.attachment
-        assert isinstance(views, SegmentViews) and views.committed_txn is not None
+        assert isinstance(views, SegmentViews)
+        assert views.committed_txn is not None
         assert views.committed_txn() is log.transaction_state is not txn
     finally:
         manager.shutdown()
