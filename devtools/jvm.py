@@ -93,7 +93,7 @@ def java_command(main_class: str, *args: str, jvm_opts: list[str] | None = None,
 
 
 def run_tool(main_class: str, *args: str, timeout: float = 300.0, check: bool = True,
-             base: Path | None = None, jvm_opts: list[str] | None = None) -> subprocess.CompletedProcess:
+             base: Path | None = None, jvm_opts: list[str] | None = None) -> subprocess.CompletedProcess[bytes]:
     """Run one of Kafka's command-line tools (DumpLogSegments, ProducerPerformance, ...) to completion.
 
     ``jvm_opts`` defaults to TOOL_JVM_OPTS; a benchmark passes JVM_OPTS (full JIT).
@@ -115,7 +115,7 @@ def free_port() -> int:
     parallel workers (and other runs) get different ones."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def new_cluster_id() -> str:

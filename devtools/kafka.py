@@ -16,7 +16,7 @@ tests/kafka_cluster.py.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from devtools.jvm import (
     CLUSTER_JVM_OPTS,
@@ -30,6 +30,7 @@ from devtools.jvm import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 
@@ -49,7 +50,7 @@ class KafkaBroker(KafkaProcess):
 
     # ---- lifecycle
 
-    def format(self, *extra: str) -> None:  # type: ignore[override]
+    def format(self, *extra: str) -> None:
         """``kafka-storage.sh format`` of this broker's properties (``extra``: more arguments of the tool)."""
         self.write_config(self.properties)
         super().format(new_cluster_id(), *extra)
@@ -80,7 +81,7 @@ class KafkaBroker(KafkaProcess):
         self.wait_for(lambda: all((self.log_dir / f"{name}-{p}").is_dir() for p in range(partitions)),
                       f"partition directories of {name}")
 
-    def wait_for(self, condition, what: str, timeout: float = 60.0) -> None:
+    def wait_for(self, condition: Callable[[], object], what: str, timeout: float = 60.0) -> None:
         wait_for_kafka(condition, what, timeout, [self], self.log)
 
 
@@ -149,7 +150,7 @@ class KafkaCluster:
     def running(self) -> list[ClusterNode]:
         return [n for n in self.nodes if n.proc is not None]
 
-    def _admin(self):
+    def _admin(self) -> Any:     # Any: confluent_kafka's AdminClient (untyped)
         from confluent_kafka.admin import AdminClient
         return AdminClient({"bootstrap.servers": ",".join(n.address for n in self.running()) or self.bootstrap,
                             "socket.timeout.ms": 5000})
@@ -182,5 +183,5 @@ class KafkaCluster:
     def log(self) -> str:
         return "\n".join(f"--- node {n.node_id}\n{n.log()}" for n in self.nodes)
 
-    def wait_for(self, condition, what: str, timeout: float = 120.0) -> None:
+    def wait_for(self, condition: Callable[[], object], what: str, timeout: float = 120.0) -> None:
         wait_for_kafka(condition, what, timeout, self.running(), self.log)

@@ -10,7 +10,7 @@ import subprocess
 class ChildProcess:
     """Holds ``proc`` while the process runs; :meth:`wait_stopped` and :meth:`kill` leave it None."""
 
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
 
     def wait_stopped(self, timeout: float, *, kill: bool = False) -> int:
         """The exit code once the process ended (0 if none runs); past ``timeout`` it is killed, and
