@@ -102,14 +102,19 @@ class _Delivery:
                                 "had failed, at offsets %d-%d (resume after offset %d)", self.total, self.tp,
                                 len(self.late), min(self.late), max(self.late), max(self.offsets))
 
-    def accounting(self) -> str | None:
-        """What the cluster stored of a failed write, for its error and the log (None: nothing)."""
+    def accounting(self) -> str:
+        """What the cluster stored of a failed write, for its error and the log: the offsets acknowledged (or
+        none), and the records still unanswered, which may yet be stored."""
         with self.lock:
             offsets = sorted(self.offsets)
             pending = self.expected
             acked_after_error = self.acked_after_error
         if not offsets:
-            return None
+            text = (f"before it failed, the cluster acknowledged none of its {self.total} records of {self.tp} "
+                    "(resume with record 1 of the write)")
+            if pending:
+                text += f"; {pending} records had no answer yet and may still be stored"
+            return text
         first, last, count = offsets[0], offsets[-1], len(offsets)
         text = (f"before it failed, the cluster acknowledged {count} of its {self.total} records at offsets "
                 f"{first}-{last} of {self.tp}")
@@ -292,8 +297,9 @@ class ClusterProducer:
         return True
 
     def _wait(self, delivery: _Delivery, what: str) -> tuple[int, int]:
-        """(first, last) offset of the write, or its error naming what the cluster stored of it (logged too,
-        at WARNING even while the cluster is unreachable: the writer needs it to resume without a duplicate)."""
+        """(first, last) offset of the write, or its error naming what the cluster stored of it, none included
+        (never quieted while the cluster is unreachable: the writer needs it to resume without a duplicate, in
+        ``.logfs/errors`` and the log; what was acknowledged is logged here too)."""
         if not delivery.done.wait(self.delivery_timeout_s + _REPORT_GRACE_S):
             with delivery.lock:
                 delivery.abandoned = True
@@ -305,9 +311,8 @@ class ClusterProducer:
         else:
             return min(delivery.offsets), max(delivery.offsets)
         stored = delivery.accounting()
-        if stored is None:
-            raise error
-        log.warning("%s failed: %s; %s", what, error_name(delivery.error or "timeout"), stored)
+        if delivery.offsets:
+            log.warning("%s failed: %s; %s", what, error_name(delivery.error or "timeout"), stored)
         accounted = type(error)(f"{error}; {stored}")
         if isinstance(accounted, ClusterError):
             accounted.partial = True
