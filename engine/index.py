@@ -187,6 +187,8 @@ def _search(mm: mmap.mmap, entries: int, target: int, unpack_from: _UnpackFrom, 
         else:
             return mid
     if smallest_upper_bound:
+        if unpack_from(mm, lo * entry_size + field)[0] >= target:
+            return lo       # the entry the search began at holds the target itself (one entry, or slot 0)
         return -1 if lo == entries - 1 else lo + 1
     return lo
 

@@ -103,6 +103,19 @@ def test_fetch_upper_bound_matches_naive(tmp_path_factory, n, seed, data):
     idx.close()
 
 
+def test_fetch_upper_bound_is_an_entry_at_the_bound_itself(tmp_path):
+    """The search's first slot holding exactly the bound (one entry; the first of several) is the answer, not
+    None (hypothesis found it: (1022, 479) alone, a read of 479 bytes from 0)."""
+    idx = fresh_offset_index(tmp_path)
+    idx.append(1022, 479)
+    assert idx.fetch_upper_bound_offset(0, 479) == (1022, 479)
+    assert idx.fetch_upper_bound_offset(0, 480) is None
+    idx.append(1030, 900)
+    assert idx.fetch_upper_bound_offset(400, 79) == (1022, 479)
+    assert idx.fetch_upper_bound_offset(400, 80) == (1030, 900)
+    idx.close()
+
+
 @given(n=st.integers(0, 1500), seed=st.integers(0, 2**32), data=st.data())
 def test_truncate_to_removes_entries_at_or_above(tmp_path_factory, n, seed, data):
     entries = offset_entries(random.Random(seed), n)
