@@ -84,6 +84,8 @@ DEFAULT_FILE_DELETE_DELAY_MS = 60_000
 DEFAULT_COMPRESSION_TYPE = "producer"
 DEFAULT_CLEANUP_POLICY = ("delete",)
 DEFAULT_KEY_SEPARATOR = "\t"
+#: ``local.retention.ms`` and ``local.retention.bytes``: -2, "the same as retention.ms/retention.bytes" (Kafka's)
+DEFAULT_LOCAL_RETENTION = -2
 #: logfs's default data directory: ``scripts/run.sh`` mounts with data in ``./data``.
 DEFAULT_LOG_DIR = "./data"
 
@@ -367,6 +369,14 @@ _TOPIC_KEYS = (
               "Compression of appended batches; 'producer' keeps what the writer used."),
     ConfigKey("cleanup.policy", _LIST, DEFAULT_CLEANUP_POLICY, ValidList(*CLEANUP_POLICIES),
               "'delete' (retention), 'compact' (log cleaner) or both."),
+    ConfigKey("remote.storage.enable", _B, False, None,
+              "Tiered storage (KIP-405): copy the topic's closed segments to the mount's remote storage "
+              "(needs remote.log.storage.system.enable=true; refused on a compacted topic)."),
+    ConfigKey("local.retention.ms", _L, DEFAULT_LOCAL_RETENTION, AtLeast(-2),
+              "With remote.storage.enable: how long segments stay on local disk once copied (-2: retention.ms)."),
+    ConfigKey("local.retention.bytes", _L, DEFAULT_LOCAL_RETENTION, AtLeast(-2),
+              "With remote.storage.enable: the local bytes of the partition kept once copied (-2: "
+              "retention.bytes)."),
     ConfigKey("parse.key", _B, False, None,
               "kafka-console-producer: split each appended line into key and value."),
     ConfigKey("key.separator", _S, DEFAULT_KEY_SEPARATOR, NonEmptyString(),
@@ -422,6 +432,9 @@ class LogConfig:
     file_delete_delay_ms: int = _TOPIC_DEFAULTS["file.delete.delay.ms"]
     compression_type: str = _TOPIC_DEFAULTS["compression.type"]
     cleanup_policy: tuple[str, ...] = _TOPIC_DEFAULTS["cleanup.policy"]
+    remote_storage_enable: bool = _TOPIC_DEFAULTS["remote.storage.enable"]
+    local_retention_ms: int = _TOPIC_DEFAULTS["local.retention.ms"]
+    local_retention_bytes: int = _TOPIC_DEFAULTS["local.retention.bytes"]
     parse_key: bool = _TOPIC_DEFAULTS["parse.key"]
     key_separator: str = _TOPIC_DEFAULTS["key.separator"]
     null_marker: str | None = _TOPIC_DEFAULTS["null.marker"]
@@ -450,6 +463,46 @@ class LogConfig:
     def delete(self) -> bool:
         """Retention deletes old segments of this topic."""
         return "delete" in self.cleanup_policy
+
+    @property
+    def effective_local_retention_ms(self) -> int:
+        """Kafka's ``LogConfig.localRetentionMs``: ``local.retention.ms``, or ``retention.ms`` when -2."""
+        return self.retention_ms if self.local_retention_ms == DEFAULT_LOCAL_RETENTION else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        """Kafka's ``LogConfig.localRetentionBytes``: ``local.retention.bytes``, or ``retention.bytes`` when -2."""
+        return (self.retention_bytes if self.local_retention_bytes == DEFAULT_LOCAL_RETENTION
+                else self.local_retention_bytes)
+
+    def check_remote_storage(self, system_enabled: bool) -> None:
+        """Kafka's ``LogConfig.validate`` checks of a tiered topic, on the combined values.
+
+        InvalidConfigError when ``remote.storage.enable=true`` and the mount has
+        no remote storage (``remote.log.storage.system.enable``), or the topic is
+        compacted, or a local retention is above its total retention (Kafka's
+        ``validateRemoteStorageRetentionSize`` and ``...RetentionTime``).
+        """
+        if not self.remote_storage_enable:
+            return
+        if not system_enabled:
+            raise InvalidConfigError(
+                "Invalid value true for configuration remote.storage.enable: the mount has no remote storage; "
+                "mount with -o remote.log.storage.system.enable=true and rsm.config.uri (docs/tiering.md)")
+        if self.compact:
+            raise InvalidConfigError(
+                f"Remote log storage is unsupported for the compacted topics: remote.storage.enable=true cannot "
+                f"be combined with cleanup.policy={','.join(self.cleanup_policy)}")
+        for local, total, name in ((self.local_retention_ms, self.retention_ms, "ms"),
+                                   (self.local_retention_bytes, self.retention_bytes, "bytes")):
+            if local == DEFAULT_LOCAL_RETENTION or total == -1:
+                continue
+            if local == -1:
+                raise _config_error(f"local.retention.{name}", local,
+                                    f"Value must not be -1 as retention.{name} value is set as {total}.")
+            if local > total:
+                raise _config_error(f"local.retention.{name}", local,
+                                    f"Value must not be more than retention.{name} property value: {total}")
 
     @classmethod
     def from_props(cls, props: Mapping[str, ConfigValue], defaults: LogConfig | None = None) -> LogConfig:
@@ -539,6 +592,12 @@ _BROKER_KEYS = (
     ConfigKey("offsets.topic.num.partitions", _I, 50, AtLeast(1), "Partitions of __consumer_offsets."),
     ConfigKey("offsets.topic.segment.bytes", _I, 100 * 1024 * 1024, AtLeast(MIN_SEGMENT_BYTES),
               "segment.bytes of __consumer_offsets."),
+    ConfigKey("remote.log.storage.system.enable", _B, False, None,
+              "Tiered storage (KIP-405): the mount copies the closed segments of topics with "
+              "remote.storage.enable=true to the store the rsm.config.* settings name."),
+    ConfigKey("remote.log.manager.task.interval.ms", _L, 30_000, AtLeast(1),
+              "Period of the task copying segments to remote storage and deleting the copies retention "
+              "dropped."),
     ConfigKey("isolation.level", _S, "read_uncommitted", ValidString("read_uncommitted", "read_committed"),
               "The consumer setting, for every view: read_committed hides aborted transactions."),
 )
@@ -603,6 +662,8 @@ class BrokerConfig:
     log_initial_task_delay_ms: int = _BROKER_DEFAULTS["log.initial.task.delay.ms"]
     offsets_topic_num_partitions: int = _BROKER_DEFAULTS["offsets.topic.num.partitions"]
     offsets_topic_segment_bytes: int = _BROKER_DEFAULTS["offsets.topic.segment.bytes"]
+    remote_log_storage_system_enable: bool = _BROKER_DEFAULTS["remote.log.storage.system.enable"]
+    remote_log_manager_task_interval_ms: int = _BROKER_DEFAULTS["remote.log.manager.task.interval.ms"]
     isolation_level: str = _BROKER_DEFAULTS["isolation.level"]
 
     def __post_init__(self) -> None:

@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 #: Kafka's KRaft metadata log directory (``__cluster_metadata-0``): skipped like Kafka's LogManager does
 KRAFT_METADATA_DIR = "__cluster_metadata-0"
+#: tiered storage's local state (its metadata log and chunk cache: engine.remote.remote_log_manager)
+REMOTE_LOG_DIR = "remote-log"
 #: Kafka's ``LogManager.LockFileName``: held locked by the process that owns the log dir.
 LOCK_FILE = ".lock"
 
@@ -190,6 +192,8 @@ def scan_partition_dirs(log_dir: str) -> PartitionDirScan:
         for entry in sorted(entries, key=lambda e: e.name):
             if entry.name == KRAFT_METADATA_DIR:
                 continue      # Kafka's KRaft metadata log: not a topic, never touched (as Kafka's LogManager)
+            if entry.name == REMOTE_LOG_DIR and not entry.is_symlink():
+                continue      # tiered storage's metadata log and chunk cache: not a topic
             if entry.is_symlink() and entry.is_dir():
                 name = entry.name
                 if name.endswith(DELETE_DIR_SUFFIX) and "." in name:

@@ -101,6 +101,7 @@ import shutil
 import threading
 import time
 import uuid
+import weakref
 from typing import TYPE_CHECKING
 
 from engine.checkpoint import CLEAN_SHUTDOWN_FILE
@@ -161,6 +162,9 @@ from engine.transactions import ReadIsolation
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from engine.remote.remote_log_manager import RemoteLogManager, TieredPartition
+    from engine.remote.storage import RemoteStorageManager
+
 logger = logging.getLogger(__name__)
 
 
@@ -198,9 +202,16 @@ class LogManager:
     """
 
     def __init__(self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK, read_only: bool = False,
-                 stable_offset_bounded: bool = False) -> None:
+                 stable_offset_bounded: bool = False, remote_storage: RemoteStorageManager | None = None,
+                 remote_cache_bytes: int = 256 << 20, remote_chunk_bytes: int = 4 << 20) -> None:
         """``stable_offset_bounded``: the logs are live replicas whose leader finishes their open
-        transactions, so read_committed views end at the last stable offset (engine.transactions)."""
+        transactions, so read_committed views end at the last stable offset (engine.transactions).
+
+        ``remote_storage``: the store of tiered storage (``remote.log.storage.system.enable``, opened by
+        the caller from the ``rsm.config.*`` settings); :meth:`startup` makes the
+        :attr:`remote_log_manager` over it, with a chunk cache of ``remote_cache_bytes`` in chunks of
+        ``remote_chunk_bytes``, and :meth:`shutdown` closes it (the store too).
+        """
         self.config = config
         self.clock = clock
         self.read_only = read_only
@@ -231,6 +242,12 @@ class LogManager:
         self._unsafe_topics: set[str] = set()
         #: descriptors holding the log dir locks, released at the end of shutdown()
         self._dir_locks: list[LogDirLock] = []
+        self._remote_storage = remote_storage
+        self._remote_cache = (remote_cache_bytes, remote_chunk_bytes)
+        #: tiered storage (Kafka's RemoteLogManager); None unless the mount has remote storage
+        self.remote_log_manager: RemoteLogManager | None = None
+        #: log -> its topic id, for the TopicIdPartition of tiered storage (its partition.metadata)
+        self._topic_ids: weakref.WeakKeyDictionary[Log, str | None] = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------------ startup
 
@@ -243,6 +260,7 @@ class LogManager:
             self._load_logs()
             self._finish_interrupted_topic_deletions()
             self._ensure_topic_configs_generations()
+            self._open_remote_log_manager()
         except BaseException:
             self._unlock_log_dirs()
             raise
@@ -250,6 +268,25 @@ class LogManager:
         if self.config.log_cleaner_enable and not self.read_only and int(self.config.log_cleaner_threads) > 0:
             self.cleaner = LogCleaner(self.config, self.log_dirs, self.all_logs, self.clock)
         self._started = True
+
+    def _open_remote_log_manager(self) -> None:
+        """Tiered storage's metadata log and chunk cache (engine.remote.remote_log_manager), over the store."""
+        tiered = sorted(t for t, c in self._topic_configs.items() if c.remote_storage_enable)
+        storage, self._remote_storage = self._remote_storage, None
+        if storage is None:
+            if tiered:
+                logger.warning("Topics %s have remote.storage.enable=true, but the mount has no remote storage "
+                               "(remote.log.storage.system.enable): their segments are not copied", ", ".join(tiered))
+            return
+        from engine.remote.remote_log_manager import open_remote_log_manager
+        if self.read_only:
+            storage.close()
+            raise InvalidConfigError("remote.log.storage.system.enable=true cannot be combined with --read-only yet")
+        self.remote_log_manager = open_remote_log_manager(
+            storage, self.log_dirs, cache_max_bytes=self._remote_cache[0], chunk_bytes=self._remote_cache[1],
+            clock=self.clock)
+        logger.info("Tiered storage on: remote log segments in %s%s", storage.uri,
+                    f", topics {', '.join(tiered)} copied" if tiered else "")
 
     def _create_and_validate_log_dirs(self) -> None:
         create_and_validate_log_dirs(self.log_dirs, self.read_only)
@@ -371,12 +408,23 @@ class LogManager:
             return dict(self._overrides.get(topic, {}))
 
     def validate_topic_overrides(self, topic: str, updates: Mapping[str, str | None]) -> None:
-        """Each name and value on its own (engine.config), and, on an internal topic, a ``cleanup.policy``
-        it must not take (InternalTopicError): what a ``config`` write can check before its close."""
+        """Each name and value on its own (engine.config), on an internal topic a ``cleanup.policy`` it must
+        not take (InternalTopicError), and tiered storage's combined checks (``LogConfig.check_remote_storage``)
+        of the overrides with ``updates`` applied: what a ``config`` write can check before its close."""
         validate_topic_overrides(updates)
         policy = updates.get("cleanup.policy")
         if is_internal(topic) and policy is not None:
             _check_internal_topic_config(topic, self.default_config.with_overrides({"cleanup.policy": policy}))
+        # tiered storage's checks are of the combined values (a compacted topic, local above total
+        # retention): made here too, since a refusal at close() is one a shell never reports
+        with self._lock:
+            overrides = dict(self._overrides.get(topic, {}))
+        for name, value in updates.items():
+            if value is None:
+                overrides.pop(name, None)
+            else:
+                overrides[name] = value
+        self.default_config.with_overrides(overrides).check_remote_storage(self.remote_log_manager is not None)
 
     def alter_topic_config(self, topic: str, updates: Mapping[str, str | None]) -> LogConfig:
         """Set (value) or remove (None) overrides: all validated before anything changes."""
@@ -394,6 +442,7 @@ class LogManager:
                     overrides[name] = value
             config = self.default_config.with_overrides(overrides)
             _check_internal_topic_config(topic, config)
+            config.check_remote_storage(self.remote_log_manager is not None)
             all_overrides = dict(self._overrides)
             all_overrides[topic] = overrides
             self._write_topic_configs(all_overrides)
@@ -463,6 +512,7 @@ class LogManager:
                 raise InvalidConfigError(f"Unknown topic config name: {name}")
         config = self.default_config.with_overrides(overrides)
         _check_internal_topic_config(topic, config)
+        config.check_remote_storage(self.remote_log_manager is not None)
         with self._lock:
             existing = self._logs.topics()
             if self._logs.has_topic(topic):
@@ -830,6 +880,38 @@ class LogManager:
         logger.debug("Log cleanup completed. %d files deleted in %.3f seconds", total, time.monotonic() - started)
         return total
 
+    def tiered_partition(self, log: Log) -> TieredPartition | None:
+        """The log as tiered storage sees it (its TopicIdPartition); None without a readable topic id."""
+        from engine.remote.remote_log_manager import TieredPartition
+        from engine.remote.storage import TopicIdPartition
+
+        if log not in self._topic_ids:
+            self._topic_ids[log] = read_topic_id(log.dir)
+        topic_id = self._topic_ids[log]
+        if topic_id is None:
+            return None
+        tp = log.topic_partition
+        return TieredPartition(log, TopicIdPartition(tp.topic, topic_id, tp.partition),
+                               log.config.remote_storage_enable)
+
+    def copy_to_remote_storage(self) -> int:
+        """One round of tiered storage (kafka-remote-log-manager): copies, and deletes of the copies that
+        retention, DeleteRecords and topic deletion dropped (``RemoteLogManager.run_once``); returns how many."""
+        rlm = self.remote_log_manager
+        if rlm is None or self.read_only:
+            return 0
+        partitions = []
+        keep = set(self._unsafe_topics)
+        for log in self.all_logs():
+            tiered = self.tiered_partition(log)
+            if tiered is None:
+                keep.add(log.topic_partition.topic)     # no topic id to match its copies by: never touch them
+                if log.config.remote_storage_enable:
+                    logger.debug("Not copying %s: its partition.metadata has no topic id", log.topic_partition)
+            else:
+                partitions.append(tiered)
+        return rlm.run_once(partitions, int(self.config.remote_log_manager_task_interval_ms), frozenset(keep))
+
     def _checkpoint_moving_log_start_offset(self, log: Log, new_start: int) -> None:
         """Every Log's ``before_log_start_offset_moves``: checkpoint ``new_start`` before it takes effect.
 
@@ -915,6 +997,11 @@ class LogManager:
                     atomic_write(marker, b"")
                 except OSError as exc:
                     logger.error("Error while writing %s: %s", marker, exc.strerror or exc)
+        if self.remote_log_manager is not None:
+            try:
+                self.remote_log_manager.close()
+            except Exception:
+                logger.exception("Error closing tiered storage during shutdown")
         self._unlock_log_dirs()
         logger.info("Shutdown complete.")
 

@@ -43,6 +43,7 @@ from engine.files import (
 )
 from engine.index import OFFSET_INDEX_ENTRY as _OFFSET_ENTRY
 from engine.index import TIME_INDEX_ENTRY as _TIME_ENTRY
+from engine.log_dirs import REMOTE_LOG_DIR
 from engine.records import (
     HEADER_SIZE,
     BatchColumns,
@@ -555,7 +556,7 @@ class _Checker:
         ranges: dict[TopicPartition, tuple[int, int | None]] = {}
         for name in sorted(os.listdir(log_dir)):
             path = os.path.join(log_dir, name)
-            if not os.path.isdir(path) or name.endswith(DELETE_DIR_SUFFIX):
+            if not os.path.isdir(path) or name.endswith(DELETE_DIR_SUFFIX) or name == REMOTE_LOG_DIR:
                 continue
             try:
                 tp = parse_topic_partition_dir(name)     # topics may start with '.' (".internal-0")

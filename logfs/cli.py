@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable, Iterator, Sequence
 
     from engine.config import BrokerConfig
+    from engine.remote.storage import RemoteStorageManager
     from logfs.access import MountAccess
 
 log = logging.getLogger("logfs")
@@ -135,18 +136,83 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
     from engine.errors import InvalidConfigError
 
     file_props = BrokerConfig.read_properties_file(args.config) if args.config else {}
+    file_props = {k: v for k, v in file_props.items() if not k.strip().startswith(RSM_PREFIX)}
     overrides: dict[str, str] = {}
     for option in args.options:
         name, sep, value = option.partition("=")
         if not sep or not name.strip():
             raise InvalidConfigError(f"Invalid -o option {option!r}: expected name=value")
-        overrides[name.strip()] = value.strip()
+        if not name.strip().startswith(RSM_PREFIX):     # the store's settings: remote_storage_settings
+            overrides[name.strip()] = value.strip()
     if args.data_dir:
         overrides["log.dirs"] = ",".join(os.path.abspath(d) for d in args.data_dir)
     elif not any(name in props for props in (file_props, overrides) for name in ("log.dirs", "log.dir")):
         default = DEFAULT_CLUSTER_DATA_DIR if getattr(args, "bootstrap_server", None) else DEFAULT_LOG_DIR
         overrides["log.dirs"] = os.path.abspath(default)
     return BrokerConfig.from_props(file_props).with_overrides(overrides, strict=True)
+
+
+#: the prefix of the remote storage's settings (Kafka's ``remote.log.storage.manager.impl.prefix``)
+RSM_PREFIX = "rsm.config."
+
+
+def remote_storage_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The ``rsm.config.*`` settings of tiered storage: the ``--config`` file's, then ``-o``'s.
+
+    Their secret (``rsm.config.s3.secret.access.key``) is redacted from every
+    log line from now on; a ``--config`` file holding it that the group or
+    others can read is warned about, as a cluster mount's client settings are.
+    """
+    from engine.config import BrokerConfig
+    from engine.remote.storage import RSM_SECRETS
+    from logfs.cluster.client_settings import RedactSecrets
+
+    settings: dict[str, str] = {}
+    file_secrets = []
+    if args.config:
+        for name, value in BrokerConfig.read_properties_file(args.config).items():
+            if name.strip().startswith(RSM_PREFIX):
+                settings[name.strip()] = value.strip()
+                if name.strip() in RSM_SECRETS and value.strip():
+                    file_secrets.append(name.strip())
+    for option in args.options:
+        name, sep, value = option.partition("=")
+        if sep and name.strip().startswith(RSM_PREFIX):
+            settings[name.strip()] = value.strip()
+    secrets = [settings[n] for n in RSM_SECRETS if settings.get(n)]
+    if secrets:
+        RedactSecrets(secrets).install()
+    if file_secrets:
+        mode = os.stat(args.config).st_mode
+        if mode & 0o077:
+            log.warning("Settings file %s holds secrets (%s) and can be read by %s (mode %03o): chmod 600 it",
+                        args.config, ", ".join(file_secrets), "its group and others" if mode & 0o007 else "its group",
+                        stat.S_IMODE(mode))
+    return settings
+
+
+def _open_remote_storage(args: argparse.Namespace,
+                         config: BrokerConfig) -> tuple[RemoteStorageManager, int, int] | None:
+    """(the store, the chunk cache's bound, its chunk size) when ``remote.log.storage.system.enable=true``.
+
+    InvalidConfigError names a setting that is missing or wrong; RemoteStorageError says why the store
+    did not answer (a wrong endpoint, bucket or key: each names its setting).
+    """
+    from engine.errors import InvalidConfigError
+    from engine.remote.storage import chunk_cache_bounds, open_remote_storage
+
+    settings = remote_storage_settings(args)
+    if not config.remote_log_storage_system_enable:
+        if settings:
+            log.warning("Ignoring %s: remote.log.storage.system.enable is not true", ", ".join(sorted(settings)))
+        return None
+    if args.read_only:
+        raise InvalidConfigError("remote.log.storage.system.enable=true cannot be combined with --read-only yet")
+    cache_bytes, chunk_bytes = chunk_cache_bounds(settings)
+    started = time.monotonic()
+    storage = open_remote_storage(settings)
+    log.info("Opened remote storage %s in %d ms", storage.uri, (time.monotonic() - started) * 1000)
+    return storage, cache_bytes, chunk_bytes
 
 
 def _client_properties(args: argparse.Namespace) -> dict[str, str]:
@@ -312,8 +378,16 @@ def _mount(args: argparse.Namespace) -> int:
             args.config = None          # its settings are in cluster_options (the replica's in .local)
         config = broker_config(args)
         access = _mount_access(args)
+        if cluster_options is not None and config.remote_log_storage_system_enable:
+            raise LogfsError("remote.log.storage.system.enable=true is the embedded mount's tiered storage: a "
+                             "mount of a Kafka cluster keeps a local replica (the cluster tiers its own logs)")
     except (LogfsError, OSError) as exc:
         log.error("Invalid configuration: %s", exc)
+        return 2
+    try:
+        remote = _open_remote_storage(args, config)
+    except LogfsError as exc:
+        log.error("Cannot use remote storage (remote.log.storage.system.enable=true): %s", exc)
         return 2
     if cluster_options is not None:
         from logfs.cluster.client_settings import RedactSecrets
@@ -326,7 +400,9 @@ def _mount(args: argparse.Namespace) -> int:
             os.makedirs(d, exist_ok=True)
 
     # a cluster mount's logs are replicas of live leaders: read_committed views end at the last stable offset
-    manager = LogManager(config, read_only=args.read_only, stable_offset_bounded=cluster_options is not None)
+    storage, cache_bytes, chunk_bytes = remote if remote is not None else (None, 0, 0)
+    manager = LogManager(config, read_only=args.read_only, stable_offset_bounded=cluster_options is not None,
+                         remote_storage=storage, remote_cache_bytes=cache_bytes, remote_chunk_bytes=chunk_bytes)
     stats = MountStats()
     started = time.monotonic()
     stop_signals = _StopSignals()     # until the FUSE loop runs, and again while shutting down

@@ -92,7 +92,14 @@ class ConfigEditHandle(LineHandle):
                 f"({self._refused}); nothing written through it will be applied")
         try:
             updates = self._node.parse_lines(lines)
-            self._node.ns.backend.validate_topic_overrides(self._node.topic, updates)
+            written = updates
+            if not self._node.ns.backend.remote:
+                # the engine checks combinations (tiered storage on a compacted topic), so it is given what
+                # close() would apply: this opening's earlier lines too, and the removals of a replacement
+                written = {**self._updates, **updates}
+                if self._replace:
+                    written = {**dict.fromkeys(self._node.overrides()), **written}
+            self._node.ns.backend.validate_topic_overrides(self._node.topic, written)
         except LogfsError as exc:
             self._refused = str(exc)
             self._updates.clear()

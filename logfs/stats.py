@@ -111,7 +111,23 @@ def partition_state(manager: LogManager, log: Log) -> dict[str, Any]:     # Any:
                              "bytes": log.pending_deletion_bytes},
     }
     state.update(_cleaner_state(manager, log))
+    state["remote_storage"] = _remote_state(manager, log)
     return state
+
+
+def _remote_state(manager: LogManager, log: Log) -> dict[str, Any] | None:
+    """Tiered storage of the partition: None when the mount has no remote storage (the key is always there)."""
+    rlm = manager.remote_log_manager
+    if rlm is None:
+        return None
+    tiered = manager.tiered_partition(log)
+    if tiered is None:
+        return {"enabled": log.config.remote_storage_enable, "segments": 0, "size_bytes": 0,
+                "highest_offset_copied": -1, "copy_lag_segments": 0, "copy_lag_bytes": 0}
+    copies, size, highest = rlm.remote_log_size(tiered.tip)
+    lag_segments, lag_bytes = rlm.copy_lag(log, tiered.tip) if tiered.remote_storage_enable else (0, 0)
+    return {"enabled": tiered.remote_storage_enable, "segments": copies, "size_bytes": size,
+            "highest_offset_copied": highest, "copy_lag_segments": lag_segments, "copy_lag_bytes": lag_bytes}
 
 
 #: the cleaner fields of ``state`` when the mount runs no cleaner (read-only, log.cleaner.enable=false)
@@ -227,6 +243,8 @@ class _MountCollector:
         yield from (runs, errors, last)
         if self._manager.cleaner is not None:
             yield from _cleaner_metrics(self._manager)
+        if self._manager.remote_log_manager is not None:
+            yield from _remote_metrics(self._manager)
         if st.groups is not None:
             yield from _consumer_group_metrics(st.groups)
 
@@ -293,6 +311,51 @@ def _cleaner_metrics(manager: LogManager) -> Iterator[Metric]:
         if tp in positions:
             position.add_metric(lv, positions[tp])
     yield from (ratio, position)
+
+
+def _remote_metrics(manager: LogManager) -> Iterator[Metric]:
+    """Tiered storage: Kafka's RemoteLogManager metrics (``RemoteCopyLagBytes``, ``RemoteCopyLagSegments``,
+    ``RemoteLogSizeBytes``, ``RemoteCopyBytesPerSec``, ``RemoteCopyErrorsPerSec``, ``RemoteFetchBytesPerSec``,
+    here cumulative counters), under ``logfs_remote_*``."""
+    rlm = manager.remote_log_manager
+    if rlm is None:
+        return
+    labels = ["topic", "partition"]
+    lag_bytes = GaugeMetricFamily("logfs_remote_copy_lag_bytes", "Bytes of closed segments not yet copied to "
+                                  "remote storage (Kafka's RemoteCopyLagBytes)", labels=labels)
+    lag_segments = GaugeMetricFamily("logfs_remote_copy_lag_segments", "Closed segments not yet copied to remote "
+                                     "storage (Kafka's RemoteCopyLagSegments)", labels=labels)
+    remote_bytes = GaugeMetricFamily("logfs_remote_log_size_bytes", "Bytes of the partition's remote log "
+                                     "segments (Kafka's RemoteLogSizeBytes)", labels=labels)
+    remote_segments = GaugeMetricFamily("logfs_remote_log_segments", "Remote log segments of the partition",
+                                        labels=labels)
+    for lg in _logs(manager):
+        tiered = manager.tiered_partition(lg)
+        if tiered is None:
+            continue
+        copies, size, _ = rlm.remote_log_size(tiered.tip)
+        if not tiered.remote_storage_enable and not copies:
+            continue
+        lv = [lg.topic_partition.topic, str(lg.topic_partition.partition)]
+        segments, waiting = rlm.copy_lag(lg, tiered.tip) if tiered.remote_storage_enable else (0, 0)
+        lag_bytes.add_metric(lv, waiting)
+        lag_segments.add_metric(lv, segments)
+        remote_bytes.add_metric(lv, size)
+        remote_segments.add_metric(lv, copies)
+    yield from (lag_bytes, lag_segments, remote_bytes, remote_segments)
+    for name, value, doc in (
+            ("logfs_remote_copy_bytes", rlm.copied_bytes, "Bytes copied to remote storage"),
+            ("logfs_remote_copy_segments", rlm.copied_segments, "Segments copied to remote storage"),
+            ("logfs_remote_copy_errors", rlm.copy_errors, "Copies to remote storage that failed"),
+            ("logfs_remote_errors", rlm.errors, "Failures of the remote storage in the copy task's rounds "
+                                                "(copies, deletions, listings)"),
+            ("logfs_remote_deleted_segments", rlm.deleted_segments, "Remote log segments deleted"),
+            ("logfs_remote_fetch_bytes", rlm.cache.fetched_bytes, "Bytes fetched from remote storage")):
+        yield CounterMetricFamily(name, doc, value=value)
+    yield GaugeMetricFamily("logfs_remote_storage_unavailable", "1 while the remote storage fails (copies back "
+                            "off), else 0", value=int(rlm.outage))
+    yield GaugeMetricFamily("logfs_remote_chunk_cache_bytes", "Bytes of remote log segments cached on local disk",
+                            value=rlm.cache.cached_bytes)
 
 
 def _consumer_groups(store: GroupMetadataManager | None) -> dict[str, Any]:     # Any: JSON values

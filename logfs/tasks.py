@@ -1,7 +1,8 @@
 """Kafka's periodic log jobs as trio tasks of the mount.
 
 Kafka's ``LogManager.startup`` schedules retention, the flusher, the two
-checkpoints and the deletion of renamed logs on its ``KafkaScheduler``; here
+checkpoints and the deletion of renamed logs on its ``KafkaScheduler`` (and
+its ``RemoteLogManager`` the copies to remote storage); here
 each is a trio task in the mount's nursery.  The jobs themselves are plain
 ``LogManager`` methods: they fsync, rename and unlink, so every run leaves the
 trio thread (``trio.to_thread.run_sync``) and FUSE requests keep flowing.
@@ -94,6 +95,12 @@ def build_jobs(manager: LogManager) -> list[Job]:
             manager.checkpoint_log_start_offsets),
         Job("kafka-delete-logs", delete_interval, delete_renamed_files),
     ]
+    if manager.remote_log_manager is not None:
+        # Kafka's RLMCopyTask and RLMExpirationTask (remote.log.manager.task.interval.ms): copies of the closed
+        # segments of remote-enabled topics, deletion of the copies retention and topic deletion dropped;
+        # backing off inside the engine while the store fails
+        jobs.append(Job("kafka-remote-log-manager", cfg.remote_log_manager_task_interval_ms,
+                        manager.copy_to_remote_storage))
     jobs += cleaner_jobs(manager)
     return jobs
 

@@ -179,6 +179,10 @@ def inspect(data_dirs: Sequence[str]) -> DataDirState:
                     state.notes.append(f"{name}={value} is below Kafka 4's minimum segment.bytes (a setting for "
                                        f"tests): segment.bytes set to {KAFKA4_MIN_SEGMENT_BYTES} unless the topic "
                                        "sets it (existing segments keep their size)")
+                elif name in ("remote.storage.enable", "local.retention.ms", "local.retention.bytes"):
+                    state.notes.append(f"{name}={value}: tiered storage of the mount, left out (every record is "
+                                       "in the local segments adopted; the copies in the mount's remote storage "
+                                       "are not Kafka's, see docs/tiering.md)")
                 elif name not in KAFKA_TOPIC_CONFIGS:
                     state.notes.append(f"{name}={value} is a logfs mount setting, not a Kafka topic config: "
                                        f"left out")

@@ -5,7 +5,9 @@ which: :meth:`RemoteLogManager.copy_log_segments` is given the log and its
 :class:`~engine.remote.storage.TopicIdPartition`):
 
 * **copy** (Kafka's ``RLMCopyTask``): every closed segment above the highest
-  offset already copied, in offset order, never the active one.  Each copy is
+  offset already copied and at or below the recovery point (flushed: a copy
+  never holds bytes a crash could still take back), in offset order, never
+  the active one.  Each copy is
   recorded COPY_SEGMENT_STARTED before its first object is written and
   COPY_SEGMENT_FINISHED after its last (``engine.remote.metadata``); a copy
   that fails part-way (the store down, the segment deleted under it) is
@@ -25,21 +27,38 @@ which: :meth:`RemoteLogManager.copy_log_segments` is given the log and its
   batches from an offset on (the copy's offset index from the store, then its
   ``.log`` through the chunk cache).
 
+* **the round** (:meth:`RemoteLogManager.run_once`, the mount's background
+  task ``kafka-remote-log-manager``): for every partition, the clean-up of
+  what a crash left (once, at the first round that reaches the store), the
+  copies of remote-enabled partitions, and the deletion of copies below the
+  log start offset and of every copy of a partition that is gone.  While the
+  store fails, rounds back off (doubling from the task's interval to
+  :data:`MAX_BACKOFF_MS`) and the failure is logged once, and once more when
+  the store answers again.
+
 A copy reads the segment's files by name while the log goes on; nothing here
 takes the log's lock.  Calls of one partition must not run concurrently (the
 caller's background task runs them one partition at a time); reads may run
 at any time.
+
+On disk, beside the partition dirs of the first log dir: ``remote-log/``
+(:data:`REMOTE_LOG_DIR`, skipped by the scan for partitions), holding the
+metadata log ``__remote_log_metadata-0`` and the chunk cache ``chunk-cache``.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from engine.clock import SYSTEM_CLOCK, Clock
+from engine.config import LogConfig
+from engine.log_dirs import REMOTE_LOG_DIR
 from engine.remote.metadata import RemoteLogMetadataManager, RemoteLogSegmentMetadata, RemoteLogSegmentState
 from engine.remote.storage import (
     IndexType,
@@ -51,9 +70,12 @@ from engine.remote.storage import (
 )
 
 if TYPE_CHECKING:
-    from engine.log import Log
+    from collections.abc import Sequence
+
     from engine.remote.chunk_cache import RemoteChunkCache
     from engine.segment import LogSegment
+
+from engine.log import Log
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +87,25 @@ DELETE_FINISHED = RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
 _OFFSET_ENTRY = struct.Struct(">ii")     # relative offset, position: the offset index's entries
 #: offset indexes of copies kept in memory for reads (each at most segment.index.bytes)
 _INDEX_CACHE_ENTRIES = 64
+#: the longest wait between two rounds while the store fails
+MAX_BACKOFF_MS = 30_000
+
+#: the metadata log (Kafka's ``__remote_log_metadata`` topic, here a log of logfs's own), in REMOTE_LOG_DIR
+METADATA_LOG_DIR = "__remote_log_metadata-0"
+#: the chunk cache's directory, in REMOTE_LOG_DIR
+CHUNK_CACHE_DIR = "chunk-cache"
+#: the metadata log's segments: a few hundred bytes per event, four events per copy
+_METADATA_LOG_CONFIG = LogConfig(segment_bytes=16 << 20, segment_index_bytes=1 << 20, retention_ms=-1,
+                                 compression_type="uncompressed")
+
+
+@dataclass(frozen=True)
+class TieredPartition:
+    """A live partition as one round sees it: its log, its ``TopicIdPartition``, whether it copies."""
+
+    log: Log
+    tip: TopicIdPartition
+    remote_storage_enable: bool
 
 
 def leader_epoch_entries(segment: LogSegment) -> dict[int, int]:
@@ -101,6 +142,18 @@ class RemoteLogManager:
         self.copied_bytes = 0
         self.copy_errors = 0
         self.deleted_segments = 0
+        #: failures of the store in the rounds (copies, deletions, listings)
+        self.errors = 0
+        #: why the store failed the last round (None: it answered)
+        self.unavailable: str | None = None
+        #: the store failed and has not answered a whole round since (logged once, at its start)
+        self.outage = False
+        self._backoff_ms = 0
+        self._retry_at_ms = 0
+        #: partitions whose crash leftovers were cleaned up (once per mount, before their first copy)
+        self._cleaned: set[TopicIdPartition] = set()
+        #: the metadata log, when this manager opened it (closed with it)
+        self._metadata_log: Log | None = None
 
     # ------------------------------------------------------------------ copy
     def copy_log_segments(self, log: Log, tip: TopicIdPartition) -> int:
@@ -109,22 +162,39 @@ class RemoteLogManager:
         Stops at the first copy that fails (RemoteStorageError is logged and
         counted, not raised: the next round tries again from there).
         """
-        highest = self.metadata.highest_copied_offset(tip)
-        segments = list(log.segments.values())[:-1]       # never the active segment
         copied = 0
-        for segment in segments:
-            end_offset = segment.next_offset - 1
-            if end_offset <= highest or segment.size == 0:
-                continue
+        for segment in self.segments_to_copy(log, tip):
             try:
-                self._copy(segment, tip, end_offset)
+                self._copy(segment, tip, segment.next_offset - 1)
             except (RemoteStorageError, OSError) as exc:
                 self.copy_errors += 1
-                logger.warning("Copying log segment %s of %s to remote storage %s failed (tried again at the next "
-                               "round): %s", segment.base_offset, tip, self.storage.uri, exc)
+                self._store_failed(f"copying log segment {segment.base_offset} of {tip}", exc)
                 break
             copied += 1
         return copied
+
+    def segments_to_copy(self, log: Log, tip: TopicIdPartition) -> list[LogSegment]:
+        """The closed, flushed, non-empty segments above the highest offset copied (Kafka's copy candidates)."""
+        highest = self.metadata.highest_copied_offset(tip)
+        recovery_point = log.recovery_point
+        return [s for s in list(log.segments.values())[:-1]        # never the active segment
+                if s.next_offset - 1 > highest and s.next_offset <= recovery_point and s.size > 0]
+
+    def copy_lag(self, log: Log, tip: TopicIdPartition) -> tuple[int, int]:
+        """(segments, bytes) waiting to be copied (Kafka's ``RemoteCopyLagSegments`` and ``...LagBytes``)."""
+        waiting = self.segments_to_copy(log, tip)
+        return len(waiting), sum(s.size for s in waiting)
+
+    def _store_failed(self, what: str, exc: BaseException) -> None:
+        """Log the first failure of an outage as a WARNING; the rest of it at DEBUG (one line, not thousands)."""
+        self.errors += 1
+        if not self.outage:
+            self.outage = True
+            logger.warning("Remote storage %s failed %s: %s; tiered storage backs off and tries again (the log "
+                           "says when it answers)", self.storage.uri, what, exc)
+        else:
+            logger.debug("Remote storage %s still failing (%s): %s", self.storage.uri, what, exc)
+        self.unavailable = str(exc)
 
     def _copy(self, segment: LogSegment, tip: TopicIdPartition, end_offset: int) -> None:
         epochs = leader_epoch_entries(segment)
@@ -200,6 +270,72 @@ class RemoteLogManager:
             done += 1
         return done
 
+    # ----------------------------------------------------------------- round
+    def run_once(self, partitions: Sequence[TieredPartition], interval_ms: int,
+                 keep_topics: frozenset[str] = frozenset()) -> int:
+        """One round over the live ``partitions``; returns the copies made and deleted.
+
+        Skipped (0) while backing off after a failure of the store.  Copies of a
+        partition that is not among ``partitions`` (its topic was deleted, or
+        created again under a new topic id) are deleted, except for topics in
+        ``keep_topics`` (on disk but not served: never touched).
+        """
+        if self.clock.milliseconds() < self._retry_at_ms:
+            return 0
+        self.unavailable = None
+        done = 0
+        try:
+            done = self._round(partitions, keep_topics)
+        except (RemoteStorageError, OSError) as exc:
+            self._store_failed("a round of tiered storage", exc)
+        if self.unavailable is not None:
+            self._backoff_ms = min(max(interval_ms, 2 * self._backoff_ms), MAX_BACKOFF_MS)
+            self._retry_at_ms = self.clock.milliseconds() + self._backoff_ms
+        else:
+            if self.outage:
+                logger.info("Remote storage %s answers again: tiered storage resumes", self.storage.uri)
+            self.outage = False
+            self._backoff_ms = 0
+        return done
+
+    def _round(self, partitions: Sequence[TieredPartition], keep_topics: frozenset[str]) -> int:
+        done = 0
+        live = {p.tip for p in partitions}
+        for tip in self.metadata.partitions():
+            if tip not in live and tip.topic not in keep_topics:
+                deleted = self.delete_partition(tip)
+                if deleted:
+                    logger.info("Deleted %d remote log segments of %s, whose topic was deleted", deleted, tip)
+                self._cleaned.discard(tip)
+                done += deleted
+        for p in partitions:
+            if p.tip not in self._cleaned and (p.remote_storage_enable or p.tip in self.metadata.partitions()):
+                done += self.clean_up_unfinished(p.tip)
+                self._cleaned.add(p.tip)
+            deleted = self.delete_remote_segments_below(p.tip, p.log.log_start_offset)
+            if deleted:
+                logger.info("Deleted %d remote log segments of %s below its log start offset %d", deleted,
+                            p.tip, p.log.log_start_offset)
+            done += deleted
+            if p.remote_storage_enable:
+                done += self.copy_log_segments(p.log, p.tip)
+                if self.unavailable is not None:
+                    break           # the store failed a copy: back off instead of failing every partition
+        return done
+
+    def remote_log_size(self, tip: TopicIdPartition) -> tuple[int, int, int]:
+        """(copies, bytes, highest offset copied or -1) of the partition's finished copies."""
+        copies = self.metadata.copied_segments(tip)
+        return (len(copies), sum(m.segment_size_bytes for m in copies),
+                max((m.end_offset for m in copies), default=-1))
+
+    def close(self) -> None:
+        """Stop the read-ahead, close the metadata log this manager opened and the store."""
+        self.cache.close()
+        if self._metadata_log is not None:
+            self._metadata_log.close()
+        self.storage.close()
+
     # ----------------------------------------------------------------- fetch
     def _offset_index(self, segment_id: RemoteLogSegmentId) -> bytes:
         with self._indexes_lock:
@@ -240,3 +376,36 @@ class RemoteLogManager:
         position = self.position_of(metadata, offset)
         data = self.cache.read(metadata.segment_id, position, max_bytes, metadata.segment_size_bytes)
         return metadata, position, data
+
+
+def open_remote_log_manager(storage: RemoteStorageManager, log_dirs: Sequence[str], *, cache_max_bytes: int,
+                            chunk_bytes: int, clock: Clock = SYSTEM_CLOCK) -> RemoteLogManager:
+    """The RemoteLogManager of a data dir: its metadata log and chunk cache in ``REMOTE_LOG_DIR``.
+
+    The first log dir that already holds a ``REMOTE_LOG_DIR`` keeps it (the
+    metadata of every copy made so far); otherwise it is made in the first.
+    The store is closed if anything here fails.
+    """
+    from engine.remote.chunk_cache import RemoteChunkCache
+    from engine.remote.metadata import RemoteLogMetadataManager
+
+    try:
+        home = next((d for d in log_dirs if os.path.isdir(os.path.join(d, REMOTE_LOG_DIR))), log_dirs[0])
+        root = os.path.join(home, REMOTE_LOG_DIR)
+        metadata_log = Log.load(os.path.join(root, METADATA_LOG_DIR), _METADATA_LOG_CONFIG, clock=clock)
+    except BaseException:
+        storage.close()
+        raise
+    try:
+        metadata = RemoteLogMetadataManager(metadata_log)
+        cache = RemoteChunkCache(storage, os.path.join(root, CHUNK_CACHE_DIR), max_bytes=cache_max_bytes,
+                                 chunk_bytes=chunk_bytes)
+    except BaseException:
+        metadata_log.close()
+        storage.close()
+        raise
+    manager = RemoteLogManager(storage, metadata, cache, clock=clock)
+    manager._metadata_log = metadata_log
+    return manager
+
+

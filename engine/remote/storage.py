@@ -391,7 +391,34 @@ RSM_REGION = "rsm.config.s3.region"
 RSM_ACCESS_KEY = "rsm.config.s3.access.key.id"
 RSM_SECRET_KEY = "rsm.config.s3.secret.access.key"
 RSM_TIMEOUT_MS = "rsm.config.request.timeout.ms"
-RSM_SETTINGS = (RSM_URI, RSM_ENDPOINT, RSM_REGION, RSM_ACCESS_KEY, RSM_SECRET_KEY, RSM_TIMEOUT_MS)
+#: the bound of the local chunk cache of remote reads, and its chunk size (the names of Aiven's
+#: RemoteStorageManager for Kafka, the common plugin)
+RSM_CACHE_SIZE = "rsm.config.fetch.chunk.cache.size"
+RSM_CHUNK_SIZE = "rsm.config.chunk.size"
+RSM_SETTINGS = (RSM_URI, RSM_ENDPOINT, RSM_REGION, RSM_ACCESS_KEY, RSM_SECRET_KEY, RSM_TIMEOUT_MS, RSM_CACHE_SIZE,
+                RSM_CHUNK_SIZE)
+#: the settings whose values never reach a log line
+RSM_SECRETS = (RSM_SECRET_KEY,)
+DEFAULT_CACHE_SIZE = 256 << 20
+DEFAULT_CHUNK_SIZE = 4 << 20
+
+
+def chunk_cache_bounds(settings: Mapping[str, str]) -> tuple[int, int]:
+    """(the cache's bound, its chunk size) in bytes, from the ``rsm.config.*`` settings.
+
+    InvalidConfigError names the setting that is not a positive number, or a
+    bound smaller than one chunk.
+    """
+    values = []
+    for name, default in ((RSM_CACHE_SIZE, DEFAULT_CACHE_SIZE), (RSM_CHUNK_SIZE, DEFAULT_CHUNK_SIZE)):
+        text = settings.get(name, str(default)).strip()
+        if not text.isdigit() or int(text) <= 0:
+            raise InvalidConfigError(f"{name} must be a positive number of bytes, not {text!r}")
+        values.append(int(text))
+    cache, chunk = values
+    if cache < chunk:
+        raise InvalidConfigError(f"{RSM_CACHE_SIZE}={cache} must hold at least one chunk ({RSM_CHUNK_SIZE}={chunk})")
+    return cache, chunk
 
 
 def open_remote_storage(settings: Mapping[str, str]) -> RemoteStorageManager:
@@ -404,6 +431,7 @@ def open_remote_storage(settings: Mapping[str, str]) -> RemoteStorageManager:
     unknown = sorted(k for k in settings if k.startswith("rsm.config.") and k not in RSM_SETTINGS)
     if unknown:
         raise InvalidConfigError(f"Unknown remote storage setting {unknown[0]} (known: {', '.join(RSM_SETTINGS)})")
+    chunk_cache_bounds(settings)
     uri = settings.get(RSM_URI)
     if not uri:
         raise InvalidConfigError(f"{RSM_URI} must name the remote storage: s3://BUCKET/PREFIX or file:///DIR")

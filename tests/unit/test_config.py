@@ -59,6 +59,8 @@ KAFKA_BROKER_DEFAULTS = {
     "compression.type": "producer",
     "log.initial.task.delay.ms": 30000,
     "isolation.level": "read_uncommitted",
+    "remote.log.storage.system.enable": False,      # KIP-405's
+    "remote.log.manager.task.interval.ms": 30000,
     "offsets.topic.num.partitions": 50,
     "offsets.topic.segment.bytes": 104857600,
     "log.dir": "./data",
@@ -85,6 +87,9 @@ KAFKA_TOPIC_DEFAULTS = {
     "parse.key": False,
     "key.separator": "\t",
     "null.marker": None,
+    "remote.storage.enable": False,                 # KIP-405's
+    "local.retention.ms": -2,
+    "local.retention.bytes": -2,
 }
 
 

@@ -32,7 +32,9 @@ TIP = TopicIdPartition("t", "Yk8nZ5mKQxa2bH3cVdE1Fw", 0)
 
 
 def _log(path: Path, segment_bytes: int = 8192) -> Log:
-    return Log.load(str(path), make_config(internal_segment_bytes=segment_bytes))
+    log = Log.load(str(path), make_config(internal_segment_bytes=segment_bytes))
+    log.flush()         # a copy takes only what is at or below the recovery point (flushed)
+    return log
 
 
 def _fill(log: Log, batches: int, start: int = 0) -> None:

@@ -1,0 +1,250 @@
+"""Tiered storage through a real mount against a real S3 server (SeaweedFS): settings, copies, remote retention.
+
+Driven with real file I/O (``echo >> config``, ``cat >> append``, ``cat
+records``, ``rmdir``); the store is a ``weed mini`` this module starts, and
+the objects are checked through boto3 against it. Reads below the local log
+start are not served yet (local segments are never deleted by tiering), so
+every record read here is local.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.helpers import wait_for
+from tests.jvm import free_port
+from tests.seaweedfs import ACCESS_KEY, BUCKET, SECRET_KEY, SeaweedFS
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from tests.conftest import Mount
+
+pytestmark = pytest.mark.mount
+
+COPY_TASK = "kafka-remote-log-manager"
+
+
+@pytest.fixture(scope="module")
+def weed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
+    server = SeaweedFS(tmp_path_factory.mktemp("weed")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _client(server: SeaweedFS):
+    import boto3
+
+    return boto3.session.Session().client("s3", endpoint_url=server.endpoint, region_name="us-east-1",
+                                          aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
+
+
+def _objects(server: SeaweedFS, prefix: str) -> list[str]:
+    client = _client(server)
+    try:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix + "/")
+        return sorted(item["Key"] for page in pages for item in page.get("Contents", ()))
+    finally:
+        client.close()
+
+
+def _tiered_options(server: SeaweedFS, prefix: str, **more: str) -> dict[str, str]:
+    return {"remote.log.storage.system.enable": "true", "internal.log.segment.bytes": "4096",
+            "log.initial.task.delay.ms": "0", "remote.log.manager.task.interval.ms": "200",
+            "rsm.config.request.timeout.ms": "2000", **server.settings(prefix=prefix), **more}
+
+
+def _state(mount: Mount, topic: str = "t", partition: int = 0) -> dict:
+    return json.loads((mount / f"{topic}/{partition}/state").read_bytes())
+
+
+def _lines(first: int, last: int) -> bytes:
+    return b"".join(b"line-%06d-%s\n" % (i, b"x" * 60) for i in range(first, last))
+
+
+def _append(mount: Mount, first: int, last: int, tmp_path: Path) -> None:
+    source = tmp_path / f"lines-{first}-{last}"
+    source.write_bytes(_lines(first, last))
+    mount.sh(f"cat {source} >> t/0/append")
+
+
+def _errors(mount: Mount) -> str:
+    return (mount / ".logfs/errors").read_text()
+
+
+def _closed_segments(state: dict) -> list[dict]:
+    return state["segments"][:-1]
+
+
+def test_closed_segments_are_copied_to_s3_and_removed_with_the_records_and_the_topic(logfs_mount, weed: SeaweedFS,
+                                                                                      tmp_path: Path):
+    mount = logfs_mount(_tiered_options(weed, "copy"))
+    assert "Opened remote storage s3://tier/copy" in mount.log()
+    assert weed.settings()["rsm.config.s3.secret.access.key"] not in mount.log()
+    mount.sh("mkdir t")
+    assert _state(mount)["remote_storage"] == {"enabled": False, "segments": 0, "size_bytes": 0,
+                                               "highest_offset_copied": -1, "copy_lag_segments": 0,
+                                               "copy_lag_bytes": 0}
+    mount.sh("echo remote.storage.enable=true >> t/config")
+    assert "remote.storage.enable=true" in (mount / "t/config").read_text().splitlines()
+    _append(mount, 0, 2000, tmp_path)
+
+    def copied() -> dict | None:
+        state = _state(mount)
+        closed = _closed_segments(state)
+        remote = state["remote_storage"]
+        if remote["segments"] == len(closed) and remote["highest_offset_copied"] == closed[-1]["next_offset"] - 1:
+            return state
+        return None
+
+    state = wait_for(copied, "every closed segment copied")
+    assert state is not None
+    closed = _closed_segments(state)
+    assert len(closed) >= 20
+    assert state["remote_storage"]["size_bytes"] == sum(s["size_bytes"] for s in closed)
+    assert state["remote_storage"]["copy_lag_bytes"] == 0
+    objects = _objects(weed, "copy")
+    logs = [k for k in objects if k.endswith(".log")]
+    assert len(logs) == len(closed)
+    topic_dir = {k.split("/")[1] for k in objects}
+    assert len(topic_dir) == 1
+    assert re.fullmatch(r"t-[A-Za-z0-9_-]{22}", topic_dir.pop())
+    assert sorted(int(k.rsplit("/", 1)[1].split("-")[0]) for k in logs) == [s["base_offset"] for s in closed]
+    # a copy is the local segment, byte for byte
+    client = _client(weed)
+    try:
+        first = next(k for k in logs if k.rsplit("/", 1)[1].startswith("%020d-" % 0))
+        body = client.get_object(Bucket=BUCKET, Key=first)["Body"].read()
+    finally:
+        client.close()
+    assert body == (mount.partition_dir("t", 0) / ("%020d.log" % 0)).read_bytes()
+    metrics = (mount / ".logfs/metrics").read_text()
+    copied_bytes = re.search(r"^logfs_remote_copy_bytes_total (\S+)$", metrics, re.M)
+    assert copied_bytes
+    assert float(copied_bytes.group(1)) == state["remote_storage"]["size_bytes"]
+    assert re.search(r'^logfs_remote_copy_lag_bytes\{partition="0",topic="t"\} 0\.0$', metrics, re.M)
+    assert re.search(r"^logfs_remote_storage_unavailable 0\.0$", metrics, re.M)
+    # every record is still read from the local segments
+    assert (mount / "t/0/records").read_bytes() == b"".join(line[:-1] + b"\n" for line in
+                                                           _lines(0, 2000).splitlines(keepends=True))
+    # DeleteRecords: the copies wholly below the new log start go from the store
+    cut = closed[3]["base_offset"] + 1
+    mount.sh(f"echo 'before {cut}' > t/0/delete")
+    wait_for(lambda: _state(mount)["remote_storage"]["segments"] == len(closed) - 3, "the copies below deleted")
+    wait_for(lambda: len([k for k in _objects(weed, "copy") if k.endswith(".log")]) == len(closed) - 3,
+             "their objects deleted")
+    # topic deletion: every object of the topic goes
+    mount.sh("rmdir t")
+    wait_for(lambda: _objects(weed, "copy") == [], "every object of the deleted topic deleted")
+    assert "whose topic was deleted" in mount.log()
+
+
+def test_remote_storage_enable_is_refused_on_compacted_topics_and_without_remote_storage(logfs_mount,
+                                                                                         weed: SeaweedFS):
+    mount = logfs_mount(_tiered_options(weed, "refusals"))
+    mount.sh("mkdir c t")
+    mount.sh("echo cleanup.policy=compact >> c/config")
+    refused = mount.sh("echo remote.storage.enable=true >> c/config", check=False)
+    assert refused.returncode != 0
+    assert b"Invalid argument" in refused.stderr
+    assert re.search(r"c/config EINVAL .*Remote log storage is unsupported for the compacted topics", _errors(mount))
+    assert "Remote log storage is unsupported for the compacted topics" in mount.log()
+    mount.sh("echo remote.storage.enable=true >> t/config")
+    refused = mount.sh("echo cleanup.policy=compact >> t/config", check=False)
+    assert refused.returncode != 0
+    assert b"Invalid argument" in refused.stderr
+    assert re.search(r"t/config EINVAL .*cleanup.policy=compact", _errors(mount))
+    refused = mount.sh("printf 'retention.bytes=100000\\nlocal.retention.bytes=200000\\n' >> t/config", check=False)
+    assert refused.returncode != 0
+    assert "local.retention.bytes: Value must not be more than retention.bytes" in _errors(mount)
+    assert "cleanup.policy" not in (mount / "t/config").read_text().split("# Defaults")[0]
+
+    plain = logfs_mount({}, name="plain")
+    plain.sh("mkdir t")
+    refused = plain.sh("echo remote.storage.enable=true >> t/config", check=False)
+    assert refused.returncode != 0
+    assert b"Invalid argument" in refused.stderr
+    assert re.search(r"t/config EINVAL .*the mount has no remote storage", _errors(plain))
+    assert "the mount has no remote storage" in plain.log()
+    plain.sh("echo local.retention.ms=1000 >> t/config")      # valid, and without effect until tiering is on
+
+
+def _failed_mount(logfs_mount, options: dict[str, str], name: str, extra_args: list[str] | None = None) -> str:
+    mount = logfs_mount(options, name=name, start=False, extra_args=extra_args)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="logfs mount exited with 2") as failed:
+        mount.start(timeout=60)
+    assert time.monotonic() - started < 15, "the mount took too long to refuse the store"
+    mount.proc = None
+    return str(failed.value)
+
+
+def test_a_wrong_endpoint_bucket_or_key_fails_the_mount_naming_the_setting(logfs_mount, weed: SeaweedFS,
+                                                                           tmp_path: Path):
+    dead = f"http://127.0.0.1:{free_port()}"
+    text = _failed_mount(logfs_mount, _tiered_options(weed, "x", **{"rsm.config.s3.endpoint.url": dead}), "endpoint")
+    assert "rsm.config.s3.endpoint.url" in text
+    text = _failed_mount(logfs_mount, _tiered_options(weed, "x", **{"rsm.config.uri": "s3://no-such-bucket/x"}),
+                         "bucket")
+    assert "no-such-bucket" in text
+    assert "rsm.config.uri" in text
+    wrong = "not-the-secret-key"
+    text = _failed_mount(logfs_mount, _tiered_options(weed, "x", **{"rsm.config.s3.secret.access.key": wrong}),
+                         "key")
+    assert "rsm.config.s3.secret.access.key" in text
+    assert wrong not in text
+    text = _failed_mount(logfs_mount, {"remote.log.storage.system.enable": "true"}, "no-uri")
+    assert "rsm.config.uri must name the remote storage" in text
+    text = _failed_mount(logfs_mount, _tiered_options(weed, "x", **{"rsm.config.fetch.chunk.cache.size": "10"}),
+                         "cache")
+    assert "rsm.config.fetch.chunk.cache.size=10 must hold at least one chunk" in text
+    # the secrets in a --config file, as a cluster mount's: read from it, never logged
+    settings = tmp_path / "tiered.properties"
+    settings.write_text("".join(f"{k}={v}\n" for k, v in weed.settings(prefix="file").items()))
+    settings.chmod(0o600)
+    mount = logfs_mount({"remote.log.storage.system.enable": "true"}, name="file",
+                        extra_args=["--config", str(settings)])
+    assert "Opened remote storage s3://tier/file" in mount.log()
+    assert SECRET_KEY not in mount.log()
+
+
+def test_copies_back_off_while_the_store_is_down_and_resume_when_it_returns(logfs_mount, tmp_path: Path):
+    server = SeaweedFS(tmp_path / "own-weed").start()
+    try:
+        mount = logfs_mount(_tiered_options(server, "outage"))
+        mount.sh("mkdir t && echo remote.storage.enable=true >> t/config")
+        _append(mount, 0, 500, tmp_path)
+        wait_for(lambda: _state(mount)["remote_storage"]["copy_lag_segments"] == 0
+                 and _state(mount)["remote_storage"]["segments"] > 0, "the first copies")
+        server.kill()
+        _append(mount, 500, 1500, tmp_path)                   # appends go on while the store is down
+        wait_for(lambda: "tiered storage backs off" in mount.log(), "the outage logged")
+        wait_for(lambda: re.search(r"^logfs_remote_storage_unavailable 1\.0$",
+                                   (mount / ".logfs/metrics").read_text(), re.M), "the outage in the metrics")
+        lag = _state(mount)["remote_storage"]["copy_lag_segments"]
+        assert lag > 0
+        assert len((mount / "t/0/records").read_bytes().splitlines()) == 1500       # reads go on
+        def failed_rounds() -> int:
+            found = re.search(r"^logfs_remote_errors_total (\S+)$", (mount / ".logfs/metrics").read_text(), re.M)
+            assert found is not None
+            return int(found.group(1).split(".")[0])
+
+        wait_for(lambda: failed_rounds() >= 3, "three failed rounds")
+        assert mount.log().count("tiered storage backs off") == 1      # logged once, not at every round
+        server.start()
+        wait_for(lambda: _state(mount)["remote_storage"]["copy_lag_segments"] == 0, "copies resumed", timeout=90)
+        assert "answers again: tiered storage resumes" in mount.log()
+        state = _state(mount)
+        closed = _closed_segments(state)
+        assert state["remote_storage"]["segments"] == len(closed)
+        assert len([k for k in _objects(server, "outage") if k.endswith(".log")]) == len(closed)   # no orphan
+    finally:
+        server.stop()

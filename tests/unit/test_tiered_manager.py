@@ -1,0 +1,232 @@
+"""Tiered storage wired into the LogManager: topic settings, the copy round, remote retention, a store that fails.
+
+Real parts only: a LogManager over a real data dir, a directory store
+(``file://``), the metadata log in the data dir; a store that fails is a store
+directory replaced by a file (every write to it then fails with ENOTDIR).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from typing import TYPE_CHECKING
+
+import pytest
+
+from engine.clock import ManualClock
+from engine.config import BrokerConfig
+from engine.errors import InvalidConfigError
+from engine.manager import LogManager
+from engine.remote.remote_log_manager import MAX_BACKOFF_MS
+from engine.remote.storage import open_remote_storage
+from engine.topic import TopicPartition
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+TP = TopicPartition("t", 0)
+
+
+def _manager(tmp_path: Path, *, tiered: bool = True, clock: ManualClock | None = None) -> LogManager:
+    config = BrokerConfig.from_props({"log.dirs": str(tmp_path / "data"), "internal.log.segment.bytes": "4096",
+                                      "remote.log.storage.system.enable": "true" if tiered else "false",
+                                      "remote.log.manager.task.interval.ms": "1000"})
+    (tmp_path / "store").mkdir(parents=True, exist_ok=True)
+    storage = open_remote_storage({"rsm.config.uri": f"file://{tmp_path / 'store'}"}) if tiered else None
+    manager = LogManager(config, clock=clock or ManualClock(1_700_000_000_000), remote_storage=storage,
+                         remote_cache_bytes=1 << 20, remote_chunk_bytes=4096)
+    manager.startup()
+    return manager
+
+
+@pytest.fixture
+def manager(tmp_path: Path) -> Iterator[LogManager]:
+    m = _manager(tmp_path)
+    yield m
+    m.shutdown()
+
+
+def _fill(manager: LogManager, lines: int, tp: TopicPartition = TP) -> None:
+    log = manager.get_log(tp)
+    assert log is not None
+    for start in range(0, lines, 50):
+        log.append_values([b"line-%06d-%s" % (i, b"x" * 40) for i in range(start, min(start + 50, lines))])
+    log.flush()
+
+
+def _store_files(tmp_path: Path) -> list[str]:
+    return sorted(p.name for p in (tmp_path / "store").rglob("*") if p.is_file())
+
+
+def test_remote_storage_enable_is_refused_without_remote_storage_and_on_compacted_topics(tmp_path: Path):
+    plain = _manager(tmp_path / "plain", tiered=False)
+    try:
+        plain.create_topic("t", 1)
+        with pytest.raises(InvalidConfigError, match="the mount has no remote storage"):
+            plain.validate_topic_overrides("t", {"remote.storage.enable": "true"})
+        with pytest.raises(InvalidConfigError, match=re.escape("remote.log.storage.system.enable=true")):
+            plain.alter_topic_config("t", {"remote.storage.enable": "true"})
+        assert plain.topic_overrides("t") == {}
+        plain.alter_topic_config("t", {"local.retention.bytes": "100"})    # harmless without remote storage
+    finally:
+        plain.shutdown()
+    tiered = _manager(tmp_path / "tiered")
+    try:
+        tiered.create_topic("c", 1, {"cleanup.policy": "compact"})
+        with pytest.raises(InvalidConfigError, match="unsupported for the compacted topics"):
+            tiered.alter_topic_config("c", {"remote.storage.enable": "true"})
+        # a config write's lines are checked with the overrides they would leave (as close() applies them)
+        with pytest.raises(InvalidConfigError, match="unsupported for the compacted topics"):
+            tiered.validate_topic_overrides("c", {"remote.storage.enable": "true"})
+        tiered.validate_topic_overrides("c", {"cleanup.policy": None, "remote.storage.enable": "true"})
+        tiered.create_topic("t", 1)
+        tiered.alter_topic_config("t", {"remote.storage.enable": "true"})
+        with pytest.raises(InvalidConfigError, match=re.escape("cleanup.policy=compact")):
+            tiered.validate_topic_overrides("t", {"cleanup.policy": "compact"})
+        with pytest.raises(InvalidConfigError, match=re.escape("cleanup.policy=compact")):
+            tiered.alter_topic_config("t", {"cleanup.policy": "compact"})
+        with pytest.raises(InvalidConfigError, match=re.escape("local.retention.bytes: Value must not be more than "
+                                                               "retention.bytes property value: 1000")):
+            tiered.alter_topic_config("t", {"retention.bytes": "1000", "local.retention.bytes": "2000"})
+        with pytest.raises(InvalidConfigError, match=re.escape("local.retention.ms: Value must not be -1")):
+            tiered.alter_topic_config("t", {"local.retention.ms": "-1"})
+        with pytest.raises(InvalidConfigError, match=re.escape("local.retention.ms: Value must be at least -2")):
+            tiered.validate_topic_overrides("t", {"local.retention.ms": "-3"})
+        with pytest.raises(InvalidConfigError, match="unsupported for the compacted topics"):
+            tiered.create_topic("d", 1, {"cleanup.policy": "compact,delete", "remote.storage.enable": "true"})
+        assert tiered.topic_overrides("t") == {"remote.storage.enable": "true"}
+        assert tiered.topic_config("t").effective_local_retention_bytes == -1     # -2: retention.bytes
+    finally:
+        tiered.shutdown()
+
+
+def test_a_round_copies_closed_flushed_segments_of_remote_enabled_topics_only(manager: LogManager, tmp_path: Path):
+    manager.create_topic("t", 1)
+    manager.create_topic("local", 1)
+    _fill(manager, 600)
+    _fill(manager, 600, TopicPartition("local", 0))
+    assert manager.copy_to_remote_storage() == 0              # no topic has remote.storage.enable yet
+    manager.alter_topic_config("t", {"remote.storage.enable": "true"})
+    log = manager.get_log(TP)
+    assert log is not None
+    closed = list(log.segments.values())[:-1]
+    assert len(closed) >= 5
+    rlm = manager.remote_log_manager
+    assert rlm is not None
+    tip = manager.tiered_partition(log).tip                   # type: ignore[union-attr]
+    assert rlm.copy_lag(log, tip) == (len(closed), sum(s.size for s in closed))
+    assert manager.copy_to_remote_storage() == len(closed)
+    assert rlm.remote_log_size(tip) == (len(closed), sum(s.size for s in closed), closed[-1].next_offset - 1)
+    assert rlm.copy_lag(log, tip) == (0, 0)
+    assert {m.segment_id.topic_id_partition.topic for m in rlm.metadata.copied_segments(tip)} == {"t"}
+    assert manager.copy_to_remote_storage() == 0              # idempotent
+    # the segments closed since are copied at the next round; the active one never
+    log.append_values([b"y" * 3000, b"z" * 3000])
+    manager.copy_to_remote_storage()
+    assert rlm.metadata.highest_copied_offset(tip) == list(log.segments.values())[-2].next_offset - 1
+    assert rlm.metadata.highest_copied_offset(tip) < log.active_segment.base_offset + 1
+    # the copy is byte for byte the local segment
+    assert rlm.read(tip, 0, 1 << 20)[2] == log.segments[0].read_bytes(0, log.segments[0].size)
+
+
+def test_delete_records_retention_and_topic_deletion_delete_the_remote_copies(manager: LogManager, tmp_path: Path):
+    manager.create_topic("t", 1, {"remote.storage.enable": "true"})
+    _fill(manager, 600)
+    copied = manager.copy_to_remote_storage()
+    rlm = manager.remote_log_manager
+    assert rlm is not None
+    assert copied >= 5
+    log = manager.get_log(TP)
+    assert log is not None
+    tip = manager.tiered_partition(log).tip                   # type: ignore[union-attr]
+    third = rlm.metadata.copied_segments(tip)[2]
+    manager.delete_records(TP, third.start_offset + 1)        # inside the third copy: the first two go
+    assert manager.copy_to_remote_storage() == 2
+    assert next(m.start_offset for m in rlm.metadata.copied_segments(tip)) == third.start_offset
+    assert len(_store_files(tmp_path)) == 4 * (copied - 2)
+    manager.delete_topic("t")
+    assert manager.copy_to_remote_storage() == copied - 2
+    assert rlm.metadata.partitions() == []
+    assert _store_files(tmp_path) == []
+    # a topic of the same name is a new incarnation (a new topic id): nothing of the old one comes back
+    manager.create_topic("t", 1, {"remote.storage.enable": "true"})
+    _fill(manager, 600)
+    assert manager.copy_to_remote_storage() >= 5
+    new_log = manager.get_log(TP)
+    assert manager.tiered_partition(new_log).tip != tip       # type: ignore[arg-type, union-attr]
+
+
+def test_a_failing_store_is_logged_once_and_backed_off_then_copies_resume(tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture):
+    clock = ManualClock(1_700_000_000_000)
+    manager = _manager(tmp_path, clock=clock)
+    try:
+        manager.create_topic("t", 1, {"remote.storage.enable": "true"})
+        _fill(manager, 600)
+        store = tmp_path / "store"
+        shutil.rmtree(store)
+        store.write_bytes(b"not a directory: every copy to it fails")
+        rlm = manager.remote_log_manager
+        assert rlm is not None
+        caplog.set_level(logging.INFO, logger="engine.remote")
+        attempts = []
+        for _ in range(12):
+            errors = rlm.errors
+            manager.copy_to_remote_storage()
+            attempts.append(rlm.errors - errors)
+            clock.sleep(1000)
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1, [r.getMessage() for r in warnings]
+        assert str(store) in warnings[0].getMessage()
+        assert attempts[0] == 1, attempts
+        assert 1 < sum(attempts) < 6, attempts         # backing off: 1, 2, 4, 8 s
+        assert rlm.outage
+        os.unlink(store)
+        store.mkdir()
+        clock.sleep(MAX_BACKOFF_MS)
+        log = manager.get_log(TP)
+        assert log is not None
+        assert manager.copy_to_remote_storage() >= len(log.segments) - 1
+        assert not rlm.outage
+        assert any("answers again" in r.getMessage() for r in caplog.records)
+        tip = manager.tiered_partition(log).tip
+        assert rlm.copy_lag(log, tip) == (0, 0)
+        assert {s.id for s in rlm.storage.list_segment_ids(tip)} == \
+            {m.segment_id.id for m in rlm.metadata.copied_segments(tip)}
+    finally:
+        manager.shutdown()
+
+
+def test_copies_survive_a_restart_and_unfinished_ones_are_cleaned_up(tmp_path: Path):
+    manager = _manager(tmp_path)
+    manager.create_topic("t", 1, {"remote.storage.enable": "true"})
+    _fill(manager, 600)
+    copied = manager.copy_to_remote_storage()
+    rlm = manager.remote_log_manager
+    assert rlm is not None
+    log = manager.get_log(TP)
+    tip = manager.tiered_partition(log).tip                   # type: ignore[arg-type, union-attr]
+    # what a crash after COPY_SEGMENT_STARTED leaves: the event, some objects, no FINISHED
+    from engine.remote.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState
+    from engine.remote.storage import RemoteLogSegmentId
+    orphan = RemoteLogSegmentId.generate(tip, 10_000)
+    rlm.metadata.add(RemoteLogSegmentMetadata(orphan, 10_000, 10_010, 0, 100, 0,
+                                              RemoteLogSegmentState.COPY_SEGMENT_STARTED))
+    rlm.storage._put(orphan.object_name("index"), b"")
+    manager.shutdown()
+    assert os.path.isdir(tmp_path / "data" / "remote-log" / "__remote_log_metadata-0")
+    manager = _manager(tmp_path)
+    try:
+        assert manager.topics() == ["t"]                      # remote-log/ is not a topic
+        rlm = manager.remote_log_manager
+        assert rlm is not None
+        assert rlm.remote_log_size(tip)[0] == copied
+        assert [m.segment_id for m in rlm.metadata.unfinished(tip)] == [orphan]
+        manager.copy_to_remote_storage()
+        assert rlm.metadata.unfinished(tip) == []
+        assert len(_store_files(tmp_path)) == 4 * copied
+    finally:
+        manager.shutdown()
