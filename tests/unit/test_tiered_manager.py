@@ -230,3 +230,42 @@ def test_copies_survive_a_restart_and_unfinished_ones_are_cleaned_up(tmp_path: P
         assert len(_store_files(tmp_path)) == 4 * copied
     finally:
         manager.shutdown()
+
+
+# ------------------------------------------------------------------ reads of copies (not wired to the mount yet)
+
+def test_a_remote_log_segment_renders_in_a_view_exactly_as_its_local_segment(manager: LogManager, tmp_path: Path):
+    from engine.remote.remote_segment import RemoteLogSegment, RemoteReadError
+    from engine.views.log_view import LogView, ViewFormat
+
+    manager.create_topic("t", 1, {"remote.storage.enable": "true"})
+    _fill(manager, 600)
+    copied = manager.copy_to_remote_storage()
+    rlm = manager.remote_log_manager
+    log = manager.get_log(TP)
+    assert rlm is not None and log is not None and copied >= 5
+    tip = manager.tiered_partition(log).tip                   # type: ignore[union-attr]
+    for metadata in rlm.metadata.copied_segments(tip):
+        remote = RemoteLogSegment(rlm, metadata, TP)
+        local = log.segments[metadata.start_offset]
+        assert (remote.base_offset, remote.next_offset, remote.size) == (local.base_offset, local.next_offset,
+                                                                         local.size)
+        for fmt in (ViewFormat.TEXT, ViewFormat.JSONL):
+            for start in (None, metadata.start_offset + 7):
+                expected = LogView(log, fmt, start, segment=local)
+                got = LogView(log, fmt, start, segment=remote)
+                assert got.size() == expected.size() > 0
+                assert got.read(0, got.size()) == expected.read(0, expected.size())
+                assert got.read(5, 100) == expected.read(5, 100)
+        wanted = metadata.start_offset + 13
+        position, header = remote.first_batch_at_or_after(wanted)         # type: ignore[misc]
+        assert header.base_offset <= wanted <= header.last_offset
+        assert local.translate_offset(wanted).position == position    # type: ignore[union-attr]
+    assert rlm.cache.fetched_bytes > 0
+    # the store gone: a read fails with the store's errno, naming the segment, never a short read
+    metadata = rlm.metadata.copied_segments(tip)[-1]
+    shutil.rmtree(tmp_path / "store")
+    rlm.cache.forget(lambda s: True)
+    with pytest.raises(RemoteReadError, match="Reading remote log segment") as failed:
+        RemoteLogSegment(rlm, metadata, TP).read_bytes(0, 100)
+    assert failed.value.errno == 2
