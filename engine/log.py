@@ -34,7 +34,7 @@ import logging
 import os
 import struct
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from engine import retention
 from engine.clock import SYSTEM_CLOCK, Clock
@@ -70,6 +70,17 @@ if TYPE_CHECKING:
 
     from engine.config import LogConfig
     from engine.topic import TopicPartition
+
+
+class RemoteSegments(Protocol):
+    """What a Log asks of its copies in remote storage (engine.remote.remote_segment.RemoteLogReader)."""
+
+    def segments_map(self, local: SortedDict, log_start: int) -> SortedDict:
+        """The remote segments below the first of ``local``, then ``local``."""
+
+    def highest_copied_offset(self) -> int:
+        """The last offset held by a finished copy, -1 when none."""
+
 
 __all__ = ["CLIENT_RECORD_DELETION", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "LEADER_LOG_START_OFFSET",
            "MAX_TIMESTAMP", "SEGMENT_DELETION", "AppendObserver", "AppendOrigin", "Log", "LogAppendInfo",
@@ -139,6 +150,10 @@ class Log:
         #: the aborted-transaction walk of a read_committed log, made on first use
         #: (engine.transactions.read_committed_state, under its lock)
         self.transaction_state: TransactionState | None = None
+        #: tiered storage (KIP-405): the copies of this partition in the mount's remote storage, set by
+        #: the LogManager when it has one; readers see them below the local log start (reader_segments),
+        #: and local retention deletes only what they hold
+        self.remote_log_reader: RemoteSegments | None = None
 
     # ----------------------------------------------------------- loading
     @classmethod
@@ -207,6 +222,24 @@ class Log:
     def segments(self) -> SortedDict:
         """The current segment map: never mutated after publication, so safe to walk without a lock."""
         return self.local_log.segments
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """Kafka's ``localLogStartOffset``: the first offset held by a local segment (the log start when the
+        local segments hold it: always, unless tiered storage's local retention deleted copied segments)."""
+        segments = self.local_log.segments
+        first = segments.peekitem(0)[0] if segments else self._log_start_offset
+        return max(first, self._log_start_offset)
+
+    def reader_segments(self) -> SortedDict:
+        """The segments readers see: the remote log segments below the local log start (tiered storage),
+        then the local ones; ``segments`` itself when there are no remote ones to add.  Never mutated; the
+        same object while nothing changed (views compare maps by identity)."""
+        local = self.local_log.segments
+        reader = self.remote_log_reader
+        if reader is None or not local or self._log_start_offset >= local.peekitem(0)[0]:
+            return local
+        return reader.segments_map(local, self._log_start_offset)
 
     @property
     def active_segment(self) -> LogSegment:
@@ -602,9 +635,11 @@ class Log:
         return LogOffsetMetadata(offset, segment.base_offset, position)
 
     def read_records(self, start_offset: int, max_records: int = 1 << 62) -> list[Record]:
-        """Decoded records from ``start_offset`` (CRC-checked), at most ``max_records``, control records skipped."""
+        """Decoded records from ``start_offset`` (CRC-checked), at most ``max_records``, control records skipped.
+
+        Below the local log start they come from the remote log segments (tiered storage)."""
         end = self.local_log.log_end_offset_metadata
-        segments = self.local_log.segments
+        segments = self.reader_segments()
         log_start = self._log_start_offset
         self._check_offset_in_range(start_offset, log_start, end.message_offset)
         out: list[Record] = []
@@ -659,7 +694,7 @@ class Log:
         if timestamp < 0:
             raise InvalidRequestError(f"Invalid timestamp {timestamp} for a ListOffsets lookup")
         start = self._log_start_offset
-        for segment in segments:
+        for segment in self.reader_segments().values():     # below the local log start: remote segments
             if segment.largest_timestamp >= timestamp:
                 found = segment.find_offset_by_timestamp(timestamp, start)
                 if found is not None:
@@ -753,14 +788,90 @@ class Log:
 
     # --------------------------------------------------------- retention
     def delete_old_segments(self) -> int:
-        """Retention: segments below the log start offset, then (cleanup.policy=delete) size and time breaches."""
+        """Retention: segments below the log start offset, then (cleanup.policy=delete) size and time breaches.
+
+        With tiered storage (a ``remote_log_reader`` and ``remote.storage.enable``), ``retention.*`` bound
+        the whole log, remote segments included: a breach moves the log start offset (the copies below it
+        are deleted by the RemoteLogManager's next round); then ``local.retention.*`` delete local segments
+        whose copy is finished, moving only the local log start (Kafka's ``deleteOldSegments`` of a tiered
+        log).
+        """
         self.local_log.check_writable("delete old segments of")
         with self.lock:
             self.local_log.check_open()
             total = self._delete_log_start_offset_breached_segments()
             if self.config.delete:
-                total += self._delete_retention_size_breached_segments()
-                total += self._delete_retention_ms_breached_segments()
+                if self._tiered():
+                    total += self._delete_tiered_retention_breaches()
+                else:
+                    total += self._delete_retention_size_breached_segments()
+                    total += self._delete_retention_ms_breached_segments()
+        return total
+
+    def _tiered(self) -> bool:
+        return self.remote_log_reader is not None and self.config.remote_storage_enable
+
+    def _delete_tiered_retention_breaches(self) -> int:
+        """Total retention over remote and local segments, then local retention of the copied ones."""
+        reader = self.remote_log_reader
+        assert reader is not None
+        config = self.config
+        segments = list(self.reader_segments().values())
+        total = 0
+        now = self.clock.milliseconds()
+        predicates = []
+        if config.retention_bytes >= 0:
+            size = sum(s.size for s in segments)
+            if size >= config.retention_bytes:
+                predicates.append((retention.retention_size_breached(size, config.retention_bytes),
+                                   f"retention size in bytes {config.retention_bytes} breach"))
+        if config.retention_ms >= 0:
+            predicates.append((retention.retention_ms_breached(now, config.retention_ms),
+                               f"retention time {config.retention_ms}ms breach"))
+        for predicate, reason in predicates:
+            segments = list(self.reader_segments().values())
+            deletable = retention.deletable_segments(segments, predicate, self.log_end_offset)
+            if not deletable:
+                continue
+            next_base = (segments[len(deletable)].base_offset if len(deletable) < len(segments)
+                         else self.log_end_offset)
+            if deletable[-1] is self.active_segment:
+                continue        # the whole log is due: left to the local path, which rolls first
+            logger.info(self._prefix + "Moving the log start offset to %d due to %s (tiered storage: %d "
+                        "segments, remote and local)", next_base, reason, len(deletable))
+            if self._increment_log_start_offset(next_base, SEGMENT_DELETION):
+                total += len(deletable)
+                total += self._delete_log_start_offset_breached_segments()
+        # local retention: only segments whose copy is finished (their last offset at or below the
+        # highest offset copied) may go; the log start stays, the local log start moves
+        highest = reader.highest_copied_offset()
+        local_bytes, local_ms = config.effective_local_retention_bytes, config.effective_local_retention_ms
+        local_predicates = []
+        if local_bytes >= 0:
+            local_size = self.size
+            if local_size >= local_bytes:
+                local_predicates.append((retention.retention_size_breached(local_size, local_bytes),
+                                         f"local retention size in bytes {local_bytes} breach"))
+        if local_ms >= 0:
+            local_predicates.append((retention.retention_ms_breached(now, local_ms),
+                                     f"local retention time {local_ms}ms breach"))
+        for predicate, reason in local_predicates:
+            def copied(segment: LogSegment, next_segment: LogSegment | None,
+                       predicate: retention.SegmentPredicate = predicate) -> bool:
+                return segment.next_offset - 1 <= highest and predicate(segment, next_segment)
+            deletable = retention.deletable_segments(list(self.local_log.segments.values()), copied,
+                                                     self.log_end_offset)
+            if not deletable or len(deletable) == len(self.local_log.segments):
+                continue
+            logger.info(self._prefix + "Deleting local segments with base offsets [%s] due to %s: their "
+                        "copies in remote storage serve them (local log start offset %d)",
+                        ",".join(str(s.base_offset) for s in deletable), reason, deletable[-1].next_offset)
+            if self.before_log_start_offset_moves is not None:
+                # the log start stays, now below the first local segment: checkpointed before that is so,
+                # or a crash would restart the log at its first local segment
+                self.before_log_start_offset_moves(self, self._log_start_offset)
+            self.local_log.remove_and_delete_segments(deletable)
+            total += len(deletable)
         return total
 
     def _delete_log_start_offset_breached_segments(self) -> int:

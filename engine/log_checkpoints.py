@@ -88,7 +88,8 @@ class LogDirCheckpoints:
             if planned is not None:
                 log, offset = planned
                 first_base = next(iter(log.segments.keys()), 0)
-                if offset > first_base and offset > offsets.get(log.topic_partition, -1):
+                tiered = log.remote_log_reader is not None       # its start may be below its first segment
+                if (offset > first_base or tiered) and offset > offsets.get(log.topic_partition, -1):
                     offsets[log.topic_partition] = offset
             try:
                 OffsetCheckpointFile(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)).write(offsets)
@@ -176,11 +177,13 @@ def _mentions(path: str, tp: TopicPartition) -> bool:
 
 
 def moved_log_start_offsets(logs: Iterable[Log]) -> dict[TopicPartition, int]:
-    """Log start offsets above the first segment's base offset (the only ones Kafka checkpoints)."""
+    """Log start offsets that differ from the first segment's base offset (the only ones Kafka checkpoints):
+    above it (retention, DeleteRecords), or below it (tiered storage deleted local segments whose copies
+    hold the offsets from the log start on)."""
     offsets = {}
     for log in logs:
         segments = log.segments
         first_base = next(iter(segments.keys())) if len(segments) else 0
-        if log.log_start_offset > first_base:
+        if log.log_start_offset != first_base or log.remote_log_reader is not None:
             offsets[log.topic_partition] = log.log_start_offset
     return offsets

@@ -170,7 +170,9 @@ class LogLoader:
     * ``segments`` is not empty, ordered by base offset, and the last one is the
       active segment; no two segments overlap in offsets.
     * ``log_start_offset <= log_end_offset`` and the log start lies in (or at
-      the end of) the first segment; ``recovery_point <= log_end_offset``.
+      the end of) the first segment, or below it for a topic with
+      ``remote.storage.enable`` (tiered storage deleted local segments whose
+      copies serve the offsets below); ``recovery_point <= log_end_offset``.
     * Every segment at or after the recovery point was recovered (validated
       batch by batch, torn tail dropped, indexes rebuilt) unless the shutdown
       was clean, in which case only the active segment's tail is validated.
@@ -267,6 +269,9 @@ class LogLoader:
         if not self.read_only:
             self._remove_orphaned_view_index_files(files)
         log_start = max(self.log_start_offset_checkpoint, self.segments.peekitem(0)[0])
+        if self.config.remote_storage_enable and self.log_start_offset_checkpoint < log_start:
+            # tiered storage: local retention deleted copied segments, the log starts in remote storage
+            log_start = self.log_start_offset_checkpoint
         logger.info(self._prefix + "Loading producer state till offset %d with message format version 2",
                     log_end)
         return LoadedLog(self.segments, log_start, recovery_point, log_end, self.pending)

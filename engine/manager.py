@@ -274,6 +274,13 @@ class LogManager:
         tiered = sorted(t for t, c in self._topic_configs.items() if c.remote_storage_enable)
         storage, self._remote_storage = self._remote_storage, None
         if storage is None:
+            remote_only = sorted({str(log.topic_partition) for log in self._logs.values()
+                                  if log.log_start_offset < log.local_log_start_offset})
+            if remote_only:
+                raise StorageError(
+                    f"Partitions {', '.join(remote_only)} hold records only in remote storage (tiered storage "
+                    "deleted their local copies): mount with remote.log.storage.system.enable=true and the "
+                    "rsm.config.* settings of their store (docs/tiering.md)")
             if tiered:
                 logger.warning("Topics %s have remote.storage.enable=true, but the mount has no remote storage "
                                "(remote.log.storage.system.enable): their segments are not copied", ", ".join(tiered))
@@ -285,6 +292,8 @@ class LogManager:
         self.remote_log_manager = open_remote_log_manager(
             storage, self.log_dirs, cache_max_bytes=self._remote_cache[0], chunk_bytes=self._remote_cache[1],
             clock=self.clock)
+        for log in self._logs.values():
+            self._attach_remote_log_reader(log)
         logger.info("Tiered storage on: remote log segments in %s%s", storage.uri,
                     f", topics {', '.join(tiered)} copied" if tiered else "")
 
@@ -424,7 +433,20 @@ class LogManager:
                 overrides.pop(name, None)
             else:
                 overrides[name] = value
-        self.default_config.with_overrides(overrides).check_remote_storage(self.remote_log_manager is not None)
+        combined = self.default_config.with_overrides(overrides)
+        combined.check_remote_storage(self.remote_log_manager is not None)
+        if not combined.remote_storage_enable and self._logs.has_topic(topic):
+            self._check_no_remote_only_records(topic)
+
+    def _check_no_remote_only_records(self, topic: str) -> None:
+        """InvalidConfigError when a partition of ``topic`` holds records only in remote storage: turning
+        remote.storage.enable off would drop them (Kafka asks for remote.log.delete.on.disable instead)."""
+        for p, log in sorted(self._logs.logs_of(topic).items()):
+            if log.log_start_offset < log.local_log_start_offset:
+                raise InvalidConfigError(
+                    f"Invalid value false for configuration remote.storage.enable: partition {p} of {topic} holds "
+                    f"offsets {log.log_start_offset} to {log.local_log_start_offset - 1} only in remote storage; "
+                    f"delete them first (write 'before {log.local_log_start_offset}' to {topic}/{p}/delete)")
 
     def alter_topic_config(self, topic: str, updates: Mapping[str, str | None]) -> LogConfig:
         """Set (value) or remove (None) overrides: all validated before anything changes."""
@@ -443,6 +465,8 @@ class LogManager:
             config = self.default_config.with_overrides(overrides)
             _check_internal_topic_config(topic, config)
             config.check_remote_storage(self.remote_log_manager is not None)
+            if not config.remote_storage_enable:
+                self._check_no_remote_only_records(topic)
             all_overrides = dict(self._overrides)
             all_overrides[topic] = overrides
             self._write_topic_configs(all_overrides)
@@ -646,6 +670,7 @@ class LogManager:
             raise
         log.before_log_start_offset_moves = self._checkpoint_moving_log_start_offset
         log.read_isolation = self.read_isolation
+        self._attach_remote_log_reader(log)
         self._logs.put(tp, log)
         logger.info("Created log for partition %s in %s with topic ID %s and properties %s", tp, path, topic_id,
                     self._overrides.get(tp.topic, {}))
@@ -879,6 +904,15 @@ class LogManager:
         _raise_failures("retention", failures, done=f"{total} segments deleted")
         logger.debug("Log cleanup completed. %d files deleted in %.3f seconds", total, time.monotonic() - started)
         return total
+
+    def _attach_remote_log_reader(self, log: Log) -> None:
+        """Give the log its RemoteLogReader (its copies, read below the local log start) when tiered."""
+        rlm = self.remote_log_manager
+        tiered = self.tiered_partition(log) if rlm is not None else None
+        if rlm is None or tiered is None:
+            return
+        from engine.remote.remote_segment import RemoteLogReader
+        log.remote_log_reader = RemoteLogReader(rlm, tiered.tip, log.topic_partition)
 
     def tiered_partition(self, log: Log) -> TieredPartition | None:
         """The log as tiered storage sees it (its TopicIdPartition); None without a readable topic id."""

@@ -98,6 +98,8 @@ def partition_state(manager: LogManager, log: Log) -> dict[str, Any]:     # Any:
         "partition": tp.partition,
         "dir": log.dir,
         "log_start_offset": log.log_start_offset,
+        # Kafka's localLogStartOffset: above the log start once tiered storage deleted copied segments
+        "local_log_start_offset": log.local_log_start_offset,
         "log_end_offset": log.log_end_offset,
         "recovery_point": log.recovery_point,
         "size_bytes": sum(seg.size for seg in segments.values()),
@@ -158,7 +160,8 @@ def stats_json(manager: LogManager, stats: MountStats) -> bytes:
         topic = topics.setdefault(tp.topic, {"partitions": {}, "size_bytes": 0, "records": 0})
         size = lg.size
         topic["partitions"][str(tp.partition)] = {
-            "dir": lg.dir, "log_start_offset": lg.log_start_offset, "log_end_offset": lg.log_end_offset,
+            "dir": lg.dir, "log_start_offset": lg.log_start_offset, "local_log_start_offset": lg.local_log_start_offset,
+            "log_end_offset": lg.log_end_offset,
             "recovery_point": lg.recovery_point, "size_bytes": size, "num_segments": lg.num_segments,
             "pending_deletion": {"segments": lg.pending_deletion_segments, "bytes": lg.pending_deletion_bytes},
         }

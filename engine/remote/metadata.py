@@ -162,6 +162,8 @@ class RemoteLogMetadataManager:
         self._log = log
         self._lock = threading.Lock()
         self._cache = RemoteLogMetadataCache()
+        #: grows with every event recorded (readers that cache what they derived from the state compare it)
+        self.generation = 0
         self._replay()
 
     def _replay(self) -> None:
@@ -194,6 +196,7 @@ class RemoteLogMetadataManager:
             self._log.append_values([metadata.to_event()], [str(sid.topic_id_partition).encode()])
             self._log.flush()
             self._cache.apply(metadata)
+            self.generation += 1
 
     def update_state(self, segment_id: RemoteLogSegmentId, state: RemoteLogSegmentState,
                      event_timestamp: int) -> RemoteLogSegmentMetadata:

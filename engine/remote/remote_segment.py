@@ -1,14 +1,14 @@
 """A remote log segment as readers see a local one: the read-only :class:`RemoteLogSegment`.
 
-NOT WIRED INTO THE MOUNT YET (issue 37, reads below the local log start): the
-views (engine.views) read a log's :class:`~engine.segment.LogSegment` objects
-through a handful of members; a :class:`RemoteLogSegment` has those members
-over a finished copy, its bytes read through the RemoteLogManager's chunk cache
-(engine.remote.chunk_cache), so the same rendering code serves records that are
-only in the store.  What is missing is the log's side: segments below the
-local log start offered to the views (``LogView`` takes ``log.segments``), the
-offset and time lookups (``offset/N``, ``since/T``) over copies, and local
-retention.
+The views (engine.views) read a log's :class:`~engine.segment.LogSegment`
+objects through a handful of members; a :class:`RemoteLogSegment` has those
+members over a finished copy, its bytes read through the RemoteLogManager's
+chunk cache (engine.remote.chunk_cache), so the same rendering code serves
+records that are only in the store.  :class:`RemoteLogReader` is a log's view
+of its copies (``Log.remote_log_reader``): ``Log.reader_segments`` puts the
+copies below the local log start in front of the local segments for every
+reader.  The raw ``segments/`` files and the Spark source read local segment
+files only.
 
 A copy never changes once COPY_SEGMENT_FINISHED (a copy is of a closed
 segment, and a deletion removes it whole), so every size here is final.  A
@@ -18,15 +18,20 @@ a local segment deleted under a released view does.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import StorageError
+from sortedcontainers import SortedDict
+
+from engine import records as _records
+from engine.errors import CorruptRecordError, StorageError
 from engine.records.reader import read_batches, read_headers
-from engine.remote.storage import LOG_SUFFIX, RemoteStorageError
+from engine.remote.storage import LOG_SUFFIX, RemoteStorageError, TopicIdPartition
+from engine.segment import LogOffsetPosition
 
 if TYPE_CHECKING:
-    from engine.records import BatchHeader
+    from engine.records import BatchHeader, Record
     from engine.remote.metadata import RemoteLogSegmentMetadata
     from engine.remote.remote_log_manager import RemoteLogManager
     from engine.topic import TopicPartition
@@ -105,3 +110,87 @@ class RemoteLogSegment:
             if header.last_offset >= offset:
                 return position, header
         return None
+
+    def translate_offset(self, offset: int, starting_position: int = 0) -> LogOffsetPosition | None:
+        """LogSegment.translate_offset over the copy: its offset index, then a walk of headers."""
+        found = self.first_batch_at_or_after(offset)
+        if found is None:
+            return None
+        position, header = found
+        return LogOffsetPosition(header.last_offset, position, header.size)
+
+    def validate_and_decode(self, buf: Any, off: int, header: BatchHeader, position: int) -> list[Record]:
+        """CRC-check then decode one batch; CorruptRecordError names the object and position."""
+        try:
+            _records.validate_batch(buf, off)
+            return _records.decode_batch(buf, off, header)
+        except CorruptRecordError as exc:
+            raise exc.at(self.log_path, position) from None
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record with timestamp >= ``timestamp`` and offset >= start.
+
+        A walk of the copy from the indexed batch at ``starting_offset`` (its
+        time index is not fetched: a copy is only walked when its largest
+        timestamp says the record is in it).
+        """
+        start = self.position_of(max(starting_offset, self.base_offset))
+        for pos, header, buf, off in self.batches_with_bytes(start):
+            if header.max_timestamp >= timestamp and header.next_offset > starting_offset:
+                for record in self.validate_and_decode(buf, off, header, pos):
+                    if record.timestamp >= timestamp and record.offset >= starting_offset:
+                        return record.timestamp, record.offset
+        return None
+
+
+class RemoteLogReader:
+    """The remote log segments of one partition as readers see them (``Log.remote_log_reader``).
+
+    ``segments_map`` merges the finished copies below the local log start
+    with the log's local segments into one map of base offset -> segment, the
+    same object while neither side changed (views compare maps by identity),
+    and one :class:`RemoteLogSegment` per copy, so the view index a view built
+    over it is kept for the next view.
+    """
+
+    def __init__(self, rlm: RemoteLogManager, tip: TopicIdPartition, topic_partition: TopicPartition) -> None:
+        self.rlm = rlm
+        self.tip = tip
+        self.topic_partition = topic_partition
+        self._lock = threading.Lock()
+        self._segments: dict[str, RemoteLogSegment] = {}
+        self._merged: tuple[object, int, int, SortedDict] | None = None
+
+    def highest_copied_offset(self) -> int:
+        return self.rlm.metadata.highest_copied_offset(self.tip)
+
+    def remote_segments(self, log_start: int, local_start: int) -> list[RemoteLogSegment]:
+        """The finished copies holding offsets in [log_start, local_start), by offset."""
+        with self._lock:
+            wanted = [m for m in self.rlm.metadata.copied_segments(self.tip)
+                      if m.end_offset >= log_start and m.end_offset < local_start]
+            live = {m.segment_id.id for m in wanted}
+            for gone in [i for i in self._segments if i not in live]:
+                del self._segments[gone]
+            out = []
+            for metadata in wanted:
+                segment = self._segments.get(metadata.segment_id.id)
+                if segment is None:
+                    segment = self._segments[metadata.segment_id.id] = RemoteLogSegment(
+                        self.rlm, metadata, self.topic_partition)
+                out.append(segment)
+            return out
+
+    def segments_map(self, local: SortedDict, log_start: int) -> SortedDict:
+        """The remote segments below the first local one, then ``local`` (``local`` itself when none)."""
+        local_start = local.peekitem(0)[0] if local else log_start
+        if log_start >= local_start:
+            return local
+        generation = self.rlm.metadata.generation
+        merged = self._merged
+        if merged is not None and merged[0] is local and merged[1] == generation and merged[2] == log_start:
+            return merged[3]
+        result = SortedDict({s.base_offset: s for s in self.remote_segments(log_start, local_start)})
+        result.update(local)
+        self._merged = (local, generation, log_start, result)
+        return result

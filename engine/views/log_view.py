@@ -140,7 +140,7 @@ class LogView:
             self._slots = [_Slot(segment, 0, 0)]
             self._slots[0].skip = self._size_before(segment, start)
             return
-        segments = log.segments
+        segments = log.reader_segments()     # remote log segments below the local log start too
         log_start = log.log_start_offset
         if start_offset is None:
             start_offset = log_start
@@ -238,7 +238,7 @@ class LogView:
         last = self._slots[-1]
         last_segment = last.segment()
         log = self.log
-        segments = log.segments
+        segments = log.reader_segments()
         active = segments.peekitem(-1)[1]
         if last_segment is None or last_segment is active or not self._rendered_whole(last):
             return
@@ -523,7 +523,7 @@ class LogView:
         reader may read starts.
         """
         with self._lock:
-            segments = self.log.segments
+            segments = self.log.reader_segments()
             log_start = self.log.log_start_offset
             for slot in self._slots:
                 segment = slot.segment()
@@ -571,7 +571,7 @@ class ViewIdentity:
         self.log = log
         self.start_offset = start_offset
         self._single = segment is not None
-        segments = log.segments
+        segments = log.reader_segments()
         # weakly: the map is replaced at every change and holds its segments,
         # deleted ones included, which must not stay open because of a name
         self._seen = weakref.ref(segments)
@@ -593,7 +593,7 @@ class ViewIdentity:
         if log.log_start_offset > self.start_offset:
             self._current = False
             return False
-        segments = log.segments
+        segments = log.reader_segments()
         if segments is self._seen():
             return True
         for base, ref in self._covered:

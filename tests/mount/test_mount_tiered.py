@@ -2,9 +2,8 @@
 
 Driven with real file I/O (``echo >> config``, ``cat >> append``, ``cat
 records``, ``rmdir``); the store is a ``weed mini`` this module starts, and
-the objects are checked through boto3 against it. Reads below the local log
-start are not served yet (local segments are never deleted by tiering), so
-every record read here is local.
+the objects are checked through boto3 against it. With local retention, the
+records below the local log start are read from the store through every view.
 """
 
 from __future__ import annotations
@@ -246,5 +245,62 @@ def test_copies_back_off_while_the_store_is_down_and_resume_when_it_returns(logf
         closed = _closed_segments(state)
         assert state["remote_storage"]["segments"] == len(closed)
         assert len([k for k in _objects(server, "outage") if k.endswith(".log")]) == len(closed)   # no orphan
+    finally:
+        server.stop()
+
+
+def test_local_retention_keeps_the_disk_bounded_and_every_view_reads_below_the_local_start_from_s3(
+        logfs_mount, tmp_path: Path):
+    server = SeaweedFS(tmp_path / "own-weed").start()
+    try:
+        options = _tiered_options(server, "local", **{"rsm.config.fetch.chunk.cache.size": "8192",
+                                                      "rsm.config.chunk.size": "4096"})
+        mount = logfs_mount(options)
+        mount.sh("mkdir t && printf 'remote.storage.enable=true\\nlocal.retention.bytes=12000\\n' >> t/config")
+        _append(mount, 0, 2000, tmp_path)
+        expected = b"".join(line[:-1] + b"\n" for line in _lines(0, 2000).splitlines(keepends=True))
+
+        def trimmed() -> dict | None:
+            state = _state(mount)
+            local = sum(s["size_bytes"] for s in state["segments"])
+            return state if state["local_log_start_offset"] > 1000 and local <= 12000 + 2 * 4096 else None
+
+        state = wait_for(trimmed, "local segments deleted down to local.retention.bytes once copied")
+        assert state["log_start_offset"] == 0
+        local_start = state["local_log_start_offset"]
+        assert state["remote_storage"]["highest_offset_copied"] >= local_start - 1
+        local_files = sorted(p.name for p in mount.partition_dir("t", 0).glob("*.log"))
+        assert len(local_files) == len(state["segments"]) and local_files[0] == "%020d.log" % local_start
+
+        def every_view() -> None:
+            assert (mount / "t/0/records").read_bytes() == expected
+            rows = (mount / "t/0/records.jsonl").read_bytes().splitlines()
+            assert len(rows) == 2000 and json.loads(rows[5])["offset"] == 5
+            assert (mount / "t/0/offset/5").read_bytes() == _lines(5, 6)
+            assert (mount / f"t/0/from/{local_start - 10}").read_bytes() == \
+                b"".join(expected.splitlines(keepends=True)[local_start - 10:])
+            assert (mount / "t/0/since/0").read_bytes() == expected
+            assert mount.sh("head -c 100 t/0/records").stdout == expected[:100]
+
+        every_view()
+        assert (mount / "t/0/consume/g1").read_bytes() == expected      # a new group starts at the log start
+        assert (mount / "t/groups/g1").read_text().split()[:2] == ["0", "2000"]
+        metrics = (mount / ".logfs/metrics").read_text()
+        fetched = re.search(r"^logfs_remote_fetch_bytes_total (\S+)$", metrics, re.M)
+        assert fetched and float(fetched.group(1)) > 0
+        # kill -9, then a new mount of the same data dir: the log still starts at 0, below the local segments
+        mount.kill()
+        mount.start()
+        state = _state(mount)
+        assert state["log_start_offset"] == 0 and state["local_log_start_offset"] >= local_start
+        every_view()
+        # the store down: local records read on, a remote read fails with an errno within the bound
+        server.kill()
+        assert (mount / "t/0/offset/1999").read_bytes() == _lines(1999, 2000)
+        started = time.monotonic()
+        failed = mount.sh("cat t/0/offset/3", check=False)
+        assert failed.returncode != 0 and failed.stderr, failed
+        assert time.monotonic() - started < 30
+        assert re.search(r"t/0/offset/3 ETIMEDOUT .*remote log segment 0 of t-0", _errors(mount)), _errors(mount)
     finally:
         server.stop()

@@ -269,3 +269,78 @@ def test_a_remote_log_segment_renders_in_a_view_exactly_as_its_local_segment(man
     with pytest.raises(RemoteReadError, match="Reading remote log segment") as failed:
         RemoteLogSegment(rlm, metadata, TP).read_bytes(0, 100)
     assert failed.value.errno == 2
+
+
+# ------------------------------------------------------------------ local retention and reads below the local start
+
+def _expected_text(lines: int, first: int = 0) -> bytes:
+    return b"".join(b"line-%06d-%s\n" % (i, b"x" * 40) for i in range(first, lines))
+
+
+def test_local_retention_deletes_only_copied_segments_and_reads_below_the_local_start_come_from_the_store(
+        tmp_path: Path):
+    from engine.views.log_view import LogView, ViewFormat, record_at
+
+    manager = _manager(tmp_path)
+    try:
+        manager.create_topic("t", 1, {"remote.storage.enable": "true", "local.retention.bytes": "12000"})
+        _fill(manager, 1200)
+        log = manager.get_log(TP)
+        assert log is not None
+        local_before = len(log.segments)
+        assert manager.cleanup_logs() == 0                    # nothing copied yet: nothing local goes
+        assert len(log.segments) == local_before
+        manager.copy_to_remote_storage()
+        assert manager.cleanup_logs() > 0
+        assert log.log_start_offset == 0 < log.local_log_start_offset
+        # the log start is checkpointed before the first local segment moves above it (a crash keeps it)
+        checkpoint = (tmp_path / "data" / "log-start-offset-checkpoint").read_text().split("\n")
+        assert "t 0 0" in checkpoint, checkpoint
+        assert sum(s.size for s in log.segments.values()) <= 12000 + 4096      # as retention.bytes: within a segment
+        local_start = log.local_log_start_offset
+        # every view, from the log start: the remote segments, then the local ones
+        text = LogView(log, ViewFormat.TEXT)
+        assert text.read(0, text.size()) == _expected_text(1200)
+        jsonl = LogView(log, ViewFormat.JSONL)
+        rows = jsonl.read(0, jsonl.size()).splitlines()
+        assert len(rows) == 1200 and b'"offset":0,' in rows[0] and b'"offset":1199,' in rows[-1]
+        below = LogView(log, ViewFormat.TEXT, local_start - 30)
+        assert below.read(0, below.size()) == _expected_text(1200, local_start - 30)
+        assert record_at(log, 7).value == b"line-000007-" + b"x" * 40
+        assert [r.offset for r in log.read_records(5, 3)] == [5, 6, 7]
+        assert log.fetch_offset_by_timestamp(0) == (0, log.read_records(0, 1)[0].timestamp)
+        # turning tiering off would drop what only the store holds
+        with pytest.raises(InvalidConfigError, match="only in remote storage"):
+            manager.alter_topic_config("t", {"remote.storage.enable": "false"})
+    finally:
+        manager.shutdown()
+    # a restart keeps the log start below the local segments (checkpointed) and reads on from the store
+    manager = _manager(tmp_path)
+    try:
+        log = manager.get_log(TP)
+        assert log is not None
+        assert log.log_start_offset == 0 and log.local_log_start_offset == local_start
+        text = LogView(log, ViewFormat.TEXT)
+        assert text.read(0, text.size()) == _expected_text(1200)
+        # retention.bytes bounds the whole log: the log start moves, and the round deletes the copies below
+        rlm = manager.remote_log_manager
+        assert rlm is not None
+        tip = manager.tiered_partition(log).tip               # type: ignore[union-attr]
+        copies = rlm.remote_log_size(tip)[0]
+        manager.alter_topic_config("t", {"retention.bytes": "30000"})
+        manager.cleanup_logs()
+        assert log.log_start_offset > 0
+        manager.copy_to_remote_storage()
+        assert rlm.remote_log_size(tip)[0] < copies
+        assert all(m.end_offset >= log.log_start_offset for m in rlm.metadata.copied_segments(tip))
+        text = LogView(log, ViewFormat.TEXT)
+        assert text.read(0, text.size()) == _expected_text(1200, log.log_start_offset)
+    finally:
+        manager.shutdown()
+    # a mount without remote storage refuses a data dir whose records are partly only in the store, as
+    # does the move to Kafka (naming the partition: nothing is silently left behind)
+    from logfs.to_kafka import inspect
+    with pytest.raises(Exception, match="Partitions t-0 hold records only in remote storage"):
+        inspect([str(tmp_path / "data")])         # the move to Kafka: nothing is silently left behind
+    with pytest.raises(Exception, match="only in remote storage"):
+        _manager(tmp_path, tiered=False)
