@@ -22,7 +22,7 @@ from engine.records import (
     validate_batch,
 )
 from engine.records.reader import read_chunks
-from logfs.spark.mount_client import partition_state, skip_deleted
+from logfs.spark.mount_client import partition_state, readable_start, skip_deleted
 from logfs.spark.read_jsonl import read_range_jsonl
 
 if TYPE_CHECKING:  # pragma: no cover - imported lazily where used
@@ -181,7 +181,7 @@ class SegmentRangeReader:
     def _list_segments(self) -> list[int]:
         """Base offsets of the segments now; applies failOnDataLoss to the log start offset."""
         state = partition_state(self.opts.mount, self.topic, self.partition)
-        log_start = int(state["log_start_offset"])
+        log_start = readable_start(state, self._name)
         if self.next_offset < log_start:
             self.next_offset = skip_deleted(self.opts.fail_on_data_loss, self._name, self.next_offset,
                                             log_start, int(state["log_end_offset"]))

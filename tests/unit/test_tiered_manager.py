@@ -344,3 +344,24 @@ def test_local_retention_deletes_only_copied_segments_and_reads_below_the_local_
         inspect([str(tmp_path / "data")])         # the move to Kafka: nothing is silently left behind
     with pytest.raises(Exception, match="only in remote storage"):
         _manager(tmp_path, tiered=False)
+
+
+def test_the_spark_source_reads_from_the_local_log_start_and_says_why(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture):
+    """The logfs Spark source reads segment files: records only in the store count as deleted, never silently."""
+    import json as _json
+
+    from engine.errors import OffsetOutOfRangeError
+    from logfs.spark.mount_client import offset_bounds, skip_deleted
+
+    part = tmp_path / "mnt" / "t" / "0"
+    part.mkdir(parents=True)
+    (part / "state").write_text(_json.dumps({"log_start_offset": 0, "local_log_start_offset": 700,
+                                             "log_end_offset": 1200, "segments": []}))
+    with caplog.at_level(logging.WARNING, logger="logfs.spark"):
+        assert offset_bounds(str(tmp_path / "mnt"), "t", 0) == (700, 1200)
+        assert offset_bounds(str(tmp_path / "mnt"), "t", 0) == (700, 1200)
+    warned = [r.getMessage() for r in caplog.records if "only in tiered storage" in r.getMessage()]
+    assert len(warned) == 1 and "Offsets 0 to 699 of t-0" in warned[0]
+    with pytest.raises(OffsetOutOfRangeError):
+        skip_deleted(True, "t-0", 0, 700, 1200)
