@@ -106,6 +106,9 @@ class TransactionalLog(Protocol):
     @property
     def segments(self) -> SortedDict: ...
 
+    def reader_segments(self) -> SortedDict:
+        """The segments readers see (tiered storage's remote ones below the local log start too)."""
+
     @property
     def log_end_offset(self) -> int: ...
 
@@ -181,7 +184,7 @@ class TransactionState:
         log = self._log()
         if log is None:
             return
-        segments = log.segments
+        segments = log.reader_segments()        # the transactions of remote log segments too (tiered storage)
         values = segments.values()
         first = max(segments.bisect_right(self._next_offset) - 1, 0)
         current = self._segment() if self._segment is not None else None

@@ -365,3 +365,44 @@ def test_the_spark_source_reads_from_the_local_log_start_and_says_why(tmp_path: 
     assert len(warned) == 1 and "Offsets 0 to 699 of t-0" in warned[0]
     with pytest.raises(OffsetOutOfRangeError):
         skip_deleted(True, "t-0", 0, 700, 1200)
+
+
+def test_read_committed_views_hide_aborted_transactions_held_only_in_remote_storage(tmp_path: Path):
+    """The aborted-transaction walk reads the remote log segments too: an aborted batch copied and deleted
+    locally stays hidden."""
+    import json as _json
+    import struct
+
+    from engine.views.log_view import LogView, ViewFormat
+    from tests.unit.test_transactions import ABORT, _batch
+
+    config = BrokerConfig.from_props({"log.dirs": str(tmp_path / "data"), "internal.log.segment.bytes": "4096",
+                                      "remote.log.storage.system.enable": "true",
+                                      "isolation.level": "read_committed"})
+    (tmp_path / "store").mkdir()
+    manager = LogManager(config, clock=ManualClock(1_700_000_000_000),
+                         remote_storage=open_remote_storage({"rsm.config.uri": f"file://{tmp_path / 'store'}"}),
+                         remote_cache_bytes=1 << 20, remote_chunk_bytes=4096)
+    manager.startup()
+    try:
+        manager.create_topic("t", 1, {"remote.storage.enable": "true", "local.retention.bytes": "8000"})
+        log = manager.get_log(TP)
+        assert log is not None
+        visible: list[int] = []
+        log.append_as_follower(_batch(0, [b"aborted-%d" % i for i in range(5)], producer_id=7, transactional=True))
+        log.append_as_follower(_batch(5, [], producer_id=7, transactional=True,
+                                      control=struct.pack(">hh", 0, ABORT)))
+        offset = 6
+        while offset < 1500:
+            log.append_as_follower(_batch(offset, [b"plain-%06d-%s" % (offset + i, b"y" * 40) for i in range(10)]))
+            visible += range(offset, offset + 10)
+            offset += 10
+        log.flush()
+        manager.copy_to_remote_storage()
+        manager.cleanup_logs()
+        assert log.local_log_start_offset > 100 and log.log_start_offset == 0
+        log.transaction_state = None                  # walked afresh: only the store holds the marker now
+        view = LogView(log, ViewFormat.JSONL)
+        assert [_json.loads(line)["offset"] for line in view.read(0, view.size()).splitlines()] == visible
+    finally:
+        manager.shutdown()
