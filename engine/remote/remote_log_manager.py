@@ -48,6 +48,7 @@ metadata log ``__remote_log_metadata-0`` and the chunk cache ``chunk-cache``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -94,6 +95,8 @@ MAX_BACKOFF_MS = 30_000
 METADATA_LOG_DIR = "__remote_log_metadata-0"
 #: the chunk cache's directory, in REMOTE_LOG_DIR
 CHUNK_CACHE_DIR = "chunk-cache"
+#: the persisted view indexes of copies (engine.views.persisted), in REMOTE_LOG_DIR
+VIEW_INDEX_DIR = "view-index"
 #: the metadata log's segments: a few hundred bytes per event, four events per copy
 _METADATA_LOG_CONFIG = LogConfig(segment_bytes=16 << 20, segment_index_bytes=1 << 20, retention_ms=-1,
                                  compression_type="uncompressed")
@@ -154,6 +157,8 @@ class RemoteLogManager:
         self._cleaned: set[TopicIdPartition] = set()
         #: the metadata log, when this manager opened it (closed with it)
         self._metadata_log: Log | None = None
+        #: where the view indexes of copies are kept (engine.views.persisted); None: not kept
+        self.view_index_root: str | None = None
 
     # ------------------------------------------------------------------ copy
     def copy_log_segments(self, log: Log, tip: TopicIdPartition) -> int:
@@ -234,6 +239,12 @@ class RemoteLogManager:
         self.cache.forget(lambda s: s == segment_id)
         with self._indexes_lock:
             self._indexes.pop(segment_id, None)
+        if self.view_index_root is not None:
+            from engine.views import persisted  # the views' file, kept here for the copy
+            directory = os.path.join(self.view_index_root, segment_id.partition_dir.replace("/", "-"))
+            persisted.remove(directory, segment_id.base_offset)
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)             # the partition's last one (a deleted topic): its dir goes too
         if state is not None:
             self.metadata.update_state(segment_id, DELETE_FINISHED, self.clock.milliseconds())
         self.deleted_segments += 1
@@ -350,6 +361,22 @@ class RemoteLogManager:
                 self._indexes.popitem(last=False)
         return index
 
+    def offset_index(self, segment_id: RemoteLogSegmentId) -> bytes:
+        """The copy's offset index (kept in memory for the last few copies read)."""
+        return self._offset_index(segment_id)
+
+    def view_index_dir(self, segment_id: RemoteLogSegmentId) -> str | None:
+        """The directory of the copy's persisted view index (one per partition); None when none is kept."""
+        if self.view_index_root is None:
+            return None
+        directory = os.path.join(self.view_index_root, segment_id.partition_dir.replace("/", "-"))
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as exc:
+            logger.warning("Cannot keep the view indexes of remote log segments in %s: %s", directory, exc.strerror)
+            return None
+        return directory
+
     def position_of(self, metadata: RemoteLogSegmentMetadata, offset: int) -> int:
         """The position in the copy's ``.log`` of the largest indexed offset at or below ``offset``."""
         index = self._offset_index(metadata.segment_id)
@@ -406,6 +433,7 @@ def open_remote_log_manager(storage: RemoteStorageManager, log_dirs: Sequence[st
         raise
     manager = RemoteLogManager(storage, metadata, cache, clock=clock)
     manager._metadata_log = metadata_log
+    manager.view_index_root = os.path.join(root, VIEW_INDEX_DIR)
     return manager
 
 

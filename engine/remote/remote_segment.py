@@ -51,8 +51,10 @@ class RemoteReadError(StorageError):
 class RemoteLogSegment:
     """The members of :class:`~engine.segment.LogSegment` that views read, over a finished copy."""
 
-    #: never written, never persisted to (engine.views.persisted skips read-only segments)
+    #: never written
     read_only = True
+    #: engine.views.persisted keeps its view index in ``dir`` (when the RemoteLogManager has one)
+    remote = True
 
     def __init__(self, rlm: RemoteLogManager, metadata: RemoteLogSegmentMetadata, topic_partition: TopicPartition,
                  index_interval_bytes: int = 4096) -> None:
@@ -67,8 +69,9 @@ class RemoteLogSegment:
         self.index_interval_bytes = index_interval_bytes
         #: where a reader names the segment (errors): the object's address in the store
         self.log_path = f"{rlm.storage.uri}/{metadata.segment_id.object_name(LOG_SUFFIX)}"
-        #: no local directory holds it; a persisted view index is never looked up there
-        self.dir = rlm.cache.directory
+        #: where its view index is kept (engine.views.persisted); None: nowhere
+        self.dir: str | None = rlm.view_index_dir(metadata.segment_id)
+        self._offset_index: _RemoteOffsetIndex | None = None
         #: the views' slot (engine.views.index.SegmentViews), as on a local segment
         self.sidecar: Any = None
 
@@ -95,6 +98,18 @@ class RemoteLogSegment:
         """Whole batches for decoding: (position, header, buffer, offset of the batch in buffer)."""
         end = self.size if end_position is None else min(end_position, self.size)
         return read_batches(self.read_bytes, start_position, end, _SCAN_CHUNK, path=self.log_path)
+
+    @property
+    def offset_index(self) -> _RemoteOffsetIndex:
+        """The copy's offset index entries (one GET, then the RemoteLogManager's memory): what a persisted
+        view index is bound to."""
+        if self._offset_index is None:
+            try:
+                self._offset_index = _RemoteOffsetIndex(self._rlm.offset_index(self.metadata.segment_id))
+            except RemoteStorageError as exc:
+                raise RemoteReadError(f"Reading the offset index of remote log segment {self.base_offset} of "
+                                      f"{self.topic_partition} failed: {exc}", exc.errno) from exc
+        return self._offset_index
 
     def position_of(self, offset: int) -> int:
         """The position of the indexed batch at or below ``offset`` (the copy's offset index)."""
@@ -141,6 +156,17 @@ class RemoteLogSegment:
                     if record.timestamp >= timestamp and record.offset >= starting_offset:
                         return record.timestamp, record.offset
         return None
+
+
+class _RemoteOffsetIndex:
+    """The members of engine.index.OffsetIndex that engine.views.persisted reads."""
+
+    def __init__(self, data: bytes) -> None:
+        self.entries = len(data) // 8
+        self._data = data[:self.entries * 8]
+
+    def entries_bytes(self) -> bytes:
+        return self._data
 
 
 class RemoteLogReader:

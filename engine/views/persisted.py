@@ -33,6 +33,11 @@ A rejected or missing file costs what it always did: one scan, after which the
 file is written again; one log line names the file and the reason.  No
 ``.log`` byte is read to load a valid file.
 
+A remote log segment's (tiered storage, engine.remote.remote_segment) is kept
+in the data dir's ``remote-log/view-index/<topic>-<topic id>-<partition>/``,
+bound to the copy by its offset index (fetched from the store), so a new
+mount sizes a view of the store's range without fetching the copies.
+
 Kafka never reads it: its loader ignores files of unknown suffixes, and
 ``logfs to-kafka adopt`` removes ``.viewindex`` files from the partitions it
 hands over, so the broker's log dir holds only Kafka's files.
@@ -134,8 +139,15 @@ def _batch_crc(segment: LogSegment, position: int) -> int | None:
     return int(_BATCH_CRC.unpack_from(data, _BATCH_CRC_AT)[0])
 
 
+def _remote(segment: LogSegment) -> bool:
+    """A remote log segment (engine.remote.remote_segment): immutable, its file kept in tiered storage's dir."""
+    return getattr(segment, "remote", False) is True
+
+
 def _persistable(segment: LogSegment) -> bool:
     # Only a segment under its own name: a .cleaned/.swap/.deleted one is in flight.
+    if _remote(segment):
+        return segment.dir is not None
     return not segment.read_only and segment.log_path.endswith(LOG_FILE_SUFFIX)
 
 
@@ -166,7 +178,7 @@ def persist(segment: LogSegment, vi: StoredViewIndex) -> bool:
     if not _persistable(segment) or vi.log_size != segment.size or segment.size == 0:
         return False
     path = view_index_file_path(segment.dir, segment.base_offset)
-    if not os.path.exists(segment.log_path):
+    if not _remote(segment) and not os.path.exists(segment.log_path):
         return False                        # deleted meanwhile
     try:
         write_cache_file(path, encode(segment, vi))
@@ -201,7 +213,7 @@ def load(segment: LogSegment, new_index: Callable[[int, int], _V]) -> _V | None:
     ``new_index(base_offset, index_interval_bytes)`` makes the empty ViewIndex
     the columns are loaded into.
     """
-    if not segment.log_path.endswith(LOG_FILE_SUFFIX) or segment.size == 0:
+    if not segment.log_path.endswith(LOG_FILE_SUFFIX) or segment.size == 0 or segment.dir is None:
         return None
     path = view_index_file_path(segment.dir, segment.base_offset)
     try:

@@ -406,3 +406,43 @@ def test_read_committed_views_hide_aborted_transactions_held_only_in_remote_stor
         assert [_json.loads(line)["offset"] for line in view.read(0, view.size()).splitlines()] == visible
     finally:
         manager.shutdown()
+
+
+def test_the_view_index_of_a_remote_log_segment_is_kept_so_a_new_mount_sizes_views_without_fetching(
+        tmp_path: Path):
+    from engine.views import persisted
+    from engine.views.log_view import LogView, ViewFormat
+
+    manager = _manager(tmp_path)
+    try:
+        manager.create_topic("t", 1, {"remote.storage.enable": "true", "local.retention.bytes": "12000"})
+        _fill(manager, 1200)
+        manager.copy_to_remote_storage()
+        manager.cleanup_logs()
+        log = manager.get_log(TP)
+        assert log is not None and log.local_log_start_offset > 0
+        view = LogView(log, ViewFormat.TEXT)
+        size = view.size()
+        assert view.read(0, size) == _expected_text(1200)
+        kept = sorted((tmp_path / "data" / "remote-log" / "view-index").rglob("*.viewindex"))
+        remote = [s for s in log.reader_segments().values() if getattr(s, "remote", False)]
+        assert len(kept) == len(remote) > 0
+    finally:
+        manager.shutdown()
+    manager = _manager(tmp_path)
+    try:
+        log = manager.get_log(TP)
+        rlm = manager.remote_log_manager
+        assert log is not None and rlm is not None
+        loaded = persisted.counters["loaded"]
+        view = LogView(log, ViewFormat.TEXT)
+        assert view.size() == size
+        assert rlm.cache.fetched_bytes == 0              # sized from the kept indexes: no .log byte fetched
+        assert persisted.counters["loaded"] - loaded >= len(remote)
+        assert view.read(0, size) == _expected_text(1200)
+        # remote retention deletes a copy's kept view index with it
+        manager.delete_records(TP, log.local_log_start_offset)
+        manager.copy_to_remote_storage()
+        assert list((tmp_path / "data" / "remote-log" / "view-index").rglob("*.viewindex")) == []
+    finally:
+        manager.shutdown()
