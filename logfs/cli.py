@@ -123,6 +123,11 @@ def _parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="verify data directories offline (CRCs, indexes, checkpoints)")
     check.add_argument("dirs", nargs="+", metavar="DIR")
+    check.add_argument("--config", metavar="FILE",
+                       help="tiered storage: the rsm.config.* settings of the store, to check the remote log "
+                            "segments' metadata against it (a properties file, as for logfs mount)")
+    check.add_argument("-o", dest="options", action="append", default=[], metavar="NAME=VALUE",
+                       help="tiered storage: an rsm.config.* setting of the store; repeatable")
 
     from logfs.to_kafka import add_parser as add_to_kafka_parser
     add_to_kafka_parser(sub)
@@ -703,8 +708,16 @@ def _dump_log(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     """One line per problem; exit 1 if any."""
+    from engine.errors import LogfsError
+    from engine.remote.check import check_remote_storage
     from engine.tools import check_dirs
     problems = check_dirs(args.dirs, sys.stdout)
+    try:
+        problems += check_remote_storage([os.path.abspath(d) for d in args.dirs], remote_storage_settings(args),
+                                         sys.stdout)
+    except (LogfsError, OSError) as exc:
+        print(f"remote storage: cannot be checked: {exc}", file=sys.stdout)
+        problems += 1
     return 1 if problems else 0
 
 

@@ -249,14 +249,20 @@ class RemoteLogManager:
             self.metadata.update_state(segment_id, DELETE_FINISHED, self.clock.milliseconds())
         self.deleted_segments += 1
 
-    def clean_up_unfinished(self, tip: TopicIdPartition) -> int:
-        """Delete the copies a crash left unfinished and the objects no metadata knows; returns how many."""
+    def finish_unfinished(self, tip: TopicIdPartition) -> int:
+        """Delete the copies the metadata says are unfinished (a crash, or a copy abandoned while the store
+        failed and whose objects could not be deleted then); returns how many."""
         done = 0
         for metadata in self.metadata.unfinished(tip):
             self._delete(metadata.segment_id)
-            logger.info("Deleted the %s copy %s of %s left by a crash", metadata.state.value, metadata.segment_id.id,
-                        tip)
+            logger.info("Deleted the %s copy %s of %s (left by a crash or a failed copy)", metadata.state.value,
+                        metadata.segment_id.id, tip)
             done += 1
+        return done
+
+    def clean_up_unfinished(self, tip: TopicIdPartition) -> int:
+        """Delete the copies a crash left unfinished and the objects no metadata knows; returns how many."""
+        done = self.finish_unfinished(tip)
         known = self.metadata.known_ids(tip)
         for orphan in sorted(self.storage.list_segment_ids(tip) - known):
             self._delete(orphan)
@@ -321,8 +327,11 @@ class RemoteLogManager:
                 done += deleted
         for p in partitions:
             if p.tip not in self._cleaned and (p.remote_storage_enable or p.tip in self.metadata.partitions()):
-                done += self.clean_up_unfinished(p.tip)
+                done += self.clean_up_unfinished(p.tip)       # once per mount: it lists the store
                 self._cleaned.add(p.tip)
+            else:
+                # between two rounds no copy of the partition is under way: what is unfinished was abandoned
+                done += self.finish_unfinished(p.tip)
             deleted = self.delete_remote_segments_below(p.tip, p.log.log_start_offset)
             if deleted:
                 logger.info("Deleted %d remote log segments of %s below its log start offset %d", deleted,

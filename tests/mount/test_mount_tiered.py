@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.conftest import LOGFS, Mount
 from tests.helpers import wait_for
 from tests.jvm import free_port
 from tests.seaweedfs import ACCESS_KEY, BUCKET, SECRET_KEY, SeaweedFS
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-    from pathlib import Path
-
-    from tests.conftest import Mount
 
 pytestmark = pytest.mark.mount
 
@@ -105,7 +102,6 @@ def test_closed_segments_are_copied_to_s3_and_removed_with_the_records_and_the_t
         return None
 
     state = wait_for(copied, "every closed segment copied")
-    assert state is not None
     closed = _closed_segments(state)
     assert len(closed) >= 20
     assert state["remote_storage"]["size_bytes"] == sum(s["size_bytes"] for s in closed)
@@ -114,8 +110,7 @@ def test_closed_segments_are_copied_to_s3_and_removed_with_the_records_and_the_t
     logs = [k for k in objects if k.endswith(".log")]
     assert len(logs) == len(closed)
     topic_dir = {k.split("/")[1] for k in objects}
-    assert len(topic_dir) == 1
-    assert re.fullmatch(r"t-[A-Za-z0-9_-]{22}", topic_dir.pop())
+    assert len(topic_dir) == 1 and re.fullmatch(r"t-[A-Za-z0-9_-]{22}", topic_dir.pop())
     assert sorted(int(k.rsplit("/", 1)[1].split("-")[0]) for k in logs) == [s["base_offset"] for s in closed]
     # a copy is the local segment, byte for byte
     client = _client(weed)
@@ -127,8 +122,7 @@ def test_closed_segments_are_copied_to_s3_and_removed_with_the_records_and_the_t
     assert body == (mount.partition_dir("t", 0) / ("%020d.log" % 0)).read_bytes()
     metrics = (mount / ".logfs/metrics").read_text()
     copied_bytes = re.search(r"^logfs_remote_copy_bytes_total (\S+)$", metrics, re.M)
-    assert copied_bytes
-    assert float(copied_bytes.group(1)) == state["remote_storage"]["size_bytes"]
+    assert copied_bytes and float(copied_bytes.group(1)) == state["remote_storage"]["size_bytes"]
     assert re.search(r'^logfs_remote_copy_lag_bytes\{partition="0",topic="t"\} 0\.0$', metrics, re.M)
     assert re.search(r"^logfs_remote_storage_unavailable 0\.0$", metrics, re.M)
     # every record is still read from the local segments
@@ -152,14 +146,12 @@ def test_remote_storage_enable_is_refused_on_compacted_topics_and_without_remote
     mount.sh("mkdir c t")
     mount.sh("echo cleanup.policy=compact >> c/config")
     refused = mount.sh("echo remote.storage.enable=true >> c/config", check=False)
-    assert refused.returncode != 0
-    assert b"Invalid argument" in refused.stderr
+    assert refused.returncode != 0 and b"Invalid argument" in refused.stderr
     assert re.search(r"c/config EINVAL .*Remote log storage is unsupported for the compacted topics", _errors(mount))
     assert "Remote log storage is unsupported for the compacted topics" in mount.log()
     mount.sh("echo remote.storage.enable=true >> t/config")
     refused = mount.sh("echo cleanup.policy=compact >> t/config", check=False)
-    assert refused.returncode != 0
-    assert b"Invalid argument" in refused.stderr
+    assert refused.returncode != 0 and b"Invalid argument" in refused.stderr
     assert re.search(r"t/config EINVAL .*cleanup.policy=compact", _errors(mount))
     refused = mount.sh("printf 'retention.bytes=100000\\nlocal.retention.bytes=200000\\n' >> t/config", check=False)
     assert refused.returncode != 0
@@ -169,8 +161,7 @@ def test_remote_storage_enable_is_refused_on_compacted_topics_and_without_remote
     plain = logfs_mount({}, name="plain")
     plain.sh("mkdir t")
     refused = plain.sh("echo remote.storage.enable=true >> t/config", check=False)
-    assert refused.returncode != 0
-    assert b"Invalid argument" in refused.stderr
+    assert refused.returncode != 0 and b"Invalid argument" in refused.stderr
     assert re.search(r"t/config EINVAL .*the mount has no remote storage", _errors(plain))
     assert "the mount has no remote storage" in plain.log()
     plain.sh("echo local.retention.ms=1000 >> t/config")      # valid, and without effect until tiering is on
@@ -193,13 +184,11 @@ def test_a_wrong_endpoint_bucket_or_key_fails_the_mount_naming_the_setting(logfs
     assert "rsm.config.s3.endpoint.url" in text
     text = _failed_mount(logfs_mount, _tiered_options(weed, "x", **{"rsm.config.uri": "s3://no-such-bucket/x"}),
                          "bucket")
-    assert "no-such-bucket" in text
-    assert "rsm.config.uri" in text
+    assert "no-such-bucket" in text and "rsm.config.uri" in text
     wrong = "not-the-secret-key"
     text = _failed_mount(logfs_mount, _tiered_options(weed, "x", **{"rsm.config.s3.secret.access.key": wrong}),
                          "key")
-    assert "rsm.config.s3.secret.access.key" in text
-    assert wrong not in text
+    assert "rsm.config.s3.secret.access.key" in text and wrong not in text
     text = _failed_mount(logfs_mount, {"remote.log.storage.system.enable": "true"}, "no-uri")
     assert "rsm.config.uri must name the remote storage" in text
     text = _failed_mount(logfs_mount, _tiered_options(weed, "x", **{"rsm.config.fetch.chunk.cache.size": "10"}),
@@ -231,12 +220,8 @@ def test_copies_back_off_while_the_store_is_down_and_resume_when_it_returns(logf
         lag = _state(mount)["remote_storage"]["copy_lag_segments"]
         assert lag > 0
         assert len((mount / "t/0/records").read_bytes().splitlines()) == 1500       # reads go on
-        def failed_rounds() -> int:
-            found = re.search(r"^logfs_remote_errors_total (\S+)$", (mount / ".logfs/metrics").read_text(), re.M)
-            assert found is not None
-            return int(found.group(1).split(".")[0])
-
-        wait_for(lambda: failed_rounds() >= 3, "three failed rounds")
+        wait_for(lambda: int(re.search(r"^logfs_remote_errors_total (\S+)$", (mount / ".logfs/metrics").read_text(),
+                                       re.M).group(1).split(".")[0]) >= 3, "three failed rounds")
         assert mount.log().count("tiered storage backs off") == 1      # logged once, not at every round
         server.start()
         wait_for(lambda: _state(mount)["remote_storage"]["copy_lag_segments"] == 0, "copies resumed", timeout=90)
@@ -245,6 +230,12 @@ def test_copies_back_off_while_the_store_is_down_and_resume_when_it_returns(logf
         closed = _closed_segments(state)
         assert state["remote_storage"]["segments"] == len(closed)
         assert len([k for k in _objects(server, "outage") if k.endswith(".log")]) == len(closed)   # no orphan
+        # logfs check of the unmounted data dir: the metadata and the store agree
+        assert mount.stop() == 0
+        args = [f"-o{k}={v}" for k, v in server.settings(prefix="outage").items()]
+        checked = subprocess.run([str(LOGFS), "check", str(mount.data), *args], capture_output=True, text=True,
+                                 timeout=120)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
     finally:
         server.stop()
 

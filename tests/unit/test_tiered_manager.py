@@ -196,6 +196,7 @@ def test_a_failing_store_is_logged_once_and_backed_off_then_copies_resume(tmp_pa
         assert rlm.copy_lag(log, tip) == (0, 0)
         assert {s.id for s in rlm.storage.list_segment_ids(tip)} == \
             {m.segment_id.id for m in rlm.metadata.copied_segments(tip)}
+        assert rlm.metadata.unfinished(tip) == []         # the copies abandoned in the outage are finished off
     finally:
         manager.shutdown()
 
@@ -446,3 +447,36 @@ def test_the_view_index_of_a_remote_log_segment_is_kept_so_a_new_mount_sizes_vie
         assert list((tmp_path / "data" / "remote-log" / "view-index").rglob("*.viewindex")) == []
     finally:
         manager.shutdown()
+
+
+def test_logfs_check_verifies_the_remote_segments_metadata_against_the_store(tmp_path: Path,
+                                                                             capsys: pytest.CaptureFixture[str]):
+    from logfs.cli import main
+
+    manager = _manager(tmp_path)
+    try:
+        manager.create_topic("t", 1, {"remote.storage.enable": "true"})
+        _fill(manager, 600)
+        copied = manager.copy_to_remote_storage()
+        rlm = manager.remote_log_manager
+        log = manager.get_log(TP)
+        assert rlm is not None and log is not None and copied >= 5
+        tip = manager.tiered_partition(log).tip               # type: ignore[union-attr]
+        copies = rlm.metadata.copied_segments(tip)
+    finally:
+        manager.shutdown()
+    data, uri = str(tmp_path / "data"), f"rsm.config.uri=file://{tmp_path / 'store'}"
+    assert main(["check", data]) == 0
+    assert f"{copied} remote log segments not checked against the store" in capsys.readouterr().out
+    assert main(["check", data, "-o", uri]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    # an orphan (a copy no metadata names) and a finished copy whose .log is gone
+    store = tmp_path / "store"
+    first_log = store / copies[0].segment_id.object_name("log")
+    orphan = store / (copies[1].segment_id.object_name("log").replace(copies[1].segment_id.id, "f" * 32))
+    orphan.write_bytes(b"x")
+    first_log.unlink()
+    assert main(["check", data, "-o", uri]) == 1
+    out = capsys.readouterr().out
+    assert f"{first_log}: the finished copy of offsets 0 to {copies[0].end_offset} of {tip} is missing" in out
+    assert f"{orphan}: no metadata names this copy" in out
