@@ -96,17 +96,18 @@ class RemoteChunkCache:
             self._cursors[segment_id] = end
         pieces = []
         for index in range(first, last + 1):
-            data = self._chunk((segment_id, index), segment_size)
             start = position - index * self.chunk_bytes if index == first else 0
-            stop = end - index * self.chunk_bytes if index == last else len(data)
-            pieces.append(data[start:stop])
+            stop = end - index * self.chunk_bytes if index == last else self.chunk_bytes
+            pieces.append(self._chunk((segment_id, index), segment_size, start, stop))
         if sequential and self.read_ahead > 0:
             for index in range(last + 1, last + 1 + self.read_ahead):
                 if index * self.chunk_bytes < segment_size:
                     self._prefetch((segment_id, index), segment_size)
         return b"".join(pieces)
 
-    def _chunk(self, key: ChunkKey, segment_size: int) -> bytes:
+    def _chunk(self, key: ChunkKey, segment_size: int, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` of the chunk: from its file when cached (only those bytes read), else
+        fetched (whole, and kept)."""
         with self._lock:
             if key in self._chunks:
                 self._chunks.move_to_end(key)
@@ -117,16 +118,20 @@ class RemoteChunkCache:
             future = None if path is not None else self._fetching.get(key)
         if path is not None:
             try:
-                with open(path, "rb") as f:
-                    return f.read()
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
                 pass                # evicted between the lookup and the open: fetch it again
+            else:
+                try:
+                    return os.pread(fd, max(0, stop - start), start)
+                finally:
+                    os.close(fd)
         if future is not None:
             try:
-                return future.result()
+                return future.result()[start:stop]
             except RemoteStorageError:
                 pass                # a read-ahead's failure is not this read's: try once more below
-        return self._fetch(key, segment_size)
+        return self._fetch(key, segment_size)[start:stop]
 
     def _fetch(self, key: ChunkKey, segment_size: int) -> bytes:
         with self._lock:

@@ -51,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import struct
 import threading
 from collections import OrderedDict
@@ -59,6 +60,7 @@ from typing import TYPE_CHECKING
 
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.config import LogConfig
+from engine.files import view_index_file_path
 from engine.log_dirs import REMOTE_LOG_DIR
 from engine.remote.metadata import RemoteLogMetadataManager, RemoteLogSegmentMetadata, RemoteLogSegmentState
 from engine.remote.storage import (
@@ -216,10 +218,24 @@ class RemoteLogManager:
             self._abandon(segment_id)
             raise
         self.metadata.update_state(segment_id, FINISHED, self.clock.milliseconds())
+        self._keep_view_index(segment, segment_id)
         self.copied_segments += 1
         self.copied_bytes += segment.size
         logger.info("Copied log segment %d..%d of %s to remote storage %s as %s (%d bytes)", segment.base_offset,
                     end_offset, tip, self.storage.uri, segment_id.id, segment.size)
+
+    def _keep_view_index(self, segment: LogSegment, segment_id: RemoteLogSegmentId) -> None:
+        """The local segment's ``.viewindex`` (written at its roll), kept for the copy: the first view of it
+        once the local segment is gone is then sized without fetching it (engine.views.persisted validates
+        the file against the copy as against a local segment).  Best effort: without it, one scan."""
+        directory = self.view_index_dir(segment_id)
+        if directory is None:
+            return
+        source = view_index_file_path(os.path.dirname(segment.log_path), segment.base_offset)
+        try:
+            shutil.copyfile(source, view_index_file_path(directory, segment.base_offset))
+        except OSError:
+            pass            # not written (yet): the first view of the copy scans it
 
     def _abandon(self, segment_id: RemoteLogSegmentId) -> None:
         """A copy that failed part-way: recorded as deleted once its objects are (best effort now; the
