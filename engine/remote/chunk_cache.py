@@ -28,6 +28,7 @@ never called under it.  Concurrent reads of one missing chunk fetch it once
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -129,8 +130,10 @@ class RemoteChunkCache:
         if future is not None:
             try:
                 return future.result()[start:stop]
-            except RemoteStorageError:
-                pass                # a read-ahead's failure is not this read's: try once more below
+            except RemoteStorageError as exc:
+                if exc.errno == errno.ETIMEDOUT:
+                    raise           # the store does not answer: a second try would double the reader's wait
+                # another failure of a read-ahead is not this read's: try once more below
         return self._fetch(key, segment_size)[start:stop]
 
     def _fetch(self, key: ChunkKey, segment_size: int) -> bytes:

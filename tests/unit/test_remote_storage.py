@@ -314,3 +314,40 @@ def test_cached_chunks_are_served_while_the_store_is_down(tmp_path: Path, closed
         store.close()
     finally:
         server.stop()
+
+
+def test_a_hung_store_fails_a_sequential_reader_within_one_bound_even_with_a_read_ahead_in_flight(
+        tmp_path: Path, closed_segment: LogSegment):
+    """A store that accepts connections and never answers (SIGSTOP): the reader waits for the read-ahead of
+    its chunk once and gets its ETIMEDOUT, instead of trying again and waiting twice as long."""
+    import signal
+
+    server = SeaweedFS(tmp_path / "weed").start()
+    try:
+        store = open_remote_storage(server.settings(prefix="h", **{"rsm.config.request.timeout.ms": "1000"}))
+        segment_id, data = _copied(store, closed_segment)
+        assert len(data) >= 6 * 4096
+        cache = RemoteChunkCache(store, str(tmp_path / "cache"), max_bytes=1 << 20, chunk_bytes=4096, read_ahead=1)
+        assert cache.read(segment_id, 0, 2048, len(data)) == data[:2048]           # chunk 0 fetched and kept
+        assert server.process is not None
+        os.killpg(server.process.pid, signal.SIGSTOP)
+        try:
+            # sequential, served from chunk 0: the read-ahead of chunk 1 starts, and hangs
+            assert cache.read(segment_id, 2048, 2048, len(data)) == data[2048:4096]
+            start = time.monotonic()
+            with pytest.raises(RemoteStorageError) as waited:
+                cache.read(segment_id, 4096, 10, len(data))      # chunk 1: the read-ahead's result
+            after_read_ahead = time.monotonic() - start
+            assert waited.value.errno == errno.ETIMEDOUT
+            start = time.monotonic()
+            with pytest.raises(RemoteStorageError) as alone:
+                cache.read(segment_id, 5 * 4096, 10, len(data))  # not sequential: one fetch of its own
+            single = time.monotonic() - start
+            assert alone.value.errno == errno.ETIMEDOUT
+            assert after_read_ahead < 1.5 * single + 0.5, (after_read_ahead, single)
+        finally:
+            os.killpg(server.process.pid, signal.SIGCONT)
+        cache.close()
+        store.close()
+    finally:
+        server.stop()
