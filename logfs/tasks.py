@@ -99,8 +99,10 @@ def build_jobs(manager: LogManager) -> list[Job]:
         # Kafka's RLMCopyTask and RLMExpirationTask (remote.log.manager.task.interval.ms): copies of the closed
         # segments of remote-enabled topics, deletion of the copies retention and topic deletion dropped;
         # backing off inside the engine while the store fails
+        # a round that copied or deleted something goes again at once: segments rolled meanwhile are copied
+        # without waiting out the interval (copies keep up with a burst of appends)
         jobs.append(Job("kafka-remote-log-manager", cfg.remote_log_manager_task_interval_ms,
-                        manager.copy_to_remote_storage))
+                        manager.copy_to_remote_storage, rerun_when=_did_something))
     jobs += cleaner_jobs(manager)
     return jobs
 
@@ -120,6 +122,11 @@ def cleaner_jobs(manager: LogManager) -> list[Job]:
     return [Job(f"kafka-log-cleaner-thread-{i}", backoff_ms, cleaner.clean_once,
                 rerun_when=_cleaned_something, stop=cleaner.shutdown)
             for i in range(int(cfg.log_cleaner_threads))]
+
+
+def _did_something(result: Any) -> bool:     # Any: a task's result
+    # copy_to_remote_storage returns how many copies it made and deleted
+    return isinstance(result, int) and result > 0
 
 
 def _cleaned_something(result: Any) -> bool:     # Any: the cleaner task's result
