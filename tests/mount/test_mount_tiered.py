@@ -293,5 +293,10 @@ def test_local_retention_keeps_the_disk_bounded_and_every_view_reads_below_the_l
         assert failed.returncode != 0 and failed.stderr, failed
         assert time.monotonic() - started < 30
         assert re.search(r"t/0/offset/3 ETIMEDOUT .*remote log segment 0 of t-0", _errors(mount)), _errors(mount)
+        assert "remote log segment 0 of t-0" in mount.log()
+        # the store back: the same reads are served again, nothing lost
+        server.start()
+        assert (mount / "t/0/offset/3").read_bytes() == _lines(3, 4)
+        every_view()
     finally:
         server.stop()
