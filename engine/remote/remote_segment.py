@@ -18,6 +18,7 @@ a local segment deleted under a released view does.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -26,8 +27,9 @@ from sortedcontainers import SortedDict
 
 from engine import records as _records
 from engine.errors import CorruptRecordError, StorageError
+from engine.index import TIME_INDEX_ENTRY as _TIME_ENTRY
 from engine.records.reader import read_batches, read_headers
-from engine.remote.storage import LOG_SUFFIX, RemoteStorageError, TopicIdPartition
+from engine.remote.storage import LOG_SUFFIX, IndexType, RemoteStorageError, TopicIdPartition
 from engine.segment import LogOffsetPosition
 
 if TYPE_CHECKING:
@@ -72,6 +74,7 @@ class RemoteLogSegment:
         #: where its view index is kept (engine.views.persisted); None: nowhere
         self.dir: str | None = rlm.view_index_dir(metadata.segment_id)
         self._offset_index: _RemoteOffsetIndex | None = None
+        self._time_index: tuple[list[int], list[int]] | None = None
         #: the views' slot (engine.views.index.SegmentViews), as on a local segment
         self.sidecar: Any = None
 
@@ -142,14 +145,35 @@ class RemoteLogSegment:
         except CorruptRecordError as exc:
             raise exc.at(self.log_path, position) from None
 
+    def _time_index_offset(self, timestamp: int) -> int:
+        """Kafka's ``TimeIndex.lookup`` over the copy's time index (fetched once): the offset of the entry
+        with the largest timestamp <= ``timestamp``, else the base offset."""
+        if self._time_index is None:
+            try:
+                data = self._rlm.storage.fetch_index(self.metadata.segment_id, IndexType.TIMESTAMP)
+            except RemoteStorageError as exc:
+                raise RemoteReadError(f"Reading the time index of remote log segment {self.base_offset} of "
+                                      f"{self.topic_partition} failed: {exc}", exc.errno) from exc
+            timestamps: list[int] = []
+            offsets: list[int] = []
+            for ts, relative in _TIME_ENTRY.iter_unpack(data[:len(data) - len(data) % _TIME_ENTRY.size]):
+                if timestamps and ts < timestamps[-1]:
+                    break           # the zeros of a preallocated file: the entries end here
+                timestamps.append(ts)
+                offsets.append(self.base_offset + relative)
+            self._time_index = (timestamps, offsets)
+        timestamps, offsets = self._time_index
+        i = bisect.bisect_right(timestamps, timestamp)
+        return offsets[i - 1] if i else self.base_offset
+
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record with timestamp >= ``timestamp`` and offset >= start.
 
-        A walk of the copy from the indexed batch at ``starting_offset`` (its
-        time index is not fetched: a copy is only walked when its largest
-        timestamp says the record is in it).
+        As LogSegment.find_offset_by_timestamp: the copy's time index, then its
+        offset index, then a walk of its batches from there.
         """
-        start = self.position_of(max(starting_offset, self.base_offset))
+        from_offset = max(self._time_index_offset(timestamp), starting_offset, self.base_offset)
+        start = self.position_of(from_offset)
         for pos, header, buf, off in self.batches_with_bytes(start):
             if header.max_timestamp >= timestamp and header.next_offset > starting_offset:
                 for record in self.validate_and_decode(buf, off, header, pos):

@@ -480,3 +480,37 @@ def test_logfs_check_verifies_the_remote_segments_metadata_against_the_store(tmp
     out = capsys.readouterr().out
     assert f"{first_log}: the finished copy of offsets 0 to {copies[0].end_offset} of {tip} is missing" in out
     assert f"{orphan}: no metadata names this copy" in out
+
+
+def test_since_a_time_finds_the_same_record_in_a_copy_as_in_its_local_segment(tmp_path: Path):
+    """since/T below the local log start: the copy's time index, offset index, then a short walk."""
+    from engine.remote.remote_segment import RemoteLogSegment
+
+    clock = ManualClock(1_700_000_000_000)
+    manager = _manager(tmp_path, clock=clock)
+    try:
+        manager.create_topic("t", 1, {"remote.storage.enable": "true", "index.interval.bytes": "512"})
+        log = manager.get_log(TP)
+        assert log is not None
+        for i in range(120):
+            log.append_values([b"t-%04d-%s" % (i, b"z" * 200) for _ in range(5)])
+            clock.sleep(1000)
+        log.flush()
+        manager.copy_to_remote_storage()
+        rlm = manager.remote_log_manager
+        assert rlm is not None
+        tip = manager.tiered_partition(log).tip               # type: ignore[union-attr]
+        copies = rlm.metadata.copied_segments(tip)
+        assert len(copies) >= 3
+        fetched = 0             # time index entries read from the copies
+        for metadata in copies:
+            remote, local = RemoteLogSegment(rlm, metadata, TP), log.segments[metadata.start_offset]
+            for ts in (0, local.largest_timestamp - 2500, local.largest_timestamp - 1000, local.largest_timestamp,
+                       local.largest_timestamp + 1):
+                for start in (0, metadata.start_offset + 3):
+                    assert remote.find_offset_by_timestamp(ts, start) == local.find_offset_by_timestamp(ts, start)
+            assert remote._time_index is not None
+            fetched += len(remote._time_index[0])
+        assert fetched > len(copies), "the copies' time indexes have entries: they are what since/T looks up"
+    finally:
+        manager.shutdown()
