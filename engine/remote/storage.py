@@ -323,6 +323,13 @@ class S3RemoteStorage(RemoteStorageManager):
             self._client.head_bucket(Bucket=self.bucket)
         except (BotoCoreError, ClientError) as exc:
             raise self._error(f"Could not open bucket {self.bucket}", exc) from exc
+        # a key that may read but not write fails here, at the mount, not at the first copy
+        probe = self._key(f".logfs-probe-{uuid.uuid4().hex}")
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=probe, Body=b"")
+            self._client.delete_object(Bucket=self.bucket, Key=probe)
+        except (BotoCoreError, ClientError) as exc:
+            raise self._error(f"Could not write to bucket {self.bucket}", exc) from exc
 
     def _put(self, name: str, source: str | bytes) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
