@@ -117,7 +117,7 @@ def partition_state(manager: LogManager, log: Log) -> dict[str, Any]:     # Any:
     return state
 
 
-def _remote_state(manager: LogManager, log: Log) -> dict[str, Any] | None:
+def _remote_state(manager: LogManager, log: Log) -> dict[str, Any] | None:     # Any: JSON values
     """Tiered storage of the partition: None when the mount has no remote storage (the key is always there)."""
     rlm = manager.remote_log_manager
     if rlm is None:

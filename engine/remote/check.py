@@ -17,8 +17,7 @@ the store was not checked.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from engine.errors import InvalidTopicError
 from engine.log import Log
@@ -28,6 +27,9 @@ from engine.remote.metadata import RemoteLogMetadataManager
 from engine.remote.remote_log_manager import _METADATA_LOG_CONFIG, METADATA_LOG_DIR
 from engine.remote.storage import LOG_SUFFIX, RemoteStorageError, TopicIdPartition, open_remote_storage
 from engine.topic import parse_topic_partition_dir
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 
 def _local_partitions(log_dirs: Sequence[str]) -> set[TopicIdPartition]:

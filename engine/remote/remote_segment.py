@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedDict
 
@@ -30,10 +29,13 @@ from engine.errors import CorruptRecordError, StorageError
 from engine.index import TIME_INDEX_ENTRY as _TIME_ENTRY
 from engine.records.reader import read_batches, read_headers
 from engine.remote.storage import LOG_SUFFIX, IndexType, RemoteStorageError, TopicIdPartition
-from engine.segment import LogOffsetPosition
+from engine.segment import LogOffsetPosition, SegmentAttachment
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from engine.records import BatchHeader, Record
+    from engine.records.format import RecordBuffer
     from engine.remote.metadata import RemoteLogSegmentMetadata
     from engine.remote.remote_log_manager import RemoteLogManager
     from engine.topic import TopicPartition
@@ -75,8 +77,8 @@ class RemoteLogSegment:
         self.dir: str | None = rlm.view_index_dir(metadata.segment_id)
         self._offset_index: _RemoteOffsetIndex | None = None
         self._time_index: tuple[list[int], list[int]] | None = None
-        #: the views' slot (engine.views.index.SegmentViews), as on a local segment
-        self.sidecar: Any = None
+        #: what the views derive from its bytes (engine.views.index.SegmentViews), as on a local segment
+        self.attachment: SegmentAttachment | None = None
 
     def __repr__(self) -> str:
         return (f"RemoteLogSegment(baseOffset={self.base_offset}, size={self.size}, "
@@ -137,7 +139,7 @@ class RemoteLogSegment:
         position, header = found
         return LogOffsetPosition(header.last_offset, position, header.size)
 
-    def validate_and_decode(self, buf: Any, off: int, header: BatchHeader, position: int) -> list[Record]:
+    def validate_and_decode(self, buf: RecordBuffer, off: int, header: BatchHeader, position: int) -> list[Record]:
         """CRC-check then decode one batch; CorruptRecordError names the object and position."""
         try:
             _records.validate_batch(buf, off)

@@ -12,8 +12,7 @@ import json
 import re
 import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,6 +20,10 @@ from tests.conftest import LOGFS, Mount
 from tests.helpers import wait_for
 from tests.jvm import free_port
 from tests.seaweedfs import ACCESS_KEY, BUCKET, SECRET_KEY, SeaweedFS
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 pytestmark = pytest.mark.mount
 
@@ -102,6 +105,7 @@ def test_closed_segments_are_copied_to_s3_and_removed_with_the_records_and_the_t
         return None
 
     state = wait_for(copied, "every closed segment copied")
+    assert state is not None
     closed = _closed_segments(state)
     assert len(closed) >= 20
     assert state["remote_storage"]["size_bytes"] == sum(s["size_bytes"] for s in closed)
@@ -110,7 +114,8 @@ def test_closed_segments_are_copied_to_s3_and_removed_with_the_records_and_the_t
     logs = [k for k in objects if k.endswith(".log")]
     assert len(logs) == len(closed)
     topic_dir = {k.split("/")[1] for k in objects}
-    assert len(topic_dir) == 1 and re.fullmatch(r"t-[A-Za-z0-9_-]{22}", topic_dir.pop())
+    assert len(topic_dir) == 1
+    assert re.fullmatch(r"t-[A-Za-z0-9_-]{22}", topic_dir.pop())
     assert sorted(int(k.rsplit("/", 1)[1].split("-")[0]) for k in logs) == [s["base_offset"] for s in closed]
     # a copy is the local segment, byte for byte
     client = _client(weed)
@@ -122,7 +127,8 @@ def test_closed_segments_are_copied_to_s3_and_removed_with_the_records_and_the_t
     assert body == (mount.partition_dir("t", 0) / ("%020d.log" % 0)).read_bytes()
     metrics = (mount / ".logfs/metrics").read_text()
     copied_bytes = re.search(r"^logfs_remote_copy_bytes_total (\S+)$", metrics, re.M)
-    assert copied_bytes and float(copied_bytes.group(1)) == state["remote_storage"]["size_bytes"]
+    assert copied_bytes
+    assert float(copied_bytes.group(1)) == state["remote_storage"]["size_bytes"]
     assert re.search(r'^logfs_remote_copy_lag_bytes\{partition="0",topic="t"\} 0\.0$', metrics, re.M)
     assert re.search(r"^logfs_remote_storage_unavailable 0\.0$", metrics, re.M)
     # every record is still read from the local segments
@@ -146,12 +152,14 @@ def test_remote_storage_enable_is_refused_on_compacted_topics_and_without_remote
     mount.sh("mkdir c t")
     mount.sh("echo cleanup.policy=compact >> c/config")
     refused = mount.sh("echo remote.storage.enable=true >> c/config", check=False)
-    assert refused.returncode != 0 and b"Invalid argument" in refused.stderr
+    assert refused.returncode != 0
+    assert b"Invalid argument" in refused.stderr
     assert re.search(r"c/config EINVAL .*Remote log storage is unsupported for the compacted topics", _errors(mount))
     assert "Remote log storage is unsupported for the compacted topics" in mount.log()
     mount.sh("echo remote.storage.enable=true >> t/config")
     refused = mount.sh("echo cleanup.policy=compact >> t/config", check=False)
-    assert refused.returncode != 0 and b"Invalid argument" in refused.stderr
+    assert refused.returncode != 0
+    assert b"Invalid argument" in refused.stderr
     assert re.search(r"t/config EINVAL .*cleanup.policy=compact", _errors(mount))
     refused = mount.sh("printf 'retention.bytes=100000\\nlocal.retention.bytes=200000\\n' >> t/config", check=False)
     assert refused.returncode != 0
@@ -161,7 +169,8 @@ def test_remote_storage_enable_is_refused_on_compacted_topics_and_without_remote
     plain = logfs_mount({}, name="plain")
     plain.sh("mkdir t")
     refused = plain.sh("echo remote.storage.enable=true >> t/config", check=False)
-    assert refused.returncode != 0 and b"Invalid argument" in refused.stderr
+    assert refused.returncode != 0
+    assert b"Invalid argument" in refused.stderr
     assert re.search(r"t/config EINVAL .*the mount has no remote storage", _errors(plain))
     assert "the mount has no remote storage" in plain.log()
     plain.sh("echo local.retention.ms=1000 >> t/config")      # valid, and without effect until tiering is on
@@ -184,11 +193,13 @@ def test_a_wrong_endpoint_bucket_or_key_fails_the_mount_naming_the_setting(logfs
     assert "rsm.config.s3.endpoint.url" in text
     text = _failed_mount(logfs_mount, _tiered_options(weed, "x", **{"rsm.config.uri": "s3://no-such-bucket/x"}),
                          "bucket")
-    assert "no-such-bucket" in text and "rsm.config.uri" in text
+    assert "no-such-bucket" in text
+    assert "rsm.config.uri" in text
     wrong = "not-the-secret-key"
     text = _failed_mount(logfs_mount, _tiered_options(weed, "x", **{"rsm.config.s3.secret.access.key": wrong}),
                          "key")
-    assert "rsm.config.s3.secret.access.key" in text and wrong not in text
+    assert "rsm.config.s3.secret.access.key" in text
+    assert wrong not in text
     text = _failed_mount(logfs_mount, {"remote.log.storage.system.enable": "true"}, "no-uri")
     assert "rsm.config.uri must name the remote storage" in text
     text = _failed_mount(logfs_mount, _tiered_options(weed, "x", **{"rsm.config.fetch.chunk.cache.size": "10"}),
@@ -220,8 +231,12 @@ def test_copies_back_off_while_the_store_is_down_and_resume_when_it_returns(logf
         lag = _state(mount)["remote_storage"]["copy_lag_segments"]
         assert lag > 0
         assert len((mount / "t/0/records").read_bytes().splitlines()) == 1500       # reads go on
-        wait_for(lambda: int(re.search(r"^logfs_remote_errors_total (\S+)$", (mount / ".logfs/metrics").read_text(),
-                                       re.M).group(1).split(".")[0]) >= 3, "three failed rounds")
+        def failed_rounds() -> int:
+            found = re.search(r"^logfs_remote_errors_total (\S+)$", (mount / ".logfs/metrics").read_text(), re.M)
+            assert found is not None
+            return int(found.group(1).split(".")[0])
+
+        wait_for(lambda: failed_rounds() >= 3, "three failed rounds")
         assert mount.log().count("tiered storage backs off") == 1      # logged once, not at every round
         server.start()
         wait_for(lambda: _state(mount)["remote_storage"]["copy_lag_segments"] == 0, "copies resumed", timeout=90)
@@ -257,16 +272,19 @@ def test_local_retention_keeps_the_disk_bounded_and_every_view_reads_below_the_l
             return state if state["local_log_start_offset"] > 1000 and local <= 12000 + 2 * 4096 else None
 
         state = wait_for(trimmed, "local segments deleted down to local.retention.bytes once copied")
+        assert state is not None
         assert state["log_start_offset"] == 0
         local_start = state["local_log_start_offset"]
         assert state["remote_storage"]["highest_offset_copied"] >= local_start - 1
         local_files = sorted(p.name for p in mount.partition_dir("t", 0).glob("*.log"))
-        assert len(local_files) == len(state["segments"]) and local_files[0] == "%020d.log" % local_start
+        assert len(local_files) == len(state["segments"])
+        assert local_files[0] == "%020d.log" % local_start
 
         def every_view() -> None:
             assert (mount / "t/0/records").read_bytes() == expected
             rows = (mount / "t/0/records.jsonl").read_bytes().splitlines()
-            assert len(rows) == 2000 and json.loads(rows[5])["offset"] == 5
+            assert len(rows) == 2000
+            assert json.loads(rows[5])["offset"] == 5
             assert (mount / "t/0/offset/5").read_bytes() == _lines(5, 6)
             assert (mount / f"t/0/from/{local_start - 10}").read_bytes() == \
                 b"".join(expected.splitlines(keepends=True)[local_start - 10:])
@@ -278,19 +296,22 @@ def test_local_retention_keeps_the_disk_bounded_and_every_view_reads_below_the_l
         assert (mount / "t/groups/g1").read_text().split()[:2] == ["0", "2000"]
         metrics = (mount / ".logfs/metrics").read_text()
         fetched = re.search(r"^logfs_remote_fetch_bytes_total (\S+)$", metrics, re.M)
-        assert fetched and float(fetched.group(1)) > 0
+        assert fetched
+        assert float(fetched.group(1)) > 0
         # kill -9, then a new mount of the same data dir: the log still starts at 0, below the local segments
         mount.kill()
         mount.start()
         state = _state(mount)
-        assert state["log_start_offset"] == 0 and state["local_log_start_offset"] >= local_start
+        assert state["log_start_offset"] == 0
+        assert state["local_log_start_offset"] >= local_start
         every_view()
         # the store down: local records read on, a remote read fails with an errno within the bound
         server.kill()
         assert (mount / "t/0/offset/1999").read_bytes() == _lines(1999, 2000)
         started = time.monotonic()
         failed = mount.sh("cat t/0/offset/3", check=False)
-        assert failed.returncode != 0 and failed.stderr, failed
+        assert failed.returncode != 0, failed
+        assert failed.stderr, failed
         assert time.monotonic() - started < 30
         assert re.search(r"t/0/offset/3 ETIMEDOUT .*remote log segment 0 of t-0", _errors(mount)), _errors(mount)
         assert "remote log segment 0 of t-0" in mount.log()

@@ -244,7 +244,9 @@ def test_a_remote_log_segment_renders_in_a_view_exactly_as_its_local_segment(man
     copied = manager.copy_to_remote_storage()
     rlm = manager.remote_log_manager
     log = manager.get_log(TP)
-    assert rlm is not None and log is not None and copied >= 5
+    assert rlm is not None
+    assert log is not None
+    assert copied >= 5
     tip = manager.tiered_partition(log).tip                   # type: ignore[union-attr]
     for metadata in rlm.metadata.copied_segments(tip):
         remote = RemoteLogSegment(rlm, metadata, TP)
@@ -254,14 +256,14 @@ def test_a_remote_log_segment_renders_in_a_view_exactly_as_its_local_segment(man
         for fmt in (ViewFormat.TEXT, ViewFormat.JSONL):
             for start in (None, metadata.start_offset + 7):
                 expected = LogView(log, fmt, start, segment=local)
-                got = LogView(log, fmt, start, segment=remote)
+                got = LogView(log, fmt, start, segment=remote)    # type: ignore[arg-type]  # a LogSegment to the views
                 assert got.size() == expected.size() > 0
                 assert got.read(0, got.size()) == expected.read(0, expected.size())
                 assert got.read(5, 100) == expected.read(5, 100)
         wanted = metadata.start_offset + 13
         position, header = remote.first_batch_at_or_after(wanted)         # type: ignore[misc]
         assert header.base_offset <= wanted <= header.last_offset
-        assert local.translate_offset(wanted).position == position    # type: ignore[union-attr]
+        assert local.translate_offset(wanted).position == position
     assert rlm.cache.fetched_bytes > 0
     # the store gone: a read fails with the store's errno, naming the segment, never a short read
     metadata = rlm.metadata.copied_segments(tip)[-1]
@@ -304,7 +306,9 @@ def test_local_retention_deletes_only_copied_segments_and_reads_below_the_local_
         assert text.read(0, text.size()) == _expected_text(1200)
         jsonl = LogView(log, ViewFormat.JSONL)
         rows = jsonl.read(0, jsonl.size()).splitlines()
-        assert len(rows) == 1200 and b'"offset":0,' in rows[0] and b'"offset":1199,' in rows[-1]
+        assert len(rows) == 1200
+        assert b'"offset":0,' in rows[0]
+        assert b'"offset":1199,' in rows[-1]
         below = LogView(log, ViewFormat.TEXT, local_start - 30)
         assert below.read(0, below.size()) == _expected_text(1200, local_start - 30)
         assert record_at(log, 7).value == b"line-000007-" + b"x" * 40
@@ -320,7 +324,8 @@ def test_local_retention_deletes_only_copied_segments_and_reads_below_the_local_
     try:
         log = manager.get_log(TP)
         assert log is not None
-        assert log.log_start_offset == 0 and log.local_log_start_offset == local_start
+        assert log.log_start_offset == 0
+        assert log.local_log_start_offset == local_start
         text = LogView(log, ViewFormat.TEXT)
         assert text.read(0, text.size()) == _expected_text(1200)
         # retention.bytes bounds the whole log: the log start moves, and the round deletes the copies below
@@ -363,7 +368,8 @@ def test_the_spark_source_reads_from_the_local_log_start_and_says_why(tmp_path: 
         assert offset_bounds(str(tmp_path / "mnt"), "t", 0) == (700, 1200)
         assert offset_bounds(str(tmp_path / "mnt"), "t", 0) == (700, 1200)
     warned = [r.getMessage() for r in caplog.records if "only in tiered storage" in r.getMessage()]
-    assert len(warned) == 1 and "Offsets 0 to 699 of t-0" in warned[0]
+    assert len(warned) == 1
+    assert "Offsets 0 to 699 of t-0" in warned[0]
     with pytest.raises(OffsetOutOfRangeError):
         skip_deleted(True, "t-0", 0, 700, 1200)
 
@@ -401,7 +407,8 @@ def test_read_committed_views_hide_aborted_transactions_held_only_in_remote_stor
         log.flush()
         manager.copy_to_remote_storage()
         manager.cleanup_logs()
-        assert log.local_log_start_offset > 100 and log.log_start_offset == 0
+        assert log.local_log_start_offset > 100
+        assert log.log_start_offset == 0
         log.transaction_state = None                  # walked afresh: only the store holds the marker now
         view = LogView(log, ViewFormat.JSONL)
         assert [_json.loads(line)["offset"] for line in view.read(0, view.size()).splitlines()] == visible
@@ -421,7 +428,8 @@ def test_the_view_index_of_a_remote_log_segment_is_kept_so_a_new_mount_sizes_vie
         manager.copy_to_remote_storage()
         manager.cleanup_logs()
         log = manager.get_log(TP)
-        assert log is not None and log.local_log_start_offset > 0
+        assert log is not None
+        assert log.local_log_start_offset > 0
         view = LogView(log, ViewFormat.TEXT)
         size = view.size()
         assert view.read(0, size) == _expected_text(1200)
@@ -434,7 +442,8 @@ def test_the_view_index_of_a_remote_log_segment_is_kept_so_a_new_mount_sizes_vie
     try:
         log = manager.get_log(TP)
         rlm = manager.remote_log_manager
-        assert log is not None and rlm is not None
+        assert log is not None
+        assert rlm is not None
         loaded = persisted.counters["loaded"]
         view = LogView(log, ViewFormat.TEXT)
         assert view.size() == size
@@ -460,7 +469,9 @@ def test_logfs_check_verifies_the_remote_segments_metadata_against_the_store(tmp
         copied = manager.copy_to_remote_storage()
         rlm = manager.remote_log_manager
         log = manager.get_log(TP)
-        assert rlm is not None and log is not None and copied >= 5
+        assert rlm is not None
+        assert log is not None
+        assert copied >= 5
         tip = manager.tiered_partition(log).tip               # type: ignore[union-attr]
         copies = rlm.metadata.copied_segments(tip)
     finally:
