@@ -81,6 +81,10 @@ class RemoteSegments(Protocol):
     def highest_copied_offset(self) -> int:
         """The last offset held by a finished copy, -1 when none."""
 
+    def forget_segments_map(self) -> None:
+        """Drop the map ``segments_map`` keeps: local segments just deleted are held by nothing then (their
+        pinned descriptors, and so their disk space, go with them)."""
+
 
 __all__ = ["CLIENT_RECORD_DELETION", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "LEADER_LOG_START_OFFSET",
            "MAX_TIMESTAMP", "SEGMENT_DELETION", "AppendObserver", "AppendOrigin", "Log", "LogAppendInfo",
@@ -806,6 +810,8 @@ class Log:
                 else:
                     total += self._delete_retention_size_breached_segments()
                     total += self._delete_retention_ms_breached_segments()
+            if total and self.remote_log_reader is not None:
+                self.remote_log_reader.forget_segments_map()
         return total
 
     def _tiered(self) -> bool:
@@ -958,6 +964,8 @@ class Log:
                                 "past its base offset %d", self.log_end_offset, new_start, active.base_offset)
                     self.local_log.roll_locked(None)
                 self._delete_log_start_offset_breached_segments()
+                if self.remote_log_reader is not None:
+                    self.remote_log_reader.forget_segments_map()
 
     def _increment_log_start_offset(self, new_start: int, reason: str) -> bool:
         if new_start > self._log_start_offset:

@@ -233,6 +233,11 @@ class RemoteLogReader:
                 out.append(segment)
             return out
 
+    def forget_segments_map(self) -> None:
+        """Drop the merged map kept for the views: it holds the local segments it listed, and a deleted one
+        pins its descriptor (its disk space) for as long as it is held."""
+        self._merged = None
+
     def segments_map(self, local: SortedDict, log_start: int) -> SortedDict:
         """The remote segments below the first local one, then ``local`` (``local`` itself when none)."""
         local_start = local.peekitem(0)[0] if local else log_start

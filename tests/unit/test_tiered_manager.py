@@ -314,6 +314,22 @@ def test_local_retention_deletes_only_copied_segments_and_reads_below_the_local_
         assert record_at(log, 7).value == b"line-000007-" + b"x" * 40
         assert [r.offset for r in log.read_records(5, 3)] == [5, 6, 7]
         assert log.fetch_offset_by_timestamp(0) == (0, log.read_records(0, 1)[0].timestamp)
+        # local segments deleted later are held by nothing once no view reads them (their disk space goes)
+        import gc
+        import weakref
+        text.close()
+        below.close()
+        jsonl.close()
+        _fill(manager, 600)
+        manager.copy_to_remote_storage()
+        going = [weakref.ref(s) for s in list(log.segments.values())[:3]]
+        assert manager.cleanup_logs() > 0
+        assert log.local_log_start_offset > local_start
+        manager.clock.sleep(log.config.file_delete_delay_ms + 1)     # type: ignore[attr-defined]
+        assert manager.delete_expired_segment_files() >= 3           # the .deleted files go
+        gc.collect()
+        assert [r() for r in going] == [None, None, None]
+        local_start = log.local_log_start_offset
         # turning tiering off would drop what only the store holds
         with pytest.raises(InvalidConfigError, match="only in remote storage"):
             manager.alter_topic_config("t", {"remote.storage.enable": "false"})
@@ -327,7 +343,7 @@ def test_local_retention_deletes_only_copied_segments_and_reads_below_the_local_
         assert log.log_start_offset == 0
         assert log.local_log_start_offset == local_start
         text = LogView(log, ViewFormat.TEXT)
-        assert text.read(0, text.size()) == _expected_text(1200)
+        assert text.read(0, text.size()) == _expected_text(1200) + _expected_text(600)    # 600 more appended above
         # retention.bytes bounds the whole log: the log start moves, and the round deletes the copies below
         rlm = manager.remote_log_manager
         assert rlm is not None
@@ -340,7 +356,8 @@ def test_local_retention_deletes_only_copied_segments_and_reads_below_the_local_
         assert rlm.remote_log_size(tip)[0] < copies
         assert all(m.end_offset >= log.log_start_offset for m in rlm.metadata.copied_segments(tip))
         text = LogView(log, ViewFormat.TEXT)
-        assert text.read(0, text.size()) == _expected_text(1200, log.log_start_offset)
+        every_line = (_expected_text(1200) + _expected_text(600)).splitlines(keepends=True)
+        assert text.read(0, text.size()) == b"".join(every_line[log.log_start_offset:])
     finally:
         manager.shutdown()
     # a mount without remote storage refuses a data dir whose records are partly only in the store, as
