@@ -280,12 +280,17 @@ def read_no_follow(path: str) -> bytes:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(_errno.EINVAL, "not a regular file", path)
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return read_to_end(fd)
     finally:
         os.close(fd)
+
+
+def read_to_end(fd: int) -> bytes:
+    """Every byte left in the open file ``fd``, read in chunks of 1 MiB until EOF."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _remove_planted_link(path: str) -> None:

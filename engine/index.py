@@ -245,13 +245,14 @@ class AbstractIndex:
             self.length = rounded
             self.max_entries = rounded // self.entry_size
             self._entries = 0
-            return
-        newly_created = self._create_if_missing()
-        self._map_file()
-        # A new file has no entries; an existing one is assumed full of valid ones
-        # (Kafka sets the buffer position to the rounded-down length): a clean
-        # shutdown trimmed it, and an unclean one is caught by sanity_check.
-        self._entries = 0 if newly_created else self.max_entries
+        else:
+            newly_created = self._create_if_missing()
+            self._map_file()
+            # A new file has no entries; an existing one is assumed full of valid ones
+            # (Kafka sets the buffer position to the rounded-down length): a clean
+            # shutdown trimmed it, and an unclean one is caught by sanity_check.
+            self._entries = 0 if newly_created else self.max_entries
+        self._log_loaded(max_index_size, self._refresh_last())
 
     # -- file and mapping -------------------------------------------------------------------
 
@@ -482,12 +483,14 @@ class AbstractIndex:
     def _truncate_to_entries(self, entries: int) -> None:
         with self._lock:
             self._entries = entries
-            self._after_truncate()
+            self._refresh_last()
             logger.debug("Truncated %s %s to %d entries; position is now %d", self._kind, self.path,
                          entries, entries * self.entry_size)
 
-    def _after_truncate(self) -> None:
-        """Refresh the cached last entry after the entry count changed."""
+    def _refresh_last(self) -> int:
+        """Refresh the subclass's cached last entry (on open, and after the entry count changed);
+        returns the offset of that entry (the base offset when empty)."""
+        return self.base_offset
 
     def truncate(self) -> None:
         """Remove all entries."""
@@ -608,20 +611,15 @@ class OffsetIndex(AbstractIndex):
     entry_size = 8
     _kind = "index"
 
-    def __init__(self, path: str, base_offset: int, max_index_size: int = -1, writable: bool = True,
-                 in_memory: bool = False) -> None:
-        super().__init__(path, base_offset, max_index_size, writable, in_memory)
-        self._last_offset = self._read_last_offset()
-        self._log_loaded(max_index_size, self._last_offset)
-
     def _read_last_offset(self) -> int:
         if self._entries == 0:
             return self.base_offset
         relative: int = _I32.unpack_from(self._mapped(), (self._entries - 1) * 8)[0]
         return self.base_offset + relative
 
-    def _after_truncate(self) -> None:
+    def _refresh_last(self) -> int:
         self._last_offset = self._read_last_offset()
+        return self._last_offset
 
     @property
     def last_offset(self) -> int:
@@ -747,20 +745,15 @@ class TimeIndex(AbstractIndex):
     _relative_offset_field = 8
     _kind = "time index"
 
-    def __init__(self, path: str, base_offset: int, max_index_size: int = -1, writable: bool = True,
-                 in_memory: bool = False) -> None:
-        super().__init__(path, base_offset, max_index_size, writable, in_memory)
-        self._last_entry = self._read_last_entry()
-        self._log_loaded(max_index_size, self._last_entry[1])
-
     def _read_last_entry(self) -> tuple[int, int]:
         if self._entries == 0:
             return (-1, self.base_offset)
         timestamp, relative = _TIME_ENTRY.unpack_from(self._mapped(), (self._entries - 1) * 12)
         return (timestamp, self.base_offset + relative)
 
-    def _after_truncate(self) -> None:
+    def _refresh_last(self) -> int:
         self._last_entry = self._read_last_entry()
+        return self._last_entry[1]
 
     @property
     def last_entry(self) -> tuple[int, int]:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
+from engine.checkpoint import read_to_end
 from engine.cleaner.cleaner_manager import LOG_CLEANING_ABORTED
 from engine.clock import ManualClock
 from engine.config import BrokerConfig, LogConfig
@@ -194,9 +195,6 @@ def direct_read(path: Any) -> bytes:
     """A whole file read that bypasses the page cache (O_DIRECT): every byte from the mount itself."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return read_to_end(fd)
     finally:
         os.close(fd)

@@ -152,6 +152,15 @@ class OffsetMap:
 
     # -- probing ------------------------------------------------------------------------------
 
+    def _first_probe(self, key: bytes) -> tuple[bytes, int]:
+        """The key's digest and the byte position of its slot at attempt 0 (the only probe for most
+        keys at Kafka's load factors, so computed here without ``_position_of``'s general case)."""
+        self._lookups += 1
+        self._probes += 1
+        digest = _md5(key).digest()
+        probe = _INT32_UNPACK(digest, 0)[0]
+        return digest, (0 if probe == _INT_MIN else abs(probe)) % self.slots * BYTES_PER_ENTRY
+
     def _position_of(self, digest: bytes, attempt: int) -> int:
         """Byte position of the slot probed at ``attempt`` (Kafka's ``positionOf``)."""
         if attempt < HASH_SIZE - 4:
@@ -173,13 +182,8 @@ class OffsetMap:
             raise OffsetMapFullError(
                 f"Attempted to add a new entry to a full offset map, entries: {self._entries}, "
                 f"slots: {self.slots}")
-        self._lookups += 1
-        self._probes += 1
-        digest = _md5(key).digest()
+        digest, pos = self._first_probe(key)
         buf = self._bytes
-        # Attempt 0 inlined: it is the only probe for most keys at Kafka's load factors.
-        probe = _INT32_UNPACK(digest, 0)[0]
-        pos = (0 if probe == _INT_MIN else abs(probe)) % self.slots * BYTES_PER_ENTRY
         attempt = 0
         while buf[pos:pos + BYTES_PER_ENTRY] != _EMPTY_SLOT:
             if buf[pos:pos + HASH_SIZE] == digest:
@@ -197,12 +201,8 @@ class OffsetMap:
 
     def get(self, key: bytes) -> int:
         """The latest offset put for ``key``, or -1 if the key is not in the map."""
-        self._lookups += 1
-        self._probes += 1
-        digest = _md5(key).digest()
+        digest, pos = self._first_probe(key)
         buf = self._bytes
-        probe = _INT32_UNPACK(digest, 0)[0]
-        pos = (0 if probe == _INT_MIN else abs(probe)) % self.slots * BYTES_PER_ENTRY
         # Kafka bounds the search so a completely full map cannot loop forever.
         max_attempts = self.slots + HASH_SIZE - 4
         attempt = 0

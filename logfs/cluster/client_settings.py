@@ -69,17 +69,11 @@ _ROWS = [
     ClientSetting("ssl.endpoint.identification.algorithm", "ssl.endpoint.identification.algorithm (https, none)",
                   "ssl_check_hostname (True for https, False for empty or none)"),
     ClientSetting("debug", "debug", "its loggers, with --log-level DEBUG"),
-    # the producer's own (librdkafka's names are Kafka's)
-    ClientSetting("delivery.timeout.ms", "delivery.timeout.ms", "", producer_only=True),
-    ClientSetting("request.timeout.ms", "request.timeout.ms", "", producer_only=True),
-    ClientSetting("linger.ms", "linger.ms", "", producer_only=True),
-    ClientSetting("batch.size", "batch.size", "", producer_only=True),
-    ClientSetting("batch.num.messages", "batch.num.messages", "", producer_only=True),
-    ClientSetting("compression.type", "compression.type", "", producer_only=True),
-    ClientSetting("message.max.bytes", "message.max.bytes", "", producer_only=True),
-    ClientSetting("queue.buffering.max.messages", "queue.buffering.max.messages", "", producer_only=True),
-    ClientSetting("queue.buffering.max.kbytes", "queue.buffering.max.kbytes", "", producer_only=True),
-    ClientSetting("retry.backoff.ms", "retry.backoff.ms", "", producer_only=True),
+    # the producer's own (librdkafka's names are Kafka's), passed through under the same name
+    *(ClientSetting(name, name, "", producer_only=True) for name in (
+        "delivery.timeout.ms", "request.timeout.ms", "linger.ms", "batch.size", "batch.num.messages",
+        "compression.type", "message.max.bytes", "queue.buffering.max.messages", "queue.buffering.max.kbytes",
+        "retry.backoff.ms")),
     ClientSetting("acks", "acks (all only)", "", producer_only=True),
     ClientSetting("enable.idempotence", "enable.idempotence (true only)", "", producer_only=True),
 ]

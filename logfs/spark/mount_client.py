@@ -202,34 +202,45 @@ def _timestamp_targets(name: str, single: int | None, by_partition: Mapping[tupl
 
 def starting_offsets(opts: SourceOptions, spec: OffsetSpec, tps: Sequence[tuple[str, int]],
                      bounds: Mapping[tuple[str, int], tuple[int, int]]) -> dict[tuple[str, int], int]:
-    """Where each partition starts: by timestamp when a timestamp option is given, else ``startingOffsets``."""
-    name = "startingTimestamp" if opts.starting_timestamp is not None else "startingOffsetsByTimestamp"
-    targets = _timestamp_targets(name, opts.starting_timestamp, opts.starting_offsets_by_timestamp, tps)
-    if targets is None:
-        return _resolve(spec, "startingOffsets", tps, bounds, opts.fail_on_data_loss)
-    result = {}
-    for tp, timestamp in targets.items():
-        found = offset_for_time(opts.mount, *tp, timestamp)
-        if found is None:
-            if opts.starting_offsets_by_timestamp_strategy == "error":
-                raise OffsetOutOfRangeError(
-                    f"No offset matched from request of topic-partition {tp[0]}-{tp[1]} and timestamp "
-                    f"{timestamp} ({name}); set startingOffsetsByTimestampStrategy=latest to start at the "
-                    "log end instead", log_start_offset=bounds[tp][0], log_end_offset=bounds[tp][1])
-            found = bounds[tp][1]
-        result[tp] = found
-    return result
+    """Where each partition starts: by timestamp when a timestamp option is given, else ``startingOffsets``.
+
+    A timestamp no record is at or after starts at the log end, or is an OffsetOutOfRangeError with
+    ``startingOffsetsByTimestampStrategy=error``.
+    """
+    return _offsets(opts, spec, tps, bounds, "starting", opts.starting_timestamp,
+                    opts.starting_offsets_by_timestamp,
+                    strict=opts.starting_offsets_by_timestamp_strategy == "error")
 
 
 def ending_offsets(opts: SourceOptions, spec: OffsetSpec, tps: Sequence[tuple[str, int]],
                    bounds: Mapping[tuple[str, int], tuple[int, int]]) -> dict[tuple[str, int], int]:
-    """Where each partition ends (exclusive): by timestamp when a timestamp option is given, else ``endingOffsets``."""
-    name = "endingTimestamp" if opts.ending_timestamp is not None else "endingOffsetsByTimestamp"
-    targets = _timestamp_targets(name, opts.ending_timestamp, opts.ending_offsets_by_timestamp, tps)
+    """Where each partition ends (exclusive): by timestamp when a timestamp option is given, else ``endingOffsets``.
+
+    A timestamp no record is at or after ends at the log end.
+    """
+    return _offsets(opts, spec, tps, bounds, "ending", opts.ending_timestamp, opts.ending_offsets_by_timestamp,
+                    strict=False)
+
+
+def _offsets(opts: SourceOptions, spec: OffsetSpec, tps: Sequence[tuple[str, int]],
+             bounds: Mapping[tuple[str, int], tuple[int, int]], side: str, timestamp_option: int | None,
+             by_timestamp_option: Mapping[tuple[str, int], int] | None, *,
+             strict: bool) -> dict[tuple[str, int], int]:
+    """The ``side`` ("starting" or "ending") offsets: by ``<side>Timestamp`` or ``<side>OffsetsByTimestamp``
+    when one is given, else by the ``<side>Offsets`` spec."""
+    name = f"{side}Timestamp" if timestamp_option is not None else f"{side}OffsetsByTimestamp"
+    targets = _timestamp_targets(name, timestamp_option, by_timestamp_option, tps)
     if targets is None:
-        return _resolve(spec, "endingOffsets", tps, bounds, opts.fail_on_data_loss)
+        return _resolve(spec, f"{side}Offsets", tps, bounds, opts.fail_on_data_loss)
     result = {}
     for tp, timestamp in targets.items():
         found = offset_for_time(opts.mount, *tp, timestamp)
-        result[tp] = bounds[tp][1] if found is None else found
+        if found is None:
+            if strict:
+                raise OffsetOutOfRangeError(
+                    f"No offset matched from request of topic-partition {tp[0]}-{tp[1]} and timestamp "
+                    f"{timestamp} ({name}); set {side}OffsetsByTimestampStrategy=latest to start at the "
+                    "log end instead", log_start_offset=bounds[tp][0], log_end_offset=bounds[tp][1])
+            found = bounds[tp][1]
+        result[tp] = found
     return result
