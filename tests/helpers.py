@@ -16,8 +16,10 @@ nothing on a loaded machine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
 import threading
 import time
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -35,9 +37,11 @@ from logfs.stats import MountStats
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from pathlib import Path
 
     from engine.cleaner import CleanerStats, LogCleaner
     from engine.log import Log
+    from logfs.fs import LogfsOperations
 
 T = TypeVar("T")
 
@@ -95,6 +99,13 @@ def namespace_manager(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator
 def namespace(manager: LogManager) -> Namespace:
     """The mount's namespace over the ``manager`` fixture, without FUSE."""
     return Namespace(manager, MountStats())
+
+
+@pytest.fixture(name="ops")
+def page_cache_ops(manager: LogManager) -> LogfsOperations:
+    """The FUSE operations over the ``manager`` fixture, views through the page cache (no direct I/O)."""
+    from logfs.fs import LogfsOperations
+    return LogfsOperations(Namespace(manager, MountStats(), views_direct_io=False))
 
 
 def wait_for(predicate: Callable[[], T], what: str, timeout: float = 30.0, interval: float = 0.05) -> T:
@@ -189,6 +200,34 @@ def add_config(path: Any, text: str | bytes) -> None:
     """``echo name=value >> <topic>/config``: add overrides (a write with ``>``/O_TRUNC replaces them all)."""
     with open(path, "ab") as f:
         f.write(text.encode() if isinstance(text, str) else text)
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``mount -o size=``) on the new directory ``path``, unmounted on exit; the test
+    is skipped where this process may not mount one."""
+    path.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=False)
+
+
+def tree_snapshot(root: Any, *, dirs: bool = False) -> dict[str, tuple[bytes, int] | int]:
+    """Every file under ``root`` by its relative path: its bytes and mtime (ns); with ``dirs`` also every
+    directory (its relative path and a ``/``): its mtime (ns)."""
+    result: dict[str, tuple[bytes, int] | int] = {}
+    for dirpath, _, names in os.walk(root):
+        if dirs:
+            result[os.path.relpath(dirpath, root) + "/"] = os.stat(dirpath).st_mtime_ns
+        for name in names:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f:
+                result[os.path.relpath(path, root)] = (f.read(), os.stat(path).st_mtime_ns)
+    return result
 
 
 def direct_read(path: Any) -> bytes:

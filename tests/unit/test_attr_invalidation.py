@@ -27,13 +27,11 @@ import pytest
 import trio
 
 from engine.topic import TopicPartition
-from logfs.fs import LogfsOperations
-from logfs.namespace import Namespace
-from logfs.stats import MountStats
-from tests.helpers import log_of, namespace_manager, wait_for  # noqa: F401  (the manager fixture)
+from tests.helpers import log_of, namespace_manager, page_cache_ops, wait_for  # noqa: F401  (the manager and ops fixtures)
 
 if TYPE_CHECKING:
     from engine.manager import LogManager
+    from logfs.fs import LogfsOperations
 
 TP = TopicPartition("t", 0)
 
@@ -75,11 +73,6 @@ def kernel_attrs(monkeypatch: pytest.MonkeyPatch) -> KernelAttrs:
     kernel = KernelAttrs()
     monkeypatch.setattr(pyfuse3, "invalidate_inode", kernel.invalidate_inode)
     return kernel
-
-
-@pytest.fixture(name="ops")
-def page_cache_ops(manager: LogManager) -> LogfsOperations:
-    return LogfsOperations(Namespace(manager, MountStats(), views_direct_io=False))
 
 
 def _lookup_records(ops: LogfsOperations) -> int:

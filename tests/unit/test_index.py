@@ -47,6 +47,14 @@ def fresh_offset_index(tmp_path, name="00000000000000001000.index", size=MB, bas
     return OffsetIndex(str(tmp_path / name), base, size)
 
 
+def filled_offset_index(tmp_path, entries: list[tuple[int, int]]) -> OffsetIndex:
+    """A fresh offset index in ``tmp_path`` holding ``entries``, appended in order."""
+    idx = fresh_offset_index(tmp_path)
+    for offset, position in entries:
+        idx.append(offset, position)
+    return idx
+
+
 # -- OffsetIndex --------------------------------------------------------------------------------
 
 @given(n=st.integers(0, 2500), seed=st.integers(0, 2**32), probes=st.lists(st.integers(-50, 120_000), max_size=40))
@@ -54,9 +62,7 @@ def test_offset_lookup_matches_bisect(tmp_path_factory, n, seed, probes):
     # Up to 2500 entries: more than the 1024 of the warm section, so both halves are searched.
     rng = random.Random(seed)
     entries = offset_entries(rng, n)
-    idx = fresh_offset_index(tmp_path_factory.mktemp("oi"))
-    for offset, position in entries:
-        idx.append(offset, position)
+    idx = filled_offset_index(tmp_path_factory.mktemp("oi"), entries)
     targets = probes + [o for o, _ in rng.sample(entries, min(len(entries), 20))]
     targets += [o - 1 for o, _ in entries[-3:]] + [BASE - 1, BASE]
     for target in targets:
@@ -72,9 +78,7 @@ def test_file_position_lookup_matches_the_mapped_index(tmp_path_factory, n, seed
     # written entries) and then trimmed by a clean close: the position of the naive lookup.
     rng = random.Random(seed)
     entries = offset_entries(rng, n)
-    idx = fresh_offset_index(tmp_path_factory.mktemp("oi"))
-    for offset, position in entries:
-        idx.append(offset, position)
+    idx = filled_offset_index(tmp_path_factory.mktemp("oi"), entries)
     idx.flush()
     targets = probes + [o for o, _ in entries[:: max(1, n // 15)]] + [BASE - 1, BASE]
     expected = {target: naive_lookup(entries, target, (BASE, 0))[1] for target in targets}
@@ -93,9 +97,7 @@ def test_file_position_lookup_matches_the_mapped_index(tmp_path_factory, n, seed
 @given(n=st.integers(1, 1500), seed=st.integers(0, 2**32), data=st.data())
 def test_fetch_upper_bound_matches_naive(tmp_path_factory, n, seed, data):
     entries = offset_entries(random.Random(seed), n)
-    idx = fresh_offset_index(tmp_path_factory.mktemp("ub"))
-    for offset, position in entries:
-        idx.append(offset, position)
+    idx = filled_offset_index(tmp_path_factory.mktemp("ub"), entries)
     start = data.draw(st.integers(0, entries[-1][1] + 10))
     size = data.draw(st.integers(0, 20_000))
     expected = next(((o, p) for o, p in entries if p >= start + size), None)
@@ -119,9 +121,7 @@ def test_fetch_upper_bound_is_an_entry_at_the_bound_itself(tmp_path):
 @given(n=st.integers(0, 1500), seed=st.integers(0, 2**32), data=st.data())
 def test_truncate_to_removes_entries_at_or_above(tmp_path_factory, n, seed, data):
     entries = offset_entries(random.Random(seed), n)
-    idx = fresh_offset_index(tmp_path_factory.mktemp("tr"))
-    for offset, position in entries:
-        idx.append(offset, position)
+    idx = filled_offset_index(tmp_path_factory.mktemp("tr"), entries)
     cut = data.draw(st.integers(BASE - 5, (entries[-1][0] + 5) if entries else BASE + 5))
     idx.truncate_to(cut)
     kept = [e for e in entries if e[0] < cut]
@@ -314,9 +314,7 @@ def test_every_entry_around_the_warm_section_start_is_found(tmp_path, first_hot)
     where one ends and the other starts is found exactly by every search, from either side."""
     n = first_hot + 1 + WARM_SECTION_BYTES // 8          # the warm section then starts at entry first_hot
     entries = [(BASE + 3 * (i + 1), 10 * (i + 1)) for i in range(n)]
-    idx = fresh_offset_index(tmp_path)
-    for offset, position in entries:
-        idx.append(offset, position)
+    idx = filled_offset_index(tmp_path, entries)
     for i in sorted({0, n - 1, *range(max(0, first_hot - 3), min(n, first_hot + 4))}):
         offset, position = entries[i]
         below = entries[i - 1] if i else (BASE, 0)

@@ -21,7 +21,7 @@ from engine.errors import (
 from engine.log import Log
 from engine.records import decode_batch, iter_batches
 from engine.segment import LogSegment
-from tests.helpers import make_config
+from tests.helpers import make_config, small_tmpfs, tree_snapshot
 
 T0 = 1_700_000_000_000
 
@@ -346,15 +346,8 @@ def test_rename_dir_keeps_segments_usable(tmp_path):
 
 
 def test_log_dir_full_appends_nothing_partial(tmp_path):
-    import subprocess
-
     from engine.errors import LogDirFullError
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(mnt)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here")
-    try:
+    with small_tmpfs(tmp_path / "small", "192k") as mnt:
         log = Log.load(str(mnt / "full-0"), make_config(segment_index_bytes=4096, index_interval_bytes=64),
                        clock=ManualClock(T0))
         acknowledged: list[int] = []
@@ -370,19 +363,6 @@ def test_log_dir_full_appends_nothing_partial(tmp_path):
         reloaded = Log.load(str(mnt / "full-0"), make_config(), clock=ManualClock(T0), recovery_point=0)
         assert reloaded.log_end_offset == end
         reloaded.close()
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
-
-
-def _snapshot(root) -> dict[str, tuple[bytes, int]]:
-    """Every file under ``root``: bytes and mtime (ns)."""
-    result = {}
-    for dirpath, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(dirpath, name)
-            with open(path, "rb") as f:
-                result[os.path.relpath(path, root)] = (f.read(), os.stat(path).st_mtime_ns)
-    return result
 
 
 def _closed_log(tmp_path, clock) -> str:
@@ -401,7 +381,7 @@ def test_read_only_load_of_a_clean_log_writes_nothing_and_refuses_every_change(t
     d = _closed_log(tmp_path, clock)
     with open(os.path.join(d, "00000000000000000000.log.cleaned"), "wb") as f:
         f.write(b"stray")                    # the read-write loader would delete this
-    before = _snapshot(tmp_path)
+    before = tree_snapshot(tmp_path)
     config = make_config(internal_segment_bytes=600, index_interval_bytes=64)
     log = Log.load(d, config, had_clean_shutdown=True, clock=clock, read_only=True, recovery_point=0)
     assert log.read_only
@@ -422,7 +402,7 @@ def test_read_only_load_of_a_clean_log_writes_nothing_and_refuses_every_change(t
             change()
     assert [r.value for r in log.read_records(0)] == values_for(0, 120)
     log.close()
-    assert _snapshot(tmp_path) == before
+    assert tree_snapshot(tmp_path) == before
 
 
 @pytest.mark.parametrize("damage", ["unclean", "unclean torn tail", "missing index", "corrupt index",
@@ -446,7 +426,7 @@ def test_read_only_load_recovers_in_memory_and_writes_nothing(tmp_path, damage):
     elif damage == "invalid swap":
         with open(os.path.join(d, "00000000000000000100.log.swap"), "wb") as f:
             f.write(os.urandom(5000))
-    before = _snapshot(tmp_path)
+    before = tree_snapshot(tmp_path)
     log = Log.load(d, make_config(internal_segment_bytes=600, index_interval_bytes=64),
                    had_clean_shutdown=not damage.startswith("unclean"), clock=clock, read_only=True)
     try:
@@ -459,7 +439,7 @@ def test_read_only_load_recovers_in_memory_and_writes_nothing(tmp_path, damage):
             log.append_values([b"x"])
     finally:
         log.close()
-    assert _snapshot(tmp_path) == before
+    assert tree_snapshot(tmp_path) == before
     # Read-write, the loader repairs it on disk and every record is still there.
     log = Log.load(d, make_config(internal_segment_bytes=600), had_clean_shutdown=not damage.startswith("unclean"),
                    clock=clock)

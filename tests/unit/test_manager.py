@@ -32,7 +32,7 @@ from engine.manager import LogManager
 from engine.topic import TopicPartition
 from engine.topic_configs import TOPIC_CONFIGS_FILE
 from engine.views import LogView, ViewFormat
-from tests.helpers import cleaner_of, log_of
+from tests.helpers import cleaner_of, log_of, tree_snapshot
 
 
 def broker(dirs, **props) -> BrokerConfig:
@@ -342,18 +342,6 @@ def test_cleanup_logs_applies_retention_only_to_delete_policy(tmp_path):
     assert log_of(manager, TopicPartition("cmp", 0)).log_start_offset == 0
 
 
-def _snapshot(root) -> dict[str, tuple[bytes, int] | None]:
-    """Every file and directory under ``root``: bytes and mtime (ns) of files, mtime of dirs."""
-    result: dict = {}
-    for dirpath, _dirnames, names in os.walk(root):
-        result[os.path.relpath(dirpath, root) + "/"] = os.stat(dirpath).st_mtime_ns
-        for name in names:
-            path = os.path.join(dirpath, name)
-            with open(path, "rb") as f:
-                result[os.path.relpath(path, root)] = (f.read(), os.stat(path).st_mtime_ns)
-    return result
-
-
 def _populated(dirs, clock) -> None:
     """Two dirs with multi-segment logs, a compacted topic, overrides, .deleted files; shut down cleanly."""
     manager = started(dirs, clock=clock)
@@ -377,7 +365,7 @@ def test_read_only_mode_writes_nothing(tmp_path):
     clock = ManualClock()
     _populated(dirs, clock)
     assert any(n.endswith(".deleted") for d in dirs for _, _, ns in os.walk(d) for n in ns)
-    before = _snapshot(tmp_path)
+    before = tree_snapshot(tmp_path, dirs=True)
 
     ro = started(dirs, clock=clock, read_only=True)
     assert ro.cleaner is None
@@ -418,7 +406,7 @@ def test_read_only_mode_writes_nothing(tmp_path):
     clock.sleep(2 * 86_400_000)
     assert ro.delete_expired_segment_files() == 0
     ro.shutdown()
-    assert _snapshot(tmp_path) == before
+    assert tree_snapshot(tmp_path, dirs=True) == before
 
     with pytest.raises(StorageError, match="missing"):
         LogManager(broker([tmp_path / "missing"]), read_only=True).startup()
@@ -438,11 +426,11 @@ def test_read_only_recovers_an_unclean_dir_in_memory_and_writes_nothing(tmp_path
     expected = _all_values(clean)
     clean.shutdown()
     os.unlink(dirs[1] / CLEAN_SHUTDOWN_FILE)          # as after a crash
-    before = _snapshot(tmp_path)
+    before = tree_snapshot(tmp_path, dirs=True)
     manager = started(dirs, read_only=True)
     assert _all_values(manager) == expected
     manager.shutdown()
-    assert _snapshot(tmp_path) == before
+    assert tree_snapshot(tmp_path, dirs=True) == before
     started(dirs).shutdown()                           # read-write recovers it on disk
 
 
@@ -454,11 +442,11 @@ def test_read_only_rebuilds_a_missing_index_in_memory(tmp_path):
     clean.shutdown()
     index = next(p for p in sorted((d / "t-0").iterdir()) if p.name.endswith(".index"))
     index.unlink()
-    before = _snapshot(tmp_path)
+    before = tree_snapshot(tmp_path, dirs=True)
     manager = started([d], read_only=True)
     assert _all_values(manager) == expected
     manager.shutdown()
-    assert _snapshot(tmp_path) == before
+    assert tree_snapshot(tmp_path, dirs=True) == before
 
 
 def test_read_only_accepts_an_empty_dir_without_marker(tmp_path):

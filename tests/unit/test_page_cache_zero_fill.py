@@ -42,14 +42,11 @@ import pytest
 import trio
 
 from engine.topic import TopicPartition
-from logfs.fs import LogfsOperations
-from logfs.namespace import Namespace
-from logfs.stats import MountStats
-from tests.helpers import log_of, namespace_manager  # noqa: F401  (the manager fixture)
+from tests.helpers import log_of, namespace_manager, page_cache_ops  # noqa: F401  (the manager and ops fixtures)
 
 if TYPE_CHECKING:
-
     from engine.manager import LogManager
+    from logfs.fs import LogfsOperations
 
 TP = TopicPartition("t", 0)
 
@@ -86,11 +83,6 @@ def kernel_pages(monkeypatch: pytest.MonkeyPatch) -> KernelPages:
     kernel = KernelPages()
     monkeypatch.setattr(pyfuse3, "invalidate_inode", kernel.invalidate_inode)
     return kernel
-
-
-@pytest.fixture(name="ops")
-def page_cache_ops(manager: LogManager) -> LogfsOperations:
-    return LogfsOperations(Namespace(manager, MountStats(), views_direct_io=False))
 
 
 async def _lookup(ops: LogfsOperations, *names: bytes) -> int:

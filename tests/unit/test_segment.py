@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from engine.records import Record, decode_batch, encode_records, encode_values
 from engine.segment import FetchDataInfo, LogSegment
 from engine.segment_checks import check_index_against_log
 from engine.views.index import view_index, view_index_and_damage
-from tests.helpers import make_config
+from tests.helpers import make_config, small_tmpfs
 
 T0 = 1_700_000_000_000
 
@@ -214,12 +213,7 @@ def test_kafka_python_reads_the_log_file(segment):
 
 
 def test_enospc_truncates_back_and_raises_log_dir_full(tmp_path):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here")
-    try:
+    with small_tmpfs(tmp_path / "small", "256k") as mnt:
         seg = LogSegment.open(str(mnt), 0, make_config(segment_index_bytes=4096), ManualClock())
         fill(seg, 2)
         size = seg.size
@@ -229,8 +223,6 @@ def test_enospc_truncates_back_and_raises_log_dir_full(tmp_path):
         assert seg.size == size == os.path.getsize(seg.log_path)
         assert [r.offset for r in all_records(seg)] == list(range(20))
         seg.close()
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
 
 
 def test_descriptor_closes_on_close_and_on_garbage_collection(tmp_path):

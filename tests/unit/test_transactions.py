@@ -36,6 +36,8 @@ from tests.helpers import log_of
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from engine.log import Log
+
 ABORT, COMMIT = 0, 1
 TP = TopicPartition("t", 0)
 
@@ -276,6 +278,13 @@ def test_read_committed_views_of_a_live_replica_end_at_the_last_stable_offset(tm
         manager.shutdown()
 
 
+def _follow_one_transaction(log: Log, *, commit: bool) -> None:
+    """A replica's appends of a plain record (0), a transaction's two records (1, 2) and its marker (3)."""
+    log.append_as_follower(_op_batch(("plain", 1), 0)[0])
+    log.append_as_follower(_op_batch(("data", 0, 2), 1)[0])
+    log.append_as_follower(_op_batch(("end", 0, commit), 3)[0])
+
+
 def test_a_live_replica_truncated_below_a_marker_is_walked_again(tmp_path):
     """A replica truncated to its leader (KIP-320 divergence) below a COMMIT marker it had fetched: the
     transaction is open again, its records are held back again, and the leader's ABORT marker, fetched
@@ -286,9 +295,7 @@ def test_a_live_replica_truncated_below_a_marker_is_walked_again(tmp_path):
     manager.startup()
     try:
         log = manager.get_or_create_log(TP, "AAAAAAAAAAAAAAAAAAAAAA")
-        log.append_as_follower(_op_batch(("plain", 1), 0)[0])
-        log.append_as_follower(_op_batch(("data", 0, 2), 1)[0])           # 1, 2
-        log.append_as_follower(_op_batch(("end", 0, True), 3)[0])         # COMMIT: 3
+        _follow_one_transaction(log, commit=True)                      # 0; 1, 2; COMMIT: 3
         log.append_as_follower(_op_batch(("plain", 1), 4)[0])             # 4
         assert _offsets_of(_read_all(LogView(log, ViewFormat.JSONL))) == [0, 1, 2, 4]
         assert log.truncate_to(3)                                          # the COMMIT marker is gone
@@ -318,9 +325,7 @@ def test_the_read_committed_view_index_is_the_segments_for_the_logs_transaction_
     manager.startup()
     try:
         log = manager.get_or_create_log(TP, "AAAAAAAAAAAAAAAAAAAAAA")
-        log.append_as_follower(_op_batch(("plain", 1), 0)[0])
-        log.append_as_follower(_op_batch(("data", 0, 2), 1)[0])           # 1, 2
-        log.append_as_follower(_op_batch(("end", 0, False), 3)[0])        # ABORT: 3
+        _follow_one_transaction(log, commit=False)                      # 0; 1, 2; ABORT: 3
         assert _offsets_of(_read_all(LogView(log, ViewFormat.JSONL))) == [0]
         segment = log.segments.peekitem(-1)[1]
         txn = log.transaction_state

@@ -104,6 +104,25 @@ class SlowReader:
         assert self.pending == b""          # a view ends at a record boundary
 
 
+class _Producer:
+    """Appends records of random keys (of KEYS) whose values name key and offset (``_value``), keeping the
+    next offset and each key's latest offset."""
+
+    def __init__(self, log: Log, rng: random.Random) -> None:
+        self.log = log
+        self.rng = rng
+        self.next_offset = 0
+        self.latest: dict[int, int] = {}
+
+    def append(self, n: int) -> None:
+        keys = [self.rng.randrange(KEYS) for _ in range(n)]
+        self.log.append_values([_value(k, self.next_offset + i) for i, k in enumerate(keys)],
+                               [b"k%d" % k for k in keys])
+        for i, k in enumerate(keys):
+            self.latest[k] = self.next_offset + i
+        self.next_offset += n
+
+
 def _cleaner(tmp_path, log: Log, clock: ManualClock) -> LogCleaner:
     config = BrokerConfig.from_props({"log.dirs": str(tmp_path), "log.cleaner.dedupe.buffer.size": str(1 << 20),
                                       "log.cleaner.io.buffer.size": str(1 << 16)})
@@ -125,18 +144,8 @@ def test_slow_reader_follows_across_repeated_compaction(tmp_path, fmt, seed):
     log = _log(tmp_path, clock, **{"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
                                    "delete.retention.ms": str(10**12)})
     cleaner = _cleaner(tmp_path, log, clock)
-    latest: dict[int, int] = {}
-    next_offset = 0
-
-    def append(n: int) -> None:
-        nonlocal next_offset
-        keys = [rng.randrange(KEYS) for _ in range(n)]
-        log.append_values([_value(k, next_offset + i) for i, k in enumerate(keys)],
-                          [b"k%d" % k for k in keys])
-        for i, k in enumerate(keys):
-            latest[k] = next_offset + i
-        next_offset += n
-
+    producer = _Producer(log, rng)
+    append = producer.append
     append(20)
     reader = SlowReader(LogView(log, fmt), fmt, rng)
     cleanings = 0
@@ -157,9 +166,9 @@ def test_slow_reader_follows_across_repeated_compaction(tmp_path, fmt, seed):
     _expire(log, clock)
     reader.drain()
     assert cleanings >= 5
-    assert reader.offsets[-1] == next_offset - 1
+    assert reader.offsets[-1] == producer.next_offset - 1
     # compaction never removes a key's latest record: the reader saw each of them
-    assert {k: reader.keys.get(k) for k in latest} == latest
+    assert {k: reader.keys.get(k) for k in producer.latest} == producer.latest
     log.close()
 
 
@@ -169,15 +178,8 @@ def test_slow_reader_falls_behind_retention(tmp_path, fmt, seed):
     rng = random.Random(100 + seed)
     clock = ManualClock(T0)
     log = _log(tmp_path, clock, **{"retention.bytes": "1500"})
-    next_offset = 0
-
-    def append(n: int) -> None:
-        nonlocal next_offset
-        keys = [rng.randrange(KEYS) for _ in range(n)]
-        log.append_values([_value(k, next_offset + i) for i, k in enumerate(keys)],
-                          [b"k%d" % k for k in keys])
-        next_offset += n
-
+    producer = _Producer(log, rng)
+    append = producer.append
     append(10)
     reader = SlowReader(LogView(log, fmt), fmt, rng)
     for step in range(400):
@@ -192,8 +194,8 @@ def test_slow_reader_falls_behind_retention(tmp_path, fmt, seed):
             reader.read_once()
     reader.drain()
     assert reader.offsets[0] == 0
-    assert reader.offsets[-1] == next_offset - 1
+    assert reader.offsets[-1] == producer.next_offset - 1
     # only what retention deleted before the reader got there may be missing
-    missed = set(range(next_offset)) - set(reader.offsets)
+    missed = set(range(producer.next_offset)) - set(reader.offsets)
     assert not missed or max(missed) < log.log_start_offset
     log.close()
