@@ -822,8 +822,7 @@ class TimeIndex(AbstractIndex):
             self._last_entry = (timestamp, offset)
             self._entries = entries + 1
 
-    def lookup(self, target_timestamp: int, _unpack: _UnpackFrom = _I64.unpack_from,
-               _unpack_entry: _UnpackFrom = _TIME_ENTRY.unpack_from) -> tuple[int, int]:
+    def lookup(self, target_timestamp: int) -> tuple[int, int]:
         """``(timestamp, offset)`` of the largest entry with timestamp <= target, else ``(-1, base_offset)``."""
         entries = self._entries
         if entries == 0:
@@ -831,27 +830,10 @@ class TimeIndex(AbstractIndex):
         mm = self._mmap
         if mm is None:
             mm = self._mapped()
-        target = target_timestamp
-        lo = entries - 1 - self._warm_entries
-        if lo < 0:
-            lo = 0
-        if _unpack(mm, lo * 12)[0] < target:
-            hi = entries - 1
-        elif _unpack(mm, 0)[0] > target:
+        slot = _search(mm, entries, target_timestamp, _I64.unpack_from, 12, 0, self._warm_entries, False)
+        if slot < 0:
             return (-1, self.base_offset)
-        else:
-            hi, lo = lo, 0
-        while lo < hi:
-            mid = (lo + hi + 1) >> 1
-            found = _unpack(mm, mid * 12)[0]
-            if found > target:
-                hi = mid - 1
-            elif found < target:
-                lo = mid
-            else:
-                lo = mid
-                break
-        timestamp, relative = _unpack_entry(mm, lo * 12)
+        timestamp, relative = _TIME_ENTRY.unpack_from(mm, slot * 12)
         return (timestamp, self.base_offset + relative)
 
     def entry(self, n: int) -> tuple[int, int]:

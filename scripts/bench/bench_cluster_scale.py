@@ -39,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from devtools.bench import wait_mounted  # noqa: E402
 from devtools.jvm import JVM_OPTS, java_command, write_log4j  # noqa: E402
 
 LOGFS = ROOT / ".venv" / "bin" / "logfs"
@@ -107,10 +108,7 @@ def _mount(bootstrap: str, base: Path, args: list[str]) -> tuple[subprocess.Pope
                              bootstrap, *args], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     log.close()
-    while subprocess.run(["mountpoint", "-q", str(mnt)]).returncode != 0:
-        if proc.poll() is not None or time.perf_counter() - started > 600:
-            raise SystemExit(f"logfs mount failed:\n{(base / 'logfs.log').read_text()[-3000:]}")
-        time.sleep(0.02)
+    wait_mounted(mnt, proc, base / "logfs.log", 600, "logfs mount", interval=0.02)
     return proc, mnt, time.perf_counter() - started
 
 

@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
+from devtools.bench import best_of
 from engine.records import decode_batch, decode_text, decode_values, encode_values, read_header
 
 if TYPE_CHECKING:
@@ -58,75 +59,65 @@ def make_batches_of_values(total: int, batch: int, size: int, mixed: bool = Fals
 
 
 def timed(fn: Callable[[], int], repeat: int | None = None) -> tuple[int, float]:
-    best = float("inf")
-    for _ in range(REPEAT if repeat is None else repeat):
-        start = time.process_time()
-        count = fn()
-        best = min(best, time.process_time() - start)
-    return count, best
+    """(what ``fn`` returned, its fewest CPU seconds of ``repeat`` runs, default REPEAT)."""
+    seconds, count = best_of(fn, REPEAT if repeat is None else repeat, time.process_time)
+    return count, seconds
 
 
-def row_encode_ours(batches, size) -> Row:
-    def run() -> int:
-        offset = 0
-        for values in batches:
-            encode_values(offset, values, TIMESTAMP)
-            offset += len(values)
-        return offset
+#: the kafka-python rows the engine's are compared with
+KP_BUILDER = "kafka-python DefaultRecordBatchBuilder"
+KP_BATCH = "kafka-python DefaultRecordBatch"
+
+
+def timed_row(name: str, run: Callable[[], int], size: int, baseline: str | None = None) -> Row:
+    """The row of ``run`` (which returns the records it handled) timed by :func:`timed`; values of ``size`` bytes."""
     n, s = timed(run)
-    return Row("encode_values", n, s, n * size, "kafka-python DefaultRecordBatchBuilder")
+    return Row(name, n, s, n * size, baseline)
 
 
-def row_encode_kafka_python(batches, size) -> Row:
-    def run() -> int:
-        count = 0
-        for values in batches:
-            builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 30)
-            for i, value in enumerate(values):
-                builder.append(i, timestamp=TIMESTAMP, key=None, value=value, headers=[])
-            builder.build()
-            count += len(values)
-        return count
-    n, s = timed(run)
-    return Row("kafka-python DefaultRecordBatchBuilder", n, s, n * size)
+def encode_ours(batches: list[list[bytes]]) -> int:
+    offset = 0
+    for values in batches:
+        encode_values(offset, values, TIMESTAMP)
+        offset += len(values)
+    return offset
 
 
-def row_decode_values(encoded, size) -> Row:
-    def run() -> int:
-        return sum(len(decode_values(batch)) for batch in encoded)
-    n, s = timed(run)
-    return Row("decode_values", n, s, n * size, "kafka-python DefaultRecordBatch")
+def encode_kafka_python(batches: list[list[bytes]]) -> int:
+    count = 0
+    for values in batches:
+        builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 30)
+        for i, value in enumerate(values):
+            builder.append(i, timestamp=TIMESTAMP, key=None, value=value, headers=[])
+        builder.build()
+        count += len(values)
+    return count
 
 
-def row_decode_text(encoded, size) -> Row:
-    def run() -> int:
-        count = 0
-        for batch in encoded:
-            header = read_header(batch)
-            decode_text(batch, 0, header)
-            count += header.records_count
-        return count
-    n, s = timed(run)
-    return Row("decode_text", n, s, n * size, "kafka-python DefaultRecordBatch")
+def decode_values_of(encoded: list[bytes]) -> int:
+    return sum(len(decode_values(batch)) for batch in encoded)
 
 
-def row_decode_batch(encoded, size) -> Row:
-    def run() -> int:
-        return sum(len(decode_batch(batch)) for batch in encoded)
-    n, s = timed(run)
-    return Row("decode_batch", n, s, n * size, "kafka-python DefaultRecordBatch")
+def decode_text_of(encoded: list[bytes]) -> int:
+    count = 0
+    for batch in encoded:
+        header = read_header(batch)
+        decode_text(batch, 0, header)
+        count += header.records_count
+    return count
 
 
-def row_decode_kafka_python(encoded, size) -> Row:
-    def run() -> int:
-        count = 0
-        for batch in encoded:
-            for record in DefaultRecordBatch(batch):
-                _ = record.value
-                count += 1
-        return count
-    n, s = timed(run)
-    return Row("kafka-python DefaultRecordBatch", n, s, n * size)
+def decode_batch_of(encoded: list[bytes]) -> int:
+    return sum(len(decode_batch(batch)) for batch in encoded)
+
+
+def decode_kafka_python(encoded: list[bytes]) -> int:
+    count = 0
+    for batch in encoded:
+        for record in DefaultRecordBatch(batch):
+            _ = record.value
+            count += 1
+    return count
 
 
 def log_rows(batches, size) -> list[Row]:
@@ -214,13 +205,14 @@ def main(argv: list[str] | None = None) -> int:
     baseline_batches = batches[:max(1, len(batches) // 10)]
     encoded = [encode_values(i * args.batch, values, TIMESTAMP) for i, values in enumerate(batches)]
     size = args.value_size
+    baseline_encoded = encoded[:len(baseline_batches)]
     rows = [
-        row_encode_ours(batches, size),
-        row_encode_kafka_python(baseline_batches, size),
-        row_decode_values(encoded, size),
-        row_decode_text(encoded, size),
-        row_decode_batch(encoded, size),
-        row_decode_kafka_python(encoded[:len(baseline_batches)], size),
+        timed_row("encode_values", lambda: encode_ours(batches), size, KP_BUILDER),
+        timed_row(KP_BUILDER, lambda: encode_kafka_python(baseline_batches), size),
+        timed_row("decode_values", lambda: decode_values_of(encoded), size, KP_BATCH),
+        timed_row("decode_text", lambda: decode_text_of(encoded), size, KP_BATCH),
+        timed_row("decode_batch", lambda: decode_batch_of(encoded), size, KP_BATCH),
+        timed_row(KP_BATCH, lambda: decode_kafka_python(baseline_encoded), size),
     ]
     rows += log_rows(batches, size)
     print(f"{args.records} records of {'~' if args.mixed_sizes else ''}{args.value_size} bytes, "

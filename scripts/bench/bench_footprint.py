@@ -32,6 +32,10 @@ from pathlib import Path
 import orjson
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from devtools.bench import wait_mounted  # noqa: E402
+
 LINE = 100   # bytes per line, newline included
 
 
@@ -90,11 +94,7 @@ def main() -> int:
                             stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=base)   # not this checkout
     result: dict = {"root": str(args.root.resolve())}
     try:
-        deadline = time.monotonic() + 60
-        while subprocess.run(["mountpoint", "-q", str(mnt)]).returncode != 0:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"mount failed:\n{(base / 'logfs.log').read_text()}")
-            time.sleep(0.05)
+        wait_mounted(mnt, proc, base / "logfs.log", 60)
         for i in range(args.appends):
             os.mkdir(mnt / f"a{i}")
         time.sleep(1)               # the mount's start settles (not timed: an idle figure)

@@ -43,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from devtools.bench import wait_mounted  # noqa: E402
 from devtools.jvm import JVM_OPTS, kafka_version, run_tool  # noqa: E402
 from devtools.kafka import KafkaBroker  # noqa: E402
 
@@ -85,32 +86,40 @@ def _timed(command: str, cwd: Path) -> float:
     return time.perf_counter() - start
 
 
-def _logfs(records: int, base: Path) -> tuple[float, float]:
-    mnt, data = base / "mnt", base / "data"
-    mnt.mkdir(parents=True)
-    data.mkdir()
-    src = base / "input.txt"
+def _write_input(src: Path, records: int) -> Path:
+    """``records`` lines of RECORD_SIZE bytes (a number and x's) in ``src``, what ``cat`` appends."""
     value = b"x" * (RECORD_SIZE - 12)
     chunk = b"".join(b"%011d " % i + value + b"\n" for i in range(10_000))
     with open(src, "wb") as f:
         for _ in range(records // 10_000):
             f.write(chunk)
+    return src
+
+
+def _append_and_read(mnt: Path, src: Path, records: int, what: str) -> tuple[float, float]:
+    """Seconds of ``cat src >> t/0/append`` into the new topic t, and of reading t/0/records back; the
+    mount (``what``) must then hold ``records`` records."""
+    subprocess.run(["mkdir", str(mnt / "t")], check=True)
+    append = _timed(f"cat {src} >> t/0/append", mnt)
+    read = _timed("cat t/0/records > /dev/null", mnt)
+    count = int(subprocess.run(["bash", "-c", "wc -l < t/0/records"], cwd=mnt, capture_output=True,
+                               check=True).stdout)
+    if count != records:
+        raise SystemExit(f"{what} holds {count} records, expected {records}")
+    return append, read
+
+
+def _logfs(records: int, base: Path) -> tuple[float, float]:
+    mnt, data = base / "mnt", base / "data"
+    mnt.mkdir(parents=True)
+    data.mkdir()
+    src = _write_input(base / "input.txt", records)
     log = open(base / "logfs.log", "wb")
     proc = subprocess.Popen([str(LOGFS), "mount", str(mnt), "--data-dir", str(data)], stdout=log,
                             stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        while subprocess.run(["mountpoint", "-q", str(mnt)]).returncode != 0:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"logfs mount failed:\n{(base / 'logfs.log').read_text()}")
-            time.sleep(0.05)
-        subprocess.run(["mkdir", str(mnt / "t")], check=True)
-        append = _timed(f"cat {src} >> t/0/append", mnt)
-        read = _timed("cat t/0/records > /dev/null", mnt)
-        count = int(subprocess.run(["bash", "-c", "wc -l < t/0/records"], cwd=mnt, capture_output=True,
-                                   check=True).stdout)
-        if count != records:
-            raise SystemExit(f"logfs holds {count} records, expected {records}")
+        wait_mounted(mnt, proc, base / "logfs.log", 30, "logfs mount")
+        append, read = _append_and_read(mnt, src, records, "logfs")
     finally:
         subprocess.run(["fusermount3", "-u", str(mnt)], check=False)
         proc.wait(timeout=120)
@@ -127,11 +136,7 @@ def _mount_cluster(bootstrap: str, base: Path) -> tuple[subprocess.Popen, Path]:
                              bootstrap], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     log.close()
-    deadline = time.monotonic() + 60
-    while subprocess.run(["mountpoint", "-q", str(mnt)]).returncode != 0:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"logfs mount failed:\n{(base / 'logfs.log').read_text()[-3000:]}")
-        time.sleep(0.05)
+    wait_mounted(mnt, proc, base / "logfs.log", 60, "logfs mount")
     return proc, mnt
 
 
@@ -234,20 +239,9 @@ def cluster_main(records: int, base: Path) -> int:
         fake.bootstrap = cluster.bootstrap
         consume, fetch, consume_line = _consumer_perf(fake, records, base)
 
-        src = base / "input.txt"
-        value = b"x" * (RECORD_SIZE - 12)
-        chunk = b"".join(b"%011d " % i + value + b"\n" for i in range(10_000))
-        with open(src, "wb") as f:
-            for _ in range(records // 10_000):
-                f.write(chunk)
+        src = _write_input(base / "input.txt", records)
         proc, mnt = _mount_cluster(cluster.bootstrap, base / "logfs")
-        subprocess.run(["mkdir", str(mnt / "t")], check=True)
-        append = _timed(f"cat {src} >> t/0/append", mnt)
-        read = _timed("cat t/0/records > /dev/null", mnt)
-        count = int(subprocess.run(["bash", "-c", "wc -l < t/0/records"], cwd=mnt, capture_output=True,
-                                   check=True).stdout)
-        if count != records:
-            raise SystemExit(f"the cluster mount holds {count} records, expected {records}")
+        append, read = _append_and_read(mnt, src, records, "the cluster mount")
         latencies = _tail_latencies(mnt, 300)
         mount_reads, client_reads = _random_reads(mnt, cluster.bootstrap, records, 200)
         stat_s, count_s = _size_of_records(mnt, cluster.bootstrap, records)

@@ -27,6 +27,10 @@ from pathlib import Path
 import orjson
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from devtools.bench import wait_mounted  # noqa: E402
+
 LOGFS = ROOT / ".venv" / "bin" / "logfs"
 LINE = 100   # bytes per line, newline included
 
@@ -78,11 +82,7 @@ def main() -> int:
     proc = subprocess.Popen([*command, "mount", str(mnt), "--data-dir", str(data), *extra],
                             stdout=log_file, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        while subprocess.run(["mountpoint", "-q", str(mnt)]).returncode != 0:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"mount failed:\n{(base / 'logfs.log').read_text()}")
-            time.sleep(0.05)
+        wait_mounted(mnt, proc, base / "logfs.log", 30)
         os.mkdir(mnt / "t")
         # The compiled kernels (a C extension) load with the mount; without them (not built) every
         # write takes the Python path: say so rather than time it unknowingly.

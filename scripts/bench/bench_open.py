@@ -30,6 +30,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from devtools.bench import wait_mounted  # noqa: E402
+
 PYTHON = ROOT / ".venv" / "bin" / "python"
 
 
@@ -60,11 +64,7 @@ def _serve(command: list[str], mnt: Path, log: Path, env: dict[str, str]) -> sub
     """Start ``command`` (a FUSE server of ``mnt``), output to ``log``, and wait until ``mnt`` is mounted."""
     with open(log, "wb") as log_file:
         proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 30
-    while subprocess.run(["mountpoint", "-q", str(mnt)]).returncode != 0:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"mount of {mnt} failed:\n{log.read_text()}")
-        time.sleep(0.05)
+    wait_mounted(mnt, proc, log, 30, f"mount of {mnt}")
     return proc
 
 

@@ -38,6 +38,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from devtools.bench import wait_mounted  # noqa: E402
+
 LOGFS = ROOT / ".venv" / "bin" / "logfs"
 BROKER = ROOT / "scripts" / "kafka-broker.sh"
 PRODUCER = ["acks=1", "linger.ms=5", "batch.size=65536"]
@@ -94,11 +98,7 @@ class Mount:
         with open(log, "ab") as out:
             self.proc = subprocess.Popen([str(LOGFS), "mount", str(mnt), *args], stdout=out,
                                          stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-        deadline = time.monotonic() + 120
-        while subprocess.run(["mountpoint", "-q", str(mnt)]).returncode != 0:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"logfs mount {mnt} failed:\n{log.read_text()[-3000:]}")
-            time.sleep(0.05)
+        wait_mounted(mnt, self.proc, log, 120, f"logfs mount {mnt}")
 
     def rss_mb(self) -> float:
         """The mount's resident memory (VmRSS), MB."""

@@ -33,6 +33,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from devtools.bench import wait_mounted  # noqa: E402
+
 LOGFS = ROOT / ".venv" / "bin" / "logfs"
 LINE = 100
 
@@ -49,11 +53,7 @@ def _serve(command: list[str], mnt: Path, log: Path) -> subprocess.Popen:
     # this checkout's code, not the one the shared venv's editable install points at
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 60
-    while subprocess.run(["mountpoint", "-q", str(mnt)]).returncode != 0:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"{command[1]} of {mnt} failed:\n{log.read_text()}")
-        time.sleep(0.05)
+    wait_mounted(mnt, proc, log, 60, f"{command[1]} of {mnt}")
     return proc
 
 

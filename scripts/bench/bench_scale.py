@@ -47,6 +47,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from devtools.bench import wait_mounted  # noqa: E402
+
 PYTHON = ROOT / ".venv" / "bin" / "python"
 VALUE = 100          # bytes per value (the text line is VALUE + 1)
 BATCH = 2000         # values per append
@@ -106,10 +110,7 @@ class Mount:
         self.proc = subprocess.Popen([str(PYTHON), "-m", "logfs", "mount", str(self.mnt), "--data-dir", str(data)],
                                      stdout=self._log, stderr=subprocess.STDOUT, env=env, preexec_fn=limit,
                                      cwd=str(tree))
-        while subprocess.run(["mountpoint", "-q", str(self.mnt)]).returncode != 0:
-            if self.proc.poll() is not None or time.perf_counter() - start > 600:
-                raise SystemExit(f"mount failed:\n{self.log_path.read_text()[-3000:]}")
-            time.sleep(0.02)
+        wait_mounted(self.mnt, self.proc, self.log_path, 600, interval=0.02)
         self.mount_seconds = time.perf_counter() - start
 
     def rss_mb(self) -> float:

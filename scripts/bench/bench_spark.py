@@ -46,6 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
+from devtools.bench import best_of
 from logfs.spark import list_partitions, offset_bounds, spark_kafka_jars, spark_session
 
 JSON_SCHEMA = ("topic STRING, partition INT, offset BIGINT, timestamp BIGINT, timestampType INT, "
@@ -134,15 +135,6 @@ def fill_kafka(bootstrap: str, topic: str, partitions: int, count: int, value_by
     finally:
         producer.close()
     return time.perf_counter() - started
-
-
-def timed(job, repeat: int) -> tuple[float, tuple]:
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        started = time.perf_counter()
-        result = job()
-        best = min(best, time.perf_counter() - started)
-    return best, result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
             local_job()
             mount_job()
         for name, local_job, mount_job in jobs:
-            local_s, local_result = timed(local_job, args.repeat)
-            mount_s, mount_result = timed(mount_job, args.repeat)
+            local_s, local_result = best_of(local_job, args.repeat)
+            mount_s, mount_result = best_of(mount_job, args.repeat)
             for what, result in (("local", local_result), ("mount", mount_result)):
                 if tuple(result) != expected:
                     raise SystemExit(f"{name} ({what}) read {result}, expected (records, bytes) = {expected}")

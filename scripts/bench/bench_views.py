@@ -34,6 +34,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from devtools.bench import best_of
 from engine.config import LogConfig
 from engine.log import Log
 from engine.views import LogView, ViewFormat, view_index
@@ -81,12 +82,13 @@ def bench_mixed(records: int, batch: int, repeat: int) -> None:
                 for _ in range(records // batch):
                     log.append_values(values)
                 log.close()
-            seconds = {"append": best(append, repeat)[0]}
+            seconds = {"append": best_of(append, repeat, time.process_time)[0]}
             log = Log.load(directory, config, had_clean_shutdown=True)
             try:
                 for fmt in ViewFormat:
                     read_view(log, fmt)
-                    seconds[fmt.value] = best(lambda fmt=fmt, log=log: read_view(log, fmt), repeat)[0]
+                    seconds[fmt.value] = best_of(lambda fmt=fmt, log=log: read_view(log, fmt), repeat,
+                                                 time.process_time)[0]
             finally:
                 log.close()
             results[name] = {k: v * 1e9 / value_bytes for k, v in seconds.items()}
@@ -109,15 +111,6 @@ def read_view(log: Log, fmt: ViewFormat) -> int:
         position += len(piece)
     view.close()
     return position
-
-
-def best(fn, repeat: int) -> tuple[float, object]:
-    seconds, result = float("inf"), None
-    for _ in range(repeat):
-        start = time.process_time()
-        result = fn()
-        seconds = min(seconds, time.process_time() - start)
-    return seconds, result
 
 
 def main() -> None:
@@ -156,13 +149,13 @@ def main() -> None:
 
         rows = []
         for name, columns in (("rebuild text index", "text"), ("rebuild text+json index", "json")):
-            seconds, _ = best(rebuild(columns), args.repeat)
+            seconds, _ = best_of(rebuild(columns), args.repeat, time.process_time)
             rows.append((name, seconds))
         log = Log.load(directory, config, had_clean_shutdown=True)
         try:
             for fmt in ViewFormat:
                 read_view(log, fmt)         # builds the view index once
-                seconds, size = best(lambda fmt=fmt: read_view(log, fmt), args.repeat)
+                seconds, size = best_of(lambda fmt=fmt: read_view(log, fmt), args.repeat, time.process_time)
                 rows.append((f"read {fmt.value} view ({size / 1e6:.0f} MB)", seconds))
         finally:
             log.close()
