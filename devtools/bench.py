@@ -1,16 +1,40 @@
-"""What the benchmarks under scripts/bench/ share: waiting for a mount they started, and the best of runs."""
+"""What the benchmarks under scripts/bench/ share: their work directory, waiting for a mount they started,
+and the best of runs."""
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-    from pathlib import Path
+    import argparse
+    from collections.abc import Callable, Iterator
 
 T = TypeVar("T")
+
+
+def add_work_dir_options(parser: argparse.ArgumentParser) -> None:
+    """``--dir`` and ``--keep``, what :func:`work_dir` reads."""
+    parser.add_argument("--dir", default=None, help="work directory (default: a new temp dir in $TMPDIR)")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+
+
+@contextlib.contextmanager
+def work_dir(args: argparse.Namespace, prefix: str) -> Iterator[Path]:
+    """The benchmark's work directory: ``--dir`` (made if missing) or a new temp dir named ``prefix...``;
+    removed at the end unless ``--keep``."""
+    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix=prefix))
+    base.mkdir(parents=True, exist_ok=True)
+    try:
+        yield base
+    finally:
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 def wait_mounted(mnt: Path, proc: subprocess.Popen, log: Path, timeout: float, what: str = "mount", *,

@@ -33,17 +33,15 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from devtools.bench import wait_mounted  # noqa: E402
+from devtools.bench import add_work_dir_options, wait_mounted, work_dir  # noqa: E402
 from devtools.jvm import JVM_OPTS, kafka_version, run_tool  # noqa: E402
 from devtools.kafka import KafkaBroker  # noqa: E402
 
@@ -219,6 +217,29 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * p))] * 1000
 
 
+def _print_comparison(records: int, mb: float, setup: str, logfs_label: str, producer_name: str,
+                      produce: float, append: float, consume: float, read: float, produce_line: str,
+                      consume_line: str, *, mb_columns: bool) -> None:
+    """The perf tools' own lines, then the table of Kafka's write and read against the mount's (``setup``
+    says what ran), with MB/s columns if ``mb_columns``."""
+    print(f"ProducerPerformance: {produce_line}")
+    print(f"ConsumerPerformance: {consume_line}")
+    print()
+    print(f"{records:,} records of {RECORD_SIZE} bytes ({mb:.0f} MB), {setup}, one run each")
+    print()
+    mb_head = " MB/s |" if mb_columns else ""
+    print(f"| | Kafka (perf tool) | s | records/s |{mb_head} {logfs_label} | s | records/s |{mb_head} logfs / Kafka |")
+    print("|---|---|---|---|" + ("---|" if mb_columns else "") + "---|---|---|" + ("---|" if mb_columns else "")
+          + "---|")
+    rows = [("write", producer_name, produce, "`cat file >> t/0/append`", append),
+            ("read", "ConsumerPerformance", consume, "`cat t/0/records`", read)]
+    for what, kafka_name, kafka_s, logfs_name, logfs_s in rows:
+        kafka_mb = f" {mb / kafka_s:.0f} |" if mb_columns else ""
+        logfs_mb = f" {mb / logfs_s:.0f} |" if mb_columns else ""
+        print(f"| {what} | {kafka_name} | {kafka_s:.2f} | {records / kafka_s / 1e3:,.0f}K |{kafka_mb} {logfs_name} | "
+              f"{logfs_s:.2f} | {records / logfs_s / 1e3:,.0f}K |{logfs_mb} {kafka_s / logfs_s:.2f} |")
+
+
 def cluster_main(records: int, base: Path) -> int:
     from devtools.kafka import KafkaCluster
 
@@ -252,19 +273,10 @@ def cluster_main(records: int, base: Path) -> int:
             proc.wait(timeout=120)
         cluster.stop()
 
-    print(f"ProducerPerformance: {produce_line}")
-    print(f"ConsumerPerformance: {consume_line}")
-    print()
-    print(f"{records:,} records of {RECORD_SIZE} bytes ({mb:.0f} MB), Apache Kafka {kafka_version()}, 3-node KRaft "
-          "cluster on loopback (replication factor 3, min.insync.replicas=2, -Xmx256m each), one run each")
-    print()
-    print("| | Kafka (perf tool) | s | records/s | logfs cluster mount | s | records/s | logfs / Kafka |")
-    print("|---|---|---|---|---|---|---|---|")
-    rows = [("write", "ProducerPerformance, acks=all", produce, "`cat file >> t/0/append`", append),
-            ("read", "ConsumerPerformance", consume, "`cat t/0/records`", read)]
-    for what, kafka_name, kafka_s, logfs_name, logfs_s in rows:
-        print(f"| {what} | {kafka_name} | {kafka_s:.2f} | {records / kafka_s / 1e3:,.0f}K | {logfs_name} | "
-              f"{logfs_s:.2f} | {records / logfs_s / 1e3:,.0f}K | {kafka_s / logfs_s:.2f} |")
+    _print_comparison(records, mb, f"Apache Kafka {kafka_version()}, 3-node KRaft cluster on loopback (replication "
+                      "factor 3, min.insync.replicas=2, -Xmx256m each)", "logfs cluster mount",
+                      "ProducerPerformance, acks=all", produce, append, consume, read, produce_line, consume_line,
+                      mb_columns=False)
     print()
     print(f"(ConsumerPerformance fetching alone, without the group join: {fetch:.2f} s)")
     print()
@@ -287,22 +299,16 @@ def cluster_main(records: int, base: Path) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=2_000_000, help="records per side (a multiple of 10000)")
-    parser.add_argument("--dir", default=None, help="work directory (default: a new temp dir)")
-    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    add_work_dir_options(parser)
     parser.add_argument("--cluster", action="store_true",
                         help="a 3-node cluster and a cluster mount (logfs mount --bootstrap-server)")
     args = parser.parse_args()
     records = args.records // 10_000 * 10_000
-    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="logfs-bench-kafka-"))
-    base.mkdir(parents=True, exist_ok=True)
     if args.cluster:
-        try:
+        with work_dir(args, "logfs-bench-kafka-") as base:
             return cluster_main(records, base)
-        finally:
-            if not args.keep:
-                shutil.rmtree(base, ignore_errors=True)
     mb = records * RECORD_SIZE / 1e6
-    try:
+    with work_dir(args, "logfs-bench-kafka-") as base:
         broker = KafkaBroker(base / "kafka").start()
         try:
             broker.create_topic("perf", 1)
@@ -311,24 +317,10 @@ def main() -> int:
         finally:
             broker.stop()
         append, read = _logfs(records, base / "logfs")
-    finally:
-        if not args.keep:
-            shutil.rmtree(base, ignore_errors=True)
 
-    print(f"ProducerPerformance: {produce_line}")
-    print(f"ConsumerPerformance: {consume_line}")
-    print()
-    print(f"{records:,} records of {RECORD_SIZE} bytes ({mb:.0f} MB), Apache Kafka {kafka_version()} "
-          f"(single-node KRaft, -Xmx512m) and logfs on the same machine, one run each")
-    print()
-    print("| | Kafka (perf tool) | s | records/s | MB/s | logfs | s | records/s | MB/s | logfs / Kafka |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    rows = [("write", "ProducerPerformance, acks=1", produce, "`cat file >> t/0/append`", append),
-            ("read", "ConsumerPerformance", consume, "`cat t/0/records`", read)]
-    for what, kafka_name, kafka_s, logfs_name, logfs_s in rows:
-        print(f"| {what} | {kafka_name} | {kafka_s:.2f} | {records / kafka_s / 1e3:,.0f}K | {mb / kafka_s:.0f} | "
-              f"{logfs_name} | {logfs_s:.2f} | {records / logfs_s / 1e3:,.0f}K | {mb / logfs_s:.0f} | "
-              f"{kafka_s / logfs_s:.2f} |")
+    _print_comparison(records, mb, f"Apache Kafka {kafka_version()} (single-node KRaft, -Xmx512m) and logfs on the "
+                      "same machine", "logfs", "ProducerPerformance, acks=1", produce, append, consume, read,
+                      produce_line, consume_line, mb_columns=True)
     print()
     print(f"(ConsumerPerformance fetching alone, without the group join: {fetch:.2f} s, "
           f"{records / fetch / 1e3:,.0f}K records/s)")

@@ -22,17 +22,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from devtools.bench import wait_mounted  # noqa: E402
+from devtools.bench import add_work_dir_options, wait_mounted, work_dir  # noqa: E402
 
 PYTHON = ROOT / ".venv" / "bin" / "python"
 
@@ -94,39 +92,36 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lines", type=int, default=5000, help="lines the shell loop appends")
     parser.add_argument("--stats", type=int, default=20000, help="stat calls measured")
-    parser.add_argument("--dir", default=None, help="work directory (default: a new temp dir in $TMPDIR)")
-    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    add_work_dir_options(parser)
     parser.add_argument("--floor", action="store_true",
                         help="also time scripts/bench/fuse_floor.py's append (a pyfuse3 mount doing nothing)")
     args = parser.parse_args()
 
-    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="logfs-bench-open-"))
-    mnt, data, disk = base / "mnt", base / "data", base / "disk"
-    for d in (mnt, data, disk):
-        d.mkdir(parents=True, exist_ok=True)
-    (disk / "append").touch()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}     # this checkout's logfs, whatever the venv has installed
-    proc = _serve([str(PYTHON), "-m", "logfs", "mount", str(mnt), "--data-dir", str(data)], mnt,
-                  base / "logfs.log", env)
-    try:
-        os.mkdir(mnt / "t")
-        target = mnt / "t" / "0"
-        rows = _rows("disk", disk, args) + _rows("mount", target, args)
-        appended = int(subprocess.run(["bash", "-c", f"wc -l < {target}/records"], capture_output=True,
-                                      check=True).stdout)
-        assert appended == args.lines, (appended, args.lines)
-        if args.floor:
-            rows += _floor_rows(base, env, args)
-        print(f"\ncpus={os.cpu_count()} load={os.getloadavg()[0]:.1f}")
-        print(f"{'operation':44} {'figure':>18}")
-        for name, figure in rows:
-            print(f"{name:44} {figure:>18}")
-        print("(goals: the mount's shell loop >= 2,000 lines/s, its stat <= 0.1 ms)")
-    finally:
-        subprocess.run(["fusermount3", "-u", str(mnt)])
-        proc.wait(timeout=120)
-        if not args.keep:
-            shutil.rmtree(base, ignore_errors=True)
+    with work_dir(args, "logfs-bench-open-") as base:
+        mnt, data, disk = base / "mnt", base / "data", base / "disk"
+        for d in (mnt, data, disk):
+            d.mkdir(parents=True, exist_ok=True)
+        (disk / "append").touch()
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}     # this checkout's logfs, whatever the venv has installed
+        proc = _serve([str(PYTHON), "-m", "logfs", "mount", str(mnt), "--data-dir", str(data)], mnt,
+                      base / "logfs.log", env)
+        try:
+            os.mkdir(mnt / "t")
+            target = mnt / "t" / "0"
+            rows = _rows("disk", disk, args) + _rows("mount", target, args)
+            appended = int(subprocess.run(["bash", "-c", f"wc -l < {target}/records"], capture_output=True,
+                                          check=True).stdout)
+            assert appended == args.lines, (appended, args.lines)
+            if args.floor:
+                rows += _floor_rows(base, env, args)
+            print(f"\ncpus={os.cpu_count()} load={os.getloadavg()[0]:.1f}")
+            print(f"{'operation':44} {'figure':>18}")
+            for name, figure in rows:
+                print(f"{name:44} {figure:>18}")
+            print("(goals: the mount's shell loop >= 2,000 lines/s, its stat <= 0.1 ms)")
+        finally:
+            subprocess.run(["fusermount3", "-u", str(mnt)])
+            proc.wait(timeout=120)
     return 0
 
 
