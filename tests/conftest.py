@@ -151,6 +151,13 @@ class Mount(ChildProcess):
             raise AssertionError(f"{command!r} exited {result.returncode}: {result.stderr.decode(errors='replace')}")
         return result
 
+    def sh_refused(self, command: str) -> subprocess.CompletedProcess:
+        """Run ``command`` (as :meth:`sh`), which must fail with EINVAL: "Invalid argument" on its stderr."""
+        result = self.sh(command, check=False)
+        assert result.returncode != 0, command
+        assert b"Invalid argument" in result.stderr, (command, result.stderr)
+        return result
+
     def partition_dir(self, topic: str, partition: int) -> Path:
         return self.data / f"{topic}-{partition}"
 

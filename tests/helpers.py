@@ -17,6 +17,7 @@ nothing on a loaded machine.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import subprocess
@@ -44,6 +45,13 @@ if TYPE_CHECKING:
     from logfs.fs import LogfsOperations
 
 T = TypeVar("T")
+
+#: mount options for a cleaner that starts at once, backs off 50 ms and needs 1 MiB: several cleans in a test's seconds
+QUICK_CLEANER = {
+    "log.initial.task.delay.ms": "0",
+    "log.cleaner.backoff.ms": "50",
+    "log.cleaner.dedupe.buffer.size": str(1 << 20),
+}
 
 #: names of the mount's periodic tasks in ``.logfs/stats.json`` (Kafka's scheduler names, see logfs/tasks.py)
 RETENTION_TASK = "kafka-log-retention"
@@ -228,6 +236,32 @@ def tree_snapshot(root: Any, *, dirs: bool = False) -> dict[str, tuple[bytes, in
             with open(path, "rb") as f:
                 result[os.path.relpath(path, root)] = (f.read(), os.stat(path).st_mtime_ns)
     return result
+
+
+def append_lines(path: Any, lines: list[bytes], *, sync: bool = False) -> None:
+    """``lines``, each ended by a newline, written to ``path`` (a mount's append file) in one write(2); with
+    ``sync`` fsync'd before the close."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, b"".join(line + b"\n" for line in lines))
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_then_refused(path: Any, flags: int, accepted: bytes, *refused: bytes) -> None:
+    """Through one opening of ``path`` (``flags``): ``accepted`` is written, then each write of ``refused``
+    fails with EINVAL; the close succeeds."""
+    fd = os.open(path, flags)
+    try:
+        os.write(fd, accepted)
+        for data in refused:
+            with pytest.raises(OSError) as exc:
+                os.write(fd, data)
+            assert exc.value.errno == errno.EINVAL, data
+    finally:
+        os.close(fd)
 
 
 def direct_read(path: Any) -> bytes:

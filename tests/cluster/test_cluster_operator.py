@@ -13,24 +13,28 @@ import errno
 import json
 import os
 import re
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.cluster.test_cluster_mount import _consume
-from tests.conftest import Mount
 from tests.helpers import wait_for
 from tests.kafka_cluster import KafkaCluster
-from tests.mount.test_mount_shared_host import check_group_acts_as_owner, check_others_read_only
+from tests.mount.test_mount_shared_host import (
+    check_group_acts_as_owner,
+    check_others_read_only,
+    shared_dir,
+    shared_mounts,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
+
+    from tests.conftest import Mount
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.mount]
 
@@ -58,21 +62,8 @@ def cluster_mount(kafka_cluster: KafkaCluster, logfs_mount):
 @pytest.fixture
 def shared_cluster_mount(kafka_cluster: KafkaCluster) -> Iterator:
     """Factory: a mount of the cluster other users can walk into (pytest's tmp dirs are 0700)."""
-    base = Path(tempfile.mkdtemp(prefix="logfs-shared-"))
-    os.chmod(base, 0o755)
-    mounts: list[Mount] = []
-
-    def make(args: list[str], name: str) -> Mount:
-        m = Mount(base / name, None, extra_args=["--bootstrap-server", kafka_cluster.bootstrap, *args])
-        os.chmod(m.base, 0o755)
-        os.chmod(m.path, 0o755)
-        mounts.append(m)
-        return m.start()
-
-    yield make
-    for m in mounts:
-        assert m.stop() == 0, m.log_tail()
-    shutil.rmtree(base, ignore_errors=True)
+    with shared_dir() as base, shared_mounts(base, ["--bootstrap-server", kafka_cluster.bootstrap]) as make:
+        yield make
 
 
 # --------------------------------------------------------------------------- shared hosts

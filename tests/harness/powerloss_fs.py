@@ -420,6 +420,16 @@ class PowerLossFS(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         return node, self._load(node)
 
+    def _child(self, parent_inode: int, name: bytes) -> tuple[dict[bytes, int], Node]:
+        """The pending names of the directory ``parent_inode`` and the node ``name`` is in them (ENOENT if
+        not); EIO after a power loss."""
+        self._check()
+        _, entries = self._dir(parent_inode)
+        ino = entries.get(name)
+        if ino is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return entries, self.nodes[ino]
+
     @staticmethod
     def _check_name(d: Node, name: bytes) -> None:
         if d.ino == pyfuse3.ROOT_INODE and name == _STAGING_B:
@@ -429,12 +439,7 @@ class PowerLossFS(pyfuse3.Operations):
     # ------------------------------------------------------------------ FUSE operations
 
     async def lookup(self, parent_inode, name, ctx=None):
-        self._check()
-        _, entries = self._dir(parent_inode)
-        ino = entries.get(name)
-        if ino is None:
-            raise pyfuse3.FUSEError(errno.ENOENT)
-        node = self.nodes[ino]
+        _, node = self._child(parent_inode, name)
         attr = self._attr(node)
         node.nlookup += 1
         return attr
@@ -558,12 +563,7 @@ class PowerLossFS(pyfuse3.Operations):
 
     def _remove(self, parent_inode: int, name: bytes, *, directory: bool) -> None:
         """unlink (``directory`` False) or rmdir: the name goes from the pending namespace only."""
-        self._check()
-        _, entries = self._dir(parent_inode)
-        ino = entries.get(name)
-        if ino is None:
-            raise pyfuse3.FUSEError(errno.ENOENT)
-        node = self.nodes[ino]
+        entries, node = self._child(parent_inode, name)
         if node.is_dir != directory:
             raise pyfuse3.FUSEError(errno.EISDIR if node.is_dir else errno.ENOTDIR)
         if directory and self._load(node):

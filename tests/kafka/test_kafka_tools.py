@@ -21,20 +21,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import LOGFS, Mount
-from tests.helpers import wait_for
+from tests.helpers import QUICK_CLEANER, wait_for
 from tests.jvm import run_tool
 
 pytestmark = [pytest.mark.mount, pytest.mark.kafka]
 
 DUMP = "org.apache.kafka.tools.DumpLogSegments"
-OPTIONS = {
-    "internal.log.segment.bytes": "8192",
-    "log.index.interval.bytes": "256",
-    "log.cleaner.backoff.ms": "50",
-    "log.initial.task.delay.ms": "0",
-    "log.cleaner.dedupe.buffer.size": str(1 << 20),
-    "num.partitions": "2",
-}
+OPTIONS = {**QUICK_CLEANER, "internal.log.segment.bytes": "8192", "log.index.interval.bytes": "256",
+           "num.partitions": "2"}
 CODECS = ["uncompressed", "gzip", "snappy", "lz4", "zstd", "producer"]
 
 

@@ -298,6 +298,16 @@ def _write_batches(mount: Mount, topic: str, count: int, per_batch: int = 10) ->
     os.close(fd)
 
 
+def _check_reports_one(data: Path, log: Path, raw: bytearray, *said: str) -> None:
+    """``raw`` written over ``log``: ``logfs check`` of ``data`` exits 1 with one line, which says each of ``said``."""
+    log.write_bytes(bytes(raw))
+    code, lines = _check(data)
+    assert code == 1, lines
+    assert len(lines) == 1, lines
+    for part in said:
+        assert part in lines[0], (part, lines)
+
+
 def _batch_positions(log: Path) -> list[tuple[int, int]]:
     from engine.records import read_header
     data = log.read_bytes()
@@ -318,12 +328,7 @@ def test_check_covers_topics_starting_with_a_dot(mount):
     position, size = _batch_positions(log)[3]
     raw = bytearray(log.read_bytes())
     raw[position + size - 2] ^= 0xFF                          # a record byte: the CRC fails
-    log.write_bytes(bytes(raw))
-    code, lines = _check(mount.data)
-    assert code == 1, lines
-    assert len(lines) == 1, lines
-    assert f"{log}, position {position}" in lines[0]
-    assert "crc" in lines[0]
+    _check_reports_one(mount.data, log, raw, f"{log}, position {position}", "crc")
 
 
 def test_check_reports_one_bad_batch_once_not_the_rest_of_the_segment(mount):
@@ -335,20 +340,11 @@ def test_check_reports_one_bad_batch_once_not_the_rest_of_the_segment(mount):
     position, size = positions[100]
     raw = bytearray(log.read_bytes())
     raw[position + size - 5] ^= 0x01
-    log.write_bytes(bytes(raw))
-    code, lines = _check(mount.data)
-    assert code == 1, lines
-    assert len(lines) == 1, lines                             # was "... bytes unreadable" + every later index entry
-    assert f"position {position}" in lines[0]
-    assert "offsets 1000..1009" in lines[0]
+    # one line: was "... bytes unreadable" + every later index entry
+    _check_reports_one(mount.data, log, raw, f"position {position}", "offsets 1000..1009")
     # a length field that breaks the framing: the rest is unreadable, said once, no index entries after it
     raw[position + 8:position + 12] = (10 ** 6).to_bytes(4, "big")
-    log.write_bytes(bytes(raw))
-    code, lines = _check(mount.data)
-    assert code == 1, lines
-    assert len(lines) == 1, lines
-    assert f"position {position}" in lines[0]
-    assert "cannot be framed" in lines[0]
+    _check_reports_one(mount.data, log, raw, f"position {position}", "cannot be framed")
 
 
 def test_check_of_empty_partitions_after_a_crash_is_clean(logfs_mount):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -31,7 +30,7 @@ import pytest
 
 from tests.conftest import LOGFS, ROOT, Mount
 from tests.docs import doc_section
-from tests.helpers import add_config, wait_for
+from tests.helpers import add_config, append_lines, wait_for
 from tests.jvm import java_command
 
 pytestmark = pytest.mark.mount
@@ -53,14 +52,6 @@ def _logfs(*args: str, check: bool = True) -> subprocess.CompletedProcess:
         raise AssertionError(f"logfs {' '.join(args)} exited {result.returncode}:\n"
                              f"{result.stderr.decode(errors='replace')}")
     return result
-
-
-def _append(mount: Mount, path: str, lines: list[bytes]) -> None:
-    fd = os.open(mount / path, os.O_WRONLY)
-    try:
-        os.write(fd, b"".join(line + b"\n" for line in lines))
-    finally:
-        os.close(fd)
 
 
 def _field(row: dict, name: str) -> bytes | None:
@@ -113,8 +104,8 @@ def _write_data(mount: Mount) -> None:
     for p in (1, 2):
         (mount / f"events/{p}").mkdir()
     for turn in range(20):
-        _append(mount, "events/append", [b"event %d-%d %s" % (turn, i, b"x" * (i % 7)) for i in range(30)])
-    _append(mount, "events/2/append", [bytes(range(1, 10)) + b"\xff\xfe not utf-8"])
+        append_lines(mount / "events/append", [b"event %d-%d %s" % (turn, i, b"x" * (i % 7)) for i in range(30)])
+    append_lines(mount / "events/2/append", [bytes(range(1, 10)) + b"\xff\xfe not utf-8"])
 
     # One topic per codec, keyed lines (parse.key) with a tab.
     for codec in CODECS:
@@ -123,7 +114,7 @@ def _write_data(mount: Mount) -> None:
         add_config(mount / f"{topic}/config",
                    f"compression.type={codec}\nparse.key=true\ninternal.segment.bytes=4096\n")
         for turn in range(10):
-            _append(mount, f"{topic}/0/append", [b"k%d\t%s value %d %s" % (i, codec.encode(), turn, b"y" * i)
+            append_lines(mount / f"{topic}/0/append", [b"k%d\t%s value %d %s" % (i, codec.encode(), turn, b"y" * i)
                                                  for i in range(25)])
 
     # JSON lines in: CreateTime timestamps, headers, null keys and values, bytes that are not UTF-8.
@@ -140,7 +131,7 @@ def _write_data(mount: Mount) -> None:
         if i % 4 == 1:
             row["value"], row["valueEncoding"] = base64.b64encode(b"\x00\xff raw " + bytes([i])).decode(), "base64"
         lines.append(json.dumps(row).encode())
-    _append(mount, "imported/0/append.jsonl", lines)
+    append_lines(mount / "imported/0/append.jsonl", lines)
 
     # A compacted topic cleaned by our cleaner, with a tombstone that keeps its delete horizon.
     (mount / "table").mkdir()
@@ -148,22 +139,22 @@ def _write_data(mount: Mount) -> None:
                                         "internal.segment.bytes=2048\nmin.cleanable.dirty.ratio=0.01\n"
                                         "delete.retention.ms=86400000\n")
     for turn in range(15):
-        _append(mount, "table/0/append", [b"row%d\tversion %d of row %d" % (i, turn, i) for i in range(12)])
+        append_lines(mount / "table/0/append", [b"row%d\tversion %d of row %d" % (i, turn, i) for i in range(12)])
     (mount / "table/0/delete").write_bytes(b"key row3\n")
-    _append(mount, "table/0/append", [b"row5\tNULL"])
+    append_lines(mount / "table/0/append", [b"row5\tNULL"])
     for turn in range(15, 30):           # more updates, so the tombstones are cleaned past
-        _append(mount, "table/0/append", [b"row%d\tversion %d of row %d" % (i, turn, i) for i in range(12)
+        append_lines(mount / "table/0/append", [b"row%d\tversion %d of row %d" % (i, turn, i) for i in range(12)
                                           if i not in (3, 5)])
 
     # Log start moved by retention (whole segments) and by DeleteRecords inside a segment.
     (mount / "retained").mkdir()
     add_config(mount / "retained/config", "internal.segment.bytes=1024\n")
     for turn in range(30):
-        _append(mount, "retained/0/append", [b"old %d-%d" % (turn, i) for i in range(10)])
+        append_lines(mount / "retained/0/append", [b"old %d-%d" % (turn, i) for i in range(10)])
     (mount / "deleted").mkdir()
     add_config(mount / "deleted/config", "internal.segment.bytes=4096\n")
     for turn in range(10):
-        _append(mount, "deleted/0/append", [b"line %d-%d" % (turn, i) for i in range(10)])
+        append_lines(mount / "deleted/0/append", [b"line %d-%d" % (turn, i) for i in range(10)])
     (mount / "deleted/0/delete").write_bytes(b"before 37\n")
 
 
@@ -232,7 +223,7 @@ def test_a_logfs_data_dir_is_served_by_kafka_after_the_procedure(kafka_broker, l
 def test_adopt_refuses_what_it_cannot_carry_over_and_changes_nothing(logfs_mount, tmp_path):
     mount = logfs_mount(MOUNT_OPTIONS)
     (mount / "t").mkdir()
-    _append(mount, "t/0/append", [b"a", b"b"])
+    append_lines(mount / "t/0/append", [b"a", b"b"])
     broker_dir = tmp_path / "broker-logs"
     broker_dir.mkdir()
 
@@ -303,7 +294,7 @@ def test_readme_moving_to_kafka_runs_as_written(logfs_mount, tmp_path):
     (mount / "events").mkdir()
     (mount / "events/1").mkdir()
     for turn in range(5):
-        _append(mount, "events/append", [b"event %d-%d" % (turn, i) for i in range(10)])
+        append_lines(mount / "events/append", [b"event %d-%d" % (turn, i) for i in range(10)])
     expected = {p: _mount_view(mount, "events", p) for p in (0, 1)}
     assert sum(len(records) for _, _, records in expected.values()) == 50
 

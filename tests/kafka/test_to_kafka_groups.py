@@ -13,8 +13,9 @@ import subprocess
 
 import pytest
 
+from tests.helpers import append_lines
 from tests.jvm import java_command
-from tests.kafka.test_to_kafka import _append, _logfs
+from tests.kafka.test_to_kafka import _logfs
 
 pytestmark = [pytest.mark.mount, pytest.mark.kafka]
 
@@ -25,8 +26,8 @@ def test_group_commits_made_in_logfs_are_what_a_kafka_consumer_gets(kafka_broker
 
     mount = logfs_mount({"num.partitions": "2"})
     (mount / "orders").mkdir()
-    _append(mount, "orders/0/append", [b"a%d" % i for i in range(10)])
-    _append(mount, "orders/1/append", [b"b%d" % i for i in range(7)])
+    append_lines(mount / "orders/0/append", [b"a%d" % i for i in range(10)])
+    append_lines(mount / "orders/1/append", [b"b%d" % i for i in range(7)])
     (mount / "orders/groups/billing").write_text("0 4\n1 6\n")
     (mount / "orders/groups/audit").write_text("0 10\n")
     assert mount.stop() == 0

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import LOGFS, ROOT, Mount, kafka_records
-from tests.helpers import CLEANER_TASK, add_config, mount_stats, wait_for, wait_for_task_runs
+from tests.helpers import CLEANER_TASK, QUICK_CLEANER, add_config, mount_stats, wait_for, wait_for_task_runs
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -47,14 +47,8 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.mount
 
 #: Small segments and a short backoff, so a test sees several cleans within seconds.
-CLEANER_OPTIONS = {
-    "log.cleaner.backoff.ms": "50",
-    "log.initial.task.delay.ms": "0",
-    "internal.log.segment.bytes": "4096",
-    "log.index.interval.bytes": "512",
-    "log.cleaner.dedupe.buffer.size": str(1 << 20),
-    "num.partitions": "1",
-}
+CLEANER_OPTIONS = {**QUICK_CLEANER, "internal.log.segment.bytes": "4096", "log.index.interval.bytes": "512",
+                   "num.partitions": "1"}
 
 #: A compacted topic fed by ``key<TAB>value`` lines, ``NULL`` meaning a null value (a tombstone).
 COMPACTED_TOPIC = ("cleanup.policy=compact\nparse.key=true\nnull.marker=NULL\n"

@@ -8,6 +8,8 @@ import os
 
 import pytest
 
+from tests.helpers import append_lines
+
 pytestmark = pytest.mark.mount
 
 #: checkpoints only at shutdown or when a deletion writes them: the periodic write must not hide a stale entry
@@ -15,20 +17,11 @@ SLOW_CHECKPOINTS = {"log.flush.offset.checkpoint.interval.ms": "600000",
                     "log.flush.start.offset.checkpoint.interval.ms": "600000"}
 
 
-def _append_synced(mount, path: str, lines: list[bytes]) -> None:
-    fd = os.open(mount / path, os.O_WRONLY)
-    try:
-        os.write(fd, b"".join(line + b"\n" for line in lines))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @pytest.mark.mount_options(SLOW_CHECKPOINTS)
 def test_recreated_topic_does_not_inherit_the_deleted_topics_log_start(mount):
     mount.sh("mkdir t && seq 1 10 > t/0/append && echo 'before 5' > t/0/delete && rmdir t && mkdir t")
     new = [b"new-%d" % i for i in range(20)]
-    _append_synced(mount, "t/0/append", new)
+    append_lines(mount / "t/0/append", new, sync=True)
     mount.kill()
     mount.start()
     assert (mount / "t/0/records").read_bytes().splitlines() == new
@@ -40,7 +33,7 @@ def test_recreated_topic_does_not_inherit_the_deleted_topics_log_start(mount):
 @pytest.mark.mount_options(SLOW_CHECKPOINTS)
 def test_recreated_topic_shorter_than_the_deleted_log_start_logs_no_error(mount):
     mount.sh("mkdir t && seq 1 700 > t/0/append && echo 'before 653' > t/0/delete && rmdir t && mkdir t")
-    _append_synced(mount, "t/0/append", [b"a", b"b"])
+    append_lines(mount / "t/0/append", [b"a", b"b"], sync=True)
     mount.kill()
     mount.start()
     assert (mount / "t/0/records").read_bytes() == b"a\nb\n"

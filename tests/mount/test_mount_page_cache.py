@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.helpers import add_config, direct_read, wait_for
+from tests.helpers import QUICK_CLEANER, add_config, direct_read, wait_for
 from tests.mount.test_mount_everyday import test_tail_F_never_prints_a_record_twice_across_deletions as tail_F_scenario
 
 if TYPE_CHECKING:
@@ -29,13 +29,7 @@ pytestmark = pytest.mark.mount
 
 PAGE_CACHE = ["--page-cache"]         # the default
 DIRECT_IO = ["--no-page-cache"]
-FAST = {
-    "log.initial.task.delay.ms": "0",
-    "log.retention.check.interval.ms": "100",
-    "log.segment.delete.delay.ms": "200",
-    "log.cleaner.backoff.ms": "50",
-    "log.cleaner.dedupe.buffer.size": str(1 << 20),
-}
+FAST = {**QUICK_CLEANER, "log.retention.check.interval.ms": "100", "log.segment.delete.delay.ms": "200"}
 
 
 def _lines(first: int, last: int, tag: bytes = b"line") -> bytes:

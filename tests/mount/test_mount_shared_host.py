@@ -8,6 +8,7 @@ test (tests/cluster/test_cluster_operator.py) runs the same checks.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -21,7 +22,7 @@ import pytest
 from tests.conftest import Mount
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator, Sequence
 
 pytestmark = pytest.mark.mount
 
@@ -33,22 +34,25 @@ def as_nobody(m: Mount, command: str) -> subprocess.CompletedProcess:
     return subprocess.run([*NOBODY, "bash", "-c", command], cwd=m.path, capture_output=True, timeout=120)
 
 
-@pytest.fixture
-def shared_base() -> Iterator[Path]:
+@contextlib.contextmanager
+def shared_dir() -> Iterator[Path]:
     """A directory every user can walk into (pytest's tmp dirs are 0700), removed at the end."""
     base = Path(tempfile.mkdtemp(prefix="logfs-shared-"))
     os.chmod(base, 0o755)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture
-def shared_mount(shared_base: Path) -> Iterator:
-    """Factory: a started mount at ``shared_base/name`` with ``args`` (stopped cleanly at the end)."""
+@contextlib.contextmanager
+def shared_mounts(base: Path, extra_args: Sequence[str] = ()) -> Iterator[Callable[..., Mount]]:
+    """Factory: a started mount at ``base/name`` that every user can walk into, with ``extra_args`` and the
+    call's ``args``; each is stopped cleanly (exit code 0) at the end."""
     mounts: list[Mount] = []
 
     def make(args: list[str], name: str = "m", options: dict[str, str] | None = None) -> Mount:
-        m = Mount(shared_base / name, options, extra_args=args)
+        m = Mount(base / name, options, extra_args=[*extra_args, *args])
         os.chmod(m.base, 0o755)
         os.chmod(m.path, 0o755)
         mounts.append(m)
@@ -57,6 +61,20 @@ def shared_mount(shared_base: Path) -> Iterator:
     yield make
     for m in mounts:
         assert m.stop() == 0, m.log_tail()
+
+
+@pytest.fixture
+def shared_base() -> Iterator[Path]:
+    """:func:`shared_dir` for one test."""
+    with shared_dir() as base:
+        yield base
+
+
+@pytest.fixture
+def shared_mount(shared_base: Path) -> Iterator[Callable[..., Mount]]:
+    """Factory: a started mount at ``shared_base/name`` with ``args`` (stopped cleanly at the end)."""
+    with shared_mounts(shared_base) as make:
+        yield make
 
 
 def committed_groups(m: Mount, topic: str) -> list[str]:

@@ -115,10 +115,16 @@ def write_file(path: Path, data: bytes, *, sync: bool) -> None:
         os.close(fd)
 
 
+def _durably_written(lay, files: dict[str, bytes]) -> None:
+    """Each of ``files`` (name: bytes) in the layer's root, durable: each file and then the directory fsynced."""
+    for name, data in files.items():
+        write_file(lay.mnt / name, data, sync=True)
+    fsync_path(lay.mnt)
+
+
 def test_reads_see_pending_state_and_a_write_without_fsync_is_lost(layer):
     lay = layer()
-    write_file(lay.mnt / "f", b"old", sync=True)
-    fsync_path(lay.mnt)
+    _durably_written(lay, {"f": b"old"})
     write_file(lay.mnt / "f", b"new and longer", sync=False)
     # through the mount: the pending state, as through a page cache
     assert (lay.mnt / "f").read_bytes() == b"new and longer"
@@ -142,8 +148,7 @@ def test_fsynced_new_file_is_gone_until_its_directory_is_fsynced(layer):
 
 def test_file_and_directory_fsync_make_a_new_file_durable(layer):
     lay = layer()
-    write_file(lay.mnt / "a", b"x" * 10000, sync=True)
-    fsync_path(lay.mnt)
+    _durably_written(lay, {"a": b"x" * 10000})
     with open(lay.mnt / "a", "ab") as f:
         f.write(b"tail, never fsynced")
     lay.lose_power()
@@ -176,9 +181,7 @@ def test_nested_directories_durable_once_every_parent_is_fsynced(layer):
 
 def test_rename_durable_after_the_directory_is_fsynced(layer):
     lay = layer()
-    write_file(lay.mnt / "a.tmp", b"one", sync=True)
-    write_file(lay.mnt / "b.tmp", b"two", sync=True)
-    fsync_path(lay.mnt)
+    _durably_written(lay, {"a.tmp": b"one", "b.tmp": b"two"})
     os.rename(lay.mnt / "a.tmp", lay.mnt / "a")
     fsync_path(lay.mnt)
     os.rename(lay.mnt / "b.tmp", lay.mnt / "b")          # never made durable
@@ -189,9 +192,7 @@ def test_rename_durable_after_the_directory_is_fsynced(layer):
 
 def test_rename_over_an_existing_file(layer):
     lay = layer()
-    write_file(lay.mnt / "cfg", b"old", sync=True)
-    write_file(lay.mnt / "cfg.tmp", b"new", sync=True)
-    fsync_path(lay.mnt)
+    _durably_written(lay, {"cfg": b"old", "cfg.tmp": b"new"})
     os.replace(lay.mnt / "cfg.tmp", lay.mnt / "cfg")
     assert (lay.mnt / "cfg").read_bytes() == b"new"
     lay.lose_power()
@@ -201,9 +202,7 @@ def test_rename_over_an_existing_file(layer):
 def test_rename_exchange_durable_with_the_directory(layer):
     libc = ctypes.CDLL(None, use_errno=True)
     lay = layer()
-    write_file(lay.mnt / "x", b"X", sync=True)
-    write_file(lay.mnt / "y", b"Y", sync=True)
-    fsync_path(lay.mnt)
+    _durably_written(lay, {"x": b"X", "y": b"Y"})
     assert libc.renameat2(-100, bytes(lay.mnt / "x"), -100, bytes(lay.mnt / "y"), 2) == 0, ctypes.get_errno()
     assert (lay.mnt / "x").read_bytes() == b"Y"
     fsync_path(lay.mnt)
@@ -245,8 +244,7 @@ def test_unlink_and_rmdir_durable_only_after_the_directory_is_fsynced(layer):
 
 def test_unlink_without_directory_fsync_comes_back(layer):
     lay = layer()
-    write_file(lay.mnt / "f", b"back", sync=True)
-    fsync_path(lay.mnt)
+    _durably_written(lay, {"f": b"back"})
     os.unlink(lay.mnt / "f")
     lay.lose_power()
     assert lay.durable() == {"f": b"back"}
@@ -254,8 +252,7 @@ def test_unlink_without_directory_fsync_comes_back(layer):
 
 def test_open_file_stays_readable_after_its_name_is_durably_gone(layer):
     lay = layer()
-    write_file(lay.mnt / "f", b"still open", sync=True)
-    fsync_path(lay.mnt)
+    _durably_written(lay, {"f": b"still open"})
     fd = os.open(lay.mnt / "f", os.O_RDWR)
     try:
         os.unlink(lay.mnt / "f")
@@ -272,8 +269,7 @@ def test_open_file_stays_readable_after_its_name_is_durably_gone(layer):
 
 def test_hard_link_durable_with_its_directory(layer):
     lay = layer()
-    write_file(lay.mnt / "f", b"linked", sync=True)
-    fsync_path(lay.mnt)
+    _durably_written(lay, {"f": b"linked"})
     os.link(lay.mnt / "f", lay.mnt / "g")
     assert (lay.mnt / "f").stat().st_nlink == 2
     fsync_path(lay.mnt)
@@ -284,9 +280,7 @@ def test_hard_link_durable_with_its_directory(layer):
 
 def test_truncate_without_fsync_is_lost_and_with_fsync_durable(layer):
     lay = layer()
-    write_file(lay.mnt / "a", b"a" * 9000, sync=True)
-    write_file(lay.mnt / "b", b"b" * 9000, sync=True)
-    fsync_path(lay.mnt)
+    _durably_written(lay, {"a": b"a" * 9000, "b": b"b" * 9000})
     os.truncate(lay.mnt / "a", 100)
     fd = os.open(lay.mnt / "b", os.O_RDWR)
     os.ftruncate(fd, 5000)
@@ -300,8 +294,7 @@ def test_truncate_without_fsync_is_lost_and_with_fsync_durable(layer):
 
 def test_mmap_writes_durable_after_msync_only(layer):
     lay = layer()
-    write_file(lay.mnt / "idx", bytes(2 * PAGE), sync=True)
-    fsync_path(lay.mnt)
+    _durably_written(lay, {"idx": bytes(2 * PAGE)})
     with open(lay.mnt / "idx", "r+b") as f:
         mm = mmap.mmap(f.fileno(), 2 * PAGE)
         mm[0:5] = b"first"
@@ -315,8 +308,7 @@ def test_mmap_writes_durable_after_msync_only(layer):
 
 def test_torn_writes_apply_some_whole_pages(layer):
     lay = layer("--torn-writes", "--seed", "7")
-    write_file(lay.mnt / "seg", b"." * (16 * PAGE), sync=True)
-    fsync_path(lay.mnt)
+    _durably_written(lay, {"seg": b"." * (16 * PAGE)})
     fd = os.open(lay.mnt / "seg", os.O_WRONLY)
     os.pwrite(fd, b"N" * (32 * PAGE), 0)               # overwrite and append, never fsynced
     os.close(fd)
@@ -365,8 +357,7 @@ def test_the_staging_directory_is_not_reachable(layer):
 
 def test_lying_fsync_makes_nothing_durable(layer):
     lay = layer("--lying-fsync")
-    write_file(lay.mnt / "f", b"acknowledged", sync=True)
-    fsync_path(lay.mnt)
+    _durably_written(lay, {"f": b"acknowledged"})
     lay.lose_power()
     assert lay.durable() == {}
 

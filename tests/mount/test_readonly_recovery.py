@@ -27,7 +27,7 @@ from engine.config import LogConfig
 from engine.errors import CorruptRecordError
 from engine.log import Log
 from tests.conftest import Mount, kafka_records
-from tests.helpers import add_config, wait_for
+from tests.helpers import add_config, append_lines, wait_for
 
 pytestmark = pytest.mark.mount
 
@@ -61,14 +61,6 @@ def fingerprint(root: Path) -> dict[str, tuple]:
     return result
 
 
-def _write(mount: Mount, path: str, lines: list[bytes]) -> None:
-    fd = os.open(mount / path, os.O_WRONLY)
-    try:
-        os.write(fd, b"".join(line + b"\n" for line in lines))
-    finally:
-        os.close(fd)
-
-
 def _jsonl(mount: Mount, path: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
     out = []
     for line in (mount / path).read_bytes().splitlines():
@@ -87,7 +79,7 @@ def _make_unclean_broker_like_dir(logfs_mount) -> Mount:
     for i in range(60):
         for topic in ("a", "b", "z"):
             for p in (0, 1):
-                _write(m, f"{topic}/{p}/append", [b"%s%d-%d-%d" % (topic.encode(), p, i, j) for j in range(5)])
+                append_lines(m / f"{topic}/{p}/append", [b"%s%d-%d-%d" % (topic.encode(), p, i, j) for j in range(5)])
     # fsync everything and wait for the recovery points to be checkpointed, so the
     # sealed segments are below the recovery point (checked, not recovered, at load)
     ends = {}

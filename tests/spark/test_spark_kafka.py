@@ -25,9 +25,9 @@ import pytest
 
 from logfs.spark import spark_kafka_jars
 from tests.conftest import Mount
-from tests.helpers import add_config, wait_for
+from tests.helpers import add_config, append_lines, wait_for
 from tests.jvm import java_command
-from tests.kafka.test_to_kafka import _append, _logfs
+from tests.kafka.test_to_kafka import _logfs
 
 pytestmark = [pytest.mark.mount, pytest.mark.spark, pytest.mark.kafka]
 
@@ -60,10 +60,10 @@ def both(kafka_broker, tmp_path_factory, spark):
         for r in range(ROUNDS):
             last = _wait_past(last)
             for p in range(3):
-                _append(mount, f"a/{p}/append", [b"key%d\tround %d partition %d line %d" % (i % 4, r, p, i)
+                append_lines(mount / f"a/{p}/append", [b"key%d\tround %d partition %d line %d" % (i % 4, r, p, i)
                                                  for i in range(3 + p)])
-            _append(mount, "b/0/append", [b"b %d \xff\x00 %d" % (r, i) for i in range(4)])
-            _append(mount, "gone/0/append", [b"gone %d %d" % (r, i) for i in range(5)])
+            append_lines(mount / "b/0/append", [b"b %d \xff\x00 %d" % (r, i) for i in range(4)])
+            append_lines(mount / "gone/0/append", [b"gone %d %d" % (r, i) for i in range(5)])
             rows = [json.loads(line) for line in (mount / "a/0/records.jsonl").read_bytes().splitlines()]
             rounds.append(rows[-1]["timestamp"])
             last = max(json.loads(line)["timestamp"]
@@ -73,7 +73,7 @@ def both(kafka_broker, tmp_path_factory, spark):
         (mount / "h").mkdir()
         an_hour_ago = int(time.time() * 1000) - 3_600_000    # within retention.ms
         shuffled = random.Random(534).sample(range(40), 40)
-        _append(mount, "h/0/append.jsonl", [json.dumps(
+        append_lines(mount / "h/0/append.jsonl", [json.dumps(
             {"key": f"k{i}", "value": f"v{i}", "timestamp": an_hour_ago + 1000 * t,
              **({"headers": [{"key": "n", "value": str(i)}, {"key": "null", "value": None}]} if i % 2 else {})}
         ).encode() for i, t in enumerate(shuffled)])

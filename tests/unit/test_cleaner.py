@@ -10,6 +10,7 @@ import hashlib
 import os
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -36,6 +37,9 @@ from engine.segment import LogSegment
 from engine.topic import TopicPartition
 from engine.views.index import view_index
 from tests.helpers import PausedClean
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 T0 = 1_600_000_000_000          # segment mtimes of the first generation (well in the past)
 DAY = 86_400_000
@@ -67,6 +71,13 @@ def new_log(data: Path, config: LogConfig, clock=None, name: str = "t-0") -> Log
 def append(log: Log, pairs) -> None:
     """Append (key, value) pairs as one batch."""
     log.append_values([v for _, v in pairs], [k for k, _ in pairs])
+
+
+def append_each(log: Log, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+    """Append each (key, value) pair as a batch of its own, then roll: all of them become cleanable."""
+    for pair in pairs:
+        append(log, [pair])
+    log.roll()
 
 
 def all_records(log: Log) -> list[Record]:
@@ -289,9 +300,7 @@ def test_full_offset_map_cleans_only_what_it_covered(tmp_path):
 
 def test_group_segments_by_size_respects_segment_and_index_bytes(tmp_path):
     log = new_log(tmp_path, log_config(**{"internal.segment.bytes": "600"}))
-    for i in range(120):
-        append(log, [(b"k%d" % i, b"x" * (i % 17))])
-    log.roll()
+    append_each(log, ((b"k%d" % i, b"x" * (i % 17)) for i in range(120)))
     segments = list(log.segments.values())[:-1]
     for max_size in (600, 1500, 4000):
         groups = Cleaner.group_segments_by_size(segments, max_size, 10 << 20, log.active_segment.base_offset)
@@ -336,9 +345,7 @@ def test_filthiest_log_is_chosen_and_marked_in_progress(tmp_path):
     logs = []
     for name, dup in (("a-0", 2), ("b-0", 10)):
         log = new_log(tmp_path, log_config(**{"min.cleanable.dirty.ratio": "0.5"}), name=name)
-        for i in range(60):
-            append(log, [(b"k%d" % (i % (60 // dup)), b"v")])
-        log.roll()
+        append_each(log, ((b"k%d" % (i % (60 // dup)), b"v") for i in range(60)))
         logs.append(log)
     manager = LogCleanerManager([str(tmp_path)], lambda: logs)
     # Nothing cleaned yet: both are 100% dirty; ties go to either, but both are cleanable.
@@ -373,13 +380,9 @@ def test_filthiest_log_is_chosen_and_marked_in_progress(tmp_path):
 
 def test_dirty_ratio_counts_clean_and_dirty_bytes(tmp_path):
     log = new_log(tmp_path, log_config())
-    for i in range(40):
-        append(log, [(b"k%d" % (i % 4), b"value")])
-    log.roll()
+    append_each(log, ((b"k%d" % (i % 4), b"value") for i in range(40)))
     dirty_base = log.active_segment.base_offset
-    for i in range(40):
-        append(log, [(b"k%d" % (i % 4), b"value")])
-    log.roll()
+    append_each(log, ((b"k%d" % (i % 4), b"value") for i in range(40)))
     manager = LogCleanerManager([str(tmp_path)], lambda: [log])
     manager.update_checkpoints(str(tmp_path), partition_to_update_or_add=(log.topic_partition, dirty_base))
     clean_bytes = sum(s.size for s in log.segments.values() if s.base_offset < dirty_base)
@@ -393,9 +396,7 @@ def test_dirty_ratio_counts_clean_and_dirty_bytes(tmp_path):
 
 def test_log_cleaner_clean_once_end_to_end(tmp_path):
     log = new_log(tmp_path, log_config())
-    for i in range(500):
-        append(log, [(b"user-%d" % (i % 25), b"state-%d" % i)])
-    log.roll()
+    append_each(log, ((b"user-%d" % (i % 25), b"state-%d" % i) for i in range(500)))
     cleaner = LogCleaner(broker_config(tmp_path), [str(tmp_path)], lambda: [log])
     stats = cleaner.clean_once()
     assert stats is not None
@@ -421,9 +422,7 @@ def test_log_cleaner_clean_once_end_to_end(tmp_path):
 
 def test_abort_cleaning_stops_a_running_clean_and_changes_nothing(tmp_path):
     log = new_log(tmp_path, log_config())
-    for i in range(400):
-        append(log, [(b"k%d" % (i % 7), b"v%d" % i)])
-    log.roll()
+    append_each(log, ((b"k%d" % (i % 7), b"v%d" % i) for i in range(400)))
     before = contents(log)
     names_before = sorted(os.listdir(log.dir))
     # Like the LogManager, the list of logs is guarded by a lock that topic deletion holds
@@ -489,8 +488,19 @@ def test_throttler_sleeps_to_hold_the_rate():
 
 # ------------------------------------------------------------------------------- crash states
 
+def _crash_log(tmp_path) -> Log:
+    """The partition of the crash tests, opened (again) with its small segments."""
+    return new_log(tmp_path, log_config(**{"internal.segment.bytes": "400"}))
+
+
+def _reloaded(tmp_path, log: Log) -> Log:
+    """``log`` closed where the test's crash left it, and its partition opened again."""
+    log.close()
+    return _crash_log(tmp_path)
+
+
 def _prepare_crash(tmp_path):
-    log = new_log(tmp_path, log_config(**{"internal.segment.bytes": "400"}))
+    log = _crash_log(tmp_path)
     for i in range(80):
         # Every fifth record has a key of its own, so each segment ends with a record that
         # survives cleaning and the cleaned segment covers the group's whole offset range.
@@ -520,8 +530,7 @@ def _prepare_crash(tmp_path):
 def test_crash_with_cleaned_files_is_rolled_back_on_load(tmp_path, read_kafka):
     log, _group, cleaned, before, _ = _prepare_crash(tmp_path)
     cleaned.close()
-    log.close()
-    reloaded = new_log(tmp_path, log_config(**{"internal.segment.bytes": "400"}))
+    reloaded = _reloaded(tmp_path, log)
     assert contents(reloaded) == before
     assert not [n for n in os.listdir(reloaded.dir) if n.endswith(CLEANED_FILE_SUFFIX)]
     assert [(r.offset, r.key, r.value) for r in read_kafka(Path(reloaded.dir))] == before
@@ -532,8 +541,7 @@ def test_crash_after_swap_rename_is_completed_on_load(tmp_path, read_kafka):
     log, _group, cleaned, _before, after = _prepare_crash(tmp_path)
     cleaned.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
     cleaned.close()
-    log.close()
-    reloaded = new_log(tmp_path, log_config(**{"internal.segment.bytes": "400"}))
+    reloaded = _reloaded(tmp_path, log)
     assert contents(reloaded) == after
     names = os.listdir(reloaded.dir)
     assert not [n for n in names if n.endswith((SWAP_FILE_SUFFIX, CLEANED_FILE_SUFFIX))]
@@ -546,8 +554,7 @@ def test_crash_after_old_segments_partly_renamed_deleted_is_completed_on_load(tm
     cleaned.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
     cleaned.close()
     group[1].change_file_suffixes("", ".deleted")   # replace_segments got this far
-    log.close()
-    reloaded = new_log(tmp_path, log_config(**{"internal.segment.bytes": "400"}))
+    reloaded = _reloaded(tmp_path, log)
     assert contents(reloaded) == after
     assert not [n for n in os.listdir(reloaded.dir) if n.endswith((SWAP_FILE_SUFFIX, CLEANED_FILE_SUFFIX))]
     assert [(r.offset, r.key, r.value) for r in read_kafka(Path(reloaded.dir))] == after
@@ -557,9 +564,7 @@ def test_crash_after_old_segments_partly_renamed_deleted_is_completed_on_load(tm
 def test_batches_larger_than_the_io_buffer_grow_it(tmp_path, caplog):
     log = new_log(tmp_path, log_config(**{"internal.segment.bytes": "100000"}))
     big = [(b"k%d" % (i % 3), bytes([65 + i]) * 3000) for i in range(9)]
-    for pair in big:
-        append(log, [pair])
-    log.roll()
+    append_each(log, big)
     cleaner = cleaner_for(log, io_buffer=512)
     with caplog.at_level("INFO", logger="engine.cleaner"):
         clean(log, cleaner)
@@ -571,9 +576,7 @@ def test_batches_larger_than_the_io_buffer_grow_it(tmp_path, caplog):
 
 def test_corrupt_batch_marks_partition_uncleanable_and_changes_nothing(tmp_path, caplog):
     log = new_log(tmp_path, log_config())
-    for i in range(100):
-        append(log, [(b"k%d" % (i % 5), b"value-%d" % i)])
-    log.roll()
+    append_each(log, ((b"k%d" % (i % 5), b"value-%d" % i) for i in range(100)))
     first = log.segments.peekitem(0)[1]
     with open(first.log_path, "r+b") as f:          # flip one byte of a record, not the framing
         f.seek(80)
@@ -595,9 +598,7 @@ def test_largest_dirty_ratio_wins(tmp_path):
     logs = []
     for name in ("a-0", "b-0"):
         log = new_log(tmp_path, log_config(**{"internal.segment.bytes": "500"}), name=name)
-        for i in range(60):
-            append(log, [(b"k%d" % (i % 4), b"value")])
-        log.roll()
+        append_each(log, ((b"k%d" % (i % 4), b"value") for i in range(60)))
         logs.append(log)
     a, b = logs
     manager = LogCleanerManager([str(tmp_path)], lambda: logs)

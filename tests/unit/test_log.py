@@ -34,6 +34,15 @@ def values_for(start: int, n: int) -> list[bytes]:
     return [b"value-%d" % i for i in range(start, start + n)]
 
 
+def append_batches(log: Log, batches: int, size: int, clock: ManualClock | None = None, tick: int = 0) -> None:
+    """``batches`` batches of ``size`` unkeyed values (``values_for``, from value-0 on), the ``clock`` moved
+    ``tick`` ms after each."""
+    for i in range(batches):
+        log.append_values(values_for(i * size, size))
+        if clock is not None:
+            clock.sleep(tick)
+
+
 def test_append_and_read_round_trip(tmp_path):
     clock = ManualClock(T0)
     log = open_log(tmp_path, clock)
@@ -62,8 +71,7 @@ def test_append_and_read_round_trip(tmp_path):
 def test_rolls_on_size_and_time(tmp_path):
     clock = ManualClock(T0)
     log = open_log(tmp_path, clock, internal_segment_bytes=1000, segment_ms=60_000)
-    for i in range(20):
-        log.append_values(values_for(i * 10, 10))
+    append_batches(log, 20, 10)
     assert log.num_segments > 3
     bases = list(log.segments.keys())
     for segment in list(log.segments.values())[:-1]:
@@ -122,9 +130,7 @@ def test_flush_messages_triggers_flush(tmp_path):
 def test_fetch_offset_by_timestamp(tmp_path):
     clock = ManualClock(T0)
     log = open_log(tmp_path, clock, internal_segment_bytes=600, index_interval_bytes=100)
-    for i in range(30):
-        log.append_values(values_for(i * 3, 3))
-        clock.sleep(100)
+    append_batches(log, 30, 3, clock, 100)
     assert log.num_segments > 2
     assert log.fetch_offset_by_timestamp(-2) == (0, -1)
     assert log.fetch_offset_by_timestamp(-1) == (90, -1)
@@ -138,8 +144,7 @@ def test_fetch_offset_by_timestamp(tmp_path):
 
 def test_truncate_to(tmp_path):
     log = open_log(tmp_path, internal_segment_bytes=500)
-    for i in range(10):
-        log.append_values(values_for(i * 5, 5))
+    append_batches(log, 10, 5)
     assert log.truncate_to(100) is False
     assert log.truncate_to(23) is True
     assert log.log_end_offset == 20                 # whole batches: the one holding 23 starts at 20
@@ -230,8 +235,7 @@ def test_concurrent_readers_never_see_partial_batches(tmp_path):
     threads = [threading.Thread(target=reader) for _ in range(2)]
     for t in threads:
         t.start()
-    for i in range(200):
-        log.append_values(values_for(i * 4, 4))
+    append_batches(log, 200, 4)
     stop.set()
     for t in threads:
         t.join()
@@ -310,8 +314,7 @@ def test_batches_built_by_kafka_python(tmp_path, compression):
 
 def test_replace_segments_swaps_cleaned_files(tmp_path):
     log = open_log(tmp_path, internal_segment_bytes=400)
-    for i in range(12):
-        log.append_values(values_for(i * 4, 4), None)
+    append_batches(log, 12, 4)
     old = list(log.segments.values())[:2]
     cleaned = LogSegment.open(log.dir, old[0].base_offset, log.config, log.clock, file_suffix=".cleaned")
     for segment in old:
@@ -333,8 +336,7 @@ def test_replace_segments_swaps_cleaned_files(tmp_path):
 
 def test_rename_dir_keeps_segments_usable(tmp_path):
     log = open_log(tmp_path, internal_segment_bytes=400)
-    for i in range(6):
-        log.append_values(values_for(i * 4, 4))
+    append_batches(log, 6, 4)
     log.rename_dir("t-0.abc-delete")
     assert log.dir.endswith("t-0.abc-delete")
     assert os.path.isdir(log.dir)

@@ -37,13 +37,9 @@ from engine.records import (
     read_header,
     validate_batch,
 )
+from tests.record_strategies import CODECS, TS, field_strategies
 
-TS = 1_700_000_000_000
-CODECS = list(Compression)
-
-blobs = st.binary(max_size=300)
-nullable = st.none() | blobs
-header_lists = st.lists(st.tuples(st.text(max_size=10), nullable), max_size=3)
+blobs, nullable, header_lists = field_strategies(max_size=300, max_key_chars=10, max_headers=3)
 
 
 def kafka_python_records(batch: bytes) -> list[tuple[int, int, bytes | None, bytes | None, tuple[object, ...]]]:

@@ -19,13 +19,9 @@ from engine.records import (
     encode_values,
     read_header,
 )
+from tests.record_strategies import CODECS, TS, field_strategies
 
-TS = 1_700_000_000_000
-CODECS = list(Compression)
-
-blobs = st.binary(max_size=120)
-nullable = st.none() | blobs
-header_lists = st.lists(st.tuples(st.text(max_size=6), nullable), max_size=2)
+blobs, nullable, header_lists = field_strategies(max_size=120, max_key_chars=6, max_headers=2)
 
 
 def as_records(columns) -> list[tuple]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import gc
 import json
 import random
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -29,6 +30,9 @@ from engine.clock import ManualClock
 from engine.config import BrokerConfig, LogConfig
 from engine.log import Log
 from engine.views import LogView, ViewFormat
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 T0 = 1_700_000_000_000
 KEYS = 9
@@ -123,6 +127,21 @@ class _Producer:
         self.next_offset += n
 
 
+def _walk(rng: random.Random, steps: int, stretch: int, reader: SlowReader,
+          actions: list[tuple[float, Callable[[], object]]]) -> None:
+    """``steps`` random steps: a draw below an action's threshold (the first such, in order) runs it; any other
+    draw is a read by ``reader``, except in every third stretch of ``stretch`` steps, when the reader stalls."""
+    for step in range(steps):
+        draw = rng.random()
+        for threshold, action in actions:
+            if draw < threshold:
+                action()
+                break
+        else:
+            if (step // stretch) % 3 != 2:
+                reader.read_once()
+
+
 def _cleaner(tmp_path, log: Log, clock: ManualClock) -> LogCleaner:
     config = BrokerConfig.from_props({"log.dirs": str(tmp_path), "log.cleaner.dedupe.buffer.size": str(1 << 20),
                                       "log.cleaner.io.buffer.size": str(1 << 16)})
@@ -145,27 +164,20 @@ def test_slow_reader_follows_across_repeated_compaction(tmp_path, fmt, seed):
                                    "delete.retention.ms": str(10**12)})
     cleaner = _cleaner(tmp_path, log, clock)
     producer = _Producer(log, rng)
-    append = producer.append
-    append(20)
+    producer.append(20)
     reader = SlowReader(LogView(log, fmt), fmt, rng)
-    cleanings = 0
-    for step in range(500):
-        action = rng.random()
-        if action < 0.45:
-            append(rng.randint(1, 6))
-        elif action < 0.52:
-            log.roll()
-        elif action < 0.62:
-            cleanings += cleaner.clean_once() is not None
-        elif action < 0.72:
-            _expire(log, clock)
-        elif (step // 60) % 3 != 2:          # every third stretch of 60 steps the reader stalls
-            reader.read_once()
+    cleaned: list[bool] = []
+    _walk(rng, 500, 60, reader, [
+        (0.45, lambda: producer.append(rng.randint(1, 6))),
+        (0.52, log.roll),
+        (0.62, lambda: cleaned.append(cleaner.clean_once() is not None)),
+        (0.72, lambda: _expire(log, clock)),
+    ])
     log.roll()
-    cleanings += cleaner.clean_once() is not None
+    cleaned.append(cleaner.clean_once() is not None)
     _expire(log, clock)
     reader.drain()
-    assert cleanings >= 5
+    assert sum(cleaned) >= 5
     assert reader.offsets[-1] == producer.next_offset - 1
     # compaction never removes a key's latest record: the reader saw each of them
     assert {k: reader.keys.get(k) for k in producer.latest} == producer.latest
@@ -179,19 +191,13 @@ def test_slow_reader_falls_behind_retention(tmp_path, fmt, seed):
     clock = ManualClock(T0)
     log = _log(tmp_path, clock, **{"retention.bytes": "1500"})
     producer = _Producer(log, rng)
-    append = producer.append
-    append(10)
+    producer.append(10)
     reader = SlowReader(LogView(log, fmt), fmt, rng)
-    for step in range(400):
-        action = rng.random()
-        if action < 0.5:
-            append(rng.randint(1, 6))
-        elif action < 0.6:
-            log.delete_old_segments()
-        elif action < 0.7:
-            _expire(log, clock)
-        elif (step // 50) % 3 != 2:
-            reader.read_once()
+    _walk(rng, 400, 50, reader, [
+        (0.5, lambda: producer.append(rng.randint(1, 6))),
+        (0.6, log.delete_old_segments),
+        (0.7, lambda: _expire(log, clock)),
+    ])
     reader.drain()
     assert reader.offsets[0] == 0
     assert reader.offsets[-1] == producer.next_offset - 1
