@@ -37,7 +37,7 @@ def work_dir(args: argparse.Namespace, prefix: str) -> Iterator[Path]:
             shutil.rmtree(base, ignore_errors=True)
 
 
-def wait_mounted(mnt: Path, proc: subprocess.Popen, log: Path, timeout: float, what: str = "mount", *,
+def wait_mounted(mnt: Path, proc: subprocess.Popen[bytes], log: Path, timeout: float, what: str = "mount", *,
                  interval: float = 0.05) -> None:
     """Return once ``mnt`` is a mount point; if its FUSE server ``proc`` exits first, or ``timeout`` seconds
     pass, the benchmark exits saying ``what`` failed, with the last 3000 characters of the server's ``log``."""

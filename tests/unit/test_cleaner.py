@@ -499,6 +499,15 @@ def _reloaded(tmp_path, log: Log) -> Log:
     return _crash_log(tmp_path)
 
 
+def _assert_recovered(log: Log, expected: list, read_kafka, *stray_suffixes: str) -> None:
+    """The reloaded ``log`` holds ``expected`` (so does Kafka's reader of its files), and no file of it ends in
+    one of ``stray_suffixes``; then it is closed."""
+    assert contents(log) == expected
+    assert not [n for n in os.listdir(log.dir) if n.endswith(stray_suffixes)]
+    assert [(r.offset, r.key, r.value) for r in read_kafka(Path(log.dir))] == expected
+    log.close()
+
+
 def _prepare_crash(tmp_path):
     log = _crash_log(tmp_path)
     for i in range(80):
@@ -530,23 +539,14 @@ def _prepare_crash(tmp_path):
 def test_crash_with_cleaned_files_is_rolled_back_on_load(tmp_path, read_kafka):
     log, _group, cleaned, before, _ = _prepare_crash(tmp_path)
     cleaned.close()
-    reloaded = _reloaded(tmp_path, log)
-    assert contents(reloaded) == before
-    assert not [n for n in os.listdir(reloaded.dir) if n.endswith(CLEANED_FILE_SUFFIX)]
-    assert [(r.offset, r.key, r.value) for r in read_kafka(Path(reloaded.dir))] == before
-    reloaded.close()
+    _assert_recovered(_reloaded(tmp_path, log), before, read_kafka, CLEANED_FILE_SUFFIX)
 
 
 def test_crash_after_swap_rename_is_completed_on_load(tmp_path, read_kafka):
     log, _group, cleaned, _before, after = _prepare_crash(tmp_path)
     cleaned.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
     cleaned.close()
-    reloaded = _reloaded(tmp_path, log)
-    assert contents(reloaded) == after
-    names = os.listdir(reloaded.dir)
-    assert not [n for n in names if n.endswith((SWAP_FILE_SUFFIX, CLEANED_FILE_SUFFIX))]
-    assert [(r.offset, r.key, r.value) for r in read_kafka(Path(reloaded.dir))] == after
-    reloaded.close()
+    _assert_recovered(_reloaded(tmp_path, log), after, read_kafka, SWAP_FILE_SUFFIX, CLEANED_FILE_SUFFIX)
 
 
 def test_crash_after_old_segments_partly_renamed_deleted_is_completed_on_load(tmp_path, read_kafka):
@@ -554,11 +554,7 @@ def test_crash_after_old_segments_partly_renamed_deleted_is_completed_on_load(tm
     cleaned.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
     cleaned.close()
     group[1].change_file_suffixes("", ".deleted")   # replace_segments got this far
-    reloaded = _reloaded(tmp_path, log)
-    assert contents(reloaded) == after
-    assert not [n for n in os.listdir(reloaded.dir) if n.endswith((SWAP_FILE_SUFFIX, CLEANED_FILE_SUFFIX))]
-    assert [(r.offset, r.key, r.value) for r in read_kafka(Path(reloaded.dir))] == after
-    reloaded.close()
+    _assert_recovered(_reloaded(tmp_path, log), after, read_kafka, SWAP_FILE_SUFFIX, CLEANED_FILE_SUFFIX)
 
 
 def test_batches_larger_than_the_io_buffer_grow_it(tmp_path, caplog):
