@@ -262,28 +262,26 @@ def _cleaner_metrics(manager: LogManager) -> Iterator[Metric]:
     last_runs = list(m["last_run"].values())
     recopy = (100.0 * sum(r["bytes_written"] for r in last_runs) / max(sum(r["bytes_read"] for r in last_runs), 1)
               if last_runs else 0.0)
-    yield GaugeMetricFamily("kafka_log_LogCleanerManager_max_dirty_percent",
-                            "Dirty ratio of the filthiest compacted log at the last check, in percent",
-                            value=m["max_dirty_percent"])
-    yield GaugeMetricFamily("kafka_log_LogCleanerManager_time_since_last_run_ms",
-                            "Milliseconds since the cleaner last looked for a log to clean",
-                            value=m["time_since_last_run_ms"])
-    yield GaugeMetricFamily("kafka_log_LogCleanerManager_uncleanable_partitions_count",
-                            "Partitions the cleaner gave up on after an unexpected failure",
-                            value=m["uncleanable_partitions"])
-    yield GaugeMetricFamily("kafka_log_LogCleaner_max_buffer_utilization_percent",
-                            "Offset map utilization of the last clean of each worker, maximum, in percent",
-                            value=m["max_buffer_utilization_percent"])
-    yield GaugeMetricFamily("kafka_log_LogCleaner_cleaner_recopy_percent",
-                            "Bytes written over bytes read by the last clean of each worker, in percent",
-                            value=round(recopy, 3))
-    yield GaugeMetricFamily("kafka_log_LogCleaner_max_clean_time_secs",
-                            "Duration of the longest last clean of the workers, in seconds",
-                            value=m["max_clean_time_secs"])
-    yield GaugeMetricFamily("kafka_log_LogCleaner_DeadThreadCount", "Cleaner workers that died (never: "
-                            "a failed clean marks its partition uncleanable instead)", value=0)
-    yield GaugeMetricFamily("logfs_cleaner_busy_threads", "Cleaner workers cleaning right now",
-                            value=m["busy_threads"])
+    gauges = (
+        ("kafka_log_LogCleanerManager_max_dirty_percent",
+         "Dirty ratio of the filthiest compacted log at the last check, in percent", m["max_dirty_percent"]),
+        ("kafka_log_LogCleanerManager_time_since_last_run_ms",
+         "Milliseconds since the cleaner last looked for a log to clean", m["time_since_last_run_ms"]),
+        ("kafka_log_LogCleanerManager_uncleanable_partitions_count",
+         "Partitions the cleaner gave up on after an unexpected failure", m["uncleanable_partitions"]),
+        ("kafka_log_LogCleaner_max_buffer_utilization_percent",
+         "Offset map utilization of the last clean of each worker, maximum, in percent",
+         m["max_buffer_utilization_percent"]),
+        ("kafka_log_LogCleaner_cleaner_recopy_percent",
+         "Bytes written over bytes read by the last clean of each worker, in percent", round(recopy, 3)),
+        ("kafka_log_LogCleaner_max_clean_time_secs",
+         "Duration of the longest last clean of the workers, in seconds", m["max_clean_time_secs"]),
+        ("kafka_log_LogCleaner_DeadThreadCount",
+         "Cleaner workers that died (never: a failed clean marks its partition uncleanable instead)", 0),
+        ("logfs_cleaner_busy_threads", "Cleaner workers cleaning right now", m["busy_threads"]),
+    )
+    for name, doc, value in gauges:
+        yield GaugeMetricFamily(name, doc, value=value)
     for name, key, doc in (("logfs_cleaner_runs", "runs", "Cleans finished"),
                            ("logfs_cleaner_bytes_read", "bytes_read", "Bytes of log read by the cleaner"),
                            ("logfs_cleaner_bytes_written", "bytes_written", "Bytes of cleaned segments written"),

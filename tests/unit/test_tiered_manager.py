@@ -22,10 +22,15 @@ from engine.manager import LogManager
 from engine.remote.remote_log_manager import MAX_BACKOFF_MS
 from engine.remote.storage import open_remote_storage
 from engine.topic import TopicPartition
+from tests.helpers import log_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+
+    from engine.log import Log
+    from engine.remote.remote_log_manager import RemoteLogManager
+    from engine.remote.storage import TopicIdPartition
 
 TP = TopicPartition("t", 0)
 
@@ -55,6 +60,31 @@ def _fill(manager: LogManager, lines: int, tp: TopicPartition = TP) -> None:
     for start in range(0, lines, 50):
         log.append_values([b"line-%06d-%s" % (i, b"x" * 40) for i in range(start, min(start + 50, lines))])
     log.flush()
+
+
+def _copied(manager: LogManager, lines: int = 600) -> tuple[RemoteLogManager, Log, TopicIdPartition, int]:
+    """Topic ``t`` with ``remote.storage.enable``, ``lines`` lines appended and its closed segments copied:
+    (the RemoteLogManager, the log, its TopicIdPartition, the copies made)."""
+    manager.create_topic("t", 1, {"remote.storage.enable": "true"})
+    _fill(manager, lines)
+    copied = manager.copy_to_remote_storage()
+    rlm = manager.remote_log_manager
+    log = manager.get_log(TP)
+    assert rlm is not None
+    assert log is not None
+    tiered = manager.tiered_partition(log)
+    assert tiered is not None
+    return rlm, log, tiered.tip, copied
+
+
+def _trimmed(manager: LogManager, lines: int = 1200) -> Log:
+    """Topic ``t`` with ``remote.storage.enable`` and a local retention of 12,000 bytes, ``lines`` lines
+    appended: its log (nothing copied yet, so nothing local deleted)."""
+    manager.create_topic("t", 1, {"remote.storage.enable": "true", "local.retention.bytes": "12000"})
+    _fill(manager, lines)
+    log = manager.get_log(TP)
+    assert log is not None
+    return log
 
 
 def _store_files(tmp_path: Path) -> list[str]:
@@ -133,15 +163,8 @@ def test_a_round_copies_closed_flushed_segments_of_remote_enabled_topics_only(ma
 
 
 def test_delete_records_retention_and_topic_deletion_delete_the_remote_copies(manager: LogManager, tmp_path: Path):
-    manager.create_topic("t", 1, {"remote.storage.enable": "true"})
-    _fill(manager, 600)
-    copied = manager.copy_to_remote_storage()
-    rlm = manager.remote_log_manager
-    assert rlm is not None
+    rlm, _log, tip, copied = _copied(manager)
     assert copied >= 5
-    log = manager.get_log(TP)
-    assert log is not None
-    tip = manager.tiered_partition(log).tip                   # type: ignore[union-attr]
     third = rlm.metadata.copied_segments(tip)[2]
     manager.delete_records(TP, third.start_offset + 1)        # inside the third copy: the first two go
     assert manager.copy_to_remote_storage() == 2
@@ -203,13 +226,7 @@ def test_a_failing_store_is_logged_once_and_backed_off_then_copies_resume(tmp_pa
 
 def test_copies_survive_a_restart_and_unfinished_ones_are_cleaned_up(tmp_path: Path):
     manager = _manager(tmp_path)
-    manager.create_topic("t", 1, {"remote.storage.enable": "true"})
-    _fill(manager, 600)
-    copied = manager.copy_to_remote_storage()
-    rlm = manager.remote_log_manager
-    assert rlm is not None
-    log = manager.get_log(TP)
-    tip = manager.tiered_partition(log).tip                   # type: ignore[arg-type, union-attr]
+    rlm, _log, tip, copied = _copied(manager)
     # what a crash after COPY_SEGMENT_STARTED leaves: the event, some objects, no FINISHED
     from engine.remote.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState
     from engine.remote.storage import RemoteLogSegmentId
@@ -222,8 +239,9 @@ def test_copies_survive_a_restart_and_unfinished_ones_are_cleaned_up(tmp_path: P
     manager = _manager(tmp_path)
     try:
         assert manager.topics() == ["t"]                      # remote-log/ is not a topic
-        rlm = manager.remote_log_manager
-        assert rlm is not None
+        restarted = manager.remote_log_manager
+        assert restarted is not None
+        rlm = restarted
         assert rlm.remote_log_size(tip)[0] == copied
         assert [m.segment_id for m in rlm.metadata.unfinished(tip)] == [orphan]
         manager.copy_to_remote_storage()
@@ -239,15 +257,8 @@ def test_a_remote_log_segment_renders_in_a_view_exactly_as_its_local_segment(man
     from engine.remote.remote_segment import RemoteLogSegment, RemoteReadError
     from engine.views.log_view import LogView, ViewFormat
 
-    manager.create_topic("t", 1, {"remote.storage.enable": "true"})
-    _fill(manager, 600)
-    copied = manager.copy_to_remote_storage()
-    rlm = manager.remote_log_manager
-    log = manager.get_log(TP)
-    assert rlm is not None
-    assert log is not None
+    rlm, log, tip, copied = _copied(manager)
     assert copied >= 5
-    tip = manager.tiered_partition(log).tip                   # type: ignore[union-attr]
     for metadata in rlm.metadata.copied_segments(tip):
         remote = RemoteLogSegment(rlm, metadata, TP)
         local = log.segments[metadata.start_offset]
@@ -286,10 +297,7 @@ def test_local_retention_deletes_only_copied_segments_and_reads_below_the_local_
 
     manager = _manager(tmp_path)
     try:
-        manager.create_topic("t", 1, {"remote.storage.enable": "true", "local.retention.bytes": "12000"})
-        _fill(manager, 1200)
-        log = manager.get_log(TP)
-        assert log is not None
+        log = _trimmed(manager)
         local_before = len(log.segments)
         assert manager.cleanup_logs() == 0                    # nothing copied yet: nothing local goes
         assert len(log.segments) == local_before
@@ -338,8 +346,7 @@ def test_local_retention_deletes_only_copied_segments_and_reads_below_the_local_
     # a restart keeps the log start below the local segments (checkpointed) and reads on from the store
     manager = _manager(tmp_path)
     try:
-        log = manager.get_log(TP)
-        assert log is not None
+        log = log_of(manager, TP)
         assert log.log_start_offset == 0
         assert log.local_log_start_offset == local_start
         text = LogView(log, ViewFormat.TEXT)
@@ -440,12 +447,9 @@ def test_the_view_index_of_a_remote_log_segment_is_kept_so_a_new_mount_sizes_vie
 
     manager = _manager(tmp_path)
     try:
-        manager.create_topic("t", 1, {"remote.storage.enable": "true", "local.retention.bytes": "12000"})
-        _fill(manager, 1200)
+        log = _trimmed(manager)
         manager.copy_to_remote_storage()
         manager.cleanup_logs()
-        log = manager.get_log(TP)
-        assert log is not None
         assert log.local_log_start_offset > 0
         view = LogView(log, ViewFormat.TEXT)
         size = view.size()
@@ -457,9 +461,8 @@ def test_the_view_index_of_a_remote_log_segment_is_kept_so_a_new_mount_sizes_vie
         manager.shutdown()
     manager = _manager(tmp_path)
     try:
-        log = manager.get_log(TP)
+        log = log_of(manager, TP)
         rlm = manager.remote_log_manager
-        assert log is not None
         assert rlm is not None
         loaded = persisted.counters["loaded"]
         view = LogView(log, ViewFormat.TEXT)
@@ -481,15 +484,8 @@ def test_logfs_check_verifies_the_remote_segments_metadata_against_the_store(tmp
 
     manager = _manager(tmp_path)
     try:
-        manager.create_topic("t", 1, {"remote.storage.enable": "true"})
-        _fill(manager, 600)
-        copied = manager.copy_to_remote_storage()
-        rlm = manager.remote_log_manager
-        log = manager.get_log(TP)
-        assert rlm is not None
-        assert log is not None
+        rlm, _log, tip, copied = _copied(manager)
         assert copied >= 5
-        tip = manager.tiered_partition(log).tip               # type: ignore[union-attr]
         copies = rlm.metadata.copied_segments(tip)
     finally:
         manager.shutdown()
