@@ -502,6 +502,19 @@ class AppendHandle(Handle):
             log.log(level, "%s", message)
             self.refused_at_release = (code if isinstance(code, int) else errno.EIO, message)
 
+    def shutdown(self) -> None:
+        """The mount stops while a writer still holds this opening: an unterminated last line is dropped
+        (logged and listed in .logfs/errors), never stored as a record, since its writer never ended it nor
+        closed the file; the lines it ended are stored already."""
+        with self._lock:
+            rest, self._partial = self._partial, b""
+        if rest:
+            message = (f"Dropped the unterminated last line ({len(rest)} bytes) written to {self._describe()}: "
+                       "the mount stopped while its writer still had the file open")
+            log.warning("%s", message)
+            if self._note is not None:
+                self._note(errno.ENOTCONN, f"shutdown: {message}")
+
     def fsync(self) -> None:
         """Kafka's flush of every log this handle appended to (or its partition's)."""
         written = sorted(self._written) if self._written or self._partition is None else [self._partition]

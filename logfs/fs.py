@@ -1072,7 +1072,7 @@ class LogfsOperations(pyfuse3.Operations):
             self._view_inodes.clear()
         for _, handle in list(self._handles.values()):
             try:
-                handle.release()
+                handle.shutdown()
             except Exception as exc:
                 log.error("Closing %s at shutdown failed: %s", type(handle).__name__, exc)
         self._handles.clear()

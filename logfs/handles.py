@@ -67,6 +67,10 @@ class Handle:
     def release(self) -> None:
         """Last descriptor closed."""
 
+    def shutdown(self) -> None:
+        """The mount stops with this opening still held: no close() of it will come."""
+        self.release()
+
 
 class BytesHandle(Handle):
     """A snapshot of a generated file taken at open, so one reader sees one version."""
