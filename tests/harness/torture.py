@@ -812,6 +812,10 @@ class Torture(Checks):
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A shell without job control starts `cmd &` with SIGINT ignored, and an ignored signal stays ignored
+    # across exec: the killed writers would survive their SIGINT and end normally later, storing their
+    # unterminated line as the record a writer ending normally stores (not a torn record of logfs's).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=12, help="crash cycles (default 12; ignored with --duration)")
     parser.add_argument("--duration", type=float, default=0, help="run for this many seconds instead")
