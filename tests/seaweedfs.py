@@ -16,9 +16,12 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+import pytest
+
 from tests.jvm import free_port
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
 ACCESS_KEY = "logfs-test"
@@ -124,3 +127,13 @@ class SeaweedFS:
             except subprocess.TimeoutExpired:
                 self.kill()
         self.process = None
+
+
+@pytest.fixture(scope="module", name="seaweedfs")
+def seaweedfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
+    """One ``weed mini`` for a test module (import this fixture into the module that uses it)."""
+    server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs")).start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -19,24 +19,20 @@ import pytest
 from tests.conftest import LOGFS, Mount
 from tests.helpers import wait_for
 from tests.jvm import free_port
-from tests.seaweedfs import ACCESS_KEY, BUCKET, SECRET_KEY, SeaweedFS
+from tests.seaweedfs import (  # noqa: F401  (the seaweedfs fixture)
+    ACCESS_KEY,
+    BUCKET,
+    SECRET_KEY,
+    SeaweedFS,
+    seaweedfs_server,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
 pytestmark = pytest.mark.mount
 
 COPY_TASK = "kafka-remote-log-manager"
-
-
-@pytest.fixture(scope="module")
-def weed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
-    server = SeaweedFS(tmp_path_factory.mktemp("weed")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _client(server: SeaweedFS):
@@ -83,11 +79,11 @@ def _closed_segments(state: dict) -> list[dict]:
     return state["segments"][:-1]
 
 
-def test_closed_segments_are_copied_to_s3_and_removed_with_the_records_and_the_topic(logfs_mount, weed: SeaweedFS,
+def test_closed_segments_are_copied_to_s3_and_removed_with_the_records_and_the_topic(logfs_mount, seaweedfs: SeaweedFS,
                                                                                       tmp_path: Path):
-    mount = logfs_mount(_tiered_options(weed, "copy"))
+    mount = logfs_mount(_tiered_options(seaweedfs, "copy"))
     assert "Opened remote storage s3://tier/copy" in mount.log()
-    assert weed.settings()["rsm.config.s3.secret.access.key"] not in mount.log()
+    assert seaweedfs.settings()["rsm.config.s3.secret.access.key"] not in mount.log()
     mount.sh("mkdir t")
     assert _state(mount)["remote_storage"] == {"enabled": False, "segments": 0, "size_bytes": 0,
                                                "highest_offset_copied": -1, "copy_lag_segments": 0,
@@ -110,7 +106,7 @@ def test_closed_segments_are_copied_to_s3_and_removed_with_the_records_and_the_t
     assert len(closed) >= 20
     assert state["remote_storage"]["size_bytes"] == sum(s["size_bytes"] for s in closed)
     assert state["remote_storage"]["copy_lag_bytes"] == 0
-    objects = _objects(weed, "copy")
+    objects = _objects(seaweedfs, "copy")
     logs = [k for k in objects if k.endswith(".log")]
     assert len(logs) == len(closed)
     topic_dir = {k.split("/")[1] for k in objects}
@@ -118,7 +114,7 @@ def test_closed_segments_are_copied_to_s3_and_removed_with_the_records_and_the_t
     assert re.fullmatch(r"t-[A-Za-z0-9_-]{22}", topic_dir.pop())
     assert sorted(int(k.rsplit("/", 1)[1].split("-")[0]) for k in logs) == [s["base_offset"] for s in closed]
     # a copy is the local segment, byte for byte
-    client = _client(weed)
+    client = _client(seaweedfs)
     try:
         first = next(k for k in logs if k.rsplit("/", 1)[1].startswith("%020d-" % 0))
         body = client.get_object(Bucket=BUCKET, Key=first)["Body"].read()
@@ -138,17 +134,17 @@ def test_closed_segments_are_copied_to_s3_and_removed_with_the_records_and_the_t
     cut = closed[3]["base_offset"] + 1
     mount.sh(f"echo 'before {cut}' > t/0/delete")
     wait_for(lambda: _state(mount)["remote_storage"]["segments"] == len(closed) - 3, "the copies below deleted")
-    wait_for(lambda: len([k for k in _objects(weed, "copy") if k.endswith(".log")]) == len(closed) - 3,
+    wait_for(lambda: len([k for k in _objects(seaweedfs, "copy") if k.endswith(".log")]) == len(closed) - 3,
              "their objects deleted")
     # topic deletion: every object of the topic goes
     mount.sh("rmdir t")
-    wait_for(lambda: _objects(weed, "copy") == [], "every object of the deleted topic deleted")
+    wait_for(lambda: _objects(seaweedfs, "copy") == [], "every object of the deleted topic deleted")
     assert "whose topic was deleted" in mount.log()
 
 
 def test_remote_storage_enable_is_refused_on_compacted_topics_and_without_remote_storage(logfs_mount,
-                                                                                         weed: SeaweedFS):
-    mount = logfs_mount(_tiered_options(weed, "refusals"))
+                                                                                         seaweedfs: SeaweedFS):
+    mount = logfs_mount(_tiered_options(seaweedfs, "refusals"))
     mount.sh("mkdir c t")
     mount.sh("echo cleanup.policy=compact >> c/config")
     mount.sh_refused("echo remote.storage.enable=true >> c/config")
@@ -179,28 +175,29 @@ def _failed_mount(logfs_mount, options: dict[str, str], name: str, extra_args: l
     return str(failed.value)
 
 
-def test_a_wrong_endpoint_bucket_or_key_fails_the_mount_naming_the_setting(logfs_mount, weed: SeaweedFS,
+def test_a_wrong_endpoint_bucket_or_key_fails_the_mount_naming_the_setting(logfs_mount, seaweedfs: SeaweedFS,
                                                                            tmp_path: Path):
     dead = f"http://127.0.0.1:{free_port()}"
-    text = _failed_mount(logfs_mount, _tiered_options(weed, "x", **{"rsm.config.s3.endpoint.url": dead}), "endpoint")
+    text = _failed_mount(logfs_mount, _tiered_options(seaweedfs, "x", **{"rsm.config.s3.endpoint.url": dead}),
+                         "endpoint")
     assert "rsm.config.s3.endpoint.url" in text
-    text = _failed_mount(logfs_mount, _tiered_options(weed, "x", **{"rsm.config.uri": "s3://no-such-bucket/x"}),
+    text = _failed_mount(logfs_mount, _tiered_options(seaweedfs, "x", **{"rsm.config.uri": "s3://no-such-bucket/x"}),
                          "bucket")
     assert "no-such-bucket" in text
     assert "rsm.config.uri" in text
     wrong = "not-the-secret-key"
-    text = _failed_mount(logfs_mount, _tiered_options(weed, "x", **{"rsm.config.s3.secret.access.key": wrong}),
+    text = _failed_mount(logfs_mount, _tiered_options(seaweedfs, "x", **{"rsm.config.s3.secret.access.key": wrong}),
                          "key")
     assert "rsm.config.s3.secret.access.key" in text
     assert wrong not in text
     text = _failed_mount(logfs_mount, {"remote.log.storage.system.enable": "true"}, "no-uri")
     assert "rsm.config.uri must name the remote storage" in text
-    text = _failed_mount(logfs_mount, _tiered_options(weed, "x", **{"rsm.config.fetch.chunk.cache.size": "10"}),
+    text = _failed_mount(logfs_mount, _tiered_options(seaweedfs, "x", **{"rsm.config.fetch.chunk.cache.size": "10"}),
                          "cache")
     assert "rsm.config.fetch.chunk.cache.size=10 must hold at least one chunk" in text
     # the secrets in a --config file, as a cluster mount's: read from it, never logged
     settings = tmp_path / "tiered.properties"
-    settings.write_text("".join(f"{k}={v}\n" for k, v in weed.settings(prefix="file").items()))
+    settings.write_text("".join(f"{k}={v}\n" for k, v in seaweedfs.settings(prefix="file").items()))
     settings.chmod(0o600)
     mount = logfs_mount({"remote.log.storage.system.enable": "true"}, name="file",
                         extra_args=["--config", str(settings)])

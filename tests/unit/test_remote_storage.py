@@ -31,7 +31,7 @@ from engine.remote.storage import (
 )
 from tests.helpers import wait_for
 from tests.jvm import free_port
-from tests.seaweedfs import SeaweedFS
+from tests.seaweedfs import SeaweedFS, seaweedfs_server  # noqa: F401  (the seaweedfs fixture)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -44,15 +44,6 @@ STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 DELETE_STARTED = RemoteLogSegmentState.DELETE_SEGMENT_STARTED
 DELETE_FINISHED = RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
-
-
-@pytest.fixture(scope="module")
-def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
-    server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(params=["file", "s3"])
