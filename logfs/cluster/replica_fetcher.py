@@ -76,6 +76,7 @@ from engine.log import LEADER_LOG_START_OFFSET
 from engine.partition_metadata import read_topic_id
 from engine.records.framing import iter_batches
 from engine.topic import TopicPartition
+from logfs.cluster import kafka_python_tuning
 from logfs.cluster.admin import UNREACHABLE_WAIT_S
 from logfs.cluster.errors import ClusterTimeoutError, quiet_kafka_python
 
@@ -402,6 +403,7 @@ class ReplicaFetcher:
         from kafka.net.compat import KafkaNetClient
 
         quiet_kafka_python()
+        kafka_python_tuning.install()
         self.manager = manager
         self.admin = admin
         self.settings = FetcherSettings(

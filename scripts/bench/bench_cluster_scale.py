@@ -98,7 +98,8 @@ def _produce(bootstrap: str, topics: list[str], per_partition: int) -> int:
     return count
 
 
-def _mount(bootstrap: str, base: Path, args: list[str]) -> tuple[subprocess.Popen, Path, float]:
+def _mount(bootstrap: str, base: Path, args: list[str],
+           env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path, float]:
     mnt, data = base / "mnt", base / "data"
     mnt.mkdir(parents=True)
     data.mkdir()
@@ -106,10 +107,16 @@ def _mount(bootstrap: str, base: Path, args: list[str]) -> tuple[subprocess.Pope
     started = time.perf_counter()
     proc = subprocess.Popen([str(LOGFS), "mount", str(mnt), "--data-dir", str(data), "--bootstrap-server",
                              bootstrap, *args], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
     log.close()
     wait_mounted(mnt, proc, base / "logfs.log", 600, "logfs mount", interval=0.02)
     return proc, mnt, time.perf_counter() - started
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _proc_figures(pid: int) -> tuple[float, float, int]:
@@ -126,12 +133,12 @@ def _du_mb(path: Path) -> float:
 
 
 def _logfs_row(bootstrap: str, base: Path, args: list[str], read_topics: list[str] | None,
-               expected: int, glob: bool = False) -> dict[str, float]:
-    proc, mnt, ready = _mount(bootstrap, base, args)
+               expected: int, glob: bool = False, env: dict[str, str] | None = None) -> dict[str, float]:
+    proc, mnt, ready = _mount(bootstrap, base, args, env)
     try:
         topics = read_topics if read_topics is not None else sorted(t for t in os.listdir(mnt) if t != ".logfs")
         files = [str(mnt / t / p / "records") for t in topics for p in os.listdir(mnt / t) if p.isdigit()]
-        started = time.perf_counter()
+        started, cpu_before = time.perf_counter(), _cpu_s(proc.pid)
         lines = 0
         if glob:        # the shell looks every records up first, then cat opens them one by one
             for start in range(0, len(topics), 20):
@@ -143,7 +150,7 @@ def _logfs_row(bootstrap: str, base: Path, args: list[str], read_topics: list[st
             for start in range(0, len(files), 200):
                 out = subprocess.run(["cat", *files[start:start + 200]], capture_output=True, check=True).stdout
                 lines += out.count(b"\n")
-        read = time.perf_counter() - started
+        read, cpu = time.perf_counter() - started, _cpu_s(proc.pid) - cpu_before
         if lines != expected:
             raise SystemExit(f"read {lines} records through the mount, expected {expected}")
         rss, hwm, fds = _proc_figures(proc.pid)
@@ -151,8 +158,8 @@ def _logfs_row(bootstrap: str, base: Path, args: list[str], read_topics: list[st
     finally:
         subprocess.run(["fusermount3", "-u", str(mnt)], check=False)
         proc.wait(timeout=300)
-    return {"ready": ready, "read": read, "disk": disk, "rss": rss, "hwm": hwm, "fds": fds, "records": lines,
-            "partitions": len(files)}
+    return {"ready": ready, "read": read, "cpu": cpu, "disk": disk, "rss": rss, "hwm": hwm, "fds": fds,
+            "records": lines, "partitions": len(files)}
 
 
 def _consumer_perf(bootstrap: str, base: Path, pattern: str, records: int) -> dict[str, float]:
@@ -185,6 +192,11 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work dir")
     parser.add_argument("--glob", action="store_true",
                         help="read each topic as `cat TOPIC/*/records | wc -l` (the shell's lookups first)")
+    parser.add_argument("--everything-only", action="store_true", help="only the row that reads every partition")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of the rows, side by side")
+    parser.add_argument("--untuned", action="store_true",
+                        help="beside each mount, one with kafka-python's own receive path "
+                             "(LOGFS_KAFKA_PYTHON_TUNING=0, logfs/cluster/kafka_python_tuning.py)")
     args = parser.parse_args()
     from devtools.kafka import KafkaCluster
 
@@ -201,12 +213,17 @@ def main() -> int:
             ("--topics sel (10 partitions read)", ["--topics", "sel"], ["sel"], selected, "sel", selected),
             ("--from latest (10 partitions read)", ["--from", "latest"], ["sel"], 0, "sel", selected),
             ("everything (every partition read)", [], None, total, "sel|bulk-.*", total),
-        ]
+        ][2 if args.everything_only else 0:]
+        variants: list[tuple[str, dict[str, str]]] = [("", {})]
+        if args.untuned:
+            variants.append((", kafka-python's own receive path", {"LOGFS_KAFKA_PYTHON_TUNING": "0"}))
         results = []
-        for i, (name, mount_args, read_topics, expected, pattern, kafka_records) in enumerate(rows):
+        runs = [(f"{name}{suffix}", *rest, env) for _ in range(args.rounds)
+                for (name, *rest) in rows for suffix, env in variants]
+        for i, (name, mount_args, read_topics, expected, pattern, kafka_records, env) in enumerate(runs):
             try:
                 row = _logfs_row(cluster.bootstrap, base / f"logfs-{i}", mount_args, read_topics, expected,
-                                 args.glob)
+                                 args.glob, env)
                 perf = _consumer_perf(cluster.bootstrap, base / f"logfs-{i}", pattern, kafka_records)
             except (SystemExit, Exception) as exc:      # say it, and measure the other rows
                 print(f"{name}: failed: {exc}", flush=True)
@@ -218,11 +235,13 @@ def main() -> int:
         if not args.keep:
             subprocess.run(["rm", "-rf", str(base)], check=False)
     print()
-    print(f"| {args.partitions} partitions, {args.records} records each | mount ready s | read s | partitions read "
+    print(f"| {args.partitions} partitions, {args.records} records each | mount ready s | read s (mount's CPU s) "
+          "| partitions read "
           "| disk MB | RSS MB (peak) | open files | ConsumerPerformance s (consume) | its peak RSS MB |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, row, perf in results:
-        print(f"| {name} | {row['ready']:.2f} | {row['read']:.2f} | {row['partitions']:.0f} | {row['disk']:.1f} "
+        print(f"| {name} | {row['ready']:.2f} | {row['read']:.2f} ({row['cpu']:.2f}) | {row['partitions']:.0f} "
+              f"| {row['disk']:.1f} "
               f"| {row['rss']:.0f} ({row['hwm']:.0f}) | {row['fds']:.0f} | {perf['wall']:.1f} ({perf['consume']:.2f}) "
               f"| {perf['rss']:.0f} |")
     return 0
