@@ -85,6 +85,11 @@ class RemoteSegments(Protocol):
         """Drop the map ``segments_map`` keeps: local segments just deleted are held by nothing then (their
         pinned descriptors, and so their disk space, go with them)."""
 
+    def local_segments_deleted(self, segments: Sequence[LogSegment]) -> None:
+        """Local retention deleted ``segments``, whose copies serve their records now: what another layer
+        derived from their bytes (their ``attachment``) goes to the copies, so the first view of them reads
+        nothing of the store to size them."""
+
 
 __all__ = ["CLIENT_RECORD_DELETION", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "LEADER_LOG_START_OFFSET",
            "MAX_TIMESTAMP", "SEGMENT_DELETION", "AppendObserver", "AppendOrigin", "Log", "LogAppendInfo",
@@ -877,6 +882,7 @@ class Log:
                 # or a crash would restart the log at its first local segment
                 self.before_log_start_offset_moves(self, self._log_start_offset)
             self.local_log.remove_and_delete_segments(deletable)
+            reader.local_segments_deleted(deletable)
             total += len(deletable)
         return total
 

@@ -165,6 +165,8 @@ class SegmentAttachment:
 class LogSegment:
     """One segment of a partition's log: ``<base>.log`` + ``.index`` + ``.timeindex``."""
 
+    #: a local file (engine.remote.remote_segment.RemoteLogSegment, a copy in remote storage, says True)
+    remote = False
     #: what another layer derives from this segment's bytes (see :class:`SegmentAttachment`); None when nothing
     attachment: SegmentAttachment | None
 

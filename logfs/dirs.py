@@ -16,7 +16,7 @@ from engine.files import SEGMENT_FILE_SUFFIXES, filename_prefix_from_offset, par
 from engine.numbers import parse_canonical_int
 from engine.topic import TopicPartition, parse_partition, validate_topic_name
 from engine.transactions import visible_end_offset
-from engine.views import ViewFormat, record_at
+from engine.views import LogView, ViewFormat, load_remote_view_indexes, record_at
 from logfs.control import (
     AppendFile,
     BrokerConfigFile,
@@ -29,6 +29,7 @@ from logfs.errors import MalformedNameError, NoSuchNameError, NotPermittedError,
 from logfs.groups import ConsumeDir, GroupsDir
 from logfs.names import JSONL_SUFFIX, parse_timestamp, split_format
 from logfs.nodes import (
+    FOLLOWED_VIEWS,
     STABLE_TIMEOUT_S,
     Directory,
     ErrorsFile,
@@ -226,8 +227,10 @@ class OffsetDir(_PartitionSubDir):
     def preparation(self, name: str) -> Callable[[], None] | None:
         replica = self.ns.replica_preparation([self.tp])
         offset = parse_canonical_int(name)
-        if replica is not None or offset is None or not self.ns.backend.remote:
+        if replica is not None or offset is None:
             return replica
+        if not self.ns.backend.remote:      # the record read once from the store, then from its caches
+            return self.ns.store_preparation(self.tp, lambda target: record_at(target, offset))
         target = self.ns.manager.get_log(self.tp)
         if target is None or offset >= target.log_start_offset:
             return None
@@ -269,6 +272,24 @@ class _ViewsDir(_PartitionSubDir):
     def start_offset(self, target: Log, value: int, name: str) -> int:
         """Where the view of ``name`` (spelling ``value``) starts in ``target``."""
         raise NotImplementedError
+
+    def preparation(self, name: str) -> Callable[[], None] | None:
+        replica = self.ns.replica_preparation([self.tp])
+        if replica is not None:
+            return replica
+        stem, fmt = split_format(name)
+        value = self.parse(stem)
+        if value is None:
+            return None
+
+        def warm(target: Log) -> None:     # the view's start and size: what lookup() reads of the store
+            view = LogView(target, fmt, start_offset=self.start_offset(target, value, name))
+            try:
+                view.size()
+            finally:
+                view.close()
+
+        return self.ns.store_preparation(self.tp, warm)
 
     def lookup(self, name: str) -> Node:
         stem, fmt = split_format(name)
@@ -382,7 +403,14 @@ class PartitionDir(Directory):
     _CATCH_UP_AT_OPEN = frozenset({"records", "records.jsonl", "append", "append.jsonl", "delete"})
 
     def preparation(self, name: str) -> Callable[[], None] | None:
-        return self.ns.replica_preparation([self.tp], catch_up=name not in self._CATCH_UP_AT_OPEN)
+        replica = self.ns.replica_preparation([self.tp], catch_up=name not in self._CATCH_UP_AT_OPEN)
+        return replica if replica is not None else self.store_preparation(name)
+
+    def store_preparation(self, name: str) -> Callable[[], None] | None:
+        if name not in FOLLOWED_VIEWS:
+            return None
+        # the view indexes of the remote log segments, which size the view
+        return self.ns.store_preparation(self.tp, load_remote_view_indexes)
 
     def lookup(self, name: str) -> Node:
         target = self.ns.log(self.tp)

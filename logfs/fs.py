@@ -918,11 +918,14 @@ class LogfsOperations(pyfuse3.Operations):
     async def _render(self, fh: int, handle: Handle, off: int, size: int) -> tuple[bytes | memoryview, bool]:
         """The answer to a read, and whether a worker thread rendered it."""
         threshold = handle.offload_reads_from
-        if threshold is None or size < threshold:
+        # a read that may wait on tiered storage's store never runs here: a store that does not answer
+        # would stop every request of the mount for its timeout
+        store = handle.may_wait_on_store(off, size)
+        if not store and (threshold is None or size < threshold):
             return handle.read(off, size), False
         if not handle.keep_cache:
             # direct I/O: a reader's next read comes once this one is answered
-            if handle.continues_at(off):
+            if not store and handle.continues_at(off):
                 return handle.read(off, size), False
             return await trio.to_thread.run_sync(handle.read, off, size), True
         # Through the page cache the kernel's readahead sends the next requests before this
@@ -934,7 +937,7 @@ class LogfsOperations(pyfuse3.Operations):
         if lock is None:
             lock = self._read_locks[fh] = trio.Lock()
         async with lock:
-            if handle.continues_at(off):
+            if not store and handle.continues_at(off):
                 return handle.read(off, size), False
             return await trio.to_thread.run_sync(handle.read, off, size), True
 
@@ -1017,9 +1020,13 @@ class LogfsOperations(pyfuse3.Operations):
                 if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, i + 1):
                     return
                 continue
+            temp = self._temps.get(parent, name)
+            # ignore: a parent is a Directory (Node has no store_preparation() or lookup())
+            prepare = None if temp is not None else parent.store_preparation(name)  # type: ignore[attr-defined]
+            if prepare is not None:     # what the attributes read of tiered storage's store, off this thread
+                await trio.to_thread.run_sync(prepare)
             try:
-                # ignore: a parent is a Directory (Node has no lookup())
-                node = self._temps.get(parent, name) or parent.lookup(name)   # type: ignore[attr-defined]
+                node = temp or parent.lookup(name)   # type: ignore[attr-defined]
             except LogfsError:
                 continue   # vanished since opendir (deleted topic, retained segment)
             ino = self._remember(node)

@@ -45,6 +45,10 @@ class Handle:
         """Whether a read at ``offset`` continues the last one at a bounded cost (then served inline)."""
         return False
 
+    def may_wait_on_store(self, offset: int, size: int) -> bool:
+        """Whether a read may wait on tiered storage's remote store (then always served by a worker thread)."""
+        return False
+
     def opened(self, flags: int) -> None:
         """The ``open(2)`` flags the handle was opened with (``O_TRUNC``, ``O_APPEND``...)."""
 
@@ -117,6 +121,9 @@ class ViewHandle(Handle):
 
     def continues_at(self, offset: int) -> bool:
         return self._view.continues_at(offset)
+
+    def may_wait_on_store(self, offset: int, size: int) -> bool:
+        return self._view.may_wait_on_store(offset, size)
 
     def _whole(self, data: bytes | memoryview, position: int, size: int) -> bytes | memoryview:
         """``data`` read at view ``position``: through the page cache, short of ``size`` only at the view's end.

@@ -40,9 +40,11 @@ import time
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from engine.errors import (
+    LogfsError,
     ReadOnlyError,
     UnknownTopicOrPartitionError,
 )
+from engine.remote.remote_segment import RemoteReadError
 from engine.topic import TopicPartition
 from logfs.appender import TopicRouter
 from logfs.backend import Backend, EmbeddedBackend
@@ -164,6 +166,26 @@ class Namespace:
         if target is None:
             return self.backend.ensure_replica(tp)
         return target
+
+    def store_preparation(self, tp: TopicPartition, warm: Callable[[Log], object]) -> Callable[[], None] | None:
+        """``warm(log)`` of ``tp``'s log, to run off the request thread before a lookup (logfs.fs), when some of
+        its records are only in tiered storage's remote store: what the lookup then reads of them comes from
+        memory and the chunk cache, so a store that does not answer stops that lookup, not the mount.  None
+        when every record is local.  A failure of the store is the lookup's (its errno); any other error
+        is left for the lookup to find and say."""
+        log = self.manager.get_log(tp)
+        if log is None or log.local_log_start_offset <= log.log_start_offset:
+            return None
+
+        def prepare() -> None:
+            try:
+                warm(log)
+            except RemoteReadError:
+                raise
+            except LogfsError:
+                pass                    # the lookup meets it again and says it
+
+        return prepare
 
     def replica_preparation(self, tps: list[TopicPartition], *, catch_up: bool = True
                             ) -> Callable[[], None] | None:

@@ -113,6 +113,12 @@ class Directory(Node):
         None when nothing must."""
         return None
 
+    def store_preparation(self, name: str) -> Callable[[], None] | None:
+        """The part of ``preparation(name)`` that reads tiered storage's remote store (what a listing's
+        attributes of ``name`` need too: logfs.fs runs it off the request thread before readdir answers
+        them).  None when nothing must."""
+        return None
+
     def mkdir(self, name: str) -> Node:
         raise NotPermittedError(f"Cannot create directory {name!r} here")
 
@@ -438,6 +444,10 @@ class FollowedViewHandle(ViewHandle):
 
     def continues_at(self, offset: int) -> bool:
         return self._shift is not None and self._view.continues_at(offset + self._shift)
+
+    def may_wait_on_store(self, offset: int, size: int) -> bool:
+        position = offset + self._shift if self._shift is not None else max(offset, self._first)
+        return self._view.may_wait_on_store(position, size)
 
 
 class RecordFile(FileNode):

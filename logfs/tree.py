@@ -69,6 +69,10 @@ class Tree(Protocol):
     def log(self, tp: TopicPartition) -> Log:
         """The local log of ``tp`` (a cluster mount makes its replica on first use)."""
 
+    def store_preparation(self, tp: TopicPartition, warm: Callable[[Log], object]) -> Callable[[], None] | None:
+        """``warm(log)`` off the request thread before a lookup, when some records of ``tp`` are only in tiered
+        storage's remote store (may block); None when every record is local."""
+
     def replica_preparation(self, tps: list[TopicPartition], *, catch_up: bool = True
                             ) -> Callable[[], None] | None:
         """Making the local replicas of ``tps`` the backend has none of yet, and with ``catch_up`` waiting until

@@ -37,6 +37,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from engine import store_waits
 from engine.remote.storage import RemoteLogSegmentId, RemoteStorageError, RemoteStorageManager
 
 if TYPE_CHECKING:
@@ -108,7 +109,11 @@ class RemoteChunkCache:
 
     def _chunk(self, key: ChunkKey, segment_size: int, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` of the chunk: from its file when cached (only those bytes read), else
-        fetched (whole, and kept)."""
+        fetched (whole, and kept); inside ``engine.store_waits``'s deferral, StoreWaitDeferred instead of a
+        fetch."""
+        pinned = store_waits.held(key)
+        if pinned is not None:
+            return pinned[start:stop]
         with self._lock:
             if key in self._chunks:
                 self._chunks.move_to_end(key)
@@ -127,14 +132,23 @@ class RemoteChunkCache:
                     return os.pread(fd, max(0, stop - start), start)
                 finally:
                     os.close(fd)
+        if store_waits.deferring():
+            def fetch() -> None:
+                store_waits.hold(key, self._wait_for(key, segment_size, future))
+
+            raise store_waits.StoreWaitDeferred(fetch, f"chunk {key[1]} of {key[0]} must be fetched")
+        return self._wait_for(key, segment_size, future)[start:stop]
+
+    def _wait_for(self, key: ChunkKey, segment_size: int, future: Future[bytes] | None) -> bytes:
+        """The whole chunk: the result of its fetch in flight (``future``), or fetched now."""
         if future is not None:
             try:
-                return future.result()[start:stop]
+                return future.result()
             except RemoteStorageError as exc:
                 if exc.errno == errno.ETIMEDOUT:
                     raise           # the store does not answer: a second try would double the reader's wait
                 # another failure of a read-ahead is not this read's: try once more below
-        return self._fetch(key, segment_size)[start:stop]
+        return self._fetch(key, segment_size)
 
     def _fetch(self, key: ChunkKey, segment_size: int) -> bytes:
         with self._lock:

@@ -257,10 +257,11 @@ class RemoteLogManager:
             self._indexes.pop(segment_id, None)
         if self.view_index_root is not None:
             from engine.views import persisted  # the views' file, kept here for the copy
-            directory = os.path.join(self.view_index_root, segment_id.partition_dir.replace("/", "-"))
-            persisted.remove(directory, segment_id.base_offset)
+            partition = os.path.join(self.view_index_root, segment_id.partition_dir.replace("/", "-"))
+            persisted.remove(os.path.join(partition, segment_id.id), segment_id.base_offset)
             with contextlib.suppress(OSError):
-                os.rmdir(directory)             # the partition's last one (a deleted topic): its dir goes too
+                os.rmdir(os.path.join(partition, segment_id.id))
+                os.rmdir(partition)             # the partition's last one (a deleted topic): its dir goes too
         if state is not None:
             self.metadata.update_state(segment_id, DELETE_FINISHED, self.clock.milliseconds())
         self.deleted_segments += 1
@@ -391,10 +392,11 @@ class RemoteLogManager:
         return self._offset_index(segment_id)
 
     def view_index_dir(self, segment_id: RemoteLogSegmentId) -> str | None:
-        """The directory of the copy's persisted view index (one per partition); None when none is kept."""
+        """The directory of the copy's persisted view index (one per copy, in one per partition: the file is
+        bound to the copy by its id, and a copy never changes); None when none is kept."""
         if self.view_index_root is None:
             return None
-        directory = os.path.join(self.view_index_root, segment_id.partition_dir.replace("/", "-"))
+        directory = os.path.join(self.view_index_root, segment_id.partition_dir.replace("/", "-"), segment_id.id)
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as exc:

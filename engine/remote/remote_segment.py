@@ -30,14 +30,16 @@ from engine.index import TIME_INDEX_ENTRY as _TIME_ENTRY
 from engine.records.reader import read_batches, read_headers
 from engine.remote.storage import LOG_SUFFIX, IndexType, RemoteStorageError, TopicIdPartition
 from engine.segment import LogOffsetPosition, SegmentAttachment
+from engine.store_waits import StoreWaitDeferred
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator, Sequence
 
     from engine.records import BatchHeader, Record
     from engine.records.format import RecordBuffer
     from engine.remote.metadata import RemoteLogSegmentMetadata
     from engine.remote.remote_log_manager import RemoteLogManager
+    from engine.segment import LogSegment
     from engine.topic import TopicPartition
 
 #: bytes read per request while walking a copy (a chunk of the cache holds several)
@@ -91,8 +93,19 @@ class RemoteLogSegment:
         try:
             return self._rlm.cache.read(self.metadata.segment_id, position, size, self.size)
         except RemoteStorageError as exc:
-            raise RemoteReadError(f"Reading remote log segment {self.base_offset} of {self.topic_partition} "
-                                  f"from {self._rlm.storage.uri} failed: {exc}", exc.errno) from exc
+            raise self._read_error(exc) from exc
+        except StoreWaitDeferred as deferred:      # the caller waits outside its lock: errors named as here
+            def wait(fetch: Callable[[], object] = deferred.wait) -> None:
+                try:
+                    fetch()
+                except RemoteStorageError as exc:
+                    raise self._read_error(exc) from exc
+
+            raise StoreWaitDeferred(wait, str(deferred)) from None
+
+    def _read_error(self, exc: RemoteStorageError) -> RemoteReadError:
+        return RemoteReadError(f"Reading remote log segment {self.base_offset} of {self.topic_partition} "
+                               f"from {self._rlm.storage.uri} failed: {exc}", exc.errno)
 
     def batches(self, start_position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of every batch from ``start_position``."""
@@ -212,6 +225,8 @@ class RemoteLogReader:
         self._lock = threading.Lock()
         self._segments: dict[str, RemoteLogSegment] = {}
         self._merged: tuple[object, int, int, SortedDict] | None = None
+        #: base offset -> (size, attachment) of local segments deleted once copied, for their copies
+        self._handed_over: dict[int, tuple[int, SegmentAttachment]] = {}
 
     def highest_copied_offset(self) -> int:
         return self.rlm.metadata.highest_copied_offset(self.tip)
@@ -230,8 +245,20 @@ class RemoteLogReader:
                 if segment is None:
                     segment = self._segments[metadata.segment_id.id] = RemoteLogSegment(
                         self.rlm, metadata, self.topic_partition)
+                    handed = self._handed_over.pop(metadata.start_offset, None)
+                    if handed is not None and handed[0] == segment.size:
+                        segment.attachment = handed[1]      # the same bytes: what was derived of them holds
                 out.append(segment)
+            for base in [b for b in self._handed_over if b < log_start]:
+                del self._handed_over[base]                 # below the log start: no copy will want it
             return out
+
+    def local_segments_deleted(self, segments: Sequence[LogSegment]) -> None:
+        """See engine.log.RemoteSegments.local_segments_deleted."""
+        with self._lock:
+            for segment in segments:
+                if segment.attachment is not None:
+                    self._handed_over[segment.base_offset] = (segment.size, segment.attachment)
 
     def forget_segments_map(self) -> None:
         """Drop the merged map kept for the views: it holds the local segments it listed, and a deleted one

@@ -12,8 +12,9 @@ Modules: ``render`` (the renderings and their sizes, byte for byte), ``index``
 ViewIdentity, record_at), ``consume`` (a consumer group's view of a log).
 """
 
-from engine.views.index import ViewIndex, attach, view_index, view_index_and_damage
+from engine.views.index import ViewIndex, attach, load_remote_view_indexes, view_index, view_index_and_damage
 from engine.views.log_view import LogView, ViewFormat, ViewIdentity, record_at
 
-__all__ = ["LogView", "ViewFormat", "ViewIdentity", "ViewIndex", "attach", "record_at", "view_index",
+__all__ = ["LogView", "ViewFormat", "ViewIdentity", "ViewIndex", "attach", "load_remote_view_indexes", "record_at",
+           "view_index",
            "view_index_and_damage"]

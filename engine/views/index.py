@@ -259,6 +259,33 @@ def view_index(segment: LogSegment, sealed: bool = False) -> ViewIndex:
     return vi
 
 
+def _ready(segment: LogSegment) -> bool:
+    views = segment.attachment
+    return (isinstance(views, SegmentViews) and views.index.log_size >= segment.size and views.persisted
+            and views.topic_partition == segment.topic_partition)
+
+
+def remote_view_indexes_missing(log: Log) -> list[LogSegment]:
+    """The remote log segments of ``log`` (tiered storage) whose view index is not in memory yet: sizing a
+    view over them reads the store (their offset index, or the copies themselves)."""
+    if log.local_log_start_offset <= log.log_start_offset:
+        return []                       # every record is in a local segment
+    missing = []
+    for segment in log.reader_segments().values():
+        if not segment.remote:
+            break                       # the remote segments come first: below the local log start
+        if not _ready(segment):
+            missing.append(segment)
+    return missing
+
+
+def load_remote_view_indexes(log: Log) -> None:
+    """Bring the view index of every remote log segment of ``log`` into memory (may wait on the store:
+    never on the mount's event loop; RemoteReadError when the store fails)."""
+    for segment in remote_view_indexes_missing(log):
+        view_index(segment, sealed=True)
+
+
 def view_index_and_damage(segment: LogSegment,
                           sealed: bool = False) -> tuple[ViewIndex, CorruptRecordError | None]:
     """The view index caught up as far as the log is whole, and the damage that stopped it (or None).

@@ -48,6 +48,7 @@ batch's position (EIO at the mount), while the bytes before it stay readable.
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import threading
 import weakref
@@ -58,6 +59,7 @@ from engine import records as _records
 from engine import transactions
 from engine.errors import CorruptRecordError, InvalidRequestError, OffsetOutOfRangeError, StorageError
 from engine.records.reader import read_chunks
+from engine.store_waits import StoreWaitDeferred, holding, outside_store_waits
 from engine.views import render, walk
 from engine.views.index import committed_view_index, view_index
 
@@ -273,9 +275,11 @@ class LogView:
 
     def size(self) -> int:
         """Bytes of the rendering from the anchor to the last complete record (only grows)."""
-        with self._lock:
-            self._refresh()
-            return self._end()
+        return outside_store_waits(self._lock, self._size_locked)
+
+    def _size_locked(self) -> int:
+        self._refresh()
+        return self._end()
 
     # ------------------------------------------------------------------ reading
 
@@ -293,34 +297,59 @@ class LogView:
         """
         if position < 0 or size < 0:
             raise InvalidRequestError(f"Invalid read of {size} bytes at position {position}")
-        with self._lock:
-            if self._closed:
-                raise StorageError(f"Read from a closed view of {self.log.topic_partition}")
-            self._refresh()
-            end = self._end()
-            if position >= end or size == 0:
-                # A reader resting at the end (tail -f) must still let go of the
-                # segments it read past, or a deleted one keeps its disk space
-                # until the next append.
-                self._release_read_past(min(position, end))
-                return b""
-            stop = min(position + size, end)
-            out: list[bytes | memoryview] = []
-            while position < stop:
-                try:
-                    piece = self._read_from_cursor(position, stop)
-                    if not piece:
-                        piece = self._render_at(position, stop)
-                except CorruptRecordError:
-                    if out:          # the good bytes first; the next read at the bad batch fails
-                        break
-                    raise
-                if not piece:
+        # a wait on tiered storage's store is taken without the lock (engine.store_waits): the bytes rendered
+        # before it are kept, and the read goes on after it
+        out: list[bytes | memoryview] = []
+        with holding():
+            while True:
+                data, deferred = outside_store_waits(self._lock, functools.partial(self._read_locked, position, size))
+                if data:
+                    out.append(data)
+                    position += len(data)
+                    size -= len(data)
+                if deferred is None or size <= 0:
                     break
-                out.append(piece)
-                position += len(piece)
-            self._release_read_past(position)
-            return out[0] if len(out) == 1 else b"".join(out)
+                deferred.wait()
+        if not out:
+            return b""
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def _read_locked(self, position: int, size: int) -> tuple[bytes | memoryview, StoreWaitDeferred | None]:
+        """What ``read_buffer`` reads under the lock, and the wait on the store that stopped it after some
+        bytes (None: it read to ``size`` or the end); a wait before any byte is raised."""
+        if self._closed:
+            raise StorageError(f"Read from a closed view of {self.log.topic_partition}")
+        self._refresh()
+        end = self._end()
+        if position >= end or size == 0:
+            # A reader resting at the end (tail -f) must still let go of the
+            # segments it read past, or a deleted one keeps its disk space
+            # until the next append.
+            self._release_read_past(min(position, end))
+            return b"", None
+        stop = min(position + size, end)
+        out: list[bytes | memoryview] = []
+        deferred = None
+        while position < stop:
+            try:
+                piece = self._read_from_cursor(position, stop)
+                if not piece:
+                    piece = self._render_at(position, stop)
+            except CorruptRecordError:
+                if out:          # the good bytes first; the next read at the bad batch fails
+                    break
+                raise
+            except StoreWaitDeferred as wait:
+                if not out:
+                    raise
+                deferred = wait     # the bytes rendered so far, then the wait without the lock
+                break
+            if not piece:
+                break
+            out.append(piece)
+            position += len(piece)
+        self._release_read_past(position)
+        return (out[0] if len(out) == 1 else b"".join(out)), deferred
 
     def continues_at(self, position: int) -> bool:
         """Whether a read at ``position`` is served by the cursor: from the last chunk or right after it.
@@ -332,6 +361,28 @@ class LogView:
         """
         start, buf, following = self._buf_start, self._buf, self._next
         return start <= position < start + len(buf) or (position == start + len(buf) and following is not None)
+
+    def may_wait_on_store(self, position: int, size: int) -> bool:
+        """Whether a read of ``size`` bytes at ``position`` may wait on remote storage (tiered storage).
+
+        True when the bytes are not all in the last rendered chunk and the read
+        starts in a remote log segment's slot: those slots come first (a
+        remote segment is below the local log start), so the FUSE layer serves
+        such a read from a worker thread, never its event loop, which a store
+        that does not answer would stop for the request timeout.  Read without
+        the lock: a stale answer only changes which thread serves the read.
+        """
+        log = self.log
+        if log.local_log_start_offset <= log.log_start_offset:
+            return False                # every record is in a local segment
+        start, buf = self._buf_start, self._buf
+        if start <= position and position + size <= start + len(buf):
+            return False
+        for slot in self._slots:
+            segment = slot.segment()
+            if segment is not None and not segment.remote:
+                return position < slot.start        # the first local slot: the remote ones end there
+        return True
 
     def _read_from_cursor(self, position: int, stop: int) -> bytes | memoryview:
         """Serve from the last rendered chunk, or continue decoding right after it."""

@@ -34,9 +34,9 @@ file is written again; one log line names the file and the reason.  No
 ``.log`` byte is read to load a valid file.
 
 A remote log segment's (tiered storage, engine.remote.remote_segment) is kept
-in the data dir's ``remote-log/view-index/<topic>-<topic id>-<partition>/``,
-bound to the copy by its offset index (fetched from the store), so a new
-mount sizes a view of the store's range without fetching the copies.
+in the data dir's ``remote-log/view-index/<topic>-<topic id>-<partition>/<copy id>/``,
+bound to the copy by its id (a copy never changes), so a new mount sizes a
+view of the store's range without a request to the store.
 
 Kafka never reads it: its loader ignores files of unknown suffixes, and
 ``logfs to-kafka adopt`` removes ``.viewindex`` files from the partitions it
@@ -266,7 +266,9 @@ def _load(segment: LogSegment, path: str, new_index: Callable[[int, int], _V]) -
                         f"not this one ({size} bytes at {segment.base_offset})", stale=True)
     if topic != tp.topic.encode() or partition != tp.partition:
         raise _Rejected(f"it was written for another partition ({topic!r}-{partition})", stale=True)
-    if _offset_index_crc(segment, index_entries) != index_crc:
+    # a remote log segment's file is in a directory of the copy's own (its id): bound to bytes that never
+    # change, it is used without fetching the copy's offset index
+    if not _remote(segment) and _offset_index_crc(segment, index_entries) != index_crc:
         raise _Rejected("it does not match the segment's offset index", stale=True)
     if not 0 <= last_position < log_size:
         raise _Rejected("its last batch lies outside the segment")

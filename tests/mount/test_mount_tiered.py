@@ -9,10 +9,12 @@ records below the local log start are read from the store through every view.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import pytest
 
@@ -26,9 +28,6 @@ from tests.seaweedfs import (  # noqa: F401  (the seaweedfs fixture)
     SeaweedFS,
     seaweedfs_server,
 )
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 pytestmark = pytest.mark.mount
 
@@ -309,5 +308,53 @@ def test_local_retention_keeps_the_disk_bounded_and_every_view_reads_below_the_l
         server.start()
         assert (mount / "t/0/offset/3").read_bytes() == _lines(3, 4)
         every_view()
+    finally:
+        server.stop()
+
+
+def _waiting_on_the_mount(pid: int) -> bool:
+    """Whether ``cat`` (process ``pid``) sleeps in a system call other than its write to its stdout: in the
+    open, stat or read of its file of the mount (its FUSE request, or a page the kernel asked the mount for)."""
+    try:
+        syscall = Path(f"/proc/{pid}/syscall").read_text().split()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return bool(syscall) and syscall[0] not in ("running", "1") and state in ("S", "D")
+
+
+def test_a_store_that_does_not_answer_stops_only_the_reads_of_its_records(logfs_mount, tmp_path: Path):
+    """A read of records only in the store waits on the store off the mount's event loop: while the store
+    hangs (SIGSTOP, no answer at all), every other request is served; when it answers, the read completes."""
+    server = SeaweedFS(tmp_path / "own-weed").start()
+    try:
+        options = _tiered_options(server, "hang", **{"rsm.config.request.timeout.ms": "30000",
+                                                     "rsm.config.chunk.size": "4096"})
+        mount = logfs_mount(options)
+        mount.sh("mkdir t u && printf 'remote.storage.enable=true\\nlocal.retention.bytes=12000\\n' >> t/config")
+        _append(mount, 0, 2000, tmp_path)
+        mount.sh("printf 'a\\nb\\n' >> u/0/append")
+        expected = b"".join(line[:-1] + b"\n" for line in _lines(0, 2000).splitlines(keepends=True))
+        wait_for(lambda: _state(mount)["local_log_start_offset"] > 1000, "local segments deleted once copied")
+        mount.stop()
+        mount.start()                   # nothing of the store's range in memory or in the chunk cache
+        assert server.process is not None
+        os.killpg(server.process.pid, signal.SIGSTOP)
+        try:
+            reader = subprocess.Popen(["cat", str(mount / "t/0/records")], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE)
+            wait_for(lambda: _waiting_on_the_mount(reader.pid), "the reader waiting on the mount")
+            # every other request is answered meanwhile (the store's timeout is 2 x 30 s)
+            assert mount.sh("cat u/0/records", timeout=20).stdout == b"a\nb\n"
+            mount.sh("printf 'c\\n' >> u/0/append", timeout=20)
+            assert mount.sh("cat u/0/records", timeout=20).stdout == b"a\nb\nc\n"
+            assert "records" in mount.sh("ls t/0", timeout=20).stdout.decode()
+            assert json.loads(mount.sh("cat t/0/state", timeout=20).stdout)["log_start_offset"] == 0
+            assert reader.poll() is None, "the read of the store's records ended while the store hung"
+        finally:
+            os.killpg(server.process.pid, signal.SIGCONT)
+        out, err = reader.communicate(timeout=120)
+        assert reader.returncode == 0, err
+        assert out == expected
     finally:
         server.stop()
