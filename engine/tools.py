@@ -57,6 +57,7 @@ from engine.records import (
 )
 from engine.records.reader import read_batches
 from engine.topic import TopicPartition, parse_topic_partition_dir
+from engine.transactions import SNAPSHOT_ENTRY, SNAPSHOT_HEADER, TXN_INDEX_ENTRY
 
 logger = logging.getLogger(__name__)
 
@@ -65,10 +66,10 @@ _TOOL_READ_CHUNK = 4 << 20
 
 CHECKPOINT_FILES = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT)
 
-_TXN_ENTRY = struct.Struct(">hqqqq")      # version, producer id, first, last, last stable offset
+_TXN_ENTRY = TXN_INDEX_ENTRY             # version, producer id, first, last, last stable offset
 #: ProducerStateManager's snapshot: version, CRC32C, then an array of producer entries
-_SNAPSHOT_HEADER = struct.Struct(">hIi")
-_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")   # id, epoch, last seq, last offset, delta, time, coord epoch, txn first
+_SNAPSHOT_HEADER = SNAPSHOT_HEADER
+_SNAPSHOT_ENTRY = SNAPSHOT_ENTRY           # id, epoch, last seq, last offset, delta, time, coord epoch, txn first
 _CONTROL_KEY = struct.Struct(">hh")       # version, type
 _END_TXN_VALUE = struct.Struct(">hi")     # version, coordinator epoch
 _TIMESTAMP_TYPE_NAMES = {TimestampType.CREATE_TIME: "CreateTime",

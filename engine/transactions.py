@@ -15,7 +15,11 @@ in offset order, a producer's first transactional batch after its previous
 marker opens its ongoing transaction; its next marker ends it, and an ABORT
 marker makes ``[first offset, marker offset]`` an aborted range.  The walk is
 incremental: the state remembers the next offset and the position it reached
-and continues there when the log grew.
+and continues there when the log grew.  logfs writes no ``.txnindex`` or
+``.snapshot`` beside its local segments; tiered storage makes both for each
+copy (:class:`ProducerStateWalk` over the segment, from the producers at its
+start), and the walk takes a copy's index and snapshot instead of fetching its
+batches (:class:`TransactionIndexed`).
 
 A transaction still open at the end of the log depends on whether a broker
 will ever finish it:
@@ -47,8 +51,10 @@ import logging
 import struct
 import threading
 import weakref
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+
+from crc32c import crc32c
 
 from engine import records as _records
 from engine.errors import CorruptRecordError
@@ -56,6 +62,8 @@ from engine.records import compiled
 from engine.records.framing import read_header
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable, Iterable
+
     from sortedcontainers import SortedDict
 
     from engine.records import BatchHeader
@@ -146,15 +154,254 @@ def visible_end_offset(log: TransactionalLog) -> int:
 
 def marker_type(buf: RecordBuffer, off: int, header: BatchHeader) -> int:
     """COMMIT or ABORT: the type field of a control batch's (only) record key."""
+    return marker_of(buf, off, header)[0]
+
+
+def marker_of(buf: RecordBuffer, off: int, header: BatchHeader) -> tuple[int, int]:
+    """(COMMIT or ABORT, the coordinator epoch) of a control batch: its record's key and value
+    (Kafka's ``EndTransactionMarker``; the epoch is -1 when the value does not hold it)."""
     records = _records.decode_batch(buf, off, header, include_control=True)
     if not records or records[0].key is None or len(records[0].key) < 4:
         raise CorruptRecordError(f"Control batch at offset {header.base_offset} has no valid marker key")
     kind: int = struct.unpack_from(">hh", records[0].key)[1]
-    return kind
+    value = records[0].value
+    epoch: int = struct.unpack_from(">hi", value)[1] if value is not None and len(value) >= 6 else -1
+    return kind, epoch
+
+
+# ------------------------------------------------------------------ Kafka's files of a segment's transactions
+
+#: a ``.txnindex`` entry: version (0), producer id, first offset, last offset (the ABORT marker), last stable offset
+TXN_INDEX_ENTRY = struct.Struct(">hqqqq")
+#: a producer snapshot's header: version, CRC-32C of what follows it, producer count
+SNAPSHOT_HEADER = struct.Struct(">hIi")
+#: a producer snapshot's entry: id, epoch, last sequence, last offset, offset delta, timestamp, coordinator
+#: epoch, first offset of the ongoing transaction (-1: none)
+SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
+SNAPSHOT_VERSION = 1
+#: Kafka's ``producer.id.expiration.ms`` default: a producer with no open transaction whose last batch is older
+#: than this (in the log's own timestamps) is left out of the next snapshot
+PRODUCER_ID_EXPIRATION_MS = 86_400_000
+
+
+class TxnIndexEntry(NamedTuple):
+    """One entry of Kafka's ``.txnindex``: an aborted transaction and the last stable offset when it ended."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+def encode_txn_index(entries: Iterable[TxnIndexEntry]) -> bytes:
+    """Kafka's ``.txnindex`` file of ``entries`` (version 0, 34 bytes each)."""
+    return b"".join(TXN_INDEX_ENTRY.pack(0, *entry) for entry in entries)
+
+
+def decode_txn_index(data: bytes, where: str) -> list[TxnIndexEntry]:
+    """The entries of a ``.txnindex``; CorruptRecordError (naming ``where``) for trailing bytes or a version
+    Kafka never wrote."""
+    if len(data) % TXN_INDEX_ENTRY.size:
+        raise CorruptRecordError(f"Transaction index {where} has {len(data) % TXN_INDEX_ENTRY.size} trailing bytes")
+    out = []
+    for version, producer_id, first, last, stable in TXN_INDEX_ENTRY.iter_unpack(data):
+        if version != 0 or first > last:
+            raise CorruptRecordError(f"Transaction index {where} has an invalid entry (version {version}, "
+                                     f"producer {producer_id}, offsets {first} to {last})")
+        out.append(TxnIndexEntry(producer_id, first, last, stable))
+    return out
+
+
+@dataclass
+class ProducerEntry:
+    """A producer as Kafka's producer snapshot holds it (``ProducerStateEntry``): its last batch, and the first
+    offset of its ongoing transaction (-1: none)."""
+
+    producer_id: int
+    producer_epoch: int = -1
+    last_sequence: int = -1
+    last_offset: int = -1
+    offset_delta: int = 0
+    timestamp: int = -1
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = -1
+
+
+def encode_producer_snapshot(entries: Iterable[ProducerEntry]) -> bytes:
+    """Kafka's producer snapshot file (``ProducerStateManager.writeSnapshot``, version 1, CRC-32C)."""
+    listed = sorted(entries, key=lambda e: e.producer_id)
+    body = struct.pack(">i", len(listed)) + b"".join(
+        SNAPSHOT_ENTRY.pack(e.producer_id, e.producer_epoch, e.last_sequence, e.last_offset, e.offset_delta,
+                            e.timestamp, e.coordinator_epoch, e.current_txn_first_offset) for e in listed)
+    return struct.pack(">hI", SNAPSHOT_VERSION, crc32c(body)) + body
+
+
+def decode_producer_snapshot(data: bytes, where: str) -> list[ProducerEntry]:
+    """The producers of a snapshot; CorruptRecordError (naming ``where``) unless it is whole and its CRC holds."""
+    if len(data) < SNAPSHOT_HEADER.size:
+        raise CorruptRecordError(f"Producer snapshot {where} is too short ({len(data)} bytes)")
+    version, crc, count = SNAPSHOT_HEADER.unpack_from(data)
+    if version != SNAPSHOT_VERSION or crc32c(data[6:]) != crc or count < 0 \
+            or len(data) != SNAPSHOT_HEADER.size + count * SNAPSHOT_ENTRY.size:
+        raise CorruptRecordError(f"Producer snapshot {where} is corrupt (version {version}, CRC mismatch or "
+                                 "wrong length)")
+    return [ProducerEntry(*SNAPSHOT_ENTRY.unpack_from(data, SNAPSHOT_HEADER.size + i * SNAPSHOT_ENTRY.size))
+            for i in range(count)]
+
+
+@runtime_checkable
+class TransactionIndexed(Protocol):
+    """A segment that carries its transaction index and producer snapshot (a copy in remote storage): the walk
+    takes them instead of reading its batches."""
+
+    next_offset: int
+    #: False for a copy made before logfs copied them (its batches are walked)
+    has_transaction_index: bool
+
+    def transaction_index(self) -> list[TxnIndexEntry] | None:
+        """The aborted transactions whose marker is in the segment; None when the segment has no index."""
+
+    def producer_snapshot(self) -> list[ProducerEntry] | None:
+        """The producers at the segment's end (its next offset); None when the segment has no snapshot."""
+
+
+class ProducerStateWalk:
+    """The producers' transactions after a prefix of a log, as Kafka's ``ProducerStateManager`` follows them.
+
+    Fed the transactional batches in offset order (:meth:`observe`), it keeps
+    each producer's last batch and the first offset of its open transaction;
+    an ABORT marker completes an aborted transaction, handed to
+    ``on_aborted`` as the ``.txnindex`` entry Kafka writes for it.  Only
+    transactional producers are followed (logfs deduplicates nothing, so an
+    idempotent producer's state has no use).  ``keep_completed=False`` forgets
+    a producer at its marker (what read_committed needs); a snapshot keeps it,
+    as Kafka does until it expires.  Not thread-safe.
+    """
+
+    def __init__(self, producers: Iterable[ProducerEntry] = (), next_offset: int = 0, *,
+                 keep_completed: bool = True,
+                 on_aborted: Callable[[TxnIndexEntry], None] | None = None) -> None:
+        #: the walk has seen every batch below this offset
+        self.next_offset = next_offset
+        self.keep_completed = keep_completed
+        self.on_aborted = on_aborted
+        self.producers: dict[int, ProducerEntry] = {}
+        self.restore(producers, next_offset)
+
+    def restore(self, producers: Iterable[ProducerEntry], next_offset: int) -> None:
+        """Start again from a snapshot taken at ``next_offset``."""
+        self.producers = {e.producer_id: replace(e) for e in producers
+                          if self.keep_completed or e.current_txn_first_offset >= 0}
+        self.next_offset = next_offset
+
+    def open_transactions(self) -> dict[int, int]:
+        """Producer id -> the first offset of its open transaction."""
+        return {pid: e.current_txn_first_offset for pid, e in self.producers.items()
+                if e.current_txn_first_offset >= 0}
+
+    def first_unstable_offset(self) -> int | None:
+        return min((e.current_txn_first_offset for e in self.producers.values()
+                    if e.current_txn_first_offset >= 0), default=None)
+
+    def observe(self, header: BatchHeader, buf: RecordBuffer, off: int) -> None:
+        """One batch at or after ``next_offset`` (a batch below it was seen already and is skipped)."""
+        if header.next_offset <= self.next_offset:
+            return
+        self.next_offset = header.next_offset
+        if not header.is_transactional:
+            return
+        pid = header.producer_id
+        entry = self.producers.get(pid)
+        if entry is None:
+            entry = self.producers[pid] = ProducerEntry(pid)
+        entry.producer_epoch = header.producer_epoch
+        entry.last_offset = header.last_offset
+        entry.offset_delta = header.last_offset_delta
+        entry.timestamp = header.max_timestamp
+        if header.is_control:
+            kind, entry.coordinator_epoch = marker_of(buf, off, header)
+            first = entry.current_txn_first_offset if entry.current_txn_first_offset >= 0 else header.base_offset
+            entry.current_txn_first_offset = -1
+            if not self.keep_completed:
+                del self.producers[pid]
+            if kind == ABORT and self.on_aborted is not None:
+                unstable = self.first_unstable_offset()
+                self.on_aborted(TxnIndexEntry(pid, first, header.base_offset,
+                                              header.base_offset + 1 if unstable is None else unstable))
+            return
+        if header.base_sequence >= 0:
+            entry.last_sequence = header.base_sequence + header.last_offset_delta
+        if entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = header.base_offset
+
+    def skip_to(self, next_offset: int) -> None:
+        """Every batch below ``next_offset`` was seen (a run of batches without any transactional one)."""
+        self.next_offset = max(self.next_offset, next_offset)
+
+    def expire(self, before_timestamp: int) -> None:
+        """Forget the producers with no open transaction whose last batch is older than ``before_timestamp``."""
+        for pid in [pid for pid, e in self.producers.items()
+                    if e.current_txn_first_offset < 0 and e.timestamp < before_timestamp]:
+            del self.producers[pid]
+
+    def walk(self, segment: LogSegment, position: int = 0,
+             progress: Callable[[LogSegment, int], None] | None = None) -> None:
+        """Observe the batches of ``segment`` from ``position`` to its end, skimmed a MiB at a time when the
+        kernels are compiled (only its transactional batches are decoded).
+
+        ``progress(segment, position)`` is told where the walk is after each step, so a walk cut by an error
+        (a remote read) goes on from there.  A log without transactions costs no Python per batch
+        (1,000,000 records in batches of 10: 0.9 s batch by batch, 0.05 s skimmed).
+        """
+        kernels = compiled.KERNELS
+        end = segment.size
+        while kernels is not None and position < end:
+            data = segment.read_bytes(position, min(_SKIM_BYTES, end - position))
+            found, last, walked = kernels.transactional_batches(data)
+            if last < 0:
+                break       # a batch that does not fit in a read (or is torn or damaged): the walk below says so
+            for at in found:
+                self.observe(read_header(data, at), data, at)
+            self.skip_to(read_header(data, last).next_offset)
+            position += walked
+            if progress is not None:
+                progress(segment, position)
+        for pos, header, buf, off in segment.batches_with_bytes(position):
+            self.observe(header, buf, off)
+            if progress is not None:
+                progress(segment, pos + header.size)
+
+
+def producer_state_at(segments: SortedDict, offset: int) -> ProducerStateWalk:
+    """The producers at ``offset`` (a segment boundary) of the log whose segments (base offset -> segment, the
+    remote ones too) are ``segments``: from the snapshot of the last segment below it that has one (a copy in
+    remote storage), then a walk of the segments after it, as Kafka rebuilds its producer state."""
+    below = [s for s in segments.values() if s.base_offset < offset]
+    walk = ProducerStateWalk()
+    start = 0
+    for i in range(len(below) - 1, -1, -1):
+        segment = below[i]
+        if isinstance(segment, TransactionIndexed):
+            snapshot = segment.producer_snapshot()
+            if snapshot is not None:
+                walk.restore(snapshot, segment.next_offset)
+                start = i + 1
+                break
+    for segment in below[start:]:
+        walk.walk(segment)
+    return walk
 
 
 class TransactionState:
     """Aborted transactions of one log: the walk of its transactional batches and markers.
+
+    A producer's transactional data batches from the first offset of one of its
+    aborted transactions to the transaction's ABORT marker are hidden, as a
+    read_committed consumer drops them (Kafka's ``AbortedTxn`` ranges).  A
+    segment that carries its transaction index and producer snapshot (a copy in
+    remote storage: :class:`TransactionIndexed`) is not read: its index gives the
+    aborted transactions whose marker it holds, and the snapshot of the last of
+    a run of such segments the open transactions at its end.
 
     Thread-safe: views of one log are read from several threads.
     """
@@ -168,17 +415,29 @@ class TransactionState:
         #: serialises the walk; a reader that needs several answers from one state of the walk holds it across
         #: them (the read_committed view index's catch-up, engine.views.index)
         self.lock = threading.RLock()
-        self._next_offset = 0                   # the walk has seen every batch below this offset
+        self._walk = ProducerStateWalk(keep_completed=False, on_aborted=self._add_aborted)
         self._segment: weakref.ref[LogSegment] | None = None
         self._position = 0                      # where the walk goes on in self._segment
-        self._ongoing: dict[int, list[tuple[int, int]]] = {}   # producer id -> its open batches
-        self._open_bases: set[int] = set()      # base offsets of the batches in self._ongoing
         self.aborted: list[AbortedTxn] = []
-        # (base offset, last offset) of the batches of aborted transactions, sorted
-        self._hidden_bases: list[int] = []
-        self._hidden_lasts: list[int] = []
+        # producer id -> (first offsets, last offsets) of its aborted transactions, sorted
+        self._aborted_ranges: dict[int, tuple[list[int], list[int]]] = {}
+
+    @property
+    def _next_offset(self) -> int:
+        return self._walk.next_offset
 
     # ------------------------------------------------------------------ the walk
+
+    def _add_aborted(self, entry: TxnIndexEntry) -> None:
+        self.aborted.append(AbortedTxn(entry.producer_id, entry.first_offset, entry.last_offset))
+        firsts, lasts = self._aborted_ranges.setdefault(entry.producer_id, ([], []))
+        i = bisect.bisect_left(firsts, entry.first_offset)
+        firsts.insert(i, entry.first_offset)
+        lasts.insert(i, entry.last_offset)
+
+    def _progress(self, segment: LogSegment, position: int) -> None:
+        self._position = position
+        self._segment = weakref.ref(segment)
 
     def _catch_up(self) -> None:
         log = self._log()
@@ -188,75 +447,57 @@ class TransactionState:
         values = segments.values()
         first = max(segments.bisect_right(self._next_offset) - 1, 0)
         current = self._segment() if self._segment is not None else None
-        for segment in list(values[first:]):
-            start = self._skim(segment, self._position if segment is current else 0)
-            for pos, header, buf, off in segment.batches_with_bytes(start):
-                if header.next_offset > self._next_offset:
-                    self._observe(header, buf, off)
-                    self._next_offset = header.next_offset
-                self._position = pos + header.size
-                self._segment = weakref.ref(segment)
+        pending = list(values[first:])
+        while pending:
+            run = self._indexed_run(pending)
+            if run:
+                self._jump(run)
+                del pending[:len(run)]
+                current = None
+                continue
+            segment = pending.pop(0)
+            self._walk.walk(segment, self._position if segment is current else 0, self._progress)
             current = None
 
-    def _skim(self, segment: LogSegment, position: int) -> int:
-        """Walk ``segment`` from ``position`` a MiB at a time, observing only its transactional batches.
-
-        The header walk is compiled (engine.records.kernels.transactional_batches):
-        a log without transactions costs no Python per batch (1,000,000 records
-        in batches of 10: 0.9 s batch by batch, 0.05 s skimmed).  Returns where
-        the batch-by-batch walk goes on: the segment's end, or a batch that does
-        not fit in a read (or is torn or damaged: that walk says so).
-        """
-        kernels = compiled.KERNELS
-        if kernels is None:     # the C extension is not built: the batch-by-batch walk
-            return position
-        end = segment.size
-        while position < end:
-            data = segment.read_bytes(position, min(_SKIM_BYTES, end - position))
-            found, last, walked = kernels.transactional_batches(data)
-            if last < 0:
+    def _indexed_run(self, segments: list[LogSegment]) -> list[TransactionIndexed]:
+        """The segments at the front of ``segments`` that carry their transaction index and snapshot."""
+        run: list[TransactionIndexed] = []
+        for segment in segments:
+            if not isinstance(segment, TransactionIndexed) or not segment.has_transaction_index:
                 break
-            for at in found:
-                header = read_header(data, at)
-                if header.next_offset > self._next_offset:
-                    self._observe(header, data, at)
-                    self._next_offset = header.next_offset
-            self._next_offset = max(self._next_offset, read_header(data, last).next_offset)
-            position += walked
-            self._position = position
-            self._segment = weakref.ref(segment)
-        return position
+            run.append(segment)
+        return run
 
-    def _observe(self, header: BatchHeader, buf: RecordBuffer, off: int) -> None:
-        if not header.is_transactional:
-            return
-        pid = header.producer_id
-        if header.is_control:
-            batches = self._ongoing.pop(pid, [])
-            self._open_bases.difference_update(base for base, _ in batches)
-            if marker_type(buf, off, header) == ABORT:
-                first = batches[0][0] if batches else header.base_offset
-                self.aborted.append(AbortedTxn(pid, first, header.base_offset))
-                for base, last in batches:
-                    self._hide(base, last)
-            return
-        self._ongoing.setdefault(pid, []).append((header.base_offset, header.last_offset))
-        self._open_bases.add(header.base_offset)
-
-    def _hide(self, base: int, last: int) -> None:
-        i = bisect.bisect_left(self._hidden_bases, base)
-        self._hidden_bases.insert(i, base)
-        self._hidden_lasts.insert(i, last)
-
-    def _open_hidden(self, base_offset: int) -> bool:
-        """A batch of a transaction that has no marker yet, when such a transaction counts as aborted.
-
-        Stable offset bounded, it does not: its batches are at or after the last
-        stable offset, which views never pass (see the module doc).
-        """
-        return not self.stable_offset_bounded and base_offset in self._open_bases
+    def _jump(self, run: list[TransactionIndexed]) -> None:
+        """Past a run of segments with transaction indexes: their aborted transactions, then the producers of
+        the last one's snapshot.  Everything is fetched before anything changes (a failed fetch, the store
+        down, leaves the walk where it was)."""
+        indexes = [segment.transaction_index() or [] for segment in run]
+        snapshot = run[-1].producer_snapshot() or []
+        for entries in indexes:
+            for entry in entries:
+                if entry.last_offset >= self._next_offset:
+                    self._add_aborted(entry)
+        self._walk.restore(snapshot, max(self._next_offset, run[-1].next_offset))
+        self._segment = None
+        self._position = 0
 
     # ------------------------------------------------------------------ queries
+
+    def _hidden(self, header: BatchHeader) -> bool:
+        pid = header.producer_id
+        ranges = self._aborted_ranges.get(pid)
+        if ranges is not None:
+            firsts, lasts = ranges
+            i = bisect.bisect_right(firsts, header.base_offset) - 1
+            if i >= 0 and header.base_offset <= lasts[i]:
+                return True
+        if self.stable_offset_bounded:
+            # a batch of a transaction without a marker yet is at or after the last stable offset, which views
+            # never pass (see the module doc)
+            return False
+        entry = self._walk.producers.get(pid)
+        return entry is not None and 0 <= entry.current_txn_first_offset <= header.base_offset
 
     def hides(self, header: BatchHeader) -> bool:
         """True when a read_committed consumer does not see the records of this batch."""
@@ -265,10 +506,7 @@ class TransactionState:
         with self.lock:
             if header.next_offset > self._next_offset:
                 self._catch_up()
-            i = bisect.bisect_right(self._hidden_bases, header.base_offset) - 1
-            if i >= 0 and self._hidden_bases[i] == header.base_offset:
-                return True
-            return self._open_hidden(header.base_offset)
+            return self._hidden(header)
 
     def hides_offset(self, offset: int) -> bool:
         """True when the record at ``offset`` belongs to an aborted (or unfinished) transaction.
@@ -278,12 +516,28 @@ class TransactionState:
         with self.lock:
             if offset >= self._next_offset:
                 self._catch_up()
-            i = bisect.bisect_right(self._hidden_bases, offset) - 1
-            if i >= 0 and offset <= self._hidden_lasts[i]:
+            if self.stable_offset_bounded and offset >= self._stable_offset():
                 return True
-            if self.stable_offset_bounded:
-                return offset >= self._stable_offset()
-            return any(base <= offset <= last for batches in self._ongoing.values() for base, last in batches)
+            header = self._header_at(offset)
+            return (header is not None and header.is_transactional and not header.is_control
+                    and self._hidden(header))
+
+    def _header_at(self, offset: int) -> BatchHeader | None:
+        """The header of the batch holding ``offset``."""
+        log = self._log()
+        if log is None:
+            return None
+        segments = log.reader_segments()
+        i = segments.bisect_right(offset) - 1
+        if i < 0:
+            return None
+        segment = segments.values()[i]
+        mapping = segment.translate_offset(offset)
+        if mapping is None:
+            return None
+        for _, header in segment.batches(mapping.position):
+            return header if header.base_offset <= offset <= header.last_offset else None
+        return None
 
     def last_stable_offset(self) -> int:
         """Kafka's ``lastStableOffset``: the first offset of the earliest open transaction, else the log end.
@@ -295,8 +549,8 @@ class TransactionState:
             return self._stable_offset()
 
     def _stable_offset(self) -> int:
-        firsts = [batches[0][0] for batches in self._ongoing.values() if batches]
-        return min(firsts, default=self._next_offset)
+        unstable = self._walk.first_unstable_offset()
+        return self._next_offset if unstable is None else unstable
 
     def aborted_transactions(self) -> list[AbortedTxn]:
         """Every aborted transaction of the log, in marker order (what ``.txnindex`` files list)."""

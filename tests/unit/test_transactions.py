@@ -161,6 +161,55 @@ def test_aborted_transactions_are_listed_as_kafka_lists_them(tmp_path):
         manager.shutdown()
 
 
+def test_a_segments_transaction_index_and_producer_snapshot_are_kafkas(tmp_path):
+    """ProducerStateWalk over the segments of a log gives what Kafka's ProducerStateManager writes for each:
+    the ``.txnindex`` entries of the aborted transactions whose marker it holds (with the last stable offset at
+    the marker), and the producers at its end (a transaction open across the boundary in the snapshot), both
+    in Kafka's formats, which ``dump-log`` reads."""
+    import io
+
+    from engine.tools import dump_log
+
+    # segment 0: 0-1 tx0, 2 plain, 3 tx1, 4 ABORT(tx0), 5 tx0 | segment 6: 6 tx1, 7 ABORT(tx1), 8 ABORT(tx0)
+    ops = [("data", 0, 2), ("plain", 1), ("data", 1, 1), ("end", 0, False), ("data", 0, 1), ("roll",),
+           ("data", 1, 1), ("end", 1, False), ("end", 0, False)]
+    _write(tmp_path / "data", ops)
+    manager = LogManager(BrokerConfig(log_dirs=[str(tmp_path / "data")], log_cleaner_enable=False))
+    manager.startup()
+    try:
+        log = log_of(manager, TP)
+        first, second = list(log.segments.values())[:2]
+        entries: list[transactions.TxnIndexEntry] = []
+        walk = transactions.ProducerStateWalk(on_aborted=entries.append)
+        walk.walk(first)
+        assert entries == [transactions.TxnIndexEntry(1000, 0, 4, 3)]        # tx1 open at 3: the LSO
+        assert walk.next_offset == 6
+        assert walk.open_transactions() == {1000: 5, 1001: 3}
+        snapshot = transactions.encode_producer_snapshot(walk.producers.values())
+        restored = transactions.decode_producer_snapshot(snapshot, "test")
+        assert {e.producer_id: e.current_txn_first_offset for e in restored} == {1000: 5, 1001: 3}
+        # the second segment walked from the snapshot alone: what a walk of both segments finds
+        entries.clear()
+        walk = transactions.ProducerStateWalk(restored, 6, on_aborted=entries.append)
+        walk.walk(second)
+        assert entries == [transactions.TxnIndexEntry(1001, 3, 7, 5), transactions.TxnIndexEntry(1000, 5, 8, 9)]
+        assert transactions.producer_state_at(log.segments, 6).open_transactions() == {1000: 5, 1001: 3}
+        index = transactions.encode_txn_index(entries)
+        assert transactions.decode_txn_index(index, "test") == entries
+        (tmp_path / "00000000000000000006.txnindex").write_bytes(index)
+        (tmp_path / "00000000000000000006.snapshot").write_bytes(snapshot)
+        out, err = io.StringIO(), io.StringIO()
+        assert dump_log([str(tmp_path / "00000000000000000006.txnindex"),
+                         str(tmp_path / "00000000000000000006.snapshot")], False, out, err) == 0, err.getvalue()
+        assert "producerId: 1001 firstOffset: 3 lastOffset: 7 lastStableOffset: 5" in out.getvalue()
+        assert "producerId: 1000 producerEpoch: 0 coordinatorEpoch: 0 currentTxnFirstOffset: OptionalLong[5]" \
+            in out.getvalue()
+        with pytest.raises(transactions.CorruptRecordError):
+            transactions.decode_producer_snapshot(snapshot[:-1] + bytes([snapshot[-1] ^ 1]), "damaged")
+    finally:
+        manager.shutdown()
+
+
 # --------------------------------------------------------------------------- a live replica: stable offset bounded
 
 
