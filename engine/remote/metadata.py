@@ -72,6 +72,10 @@ class RemoteLogSegmentMetadata:
 
     ``end_offset`` is the segment's last offset; ``segment_leader_epochs`` maps
     each leader epoch of its batches to the first offset of that epoch in it.
+    ``transaction_index_entries`` (logfs's) is how many aborted transactions the
+    copy's ``.txnindex`` lists (0: an empty index, which a reader need not
+    fetch), -1 for a copy without ``.txnindex`` and ``.snapshot`` objects (made
+    before logfs copied them).
     """
 
     segment_id: RemoteLogSegmentId
@@ -82,6 +86,12 @@ class RemoteLogSegmentMetadata:
     event_timestamp: int
     state: RemoteLogSegmentState
     segment_leader_epochs: Mapping[int, int] = field(default_factory=dict)
+    transaction_index_entries: int = -1
+
+    @property
+    def has_transaction_index(self) -> bool:
+        """The copy has its ``.txnindex`` and producer snapshot."""
+        return self.transaction_index_entries >= 0
 
     def to_event(self) -> bytes:
         sid = self.segment_id
@@ -91,7 +101,8 @@ class RemoteLogSegmentMetadata:
             "baseOffset": sid.base_offset, "id": sid.id, "startOffset": self.start_offset,
             "endOffset": self.end_offset, "maxTimestamp": self.max_timestamp,
             "segmentSizeBytes": self.segment_size_bytes, "eventTimestamp": self.event_timestamp,
-            "segmentLeaderEpochs": {str(e): o for e, o in sorted(self.segment_leader_epochs.items())}})
+            "segmentLeaderEpochs": {str(e): o for e, o in sorted(self.segment_leader_epochs.items())},
+            "txnIndexEntries": self.transaction_index_entries})
 
     @classmethod
     def from_event(cls, data: bytes) -> RemoteLogSegmentMetadata:
@@ -102,7 +113,8 @@ class RemoteLogSegmentMetadata:
                        int(event["startOffset"]), int(event["endOffset"]), int(event["maxTimestamp"]),
                        int(event["segmentSizeBytes"]), int(event["eventTimestamp"]),
                        RemoteLogSegmentState(event["state"]),
-                       {int(e): int(o) for e, o in event["segmentLeaderEpochs"].items()})
+                       {int(e): int(o) for e, o in event["segmentLeaderEpochs"].items()},
+                       int(event.get("txnIndexEntries", -1)))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptRecordError(f"Unreadable remote log metadata event {data[:200]!r}: {exc}") from exc
 

@@ -71,6 +71,17 @@ from engine.remote.storage import (
     RemoteStorageManager,
     TopicIdPartition,
 )
+from engine.transactions import (
+    PRODUCER_ID_EXPIRATION_MS,
+    ProducerEntry,
+    ProducerStateWalk,
+    TxnIndexEntry,
+    decode_producer_snapshot,
+    decode_txn_index,
+    encode_producer_snapshot,
+    encode_txn_index,
+    producer_state_at,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -140,7 +151,7 @@ class RemoteLogManager:
         self.metadata = metadata
         self.cache = cache
         self.clock = clock
-        self._indexes: OrderedDict[RemoteLogSegmentId, bytes] = OrderedDict()
+        self._indexes: OrderedDict[tuple[RemoteLogSegmentId, IndexType], bytes] = OrderedDict()
         self._indexes_lock = threading.Lock()
         #: counters for ``.logfs/metrics``
         self.copied_segments = 0
@@ -161,6 +172,9 @@ class RemoteLogManager:
         self._metadata_log: Log | None = None
         #: where the view indexes of copies are kept (engine.views.persisted); None: not kept
         self.view_index_root: str | None = None
+        #: per partition, the producers after its last copy (its next offset, the producers): the start of the
+        #: next copy's producer snapshot (engine.transactions.ProducerStateWalk)
+        self._producer_states: dict[TopicIdPartition, tuple[int, list[ProducerEntry]]] = {}
 
     # ------------------------------------------------------------------ copy
     def copy_log_segments(self, log: Log, tip: TopicIdPartition) -> int:
@@ -172,7 +186,7 @@ class RemoteLogManager:
         copied = 0
         for segment in self.segments_to_copy(log, tip):
             try:
-                self._copy(segment, tip, segment.next_offset - 1)
+                self._copy(log, segment, tip, segment.next_offset - 1)
             except (RemoteStorageError, OSError) as exc:
                 self.copy_errors += 1
                 self._store_failed(f"copying log segment {segment.base_offset} of {tip}", exc)
@@ -203,14 +217,23 @@ class RemoteLogManager:
             logger.debug("Remote storage %s still failing (%s): %s", self.storage.uri, what, exc)
         self.unavailable = str(exc)
 
-    def _copy(self, segment: LogSegment, tip: TopicIdPartition, end_offset: int) -> None:
+    def _copy(self, log: Log, segment: LogSegment, tip: TopicIdPartition, end_offset: int) -> None:
         epochs = leader_epoch_entries(segment)
+        # Kafka's transaction index of the segment and its producer snapshot at the segment's end
+        aborted: list[TxnIndexEntry] = []
+        walk = ProducerStateWalk(self._producers_at(log, tip, segment.base_offset), segment.base_offset,
+                                 on_aborted=aborted.append)
+        walk.walk(segment)
+        walk.skip_to(segment.next_offset)
+        walk.expire(segment.largest_timestamp - PRODUCER_ID_EXPIRATION_MS)
+        producers = list(walk.producers.values())
         segment_id = RemoteLogSegmentId.generate(tip, segment.base_offset)
         metadata = RemoteLogSegmentMetadata(segment_id, segment.base_offset, end_offset,
                                             segment.largest_timestamp, segment.size, self.clock.milliseconds(),
-                                            STARTED, epochs)
+                                            STARTED, epochs, len(aborted))
         self.metadata.add(metadata)
-        data = LogSegmentData(segment.log_path, segment.offset_index.path, segment.time_index.path, None, None,
+        data = LogSegmentData(segment.log_path, segment.offset_index.path, segment.time_index.path,
+                              encode_txn_index(aborted), encode_producer_snapshot(producers),
                               leader_epoch_checkpoint(epochs))
         try:
             self.storage.copy_log_segment_data(segment_id, data)
@@ -218,11 +241,24 @@ class RemoteLogManager:
             self._abandon(segment_id)
             raise
         self.metadata.update_state(segment_id, FINISHED, self.clock.milliseconds())
+        self._producer_states[tip] = (segment.next_offset, producers)
         self._keep_view_index(segment, segment_id)
         self.copied_segments += 1
         self.copied_bytes += segment.size
         logger.info("Copied log segment %d..%d of %s to remote storage %s as %s (%d bytes)", segment.base_offset,
                     end_offset, tip, self.storage.uri, segment_id.id, segment.size)
+
+    def _producers_at(self, log: Log, tip: TopicIdPartition, offset: int) -> list[ProducerEntry]:
+        """The producers at ``offset``, the base offset of the segment to copy: those after the last copy when
+        it ended there, else the snapshot of the finished copy that ends there (one GET), else a walk of the
+        log below it (from the last copy with a snapshot: engine.transactions.producer_state_at)."""
+        kept = self._producer_states.get(tip)
+        if kept is not None and kept[0] == offset:
+            return kept[1]
+        for metadata in reversed(self.metadata.copied_segments(tip)):
+            if metadata.end_offset + 1 == offset and metadata.has_transaction_index:
+                return self.producer_snapshot(metadata)
+        return list(producer_state_at(log.reader_segments(), offset).producers.values())
 
     def _keep_view_index(self, segment: LogSegment, segment_id: RemoteLogSegmentId) -> None:
         """The local segment's ``.viewindex`` (written at its roll), kept for the copy: the first view of it
@@ -254,7 +290,8 @@ class RemoteLogManager:
         self.storage.delete_log_segment_data(segment_id)
         self.cache.forget(lambda s: s == segment_id)
         with self._indexes_lock:
-            self._indexes.pop(segment_id, None)
+            for index_type in IndexType:
+                self._indexes.pop((segment_id, index_type), None)
         if self.view_index_root is not None:
             from engine.views import persisted  # the views' file, kept here for the copy
             partition = os.path.join(self.view_index_root, segment_id.partition_dir.replace("/", "-"))
@@ -299,6 +336,7 @@ class RemoteLogManager:
     def delete_partition(self, tip: TopicIdPartition) -> int:
         """Delete every copy of the partition (its topic was deleted)."""
         done = self.clean_up_unfinished(tip)
+        self._producer_states.pop(tip, None)
         for metadata in self.metadata.copied_segments(tip):
             self._delete(metadata.segment_id)
             done += 1
@@ -374,22 +412,42 @@ class RemoteLogManager:
         self.storage.close()
 
     # ----------------------------------------------------------------- fetch
-    def _offset_index(self, segment_id: RemoteLogSegmentId) -> bytes:
+    def _index(self, segment_id: RemoteLogSegmentId, index_type: IndexType) -> bytes:
+        key = (segment_id, index_type)
         with self._indexes_lock:
-            index = self._indexes.get(segment_id)
+            index = self._indexes.get(key)
             if index is not None:
-                self._indexes.move_to_end(segment_id)
+                self._indexes.move_to_end(key)
                 return index
-        index = self.storage.fetch_index(segment_id, IndexType.OFFSET)
+        index = self.storage.fetch_index(segment_id, index_type)
         with self._indexes_lock:
-            self._indexes[segment_id] = index
+            self._indexes[key] = index
             while len(self._indexes) > _INDEX_CACHE_ENTRIES:
                 self._indexes.popitem(last=False)
         return index
 
+    def _offset_index(self, segment_id: RemoteLogSegmentId) -> bytes:
+        return self._index(segment_id, IndexType.OFFSET)
+
     def offset_index(self, segment_id: RemoteLogSegmentId) -> bytes:
         """The copy's offset index (kept in memory for the last few copies read)."""
         return self._offset_index(segment_id)
+
+    def transaction_index(self, metadata: RemoteLogSegmentMetadata) -> list[TxnIndexEntry]:
+        """The aborted transactions of the copy's ``.txnindex`` (kept in memory as the offset index is; an
+        empty one is not fetched).  RemoteStorageError when the store fails, CorruptRecordError when the
+        object is not a transaction index."""
+        if metadata.transaction_index_entries <= 0:
+            return []
+        sid = metadata.segment_id
+        return decode_txn_index(self._index(sid, IndexType.TRANSACTION),
+                                f"{self.storage.uri}/{sid.object_name(IndexType.TRANSACTION.value)}")
+
+    def producer_snapshot(self, metadata: RemoteLogSegmentMetadata) -> list[ProducerEntry]:
+        """The producers of the copy's snapshot (at its end offset + 1), kept in memory as the offset index is."""
+        sid = metadata.segment_id
+        return decode_producer_snapshot(self._index(sid, IndexType.PRODUCER_SNAPSHOT),
+                                        f"{self.storage.uri}/{sid.object_name(IndexType.PRODUCER_SNAPSHOT.value)}")
 
     def view_index_dir(self, segment_id: RemoteLogSegmentId) -> str | None:
         """The directory of the copy's persisted view index (one per copy, in one per partition: the file is

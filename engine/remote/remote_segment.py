@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from engine.remote.remote_log_manager import RemoteLogManager
     from engine.segment import LogSegment
     from engine.topic import TopicPartition
+    from engine.transactions import ProducerEntry, TxnIndexEntry
 
 #: bytes read per request while walking a copy (a chunk of the cache holds several)
 _SCAN_CHUNK = 256 * 1024
@@ -81,6 +82,9 @@ class RemoteLogSegment:
         self._time_index: tuple[list[int], list[int]] | None = None
         #: what the views derive from its bytes (engine.views.index.SegmentViews), as on a local segment
         self.attachment: SegmentAttachment | None = None
+        #: the copy has its ``.txnindex`` and producer snapshot: the transaction walk takes them instead of
+        #: fetching its batches (engine.transactions.TransactionIndexed)
+        self.has_transaction_index = metadata.has_transaction_index
 
     def __repr__(self) -> str:
         return (f"RemoteLogSegment(baseOffset={self.base_offset}, size={self.size}, "
@@ -159,6 +163,27 @@ class RemoteLogSegment:
             return _records.decode_batch(buf, off, header)
         except CorruptRecordError as exc:
             raise exc.at(self.log_path, position) from None
+
+    def transaction_index(self) -> list[TxnIndexEntry] | None:
+        """The aborted transactions whose ABORT marker the copy holds (its ``.txnindex``, fetched once, none when
+        its metadata says it is empty); None for a copy without one."""
+        if not self.has_transaction_index:
+            return None
+        try:
+            return self._rlm.transaction_index(self.metadata)
+        except RemoteStorageError as exc:
+            raise RemoteReadError(f"Reading the transaction index of remote log segment {self.base_offset} of "
+                                  f"{self.topic_partition} failed: {exc}", exc.errno) from exc
+
+    def producer_snapshot(self) -> list[ProducerEntry] | None:
+        """The producers at the copy's end (its producer snapshot, fetched once); None for a copy without one."""
+        if not self.has_transaction_index:
+            return None
+        try:
+            return self._rlm.producer_snapshot(self.metadata)
+        except RemoteStorageError as exc:
+            raise RemoteReadError(f"Reading the producer snapshot of remote log segment {self.base_offset} of "
+                                  f"{self.topic_partition} failed: {exc}", exc.errno) from exc
 
     def _time_index_offset(self, timestamp: int) -> int:
         """Kafka's ``TimeIndex.lookup`` over the copy's time index (fetched once): the offset of the entry

@@ -13,8 +13,8 @@ Object layout (one prefix per store, shared by any number of data dirs)::
     PREFIX/TOPIC-TOPIC_ID/PARTITION/BASE_OFFSET-ID.log
     PREFIX/TOPIC-TOPIC_ID/PARTITION/BASE_OFFSET-ID.index
     PREFIX/TOPIC-TOPIC_ID/PARTITION/BASE_OFFSET-ID.timeindex
-    PREFIX/TOPIC-TOPIC_ID/PARTITION/BASE_OFFSET-ID.txnindex    (when the segment has one)
-    PREFIX/TOPIC-TOPIC_ID/PARTITION/BASE_OFFSET-ID.snapshot    (when it has one)
+    PREFIX/TOPIC-TOPIC_ID/PARTITION/BASE_OFFSET-ID.txnindex    (empty when no transaction aborted in it)
+    PREFIX/TOPIC-TOPIC_ID/PARTITION/BASE_OFFSET-ID.snapshot    (the producers at its end)
     PREFIX/TOPIC-TOPIC_ID/PARTITION/BASE_OFFSET-ID.leader-epoch-checkpoint
 
 ``TOPIC_ID`` is the topic's id (``partition.metadata``, as Kafka keys remote
@@ -116,14 +116,18 @@ class LogSegmentData:
 
     ``leader_epoch_index`` is the content of the leader-epoch entries that
     cover the segment (the replica keeps epochs in its batches, so they are
-    built by the caller), never a file to read.
+    built by the caller), never a file to read.  The transaction index and the
+    producer snapshot are a local path or their content (logfs writes neither
+    file beside its segments: the copy task builds them,
+    ``engine.transactions``); None leaves the object out, as Kafka's optional
+    transaction index.
     """
 
     log_segment: str
     offset_index: str
     time_index: str
-    transaction_index: str | None
-    producer_snapshot_index: str | None
+    transaction_index: str | bytes | None
+    producer_snapshot_index: str | bytes | None
     leader_epoch_index: bytes
 
     def files(self) -> Iterator[tuple[str, str | bytes]]:

@@ -7,20 +7,22 @@ directory replaced by a file (every write to it then fails with ENOTDIR).
 
 from __future__ import annotations
 
+import json as _json
 import logging
 import os
 import re
 import shutil
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import pytest
 
 from engine.clock import ManualClock
 from engine.config import BrokerConfig
-from engine.errors import InvalidConfigError
+from engine.errors import InvalidConfigError, OffsetOutOfRangeError
 from engine.manager import LogManager
 from engine.remote.remote_log_manager import MAX_BACKOFF_MS
-from engine.remote.storage import open_remote_storage
+from engine.remote.storage import FileRemoteStorage, open_remote_storage
 from engine.topic import TopicPartition
 from tests.helpers import log_of
 
@@ -169,7 +171,7 @@ def test_delete_records_retention_and_topic_deletion_delete_the_remote_copies(ma
     manager.delete_records(TP, third.start_offset + 1)        # inside the third copy: the first two go
     assert manager.copy_to_remote_storage() == 2
     assert next(m.start_offset for m in rlm.metadata.copied_segments(tip)) == third.start_offset
-    assert len(_store_files(tmp_path)) == 4 * (copied - 2)
+    assert len(_store_files(tmp_path)) == 6 * (copied - 2)
     manager.delete_topic("t")
     assert manager.copy_to_remote_storage() == copied - 2
     assert rlm.metadata.partitions() == []
@@ -246,7 +248,7 @@ def test_copies_survive_a_restart_and_unfinished_ones_are_cleaned_up(tmp_path: P
         assert [m.segment_id for m in rlm.metadata.unfinished(tip)] == [orphan]
         manager.copy_to_remote_storage()
         assert rlm.metadata.unfinished(tip) == []
-        assert len(_store_files(tmp_path)) == 4 * copied
+        assert len(_store_files(tmp_path)) == 6 * copied
     finally:
         manager.shutdown()
 
@@ -436,6 +438,152 @@ def test_read_committed_views_hide_aborted_transactions_held_only_in_remote_stor
         log.transaction_state = None                  # walked afresh: only the store holds the marker now
         view = LogView(log, ViewFormat.JSONL)
         assert [_json.loads(line)["offset"] for line in view.read(0, view.size()).splitlines()] == visible
+    finally:
+        manager.shutdown()
+
+
+class _CountingStorage(FileRemoteStorage):
+    """The directory store, counting the GETs of each kind of object and the bytes they returned (not a mock:
+    every call goes to the directory)."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.gets: Counter[str] = Counter()
+        self.got_bytes: Counter[str] = Counter()
+
+    def _get(self, name: str, start: int, end: int | None) -> bytes:
+        data = super()._get(name, start, end)
+        suffix = name.rpartition(".")[2]
+        self.gets[suffix] += 1
+        self.got_bytes[suffix] += len(data)
+        return data
+
+
+def _transactional_manager(tmp_path: Path, storage: FileRemoteStorage) -> LogManager:
+    config = BrokerConfig.from_props({"log.dirs": str(tmp_path / "data"), "internal.log.segment.bytes": "4096",
+                                      "remote.log.storage.system.enable": "true",
+                                      "isolation.level": "read_committed"})
+    storage.check()
+    manager = LogManager(config, clock=ManualClock(1_700_000_000_000), remote_storage=storage,
+                         remote_cache_bytes=1 << 20, remote_chunk_bytes=4096)
+    manager.startup()
+    return manager
+
+
+def _append_transactions(log: Log) -> list[int]:
+    """Plain batches, committed and aborted transactions of three producers over many segments, a transaction
+    of producer 1003 open from the start and aborted by the last batch, and one of producer 1004 left open:
+    the offsets a read_committed consumer sees."""
+    import random
+    import struct
+
+    from tests.unit.test_transactions import ABORT, COMMIT, _batch
+
+    rng = random.Random(37)
+    visible: list[int] = []
+    ongoing: dict[int, list[int]] = {}
+    offset = 0
+
+    def data(pid: int, n: int) -> None:
+        nonlocal offset
+        log.append_as_follower(_batch(offset, [b"tx%d-%06d-%s" % (pid, offset + i, b"t" * 60) for i in range(n)],
+                                      producer_id=pid, transactional=True))
+        ongoing.setdefault(pid, []).extend(range(offset, offset + n))
+        offset += n
+
+    def end(pid: int, commit: bool) -> None:
+        nonlocal offset, visible
+        log.append_as_follower(_batch(offset, [], producer_id=pid, transactional=True,
+                                      control=struct.pack(">hh", 0, COMMIT if commit else ABORT)))
+        if commit:
+            visible = sorted(visible + ongoing.get(pid, []))
+        ongoing.pop(pid, None)
+        offset += 1
+
+    data(1003, 3)
+    while offset < 1500:
+        choice = rng.random()
+        if choice < 0.4:
+            n = rng.randint(1, 8)
+            log.append_as_follower(_batch(offset, [b"plain-%06d-%s" % (offset + i, b"p" * 60) for i in range(n)]))
+            visible += range(offset, offset + n)
+            offset += n
+        elif choice < 0.8:
+            data(rng.choice((1000, 1001, 1002)), rng.randint(1, 5))
+        else:
+            pid = rng.choice((1000, 1001, 1002))
+            if pid in ongoing:
+                end(pid, rng.random() < 0.5)
+    data(1004, 2)
+    data(1003, 2)
+    end(1003, False)
+    return visible
+
+
+def test_read_committed_views_over_remote_storage_take_the_copies_transaction_indexes_and_snapshots(
+        tmp_path: Path):
+    """Each copy carries its transaction index and producer snapshot; the aborted-transaction walk of a new
+    mount takes them instead of fetching the copies' batches (not one byte of a .log for a walk of the
+    whole log), and every view shows the same bytes as when the log was all local: a transaction aborted by
+    a local marker hides its batches in the store (the snapshot said it was open), one without a marker is
+    hidden too."""
+    from engine import transactions
+    from engine.views.log_view import LogView, ViewFormat, record_at
+
+    def render(log: Log) -> tuple[bytes, bytes]:
+        out = []
+        for fmt in (ViewFormat.JSONL, ViewFormat.TEXT):
+            view = LogView(log, fmt)
+            try:
+                out.append(view.read(0, view.size()))
+            finally:
+                view.close()
+        return out[0], out[1]
+
+    store = tmp_path / "store"
+    store.mkdir()
+    manager = _transactional_manager(tmp_path, _CountingStorage(str(store)))
+    try:
+        manager.create_topic("t", 1, {"remote.storage.enable": "true", "local.retention.bytes": "8000"})
+        log = log_of(manager, TP)
+        visible = _append_transactions(log)
+        log.flush()
+        jsonl, text = render(log)                              # all local
+        assert [_json.loads(line)["offset"] for line in jsonl.splitlines()] == visible
+        aborted = transactions.read_committed_state(log).aborted_transactions()   # type: ignore[union-attr]
+        assert len(aborted) > 10
+        manager.copy_to_remote_storage()
+        manager.cleanup_logs()
+        local_start = log.local_log_start_offset
+        assert log.log_start_offset == 0
+        assert local_start > 600
+        rlm = manager.remote_log_manager
+        assert rlm is not None
+        copies = rlm.metadata.copied_segments(manager.tiered_partition(log).tip)   # type: ignore[union-attr]
+        assert sum(m.transaction_index_entries for m in copies) == len([a for a in aborted
+                                                                         if a.last_offset <= copies[-1].end_offset])
+    finally:
+        manager.shutdown()
+    counting = _CountingStorage(str(store))
+    manager = _transactional_manager(tmp_path, counting)            # a new mount: nothing in memory
+    try:
+        log = log_of(manager, TP)
+        assert log.local_log_start_offset == local_start
+        state = transactions.read_committed_state(log)
+        assert state is not None
+        assert state.aborted_transactions() == aborted           # the walk of the whole log, remote part too
+        assert counting.gets["log"] == 0, counting.gets          # ... without a byte of a copy's .log
+        # one GET of each copy below the local log start with an aborted transaction (the others are empty)
+        assert counting.gets["txnindex"] == len([m for m in copies
+                                                 if m.transaction_index_entries > 0 and m.end_offset < local_start])
+        assert counting.gets["snapshot"] == 1                     # the producers at the local log start
+        assert render(log) == (jsonl, text)
+        hidden = sorted(set(range(local_start)) - set(visible))
+        assert hidden[:3] == [0, 1, 2]         # 1003's first batch: only the snapshot says its transaction is open
+        for offset in hidden[:3] + hidden[-3:]:
+            with pytest.raises(OffsetOutOfRangeError):
+                record_at(log, offset)
+        assert record_at(log, visible[0]).offset == visible[0]
     finally:
         manager.shutdown()
 
