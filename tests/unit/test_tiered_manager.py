@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import shutil
+import struct as _struct
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -584,6 +585,26 @@ def test_read_committed_views_over_remote_storage_take_the_copies_transaction_in
             with pytest.raises(OffsetOutOfRangeError):
                 record_at(log, offset)
         assert record_at(log, visible[0]).offset == visible[0]
+        # The copies of this mount start from the producers of the last copy's snapshot: 1003's transaction,
+        # open since offset 0, is aborted at the end of a segment copied now, and 1004's after it.
+        from tests.unit.test_transactions import ABORT, _batch
+
+        marker = log.log_end_offset
+        log.append_as_follower(_batch(marker, [], producer_id=1004, transactional=True,
+                                      control=_struct.pack(">hh", 0, ABORT)))
+        for offset in range(marker + 1, marker + 400, 10):
+            log.append_as_follower(_batch(offset, [b"after-%06d-%s" % (offset + i, b"a" * 60) for i in range(10)]))
+        log.flush()
+        fetched = counting.gets["log"]                          # the views above read the copies
+        assert manager.copy_to_remote_storage() > 0
+        tip = manager.tiered_partition(log).tip                   # type: ignore[union-attr]
+        rlm = manager.remote_log_manager
+        assert rlm is not None
+        entries = [(e.producer_id, e.first_offset, e.last_offset) for m in rlm.metadata.copied_segments(tip)
+                   for e in rlm.transaction_index(m)]
+        assert (1003, 0, marker - 1) in entries
+        assert (1004, marker - 5, marker) in entries
+        assert counting.gets["log"] == fetched, counting.gets    # the producers at its start: a snapshot
     finally:
         manager.shutdown()
 
