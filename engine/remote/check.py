@@ -6,6 +6,11 @@ partition with a topic id, the store is listed.  One line per problem:
 
 * a finished copy (COPY_SEGMENT_FINISHED) whose ``.log`` object is missing or
   shorter than recorded: records only there are lost;
+* a finished copy missing one of its other objects (offset, time and
+  transaction indexes, producer snapshot, leader-epoch entries), or whose
+  transaction index or producer snapshot is unreadable (not Kafka's format, a
+  CRC that does not hold), lists another count of aborted transactions than
+  recorded, or names offsets outside the copy;
 * a copy or deletion a crash left unfinished (the next mount finishes it);
 * an object of the partition that no metadata names, an orphan (the next
   mount deletes it).
@@ -19,17 +24,27 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, TextIO
 
-from engine.errors import InvalidTopicError
+from engine.errors import CorruptRecordError, InvalidTopicError
 from engine.log import Log
 from engine.log_dirs import REMOTE_LOG_DIR
 from engine.partition_metadata import read_topic_id
 from engine.remote.metadata import RemoteLogMetadataManager
 from engine.remote.remote_log_manager import _METADATA_LOG_CONFIG, METADATA_LOG_DIR
-from engine.remote.storage import LOG_SUFFIX, RemoteStorageError, TopicIdPartition, open_remote_storage
+from engine.remote.storage import (
+    LOG_SUFFIX,
+    IndexType,
+    RemoteStorageError,
+    RemoteStorageManager,
+    TopicIdPartition,
+    open_remote_storage,
+)
 from engine.topic import parse_topic_partition_dir
+from engine.transactions import decode_producer_snapshot, decode_txn_index
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
+
+    from engine.remote.metadata import RemoteLogSegmentMetadata
 
 
 def _local_partitions(log_dirs: Sequence[str]) -> set[TopicIdPartition]:
@@ -51,6 +66,52 @@ def _local_partitions(log_dirs: Sequence[str]) -> set[TopicIdPartition]:
             if topic_id is not None:
                 found.add(TopicIdPartition(tp.topic, topic_id, tp.partition))
     return found
+
+
+_NAMES = {IndexType.OFFSET: "offset index", IndexType.TIMESTAMP: "time index",
+          IndexType.TRANSACTION: "transaction index", IndexType.PRODUCER_SNAPSHOT: "producer snapshot",
+          IndexType.LEADER_EPOCH: "leader-epoch checkpoint"}
+
+
+def _check_indexes(storage: RemoteStorageManager, m: RemoteLogSegmentMetadata,
+                   suffixes: set[str]) -> Iterator[tuple[str, str]]:
+    """(object, problem) of each object of a finished copy besides its ``.log`` that is missing or wrong."""
+    sid = m.segment_id
+    expected = [IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.LEADER_EPOCH]
+    if m.has_transaction_index:
+        expected += [IndexType.TRANSACTION, IndexType.PRODUCER_SNAPSHOT]
+    missing = False
+    for index_type in expected:
+        if index_type.value not in suffixes:
+            missing = True
+            yield (f"{storage.uri}/{sid.object_name(index_type.value)}",
+                   f"the {_NAMES[index_type]} of the copy of offsets "
+                   f"{m.start_offset} to {m.end_offset} is missing from the store")
+    if missing or not m.has_transaction_index:
+        return
+    where = f"{storage.uri}/{sid.object_name(IndexType.TRANSACTION.value)}"
+    try:
+        entries = decode_txn_index(storage.fetch_index(sid, IndexType.TRANSACTION), where)
+    except (RemoteStorageError, CorruptRecordError) as exc:
+        yield where, f"cannot be read: {exc}"
+    else:
+        if len(entries) != m.transaction_index_entries:
+            yield where, (f"lists {len(entries)} aborted transactions where the metadata recorded "
+                          f"{m.transaction_index_entries}")
+        outside = [e for e in entries if not m.start_offset <= e.last_offset <= m.end_offset]
+        if outside:
+            yield where, (f"lists an aborted transaction ending at offset {outside[0].last_offset}, outside the "
+                          f"copy's offsets {m.start_offset} to {m.end_offset}")
+    where = f"{storage.uri}/{sid.object_name(IndexType.PRODUCER_SNAPSHOT.value)}"
+    try:
+        producers = decode_producer_snapshot(storage.fetch_index(sid, IndexType.PRODUCER_SNAPSHOT), where)
+    except (RemoteStorageError, CorruptRecordError) as exc:
+        yield where, f"cannot be read: {exc}"
+    else:
+        late = [p for p in producers if max(p.last_offset, p.current_txn_first_offset) > m.end_offset]
+        if late:
+            yield where, (f"holds producer {late[0].producer_id} at offset {late[0].last_offset}, after the "
+                          f"copy's last offset {m.end_offset}")
 
 
 def check_remote_storage(log_dirs: Sequence[str], settings: Mapping[str, str], out: TextIO) -> int:
@@ -84,10 +145,11 @@ def check_remote_storage(log_dirs: Sequence[str], settings: Mapping[str, str], o
     try:
         for tip in sorted(partitions | _local_partitions(log_dirs)):
             try:
-                in_store = storage.list_segment_ids(tip)
+                objects = storage.list_objects(tip)
             except RemoteStorageError as exc:
                 problem(storage.uri, f"cannot list {tip.directory}: {exc}")
                 continue
+            in_store = {sid for sid, suffixes in objects.items() if LOG_SUFFIX in suffixes}
             for m in metadata.copied_segments(tip):
                 name = f"{storage.uri}/{m.segment_id.object_name(LOG_SUFFIX)}"
                 if m.segment_id not in in_store:
@@ -101,6 +163,8 @@ def check_remote_storage(log_dirs: Sequence[str], settings: Mapping[str, str], o
                     continue
                 if len(last) != 1:
                     problem(name, f"holds fewer than the {m.segment_size_bytes} bytes recorded for it")
+                for where, message in _check_indexes(storage, m, objects.get(m.segment_id, set())):
+                    problem(where, message)
             for orphan in sorted(in_store - metadata.known_ids(tip)):
                 problem(f"{storage.uri}/{orphan.object_name(LOG_SUFFIX)}",
                         f"no metadata names this copy of {tip}: an orphan the next mount deletes")

@@ -196,12 +196,16 @@ class RemoteStorageManager(ABC):
 
     def list_segment_ids(self, tip: TopicIdPartition) -> set[RemoteLogSegmentId]:
         """Every copy with a ``.log`` object in the store for the partition (finished or orphaned)."""
-        found = set()
+        return {sid for sid, suffixes in self.list_objects(tip).items() if LOG_SUFFIX in suffixes}
+
+    def list_objects(self, tip: TopicIdPartition) -> dict[RemoteLogSegmentId, set[str]]:
+        """Every copy with an object in the store for the partition, and the suffixes of its objects."""
+        found: dict[RemoteLogSegmentId, set[str]] = {}
         for name in self._list(tip.directory):
             stem, _, suffix = name.rpartition("/")[2].partition(".")
             base, _, copy_id = stem.partition("-")
-            if suffix == LOG_SUFFIX and base.isdigit() and copy_id:
-                found.add(RemoteLogSegmentId(tip, int(base), copy_id))
+            if suffix and base.isdigit() and copy_id:
+                found.setdefault(RemoteLogSegmentId(tip, int(base), copy_id), set()).add(suffix)
         return found
 
 

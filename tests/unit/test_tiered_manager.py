@@ -675,6 +675,41 @@ def test_logfs_check_verifies_the_remote_segments_metadata_against_the_store(tmp
     assert f"{orphan}: no metadata names this copy" in out
 
 
+def test_logfs_check_verifies_the_transaction_index_and_producer_snapshot_of_each_copy(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    from engine.transactions import ProducerEntry, TxnIndexEntry, encode_producer_snapshot, encode_txn_index
+    from logfs.cli import main
+
+    manager = _manager(tmp_path)
+    try:
+        rlm, _log, tip, copied = _copied(manager)
+        assert copied >= 4
+        copies = rlm.metadata.copied_segments(tip)
+    finally:
+        manager.shutdown()
+    data, uri = str(tmp_path / "data"), f"rsm.config.uri=file://{tmp_path / 'store'}"
+    assert all(m.transaction_index_entries == 0 for m in copies)       # no transaction: empty indexes
+    assert main(["check", data, "-o", uri]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    store = tmp_path / "store"
+    missing = store / copies[0].segment_id.object_name("txnindex")
+    missing.unlink()
+    damaged = store / copies[1].segment_id.object_name("snapshot")
+    damaged.write_bytes(damaged.read_bytes()[:-1] + b"\x01")
+    extra = store / copies[2].segment_id.object_name("txnindex")
+    extra.write_bytes(encode_txn_index([TxnIndexEntry(7, copies[2].start_offset, copies[2].start_offset + 1, 0)]))
+    outside = store / copies[3].segment_id.object_name("snapshot")
+    outside.write_bytes(encode_producer_snapshot([ProducerEntry(9, 0, -1, copies[3].end_offset + 5)]))
+    assert main(["check", data, "-o", uri]) == 1
+    out = capsys.readouterr().out
+    assert f"{missing}: the transaction index of the copy of offsets {copies[0].start_offset} to " \
+           f"{copies[0].end_offset} is missing from the store" in out
+    assert f"{damaged}: cannot be read: Producer snapshot file://{damaged} is corrupt" in out
+    assert f"{extra}: lists 1 aborted transactions where the metadata recorded 0" in out
+    assert f"{outside}: holds producer 9 at offset {copies[3].end_offset + 5}" in out
+    assert len(out.splitlines()) == 4, out
+
+
 def test_since_a_time_finds_the_same_record_in_a_copy_as_in_its_local_segment(tmp_path: Path):
     """since/T below the local log start: the copy's time index, offset index, then a short walk."""
     from engine.remote.remote_segment import RemoteLogSegment
