@@ -449,6 +449,9 @@ class TransactionState:
         current = self._segment() if self._segment is not None else None
         pending = list(values[first:])
         while pending:
+            if isinstance(pending[0], TransactionIndexed) and pending[0].next_offset <= self._next_offset:
+                del pending[0]          # a copy walked already (it never grows): nothing to fetch again
+                continue
             run = self._indexed_run(pending)
             if run:
                 self._jump(run)
