@@ -52,7 +52,7 @@ import struct
 import threading
 import weakref
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
 from crc32c import crc32c
 
@@ -249,7 +249,6 @@ def decode_producer_snapshot(data: bytes, where: str) -> list[ProducerEntry]:
             for i in range(count)]
 
 
-@runtime_checkable
 class TransactionIndexed(Protocol):
     """A segment that carries its transaction index and producer snapshot (a copy in remote storage): the walk
     takes them instead of reading its batches."""
@@ -263,6 +262,14 @@ class TransactionIndexed(Protocol):
 
     def producer_snapshot(self) -> list[ProducerEntry] | None:
         """The producers at the segment's end (its next offset); None when the segment has no snapshot."""
+
+
+def _indexed(segment: object) -> TransactionIndexed | None:
+    """``segment`` when it carries its transaction index and snapshot (a copy), else None.  An attribute, not
+    ``isinstance`` of a runtime Protocol, which would read a local segment's ``next_offset`` to answer."""
+    if getattr(segment, "has_transaction_index", False):
+        return cast("TransactionIndexed", segment)
+    return None
 
 
 class ProducerStateWalk:
@@ -380,11 +387,11 @@ def producer_state_at(segments: SortedDict, offset: int) -> ProducerStateWalk:
     walk = ProducerStateWalk()
     start = 0
     for i in range(len(below) - 1, -1, -1):
-        segment = below[i]
-        if isinstance(segment, TransactionIndexed):
-            snapshot = segment.producer_snapshot()
+        indexed = _indexed(below[i])
+        if indexed is not None:
+            snapshot = indexed.producer_snapshot()
             if snapshot is not None:
-                walk.restore(snapshot, segment.next_offset)
+                walk.restore(snapshot, indexed.next_offset)
                 start = i + 1
                 break
     for segment in below[start:]:
@@ -449,7 +456,7 @@ class TransactionState:
         current = self._segment() if self._segment is not None else None
         pending = list(values[first:])
         while pending:
-            if isinstance(pending[0], TransactionIndexed) and pending[0].next_offset <= self._next_offset:
+            if getattr(pending[0], "remote", False) and pending[0].next_offset <= self._next_offset:
                 del pending[0]          # a copy walked already (it never grows): nothing to fetch again
                 continue
             run = self._indexed_run(pending)
@@ -466,9 +473,10 @@ class TransactionState:
         """The segments at the front of ``segments`` that carry their transaction index and snapshot."""
         run: list[TransactionIndexed] = []
         for segment in segments:
-            if not isinstance(segment, TransactionIndexed) or not segment.has_transaction_index:
+            indexed = _indexed(segment)
+            if indexed is None:
                 break
-            run.append(segment)
+            run.append(indexed)
         return run
 
     def _jump(self, run: list[TransactionIndexed]) -> None:

@@ -609,6 +609,53 @@ def test_read_committed_views_over_remote_storage_take_the_copies_transaction_in
         manager.shutdown()
 
 
+def test_a_copy_without_transaction_index_made_by_an_earlier_logfs_is_walked(tmp_path: Path):
+    """A metadata event without ``txnIndexEntries`` (a copy from before logfs copied the transaction index
+    and producer snapshot) is a copy without them: the producers at the local log start are then found by
+    walking its batches, and they are the same as from the snapshots."""
+    from dataclasses import replace
+
+    from sortedcontainers import SortedDict
+
+    from engine import transactions
+    from engine.remote.metadata import RemoteLogSegmentMetadata
+    from engine.remote.remote_segment import RemoteLogSegment
+
+    store = tmp_path / "store"
+    store.mkdir()
+    counting = _CountingStorage(str(store))
+    manager = _transactional_manager(tmp_path, counting)
+    try:
+        manager.create_topic("t", 1, {"remote.storage.enable": "true", "local.retention.bytes": "8000"})
+        log = log_of(manager, TP)
+        _append_transactions(log)
+        log.flush()
+        manager.copy_to_remote_storage()
+        manager.cleanup_logs()
+        rlm = manager.remote_log_manager
+        assert rlm is not None
+        local_start = log.local_log_start_offset
+        copies = [m for m in rlm.metadata.copied_segments(manager.tiered_partition(log).tip)  # type: ignore[union-attr]
+                  if m.end_offset < local_start]
+        event = _json.loads(replace(copies[0], transaction_index_entries=5).to_event())
+        assert event["txnIndexEntries"] == 5
+        del event["txnIndexEntries"]
+        assert RemoteLogSegmentMetadata.from_event(_json.dumps(event).encode()).has_transaction_index is False
+        indexed = SortedDict({m.start_offset: RemoteLogSegment(rlm, m, TP) for m in copies})
+        legacy = SortedDict({m.start_offset: RemoteLogSegment(rlm, replace(m, transaction_index_entries=-1), TP)
+                             for m in copies})
+        assert legacy.peekitem(-1)[1].transaction_index() is None
+        assert legacy.peekitem(-1)[1].producer_snapshot() is None
+        fetched = counting.gets["log"]
+        from_snapshot = transactions.producer_state_at(indexed, local_start).open_transactions()
+        assert counting.gets["log"] == fetched
+        assert transactions.producer_state_at(legacy, local_start).open_transactions() == from_snapshot
+        assert counting.gets["log"] > fetched                   # the legacy copies' batches were fetched
+        assert from_snapshot[1003] == 0                           # open since the first batch
+    finally:
+        manager.shutdown()
+
+
 def test_the_view_index_of_a_remote_log_segment_is_kept_so_a_new_mount_sizes_views_without_fetching(
         tmp_path: Path):
     from engine.views import persisted
