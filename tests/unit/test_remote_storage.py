@@ -29,6 +29,7 @@ from engine.remote.storage import (
     TopicIdPartition,
     open_remote_storage,
 )
+from engine.transactions import ProducerEntry, encode_producer_snapshot
 from tests.helpers import wait_for
 from tests.jvm import free_port
 from tests.seaweedfs import SeaweedFS, seaweedfs_server  # noqa: F401  (the seaweedfs fixture)
@@ -80,8 +81,13 @@ def closed_segment(tmp_path: Path) -> Iterator[LogSegment]:
         log.close()
 
 
+#: a producer snapshot of one producer with a transaction open at offset 3
+_SNAPSHOT = encode_producer_snapshot([ProducerEntry(1000, 0, -1, 3, 0, 1_700_000_000_000, -1, 3)])
+
+
 def _data(segment: LogSegment) -> LogSegmentData:
-    return LogSegmentData(segment.log_path, segment.offset_index.path, segment.time_index.path, None, None,
+    # an empty transaction index (no transaction aborted in it) is an object too
+    return LogSegmentData(segment.log_path, segment.offset_index.path, segment.time_index.path, b"", _SNAPSHOT,
                           b"0\n1\n0 0\n")
 
 
@@ -98,6 +104,10 @@ def test_a_copied_segment_reads_back_byte_for_byte(store: RemoteStorageManager, 
     assert store.fetch_index(segment_id, IndexType.OFFSET) == Path(closed_segment.offset_index.path).read_bytes()
     assert store.fetch_index(segment_id, IndexType.TIMESTAMP) == Path(closed_segment.time_index.path).read_bytes()
     assert store.fetch_index(segment_id, IndexType.LEADER_EPOCH) == b"0\n1\n0 0\n"
+    assert store.fetch_index(segment_id, IndexType.TRANSACTION) == b""
+    assert store.fetch_index(segment_id, IndexType.PRODUCER_SNAPSHOT) == _SNAPSHOT
+    assert store.list_objects(T0) == {segment_id: {"log", "index", "timeindex", "txnindex", "snapshot",
+                                                   "leader-epoch-checkpoint"}}
     # a second copy of the same segment (a retry after a crash) is another object: both are listed
     retry = RemoteLogSegmentId.generate(T0, closed_segment.base_offset)
     store.copy_log_segment_data(retry, _data(closed_segment))
