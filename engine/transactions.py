@@ -389,7 +389,12 @@ def producer_state_at(segments: SortedDict, offset: int) -> ProducerStateWalk:
     for i in range(len(below) - 1, -1, -1):
         indexed = _indexed(below[i])
         if indexed is not None:
-            snapshot = indexed.producer_snapshot()
+            try:
+                snapshot = indexed.producer_snapshot()
+            except CorruptRecordError as exc:
+                logger.warning("%s; the producers are found from an earlier snapshot and the batches after it",
+                               exc)
+                continue
             if snapshot is not None:
                 walk.restore(snapshot, indexed.next_offset)
                 start = i + 1

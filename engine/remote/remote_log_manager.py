@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING
 
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.config import LogConfig
+from engine.errors import CorruptRecordError, StorageError
 from engine.files import view_index_file_path
 from engine.log_dirs import REMOTE_LOG_DIR
 from engine.remote.metadata import RemoteLogMetadataManager, RemoteLogSegmentMetadata, RemoteLogSegmentState
@@ -257,8 +258,16 @@ class RemoteLogManager:
             return kept[1]
         for metadata in reversed(self.metadata.copied_segments(tip)):
             if metadata.end_offset + 1 == offset and metadata.has_transaction_index:
-                return self.producer_snapshot(metadata)
-        return list(producer_state_at(log.reader_segments(), offset).producers.values())
+                try:
+                    return self.producer_snapshot(metadata)
+                except CorruptRecordError as exc:
+                    logger.warning("%s; the producers at offset %d of %s are found by a walk of the log instead",
+                                   exc, offset, tip)
+                break
+        try:
+            return list(producer_state_at(log.reader_segments(), offset).producers.values())
+        except StorageError as exc:     # a read of a copy below the local log start (RemoteReadError): the store
+            raise RemoteStorageError(str(exc), exc.errno) from exc
 
     def _keep_view_index(self, segment: LogSegment, segment_id: RemoteLogSegmentId) -> None:
         """The local segment's ``.viewindex`` (written at its roll), kept for the copy: the first view of it

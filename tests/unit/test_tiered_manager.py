@@ -587,24 +587,71 @@ def test_read_committed_views_over_remote_storage_take_the_copies_transaction_in
         assert record_at(log, visible[0]).offset == visible[0]
         # The copies of this mount start from the producers of the last copy's snapshot: 1003's transaction,
         # open since offset 0, is aborted at the end of a segment copied now, and 1004's after it.
-        from tests.unit.test_transactions import ABORT, _batch
-
-        marker = log.log_end_offset
-        log.append_as_follower(_batch(marker, [], producer_id=1004, transactional=True,
-                                      control=_struct.pack(">hh", 0, ABORT)))
-        for offset in range(marker + 1, marker + 400, 10):
-            log.append_as_follower(_batch(offset, [b"after-%06d-%s" % (offset + i, b"a" * 60) for i in range(10)]))
-        log.flush()
         fetched = counting.gets["log"]                          # the views above read the copies
-        assert manager.copy_to_remote_storage() > 0
-        tip = manager.tiered_partition(log).tip                   # type: ignore[union-attr]
+        assert _abort_1004_and_copy(manager, log) == fetched, counting.gets   # the producers at its start: a snapshot
+    finally:
+        manager.shutdown()
+
+
+def _abort_1004_and_copy(manager: LogManager, log: Log) -> int:
+    """After _append_transactions: 1004's ABORT, then enough plain batches to roll, copied.  Checks the copies
+    index 1003's transaction (open since offset 0) and 1004's from their first offsets; returns the GETs of
+    .log objects the store has served."""
+    from tests.unit.test_transactions import ABORT, _batch
+
+    marker = log.log_end_offset
+    log.append_as_follower(_batch(marker, [], producer_id=1004, transactional=True,
+                                  control=_struct.pack(">hh", 0, ABORT)))
+    for offset in range(marker + 1, marker + 400, 10):
+        log.append_as_follower(_batch(offset, [b"after-%06d-%s" % (offset + i, b"a" * 60) for i in range(10)]))
+    log.flush()
+    assert manager.copy_to_remote_storage() > 0
+    tip = manager.tiered_partition(log).tip                   # type: ignore[union-attr]
+    rlm = manager.remote_log_manager
+    assert rlm is not None
+    assert rlm.copy_lag(log, tip) == (0, 0)
+    entries = [(e.producer_id, e.first_offset, e.last_offset) for m in rlm.metadata.copied_segments(tip)
+               for e in rlm.transaction_index(m)]
+    assert (1003, 0, marker - 1) in entries
+    assert (1004, marker - 5, marker) in entries
+    assert isinstance(rlm.storage, _CountingStorage)
+    return rlm.storage.gets["log"]
+
+
+def test_a_damaged_snapshot_of_a_copy_makes_the_next_copy_walk_from_an_earlier_one(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    """The producers at the start of a copy after a restart come from the previous copy's snapshot; when it
+    does not read back (its CRC), from an earlier copy's and the batches after it, with a warning naming the
+    object: the copies go on, with the same transaction indexes."""
+    store = tmp_path / "store"
+    store.mkdir()
+    manager = _transactional_manager(tmp_path, _CountingStorage(str(store)))
+    try:
+        manager.create_topic("t", 1, {"remote.storage.enable": "true", "local.retention.bytes": "8000"})
+        log = log_of(manager, TP)
+        _append_transactions(log)
+        log.flush()
+        manager.copy_to_remote_storage()
+        manager.cleanup_logs()
         rlm = manager.remote_log_manager
         assert rlm is not None
-        entries = [(e.producer_id, e.first_offset, e.last_offset) for m in rlm.metadata.copied_segments(tip)
-                   for e in rlm.transaction_index(m)]
-        assert (1003, 0, marker - 1) in entries
-        assert (1004, marker - 5, marker) in entries
-        assert counting.gets["log"] == fetched, counting.gets    # the producers at its start: a snapshot
+        local_start = log.local_log_start_offset
+        copies = rlm.metadata.copied_segments(manager.tiered_partition(log).tip)   # type: ignore[union-attr]
+    finally:
+        manager.shutdown()
+    below = [m for m in copies if m.end_offset < local_start]
+    assert copies[-1].end_offset >= local_start                 # the last copy's segment is still local
+    damaged = {copies[-1].segment_id, below[-1].segment_id}     # the last copy's, and the last one in the store
+    for sid in damaged:
+        path = store / sid.object_name("snapshot")
+        path.write_bytes(path.read_bytes()[:-1] + b"\xff")
+    manager = _transactional_manager(tmp_path, _CountingStorage(str(store)))
+    try:
+        with caplog.at_level(logging.WARNING, logger="engine"):
+            _abort_1004_and_copy(manager, log_of(manager, TP))
+        warned = "\n".join(r.getMessage() for r in caplog.records)
+        for sid in damaged:
+            assert f"{sid.object_name('snapshot')} is corrupt" in warned
     finally:
         manager.shutdown()
 
