@@ -12,7 +12,12 @@ which: :meth:`RemoteLogManager.copy_log_segments` is given the log and its
   COPY_SEGMENT_FINISHED after its last (``engine.remote.metadata``); a copy
   that fails part-way (the store down, the segment deleted under it) is
   abandoned at once (DELETE_SEGMENT_STARTED, its objects deleted, FINISHED)
-  and tried again at the next round.
+  and tried again at the next round.  Each copy carries Kafka's transaction
+  index of the segment and the producer snapshot at its end, built by one walk
+  of its transactional batches from the producers at its start (the previous
+  copy's, kept in memory or read back from its snapshot:
+  :meth:`RemoteLogManager._producers_at`); its metadata records how many
+  aborted transactions the index lists.
 * **unfinished copies** (a crash): :meth:`RemoteLogManager.clean_up_unfinished`
   finishes what the metadata says was under way: a copy without FINISHED is
   deleted, a deletion without FINISHED is deleted again; objects of the
@@ -25,7 +30,9 @@ which: :meth:`RemoteLogManager.copy_log_segments` is given the log and its
   partition whose topic was deleted.
 * **fetch**: :meth:`RemoteLogManager.read` returns the bytes of the copied
   batches from an offset on (the copy's offset index from the store, then its
-  ``.log`` through the chunk cache).
+  ``.log`` through the chunk cache); :meth:`RemoteLogManager.transaction_index`
+  and :meth:`RemoteLogManager.producer_snapshot` what the read_committed walk
+  takes instead of the copy's batches (engine.transactions).
 
 * **the round** (:meth:`RemoteLogManager.run_once`, the mount's background
   task ``kafka-remote-log-manager``): for every partition, the clean-up of
