@@ -152,11 +152,6 @@ def visible_end_offset(log: TransactionalLog) -> int:
     return state.last_stable_offset()
 
 
-def marker_type(buf: RecordBuffer, off: int, header: BatchHeader) -> int:
-    """COMMIT or ABORT: the type field of a control batch's (only) record key."""
-    return marker_of(buf, off, header)[0]
-
-
 def marker_of(buf: RecordBuffer, off: int, header: BatchHeader) -> tuple[int, int]:
     """(COMMIT or ABORT, the coordinator epoch) of a control batch: its record's key and value
     (Kafka's ``EndTransactionMarker``; the epoch is -1 when the value does not hold it)."""
