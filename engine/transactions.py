@@ -459,10 +459,9 @@ class TransactionState:
             if getattr(pending[0], "remote", False) and pending[0].next_offset <= self._next_offset:
                 del pending[0]          # a copy walked already (it never grows): nothing to fetch again
                 continue
-            run = self._indexed_run(pending)
-            if run:
-                self._jump(run)
-                del pending[:len(run)]
+            jumped = self._jump(self._indexed_run(pending))
+            if jumped:
+                del pending[:jumped]
                 current = None
                 continue
             segment = pending.pop(0)
@@ -479,19 +478,30 @@ class TransactionState:
             run.append(indexed)
         return run
 
-    def _jump(self, run: list[TransactionIndexed]) -> None:
+    def _jump(self, run: list[TransactionIndexed]) -> int:
         """Past a run of segments with transaction indexes: their aborted transactions, then the producers of
-        the last one's snapshot.  Everything is fetched before anything changes (a failed fetch, the store
-        down, leaves the walk where it was)."""
-        indexes = [segment.transaction_index() or [] for segment in run]
-        snapshot = run[-1].producer_snapshot() or []
-        for entries in indexes:
-            for entry in entries:
-                if entry.last_offset >= self._next_offset:
-                    self._add_aborted(entry)
-        self._walk.restore(snapshot, max(self._next_offset, run[-1].next_offset))
-        self._segment = None
-        self._position = 0
+        the last one's snapshot; returns how many it passed.  Everything is fetched before anything changes
+        (a failed fetch, the store down, leaves the walk where it was).  An index or snapshot that does not
+        read back ends the run before its segment, whose batches are then walked (with a warning)."""
+        while run:
+            indexes = []
+            try:
+                for segment in run:
+                    indexes.append(segment.transaction_index() or [])  # noqa: PERF401 (its length: where it failed)
+                snapshot = run[-1].producer_snapshot() or []
+            except CorruptRecordError as exc:
+                logger.warning("%s; the walk of aborted transactions reads the batches of that copy instead", exc)
+                run = run[:len(indexes)] if len(indexes) < len(run) else run[:-1]
+                continue
+            for entries in indexes:
+                for entry in entries:
+                    if entry.last_offset >= self._next_offset:
+                        self._add_aborted(entry)
+            self._walk.restore(snapshot, max(self._next_offset, run[-1].next_offset))
+            self._segment = None
+            self._position = 0
+            return len(run)
+        return 0
 
     # ------------------------------------------------------------------ queries
 

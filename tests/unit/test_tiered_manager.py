@@ -656,6 +656,60 @@ def test_a_damaged_snapshot_of_a_copy_makes_the_next_copy_walk_from_an_earlier_o
         manager.shutdown()
 
 
+def test_a_damaged_transaction_index_or_snapshot_of_a_copy_makes_the_walk_read_that_copys_batches(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    """A ``.txnindex`` or ``.snapshot`` that does not read back is passed over with a warning naming it: the
+    walk reads that copy's batches instead (only that copy's), and the views are the same."""
+    from engine import transactions
+    from engine.views.log_view import LogView, ViewFormat
+
+    store = tmp_path / "store"
+    store.mkdir()
+    manager = _transactional_manager(tmp_path, _CountingStorage(str(store)))
+    try:
+        manager.create_topic("t", 1, {"remote.storage.enable": "true", "local.retention.bytes": "8000"})
+        log = log_of(manager, TP)
+        _append_transactions(log)
+        log.flush()
+        aborted = transactions.read_committed_state(log).aborted_transactions()   # type: ignore[union-attr]
+        view = LogView(log, ViewFormat.JSONL)
+        jsonl = view.read(0, view.size())
+        view.close()
+        manager.copy_to_remote_storage()
+        manager.cleanup_logs()
+        rlm = manager.remote_log_manager
+        assert rlm is not None
+        local_start = log.local_log_start_offset
+        below = [m for m in rlm.metadata.copied_segments(manager.tiered_partition(log).tip)  # type: ignore[union-attr]
+                 if m.end_offset < local_start]
+    finally:
+        manager.shutdown()
+    indexed = [m for m in below[:-1] if m.transaction_index_entries > 0]
+    damaged_index, damaged_snapshot = indexed[len(indexed) // 2], below[-1]
+    path = store / damaged_index.segment_id.object_name("txnindex")
+    path.write_bytes(path.read_bytes() + b"x")                     # trailing bytes
+    path = store / damaged_snapshot.segment_id.object_name("snapshot")
+    path.write_bytes(path.read_bytes()[:-1] + b"\xff")            # its CRC
+    counting = _CountingStorage(str(store))
+    manager = _transactional_manager(tmp_path, counting)
+    try:
+        log = log_of(manager, TP)
+        with caplog.at_level(logging.WARNING, logger="engine"):
+            state = transactions.read_committed_state(log)
+            assert state is not None
+            assert state.aborted_transactions() == aborted
+        warned = "\n".join(r.getMessage() for r in caplog.records)
+        assert f"{damaged_index.segment_id.object_name('txnindex')} has 1 trailing bytes" in warned
+        assert f"{damaged_snapshot.segment_id.object_name('snapshot')} is corrupt" in warned
+        assert 0 < counting.got_bytes["log"] <= damaged_index.segment_size_bytes + \
+            damaged_snapshot.segment_size_bytes, counting.got_bytes
+        view = LogView(log, ViewFormat.JSONL)
+        assert view.read(0, view.size()) == jsonl
+        view.close()
+    finally:
+        manager.shutdown()
+
+
 def test_a_copy_without_transaction_index_made_by_an_earlier_logfs_is_walked(tmp_path: Path):
     """A metadata event without ``txnIndexEntries`` (a copy from before logfs copied the transaction index
     and producer snapshot) is a copy without them: the producers at the local log start are then found by
