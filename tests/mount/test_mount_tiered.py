@@ -358,3 +358,56 @@ def test_a_store_that_does_not_answer_stops_only_the_reads_of_its_records(logfs_
         assert out == expected
     finally:
         server.stop()
+
+
+def test_a_read_committed_mount_hides_aborted_transactions_in_s3_by_the_copies_transaction_indexes(
+        logfs_mount, seaweedfs: SeaweedFS):
+    """A data dir whose transactional partition is partly only in S3 (copied with each segment's transaction
+    index and producer snapshot, then trimmed locally), mounted with ``isolation.level=read_committed``: the
+    records from the local log start are shown without one byte of a copy's ``.log`` fetched (the walk of the
+    aborted transactions takes the copies' indexes), and every record reads back as a read_committed consumer
+    sees it."""
+    from engine.clock import ManualClock
+    from engine.config import BrokerConfig
+    from engine.manager import LogManager
+    from engine.remote.storage import open_remote_storage
+    from engine.topic import TopicPartition
+    from tests.helpers import log_of
+    from tests.unit.test_tiered_manager import _append_transactions
+
+    mount = logfs_mount(_tiered_options(seaweedfs, "txn", **{"isolation.level": "read_committed"}), start=False)
+    settings = seaweedfs.settings(prefix="txn")
+    config = BrokerConfig.from_props({"log.dirs": str(mount.data), "internal.log.segment.bytes": "4096",
+                                      "remote.log.storage.system.enable": "true"})
+    manager = LogManager(config, clock=ManualClock(1_700_000_000_000), remote_storage=open_remote_storage(settings),
+                         remote_cache_bytes=1 << 20, remote_chunk_bytes=4096)
+    manager.startup()
+    try:
+        manager.create_topic("t", 1, {"remote.storage.enable": "true", "local.retention.bytes": "8000"})
+        log = log_of(manager, TopicPartition("t", 0))
+        visible = _append_transactions(log)
+        log.flush()
+        manager.copy_to_remote_storage()
+        manager.cleanup_logs()
+        local_start = log.local_log_start_offset
+        assert local_start > 600
+    finally:
+        manager.shutdown()
+    assert len([k for k in _objects(seaweedfs, "txn") if k.endswith(".txnindex")]) > 5
+    mount.start()
+
+    def fetched() -> float:
+        found = re.search(r"^logfs_remote_fetch_bytes_total (\S+)$", (mount / ".logfs/metrics").read_text(), re.M)
+        assert found
+        return float(found.group(1))
+
+    # the mount's own rounds may copy and trim more; the active segment stays local (nothing is appended)
+    active = _state(mount)["segments"][-1]["base_offset"]
+    assert active >= local_start
+    rows = (mount / f"t/0/from/{active}.jsonl").read_bytes().splitlines()
+    assert [json.loads(row)["offset"] for row in rows] == [o for o in visible if o >= active]
+    assert fetched() == 0
+    rows = (mount / "t/0/records.jsonl").read_bytes().splitlines()
+    assert [json.loads(row)["offset"] for row in rows] == visible
+    assert fetched() > 0
+    assert mount.sh("cat t/0/offset/0", check=False).returncode != 0     # 1003's transaction, aborted locally
