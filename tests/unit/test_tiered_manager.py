@@ -17,6 +17,8 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from engine.clock import ManualClock
 from engine.config import BrokerConfig
@@ -26,6 +28,7 @@ from engine.remote.remote_log_manager import MAX_BACKOFF_MS
 from engine.remote.storage import FileRemoteStorage, open_remote_storage
 from engine.topic import TopicPartition
 from tests.helpers import log_of
+from tests.unit.test_transactions import _LiveModel, _op_batch  # before any @given runs: it has its own
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -706,6 +709,59 @@ def test_a_damaged_transaction_index_or_snapshot_of_a_copy_makes_the_walk_read_t
         view = LogView(log, ViewFormat.JSONL)
         assert view.read(0, view.size()) == jsonl
         view.close()
+    finally:
+        manager.shutdown()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(ops=[("data", 0, 2), ("plain", 1), ("roll",), ("data", 1, 1), ("end", 0, False), ("roll",),
+              ("data", 0, 1), ("roll",), ("end", 1, True), ("plain", 2), ("roll",), ("end", 0, False), ("plain", 1),
+              ("data", 2, 1), ("roll",), ("plain", 1)])
+@given(ops=st.lists(st.one_of(
+    st.tuples(st.just("plain"), st.integers(1, 3)),
+    st.tuples(st.just("data"), st.integers(0, 2), st.integers(1, 3)),
+    st.tuples(st.just("end"), st.integers(0, 2), st.booleans()),
+    st.tuples(st.just("roll")),
+), max_size=40))
+def test_read_committed_views_of_copies_show_what_a_read_committed_consumer_sees(tmp_path_factory, ops):
+    """Any interleaving of plain batches, transactions of three producers and rolls, every closed segment
+    copied and deleted locally: a walk from the copies' transaction indexes and snapshots hides what a
+    read_committed consumer does not see (the model of tests/unit/test_transactions.py), and no more."""
+    from engine import transactions
+    from engine.views.log_view import LogView, ViewFormat
+
+    base = tmp_path_factory.mktemp("tiered-txn")
+    (base / "store").mkdir()
+    counting = _CountingStorage(str(base / "store"))
+    manager = _transactional_manager(base, counting)
+    try:
+        manager.create_topic("t", 1, {"remote.storage.enable": "true", "local.retention.bytes": "1"})
+        log = log_of(manager, TP)
+        model = _LiveModel()
+        for op in ops:
+            if op[0] == "roll":
+                log.roll()
+                continue
+            batch, count = _op_batch(op, model.end)
+            log.append_as_follower(batch)
+            model.apply(op, count)
+        log.roll()
+        log.flush()
+        manager.copy_to_remote_storage()
+        manager.cleanup_logs()
+        # every segment but the last closed one (local.retention.bytes keeps one) and the active one is a copy
+        assert all(getattr(s, "remote", False) for s in list(log.reader_segments().values())[:-2])
+        log.transaction_state = None                                  # walked afresh, from the copies
+        state = transactions.read_committed_state(log)
+        assert state is not None
+        state.last_stable_offset()
+        assert counting.gets["log"] == 0
+        view = LogView(log, ViewFormat.JSONL)
+        try:
+            rows = view.read(0, view.size()).splitlines()
+        finally:
+            view.close()
+        assert [_json.loads(row)["offset"] for row in rows] == model.visible
     finally:
         manager.shutdown()
 
