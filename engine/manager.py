@@ -203,7 +203,8 @@ class LogManager:
 
     def __init__(self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK, read_only: bool = False,
                  stable_offset_bounded: bool = False, remote_storage: RemoteStorageManager | None = None,
-                 remote_cache_bytes: int = 256 << 20, remote_chunk_bytes: int = 4 << 20) -> None:
+                 remote_cache_bytes: int = 256 << 20, remote_chunk_bytes: int = 4 << 20,
+                 remote_only_records_ok: bool = False) -> None:
         """``stable_offset_bounded``: the logs are live replicas whose leader finishes their open
         transactions, so read_committed views end at the last stable offset (engine.transactions).
 
@@ -244,6 +245,7 @@ class LogManager:
         self._dir_locks: list[LogDirLock] = []
         self._remote_storage = remote_storage
         self._remote_cache = (remote_cache_bytes, remote_chunk_bytes)
+        self._remote_only_records_ok = remote_only_records_ok
         #: tiered storage (Kafka's RemoteLogManager); None unless the mount has remote storage
         self.remote_log_manager: RemoteLogManager | None = None
         #: log -> its topic id, for the TopicIdPartition of tiered storage (its partition.metadata)
@@ -276,7 +278,7 @@ class LogManager:
         if storage is None:
             remote_only = sorted({str(log.topic_partition) for log in self._logs.values()
                                   if log.log_start_offset < log.local_log_start_offset})
-            if remote_only:
+            if remote_only and not self._remote_only_records_ok:
                 raise StorageError(
                     f"Partitions {', '.join(remote_only)} hold records only in remote storage (tiered storage "
                     "deleted their local copies): mount with remote.log.storage.system.enable=true and the "

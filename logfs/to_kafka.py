@@ -66,11 +66,15 @@ from engine.checkpoint import (
 from engine.errors import LogfsError
 from engine.files import LOG_FILE_SUFFIX, TMP_FILE_SUFFIX, VIEW_INDEX_FILE_SUFFIX, atomic_write, fsync_dir
 from engine.partition_metadata import PARTITION_METADATA_FILE
+from engine.remote.storage import TopicIdPartition
 from engine.topic import TopicPartition
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from engine.remote.metadata import RemoteLogSegmentMetadata
+    from engine.topic_configs import TopicConfigStore
 
 logger = logging.getLogger(__name__)
 
@@ -115,12 +119,46 @@ class TopicState:
     configs: dict[str, str] = field(default_factory=dict)
     #: what the plan says about configs it left out or changed
     notes: list[str] = field(default_factory=list)
+    #: tiered storage: the topic's remote.storage.enable
+    remote_storage_enable: bool = False
+
+
+@dataclass
+class RemotePartition:
+    """A partition with copies in the mount's remote storage (tiered storage, docs/tiering.md)."""
+
+    topic_partition: TopicPartition
+    dir: str
+    tip: TopicIdPartition
+    log_start_offset: int
+    local_log_start_offset: int
+    #: its finished copies (COPY_SEGMENT_FINISHED), by offset
+    copies: list[RemoteLogSegmentMetadata]
+
+    @property
+    def only_remote(self) -> list[RemoteLogSegmentMetadata]:
+        """The copies holding offsets below the local log start: records in no local segment."""
+        return [m for m in self.copies
+                if m.end_offset >= self.log_start_offset and m.start_offset < self.local_log_start_offset]
+
+    def describe(self) -> str:
+        """What of it is only in the store, for the plan's refusal."""
+        only = self.only_remote
+        return (f"{self.topic_partition}: offsets {self.log_start_offset} to {self.local_log_start_offset - 1} "
+                f"only in remote storage ({len(only)} remote log segments, "
+                f"{sum(m.segment_size_bytes for m in only)} bytes; local log start {self.local_log_start_offset})")
 
 
 @dataclass
 class DataDirState:
     topics: dict[str, TopicState]
     partitions: list[PartitionState]
+    #: the partitions with copies in remote storage, or records only there
+    remote: list[RemotePartition] = field(default_factory=list)
+
+    def remote_only(self) -> list[RemotePartition]:
+        """The partitions holding records only in remote storage."""
+        return [r for r in self.remote if r.log_start_offset < r.local_log_start_offset]
 
 
 # ------------------------------------------------------------------------------ reading logfs's data
@@ -143,10 +181,14 @@ def inspect(data_dirs: Sequence[str]) -> DataDirState:
     """Topics, partitions, offsets and overrides of logfs data dirs that were shut down cleanly.
 
     The logs are loaded read-only (nothing is written): the figures are
-    exactly what a mount of these dirs would serve.
+    exactly what a mount of these dirs would serve.  Tiered storage's metadata
+    log (when there is one) says which partitions have copies in the store,
+    and :meth:`DataDirState.remote_only` which hold records only there.
     """
     from engine.config import BrokerConfig
     from engine.manager import LogManager
+    from engine.partition_metadata import read_topic_id as read_partition_topic_id
+    from engine.remote.restore import read_remote_log_metadata
 
     dirs = [os.path.abspath(d) for d in data_dirs]
     for d in dirs:
@@ -158,11 +200,13 @@ def inspect(data_dirs: Sequence[str]) -> DataDirState:
             raise MigrationError(f"{d} was not shut down cleanly (no {CLEAN_SHUTDOWN_FILE}): mount it with "
                                  f"`logfs mount` and unmount it, so that it is recovered and checkpointed, first")
     config = BrokerConfig.from_props({"log.dirs": ",".join(dirs), "log.cleaner.enable": "false"})
-    manager = LogManager(config, read_only=True)
+    metadata = read_remote_log_metadata(dirs)
+    manager = LogManager(config, read_only=True, remote_only_records_ok=True)
     manager.startup()
     try:
         topics: dict[str, TopicState] = {}
         partitions: list[PartitionState] = []
+        remote: list[RemotePartition] = []
         cleaner_offsets: dict[TopicPartition, int] = {}
         for d in dirs:
             path = os.path.join(d, CLEANER_OFFSET_CHECKPOINT)
@@ -180,6 +224,8 @@ def inspect(data_dirs: Sequence[str]) -> DataDirState:
                                        f"tests): segment.bytes set to {KAFKA4_MIN_SEGMENT_BYTES} unless the topic "
                                        "sets it (existing segments keep their size)")
                 elif name in ("remote.storage.enable", "local.retention.ms", "local.retention.bytes"):
+                    if name == "remote.storage.enable":
+                        state.remote_storage_enable = value.strip().lower() == "true"
                     state.notes.append(f"{name}={value}: tiered storage of the mount, left out (every record is "
                                        "in the local segments adopted; the copies in the mount's remote storage "
                                        "are not Kafka's, see docs/tiering.md)")
@@ -203,9 +249,41 @@ def inspect(data_dirs: Sequence[str]) -> DataDirState:
                 partitions.append(PartitionState(tp, os.path.abspath(log.dir), log.log_start_offset,
                                                  log.log_end_offset, min(log.recovery_point, log.log_end_offset),
                                                  cleaner_offsets.get(tp)))
-        return DataDirState(topics, partitions)
+                topic_id = read_partition_topic_id(log.dir)
+                tip = TopicIdPartition(topic, topic_id or "", number)
+                copies = metadata.copied_segments(tip) if metadata is not None and topic_id else []
+                if copies or log.log_start_offset < log.local_log_start_offset:
+                    remote.append(RemotePartition(tp, os.path.abspath(log.dir), tip, log.log_start_offset,
+                                                  log.local_log_start_offset, copies))
+        for r in remote:
+            if r.copies and r.log_start_offset >= r.local_log_start_offset:
+                end = max(m.end_offset for m in r.copies)
+                topics[r.topic_partition.topic].notes.append(
+                    f"partition {r.topic_partition.partition}: {len(r.copies)} remote log segments "
+                    f"({sum(m.segment_size_bytes for m in r.copies)} bytes, offsets up to {end}) stay in the "
+                    "mount's remote storage, every record of them is in the local segments handed over "
+                    "(`logfs to-kafka restore --delete-remote-copies` deletes them)")
+        return DataDirState(topics, partitions, remote)
     finally:
         manager.shutdown()
+
+
+def refuse_remote_only(state: DataDirState, data_dirs: Sequence[str]) -> None:
+    """MigrationError naming every partition whose records are partly only in remote storage, and what to do:
+    Kafka would get the local segments only, and the rest would be left behind without a word."""
+    only = state.remote_only()
+    if not only:
+        return
+    topics = sorted({r.topic_partition.topic for r in only})
+    lines = [f"{len(only)} partitions hold records only in the remote storage of tiered storage (local "
+             "retention deleted their local copies); Kafka would get their local segments only:"]
+    lines += [f"  {r.describe()}" for r in only]
+    lines.append("Bring them back into local segments first, with the store's rsm.config.* settings of the mount "
+                 "(its --config file or -o), then run this again:")
+    lines.append("  logfs to-kafka restore " + " ".join(shlex.quote(d) for d in data_dirs)
+                 + " --config FILE " + " ".join(f"--topic {shlex.quote(t)}" for t in topics))
+    lines.append("(or give them up: write 'before N' to TOPIC/PARTITION/delete in the mount, N the local log start)")
+    raise MigrationError("\n".join(lines))
 
 
 # ------------------------------------------------------------------------------ step 1: the plan
@@ -295,6 +373,7 @@ def adopt(data_dirs: Sequence[str], broker_log_dir: str, *, copy: bool = False) 
     # record locks, which closing any descriptor of the file in this process would drop)
     # keep a mount or a broker from starting on the dirs while they are being changed.
     state = inspect(data_dirs)
+    refuse_remote_only(state, data_dirs)
     with ExitStack() as stack:
         for d in data_dirs:
             _check_unlocked(os.path.abspath(d), "logfs mount", stack)
@@ -381,14 +460,194 @@ def _merge_checkpoint(log_dir: str, name: str, offsets: dict[TopicPartition, int
     OffsetCheckpointFile(path).write(current)
 
 
+# ------------------------------------------------------------------------------ step 0: restore (tiered storage)
+
+@dataclass
+class Restoration:
+    """What ``restore`` did."""
+
+    #: per partition: (topic-partition, remote log segments restored, their bytes, its local log start now)
+    partitions: list[tuple[TopicPartition, int, int, int]]
+    #: the topics whose remote.storage.enable was turned off
+    disabled: list[str]
+    #: the copies deleted from the store (``delete_remote_copies``)
+    deleted_copies: int
+
+
+def restore(data_dirs: Sequence[str], settings: Mapping[str, str], topics: Sequence[str] = (), *,
+            delete_remote_copies: bool = False) -> Restoration:
+    """Bring the records only in remote storage back into local segments (tiered storage, docs/tiering.md).
+
+    For each partition of ``topics`` (default: every topic with copies in the
+    store or ``remote.storage.enable=true``) whose log starts below its local
+    log start, every finished copy holding those offsets is downloaded from
+    the store ``settings`` names (the ``rsm.config.*`` settings of the mount)
+    into local segment files (engine.remote.restore: fsynced, renamed into
+    place, from the highest offset down).  Then the topic's
+    ``remote.storage.enable`` is turned off (a tiered mount would otherwise
+    delete the restored segments again), and with ``delete_remote_copies``
+    every copy of its partitions is deleted from the store (recorded in the
+    metadata log).  The copies stay otherwise.
+
+    Offline: the data dirs must have been shut down cleanly and are locked
+    while files change (a mount started meanwhile is refused, as a second
+    broker is).  Everything that can be checked is checked before anything
+    changes: the topics, the metadata covering every offset to restore, every
+    copy's ``.log`` listed in the store.  Killed at any point, it can be run
+    again and goes on; a failure of the store is a MigrationError naming the
+    store and the segment, and what is local stays.
+    """
+    from engine.clock import SYSTEM_CLOCK
+    from engine.errors import StorageError
+    from engine.log_dirs import lock_log_dirs, unlock_log_dirs
+    from engine.remote.remote_log_manager import open_remote_log_manager
+    from engine.remote.restore import (
+        RestoreError,
+        copies_to_restore,
+        first_local_base_offset,
+        remove_leftovers,
+        restore_segment,
+    )
+    from engine.remote.storage import RSM_URI, RemoteStorageError, chunk_cache_bounds, open_remote_storage
+    from engine.topic_configs import TopicConfigStore
+
+    dirs = [os.path.abspath(d) for d in data_dirs]
+    state = inspect(dirs)
+    unknown = sorted(set(topics) - set(state.topics))
+    if unknown:
+        raise MigrationError(f"No topic {', '.join(unknown)} in {', '.join(dirs)}")
+    chosen = sorted(set(topics) if topics else
+                    {r.topic_partition.topic for r in state.remote}
+                    | {t.name for t in state.topics.values() if t.remote_storage_enable})
+    remote = [r for r in state.remote if r.topic_partition.topic in chosen]
+    try:
+        plan = {r.topic_partition: copies_to_restore(r.copies, r.topic_partition, r.log_start_offset,
+                                                     r.local_log_start_offset)
+                for r in remote if r.log_start_offset < r.local_log_start_offset}
+    except RestoreError as exc:
+        raise MigrationError(str(exc)) from exc
+    storage = None
+    if plan or (delete_remote_copies and any(r.copies for r in remote)):
+        if not settings.get(RSM_URI):
+            raise MigrationError("The remote storage's settings are missing: give the mount's rsm.config.* "
+                                 "settings with --config FILE (its properties file) or -o rsm.config.uri=...")
+        try:
+            storage = open_remote_storage(settings)
+        except (RemoteStorageError, LogfsError) as exc:
+            raise MigrationError(f"Cannot open the remote storage: {exc}") from exc
+    restored: list[tuple[TopicPartition, int, int, int]] = []
+    deleted = 0
+    try:
+        try:
+            locks = lock_log_dirs(dirs, read_only=False)
+        except StorageError as exc:
+            raise MigrationError(f"{exc} Stop the logfs mount (`logfs umount MOUNTPOINT`) first.") from exc
+        try:
+            if storage is not None:         # every copy's .log is there before anything changes
+                for r in remote:
+                    if r.topic_partition not in plan:
+                        continue
+                    try:
+                        listed = storage.list_segment_ids(r.tip)
+                    except RemoteStorageError as exc:
+                        raise MigrationError(f"Cannot list the remote log segments of {r.topic_partition}: "
+                                             f"{exc}") from exc
+                    for m in plan[r.topic_partition]:
+                        if m.segment_id not in listed:
+                            raise MigrationError(
+                                f"Remote log segment {m.start_offset}..{m.end_offset} of {r.topic_partition} is "
+                                f"missing from remote storage {storage.uri} "
+                                f"({m.segment_id.object_name('log')}): its records are lost unless it is "
+                                "found (nothing was changed)")
+            for r in remote:
+                copies = plan.get(r.topic_partition, [])
+                if copies:
+                    assert storage is not None
+                    remove_leftovers(r.dir)
+                    if first_local_base_offset(r.dir) != r.local_log_start_offset:
+                        raise MigrationError(f"{r.dir} changed since it was inspected (its first segment is "
+                                             "not where it was): run the command again")
+                    for m in reversed(copies):
+                        try:
+                            restore_segment(r.dir, r.topic_partition, storage, m)
+                        except RestoreError as exc:
+                            raise MigrationError(f"{exc}; the local segments are as they were (run the command "
+                                                 "again once the store answers)") from exc
+                    logger.info("Restored %d remote log segments of %s: its local segments hold every record "
+                                "from its log start %d", len(copies), r.topic_partition, r.log_start_offset)
+                restored.append((r.topic_partition, len(copies), sum(m.segment_size_bytes for m in copies),
+                                 first_local_base_offset(r.dir) or 0))
+            # every partition of a chosen topic holds its log from its log start: tiering can go off
+            for p in state.partitions:
+                if p.topic_partition.topic in chosen:
+                    first = first_local_base_offset(p.dir)
+                    if first is None or first > p.log_start_offset:
+                        raise MigrationError(f"{p.topic_partition} still starts at {first}, above its log start "
+                                             f"{p.log_start_offset}: remote.storage.enable stays on")
+            disabled = _disable_remote_storage(TopicConfigStore(dirs, SYSTEM_CLOCK), chosen)
+            if delete_remote_copies and storage is not None:
+                cache_bytes, chunk_bytes = chunk_cache_bounds(settings)
+                rlm = open_remote_log_manager(storage, dirs, cache_max_bytes=cache_bytes, chunk_bytes=chunk_bytes)
+                storage = None              # the RemoteLogManager closes it
+                try:
+                    for r in remote:
+                        try:
+                            deleted += rlm.delete_partition(r.tip)
+                        except RemoteStorageError as exc:
+                            raise MigrationError(f"Cannot delete the remote log segments of {r.topic_partition}: "
+                                                 f"{exc} (every record is local; run the command again to delete "
+                                                 "the rest)") from exc
+                        logger.info("Deleted the remote log segments of %s from remote storage", r.topic_partition)
+                finally:
+                    rlm.close()
+        finally:
+            unlock_log_dirs(locks)
+    finally:
+        if storage is not None:
+            storage.close()
+    return Restoration(restored, disabled, deleted)
+
+
+def _disable_remote_storage(store: TopicConfigStore, topics: Sequence[str]) -> list[str]:
+    """Remove ``remote.storage.enable`` from the overrides of ``topics`` (false, the default); returns the
+    topics that had it."""
+    newest = store.load()
+    if newest is None:
+        return []
+    overrides = {t: dict(o) for t, o in newest.topics.items()}
+    disabled = [t for t in topics if overrides.get(t, {}).pop("remote.storage.enable", None) is not None]
+    if disabled:
+        store.write(overrides, newest.deleting)
+        logger.info("Turned remote.storage.enable off for topics %s: every record is in their local segments",
+                    ", ".join(disabled))
+    return disabled
+
+
 # ------------------------------------------------------------------------------ the command line
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``logfs to-kafka plan|adopt`` on the ``logfs`` command's subparsers."""
+    """Register ``logfs to-kafka restore|plan|adopt`` on the ``logfs`` command's subparsers."""
     parser = sub.add_parser("to-kafka", help="hand a logfs data directory to an Apache Kafka (KRaft) broker",
-                            description="Move a logfs data directory to Kafka: `plan` creates the topics, "
-                                        "`adopt` moves the data into the stopped broker's log dir.")
+                            description="Move a logfs data directory to Kafka: `restore` brings the records "
+                                        "only in tiered storage's remote storage back local, `plan` creates the "
+                                        "topics, `adopt` moves the data into the stopped broker's log dir.")
     steps = parser.add_subparsers(dest="step", required=True)
+    restore_ = steps.add_parser(
+        "restore", help="tiered storage: download the records only in remote storage into local segments",
+        description="Download every remote log segment below the local log start of the topics' partitions "
+                    "into local segment files, then turn the topics' remote.storage.enable off. Offline (the "
+                    "data dirs unmounted); safe to stop and run again.")
+    restore_.add_argument("data_dirs", nargs="+", metavar="DATA_DIR")
+    restore_.add_argument("--topic", dest="topics", action="append", default=[], metavar="TOPIC",
+                          help="a topic to restore (repeatable; default: every topic with remote log segments "
+                               "or remote.storage.enable=true)")
+    restore_.add_argument("--config", metavar="FILE",
+                          help="the mount's properties file: its rsm.config.* settings name the store")
+    restore_.add_argument("-o", dest="options", action="append", default=[], metavar="NAME=VALUE",
+                          help="an rsm.config.* setting of the store, applied after --config; repeatable")
+    restore_.add_argument("--delete-remote-copies", action="store_true",
+                          help="then delete every remote log segment of the topics from the store (by default "
+                               "they stay, unused)")
     plan = steps.add_parser("plan", help="print the kafka-topics.sh commands that create the topics")
     plan.add_argument("data_dirs", nargs="+", metavar="DATA_DIR")
     plan.add_argument("--node-id", type=int, default=1, help="node.id of the broker that will serve the data")
@@ -407,10 +666,27 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     import sys
     # The read-only load of the data dirs is an implementation detail here: only warnings matter.
-    logging.getLogger("engine").setLevel(max(logging.WARNING, logging.getLogger().getEffectiveLevel()))
+    level = logging.getLogger().getEffectiveLevel()
+    logging.getLogger("engine").setLevel(max(logging.WARNING, level))
+    for name in ("engine.remote.restore", "engine.remote.remote_log_manager"):     # what restore does
+        logging.getLogger(name).setLevel(level)
     try:
+        if args.step == "restore":
+            from logfs.cli import remote_storage_settings
+            done = restore(args.data_dirs, remote_storage_settings(args), args.topics,
+                           delete_remote_copies=args.delete_remote_copies)
+            for tp, segments, size, local_start in done.partitions:
+                print(f"{tp} restored_segments={segments} restored_bytes={size} local_log_start_offset={local_start}")
+            if done.disabled:
+                print(f"remote.storage.enable turned off for {', '.join(done.disabled)}")
+            if done.deleted_copies:
+                print(f"Deleted {done.deleted_copies} remote log segments from remote storage")
+            print(f"Restored {sum(p[1] for p in done.partitions)} remote log segments of {len(done.partitions)} "
+                  "partitions: every record is in local segments.")
+            return 0
         if args.step == "plan":
             state = inspect(args.data_dirs)
+            refuse_remote_only(state, args.data_dirs)
             if args.json:
                 sys.stdout.write(plan_json(state, node_id=args.node_id))
             else:

@@ -375,9 +375,9 @@ def test_local_retention_deletes_only_copied_segments_and_reads_below_the_local_
         manager.shutdown()
     # a mount without remote storage refuses a data dir whose records are partly only in the store, as
     # does the move to Kafka (naming the partition: nothing is silently left behind)
-    from logfs.to_kafka import inspect
-    with pytest.raises(Exception, match="Partitions t-0 hold records only in remote storage"):
-        inspect([str(tmp_path / "data")])         # the move to Kafka: nothing is silently left behind
+    from logfs.to_kafka import inspect, refuse_remote_only
+    with pytest.raises(Exception, match=r"t-0: offsets \d+ to \d+ only in remote storage"):
+        refuse_remote_only(inspect([str(tmp_path / "data")]), [str(tmp_path / "data")])
     with pytest.raises(Exception, match="only in remote storage"):
         _manager(tmp_path, tiered=False)
 
