@@ -587,8 +587,8 @@ def restore(data_dirs: Sequence[str], settings: Mapping[str, str], topics: Seque
             disabled = _disable_remote_storage(TopicConfigStore(dirs, SYSTEM_CLOCK), chosen)
             if delete_remote_copies and storage is not None:
                 cache_bytes, chunk_bytes = chunk_cache_bounds(settings)
-                rlm = open_remote_log_manager(storage, dirs, cache_max_bytes=cache_bytes, chunk_bytes=chunk_bytes)
-                storage = None              # the RemoteLogManager closes it
+                owned, storage = storage, None      # the RemoteLogManager closes it (or open_... when it fails)
+                rlm = open_remote_log_manager(owned, dirs, cache_max_bytes=cache_bytes, chunk_bytes=chunk_bytes)
                 try:
                     for r in remote:
                         try:

@@ -25,6 +25,7 @@ import re
 import shlex
 import subprocess
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -32,6 +33,10 @@ from tests.conftest import LOGFS, ROOT, Mount
 from tests.docs import doc_section
 from tests.helpers import add_config, append_lines, wait_for
 from tests.jvm import java_command
+from tests.seaweedfs import seaweedfs_server  # noqa: F401  (the seaweedfs fixture)
+
+if TYPE_CHECKING:
+    from tests.seaweedfs import SeaweedFS
 
 pytestmark = pytest.mark.mount
 
@@ -218,6 +223,71 @@ def test_a_logfs_data_dir_is_served_by_kafka_after_the_procedure(kafka_broker, l
     # Kafka loaded the logs as they were: no stray log, no recovery of the adopted partitions.
     log = (kafka_broker.base / "broker.log").read_text(errors="replace")
     assert "stray" not in log.lower()
+
+
+@pytest.mark.kafka
+def test_a_tiered_topic_is_restored_from_s3_then_served_by_kafka(kafka_broker, logfs_mount, seaweedfs: SeaweedFS,
+                                                                 tmp_path):
+    """Tiered storage (docs/tiering.md) against a real S3 server: most records of a topic only in the store.
+    The plan names its partitions and refuses; ``to-kafka restore`` brings them back; the procedure then hands
+    every record, byte for byte, to the broker."""
+    settings = seaweedfs.settings(prefix="to-kafka")
+    mount = logfs_mount({**MOUNT_OPTIONS, "remote.log.storage.system.enable": "true",
+                         "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
+                         "internal.log.segment.bytes": "4096", **settings})
+    (mount / "tiered").mkdir()
+    add_config(mount / "tiered/config", "remote.storage.enable=true\nlocal.retention.bytes=12000\n")
+    (mount / "tiered/1").mkdir()
+    for p in (0, 1):
+        for turn in range(20):
+            append_lines(mount / f"tiered/{p}/append", [b"tiered %d-%d-%d %s" % (p, turn, i, b"z" * (i % 40))
+                                                        for i in range(50)])
+    append_lines(mount / "tiered/0/append.jsonl", [json.dumps(
+        {"key": "k", "value": base64.b64encode(b"\x00\xff raw").decode(), "valueEncoding": "base64",
+         "headers": [{"key": "h", "value": "v"}]}).encode()])
+
+    def trimmed() -> bool:
+        states = [json.loads((mount / f"tiered/{p}/state").read_bytes()) for p in (0, 1)]
+        return all(s["log_start_offset"] == 0 and s["local_log_start_offset"] > 500 for s in states)
+    wait_for(trimmed, "local retention to delete the copied segments of 'tiered'", timeout=60, interval=0.1)
+    expected = {("tiered", p): _mount_view(mount, "tiered", p) for p in (0, 1)}     # the store's records too
+    assert [len(records) for _, _, records in expected.values()] == [1001, 1000]
+    assert mount.stop() == 0
+
+    # The plan refuses, naming the partitions and the command; the restore brings the records back.
+    refused = _logfs("to-kafka", "plan", str(mount.data), check=False)
+    assert refused.returncode == 1
+    for p in (0, 1):
+        assert re.search(rb"tiered-%d: offsets 0 to \d+ only in remote storage \(\d+ remote log segments" % p,
+                         refused.stderr), refused.stderr
+    assert b"logfs to-kafka restore" in refused.stderr
+    properties = tmp_path / "tiered.properties"
+    properties.write_text("".join(f"{name}={value}\n" for name, value in settings.items()))
+    properties.chmod(0o600)
+    restored = _logfs("to-kafka", "restore", str(mount.data), "--config", str(properties)).stdout.decode()
+    assert "remote.storage.enable turned off for tiered" in restored
+    assert "tiered-0 restored_segments=" in restored
+    assert not list(mount.data.glob("*/*.restore.tmp"))
+    checked = _logfs("check", str(mount.data), "--config", str(properties), check=False)
+    assert checked.returncode == 0, checked.stdout.decode()
+
+    kafka_topics = shlex.join(java_command("org.apache.kafka.tools.TopicCommand",
+                                           jvm_opts=["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]))
+    plan = _logfs("to-kafka", "plan", str(mount.data), "--node-id", "1",
+                  "--bootstrap-server", kafka_broker.bootstrap, "--kafka-topics", kafka_topics).stdout.decode()
+    assert "stay in the mount's remote storage, every record of them is in the local segments" in plan
+    script = tmp_path / "create-topics.sh"
+    script.write_text(plan)
+    run = subprocess.run(["sh", str(script)], capture_output=True, timeout=600)
+    assert run.returncode == 0, run.stderr.decode(errors="replace")[-3000:]
+    kafka_broker.wait_for(lambda: all((kafka_broker.log_dir / f"{t}-{p}" / "partition.metadata").exists()
+                                      for t, p in expected), "the broker to create every partition")
+    kafka_broker.stop()
+    adopted = _logfs("to-kafka", "adopt", str(mount.data), "--broker-log-dir", str(kafka_broker.log_dir))
+    assert "Adopted 2 partitions" in adopted.stdout.decode()
+    kafka_broker.start()
+    for (topic, partition), (start, end, records) in sorted(expected.items()):
+        assert _consume(kafka_broker.bootstrap, topic, partition) == (start, end, records), f"{topic}-{partition}"
 
 
 def test_adopt_refuses_what_it_cannot_carry_over_and_changes_nothing(logfs_mount, tmp_path):
