@@ -664,15 +664,27 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-    # The read-only load of the data dirs is an implementation detail here: only warnings matter.
+    # The read-only load of the data dirs is an implementation detail here: only warnings matter; what
+    # restore does to the data (engine.remote) is said at the command's level.  The levels are put back
+    # afterwards (a caller in the same process keeps its own).
     level = logging.getLogger().getEffectiveLevel()
+    quiet = {name: logging.getLogger(name).level for name in ("engine", "engine.remote.restore",
+                                                              "engine.remote.remote_log_manager")}
     logging.getLogger("engine").setLevel(max(logging.WARNING, level))
-    for name in ("engine.remote.restore", "engine.remote.remote_log_manager"):     # what restore does
+    for name in ("engine.remote.restore", "engine.remote.remote_log_manager"):
         logging.getLogger(name).setLevel(level)
     try:
+        return _run(args)
+    finally:
+        for name, previous in quiet.items():
+            logging.getLogger(name).setLevel(previous)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import sys
+    try:
         if args.step == "restore":
-            from logfs.cli import remote_storage_settings
+            from logfs.remote_settings import remote_storage_settings
             done = restore(args.data_dirs, remote_storage_settings(args), args.topics,
                            delete_remote_copies=args.delete_remote_copies)
             for tp, segments, size, local_start in done.partitions:
