@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 from typing import TYPE_CHECKING
@@ -196,6 +197,20 @@ def test_a_missing_object_or_a_store_that_fails_fails_the_restore_and_loses_noth
     # a store that is not there
     assert main(["to-kafka", "restore", data, "-o", f"rsm.config.uri=file://{tmp_path / 'gone'}"]) == 1
     assert f"Cannot open the remote storage: Remote storage file://{tmp_path / 'gone'} does not exist" in caplog.text
+    assert _local_files(tmp_path) == before
+
+    # an S3 endpoint that takes connections and never answers: the bounded wait, then the store named
+    caplog.clear()
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        assert main(["to-kafka", "restore", data, "-o", "rsm.config.uri=s3://bucket/prefix", "-o",
+                     f"rsm.config.s3.endpoint.url={endpoint}", "-o", "rsm.config.request.timeout.ms=300", "-o",
+                     "rsm.config.s3.access.key.id=key-id", "-o",
+                     "rsm.config.s3.secret.access.key=a-secret-only-this-test-uses"]) == 1
+    assert f"Cannot open the remote storage: Could not open bucket bucket: remote storage s3://bucket/prefix at " \
+           f"{endpoint} did not answer in time" in caplog.text
     assert _local_files(tmp_path) == before
 
     # a copy whose .log is gone: named, with its store, before anything changes
