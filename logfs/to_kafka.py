@@ -262,7 +262,8 @@ def inspect(data_dirs: Sequence[str]) -> DataDirState:
                     f"partition {r.topic_partition.partition}: {len(r.copies)} remote log segments "
                     f"({sum(m.segment_size_bytes for m in r.copies)} bytes, offsets up to {end}) stay in the "
                     "mount's remote storage, every record of them is in the local segments handed over "
-                    "(`logfs to-kafka restore --delete-remote-copies` deletes them)")
+                    f"(`logfs to-kafka restore DATA_DIR --config FILE --topic {r.topic_partition.topic} "
+                    "--delete-remote-copies` deletes them)")
         return DataDirState(topics, partitions, remote)
     finally:
         manager.shutdown()
@@ -571,8 +572,9 @@ def restore(data_dirs: Sequence[str], settings: Mapping[str, str], topics: Seque
                         try:
                             restore_segment(r.dir, r.topic_partition, storage, m)
                         except RestoreError as exc:
-                            raise MigrationError(f"{exc}; the local segments are as they were (run the command "
-                                                 "again once the store answers)") from exc
+                            raise MigrationError(f"{exc}; nothing local was lost (the segments restored before "
+                                                 "it stay, the store serves the rest): run the command again "
+                                                 "once the store answers") from exc
                     logger.info("Restored %d remote log segments of %s: its local segments hold every record "
                                 "from its log start %d", len(copies), r.topic_partition, r.log_start_offset)
                 restored.append((r.topic_partition, len(copies), sum(m.segment_size_bytes for m in copies),
