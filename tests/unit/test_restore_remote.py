@@ -284,6 +284,7 @@ def test_a_restore_killed_at_any_point_leaves_a_whole_log_and_runs_again(tmp_pat
                 assert log_of(manager, TopicPartition("t", p)).log_start_offset == starts[p][0]
         finally:
             manager.shutdown()
+        assert main(["check", data, "-o", uri]) == 0
     assert kills >= 1, "the restore finished before it could be killed"
     assert main(["to-kafka", "restore", data, "-o", uri]) == 0
     _assert_whole_and_local(tmp_path, lines)
