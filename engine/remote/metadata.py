@@ -76,6 +76,10 @@ class RemoteLogSegmentMetadata:
     copy's ``.txnindex`` lists (0: an empty index, which a reader need not
     fetch), -1 for a copy without ``.txnindex`` and ``.snapshot`` objects (made
     before logfs copied them).
+    ``offset_index_size_bytes`` and ``time_index_size_bytes`` are the sizes of
+    the index objects copied (logfs's, so that ``segments/`` sizes a copy's
+    index files without a request; None in events written before they were
+    recorded: the index is then fetched to size it).
     """
 
     segment_id: RemoteLogSegmentId
@@ -87,6 +91,8 @@ class RemoteLogSegmentMetadata:
     state: RemoteLogSegmentState
     segment_leader_epochs: Mapping[int, int] = field(default_factory=dict)
     transaction_index_entries: int = -1
+    offset_index_size_bytes: int | None = None
+    time_index_size_bytes: int | None = None
 
     @property
     def has_transaction_index(self) -> bool:
@@ -95,6 +101,8 @@ class RemoteLogSegmentMetadata:
 
     def to_event(self) -> bytes:
         sid = self.segment_id
+        sizes = {} if self.offset_index_size_bytes is None or self.time_index_size_bytes is None else {
+            "offsetIndexSizeBytes": self.offset_index_size_bytes, "timeIndexSizeBytes": self.time_index_size_bytes}
         return orjson.dumps({
             "state": self.state.value, "topic": sid.topic_id_partition.topic,
             "topicId": sid.topic_id_partition.topic_id, "partition": sid.topic_id_partition.partition,
@@ -102,7 +110,7 @@ class RemoteLogSegmentMetadata:
             "endOffset": self.end_offset, "maxTimestamp": self.max_timestamp,
             "segmentSizeBytes": self.segment_size_bytes, "eventTimestamp": self.event_timestamp,
             "segmentLeaderEpochs": {str(e): o for e, o in sorted(self.segment_leader_epochs.items())},
-            "txnIndexEntries": self.transaction_index_entries})
+            "txnIndexEntries": self.transaction_index_entries, **sizes})
 
     @classmethod
     def from_event(cls, data: bytes) -> RemoteLogSegmentMetadata:
@@ -114,9 +122,15 @@ class RemoteLogSegmentMetadata:
                        int(event["segmentSizeBytes"]), int(event["eventTimestamp"]),
                        RemoteLogSegmentState(event["state"]),
                        {int(e): int(o) for e, o in event["segmentLeaderEpochs"].items()},
-                       int(event.get("txnIndexEntries", -1)))
+                       int(event.get("txnIndexEntries", -1)),
+                       _optional_int(event, "offsetIndexSizeBytes"), _optional_int(event, "timeIndexSizeBytes"))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptRecordError(f"Unreadable remote log metadata event {data[:200]!r}: {exc}") from exc
+
+
+def _optional_int(event: Mapping[str, Any], name: str) -> int | None:     # Any: a parsed JSON event
+    value = event.get(name)
+    return None if value is None else int(value)
 
 
 class RemoteLogMetadataCache:

@@ -236,9 +236,12 @@ class RemoteLogManager:
         walk.expire(segment.largest_timestamp - PRODUCER_ID_EXPIRATION_MS)
         producers = list(walk.producers.values())
         segment_id = RemoteLogSegmentId.generate(tip, segment.base_offset)
+        # the index objects are the closed segment's index files (trimmed at its roll): their sizes let
+        # ``segments/`` size the copy's index files without a request to the store
         metadata = RemoteLogSegmentMetadata(segment_id, segment.base_offset, end_offset,
                                             segment.largest_timestamp, segment.size, self.clock.milliseconds(),
-                                            STARTED, epochs, len(aborted))
+                                            STARTED, epochs, len(aborted), os.path.getsize(segment.offset_index.path),
+                                            os.path.getsize(segment.time_index.path))
         self.metadata.add(metadata)
         data = LogSegmentData(segment.log_path, segment.offset_index.path, segment.time_index.path,
                               encode_txn_index(aborted), encode_producer_snapshot(producers),

@@ -7,8 +7,10 @@ chunk cache (engine.remote.chunk_cache), so the same rendering code serves
 records that are only in the store.  :class:`RemoteLogReader` is a log's view
 of its copies (``Log.remote_log_reader``): ``Log.reader_segments`` puts the
 copies below the local log start in front of the local segments for every
-reader.  The raw ``segments/`` files and the Spark source read local segment
-files only.
+reader.  The raw files of a copy (its ``.log``, ``.index`` and ``.timeindex``,
+which ``segments/`` lists beside the local segments' and the Spark source
+reads) are served by :meth:`RemoteLogSegment.read_file`, byte for byte what
+was copied, or an error: never fewer bytes than the copy holds.
 
 A copy never changes once COPY_SEGMENT_FINISHED (a copy is of a closed
 segment, and a deletion removes it whole), so every size here is final.  A
@@ -19,6 +21,7 @@ a local segment deleted under a released view does.
 from __future__ import annotations
 
 import bisect
+import errno
 import threading
 from typing import TYPE_CHECKING
 
@@ -26,6 +29,7 @@ from sortedcontainers import SortedDict
 
 from engine import records as _records
 from engine.errors import CorruptRecordError, StorageError
+from engine.files import INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX
 from engine.index import TIME_INDEX_ENTRY as _TIME_ENTRY
 from engine.records.reader import read_batches, read_headers
 from engine.remote.storage import LOG_SUFFIX, IndexType, RemoteStorageError, TopicIdPartition
@@ -80,6 +84,7 @@ class RemoteLogSegment:
         self.dir: str | None = rlm.view_index_dir(metadata.segment_id)
         self._offset_index: _RemoteOffsetIndex | None = None
         self._time_index: tuple[list[int], list[int]] | None = None
+        self._time_index_bytes: bytes | None = None
         #: what the views derive from its bytes (engine.views.index.SegmentViews), as on a local segment
         self.attachment: SegmentAttachment | None = None
         #: the copy has its ``.txnindex`` and producer snapshot: the transaction walk takes them instead of
@@ -110,6 +115,59 @@ class RemoteLogSegment:
     def _read_error(self, exc: RemoteStorageError) -> RemoteReadError:
         return RemoteReadError(f"Reading remote log segment {self.base_offset} of {self.topic_partition} "
                                f"from {self._rlm.storage.uri} failed: {exc}", exc.errno)
+
+    @property
+    def last_modified(self) -> int:
+        """What stands for the ``.log``'s mtime (ms): its largest timestamp, else when the copy was recorded."""
+        return self.metadata.max_timestamp if self.metadata.max_timestamp > 0 else self.metadata.event_timestamp
+
+    def file_size(self, suffix: str) -> int:
+        """Bytes of the copy's ``.log``, ``.index`` or ``.timeindex`` (``suffix``), as the local files were.
+
+        The metadata's sizes, without a request; an index copied before the
+        metadata recorded its size is fetched (once) to size it.
+        """
+        if suffix == LOG_FILE_SUFFIX:
+            return self.size
+        recorded = self.metadata.offset_index_size_bytes if suffix == INDEX_FILE_SUFFIX \
+            else self.metadata.time_index_size_bytes
+        return recorded if recorded is not None else len(self._index_file(suffix))
+
+    def read_file(self, suffix: str, position: int, size: int) -> bytes:
+        """Bytes ``[position, position + size)`` of the copy's ``.log``, ``.index`` or ``.timeindex``
+        (fewer only at its end), the ``.log`` through the chunk cache.
+
+        RemoteReadError with the store's errno when it fails, and EIO when the
+        store holds fewer bytes than the copy's metadata says: never a short read.
+        """
+        total = self.file_size(suffix)
+        want = max(0, min(size, total - position))
+        if want == 0:
+            return b""
+        if suffix == LOG_FILE_SUFFIX:
+            data = self.read_bytes(position, want)
+        else:
+            data = self._index_file(suffix)[position:position + want]
+        if len(data) != want:
+            raise RemoteReadError(f"Remote log segment {self.base_offset} of {self.topic_partition}: "
+                                  f"{self.metadata.segment_id.object_name(suffix.lstrip('.'))} in "
+                                  f"{self._rlm.storage.uri} holds {position + len(data)} bytes or fewer, "
+                                  f"not the {total} its metadata says", errno.EIO)
+        return data
+
+    def _index_file(self, suffix: str) -> bytes:
+        """The copy's ``.index`` (the RemoteLogManager keeps the last few read) or ``.timeindex`` (kept here)."""
+        if suffix == INDEX_FILE_SUFFIX:
+            return self.offset_index.entries_bytes_raw
+        if suffix != TIME_INDEX_FILE_SUFFIX:
+            raise ValueError(f"A remote log segment has no {suffix} file")
+        if self._time_index_bytes is None:
+            try:
+                self._time_index_bytes = self._rlm.storage.fetch_index(self.metadata.segment_id, IndexType.TIMESTAMP)
+            except RemoteStorageError as exc:
+                raise RemoteReadError(f"Reading the time index of remote log segment {self.base_offset} of "
+                                      f"{self.topic_partition} failed: {exc}", exc.errno) from exc
+        return self._time_index_bytes
 
     def batches(self, start_position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of every batch from ``start_position``."""
@@ -189,11 +247,7 @@ class RemoteLogSegment:
         """Kafka's ``TimeIndex.lookup`` over the copy's time index (fetched once): the offset of the entry
         with the largest timestamp <= ``timestamp``, else the base offset."""
         if self._time_index is None:
-            try:
-                data = self._rlm.storage.fetch_index(self.metadata.segment_id, IndexType.TIMESTAMP)
-            except RemoteStorageError as exc:
-                raise RemoteReadError(f"Reading the time index of remote log segment {self.base_offset} of "
-                                      f"{self.topic_partition} failed: {exc}", exc.errno) from exc
+            data = self._index_file(TIME_INDEX_FILE_SUFFIX)
             timestamps: list[int] = []
             offsets: list[int] = []
             for ts, relative in _TIME_ENTRY.iter_unpack(data[:len(data) - len(data) % _TIME_ENTRY.size]):
@@ -228,6 +282,8 @@ class _RemoteOffsetIndex:
     def __init__(self, data: bytes) -> None:
         self.entries = len(data) // 8
         self._data = data[:self.entries * 8]
+        #: the object as the store holds it (``segments/<base>.index`` of the copy)
+        self.entries_bytes_raw = data
 
     def entries_bytes(self) -> bytes:
         return self._data

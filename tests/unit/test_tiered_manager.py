@@ -382,6 +382,62 @@ def test_local_retention_deletes_only_copied_segments_and_reads_below_the_local_
         _manager(tmp_path, tiered=False)
 
 
+def test_remote_log_segments_serve_their_files_byte_for_byte_and_never_short(tmp_path: Path):
+    """segments/ and the Spark source read a copy's .log, .index and .timeindex through RemoteLogSegment.read_file:
+    the bytes the local files held, sized from the metadata (no request), and EIO when the store holds less."""
+    import errno
+    from pathlib import Path
+
+    from engine.files import INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SEGMENT_FILE_SUFFIXES, TIME_INDEX_FILE_SUFFIX
+    from engine.remote.remote_segment import RemoteLogSegment, RemoteReadError
+
+    manager = _manager(tmp_path)
+    try:
+        log = _trimmed(manager)
+        kept = {s.base_offset: {suffix: Path(path).read_bytes() for suffix, path in
+                                ((LOG_FILE_SUFFIX, s.log_path), (INDEX_FILE_SUFFIX, s.offset_index.path),
+                                 (TIME_INDEX_FILE_SUFFIX, s.time_index.path))}
+                for s in list(log.segments.values())[:-1]}
+        manager.copy_to_remote_storage()
+        manager.cleanup_logs()
+        remote = [s for s in log.reader_segments().values() if isinstance(s, RemoteLogSegment)]
+        assert len(remote) >= 3
+        assert [s.base_offset for s in remote] == [b for b in sorted(kept) if b < log.local_log_start_offset]
+        for segment in remote:
+            for suffix in SEGMENT_FILE_SUFFIXES:
+                original = kept[segment.base_offset][suffix]
+                assert segment.file_size(suffix) == len(original), (segment, suffix)
+                assert segment.read_file(suffix, 0, 1 << 20) == original, (segment, suffix)
+                assert segment.read_file(suffix, 5, 17) == original[5:22]
+                assert segment.read_file(suffix, len(original), 10) == b""
+        # a new manager sizes every file from the metadata log alone: the store is not asked
+        manager.shutdown()
+        manager = _manager(tmp_path)
+        log = log_of(manager, TP)
+        store = tmp_path / "store"
+        moved = tmp_path / "store-gone"
+        store.rename(moved)
+        try:
+            remote = [s for s in log.reader_segments().values() if isinstance(s, RemoteLogSegment)]
+            for segment in remote:
+                for suffix in SEGMENT_FILE_SUFFIXES:
+                    assert segment.file_size(suffix) == len(kept[segment.base_offset][suffix])
+            with pytest.raises(RemoteReadError) as gone:
+                remote[0].read_file(LOG_FILE_SUFFIX, 0, 100)
+            assert gone.value.errno == errno.ENOENT
+        finally:
+            moved.rename(store)
+        # a copy the store holds fewer bytes of than its metadata says: EIO, not a short read
+        first = remote[0]
+        (log_object,) = [p for p in store.rglob("*.log") if p.name.startswith("%020d-" % first.base_offset)]
+        log_object.write_bytes(log_object.read_bytes()[:-10])
+        with pytest.raises(RemoteReadError, match=r"not the \d+ its metadata says") as short:
+            first.read_file(LOG_FILE_SUFFIX, 0, 1 << 20)
+        assert short.value.errno == errno.EIO
+    finally:
+        manager.shutdown()
+
+
 def test_the_spark_source_reads_from_the_local_log_start_and_says_why(tmp_path: Path,
                                                                      caplog: pytest.LogCaptureFixture):
     """The logfs Spark source reads segment files: records only in the store count as deleted, never silently."""
