@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 from engine.errors import OffsetOutOfRangeError
 from engine.files import SEGMENT_FILE_SUFFIXES, filename_prefix_from_offset, parse_segment_file_name, segment_file_name
 from engine.numbers import parse_canonical_int
+from engine.remote.remote_segment import RemoteLogSegment
 from engine.topic import TopicPartition, parse_partition, validate_topic_name
 from engine.transactions import visible_end_offset
 from engine.views import LogView, ViewFormat, load_remote_view_indexes, record_at
@@ -36,6 +37,7 @@ from logfs.nodes import (
     MetricsFile,
     Node,
     RecordFile,
+    RemoteSegmentFile,
     SegmentFile,
     StateFile,
     StatsFile,
@@ -340,11 +342,14 @@ _SEGMENT_LISTING = (*SEGMENT_FILE_SUFFIXES, JSONL_SUFFIX)
 
 
 class SegmentsDir(_PartitionSubDir):
+    """``segments/``: the files of every segment a reader sees, as in a Kafka data dir; with tiered storage
+    the remote log segments below the local log start too (their bytes read from the store, read-only)."""
+
     kind = "segments"
 
     def names(self) -> list[str]:
         names: list[str] = []
-        for base in self.ns.log(self.tp).segments:
+        for base in self.ns.log(self.tp).reader_segments():
             stem = filename_prefix_from_offset(base)
             names.extend(stem + suffix for suffix in _SEGMENT_LISTING)
         return names
@@ -355,13 +360,17 @@ class SegmentsDir(_PartitionSubDir):
             raise NoSuchNameError(f"No segment file {shown(name)} in {self.tp}")
         base, suffix = parsed
         target = self.ns.log(self.tp)
-        segment = target.segments.get(base)
+        segment = target.reader_segments().get(base)
         if segment is None:
             raise NoSuchNameError(f"No segment with base offset {base} in {self.tp}")
         if suffix == JSONL_SUFFIX:
             start = max(base, target.log_start_offset)
             return ViewFile.named(self.ns, self.tp, f"segments/{name}", target, ViewFormat.JSONL, start_offset=start,
                                 segment=segment)
+        if isinstance(segment, RemoteLogSegment):
+            remote = segment
+            return self.ns.content(("segfile", self.tp, name), lambda node: node.is_current(remote),
+                                   lambda: RemoteSegmentFile(self.ns, self.tp, name, remote, suffix))
         return self.ns.content(("segfile", self.tp, name), lambda node: node.is_current(segment),
                                lambda: SegmentFile(self.ns, self.tp, name, segment, suffix))
 

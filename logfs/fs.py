@@ -147,6 +147,8 @@ _CONFIG = "config"
 
 # errnos that are part of normal operation (shells probe names, tools test for files)
 _QUIET_ERRNOS = frozenset({errno.ENOENT, errno.ESTALE})
+#: errnos of a name that went away between a listing and its lookup (readdir leaves it out)
+_GONE_ERRNOS = frozenset({errno.ENOENT, errno.ESTALE})
 
 
 class _RefusalLog:
@@ -645,6 +647,21 @@ class LogfsOperations(pyfuse3.Operations):
         attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = mtime
         return attr
 
+    def _unsized_attr(self, ino: int, node: Node) -> pyfuse3.EntryAttributes:
+        """Attributes of a file whose size cannot be told now (readdir): valid for no time."""
+        attr = pyfuse3.EntryAttributes()
+        attr.st_ino = ino
+        attr.generation = 0
+        attr.entry_timeout = attr.attr_timeout = 0
+        attr.st_mode = stat.S_IFREG | self._mode(node)
+        attr.st_nlink = 1
+        attr.st_size = attr.st_blocks = 0
+        attr.st_uid = self._uid
+        attr.st_gid = self._gid
+        attr.st_blksize = BLOCK_SIZE
+        attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = self.ns.started_ns
+        return attr
+
     def _mode(self, node: Node) -> int:
         """The permission bits the kernel enforces: the node's own (a temporary file's as its creator set
         them), widened to the group and others by the mount's rule (logfs.access)."""
@@ -1033,9 +1050,14 @@ class LogfsOperations(pyfuse3.Operations):
             try:
                 await self._drop_zero_fills(ino, node)
                 attr = self._attr(ino, node)
-            except LogfsError:
-                self._drop(ino, 1)
-                continue
+            except LogfsError as exc:
+                if exc.errno in _GONE_ERRNOS or node.is_dir:
+                    self._drop(ino, 1)
+                    continue
+                # there, but not sizable now (a remote log segment's rendering while the object store fails):
+                # listed all the same, never silently left out, with attributes the kernel keeps for no time,
+                # so a stat or an open asks again and gets the error
+                attr = self._unsized_attr(ino, node)
             if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, i + 1):
                 self._drop(ino, 1)
                 return

@@ -181,6 +181,24 @@ class RawFileHandle(Handle):
         os.close(self._fd)
 
 
+class RemoteFileHandle(Handle):
+    """A file of a remote log segment (``segments/<base>.log`` of a copy only in the store), read-only.
+
+    Every read runs in a worker thread (it may wait for the store, up to the
+    engine's bound); the engine answers with the copy's bytes or an error with
+    the store's errno, never a short read before the file's end.
+    """
+
+    __slots__ = ("_read",)
+    offload_reads_from = 0
+
+    def __init__(self, read: Callable[[int, int], bytes]) -> None:
+        self._read = read
+
+    def read(self, offset: int, size: int) -> bytes:
+        return self._read(offset, size)
+
+
 class LineHandle(Handle):
     """A control file written in lines (``delete``, ``groups/<group>``, ``config``): what they share.
 

@@ -18,13 +18,14 @@ from engine.files import DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX
 from engine.views import LogView, ViewFormat, ViewIdentity
 from logfs import stats as _stats
 from logfs.errors import AccessDeniedError, NotPermittedError, StaleNameError
-from logfs.handles import BytesHandle, Handle, RawFileHandle, ViewHandle
+from logfs.handles import BytesHandle, Handle, RawFileHandle, RemoteFileHandle, ViewHandle
 from logfs.refusals import ErrorsHandle
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable, Iterable
 
     from engine.log import Log
+    from engine.remote.remote_segment import RemoteLogSegment
     from engine.segment import LogSegment
     from engine.topic import TopicPartition
     from logfs.tree import NodeKey, Tree
@@ -573,6 +574,52 @@ class SegmentFile(FileNode):
                 continue
             return RawFileHandle(fd, self._used_size)
         raise StaleNameError(f"{self.describe()} was deleted")
+
+
+class RemoteSegmentFile(FileNode):
+    """``segments/<base>.log|.index|.timeindex`` of a remote log segment (tiered storage): the copy's bytes
+    as they were on local disk, read-only, read from the store through the engine (its chunk cache)."""
+
+    transient = True
+
+    def __init__(self, ns: Tree, tp: TopicPartition, name: str, segment: RemoteLogSegment, suffix: str) -> None:
+        super().__init__(ns)
+        self.tp = tp
+        self.name = name
+        self._segment = weakref.ref(segment)
+        self.suffix = suffix
+        self._last_size = 0
+
+    @property
+    def key(self) -> NodeKey:
+        return ("segfile", self.tp, self.name)
+
+    def describe(self) -> str:
+        return f"{self.tp.topic}/{self.tp.partition}/segments/{self.name}"
+
+    def is_current(self, segment: LogSegment | RemoteLogSegment) -> bool:
+        return self._segment() is segment
+
+    def size(self) -> int:
+        seg = self._segment()
+        if seg is not None:
+            self._last_size = seg.file_size(self.suffix)      # final: a copy never changes
+        return self._last_size
+
+    def blocks(self) -> int:
+        return 0            # stored in the object store, not on local disk (du)
+
+    def mtime_ns(self) -> int:
+        seg = self._segment()
+        return seg.last_modified * 1_000_000 if seg is not None else self.ns.started_ns
+
+    def open(self, write: bool) -> Handle:
+        self._refuse_write(write)
+        seg = self._segment()
+        if seg is None:
+            raise StaleNameError(f"{self.describe()} was deleted")
+        suffix = self.suffix
+        return RemoteFileHandle(lambda offset, size: seg.read_file(suffix, offset, size))
 
 
 def record_digest(content: bytes) -> bytes:

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from engine.records import compiled
+from engine.remote.remote_segment import RemoteLogSegment
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Iterator
@@ -108,6 +109,13 @@ def partition_state(manager: LogManager, log: Log) -> dict[str, Any]:     # Any:
             {"base_offset": seg.base_offset, "next_offset": seg.next_offset,
              "size_bytes": seg.size, "largest_timestamp": seg.largest_timestamp}
             for seg in segments.values()
+        ],
+        # tiered storage: the remote log segments below the local log start, which readers (segments/, the
+        # Spark source) read from the store; [] when every record is local
+        "remote_segments": [
+            {"base_offset": seg.base_offset, "next_offset": seg.next_offset,
+             "size_bytes": seg.size, "largest_timestamp": seg.largest_timestamp}
+            for seg in log.reader_segments().values() if isinstance(seg, RemoteLogSegment)
         ],
         "pending_deletion": {"segments": log.pending_deletion_segments,
                              "bytes": log.pending_deletion_bytes},

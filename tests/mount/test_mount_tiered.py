@@ -8,6 +8,7 @@ records below the local log start are read from the store through every view.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -411,3 +412,99 @@ def test_a_read_committed_mount_hides_aborted_transactions_in_s3_by_the_copies_t
     assert [json.loads(row)["offset"] for row in rows] == visible
     assert fetched() > 0
     assert mount.sh("cat t/0/offset/0", check=False).returncode != 0     # 1003's transaction, aborted locally
+
+
+def test_segments_lists_the_remote_log_segments_and_serves_their_files_from_s3_byte_for_byte(
+        logfs_mount, tmp_path: Path):
+    """``segments/`` of a tiered partition lists the copies below the local log start beside the local segments,
+    as a Kafka data dir listed every segment; their files read from the store as the local files were, and fail
+    with the store's errno while it is down (never a short read that exits 0)."""
+    server = SeaweedFS(tmp_path / "own-weed").start()
+    try:
+        options = _tiered_options(server, "segments", **{"rsm.config.fetch.chunk.cache.size": "8192",
+                                                         "rsm.config.chunk.size": "4096"})
+        mount = logfs_mount(options)
+        mount.sh("mkdir t && echo remote.storage.enable=true >> t/config")
+        _append(mount, 0, 2000, tmp_path)
+
+        def copied() -> dict | None:
+            state = _state(mount)
+            closed = _closed_segments(state)
+            return state if state["remote_storage"]["segments"] == len(closed) >= 20 else None
+
+        state = wait_for(copied, "every closed segment copied")
+        assert state is not None
+        assert state["remote_segments"] == []          # every record still local
+        closed = [s["base_offset"] for s in _closed_segments(state)]
+        segments = mount / "t/0/segments"
+        names = sorted(p.name for p in segments.iterdir())
+        # the original files and renderings, kept before local retention deletes them
+        kept = {"%020d%s" % (base, suffix): (mount.partition_dir("t", 0) / ("%020d%s" % (base, suffix))).read_bytes()
+                for base in closed for suffix in (".log", ".index", ".timeindex")}
+        kept.update({"%020d.jsonl" % base: (segments / ("%020d.jsonl" % base)).read_bytes() for base in closed})
+        assert all(kept[name] == (segments / name).read_bytes() for name in kept)
+
+        mount.sh("echo local.retention.bytes=12000 >> t/config")
+        state = wait_for(lambda: (s := _state(mount)) and s["local_log_start_offset"] > 1000 and s,
+                         "local segments deleted once copied")
+        assert state is not None
+        local_start = state["local_log_start_offset"]
+        remote = [base for base in closed if base < local_start]
+        assert [s["base_offset"] for s in state["remote_segments"]] == remote
+        assert remote[0] == 0
+        assert state["segments"][0]["base_offset"] == local_start
+        assert not (mount.partition_dir("t", 0) / ("%020d.log" % 0)).exists()
+
+        def every_remote_file() -> None:
+            assert sorted(p.name for p in segments.iterdir()) == names
+            for base in remote:
+                for suffix in (".log", ".index", ".timeindex", ".jsonl"):
+                    name = "%020d%s" % (base, suffix)
+                    assert (segments / name).stat().st_size == len(kept[name]), name
+                    assert (segments / name).read_bytes() == kept[name], name
+
+        every_remote_file()
+        first = "%020d.log" % 0
+        assert mount.sh(f"cat t/0/segments/{first}").stdout == kept[first]
+        assert mount.sh(f"dd if=t/0/segments/{first} bs=1000 skip=1 status=none").stdout == kept[first][1000:]
+        refused = mount.sh(f"echo x >> t/0/segments/{first}", check=False)
+        assert refused.returncode != 0
+        assert "Permission denied" in refused.stderr.decode()
+        assert mount.sh("du -sk t/0/segments").stdout.split()[0] != b"0"      # the local segments' blocks only
+
+        # kill -9 and a new mount (an empty chunk cache): the same listing and bytes
+        mount.kill()
+        mount.start()
+        every_remote_file()
+        mount.kill()
+        mount.start()
+        # the store down: the listing and sizes come from the metadata, local files read on, and a remote
+        # file fails with the store's errno within the bound
+        server.kill()
+        assert sorted(p.name for p in segments.iterdir()) == names      # nothing left out
+        raw = ["%020d%s" % (base, suffix) for base in remote for suffix in (".log", ".index", ".timeindex")]
+        assert [(segments / name).stat().st_size for name in raw] == [len(kept[name]) for name in raw]
+        local = "%020d.log" % local_start
+        assert (segments / local).read_bytes() == (mount.partition_dir("t", 0) / local).read_bytes()
+        started = time.monotonic()
+        failed = mount.sh(f"cat t/0/segments/{first}", check=False)
+        assert failed.returncode != 0, failed
+        assert b"Connection timed out" in failed.stderr, failed
+        assert failed.stdout == b""
+        assert time.monotonic() - started < 30
+        assert re.search(rf"t/0/segments/{first} ETIMEDOUT .*remote log segment 0 of t-0", _errors(mount)), \
+            _errors(mount)
+        failed = mount.sh("cat t/0/segments/%020d.timeindex" % remote[1], check=False)
+        assert failed.returncode != 0, failed
+        # a copy's rendering is listed, but neither sized as empty nor read short
+        with pytest.raises(OSError) as unsized:
+            (segments / ("%020d.jsonl" % remote[2])).stat()
+        assert unsized.value.errno == errno.ETIMEDOUT
+        failed = mount.sh("cat t/0/segments/%020d.jsonl" % remote[2], check=False)
+        assert failed.returncode != 0, failed
+        assert failed.stdout == b""
+        # the store back: served again
+        server.start()
+        every_remote_file()
+    finally:
+        server.stop()
