@@ -76,7 +76,12 @@ Options (names and meaning as Spark's Kafka source):
 
 How records travel: each Spark task reads one offset range ``[from, until)`` of one
 partition.  Offsets come from ``MOUNT/<topic>/<p>/state`` (``log_start_offset``,
-``log_end_offset``, ``segments``) and partitions from listing ``MOUNT/<topic>``.
+``log_end_offset``, ``segments`` and, with tiered storage, ``remote_segments``)
+and partitions from listing ``MOUNT/<topic>``.  A tiered topic is read from its
+log start: the remote log segments below the local log start are files of
+``segments/`` like the local ones, which the mount reads from the object store
+through its chunk cache (docs/tiering.md); while the store fails, a task
+reading them fails with the store's errno.
 
 - ``readFormat=segments``: the task reads the raw segment files
   ``MOUNT/<topic>/<p>/segments/<base>.log``, which the mount passes through

@@ -52,31 +52,21 @@ def partition_state(mount: str, topic: str, partition: int) -> dict[str, Any]:  
         raise StorageError(f"Unreadable partition state {path}: {exc}") from None
 
 
-_TIERED_WARNED: set[tuple[str, int, int]] = set()
-
-
-def readable_start(state: Mapping[str, Any], name: str) -> int:
-    """The first offset the source can read: the local log start offset (``state``'s).
+def readable_start(state: Mapping[str, Any]) -> int:     # Any: the state file's JSON
+    """The first offset the source can read: the log start offset (``state``'s).
 
     With tiered storage (docs/tiering.md) the records from the log start up to
-    the local log start are only in the store, which the source does not read
-    (it reads the raw segment files of ``segments/``): for it they are gone,
-    which ``failOnDataLoss`` decides about, and a warning says why.
+    the local log start are only in the store: ``segments/`` serves the remote
+    log segments' files from it (``state``'s ``remote_segments``), so they are
+    read as local ones are.
     """
-    log_start = int(state["log_start_offset"])
-    local_start = int(state.get("local_log_start_offset", log_start))
-    if local_start > log_start and (name, log_start, local_start) not in _TIERED_WARNED:
-        _TIERED_WARNED.add((name, log_start, local_start))      # once per range, not at every micro-batch
-        log.warning("Offsets %d to %d of %s are only in tiered storage, which the logfs source does not read "
-                       "(it reads the local segment files): they count as deleted (failOnDataLoss); read them "
-                       "through the records or records.jsonl views", log_start, local_start - 1, name)
-    return local_start
+    return int(state["log_start_offset"])
 
 
 def offset_bounds(mount: str, topic: str, partition: int) -> tuple[int, int]:
-    """(first readable offset, log end offset) of one partition, read through the mount (see readable_start)."""
+    """(log start offset, log end offset) of one partition, read through the mount (see readable_start)."""
     state = partition_state(mount, topic, partition)
-    return readable_start(state, f"{topic}-{partition}"), int(state["log_end_offset"])
+    return readable_start(state), int(state["log_end_offset"])
 
 
 def _topic_partitions(opts: SourceOptions, *, must_exist: bool) -> list[tuple[str, int]]:

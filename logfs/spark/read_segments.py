@@ -181,11 +181,12 @@ class SegmentRangeReader:
     def _list_segments(self) -> list[int]:
         """Base offsets of the segments now; applies failOnDataLoss to the log start offset."""
         state = partition_state(self.opts.mount, self.topic, self.partition)
-        log_start = readable_start(state, self._name)
+        log_start = readable_start(state)
         if self.next_offset < log_start:
             self.next_offset = skip_deleted(self.opts.fail_on_data_loss, self._name, self.next_offset,
                                             log_start, int(state["log_end_offset"]))
-        return sorted(int(s["base_offset"]) for s in state["segments"])
+        # the remote log segments below the local log start (tiered storage) first: segments/ serves their files
+        return sorted(int(s["base_offset"]) for s in (*state.get("remote_segments", ()), *state["segments"]))
 
     def _relist(self, why: str) -> list[int]:
         self._relists += 1

@@ -247,6 +247,61 @@ def test_source_data_loss_below_log_start_offset(spark, mount):
     assert sorted(r.offset for r in rows) == list(range(start, 200))
 
 
+def test_source_reads_a_tiered_topic_from_its_log_start_with_the_rows_of_a_local_read(spark, logfs_mount, tmp_path):
+    """Tiered storage (docs/tiering.md): once local retention deleted the copied segments, the source reads the
+    records only in the store (a file:// store here) through segments/, every row as when they were local."""
+    store = tmp_path / "store"
+    store.mkdir()
+    mount = logfs_mount({"remote.log.storage.system.enable": "true", "rsm.config.uri": f"file://{store}",
+                         "internal.log.segment.bytes": "8192", "log.index.interval.bytes": "512",
+                         "log.initial.task.delay.ms": "0", "log.retention.check.interval.ms": "100",
+                         "remote.log.manager.task.interval.ms": "100",
+                         "rsm.config.chunk.size": "4096", "rsm.config.fetch.chunk.cache.size": "16384"})
+    mp = str(mount.path)
+    _make_topic(mount, "tiered", 2, config="remote.storage.enable=true\nparse.key=true\n")
+    lines = [b"key-%d\tvalue-%06d-%s" % (i % 13, i, b"x" * (i % 41)) for i in range(3000)]
+    append_lines(mp, "tiered", lines, chunk=40)
+
+    def copied(p: int) -> bool:
+        remote = state(mp, "tiered", p)["remote_storage"]
+        return remote["segments"] > 0 and remote["copy_lag_segments"] == 0
+
+    wait_until(lambda: copied(0) and copied(1), 60, "the closed segments copied")
+    columns = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+
+    def read(**options: str) -> list[tuple]:
+        df = _source(spark, mount, "tiered", includeHeaders="true", **options)
+        return sorted(tuple(r[c] for c in columns) for r in df.collect())
+
+    split = {"minPartitions": "9"}
+    starting = {"startingOffsets": '{"tiered":{"0":7,"1":333}}', "endingOffsets": '{"tiered":{"0":900,"1":-1}}'}
+    local = read()
+    local_split, local_range = read(**split), read(**starting)
+    assert len(local) == 3000
+    assert state(mp, "tiered", 0)["remote_segments"] == []
+
+    with open(os.path.join(mp, "tiered", "config"), "a") as f:
+        f.write("local.retention.bytes=16384\n")
+
+    def trimmed(p: int) -> bool:
+        st = state(mp, "tiered", p)
+        return st["log_start_offset"] == 0 and st["local_log_start_offset"] > st["log_end_offset"] // 2
+
+    wait_until(lambda: trimmed(0) and trimmed(1), 60, "the copied segments deleted locally")
+    for p in range(2):
+        st = state(mp, "tiered", p)
+        assert st["remote_segments"][0]["base_offset"] == 0
+        assert not (mount.partition_dir("tiered", p) / "00000000000000000000.log").exists()
+    # every row from the log start, as read locally; a range starting inside a remote segment (its .index
+    # read through segments/) and split reads too; failOnDataLoss (the default) finds nothing lost
+    assert read() == local
+    assert read(**split) == local_split
+    assert read(**starting) == local_range
+    assert sorted(r.offset for r in _source(spark, mount, "tiered", readFormat="jsonl")
+                  .where("partition = 0").select("offset").collect()) == \
+        sorted(r[4] for r in local if r[3] == 0)
+
+
 #: Small segments, a fast cleaner and retention, so segment files change within seconds.
 CHURN_OPTIONS = {
     "internal.log.segment.bytes": "4096",

@@ -438,26 +438,18 @@ def test_remote_log_segments_serve_their_files_byte_for_byte_and_never_short(tmp
         manager.shutdown()
 
 
-def test_the_spark_source_reads_from_the_local_log_start_and_says_why(tmp_path: Path,
-                                                                     caplog: pytest.LogCaptureFixture):
-    """The logfs Spark source reads segment files: records only in the store count as deleted, never silently."""
+def test_the_spark_source_reads_from_the_log_start_not_the_local_log_start(tmp_path: Path):
+    """The logfs Spark source reads the remote log segments through segments/: the records only in the store
+    are not lost to it (failOnDataLoss)."""
     import json as _json
 
-    from engine.errors import OffsetOutOfRangeError
-    from logfs.spark.mount_client import offset_bounds, skip_deleted
+    from logfs.spark.mount_client import offset_bounds
 
     part = tmp_path / "mnt" / "t" / "0"
     part.mkdir(parents=True)
     (part / "state").write_text(_json.dumps({"log_start_offset": 0, "local_log_start_offset": 700,
-                                             "log_end_offset": 1200, "segments": []}))
-    with caplog.at_level(logging.WARNING, logger="logfs.spark"):
-        assert offset_bounds(str(tmp_path / "mnt"), "t", 0) == (700, 1200)
-        assert offset_bounds(str(tmp_path / "mnt"), "t", 0) == (700, 1200)
-    warned = [r.getMessage() for r in caplog.records if "only in tiered storage" in r.getMessage()]
-    assert len(warned) == 1
-    assert "Offsets 0 to 699 of t-0" in warned[0]
-    with pytest.raises(OffsetOutOfRangeError):
-        skip_deleted(True, "t-0", 0, 700, 1200)
+                                             "log_end_offset": 1200, "segments": [], "remote_segments": []}))
+    assert offset_bounds(str(tmp_path / "mnt"), "t", 0) == (0, 1200)
 
 
 def test_read_committed_views_hide_aborted_transactions_held_only_in_remote_storage(tmp_path: Path):
