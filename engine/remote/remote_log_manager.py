@@ -449,8 +449,12 @@ class RemoteLogManager:
         return self._index(segment_id, IndexType.OFFSET)
 
     def offset_index(self, segment_id: RemoteLogSegmentId) -> bytes:
-        """The copy's offset index (kept in memory for the last few copies read)."""
-        return self._offset_index(segment_id)
+        """The copy's offset index (kept in memory for the last few indexes read)."""
+        return self._index(segment_id, IndexType.OFFSET)
+
+    def time_index(self, segment_id: RemoteLogSegmentId) -> bytes:
+        """The copy's time index (kept in memory for the last few indexes read, as the offset indexes)."""
+        return self._index(segment_id, IndexType.TIMESTAMP)
 
     def transaction_index(self, metadata: RemoteLogSegmentMetadata) -> list[TxnIndexEntry]:
         """The aborted transactions of the copy's ``.txnindex`` (kept in memory as the offset index is; an

@@ -32,7 +32,7 @@ from engine.errors import CorruptRecordError, StorageError
 from engine.files import INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX
 from engine.index import TIME_INDEX_ENTRY as _TIME_ENTRY
 from engine.records.reader import read_batches, read_headers
-from engine.remote.storage import LOG_SUFFIX, IndexType, RemoteStorageError, TopicIdPartition
+from engine.remote.storage import LOG_SUFFIX, RemoteStorageError, TopicIdPartition
 from engine.segment import LogOffsetPosition, SegmentAttachment
 from engine.store_waits import StoreWaitDeferred
 
@@ -84,7 +84,6 @@ class RemoteLogSegment:
         self.dir: str | None = rlm.view_index_dir(metadata.segment_id)
         self._offset_index: _RemoteOffsetIndex | None = None
         self._time_index: tuple[list[int], list[int]] | None = None
-        self._time_index_bytes: bytes | None = None
         #: what the views derive from its bytes (engine.views.index.SegmentViews), as on a local segment
         self.attachment: SegmentAttachment | None = None
         #: the copy has its ``.txnindex`` and producer snapshot: the transaction walk takes them instead of
@@ -156,18 +155,16 @@ class RemoteLogSegment:
         return data
 
     def _index_file(self, suffix: str) -> bytes:
-        """The copy's ``.index`` (the RemoteLogManager keeps the last few read) or ``.timeindex`` (kept here)."""
+        """The copy's ``.index`` or ``.timeindex`` (the RemoteLogManager keeps the last few read in memory)."""
         if suffix == INDEX_FILE_SUFFIX:
             return self.offset_index.entries_bytes_raw
         if suffix != TIME_INDEX_FILE_SUFFIX:
             raise ValueError(f"A remote log segment has no {suffix} file")
-        if self._time_index_bytes is None:
-            try:
-                self._time_index_bytes = self._rlm.storage.fetch_index(self.metadata.segment_id, IndexType.TIMESTAMP)
-            except RemoteStorageError as exc:
-                raise RemoteReadError(f"Reading the time index of remote log segment {self.base_offset} of "
-                                      f"{self.topic_partition} failed: {exc}", exc.errno) from exc
-        return self._time_index_bytes
+        try:
+            return self._rlm.time_index(self.metadata.segment_id)
+        except RemoteStorageError as exc:
+            raise RemoteReadError(f"Reading the time index of remote log segment {self.base_offset} of "
+                                  f"{self.topic_partition} failed: {exc}", exc.errno) from exc
 
     def batches(self, start_position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of every batch from ``start_position``."""
