@@ -302,6 +302,39 @@ def test_source_reads_a_tiered_topic_from_its_log_start_with_the_rows_of_a_local
         sorted(r[4] for r in local if r[3] == 0)
 
 
+def test_segment_reader_fails_with_the_stores_errno_when_a_remote_segment_cannot_be_read(logfs_mount, tmp_path):
+    """A task reading a remote log segment while the object store is down fails with the store's errno within
+    the bound (the mount's read of segments/<base>.log fails), never with fewer rows."""
+    import errno
+
+    from tests.seaweedfs import SeaweedFS
+
+    server = SeaweedFS(tmp_path / "weed").start()
+    try:
+        mount = logfs_mount({"remote.log.storage.system.enable": "true", **server.settings(prefix="spark"),
+                             "rsm.config.request.timeout.ms": "2000", "internal.log.segment.bytes": "8192",
+                             "log.initial.task.delay.ms": "0", "log.retention.check.interval.ms": "100",
+                             "remote.log.manager.task.interval.ms": "100"})
+        mp = str(mount.path)
+        _make_topic(mount, "down", 1, config="remote.storage.enable=true\nlocal.retention.bytes=16384\n")
+        _fill(mount, "down", 1, 2000, chunk=40)
+        wait_until(lambda: state(mp, "down", 0)["local_log_start_offset"] > 1000, 60,
+                   "the copied segments deleted locally")
+        opts = logfs_spark.SourceOptions.parse({"path": mp, "subscribe": "down"})
+        rng = logfs_spark.OffsetRangePartition("down", 0, 10, 2000)
+        server.kill()
+        started = time.monotonic()
+        with pytest.raises(OSError) as failed:
+            list(logfs_spark.SegmentRangeReader(opts, rng).batches())
+        assert failed.value.errno == errno.ETIMEDOUT
+        assert time.monotonic() - started < 30
+        server.start()
+        rows = [r for b in logfs_spark.SegmentRangeReader(opts, rng).batches() for r in b.to_pylist()]
+        assert [r["offset"] for r in rows] == list(range(10, 2000))
+    finally:
+        server.stop()
+
+
 #: Small segments, a fast cleaner and retention, so segment files change within seconds.
 CHURN_OPTIONS = {
     "internal.log.segment.bytes": "4096",
