@@ -385,10 +385,12 @@ def test_local_retention_deletes_only_copied_segments_and_reads_below_the_local_
 def test_remote_log_segments_serve_their_files_byte_for_byte_and_never_short(tmp_path: Path):
     """segments/ and the Spark source read a copy's .log, .index and .timeindex through RemoteLogSegment.read_file:
     the bytes the local files held, sized from the metadata (no request), and EIO when the store holds less."""
+    import dataclasses
     import errno
     from pathlib import Path
 
     from engine.files import INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SEGMENT_FILE_SUFFIXES, TIME_INDEX_FILE_SUFFIX
+    from engine.remote.metadata import RemoteLogSegmentMetadata
     from engine.remote.remote_segment import RemoteLogSegment, RemoteReadError
 
     manager = _manager(tmp_path)
@@ -410,6 +412,16 @@ def test_remote_log_segments_serve_their_files_byte_for_byte_and_never_short(tmp
                 assert segment.read_file(suffix, 0, 1 << 20) == original, (segment, suffix)
                 assert segment.read_file(suffix, 5, 17) == original[5:22]
                 assert segment.read_file(suffix, len(original), 10) == b""
+        # a copy recorded before the metadata held its index sizes: its indexes are fetched to size them
+        rlm = manager.remote_log_manager
+        assert rlm is not None
+        older = dataclasses.replace(remote[0].metadata, offset_index_size_bytes=None, time_index_size_bytes=None)
+        assert RemoteLogSegmentMetadata.from_event(older.to_event()) == older
+        assert RemoteLogSegmentMetadata.from_event(remote[0].metadata.to_event()) == remote[0].metadata
+        unsized = RemoteLogSegment(rlm, older, TP)
+        for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
+            assert unsized.file_size(suffix) == len(kept[0][suffix])
+            assert unsized.read_file(suffix, 0, 1 << 20) == kept[0][suffix]
         # a new manager sizes every file from the metadata log alone: the store is not asked
         manager.shutdown()
         manager = _manager(tmp_path)
