@@ -77,9 +77,11 @@ class RemoteLogSegmentMetadata:
     fetch), -1 for a copy without ``.txnindex`` and ``.snapshot`` objects (made
     before logfs copied them).
     ``offset_index_size_bytes`` and ``time_index_size_bytes`` are the sizes of
-    the index objects copied (logfs's, so that ``segments/`` sizes a copy's
-    index files without a request; None in events written before they were
-    recorded: the index is then fetched to size it).
+    the index objects copied and ``offset_index_crc32c`` the CRC32C of the
+    offset index (logfs's: ``segments/`` sizes a copy's index files, and a
+    kept view index is bound to the copy, without a request to the store;
+    None in events written before they were recorded: the index is then
+    fetched).
     """
 
     segment_id: RemoteLogSegmentId
@@ -93,6 +95,7 @@ class RemoteLogSegmentMetadata:
     transaction_index_entries: int = -1
     offset_index_size_bytes: int | None = None
     time_index_size_bytes: int | None = None
+    offset_index_crc32c: int | None = None
 
     @property
     def has_transaction_index(self) -> bool:
@@ -101,8 +104,10 @@ class RemoteLogSegmentMetadata:
 
     def to_event(self) -> bytes:
         sid = self.segment_id
-        sizes = {} if self.offset_index_size_bytes is None or self.time_index_size_bytes is None else {
-            "offsetIndexSizeBytes": self.offset_index_size_bytes, "timeIndexSizeBytes": self.time_index_size_bytes}
+        indexes = {name: value for name, value in (("offsetIndexSizeBytes", self.offset_index_size_bytes),
+                                                   ("timeIndexSizeBytes", self.time_index_size_bytes),
+                                                   ("offsetIndexCrc32c", self.offset_index_crc32c))
+                   if value is not None}
         return orjson.dumps({
             "state": self.state.value, "topic": sid.topic_id_partition.topic,
             "topicId": sid.topic_id_partition.topic_id, "partition": sid.topic_id_partition.partition,
@@ -110,7 +115,7 @@ class RemoteLogSegmentMetadata:
             "endOffset": self.end_offset, "maxTimestamp": self.max_timestamp,
             "segmentSizeBytes": self.segment_size_bytes, "eventTimestamp": self.event_timestamp,
             "segmentLeaderEpochs": {str(e): o for e, o in sorted(self.segment_leader_epochs.items())},
-            "txnIndexEntries": self.transaction_index_entries, **sizes})
+            "txnIndexEntries": self.transaction_index_entries, **indexes})
 
     @classmethod
     def from_event(cls, data: bytes) -> RemoteLogSegmentMetadata:
@@ -123,7 +128,8 @@ class RemoteLogSegmentMetadata:
                        RemoteLogSegmentState(event["state"]),
                        {int(e): int(o) for e, o in event["segmentLeaderEpochs"].items()},
                        int(event.get("txnIndexEntries", -1)),
-                       _optional_int(event, "offsetIndexSizeBytes"), _optional_int(event, "timeIndexSizeBytes"))
+                       _optional_int(event, "offsetIndexSizeBytes"), _optional_int(event, "timeIndexSizeBytes"),
+                       _optional_int(event, "offsetIndexCrc32c"))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptRecordError(f"Unreadable remote log metadata event {data[:200]!r}: {exc}") from exc
 

@@ -65,6 +65,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from crc32c import crc32c
+
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.config import LogConfig
 from engine.errors import CorruptRecordError, StorageError
@@ -236,12 +238,15 @@ class RemoteLogManager:
         walk.expire(segment.largest_timestamp - PRODUCER_ID_EXPIRATION_MS)
         producers = list(walk.producers.values())
         segment_id = RemoteLogSegmentId.generate(tip, segment.base_offset)
-        # the index objects are the closed segment's index files (trimmed at its roll): their sizes let
-        # ``segments/`` size the copy's index files without a request to the store
+        # the index objects are the closed segment's index files (trimmed at its roll): their sizes and the
+        # offset index's CRC let ``segments/`` size the copy's files, and a kept view index be bound to the
+        # copy, without a request to the store
+        with open(segment.offset_index.path, "rb") as f:
+            offset_index = f.read()
         metadata = RemoteLogSegmentMetadata(segment_id, segment.base_offset, end_offset,
                                             segment.largest_timestamp, segment.size, self.clock.milliseconds(),
-                                            STARTED, epochs, len(aborted), os.path.getsize(segment.offset_index.path),
-                                            os.path.getsize(segment.time_index.path))
+                                            STARTED, epochs, len(aborted), len(offset_index),
+                                            os.path.getsize(segment.time_index.path), crc32c(offset_index))
         self.metadata.add(metadata)
         data = LogSegmentData(segment.log_path, segment.offset_index.path, segment.time_index.path,
                               encode_txn_index(aborted), encode_producer_snapshot(producers),

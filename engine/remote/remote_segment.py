@@ -25,11 +25,13 @@ import errno
 import threading
 from typing import TYPE_CHECKING
 
+from crc32c import crc32c
 from sortedcontainers import SortedDict
 
 from engine import records as _records
 from engine.errors import CorruptRecordError, StorageError
 from engine.files import INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX
+from engine.index import OFFSET_INDEX_ENTRY
 from engine.index import TIME_INDEX_ENTRY as _TIME_ENTRY
 from engine.records.reader import read_batches, read_headers
 from engine.remote.storage import LOG_SUFFIX, RemoteStorageError, TopicIdPartition
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from engine.topic import TopicPartition
     from engine.transactions import ProducerEntry, TxnIndexEntry
 
+_OFFSET_ENTRY_SIZE = OFFSET_INDEX_ENTRY.size
 #: bytes read per request while walking a copy (a chunk of the cache holds several)
 _SCAN_CHUNK = 256 * 1024
 
@@ -187,6 +190,17 @@ class RemoteLogSegment:
                 raise RemoteReadError(f"Reading the offset index of remote log segment {self.base_offset} of "
                                       f"{self.topic_partition} failed: {exc}", exc.errno) from exc
         return self._offset_index
+
+    def offset_index_crc(self, entries: int) -> int | None:
+        """CRC32C of the first ``entries`` offset index entries (None if it has fewer): what binds a kept view
+        index to the copy (engine.views.persisted).  The whole index's is in the metadata (no request)."""
+        recorded = self.metadata.offset_index_crc32c
+        if recorded is not None and entries * _OFFSET_ENTRY_SIZE == self.metadata.offset_index_size_bytes:
+            return recorded
+        index = self.offset_index
+        if index.entries < entries:
+            return None
+        return crc32c(index.entries_bytes()[:entries * _OFFSET_ENTRY_SIZE])
 
     def position_of(self, offset: int) -> int:
         """The position of the indexed batch at or below ``offset`` (the copy's offset index)."""

@@ -125,6 +125,10 @@ counters = {"loaded": 0, "missing": 0, "rejected": 0, "written": 0}
 
 def _offset_index_crc(segment: LogSegment, entries: int) -> int | None:
     """CRC32C of the first ``entries`` offset index entries (None if the index has fewer)."""
+    if _remote(segment):
+        # a remote log segment knows its whole index's CRC from the metadata: no request to the store
+        remote_crc: Callable[[int], int | None] = segment.offset_index_crc    # type: ignore[attr-defined]
+        return remote_crc(entries)
     index = segment.offset_index
     if index.entries < entries:
         return None

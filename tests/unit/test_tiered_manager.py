@@ -389,9 +389,12 @@ def test_remote_log_segments_serve_their_files_byte_for_byte_and_never_short(tmp
     import errno
     from pathlib import Path
 
+    from crc32c import crc32c
+
     from engine.files import INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SEGMENT_FILE_SUFFIXES, TIME_INDEX_FILE_SUFFIX
     from engine.remote.metadata import RemoteLogSegmentMetadata
     from engine.remote.remote_segment import RemoteLogSegment, RemoteReadError
+    from engine.views.log_view import LogView, ViewFormat
 
     manager = _manager(tmp_path)
     try:
@@ -415,13 +418,24 @@ def test_remote_log_segments_serve_their_files_byte_for_byte_and_never_short(tmp
         # a copy recorded before the metadata held its index sizes: its indexes are fetched to size them
         rlm = manager.remote_log_manager
         assert rlm is not None
-        older = dataclasses.replace(remote[0].metadata, offset_index_size_bytes=None, time_index_size_bytes=None)
+        older = dataclasses.replace(remote[0].metadata, offset_index_size_bytes=None, time_index_size_bytes=None,
+                                    offset_index_crc32c=None)
         assert RemoteLogSegmentMetadata.from_event(older.to_event()) == older
         assert RemoteLogSegmentMetadata.from_event(remote[0].metadata.to_event()) == remote[0].metadata
         unsized = RemoteLogSegment(rlm, older, TP)
         for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
             assert unsized.file_size(suffix) == len(kept[0][suffix])
             assert unsized.read_file(suffix, 0, 1 << 20) == kept[0][suffix]
+        # what binds a kept view index to the copy: its offset index's CRC, from the metadata or the store
+        entries = len(kept[0][INDEX_FILE_SUFFIX]) // 8
+        assert remote[0].metadata.offset_index_crc32c == crc32c(kept[0][INDEX_FILE_SUFFIX])
+        for segment in (remote[0], unsized):
+            assert segment.offset_index_crc(entries) == crc32c(kept[0][INDEX_FILE_SUFFIX])
+            assert segment.offset_index_crc(entries - 1) == crc32c(kept[0][INDEX_FILE_SUFFIX][:-8])
+            assert segment.offset_index_crc(entries + 1) is None
+        # the views of the store's range, sized once (their view indexes kept for the copies)
+        assert LogView(log, ViewFormat.TEXT).size() == len(_expected_text(1200))
+        rendered = LogView(log, ViewFormat.JSONL, segment=remote[1]).size()     # type: ignore[arg-type]
         # a new manager sizes every file from the metadata log alone: the store is not asked
         manager.shutdown()
         manager = _manager(tmp_path)
@@ -434,6 +448,10 @@ def test_remote_log_segments_serve_their_files_byte_for_byte_and_never_short(tmp
             for segment in remote:
                 for suffix in SEGMENT_FILE_SUFFIXES:
                     assert segment.file_size(suffix) == len(kept[segment.base_offset][suffix])
+            # the renderings of the whole log and of one copy are sized by the view indexes kept for the copies,
+            # bound to them by the metadata's CRC of their offset indexes
+            assert LogView(log, ViewFormat.TEXT).size() == len(_expected_text(1200))
+            assert LogView(log, ViewFormat.JSONL, segment=remote[1]).size() == rendered   # type: ignore[arg-type]
             with pytest.raises(RemoteReadError) as gone:
                 remote[0].read_file(LOG_FILE_SUFFIX, 0, 100)
             assert gone.value.errno == errno.ENOENT
