@@ -648,7 +648,8 @@ class LogfsOperations(pyfuse3.Operations):
         return attr
 
     def _unsized_attr(self, ino: int, node: Node) -> pyfuse3.EntryAttributes:
-        """Attributes of a file whose size cannot be told now (readdir): valid for no time."""
+        """Attributes of a file a listing does not size (readdir): valid for no time, so a stat or an open
+        asks for the real ones."""
         attr = pyfuse3.EntryAttributes()
         attr.st_ino = ino
         attr.generation = 0
@@ -1048,8 +1049,11 @@ class LogfsOperations(pyfuse3.Operations):
                 continue   # vanished since opendir (deleted topic, retained segment)
             ino = self._remember(node)
             try:
-                await self._drop_zero_fills(ino, node)
-                attr = self._attr(ino, node)
+                if not node.sized_in_listing:
+                    attr = self._unsized_attr(ino, node)
+                else:
+                    await self._drop_zero_fills(ino, node)
+                    attr = self._attr(ino, node)
             except LogfsError as exc:
                 if exc.errno in _GONE_ERRNOS or node.is_dir:
                     self._drop(ino, 1)

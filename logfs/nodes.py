@@ -62,6 +62,9 @@ class Node:
     entry_timeout = 0.0
     #: the inode number logfs.fs gave this node (kept across the kernel's forget)
     ino: int | None = None
+    #: whether a directory listing (readdir) sizes it; False for a file whose size may wait for an object
+    #: store (a remote log segment's rendering): listed with attributes valid for no time, sized at its stat
+    sized_in_listing = True
 
     def __init__(self, ns: Tree) -> None:
         self.ns = ns
@@ -271,6 +274,9 @@ class ViewFile(FileNode):
         self.start_offset = start_offset
         self.identity = ViewIdentity(target, start_offset, segment)
         self._single = segment is not None
+        # segments/<base>.jsonl of a remote log segment: sizing it may fetch from the store (after a restart),
+        # which `ls segments/` must not wait for copy after copy
+        self.sized_in_listing = not getattr(segment, "remote", False)
         self._view: LogView | None = None
         self._last_size = 0
         self._last_mtime_ns = 0

@@ -8,7 +8,6 @@ records below the local log start are read from the store through every view.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
@@ -496,15 +495,33 @@ def test_segments_lists_the_remote_log_segments_and_serves_their_files_from_s3_b
             _errors(mount)
         failed = mount.sh("cat t/0/segments/%020d.timeindex" % remote[1], check=False)
         assert failed.returncode != 0, failed
-        # a copy's rendering is listed, but neither sized as empty nor read short
-        with pytest.raises(OSError) as unsized:
-            (segments / ("%020d.jsonl" % remote[2])).stat()
-        assert unsized.value.errno == errno.ETIMEDOUT
-        failed = mount.sh("cat t/0/segments/%020d.jsonl" % remote[2], check=False)
+        # a copy's rendering is sized from its kept view index, bound to the copy by the metadata, and not
+        # read short
+        rendering = "%020d.jsonl" % remote[2]
+        assert (segments / rendering).stat().st_size == len(kept[rendering])
+        failed = mount.sh(f"cat t/0/segments/{rendering}", check=False)
         assert failed.returncode != 0, failed
         assert failed.stdout == b""
         # the store back: served again
         server.start()
+        every_remote_file()
+        # a store that hangs (SIGSTOP): listing and sizing go on at once, a read fails within the bound
+        assert server.process is not None
+        os.killpg(server.process.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            listed = mount.sh("ls -l t/0/segments").stdout.decode().splitlines()[1:]
+            assert time.monotonic() - started < 5, "listing segments/ waited for the store"
+            sizes = {line.split()[-1]: int(line.split()[4]) for line in listed}
+            assert {name: sizes[name] for name in kept if int(name[:20]) in remote} == \
+                {name: len(data) for name, data in kept.items() if int(name[:20]) in remote}
+            started = time.monotonic()
+            failed = mount.sh(f"cat t/0/segments/{first}", check=False)
+            assert failed.returncode != 0, failed
+            assert b"Connection timed out" in failed.stderr, failed
+            assert time.monotonic() - started < 30
+        finally:
+            os.killpg(server.process.pid, signal.SIGCONT)
         every_remote_file()
     finally:
         server.stop()
