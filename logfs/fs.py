@@ -656,11 +656,17 @@ class LogfsOperations(pyfuse3.Operations):
         attr.entry_timeout = attr.attr_timeout = 0
         attr.st_mode = stat.S_IFREG | self._mode(node)
         attr.st_nlink = 1
-        attr.st_size = attr.st_blocks = 0
+        # the size the kernel may hold already (an opening's pages), not 0: a smaller size would drop them
+        attr.st_size = node.listed_size()
+        attr.st_blocks = 0
         attr.st_uid = self._uid
         attr.st_gid = self._gid
         attr.st_blksize = BLOCK_SIZE
-        attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = self.ns.started_ns
+        try:
+            mtime = node.mtime_ns()
+        except LogfsError:
+            mtime = self.ns.started_ns
+        attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = mtime
         return attr
 
     def _mode(self, node: Node) -> int:

@@ -80,6 +80,11 @@ class Node:
         """512-byte blocks stored for this file (``du``): what it holds on disk."""
         return (self.size() + 511) // 512
 
+    def listed_size(self) -> int:
+        """The size a listing gives when it does not size the file (``sized_in_listing``, or sizing failed):
+        never below a size answered before, so a kernel that holds the file's pages drops none of them."""
+        return 0
+
     def mtime_ns(self) -> int:
         return self.ns.started_ns
 
@@ -328,6 +333,9 @@ class ViewFile(FileNode):
             size = self._last_size     # replaced and not open: what it last was
         if size > self._last_size:
             self._last_size = size
+        return self._last_size
+
+    def listed_size(self) -> int:
         return self._last_size
 
     def blocks(self) -> int:

@@ -463,6 +463,15 @@ def test_segments_lists_the_remote_log_segments_and_serves_their_files_from_s3_b
                     assert (segments / name).read_bytes() == kept[name], name
 
         every_remote_file()
+        # an opening of a copy's rendering reads on whole while `ls` lists the directory (which does not size
+        # the rendering): the listing never shrinks what the kernel holds of it
+        rendering = "%020d.jsonl" % remote[3]
+        with open(segments / rendering, "rb", buffering=0) as opened:
+            head = opened.read(100)
+            assert sorted(p.name for p in segments.iterdir()) == names
+            assert os.fstat(opened.fileno()).st_size == len(kept[rendering])
+            rest = b"".join(iter(lambda: opened.read(1000), b""))
+        assert head + rest == kept[rendering]
         first = "%020d.log" % 0
         assert mount.sh(f"cat t/0/segments/{first}").stdout == kept[first]
         assert mount.sh(f"dd if=t/0/segments/{first} bs=1000 skip=1 status=none").stdout == kept[first][1000:]
