@@ -111,11 +111,13 @@ def partition_state(manager: LogManager, log: Log) -> dict[str, Any]:     # Any:
             for seg in segments.values()
         ],
         # tiered storage: the remote log segments below the local log start, which readers (segments/, the
-        # Spark source) read from the store; [] when every record is local
+        # Spark source) read from the store; [] when every record is local.  One deleted locally since
+        # `segments` was taken stays listed there only: every base offset once
         "remote_segments": [
             {"base_offset": seg.base_offset, "next_offset": seg.next_offset,
              "size_bytes": seg.size, "largest_timestamp": seg.largest_timestamp}
-            for seg in log.reader_segments().values() if isinstance(seg, RemoteLogSegment)
+            for base, seg in log.reader_segments().items()
+            if isinstance(seg, RemoteLogSegment) and base not in segments
         ],
         "pending_deletion": {"segments": log.pending_deletion_segments,
                              "bytes": log.pending_deletion_bytes},
