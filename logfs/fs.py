@@ -1047,15 +1047,19 @@ class LogfsOperations(pyfuse3.Operations):
             temp = self._temps.get(parent, name)
             # ignore: a parent is a Directory (Node has no store_preparation() or lookup())
             prepare = None if temp is not None else parent.store_preparation(name)  # type: ignore[attr-defined]
+            sizable = True
             if prepare is not None:     # what the attributes read of tiered storage's store, off this thread
-                await trio.to_thread.run_sync(prepare)
+                try:
+                    await trio.to_thread.run_sync(prepare)
+                except LogfsError:
+                    sizable = False     # the store fails: listed unsized (below), not asked again here
             try:
                 node = temp or parent.lookup(name)   # type: ignore[attr-defined]
             except LogfsError:
                 continue   # vanished since opendir (deleted topic, retained segment)
             ino = self._remember(node)
             try:
-                if not node.sized_in_listing:
+                if not node.sized_in_listing or not sizable:
                     attr = self._unsized_attr(ino, node)
                 else:
                     await self._drop_zero_fills(ino, node)
