@@ -170,6 +170,10 @@ class LogSegment:
     #: what another layer derives from this segment's bytes (see :class:`SegmentAttachment`); None when nothing
     attachment: SegmentAttachment | None
 
+    def read_ahead(self) -> None:
+        """A sequential reader is about to read this segment from its start: nothing to do for a local file
+        (the page cache reads ahead); a remote log segment fetches its first chunks."""
+
     def __init__(self, dir: str, base_offset: int, config: LogConfig, clock: Clock = SYSTEM_CLOCK, *,
                  file_suffix: str = "", file_already_exists: bool = False,
                  preallocate: bool = False, topic_partition: TopicPartition | None = None,

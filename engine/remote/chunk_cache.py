@@ -11,8 +11,10 @@ cannot count on).
 
 Read-ahead: a read that starts where the previous read of the same segment
 ended is sequential; the cache then fetches the next ``read_ahead`` chunks in
-the background, so a ``cat`` of an old segment waits for the store about
-once, not at every chunk.  A read-ahead that fails is forgotten: the read
+the background, each in a thread of its own (the store serves them at once),
+and a read near a segment's end the first chunks of the next one
+(``read_ahead_start``), so a ``cat`` of old segments waits for the store
+about once, not at every chunk.  A read-ahead that fails is forgotten: the read
 that needs the chunk fetches it again and reports the error.
 
 Invariants: a chunk file exists only complete (written to a temporary name
@@ -52,14 +54,16 @@ class RemoteChunkCache:
     """Chunks of remote segments on local disk, within ``max_bytes``."""
 
     def __init__(self, storage: RemoteStorageManager, directory: str, *, max_bytes: int,
-                 chunk_bytes: int = 4 << 20, read_ahead: int = 2) -> None:
+                 chunk_bytes: int = 4 << 20, read_ahead: int = 4) -> None:
         if chunk_bytes <= 0 or max_bytes < chunk_bytes:
             raise ValueError(f"the remote chunk cache needs max_bytes ({max_bytes}) >= chunk_bytes ({chunk_bytes}) > 0")
         self.storage = storage
         self.directory = os.path.abspath(directory)
         self.max_bytes = max_bytes
         self.chunk_bytes = chunk_bytes
-        self.read_ahead = read_ahead
+        # never more ahead than the bound holds beside the chunk being read and the one before it: a
+        # read-ahead would evict the chunks it fetched before the reader gets to them
+        self.read_ahead = min(read_ahead, max(0, max_bytes // chunk_bytes - 2))
         # a cache left by an earlier run may hold chunks of copies since deleted: start empty
         shutil.rmtree(self.directory, ignore_errors=True)
         os.makedirs(self.directory)
@@ -69,7 +73,7 @@ class RemoteChunkCache:
         self._fetching: dict[ChunkKey, Future[bytes]] = {}
         #: segment -> the position its last read ended at (a read starting there is sequential)
         self._cursors: dict[RemoteLogSegmentId, int] = {}
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="remote-read-ahead")
+        self._pool = ThreadPoolExecutor(max_workers=max(1, self.read_ahead), thread_name_prefix="remote-read-ahead")
         #: counters for ``.logfs/metrics``: chunks fetched from the store, reads served from local files
         self.fetched_chunks = 0
         self.fetched_bytes = 0
@@ -96,16 +100,28 @@ class RemoteChunkCache:
         with self._lock:
             sequential = self._cursors.get(segment_id) == position
             self._cursors[segment_id] = end
+        if sequential:      # before the read's own chunks: a read that waits for them has its next ones coming
+            self._read_ahead_from(segment_id, last + 1, segment_size)
         pieces = []
         for index in range(first, last + 1):
             start = position - index * self.chunk_bytes if index == first else 0
             stop = end - index * self.chunk_bytes if index == last else self.chunk_bytes
             pieces.append(self._chunk((segment_id, index), segment_size, start, stop))
-        if sequential and self.read_ahead > 0:
-            for index in range(last + 1, last + 1 + self.read_ahead):
-                if index * self.chunk_bytes < segment_size:
-                    self._prefetch((segment_id, index), segment_size)
         return b"".join(pieces)
+
+    def read_ahead_start(self, segment_id: RemoteLogSegmentId, segment_size: int) -> None:
+        """Fetch the first chunks of a segment in the background: a sequential reader of the segment before
+        it is about to get there (its first read, at 0, is then sequential)."""
+        with self._lock:
+            if segment_id in self._cursors:
+                return              # read already (or started ahead already)
+            self._cursors[segment_id] = 0
+        self._read_ahead_from(segment_id, 0, segment_size)
+
+    def _read_ahead_from(self, segment_id: RemoteLogSegmentId, first: int, segment_size: int) -> None:
+        for index in range(first, first + self.read_ahead):
+            if index * self.chunk_bytes < segment_size:
+                self._prefetch((segment_id, index), segment_size)
 
     def _chunk(self, key: ChunkKey, segment_size: int, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` of the chunk: from its file when cached (only those bytes read), else

@@ -169,6 +169,10 @@ class RemoteLogSegment:
             raise RemoteReadError(f"Reading the time index of remote log segment {self.base_offset} of "
                                   f"{self.topic_partition} failed: {exc}", exc.errno) from exc
 
+    def read_ahead(self) -> None:
+        """A sequential reader (a view) gets to this copy next: its first chunks are fetched in the background."""
+        self._rlm.cache.read_ahead_start(self.metadata.segment_id, self.size)
+
     def batches(self, start_position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of every batch from ``start_position``."""
         return read_headers(self.read_bytes, start_position, self.size, _SCAN_CHUNK, path=self.log_path)

@@ -86,6 +86,10 @@ class ViewFormat(Enum):
     JSONL = "jsonl"
 
 
+#: how close to the end of a remote log segment a sequential reader has the next one fetched ahead
+_STORE_READ_AHEAD_BYTES = 8 << 20
+
+
 class _Slot:
     """One segment covered by a view, and where its rendering starts in the view."""
 
@@ -487,6 +491,11 @@ class LogView:
             self._next = (slot_index + 1, 0, 0)
         else:
             self._next = (slot_index, next_log_pos, pos)
+        if segment.remote and slot_index + 1 < len(self._slots) \
+                and next_log_pos + _STORE_READ_AHEAD_BYTES >= segment.size:
+            following = self._slots[slot_index + 1].segment()
+            if following is not None:
+                following.read_ahead()      # this reader gets there next: a copy's first chunks fetched ahead
         begin = position - chunk_view_start
         return memoryview(chunk)[begin:begin + (stop - position)] if begin >= 0 else b""
 
