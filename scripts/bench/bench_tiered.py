@@ -24,7 +24,11 @@ TOPIC/0/append``, in 16 MiB writes.  Printed, side by side:
   ``plain``'s ``records`` (its local segments) and ``cat`` of the source file,
   best of ``--repeat`` fresh mounts each.
 
-    .venv/bin/python scripts/bench/bench_tiered.py [--mb 2048] [--local-mb 100] [--segment-mb 16]
+    .venv/bin/python scripts/bench/bench_tiered.py [--mb 2048] [--local-mb 100] [--segment-mb 16] [--rate 50]
+
+With ``--rate`` the tiered topic is appended at that many MB/s (a producer
+at the store's pace): appends never wait for the store (as in Kafka), so the
+local bound holds while the copies keep up with the appends.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -77,8 +82,9 @@ class Mount:
     def sh(self, command: str) -> None:
         subprocess.run(["bash", "-c", command], cwd=self.mnt, check=True)
 
-    def state(self, topic: str) -> dict:
-        return json.loads((self.mnt / topic / "0" / "state").read_bytes())
+    def state(self, topic: str) -> dict[str, Any]:     # Any: the state file's JSON
+        state: dict[str, Any] = json.loads((self.mnt / topic / "0" / "state").read_bytes())
+        return state
 
     def stop(self) -> None:
         subprocess.run(["fusermount3", "-u", str(self.mnt)], check=False)
@@ -111,6 +117,20 @@ def _read(path: Path, limit: int) -> tuple[float, bytes]:
     return time.perf_counter() - started, digest.digest()
 
 
+def _paced_append(source: Path, append: Path, mb_per_s: float) -> None:
+    """``source`` appended in 16 MiB writes at no more than ``mb_per_s`` MB/s (a producer at that rate)."""
+    block = 16 << 20
+    started = time.perf_counter()
+    done = 0
+    with open(source, "rb") as src, open(append, "ab", buffering=0) as out:
+        while chunk := src.read(block):
+            out.write(chunk)
+            done += len(chunk)
+            ahead = started + done / (mb_per_s * 1e6) - time.perf_counter()
+            if ahead > 0:
+                time.sleep(ahead)       # pacing, not a wait for a condition
+
+
 def _sha(path: Path, limit: int) -> bytes:
     return _read(path, limit)[1]
 
@@ -122,6 +142,10 @@ def main() -> int:
     parser.add_argument("--segment-mb", type=int, default=16)
     parser.add_argument("--interval-ms", type=int, default=1000, help="the copy and retention tasks' period")
     parser.add_argument("--repeat", type=int, default=2, help="fresh mounts per first read")
+    parser.add_argument("--outage", type=float, default=0.0,
+                        help="then kill the store for this many seconds while appends and reads run")
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="append the tiered topic at this many MB/s (default: as fast as dd writes)")
     add_work_dir_options(parser)
     args = parser.parse_args()
     segment = args.segment_mb << 20
@@ -153,7 +177,10 @@ def main() -> int:
                 sampler = threading.Thread(target=sample, daemon=True)
                 sampler.start()
                 started = time.perf_counter()
-                mount.sh(f"dd if={source} bs=16M status=none >> tiered/0/append")
+                if args.rate:
+                    _paced_append(source, mount.mnt / "tiered" / "0" / "append", args.rate)
+                else:
+                    mount.sh(f"dd if={source} bs=16M status=none >> tiered/0/append")
                 appended = time.perf_counter() - started
                 while True:
                     state = mount.state("tiered")
@@ -211,9 +238,88 @@ def main() -> int:
             for name, times in rows.items():
                 best = min(times)
                 print(f"| {name} | {best:.2f} | {remote_bytes / best / 1e6:.0f} | {local / best:.2f} |")
+            if args.outage:
+                _outage(base, data, settings, store, source, size, args.outage)
         finally:
             store.stop()
     return 0
+
+
+def _outage(base: Path, data: Path, settings: dict[str, str], store: SeaweedFS, source: Path, size: int,
+            seconds: float) -> None:
+    """The store killed (kill -9) for ``seconds`` while a writer appends to the tiered topic, a reader reads its
+    local records and another its records only in the store; then the store back, the copies caught up, every
+    record read back, and ``logfs check`` of the data dir against the store."""
+    mount = Mount(base, data, settings, "outage")
+    appended: list[bytes] = []
+    local_reads, remote_reads = [0, 0], []          # local: [served, failed]; remote: (seconds, rc, stderr)
+    stop = threading.Event()
+    tiered = mount.mnt / "tiered" / "0"
+
+    def writer() -> None:
+        i = 0
+        with open(tiered / "append", "ab", buffering=0) as out:
+            while not stop.is_set():
+                block = b"".join(b"outage-%09d-%s\n" % (n, b"w" * (LINE - 18)) for n in range(i, i + 1000))
+                out.write(block)
+                appended.append(block)
+                i += 1000
+                stop.wait(0.1)
+
+    def local_reader() -> None:
+        while not stop.is_set():
+            done = subprocess.run(["bash", "-c", f"tail -c 1000000 {tiered / 'records'} | wc -l"],
+                                  capture_output=True, timeout=60)
+            local_reads[0 if done.returncode == 0 and int(done.stdout or 0) > 0 else 1] += 1
+            stop.wait(1)
+
+    def remote_reader() -> None:
+        while not stop.is_set():
+            started = time.perf_counter()
+            done = subprocess.run(["cat", str(tiered / "offset" / "5")], capture_output=True, timeout=120)
+            remote_reads.append((time.perf_counter() - started, done.returncode, done.stderr.decode().strip()))
+            stop.wait(2)
+
+    try:
+        store.kill()
+        down = time.perf_counter()
+        threads = [threading.Thread(target=t, daemon=True) for t in (writer, local_reader, remote_reader)]
+        for t in threads:
+            t.start()
+        time.sleep(seconds)             # the outage lasts this long, whatever happens meanwhile
+        stop.set()
+        for t in threads:
+            t.join()
+        store.start()
+        back = time.perf_counter()
+        outage_s = back - down
+        while True:                     # the copies resume: every closed segment copied again
+            remote = mount.state("tiered")["remote_storage"]
+            if remote["copy_lag_segments"] == 0:
+                break
+            time.sleep(0.2)
+        resumed_s = time.perf_counter() - back
+        extra = b"".join(appended)
+        want = hashlib.sha256()
+        want.update(source.read_bytes())
+        want.update(extra)
+        if _sha(tiered / "records", size + len(extra)) != want.digest():
+            raise SystemExit("after the outage, tiered/0/records differs from what was appended")
+        if (tiered / "records").stat().st_size != size + len(extra):
+            raise SystemExit("after the outage, tiered/0/records holds more than what was appended")
+    finally:
+        mount.stop()
+    args = [f"-o{k}={v}" for k, v in settings.items() if k.startswith("rsm.config.")]
+    checked = subprocess.run([str(LOGFS), "check", str(data), *args], capture_output=True, text=True, timeout=600)
+    failed = [r for r in remote_reads if r[1] != 0]
+    print(f"\nstore killed for {outage_s:.0f} s: {len(extra) // LINE} records appended meanwhile "
+          f"({len(extra) / outage_s / 1e6:.1f} MB/s), local reads {local_reads[0]} served / {local_reads[1]} failed, "
+          f"remote reads {len(failed)} of {len(remote_reads)} failed, the slowest in "
+          f"{max((r[0] for r in failed), default=0):.1f} s ({failed[0][2] if failed else '-'}); copies caught up "
+          f"{resumed_s:.1f} s after the store returned; every record read back, none lost or repeated; "
+          f"logfs check exit {checked.returncode}", flush=True)
+    if checked.returncode != 0:
+        print(checked.stdout[-3000:], checked.stderr[-3000:])
 
 
 if __name__ == "__main__":
