@@ -23,18 +23,34 @@ segments not renamed yet.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from engine.segment import LogSegment
 
+
+class SegmentBounds(Protocol):
+    """What the predicates read of a segment (a :class:`engine.segment.LogSegment` has more)."""
+
+    @property
+    def base_offset(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def largest_timestamp(self) -> int: ...
+
+
 #: A predicate gets a candidate segment and the next higher one (None for the last).
-SegmentPredicate = Callable[["LogSegment", "LogSegment | None"], bool]
+SegmentPredicate = Callable[[SegmentBounds, SegmentBounds | None], bool]
+
+_Segment = TypeVar("_Segment", bound=SegmentBounds)
 
 
 def retention_ms_breached(now_ms: int, retention_ms: int) -> SegmentPredicate:
     """Segments whose newest record is older than ``retention.ms``."""
-    def should_delete(segment: LogSegment, next_segment: LogSegment | None) -> bool:
+    def should_delete(segment: SegmentBounds, next_segment: SegmentBounds | None) -> bool:
         return now_ms - segment.largest_timestamp > retention_ms
     return should_delete
 
@@ -43,7 +59,7 @@ def retention_size_breached(log_size: int, retention_bytes: int) -> SegmentPredi
     """Oldest segments while they fit in the excess ``log_size - retention.bytes`` (stateful)."""
     diff = log_size - retention_bytes
 
-    def should_delete(segment: LogSegment, next_segment: LogSegment | None) -> bool:
+    def should_delete(segment: SegmentBounds, next_segment: SegmentBounds | None) -> bool:
         nonlocal diff
         size = segment.size
         if diff - size >= 0:
@@ -55,20 +71,20 @@ def retention_size_breached(log_size: int, retention_bytes: int) -> SegmentPredi
 
 def log_start_offset_breached(log_start_offset: int) -> SegmentPredicate:
     """Segments wholly below the log start offset: the next one starts at or before it."""
-    def should_delete(segment: LogSegment, next_segment: LogSegment | None) -> bool:
+    def should_delete(segment: SegmentBounds, next_segment: SegmentBounds | None) -> bool:
         return next_segment is not None and next_segment.base_offset <= log_start_offset
     return should_delete
 
 
-def deletable_segments(segments: Sequence[LogSegment], predicate: SegmentPredicate,
-                       high_watermark: int) -> list[LogSegment]:
+def deletable_segments(segments: Sequence[_Segment], predicate: Callable[[_Segment, _Segment | None], bool],
+                       high_watermark: int) -> list[_Segment]:
     """The oldest segments the predicate accepts, stopping at the first it refuses.
 
     An empty last (active) segment is never returned, and no segment holding an
     offset at or beyond the high watermark (here: the log end offset) is either,
     so the log start offset can never pass the log end.
     """
-    deletable: list[LogSegment] = []
+    deletable: list[_Segment] = []
     count = len(segments)
     for i, segment in enumerate(segments):
         next_segment = segments[i + 1] if i + 1 < count else None
