@@ -7,6 +7,7 @@ every other part of the package (and the segment, the cleaner, the tools) reads.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from enum import IntEnum
 from typing import NamedTuple
@@ -159,8 +160,9 @@ class BatchHeader(NamedTuple):
         return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
 
 
-#: The bytes a batch is read from: a chunk read from a file, a slice of one, or a view of a buffer.
-RecordBuffer = bytes | bytearray | memoryview
+#: The bytes a batch is read from: a chunk read from a file, a slice of one, a view of a buffer, or a mapping
+#: of a file (tests/unit/test_records.py reads batches from each)
+RecordBuffer = bytes | bytearray | memoryview | mmap.mmap
 
 _new_header = tuple.__new__
 _new_record = tuple.__new__

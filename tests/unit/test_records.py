@@ -213,7 +213,7 @@ def test_bad_inputs_refused() -> None:
     with pytest.raises(InvalidRecordError):
         encode_values(0, [], TS)
     with pytest.raises(InvalidRecordError, match="str"):
-        encode_values(0, ["text"], TS)
+        encode_values(0, ["text"], TS)  # type: ignore[list-item]  # a str where bytes go: what is refused
     with pytest.raises(InvalidRecordError):
         encode_values(0, [b"a"], TS, keys=[b"k", b"l"])
     with pytest.raises(InvalidRecordError):
@@ -354,9 +354,9 @@ def test_bad_record_framing_with_valid_crc(damage) -> None:
         section[5] = 0x7E                 # value length 63 in a 12-byte record
         bad = rebuild(good, records=bytes(section))
     else:
-        bad = bytearray(rebuild(good))
-        struct.pack_into(">i", bad, 57, 3)
-        bad = rebuild(bytes(bad))
+        framed = bytearray(rebuild(good))
+        struct.pack_into(">i", framed, 57, 3)
+        bad = rebuild(bytes(framed))
     validate_batch(bad)                    # the CRC is fine; the structure is not
     with pytest.raises(CorruptRecordError):
         decode_values(bad)
@@ -384,9 +384,16 @@ from engine.records.decode import _records_of, _records_section, _values_of  # n
 from engine.records.fastpath import _uniform_values  # noqa: E402
 
 
+def records_section(batch: bytes) -> tuple[BatchHeader, bytes]:
+    """The header and records bytes of a batch of data (``_records_section`` answers None for a control batch)."""
+    header, data = _records_section(batch, 0, None)
+    assert data is not None, "a control batch"
+    return header, data
+
+
 def general_values(batch: bytes):
     """The general loop's values, or the exception class it fails with."""
-    header, data = _records_section(batch, 0, None)
+    header, data = records_section(batch)
     try:
         return _values_of(data, header.records_count)
     except (IndexError, ValueError):
@@ -394,7 +401,7 @@ def general_values(batch: bytes):
 
 
 def general_records(batch: bytes):
-    header, data = _records_section(batch, 0, None)
+    header, data = records_section(batch)
     try:
         return _records_of(data, header)
     except (IndexError, ValueError, UnicodeDecodeError):
@@ -549,15 +556,15 @@ def test_fixed_size_text_from_a_log_of_several_batches(tmp_path) -> None:
 def test_encode_values_batches_take_the_fast_path(sizes) -> None:
     """The equality tests above only prove something if the fast path really runs."""
     count = 9000
-    values = [b"%06d" % i + b"y" * (94 if sizes == "fixed" else i % 150) for i in range(count)]
-    _header, data = _records_section(encode_values(0, values, TS), 0, None)
+    values: list[bytes | None] = [b"%06d" % i + b"y" * (94 if sizes == "fixed" else i % 150) for i in range(count)]
+    _header, data = records_section(encode_values(0, values, TS))
     for text in (False, True):
         _parts, taken, at = _uniform_values(data, count, text)
         assert (taken, at) == (count, len(data))
     assert _uniform_values(data, count, False)[0] == values
     # one null value: nothing of a mixed-size batch, the segments before it of a fixed one
     values[8500] = None
-    _header, data = _records_section(encode_values(0, values, TS), 0, None)
+    _header, data = records_section(encode_values(0, values, TS))
     assert _uniform_values(data, count, False)[1] == (8192 if sizes == "fixed" else 0)
 
 
@@ -582,14 +589,13 @@ def test_every_framing_byte_is_checked(sizes) -> None:
 def test_the_text_of_mixed_sizes_is_the_compiled_walks() -> None:
     """engine.records.kernels takes a batch of mixed value sizes whole, and refuses a section it cannot frame."""
     from engine.records import compiled
-    from engine.records.decode import _records_section
     from engine.records.kernels import records_text
 
     assert compiled.KERNELS is not None       # so decode_text below takes the compiled walk too
 
     values = [b"v" * (i * 37 % 190) + b"\n" * (i % 3) for i in range(300)]     # empty values and newlines too
     batch = encode_values(0, values, TS)
-    _, data = _records_section(batch, 0, None)
+    _, data = records_section(batch)
     assert records_text(data, len(values)) == as_text(values)
     assert decode_text(batch) == as_text(values)
     bad = bytearray(data)
@@ -632,7 +638,9 @@ def test_a_block_of_lines_is_encoded_by_the_kernels() -> None:
 
     assert compiled.KERNELS is not None
     block = b"line\n" * 5000
-    batch, layout = encode_text_lines(0, block, TS)
+    encoded = encode_text_lines(0, block, TS)
+    assert encoded is not None
+    batch, layout = encoded
     assert layout.lines == 5000
     assert decode_values(bytes(batch)) == [b"line"] * 5000
     assert encode_text_lines(0, block + b"no newline", TS) is None
