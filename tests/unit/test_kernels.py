@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -22,17 +23,25 @@ from engine.records import HEADER_SIZE, TRANSACTIONAL_FLAG_MASK, compiled, encod
 from engine.records.decode import _records_section, _values_of, decode_text
 from tests.helpers import make_config
 
-kernels = compiled.KERNELS
+if TYPE_CHECKING:
+    from types import ModuleType
+
 TS = 1_700_000_000_000
+_NOT_BUILT = ("engine/records/_kernels.c is not built: scripts/setup.sh, "
+              "or .venv/bin/python setup.py build_ext --inplace")
+
+
+def _kernels() -> ModuleType:
+    """``compiled.KERNELS``, which the tests of a kernel call: where it is not built, each fails saying so."""
+    assert compiled.KERNELS is not None, _NOT_BUILT
+    return compiled.KERNELS
 
 
 def test_the_extension_is_built_and_loaded_with_the_package():
     """setup.py builds engine/records/_kernels.c (scripts/setup.sh; tests/conftest.py's checkout): no test below
     would prove anything on the Python paths alone."""
-    not_built = ("engine/records/_kernels.c is not built: scripts/setup.sh, "
-                 "or .venv/bin/python setup.py build_ext --inplace")
-    assert kernels is not None, not_built
-    assert compiled.state() == "loaded", not_built
+    kernels = _kernels()
+    assert compiled.state() == "loaded", _NOT_BUILT
     assert kernels._kernels.__file__.endswith(".so")
 
 
@@ -45,6 +54,7 @@ _LINE = st.one_of(st.binary(max_size=200), st.text(max_size=60).map(str.encode),
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_LINE, max_size=60), st.booleans())
 def test_lines_layout_and_encode_lines_write_the_records_encode_values_writes(lines, last_whole):
+    kernels = _kernels()
     block = b"".join(line + b"\n" for line in lines)
     if not last_whole:
         block += b"tail without newline"
@@ -77,6 +87,7 @@ _PLAIN_OR_NOT = st.one_of(
 def test_json_plain_is_orjsons_answer_for_a_block_of_lines(lines, padding, extra):
     """The JSON view's size check of an appended block (engine.views.render): the kernel against the dump
     it replaces, with one byte that may need escaping put anywhere in a long block (past the 4 KiB steps)."""
+    kernels = _kernels()
     import orjson
     block = b"x" * padding + b"\n" + b"".join(line + b"\n" for line in lines)
     if extra is not None:
@@ -96,7 +107,9 @@ def test_json_plain_is_orjsons_answer_for_a_block_of_lines(lines, padding, extra
 def test_records_text_is_the_general_loops_text_or_refuses(values, data):
     """Intact: the values, each with a newline.  One byte changed anywhere: None, or exactly what the
     general loop (``_values_of``) reads from the damaged bytes."""
+    kernels = _kernels()
     _, section = _records_section(encode_values(0, values, TS), 0, None)
+    assert section is not None                # a batch of values is no control batch
     assert kernels.records_text(section, len(values)) == b"".join(v + b"\n" for v in values)
     at = data.draw(st.integers(0, len(section) - 1))
     damaged = bytearray(section)
@@ -114,6 +127,7 @@ def test_records_text_is_the_general_loops_text_or_refuses(values, data):
 @given(st.lists(st.one_of(st.binary(max_size=130), st.binary(min_size=50, max_size=70),   # MD5's block edges
                           st.binary(min_size=1000, max_size=5000)), max_size=40))
 def test_key_digests_are_hashlib_md5(keys):
+    kernels = _kernels()
     buf = b"pad" + b"".join(keys)
     lengths = np.array([len(k) for k in keys], dtype=np.int64)
     starts = 3 + np.cumsum(lengths) - lengths
@@ -123,6 +137,7 @@ def test_key_digests_are_hashlib_md5(keys):
 
 
 def test_key_digests_refuse_a_key_outside_the_buffer():
+    kernels = _kernels()
     with pytest.raises(ValueError, match="outside the buffer"):
         kernels.key_digests(b"abc", np.array([2], dtype=np.int64), np.array([2], dtype=np.int64))
 
@@ -135,6 +150,7 @@ def test_key_digests_refuse_a_key_outside_the_buffer():
 def test_transactional_batches_is_the_header_walk_of_iter_batches(batches, data):
     """On real batches (some transactional) cut anywhere or with a length damaged: the transactional batches,
     the last whole batch and where the walk stops are iter_batches' (lenient, as the caller then walks on)."""
+    kernels = _kernels()
     buf = bytearray()
     for values, transactional in batches:
         batch = bytearray(encode_values(len(buf), values, TS))
@@ -201,6 +217,7 @@ def test_without_the_kernels_the_engine_writes_reads_and_cleans_the_same_bytes(t
 def test_put_digests_stops_at_a_full_map_whatever_limit_it_is_given():
     """A limit above the map's slots is the slots: the third new key into two slots is not put (it used to
     probe for an empty slot forever)."""
+    kernels = _kernels()
     import mmap
 
     table = mmap.mmap(-1, 2 * 24, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
