@@ -34,6 +34,7 @@ from engine.config import BrokerConfig, LogConfig
 from engine.manager import LogManager
 from engine.topic import TopicPartition
 from logfs.namespace import Namespace
+from logfs.nodes import Directory, Node
 from logfs.stats import MountStats
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from logfs.fs import LogfsOperations
 
 T = TypeVar("T")
+N = TypeVar("N", bound=Node)
 
 #: mount options for a cleaner that starts at once, backs off 50 ms and needs 1 MiB: several cleans in a test's seconds
 QUICK_CLEANER = {
@@ -114,6 +116,22 @@ def page_cache_ops(manager: LogManager) -> LogfsOperations:
     """The FUSE operations over the ``manager`` fixture, views through the page cache (no direct I/O)."""
     from logfs.fs import LogfsOperations
     return LogfsOperations(Namespace(manager, MountStats(), views_direct_io=False))
+
+
+def walk(ns: Namespace, path: str) -> Node:
+    """The node at ``path`` (names joined by ``/``), looked up a name at a time from the root as logfs.fs does."""
+    node: Node = ns.root
+    for name in path.split("/"):
+        assert isinstance(node, Directory), f"{node.path()} is a file: nothing is below it"
+        node = node.lookup(name)
+    return node
+
+
+def walk_to(ns: Namespace, path: str, kind: type[N]) -> N:
+    """:func:`walk`, where the test knows which kind of node the path names."""
+    node = walk(ns, path)
+    assert isinstance(node, kind), f"{path} is a {type(node).__name__}, not a {kind.__name__}"
+    return node
 
 
 def wait_for(predicate: Callable[[], T], what: str, timeout: float = 30.0, interval: float = 0.05) -> T:

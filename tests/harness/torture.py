@@ -152,7 +152,7 @@ class Torture(Checks):
         self.layer_log = self.work / "powerloss_fs.log"
         self.layer: subprocess.Popen | None = None
         self.lost_power = False               # a power loss since the last check_views()
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.totals = Totals()
         #: --bootstrap-server/--cluster: a cluster mount, the data dir its local replica
         self.bootstrap: str | None = args.bootstrap_server
@@ -190,6 +190,12 @@ class Torture(Checks):
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=limit)
 
+    @property
+    def running(self) -> subprocess.Popen[bytes]:
+        """The mount's process, from a spawn until its kill or stop."""
+        assert self.proc is not None, "the mount is not running"
+        return self.proc
+
     def start(self, timeout: float = 120.0) -> float:
         """Mount; returns the seconds until the mount answered (recovery included).
 
@@ -201,8 +207,8 @@ class Torture(Checks):
         started = time.monotonic()
         self._spawn()
         while not _is_mounted(self.mnt):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"logfs mount exited with {self.proc.returncode}; see {self.log_path}")
+            if self.running.poll() is not None:
+                raise RuntimeError(f"logfs mount exited with {self.running.returncode}; see {self.log_path}")
             if time.monotonic() - started > timeout:
                 raise RuntimeError(f"logfs mount not ready after {timeout}s; see {self.log_path}")
             time.sleep(0.01)
@@ -268,7 +274,7 @@ class Torture(Checks):
 
     def _note_memory(self) -> None:
         try:
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            for line in Path(f"/proc/{self.running.pid}/status").read_text().splitlines():
                 if line.startswith("VmHWM:"):
                     self.totals.peak_rss_kb = max(self.totals.peak_rss_kb, int(line.split()[1]))
         except OSError:
@@ -286,7 +292,7 @@ class Torture(Checks):
         """Clean unmount; the mount flushes, checkpoints and writes its clean-shutdown marker."""
         self._note_memory()
         _unmount(self.mnt)
-        code = self.proc.wait(timeout=120)
+        code = self.running.wait(timeout=120)
         self.proc = None
         if code != 0:
             self.totals.fail(f"clean shutdown exited with {code}")
@@ -689,7 +695,7 @@ class Torture(Checks):
                 crash = "clean-shutdown"
             elif self.rng.random() < args.shutdown_kill_rate:
                 # SIGTERM starts a clean shutdown (flush, checkpoints, marker); crash in the middle of it
-                self.proc.send_signal(signal.SIGTERM)
+                self.running.send_signal(signal.SIGTERM)
                 time.sleep(self.rng.uniform(0.0, 0.3))
                 self.crash(lose)
                 crash += "-during-shutdown"
@@ -711,7 +717,7 @@ class Torture(Checks):
                 if lose and self.rng.random() < 0.5:
                     # right after it answered: what it did at startup must be durable by then
                     answer_by = time.monotonic() + 120
-                    while not _is_mounted(self.mnt) and self.proc.poll() is None and time.monotonic() < answer_by:
+                    while not _is_mounted(self.mnt) and self.running.poll() is None and time.monotonic() < answer_by:
                         time.sleep(0.01)
                 else:
                     time.sleep(self.rng.uniform(0.0, max(0.05, statistics.median(self.totals.recovery_s or [0.5]))))

@@ -294,9 +294,9 @@ class Checks:
             newest_acked[key] = max(newest_acked.get(key, -1), offset)
         newest_present: dict[str, int] = {}
         for offset, value in by_offset.items():
-            key = part.keys.get(value)
-            if key is not None:
-                newest_present[key] = max(newest_present.get(key, -1), offset)
+            present = part.keys.get(value)
+            if present is not None:
+                newest_present[present] = max(newest_present.get(present, -1), offset)
         for key, offset in newest_acked.items():
             if by_offset.get(offset) == part.acked[offset] or newest_present.get(key, -1) > offset or offset < start:
                 continue

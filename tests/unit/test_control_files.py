@@ -63,10 +63,14 @@ def test_a_failed_write_keeps_the_buffer_as_it_was_so_a_retry_is_safe():
 
 # --------------------------------------------------------------------------- config
 
+def _config_text(ns: Namespace, topic: str = "t") -> bytes:
+    """The whole text of a topic's config file, as one read of it answers."""
+    return bytes(TopicConfigFile(ns, topic).open(write=False).read(0, 1 << 20))
+
 
 def test_config_shows_overrides_as_lines_and_defaults_as_comments(ns, manager):
     manager.alter_topic_config("t", {"internal.segment.bytes": "4096"})
-    text = TopicConfigFile(ns, "t").open(write=False).read(0, 1 << 20)
+    text = _config_text(ns)
     lines = text.decode().splitlines()
     assert text.endswith(b"\n")
     assert lines[0].startswith("# Overrides of topic t")
@@ -89,7 +93,7 @@ def _write(ns, data: bytes, flags: int) -> None:
 def test_the_text_read_written_back_with_o_trunc_keeps_the_overrides_and_the_defaults(ns, manager):
     """An editor saving the buffer (or cat config > x; cat x > config): nothing becomes an override."""
     manager.alter_topic_config("t", {"internal.segment.bytes": "4096", "cleanup.policy": "compact"})
-    text = TopicConfigFile(ns, "t").open(write=False).read(0, 1 << 20)
+    text = _config_text(ns)
     _write(ns, text, os.O_WRONLY | os.O_TRUNC)
     assert manager.topic_overrides("t") == {"internal.segment.bytes": "4096", "cleanup.policy": "compact"}
     _write(ns, b"retention.ms=1234\n", os.O_WRONLY | os.O_TRUNC)          # >: the set of overrides
@@ -104,7 +108,7 @@ def test_the_text_read_written_back_with_o_trunc_keeps_the_overrides_and_the_def
 def test_any_key_separator_is_taken_verbatim(ns, manager, separator):
     _write(ns, f"parse.key=true\nkey.separator={separator}\n".encode(), os.O_WRONLY | os.O_APPEND)
     assert manager.topic_config("t").key_separator == separator
-    assert f"\nkey.separator={separator}\n" in TopicConfigFile(ns, "t").open(write=False).read(0, 1 << 20).decode()
+    assert f"\nkey.separator={separator}\n" in _config_text(ns).decode()
 
 
 def test_config_lines_are_checked_at_each_write_and_applied_together_at_close(ns, manager, caplog):
@@ -194,4 +198,4 @@ def test_a_read_only_namespace_refuses_every_control_file_for_writing(manager):
         with pytest.raises(ReadOnlyError) as exc:
             node.open(write=True)
         assert exc.value.errno == errno.EROFS
-    assert b"\n#cleanup.policy=delete\n" in TopicConfigFile(ro, "t").open(write=False).read(0, 1 << 20)
+    assert b"\n#cleanup.policy=delete\n" in _config_text(ro)

@@ -18,26 +18,21 @@ from engine.files import offset_from_file_name, parse_segment_file_name
 from engine.topic import TopicPartition
 from logfs.errors import MalformedNameError, NoSuchNameError, shown
 from logfs.namespace import Namespace
-from tests.helpers import log_of, namespace, namespace_manager  # noqa: F401  (the ns and manager fixtures)
+from logfs.nodes import Directory, FileNode
+from tests.helpers import log_of, namespace, namespace_manager, walk, walk_to  # noqa: F401  (the ns and manager fixtures)
 
 TP = TopicPartition("t", 0)
 NAMESPACE_PARTITIONS = 2
 
 
-def walk(ns: Namespace, path: str):
-    node = ns.root
-    for name in path.split("/"):
-        node = node.lookup(name)
-    return node
-
-
 def test_directories_list_the_tree_of_the_spec(ns):
     assert {"t", ".logfs"} <= set(ns.root.names())
-    assert {"0", "1", "append", "append.jsonl", "config", "delete", "groups"} <= set(walk(ns, "t").names())
-    partition = set(walk(ns, "t/0").names())
+    topic = set(walk_to(ns, "t", Directory).names())
+    assert {"0", "1", "append", "append.jsonl", "config", "delete", "groups"} <= topic
+    partition = set(walk_to(ns, "t/0", Directory).names())
     assert {"records", "records.jsonl", "state", "append", "delete", "offset", "from", "since",
             "segments", "consume"} <= partition
-    assert walk(ns, "t/0/segments").names() == [
+    assert walk_to(ns, "t/0/segments", Directory).names() == [
         "00000000000000000000" + suffix for suffix in (".log", ".index", ".timeindex", ".jsonl")]
 
 
@@ -58,9 +53,9 @@ def test_missing_names_are_enoent(ns):
         walk(ns, "t/7")
     with pytest.raises(MalformedNameError, match="a partition is written in ASCII digits"):
         walk(ns, "t/01")
-    with pytest.raises((NoSuchNameError, UnknownTopicOrPartitionError)) as exc:
+    with pytest.raises((NoSuchNameError, UnknownTopicOrPartitionError)) as unknown:
         walk(ns, "nope")
-    assert exc.value.errno == errno.ENOENT
+    assert unknown.value.errno == errno.ENOENT
 
 
 def test_an_offset_beyond_the_log_end_names_no_view(ns):
@@ -70,7 +65,7 @@ def test_an_offset_beyond_the_log_end_names_no_view(ns):
 
 
 def test_offset_names_read_the_record_value(ns):
-    node = walk(ns, "t/0/offset/3")
+    node = walk_to(ns, "t/0/offset/3", FileNode)
     assert node.open(False).read(0, 100) == b"v3\n"
 
 
@@ -138,7 +133,7 @@ def test_a_node_knows_the_path_it_is_found_at(ns, path):
 def test_the_whole_log_replaced_between_lookup_and_open_opens_the_log_as_it_is_now(ns, manager, name):
     """ESTALE makes the kernel look a path up once more only: a `cat records` racing two replacements
     (a clean swapping group after group) must not fail. With direct I/O the node takes the log's start."""
-    node = walk(ns, f"t/0/{name}")
+    node = walk_to(ns, f"t/0/{name}", FileNode)
     manager.delete_records(TP, 3)
     manager.delete_records(TP, 5)               # two replacements before the open
     handle = node.open(False)
@@ -155,12 +150,12 @@ def test_a_view_anchored_at_an_offset_or_through_the_page_cache_stays_stale(mana
     from logfs.errors import StaleNameError
 
     direct = Namespace(manager, _stats.MountStats())
-    node = walk(direct, "t/0/from/2")
+    node = walk_to(direct, "t/0/from/2", FileNode)
     manager.delete_records(TP, 4)
     with pytest.raises(StaleNameError):
         node.open(False)
     cached = Namespace(manager, _stats.MountStats(), views_direct_io=False)
-    records = walk(cached, "t/0/records")
+    records = walk_to(cached, "t/0/records", FileNode)
     manager.delete_records(TP, 6)
     with pytest.raises(StaleNameError):
         records.open(False)
@@ -170,7 +165,7 @@ def test_the_whole_log_of_a_deleted_topic_stays_stale(ns, manager):
     """A topic deleted between lookup and open: ESTALE, so the kernel's second lookup says ENOENT."""
     from logfs.errors import StaleNameError
 
-    node = walk(ns, "t/0/records")
+    node = walk_to(ns, "t/0/records", FileNode)
     manager.delete_records(TP, 3)       # replaced, as the deletion's segments leave
     manager.delete_topic("t")
     with pytest.raises(StaleNameError):

@@ -14,7 +14,7 @@ from engine.topic import TopicPartition
 from logfs.namespace import Namespace
 from logfs.nodes import ViewFile
 from logfs.stats import MountStats
-from tests.helpers import log_of, namespace_manager  # noqa: F401  (the manager fixture)
+from tests.helpers import log_of, namespace_manager, walk_to  # noqa: F401  (the manager fixture)
 
 if TYPE_CHECKING:
     from engine.manager import LogManager
@@ -23,9 +23,7 @@ TP = TopicPartition("t", 0)
 
 
 def _records(ns: Namespace) -> ViewFile:
-    node = ns.root.lookup("t").lookup("0").lookup("records")
-    assert isinstance(node, ViewFile)
-    return node
+    return walk_to(ns, "t/0/records", ViewFile)
 
 
 def test_a_truncation_moves_the_mtime_of_a_view(manager: LogManager) -> None:

@@ -35,13 +35,13 @@ def as_records(columns) -> list[tuple]:
 
 
 def check_equal(batch: bytes) -> None:
-    expected = [tuple(r) for r in decode_batch(batch)]
+    records = decode_batch(batch)
     columns = decode_columns(batch)
-    assert as_records(columns) == expected
+    assert as_records(columns) == [tuple(r) for r in records]
     # None columns mean exactly "all keys null" / "no headers"
-    assert (columns.keys is None) == all(r[2] is None for r in expected)
-    assert (columns.headers is None) == (not any(r[4] for r in expected))
-    if expected and expected[-1][0] - expected[0][0] == len(expected) - 1:
+    assert (columns.keys is None) == all(r.key is None for r in records)
+    assert (columns.headers is None) == (not any(r.headers for r in records))
+    if records and records[-1].offset - records[0].offset == len(records) - 1:
         assert isinstance(columns.offsets, range)
 
 

@@ -144,10 +144,11 @@ def test_random_bit_flip_recovers_exactly_the_batches_before_it(choice, bit):
         segment = segments[choice % len(segments)]
         candidates = _flippable_positions(segment.log_path)
         flip = candidates[(choice // len(segments)) % len(candidates)]
-        batch_base = None
+        batch_base: int | None = None
         for pos, header in segment.batches():
             if pos <= flip < pos + header.size:
                 batch_base = header.base_offset
+        assert batch_base is not None             # the flipped byte is in one of the segment's batches
         crash(log)
         with open(segment.log_path, "r+b") as f:
             f.seek(flip)

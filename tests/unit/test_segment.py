@@ -54,7 +54,9 @@ def test_append_read_round_trip(segment):
     batches = fill(segment, 30)
     records = all_records(segment)
     assert [r.offset for r in records] == list(range(300))
-    assert records[123].value.startswith(b"123:")
+    value = records[123].value
+    assert value is not None
+    assert value.startswith(b"123:")
     assert segment.next_offset == 300
     info = segment.read(155, 1 << 20)
     assert isinstance(info, FetchDataInfo)
@@ -265,7 +267,9 @@ def test_a_segment_cut_mid_batch_raises_with_file_and_position_as_fields(segment
         assert info.value.path == seg.log_path
         assert info.value.position == cut_at
         assert "(file " not in info.value.detail
-        assert seg.read(45, 1 << 20).records            # before the damage: served
+        served = seg.read(45, 1 << 20)                  # before the damage: served
+        assert served is not None
+        assert served.records
         vi, damage = view_index_and_damage(seg)        # views: the good bytes, then the error
         assert vi.log_size == cut_at
         assert damage is not None

@@ -23,20 +23,20 @@ from logfs.tasks import Job, build_jobs, run_jobs
 HOUR_MS = 3_600_000
 
 
-def _manager(tmp_path, read_only: bool = False, **props: str) -> LogManager:
-    m = LogManager(BrokerConfig.from_props({"log.dirs": str(tmp_path / "data"), **props}),
+def _manager(tmp_path, props: dict[str, str] | None = None, read_only: bool = False) -> LogManager:
+    m = LogManager(BrokerConfig.from_props({"log.dirs": str(tmp_path / "data"), **(props or {})}),
                    clock=ManualClock(), read_only=read_only)
     m.startup()
     return m
 
 
 def test_build_jobs_has_kafkas_scheduler_names_and_intervals(tmp_path):
-    m = _manager(tmp_path, **{"log.retention.check.interval.ms": "1234",
-                              "log.flush.scheduler.interval.ms": str(LONG_MAX),
-                              "log.flush.offset.checkpoint.interval.ms": "2000",
-                              "log.flush.start.offset.checkpoint.interval.ms": "3000",
-                              "log.segment.delete.delay.ms": "200", "log.cleaner.threads": "2",
-                              "log.cleaner.backoff.ms": "0"})
+    m = _manager(tmp_path, {"log.retention.check.interval.ms": "1234",
+                            "log.flush.scheduler.interval.ms": str(LONG_MAX),
+                            "log.flush.offset.checkpoint.interval.ms": "2000",
+                            "log.flush.start.offset.checkpoint.interval.ms": "3000",
+                            "log.segment.delete.delay.ms": "200", "log.cleaner.threads": "2",
+                            "log.cleaner.backoff.ms": "0"})
     try:
         jobs = {job.name: job for job in build_jobs(m)}
         assert {name: job.interval_ms for name, job in jobs.items()} == {
@@ -44,15 +44,17 @@ def test_build_jobs_has_kafkas_scheduler_names_and_intervals(tmp_path):
             "kafka-log-start-offset-checkpoint": 3000, "kafka-delete-logs": 200,
             "kafka-log-cleaner-thread-0": 1, "kafka-log-cleaner-thread-1": 1}   # a backoff of 0 would spin
         assert [name for name, job in jobs.items() if not job.enabled] == ["kafka-log-flusher"]
-        assert jobs["kafka-log-cleaner-thread-0"].stop is not None
-        assert jobs["kafka-log-cleaner-thread-0"].rerun_when(None) is False   # nothing cleaned: back off
+        cleaner = jobs["kafka-log-cleaner-thread-0"]
+        assert cleaner.stop is not None
+        assert cleaner.rerun_when is not None
+        assert cleaner.rerun_when(None) is False   # nothing cleaned: back off
     finally:
         m.shutdown()
 
 
 @pytest.mark.parametrize(("delay_ms", "interval_ms"), [("0", 10), ("5", 10), ("200", 200), ("60000", 1000)])
 def test_the_deletion_job_looks_often_enough_for_file_delete_delay(tmp_path, delay_ms, interval_ms):
-    m = _manager(tmp_path, **{"log.segment.delete.delay.ms": delay_ms})
+    m = _manager(tmp_path, {"log.segment.delete.delay.ms": delay_ms})
     try:
         assert {job.name: job.interval_ms for job in build_jobs(m)}["kafka-delete-logs"] == interval_ms
     finally:
@@ -61,7 +63,7 @@ def test_the_deletion_job_looks_often_enough_for_file_delete_delay(tmp_path, del
 
 def test_no_cleaner_job_without_a_cleaner(tmp_path):
     # one at a time: each manager holds the data dir's lock until it shuts down
-    for make in (lambda: _manager(tmp_path, **{"log.cleaner.enable": "false"}),
+    for make in (lambda: _manager(tmp_path, {"log.cleaner.enable": "false"}),
                  lambda: _manager(tmp_path, read_only=True)):
         m = make()
         try:

@@ -14,7 +14,7 @@ import engine.views.index as view_index_module
 from engine.clock import ManualClock
 from engine.log import Log
 from engine.topic import TopicPartition
-from engine.views.index import ViewIndex, attach, view_index
+from engine.views.index import SegmentViews, ViewIndex, attach, view_index
 from engine.views.render import render_jsonl, render_text
 from tests.helpers import make_config
 
@@ -165,7 +165,9 @@ def test_multi_batch_append_counts_records_not_offsets(tmp_path):
     segment.append(10, 9, 10, data)
     assert segment.attachment is None       # the segment itself derives nothing from what it stores
     vi = view_index(segment)
-    assert segment.attachment.index is vi
+    views = segment.attachment
+    assert isinstance(views, SegmentViews)
+    assert views.index is vi
     assert view_index(segment) is vi                                      # scanned once, then kept
     assert (vi.record_count, vi.next_offset, vi.log_size) == (3, 11, len(data))
     assert vi.text_size == len(render_text(first + second))
