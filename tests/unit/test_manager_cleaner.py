@@ -183,7 +183,7 @@ def mixed_topics(manager: LogManager) -> dict[str, int]:
     return {t: log_of(manager, TopicPartition(t, 0)).num_segments for t in policies}
 
 
-def test_cleanup_logs_with_cleaner_pauses_non_compacted_logs_and_leaves_compacted_to_the_cleaner(tmp_path):
+def test_cleanup_logs_with_cleaner_pauses_non_compacted_logs_and_leaves_compacted_to_the_cleaner(tmp_path, monkeypatch):
     manager = started([tmp_path / "d"])
     segments = mixed_topics(manager)
     logs = {t: log_of(manager, TopicPartition(t, 0)) for t in segments}
@@ -194,7 +194,7 @@ def test_cleanup_logs_with_cleaner_pauses_non_compacted_logs_and_leaves_compacte
         states.append(cleaner_of(manager).manager.cleaning_state(logs["del"].topic_partition))
         return retain()
 
-    logs["del"].delete_old_segments = observed_retention
+    monkeypatch.setattr(logs["del"], "delete_old_segments", observed_retention)
 
     deleted = manager.cleanup_logs()
 
@@ -235,7 +235,7 @@ def test_cleanup_logs_without_cleaner_retains_delete_and_compact_delete_logs(tmp
     manager.shutdown()
 
 
-def test_retention_failure_still_resumes_cleaning(tmp_path):
+def test_retention_failure_still_resumes_cleaning(tmp_path, monkeypatch):
     manager = started([tmp_path / "d"])
     manager.create_topic("del", 1, RETAINED)
     log = log_of(manager, TopicPartition("del", 0))
@@ -243,7 +243,7 @@ def test_retention_failure_still_resumes_cleaning(tmp_path):
     def failing():
         raise OSError("disk gone")
 
-    log.delete_old_segments = failing
+    monkeypatch.setattr(log, "delete_old_segments", failing)
     with pytest.raises(StorageError, match=r"retention failed for 1 item.*disk gone"):
         manager.cleanup_logs()            # the run counts as failed (issue 9)
     assert cleaner_of(manager).manager.cleaning_state(log.topic_partition) is None
