@@ -42,6 +42,26 @@ def read_header(buf: RecordBuffer, pos: int = 0) -> BatchHeader:
             f"record batch header ({HEADER_SIZE} bytes)", position=pos) from None
 
 
+def _too_small(batch_length: int, path: str | None, position: int) -> CorruptRecordError:
+    """A length field too small to be a batch: nothing after it can be found."""
+    return CorruptRecordError(f"Record batch size {batch_length + LOG_OVERHEAD} is smaller than the minimum "
+                              f"allowed ({HEADER_SIZE})", path=path, position=position)
+
+
+def framing_error(header: BatchHeader, path: str | None, position: int) -> CorruptRecordError | None:
+    """The damage a header's framing shows (a length too small to be a batch, another magic), or None.
+
+    The one framing check of every reader: :func:`validate_batch` and the chunked
+    reader (:func:`engine.records.reader.read_chunks`) word the same damage alike.
+    """
+    if header.batch_length < _EMPTY_BATCH_LENGTH:
+        return _too_small(header.batch_length, path, position)
+    if header.magic != MAGIC:
+        return CorruptRecordError(f"Record batch has magic {header.magic}, only magic {MAGIC} is supported",
+                                  path=path, position=position)
+    return None
+
+
 def validate_batch(buf: RecordBuffer, pos: int = 0, *, path: str | None = None) -> BatchHeader:
     """Check framing, magic and CRC32C of the batch at ``pos`` (Kafka's ``ensureValid``)."""
     available = len(buf) - pos
@@ -50,13 +70,9 @@ def validate_batch(buf: RecordBuffer, pos: int = 0, *, path: str | None = None) 
             f"Record batch header is truncated: {max(available, 0)} of {HEADER_SIZE} bytes",
             path=path, position=pos)
     header = _new_header(BatchHeader, _unpack_header(buf, pos))
-    if header.magic != MAGIC:
-        raise CorruptRecordError(f"Record batch has magic {header.magic}, only magic {MAGIC} is supported",
-                                 path=path, position=pos)
-    if header.batch_length < _EMPTY_BATCH_LENGTH:
-        raise CorruptRecordError(
-            f"Record batch size {header.size} is smaller than the minimum allowed ({HEADER_SIZE})",
-            path=path, position=pos)
+    error = framing_error(header, path, pos)
+    if error is not None:
+        raise error
     end = pos + header.size
     if end > len(buf):
         raise CorruptRecordError(
@@ -93,9 +109,7 @@ def iter_batches(buf: RecordBuffer, start: int = 0, end: int | None = None, *,
         if batch_length < _EMPTY_BATCH_LENGTH:
             if lenient:
                 return
-            raise CorruptRecordError(
-                f"Record batch size {batch_length + LOG_OVERHEAD} is smaller than the minimum "
-                f"allowed ({HEADER_SIZE})", position=pos)
+            raise _too_small(batch_length, None, pos)
         next_pos = pos + LOG_OVERHEAD + batch_length
         if next_pos > limit:
             return

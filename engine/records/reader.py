@@ -33,17 +33,8 @@ from typing import NamedTuple
 from crc32c import crc32c as _crc32c
 
 from engine.errors import CorruptRecordError
-from engine.records.format import (
-    _EMPTY_BATCH_LENGTH,
-    ATTRIBUTES_OFFSET,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAGIC,
-    BatchHeader,
-    _new_header,
-    _unpack_header,
-)
-from engine.records.framing import validate_batch
+from engine.records.format import ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, _new_header, _unpack_header
+from engine.records.framing import framing_error, validate_batch
 
 #: ``read(position, size)``: at most ``size`` bytes of the file at ``position``.
 ReadAt = Callable[[int, int], bytes]
@@ -60,16 +51,6 @@ class BatchChunk(NamedTuple):
 
 def _damaged(detail: str, path: str | None, position: int) -> CorruptRecordError:
     return CorruptRecordError(detail, path=path, position=position)
-
-
-def _framing_error(header: BatchHeader, path: str | None, position: int) -> CorruptRecordError | None:
-    """The damage a header's framing shows (a length too small to be a batch, another magic), or None."""
-    if header.batch_length < _EMPTY_BATCH_LENGTH:
-        return _damaged(f"Record batch size {header.batch_length + LOG_OVERHEAD} is smaller than the minimum "
-                        f"allowed ({HEADER_SIZE})", path, position)
-    if header.magic != MAGIC:
-        return _damaged(f"Record batch has magic {header.magic}, only magic {MAGIC} is supported", path, position)
-    return None
 
 
 def _past_end(size: int, end: int, path: str | None, position: int) -> CorruptRecordError:
@@ -108,7 +89,7 @@ def read_chunks(read: ReadAt, start: int, end: int | None, chunk_size: int, *, p
         view = memoryview(buf) if verify_crc else None
         while off + HEADER_SIZE <= n:
             header = _new_header(BatchHeader, _unpack_header(buf, off))
-            error = _framing_error(header, path, pos + off)
+            error = framing_error(header, path, pos + off)
             if error is not None:
                 break
             batch_end = off + LOG_OVERHEAD + header.batch_length
@@ -187,7 +168,7 @@ def read_headers(read: ReadAt, start: int, end: int, chunk_size: int, *, path: s
                 _short_tail(pos, end, strict, path)
                 return
         header = _new_header(BatchHeader, _unpack_header(buf, off))
-        error = _framing_error(header, path, pos)
+        error = framing_error(header, path, pos)
         if error is not None:
             raise error
         size = LOG_OVERHEAD + header.batch_length
