@@ -23,7 +23,7 @@ import os
 import subprocess
 import threading
 import time
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import pytest
 
@@ -38,7 +38,7 @@ from logfs.nodes import Directory, Node
 from logfs.stats import MountStats
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
     from pathlib import Path
 
     from engine.cleaner import CleanerStats, LogCleaner
@@ -118,6 +118,11 @@ def page_cache_ops(manager: LogManager) -> LogfsOperations:
     return LogfsOperations(Namespace(manager, MountStats(), views_direct_io=False))
 
 
+def text_view(values: Iterable[bytes | None]) -> bytes:
+    """What a text view (``records``, ``from/N``) shows of these values: each and a newline, a null one empty."""
+    return b"".join((b"" if value is None else value) + b"\n" for value in values)
+
+
 def walk(ns: Namespace, path: str) -> Node:
     """The node at ``path`` (names joined by ``/``), looked up a name at a time from the root as logfs.fs does."""
     node: Node = ns.root
@@ -134,8 +139,12 @@ def walk_to(ns: Namespace, path: str, kind: type[N]) -> N:
     return node
 
 
-def wait_for(predicate: Callable[[], T], what: str, timeout: float = 30.0, interval: float = 0.05) -> T:
-    """Poll ``predicate`` until it returns something truthy, and return that; fail after ``timeout`` s."""
+def wait_for(predicate: Callable[[], T | Literal[False] | None], what: str, timeout: float = 30.0,
+             interval: float = 0.05) -> T:
+    """Poll ``predicate`` until it returns something truthy, and return that; fail after ``timeout`` s.
+
+    ``predicate`` may say "not yet" with False or None (``ready and value``), which the answer then is not.
+    """
     deadline = time.monotonic() + timeout
     while True:
         result = predicate()

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import FAST_TASKS, Mount, kafka_records
+from tests.helpers import text_view
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -84,7 +85,7 @@ def test_reference_contents_match_kafka(m):
     # the reference reader (Python open) agrees with kafka-python on what is stored
     values = [r.value for r in kafka_records(m.partition_dir("t", 0))]
     assert values == [b"record %d value" % i for i in range(RECORDS)]
-    assert (m / "t/0/records").read_bytes() == b"".join(v + b"\n" for v in values)
+    assert (m / "t/0/records").read_bytes() == text_view(values)
     rows = [json.loads(line) for line in (m / "t/0/from/123.jsonl").read_bytes().splitlines()]
     assert [r["offset"] for r in rows] == list(range(123, RECORDS))
     assert (m / "t/0/offset/7").read_bytes() == b"record 7 value\n"

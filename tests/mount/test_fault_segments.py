@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import Mount, kafka_records
-from tests.helpers import add_config
+from tests.helpers import add_config, text_view
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -140,7 +140,7 @@ def test_damaged_active_segment_behind_a_clean_shutdown_marker(logfs_mount, dama
             f.write(b"#")
 
     mount.start()
-    assert (mount / "t/0/records").read_bytes() == b"".join(r.value + b"\n" for r in readable)
+    assert (mount / "t/0/records").read_bytes() == text_view(r.value for r in readable)
     first, last = _append_with_offsets(mount, "t/0/append", [b"after-%d" % i for i in range(5)])
     assert first == len(readable)
     assert last == first + 4

@@ -192,7 +192,9 @@ def test_tombstone_on_a_topic_that_keeps_being_written_expires(tmp_path):
             clock.sleep(RETENTION_MS // 10)
         else:
             pytest.fail("the clock never reached the horizon")
-        assert log.read_records(tombstone_offset + 1, 1)[0].key.startswith(b"hot")
+        key = log.read_records(tombstone_offset + 1, 1)[0].key
+        assert key is not None
+        assert key.startswith(b"hot")
     finally:
         log.close()
 

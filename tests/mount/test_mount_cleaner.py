@@ -25,6 +25,7 @@ test then mounts the directory and checks that the recovered log is correct:
 from __future__ import annotations
 
 import errno
+import io
 import itertools
 import json
 import os
@@ -42,6 +43,7 @@ from tests.conftest import LOGFS, ROOT, Mount, kafka_records
 from tests.helpers import CLEANER_TASK, QUICK_CLEANER, add_config, mount_stats, wait_for, wait_for_task_runs
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 pytestmark = pytest.mark.mount
@@ -113,6 +115,19 @@ def _metric(text: str, name: str) -> float:
     match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
     assert match, f"metric {name} missing"
     return float(match.group(1))
+
+
+def _text(data: bytes | None) -> str | None:
+    """A key or value of a segment file as the JSON view shows a UTF-8 one (a null stays null)."""
+    return None if data is None else data.decode()
+
+
+def _more_cleaner_runs(mount: Mount, before: int) -> Callable[[], int | None]:
+    """For wait_for: the cleaner's total runs once more than ``before``."""
+    def runs() -> int | None:
+        n: int = mount_stats(mount)["cleaner"]["totals"]["runs"]
+        return n if n > before else None
+    return runs
 
 
 def _logfs_check(data: Path) -> subprocess.CompletedProcess:
@@ -187,7 +202,7 @@ def test_compaction_runs_on_its_own_and_keeps_the_latest_value_of_each_key(mount
     final = _rows(mount)
     assert mount.stop() == 0
     on_disk = kafka_records(mount.partition_dir("t", 0))   # asserts every batch's CRC
-    assert [(r.offset, r.key.decode(), r.value.decode()) for r in on_disk] == \
+    assert [(r.offset, _text(r.key), _text(r.value)) for r in on_disk] == \
         [(r["offset"], r["key"], r["value"]) for r in final]
     assert [r.timestamp for r in on_disk] == [r["timestamp"] for r in final]
     check = _logfs_check(mount.data)
@@ -252,8 +267,9 @@ def test_tombstones_remove_keys_and_are_dropped_after_delete_retention(mount):
     rows = _rows(mount)
     assert {r["offset"] for r in rows if r["key"] in ("k3", "k5")} == tombstones
     assert all(r["value"] is None for r in rows if r["key"] in ("k3", "k5"))
+    tombstoned: dict[str, str | None] = {k: None for k in ("k3", "k5") if k in _latest(rows)}
     assert {k: v for k, v in ((k, r["value"]) for k, r in _latest(rows).items()) if k.startswith("k")} == \
-        {**expected, **{k: None for k in ("k3", "k5") if k in _latest(rows)}}
+        {**expected, **tombstoned}
 
     # The second generation: once a clean is delete.retention.ms past its horizon, it is dropped.
     add_config(mount / "t/config", f"delete.retention.ms={retention_ms}\n")
@@ -303,9 +319,12 @@ def test_readers_across_cleanings_see_a_consistent_stream(mount):
 
     tail_out = bytearray()
 
+    tail_stdout = tail.stdout
+    assert isinstance(tail_stdout, io.BufferedReader)      # a pipe, read as bytes
+
     def drain_tail() -> None:
         # Drained from the start: a full pipe would stall tail itself, not the mount.
-        while chunk := tail.stdout.read1(65536):
+        while chunk := tail_stdout.read1(65536):
             tail_out.extend(chunk)
 
     reader = threading.Thread(target=sequential_reader, name="records.jsonl-reader")
@@ -317,8 +336,7 @@ def test_readers_across_cleanings_see_a_consistent_stream(mount):
         for round_, batch in enumerate(_keyed_rounds(40, 20, start=5)):
             _append(mount, batch)
             if round_ in (10, 30):       # cleans happen while the readers read, twice over
-                runs_before = wait_for(lambda before=runs_before: (n := mount_stats(mount)["cleaner"]["totals"]["runs"])
-                                       > before and n, "a clean while the readers read")
+                runs_before = wait_for(_more_cleaner_runs(mount, runs_before), "a clean while the readers read")
             time.sleep(0.03)             # a steady producer: the readers interleave with the appends
         end = _state(mount)["log_end_offset"]
         wait_for(lambda: loop_data.endswith(b"\n") and json.loads(bytes(loop_data).splitlines()[-1])["offset"]
@@ -472,5 +490,5 @@ def test_crash_during_cleaning_then_remount_recovers_a_correct_log(stage, unclea
     check = _logfs_check(mount.data)
     assert check.returncode == 0, check.stdout + check.stderr
     on_disk = kafka_records(pdir)
-    assert [(r.offset, r.key.decode(), r.value.decode()) for r in on_disk] == \
+    assert [(r.offset, _text(r.key), _text(r.value)) for r in on_disk] == \
         [(r["offset"], r["key"], r["value"]) for r in cleaned]

@@ -74,10 +74,12 @@ def test_tail_f_follows_across_rolls_and_retention(mount):
         expected += more
         want = ("\n".join(expected) + "\n").encode()
         got = bytearray()
-        os.set_blocking(tail.stdout.fileno(), False)
+        stdout = tail.stdout
+        assert stdout is not None                   # a pipe
+        os.set_blocking(stdout.fileno(), False)
 
         def read_tail() -> bool:
-            got.extend(tail.stdout.read() or b"")
+            got.extend(stdout.read() or b"")
             return len(got) >= len(want)
         wait_for(read_tail, "tail -f to reach the log end")
         assert got == want

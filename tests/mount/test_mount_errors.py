@@ -17,6 +17,7 @@ pytestmark = pytest.mark.mount
 def _errno_of(fn, *args) -> int:
     with pytest.raises(OSError) as info:
         fn(*args)
+    assert info.value.errno is not None, info.value  # a refused system call's error carries its errno
     return info.value.errno
 
 

@@ -45,9 +45,11 @@ def m(tmp_path_factory):
 
 
 def _errno(fn, *args) -> int:
+    """The errno of the OSError ``fn(*args)`` raises, or 0."""
     try:
         fn(*args)
     except OSError as exc:
+        assert exc.errno is not None, exc           # a refused system call's error carries its errno
         return exc.errno
     return 0
 

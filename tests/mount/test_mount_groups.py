@@ -311,15 +311,16 @@ def test_a_consumer_offsets_partition_written_with_kafkas_schemas_shows_its_grou
     m = logfs_mount(OPTIONS, start=False)
     for p in range(2):
         (m.data / f"orders-{p}").mkdir()
-    by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
-    for group, records in {
+    by_partition: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
+    written: dict[str, list[tuple[bytes | None, bytes | None]]] = {
         "spark-etl": [(key_bytes(1, "spark-etl", "orders", 0), value_bytes(3, 0)),
                       (group_metadata_key("spark-etl"), b"\x00\x03not an offset"),
                       (key_bytes(1, "spark-etl", "orders", 1), value_bytes(3, 0))],
         "legacy": [(key_bytes(0, "legacy", "orders", 1), value_bytes(1, 0))],
         "dropped": [(key_bytes(1, "dropped", "orders", 0), value_bytes(3, 0)),
                     (key_bytes(1, "dropped", "orders", 0), None)],
-    }.items():
+    }
+    for group, records in written.items():
         by_partition.setdefault(offsets_partition(group), []).extend(records)
     for p, records in by_partition.items():
         _write_partition(m.data, p, [batch(0, records)])

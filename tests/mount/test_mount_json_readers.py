@@ -77,8 +77,10 @@ def test_every_row_of_every_json_view_has_the_same_members(topic):
 def test_duckdb_default_sampling_reads_every_value(topic):
     import duckdb
 
-    rows = duckdb.sql(f"""select "offset", key, keyEncoding, value, valueEncoding, headers
-                          from read_json_auto('{topic / "t/0/records.jsonl"}') order by "offset" """).fetchall()
+    relation = duckdb.sql(f"""select "offset", key, keyEncoding, value, valueEncoding, headers
+                              from read_json_auto('{topic / "t/0/records.jsonl"}') order by "offset" """)
+    assert relation is not None                     # a select answers a relation (None is for statements)
+    rows = relation.fetchall()
     assert len(rows) == PLAIN + len(TAIL)
     for i, (offset, key, key_encoding, value, value_encoding, headers) in enumerate(rows):
         assert offset == i

@@ -22,6 +22,8 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from engine.records.format import Headers
+
 pytestmark = pytest.mark.mount
 
 TS = int(time.time() * 1000) - 3_600_000   # recent: retention (7 days) keeps them
@@ -57,6 +59,7 @@ def source_records(n: int) -> list[tuple]:
             value = b"\x00\x80binary" * (i % 3)          # empty when i % 3 == 0
         else:
             value = ('line "%d"\twith\nnewline \\ ünïcode' % i).encode()
+        headers: Headers
         if i % 6 == 0:
             headers = (("trace", b"\x01\x02\xff"), ("empty", b""), ("null", None))
         else:

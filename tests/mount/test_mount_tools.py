@@ -17,11 +17,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.conftest import LOGFS, ROOT, Mount
 from tests.helpers import mount_stats, wait_for, write_then_refused
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 pytestmark = pytest.mark.mount
 
@@ -44,6 +48,11 @@ def _append(path: Path, data: bytes) -> None:
 
 def _lines(first: int, last: int) -> bytes:
     return b"".join(b"line-%d\n" % i for i in range(first, last + 1))
+
+
+def _holds(path: Path, expected: bytes) -> Callable[[], bool]:
+    """For wait_for: whether the file holds ``expected`` now."""
+    return lambda: path.read_bytes() == expected
 
 
 def _topic(mount: Mount, records: int = 200) -> None:
@@ -131,15 +140,14 @@ def test_tail_F_and_tail_f_follow_appends_rolls_and_idle_pauses(mount, tmp_path)
         expected = _lines(1, 50)
         for round_ in range(6):
             for mode, (_, out, _) in followers.items():
-                wait_for(lambda out=out, expected=expected: out.read_bytes() == expected,
-                         what=f"tail {mode} to catch up")
+                wait_for(_holds(out, expected), what=f"tail {mode} to catch up")
             time.sleep(0.8)     # the idle pause under test: 4 re-checks of the name
             first = 51 + round_ * 40
             for part in range(4):          # a roll every ~1000 bytes: several per round
                 _append(mount / "t/0/append", _lines(first + 10 * part, first + 10 * part + 9))
             expected += _lines(first, first + 39)
         for mode, (_, out, _) in followers.items():
-            wait_for(lambda out=out: out.read_bytes() == expected, what=f"tail {mode} to catch up")
+            wait_for(_holds(out, expected), what=f"tail {mode} to catch up")
     finally:
         for proc, _, _ in followers.values():
             proc.send_signal(signal.SIGTERM)
@@ -482,8 +490,10 @@ def test_run_sh_detaches_a_killed_mount_and_mounts_again(tmp_path):
     root = _scripts_tree(tmp_path)
     dead = Mount(root, {}).start()
     os.mkdir(dead / "t")
-    dead.proc.kill()                       # kill -9: mnt answers "Transport endpoint is not connected"
-    dead.proc.wait()
+    proc = dead.proc
+    assert proc is not None                 # started
+    proc.kill()                             # kill -9: mnt answers "Transport endpoint is not connected"
+    proc.wait()
     with pytest.raises(OSError) as info:
         os.stat(root / "mnt/t")
     assert info.value.errno == errno.ENOTCONN

@@ -38,17 +38,20 @@ def _normalise(data: bytes) -> list[bytes]:
 def _run_block(cwd: Path, commands: list[tuple[str, list[str]]]) -> None:
     shell = subprocess.Popen(["bash", "--norc", "--noprofile"], cwd=cwd, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    stdin, stdout = shell.stdin, shell.stdout
+    assert stdin is not None     # a pipe
+    assert stdout is not None    # a pipe
     try:
         for command, expected in commands:
             run = command
             if re.search(r"\btail\b[^|;]*\s-f\b", command):
                 run = f"timeout -s INT 2 {command}\n_rc=$?; [ $_rc -eq 124 ] || [ $_rc -eq 0 ]"
             marker = "__README_DONE__"
-            shell.stdin.write(f"{run}\necho {marker} $?\n".encode())
-            shell.stdin.flush()
+            stdin.write(f"{run}\necho {marker} $?\n".encode())
+            stdin.flush()
             out = b""
             while True:
-                line = shell.stdout.readline()
+                line = stdout.readline()
                 if not line:
                     raise AssertionError(f"shell ended during {command!r}")
                 if line.startswith(marker.encode()):
@@ -60,9 +63,9 @@ def _run_block(cwd: Path, commands: list[tuple[str, list[str]]]) -> None:
                 assert _normalise(out) == _normalise("\n".join(expected).encode()), \
                     f"{command!r} printed:\n{out.decode(errors='replace')}"
     finally:
-        shell.stdin.close()
+        stdin.close()
         shell.wait(timeout=30)
-        shell.stdout.close()
+        stdout.close()
 
 
 def _spark_block(commands) -> bool:

@@ -141,6 +141,7 @@ def test_read_only_mount_of_an_unclean_dir_recovers_in_memory_and_writes_nothing
         # offset/N goes through the offset index: rebuilt in memory where it was missing or wrong
         for topic, p in (("b", 0), ("b", 1)):
             for offset, _, _, value in expected[(topic, p)][::7]:
+                assert value is not None                # every record was appended as a line
                 assert ro.sh(f"cat {topic}/{p}/offset/{offset}").stdout == value + b"\n"
         result = ro.sh("echo x >> a/0/append", check=False)
         assert result.returncode != 0
@@ -193,6 +194,7 @@ def _outcome(log: Log) -> tuple:
         records = [(r.offset, r.timestamp, r.value) for r in log.read_records(log.log_start_offset)]
         return log.log_start_offset, log.log_end_offset, records
     except CorruptRecordError as exc:
+        assert exc.path is not None                 # a log's read names the segment file it failed in
         return log.log_start_offset, log.log_end_offset, ("EIO", os.path.basename(exc.path), exc.position)
 
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from engine.clock import ManualClock
 from engine.records import HEADER_SIZE, TRANSACTIONAL_FLAG_MASK, compiled, encode_values, iter_batches
 from engine.records.decode import _records_section, _values_of, decode_text
-from tests.helpers import make_config
+from tests.helpers import make_config, text_view
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -117,7 +117,7 @@ def test_records_text_is_the_general_loops_text_or_refuses(values, data):
     got = kernels.records_text(bytes(damaged), len(values))
     if got is not None:
         general = _values_of(bytes(damaged), len(values))
-        assert got == b"".join((b"" if v is None else v) + b"\n" for v in general)
+        assert got == text_view(general)
     assert kernels.records_text(section[:data.draw(st.integers(0, len(section) - 1))], len(values)) is None
 
 

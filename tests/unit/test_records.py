@@ -37,6 +37,7 @@ from engine.records import (
     read_header,
     validate_batch,
 )
+from tests.helpers import text_view
 from tests.record_strategies import CODECS, TS, field_strategies
 
 blobs, nullable, header_lists = field_strategies(max_size=300, max_key_chars=10, max_headers=3)
@@ -408,10 +409,6 @@ def general_records(batch: bytes):
         return CorruptRecordError
 
 
-def as_text(values) -> bytes:
-    return b"".join((b"" if v is None else v) + b"\n" for v in values)
-
-
 def assert_fast_equals_general(batch: bytes) -> list:
     values = general_values(batch)
     records = general_records(batch)
@@ -421,7 +418,7 @@ def assert_fast_equals_general(batch: bytes) -> list:
                 decode(batch)
     else:
         assert decode_values(batch) == values
-        assert decode_text(batch) == as_text(values)
+        assert decode_text(batch) == text_view(values)
     if records is CorruptRecordError:
         with pytest.raises(CorruptRecordError):
             decode_batch(batch)
@@ -535,7 +532,7 @@ def test_decode_text_of_nulls_control_and_codecs() -> None:
     assert decode_text(encode_values(0, [b"a", None, b"", b"b"], TS)) == b"a\n\n\nb\n"
     fixed = [b"%05d" % i for i in range(300)]
     for codec in CODECS:
-        assert decode_text(encode_values(0, fixed, TS, compression=codec)) == as_text(fixed)
+        assert decode_text(encode_values(0, fixed, TS, compression=codec)) == text_view(fixed)
     control = rebuild(encode_records([Record(42, TS, b"\x00\x00\x00\x01", b"\x00" * 6)]), attributes=0x30)
     assert decode_text(control) == b""
 
@@ -549,7 +546,7 @@ def test_fixed_size_text_from_a_log_of_several_batches(tmp_path) -> None:
     path.write_bytes(log)
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         texts = [decode_text(mm, pos, header) for pos, header in iter_batches(mm)]
-    assert texts == [as_text(first), as_text(second)]
+    assert texts == [text_view(first), text_view(second)]
 
 
 @pytest.mark.parametrize("sizes", ["fixed", "mixed"])
@@ -596,8 +593,8 @@ def test_the_text_of_mixed_sizes_is_the_compiled_walks() -> None:
     values = [b"v" * (i * 37 % 190) + b"\n" * (i % 3) for i in range(300)]     # empty values and newlines too
     batch = encode_values(0, values, TS)
     _, data = records_section(batch)
-    assert records_text(data, len(values)) == as_text(values)
-    assert decode_text(batch) == as_text(values)
+    assert records_text(data, len(values)) == text_view(values)
+    assert decode_text(batch) == text_view(values)
     bad = bytearray(data)
     bad[len(data) - 1] = 1                                      # a header count of -1
     assert records_text(bytes(bad), len(values)) is None
