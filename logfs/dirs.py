@@ -192,8 +192,10 @@ class TopicDir(Directory):
         return self.ns.stable(GroupsDir, self.topic)
 
 
-class _PartitionSubDir(Directory):
-    kind = ""
+class _PartitionDirectory(Directory):
+    """A directory of one partition: ``<topic>/<p>/`` itself (:class:`PartitionDir`), and those below it."""
+
+    kind = "partition"
 
     def __init__(self, ns: Tree, tp: TopicPartition) -> None:
         super().__init__(ns)
@@ -206,10 +208,23 @@ class _PartitionSubDir(Directory):
 
     @property
     def parent_key(self) -> NodeKey:
-        return ("partition", self.tp)
+        return ("topic", self.topic)
 
     def path(self) -> str:
-        return f"{self.tp.topic}/{self.tp.partition}/{self.kind}"
+        return f"{self.tp.topic}/{self.tp.partition}"
+
+
+class _PartitionSubDir(_PartitionDirectory):
+    """``offset/``, ``from/``, ``since/`` and ``segments/``: a directory in ``<topic>/<p>/``."""
+
+    kind = ""
+
+    @property
+    def parent_key(self) -> NodeKey:
+        return (_PartitionDirectory.kind, self.tp)
+
+    def path(self) -> str:
+        return f"{super().path()}/{self.kind}"
 
     def names(self) -> list[str]:
         # offset/, from/ and since/ are addressed by name only: listing every
@@ -375,7 +390,7 @@ class SegmentsDir(_PartitionSubDir):
                                lambda: SegmentFile(self.ns, self.tp, name, segment, suffix))
 
 
-class PartitionDir(Directory):
+class PartitionDir(_PartitionDirectory):
     """``<topic>/<p>/``: each name maps to the class of its node, made from the partition, or to the method
     making it (add names to ``_ENTRIES``)."""
 
@@ -386,22 +401,6 @@ class PartitionDir(Directory):
         "offset": OffsetDir, "from": FromDir, "since": SinceDir, "segments": SegmentsDir,
         "state": StateFile, "delete": PartitionDeleteFile, "append.jsonl": "_append_jsonl", "consume": ConsumeDir,
     }
-
-    def __init__(self, ns: Tree, tp: TopicPartition) -> None:
-        super().__init__(ns)
-        self.tp = tp
-        self.topic = tp.topic
-
-    @property
-    def key(self) -> NodeKey:
-        return ("partition", self.tp)
-
-    @property
-    def parent_key(self) -> NodeKey:
-        return ("topic", self.tp.topic)
-
-    def path(self) -> str:
-        return f"{self.tp.topic}/{self.tp.partition}"
 
     def names(self) -> list[str]:
         return list(self._ENTRIES)
