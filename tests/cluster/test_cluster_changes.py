@@ -263,7 +263,9 @@ def _consume(cluster: KafkaCluster, topic: str) -> list[tuple[int, bytes | None]
             msg = consumer.poll(10)
             assert msg is not None, msg and msg.error()
             assert msg.error() is None, msg and msg.error()
-            out.append((msg.offset(), msg.value()))
+            offset = msg.offset()
+            assert offset is not None               # a consumed record has its offset
+            out.append((offset, msg.value()))
         return out
     finally:
         consumer.close()

@@ -66,7 +66,9 @@ def _consume(cluster: KafkaCluster, topic: str, partition: int = 0) -> list[tupl
             msg = consumer.poll(10)
             assert msg is not None, f"consumer got nothing more after {out[-1:]} (high watermark {high})"
             assert msg.error() is None, msg.error()
-            out.append((msg.offset(), msg.key(), msg.value()))
+            offset = msg.offset()
+            assert offset is not None               # a consumed record has its offset
+            out.append((offset, msg.key(), msg.value()))
         return out
     finally:
         consumer.close()
@@ -531,7 +533,7 @@ def test_leader_killed_during_appends(cluster_mount, kafka_cluster: KafkaCluster
     m = cluster_mount()
     (m / "ha").mkdir()
     acked: list[int] = []
-    failed: list[tuple[int, int]] = []
+    failed: list[tuple[int, int | None]] = []
     stop = threading.Event()
 
     def writer() -> None:
@@ -615,7 +617,9 @@ def test_readme_cluster_section_runs_as_written(kafka_cluster: KafkaCluster, tmp
     from tests.conftest import ROOT
     from tests.docs import doc_section
     section = doc_section("Mounting a Kafka cluster")
-    body = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block is not None, "no ```sh block in the section"
+    body = block.group(1)
     commands: list[tuple[str, list[str]]] = []
     for line in body.splitlines():
         if line.startswith("$ "):

@@ -122,7 +122,7 @@ def test_the_first_write_after_a_fresh_mount_is_one_batch(cluster_mount, kafka_c
     m = cluster_mount()
     data = subprocess.run(["seq", "4000"], capture_output=True, check=True).stdout
     for topic in topics:       # each the producer's first write to that topic (the split was intermittent)
-        wait_for(lambda t=topic: (m / f"{t}/0").exists(), "the topic in the mount")
+        wait_for((m / f"{topic}/0").exists, "the topic in the mount")
         with open(m / f"{topic}/0/append", "ab", buffering=0) as f:
             assert f.write(data) == len(data)       # one write() (19 KB: FUSE takes up to 1 MiB at once)
         batches = _batches(m, topic)

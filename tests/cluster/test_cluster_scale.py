@@ -66,8 +66,10 @@ def _produce(cluster: KafkaCluster, topic: str, values: list[bytes], *, partitio
     from confluent_kafka import Producer
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 20})
     for i, value in enumerate(values):
-        kwargs = {} if timestamp is None else {"timestamp": timestamp + i}
-        producer.produce(topic, value, partition=partition, **kwargs)
+        if timestamp is None:
+            producer.produce(topic, value, partition=partition)
+        else:
+            producer.produce(topic, value, partition=partition, timestamp=timestamp + i)
     assert producer.flush(60) == 0
 
 

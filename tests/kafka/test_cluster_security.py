@@ -99,6 +99,7 @@ def test_a_secured_cluster_mounts_with_its_settings_in_a_file(family: str, secur
     readable = family == "sasl-plain-jaas"        # this one's file is left readable by others: warned about
     m = _mount(logfs_mount, broker, tmp_path, "m", listener, props, mode=0o644 if readable else 0o600)
     # ps shows no password: it is in the file
+    assert m.proc is not None                        # started
     argv = Path(f"/proc/{m.proc.pid}/cmdline").read_bytes().split(b"\0")
     assert not any(s.encode() in arg for s in SECRETS for arg in argv)
     # .logfs/config shows the settings the mount runs with, its secrets redacted

@@ -415,6 +415,7 @@ def test_aborted_transactions_are_those_the_broker_indexed(scenario: Scenario):
                     _, producer_id, first, last, _ = struct.unpack_from(">hqqqq", raw, i)
                     indexed.append((producer_id, first, last))
             state = transactions.read_committed_state(log_of(manager, TopicPartition("txn", p)))
+            assert state is not None                # the log holds transactions
             assert indexed
             assert [tuple(a) for a in state.aborted_transactions()] == indexed
     finally:

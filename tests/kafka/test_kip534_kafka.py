@@ -179,6 +179,7 @@ def _markers(partition_dir: Path) -> list[tuple[int, int | None, bool]]:
             if header.is_control:
                 validate_batch(data, pos)
                 record = decode_batch(data, pos, header, include_control=True)[0]
+                assert record.key is not None       # a control record's key is its type
                 out.append((header.base_offset, header.delete_horizon_ms, record.key[-1] == 1))
     return out
 

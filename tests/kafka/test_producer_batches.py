@@ -25,6 +25,7 @@ from tests.jvm import run_tool
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from engine.records.reader import ReadAt
     from tests.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.kafka]
@@ -43,6 +44,11 @@ def _python(call, *args):
         return call(*args)
 
 
+def _reader(fd: int) -> ReadAt:
+    """read_chunks' reads of an open file: ``size`` bytes at ``position``."""
+    return lambda position, size: os.pread(fd, size, position)
+
+
 def _text_of_log(partition_dir: Path, topic: str) -> bytes:
     """The text view of every batch of the partition, each checked against the walk and the general decoder."""
     kernels = compiled.KERNELS
@@ -52,7 +58,7 @@ def _text_of_log(partition_dir: Path, topic: str) -> bytes:
     for log in sorted(partition_dir.glob("*.log")):
         fd = os.open(log, os.O_RDONLY)
         try:
-            for chunk in read_chunks(lambda p, n, fd=fd: os.pread(fd, n, p), 0, None, 1 << 20, path=str(log),
+            for chunk in read_chunks(_reader(fd), 0, None, 1 << 20, path=str(log),
                                      verify_crc=True):
                 for off, header in chunk.batches:
                     header, section = _records_section(chunk.buf, off, header, view=True)

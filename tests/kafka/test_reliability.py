@@ -38,7 +38,13 @@ def _append_acknowledged(path: Path, lines: list[bytes]) -> list[tuple[int, int]
         acks = os.read(fd, 1 << 20).decode().split("\n")
     finally:
         os.close(fd)
-    return [tuple(int(x) for x in ack.split()[-2:]) for ack in acks if ack]
+    return [(int(first), int(last)) for first, last in (ack.split()[-2:] for ack in acks if ack)]
+
+
+def _line(process: subprocess.Popen[bytes]) -> bytes:
+    """The next line the process writes to its stdout (a pipe)."""
+    assert process.stdout is not None
+    return process.stdout.readline()
 
 
 def _mount_cmd(mountpoint: Path, data: Path, *extra: str) -> list[str]:
@@ -163,14 +169,14 @@ def test_logfs_and_a_kafka_broker_exclude_each_other(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
 
-    def java_lock() -> subprocess.Popen:
+    def java_lock() -> subprocess.Popen[bytes]:
         require_kafka_marker("Java's FileChannel.tryLock")
         return subprocess.Popen(["java", str(source), str(data / ".lock")], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE)
 
     broker = java_lock()
     try:
-        assert broker.stdout.readline() == b"locked\n"
+        assert _line(broker) == b"locked\n"
         mnt = tmp_path / "mnt"
         mnt.mkdir()
         for extra in ((), ("--read-only",)):
@@ -186,7 +192,7 @@ def test_logfs_and_a_kafka_broker_exclude_each_other(tmp_path):
     try:
         broker = java_lock()
         try:
-            assert broker.stdout.readline() == b"busy\n"
+            assert _line(broker) == b"busy\n"
         finally:
             broker.communicate(timeout=60)
     finally:

@@ -127,8 +127,8 @@ def _write_data(mount: Mount) -> None:
     lines = []
     an_hour_ago = int(time.time() * 1000) - 3_600_000     # within retention.ms, which applies to CreateTime
     for i in range(40):
-        row = {"key": None if i % 5 == 0 else f"key {i}", "value": None if i % 7 == 3 else f"value {i}",
-               "timestamp": an_hour_ago + 1000 * i}
+        row: dict[str, object] = {"key": None if i % 5 == 0 else f"key {i}",
+                                  "value": None if i % 7 == 3 else f"value {i}", "timestamp": an_hour_ago + 1000 * i}
         if i % 3 == 0:
             row["headers"] = [{"key": "trace", "value": f"t{i}"}, {"key": "empty", "value": None},
                               {"key": "bin", "value": base64.b64encode(bytes([255, i])).decode(),

@@ -354,7 +354,7 @@ def _segment_bases(mount, topic: str) -> list[int]:
 def test_source_reads_across_retention_and_compaction_replacing_segments(mount, monkeypatch, caplog):
     mp = str(mount.path)
     _make_topic(mount, "churn", 1, config="parse.key=true\nmin.cleanable.dirty.ratio=0.1\n")
-    written = {}
+    written: dict[int, tuple[bytes, ...]] = {}
     for round_ in range(60):                       # 1200 records, 20 keys, one batch per round
         lines = [b"k%02d\tv%03d-%02d-%s" % (k, round_, k, b"y" * 20) for k in range(20)]
         append_lines(mp, "churn", lines, chunk=20)
@@ -372,6 +372,7 @@ def test_source_reads_across_retention_and_compaction_replacing_segments(mount, 
         reader = logfs_spark.LogfsBatchReader(logfs_spark.SourceOptions.parse(
             {"path": mp, "subscribe": "churn", "startingOffsets": "earliest", "failOnDataLoss": fail_on_data_loss}))
         (rng,) = reader.partitions()
+        assert isinstance(rng, logfs_spark.OffsetRangePartition)
         assert (rng.from_offset, rng.until_offset) == (0, 1200)
         task = iter(reader.read(rng))
         first = next(task).to_pylist()
