@@ -158,9 +158,25 @@ def wait_for(predicate: Callable[[], T | Literal[False] | None], what: str, time
 # --------------------------------------------------------------------------- a mount's stats.json
 
 
-def mount_stats(mount: Any) -> dict:
+#: a parsed JSON object (Any: its members are whatever the document holds)
+JsonObject = dict[str, Any]
+
+
+def json_object(text: bytes | str) -> JsonObject:
+    """``text`` parsed as JSON, which must be an object (a mount's ``state`` and ``stats.json`` are)."""
+    doc = json.loads(text)
+    assert isinstance(doc, dict), doc
+    return doc
+
+
+def mount_stats(mount: Any) -> JsonObject:
     """``.logfs/stats.json`` of a running mount (``mount`` is a tests.conftest.Mount)."""
-    return json.loads((mount / ".logfs/stats.json").read_bytes())
+    return json_object((mount / ".logfs/stats.json").read_bytes())
+
+
+def partition_state(mount: Any, topic: str = "t", partition: int = 0) -> JsonObject:
+    """``<topic>/<partition>/state`` of a running mount (``mount`` is a tests.conftest.Mount)."""
+    return json_object((mount / f"{topic}/{partition}/state").read_bytes())
 
 
 def task_runs(mount: Any, task: str) -> int:

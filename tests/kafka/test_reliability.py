@@ -16,16 +16,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import LOGFS, Mount, kafka_records
-from tests.helpers import add_config, wait_for
+from tests.helpers import add_config, mount_stats, partition_state, wait_for
 from tests.jvm import require_kafka_marker
 
 pytestmark = pytest.mark.mount
 
 
-
-
-def _state(mount: Mount, topic: str, partition: int = 0) -> dict:
-    return json.loads((mount / f"{topic}/{partition}/state").read_bytes())
 
 
 def _append_acknowledged(path: Path, lines: list[bytes]) -> list[tuple[int, int]]:
@@ -224,10 +220,10 @@ def test_corrupt_topic_configs_load_the_previous_generation_and_never_fall_back_
     assert "loading the previous generation" in log
     assert b"cleanup.policy=compact" in (mount / "c/config").read_bytes()
     # retention (200 ms for delete topics) has run several times and deleted nothing
-    deadline_runs = json.loads((mount / ".logfs/stats.json").read_bytes())["tasks"]["kafka-log-retention"]["runs"]
-    wait_for(lambda: json.loads((mount / ".logfs/stats.json").read_bytes())["tasks"]["kafka-log-retention"]["runs"]
+    deadline_runs = mount_stats(mount)["tasks"]["kafka-log-retention"]["runs"]
+    wait_for(lambda: mount_stats(mount)["tasks"]["kafka-log-retention"]["runs"]
               >= deadline_runs + 3, what="three retention runs")
-    assert _state(mount, "c")["log_start_offset"] == 0
+    assert partition_state(mount, "c")["log_start_offset"] == 0
     assert len((mount / "c/0/records").read_bytes().splitlines()) == 200
     assert mount.stop() == 0
 
@@ -259,7 +255,7 @@ def test_log_start_checkpoint_beyond_the_log_end_keeps_every_segment(mount):
     (mount.data / "log-start-offset-checkpoint").write_text("0\n1\nt 0 999999999\n")
     mount.start()
     assert "The checkpointed log start offset 999999999 is beyond the log end offset 3000" in mount.log()
-    state = _state(mount, "t")
+    state = partition_state(mount, "t")
     assert state["log_start_offset"] == 0
     assert state["log_end_offset"] == 3000
     assert (mount / "t/0/offset/2999").read_bytes() == b"r2999\n"
@@ -455,11 +451,11 @@ def test_a_compaction_of_hundreds_of_segments_logs_no_failed_deletes(mount):
     for i in range(0, 9000, 30):
         os.write(fd, b"".join(b"k%d\tvalue-%06d\n" % (j % 7, j) for j in range(i, i + 30)))
     os.close(fd)
-    segments = len(_state(mount, "c")["segments"])
+    segments = len(partition_state(mount, "c")["segments"])
     assert segments > 100
     add_config(mount / "c/config", b"cleanup.policy=compact\nmin.cleanable.dirty.ratio=0.01\n")
     wait_for(lambda: "cleaned log c-0" in mount.log(), timeout=60, what="compaction")
-    wait_for(lambda: _state(mount, "c")["pending_deletion"]["segments"] == 0, what="old segments removed")
+    wait_for(lambda: partition_state(mount, "c")["pending_deletion"]["segments"] == 0, what="old segments removed")
     # The first clean leaves one (mostly empty) segment per segment it read; the next one
     # groups those and deletes them: that is where the probe saw the failed deletes.
     fd = os.open(mount / "c/0/append", os.O_WRONLY)
@@ -467,8 +463,8 @@ def test_a_compaction_of_hundreds_of_segments_logs_no_failed_deletes(mount):
         os.write(fd, b"".join(b"k%d\tagain-%06d\n" % (j % 7, j) for j in range(i, i + 30)))
     os.close(fd)
     wait_for(lambda: mount.log().count("cleaned log c-0") >= 2, timeout=60, what="a second compaction")
-    wait_for(lambda: _state(mount, "c")["pending_deletion"]["segments"] == 0, what="old segments removed")
-    remaining = len(_state(mount, "c")["segments"])
+    wait_for(lambda: partition_state(mount, "c")["pending_deletion"]["segments"] == 0, what="old segments removed")
+    remaining = len(partition_state(mount, "c")["segments"])
     os.rmdir(mount / "c")                        # and the topic with what the cleaner left
     assert mount.stop() == 0
     log = mount.log()

@@ -8,13 +8,12 @@ named in one log line.
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 
 from tests.conftest import Mount, kafka_records
-from tests.helpers import add_config, wait_for
+from tests.helpers import add_config, mount_stats, partition_state, wait_for
 
 pytestmark = pytest.mark.mount
 
@@ -35,10 +34,6 @@ def _fill(mount: Mount, topic: str, count: int) -> list[bytes]:
 
 def _values(mount: Mount, topic: str) -> list[bytes]:
     return (mount / f"{topic}/0/records").read_bytes().splitlines()
-
-
-def _state(mount: Mount, topic: str) -> dict:
-    return json.loads((mount / f"{topic}/0/state").read_bytes())
 
 
 @pytest.mark.mount_options(FAST_DELETE)
@@ -96,7 +91,7 @@ def test_corrupt_checkpoints_fall_back_to_their_previous_generation(mount):
     log = mount.log()
     assert "using its previous generation" in log
     assert "log-start-offset-checkpoint.prev" in log
-    start = _state(mount, "t")["log_start_offset"]
+    start = partition_state(mount, "t")["log_start_offset"]
     assert previous == "0\n1\nt 0 150\n"
     assert start == 150                                        # not the first segment's base offset
     values = _values(mount, "t")
@@ -145,8 +140,8 @@ def test_missing_topic_configs_with_a_previous_generation_is_loaded(logfs_mount)
     mount.start()
     assert "loading the previous generation" in mount.log()
     assert b"cleanup.policy=compact" in (mount / "c/config").read_bytes()
-    runs = json.loads((mount / ".logfs/stats.json").read_bytes())["tasks"]["kafka-log-retention"]["runs"]
-    wait_for(lambda: json.loads((mount / ".logfs/stats.json").read_bytes())["tasks"]["kafka-log-retention"]["runs"]
+    runs = mount_stats(mount)["tasks"]["kafka-log-retention"]["runs"]
+    wait_for(lambda: mount_stats(mount)["tasks"]["kafka-log-retention"]["runs"]
               > runs + 2, what="retention runs")
     assert len(_values(mount, "c")) == 50
 

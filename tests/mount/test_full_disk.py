@@ -11,7 +11,6 @@ read-only under the mount) counts as an error in ``stats.json``.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import subprocess
 from typing import TYPE_CHECKING
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import Mount, kafka_records
-from tests.helpers import add_config, wait_for
+from tests.helpers import add_config, mount_stats, partition_state, wait_for
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -57,14 +56,6 @@ def full_mount(tmp_path: Path, small_fs: Path):
         m.stop()
 
 
-def _stats(mount: Mount) -> dict:
-    return json.loads((mount / ".logfs/stats.json").read_bytes())
-
-
-def _state(mount: Mount, topic: str) -> dict:
-    return json.loads((mount / f"{topic}/0/state").read_bytes())
-
-
 def _fill(mount: Mount, topic: str) -> int:
     """Append 2 KiB batches until ENOSPC; returns the number of records acknowledged by fsync."""
     fd = os.open(mount / f"{topic}/0/append", os.O_WRONLY)
@@ -97,29 +88,29 @@ def test_deleting_data_works_on_a_full_disk_and_frees_it(full_mount, small_fs):
     os.close(fd)
     big = _fill(m, "big")
     assert big > 10000
-    end = _state(m, "big")["log_end_offset"]
+    end = partition_state(m, "big")["log_end_offset"]
     assert end == big                                    # nothing partial: every record acknowledged
 
     # the disk is full: a config write still fits in place over its previous generation ...
     add_config(m / "big/config", b"retention.bytes=1000000\n")
     # ... and retention acts on it: its log-start-offset checkpoint is written on the full disk too
-    start = wait_for(lambda: _state(m, "big")["log_start_offset"], what="retention on a full disk")
+    start = wait_for(lambda: partition_state(m, "big")["log_start_offset"], what="retention on a full disk")
     assert 0 < start < end
     # DeleteRecords, then a whole topic
     (m / "big/0/delete").write_bytes(b"before %d\n" % ((start + end) // 2))
-    assert _state(m, "big")["log_start_offset"] == (start + end) // 2
+    assert partition_state(m, "big")["log_start_offset"] == (start + end) // 2
     os.rmdir(m / "gone")
     assert "gone" not in os.listdir(m.path)
     # the deleted files go after file.delete.delay.ms; then appends work again
     wait_for(lambda: not any(n.endswith("-delete") for n in os.listdir(m.data)), what="topic dir removed")
-    wait_for(lambda: _state(m, "big")["pending_deletion"]["segments"] == 0, what="segments removed")
+    wait_for(lambda: partition_state(m, "big")["pending_deletion"]["segments"] == 0, what="segments removed")
     fd = os.open(m / "big/0/append", os.O_RDWR)
     os.write(fd, b"after\n")
     os.fsync(fd)
     ack = os.read(fd, 100).split()
     os.close(fd)
     assert int(ack[0]) == end
-    tasks = _stats(m)["tasks"]
+    tasks = mount_stats(m)["tasks"]
     assert tasks["kafka-log-retention"]["errors"] == 0, tasks["kafka-log-retention"]
     assert m.stop() == 0
     records = kafka_records(m.data / "big-0")
@@ -138,7 +129,7 @@ def test_failed_task_runs_count_as_errors(full_mount, tmp_path):
     wait_for(lambda: previous.exists(), what="two checkpoint runs")
     previous.unlink()
     previous.mkdir()
-    record = wait_for(lambda: (r := _stats(m)["tasks"][job])["errors"] >= 2 and r, what="failed runs counted")
+    record = wait_for(lambda: (r := mount_stats(m)["tasks"][job])["errors"] >= 2 and r, what="failed runs counted")
     assert "log-start-offset-checkpoint" in record["last_error"]
     metrics = (m / ".logfs/metrics").read_text()
     assert any(line.startswith(f'logfs_task_errors_total{{task="{job}"}}') and float(line.split()[-1]) >= 2
@@ -146,8 +137,8 @@ def test_failed_task_runs_count_as_errors(full_mount, tmp_path):
     assert m.log().count(f"Scheduled task '{job}' failed") >= 2
     assert "Traceback" not in m.log()
     previous.rmdir()
-    runs = _stats(m)["tasks"][job]["runs"]
-    wait_for(lambda: (r := _stats(m)["tasks"][job])["runs"] > runs + 1 and r["last_error"] is None,
+    runs = mount_stats(m)["tasks"][job]["runs"]
+    wait_for(lambda: (r := mount_stats(m)["tasks"][job])["runs"] > runs + 1 and r["last_error"] is None,
               what="a successful run once the directory is gone")
 
 

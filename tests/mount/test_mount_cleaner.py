@@ -40,7 +40,15 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import LOGFS, ROOT, Mount, kafka_records
-from tests.helpers import CLEANER_TASK, QUICK_CLEANER, add_config, mount_stats, wait_for, wait_for_task_runs
+from tests.helpers import (
+    CLEANER_TASK,
+    QUICK_CLEANER,
+    add_config,
+    mount_stats,
+    partition_state,
+    wait_for,
+    wait_for_task_runs,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -62,10 +70,6 @@ COMPACTED_TOPIC = ("cleanup.policy=compact\nparse.key=true\nnull.marker=NULL\n"
 def _rows(mount: Mount, topic: str = "t", partition: int = 0) -> list[dict]:
     data = (mount / f"{topic}/{partition}/records.jsonl").read_bytes()
     return [json.loads(line) for line in data.splitlines()]
-
-
-def _state(mount: Mount, topic: str = "t", partition: int = 0) -> dict:
-    return json.loads((mount / f"{topic}/{partition}/state").read_bytes())
 
 
 def _append(mount: Mount, lines: list[str], topic: str = "t", partition: int = 0) -> None:
@@ -152,15 +156,15 @@ def test_compaction_runs_on_its_own_and_keeps_the_latest_value_of_each_key(mount
     assert len(before) == 600
     assert [r["offset"] for r in before] == list(range(600))
     wait_for_task_runs(mount, CLEANER_TASK, 2)        # the cleaner looked, twice, and found nothing to clean
-    assert _state(mount)["last_cleaning"] is None, "a delete topic was cleaned"
+    assert partition_state(mount)["last_cleaning"] is None, "a delete topic was cleaned"
     assert len(_rows(mount)) == 600, "a delete topic was cleaned"
     assert mount_stats(mount)["cleaner"]["totals"]["runs"] == 0
     add_config(mount / "t/config", "cleanup.policy=compact\n")
 
-    wait_for(lambda: (s := _state(mount))["last_cleaning"] and s, "the first clean")
+    wait_for(lambda: (s := partition_state(mount))["last_cleaning"] and s, "the first clean")
     # Until the dirty ratio drops below min.cleanable.dirty.ratio, more cleans may follow: wait
     # for the last, so that the views read below are of one and the same log.
-    wait_for(lambda: (s := _state(mount))["dirty_ratio"] <= 0.1 and s["cleaning_state"] is None,
+    wait_for(lambda: (s := partition_state(mount))["dirty_ratio"] <= 0.1 and s["cleaning_state"] is None,
               "the cleaner to go idle")
     after = _rows(mount)
     original = {row["offset"]: row for row in before}
@@ -169,7 +173,7 @@ def test_compaction_runs_on_its_own_and_keeps_the_latest_value_of_each_key(mount
     assert {k: r["value"] for k, r in _latest(after).items()} == {k: r["value"] for k, r in _latest(before).items()}
     assert len(after) < len(before), "nothing was compacted"
     # The cleaner position is a recorded first dirty offset: everything below it was cleaned.
-    state = _state(mount)
+    state = partition_state(mount)
     position = state["cleaner_position"]
     assert 0 < position <= state["log_end_offset"]
     _assert_compacted_below(after, position)
@@ -223,8 +227,8 @@ def test_unkeyed_record_on_compacted_topic_is_refused_with_einval(mount):
             assert exc.value.errno == errno.EINVAL, path
         finally:
             os.close(fd)
-    assert _state(mount, "plain")["log_end_offset"] == 0
-    assert _state(mount, "keyed")["log_end_offset"] == 0
+    assert partition_state(mount, "plain")["log_end_offset"] == 0
+    assert partition_state(mount, "keyed")["log_end_offset"] == 0
     assert "Compacted topic cannot accept message without key" in mount.log()
     # A keyed record is accepted, and the refused ones left nothing behind.
     _append(mount, ["k\tv"], "keyed")
@@ -255,7 +259,7 @@ def test_tombstones_remove_keys_and_are_dropped_after_delete_retention(mount):
     # Cleaned past the tombstones: the keys' values are gone, the tombstones themselves remain.
     def cleaned_past_tombstones() -> bool:
         _append(mount, next(filler))
-        position = _state(mount)["cleaner_position"]
+        position = partition_state(mount)["cleaner_position"]
         return position is not None and position > max(tombstones)
     wait_for(cleaned_past_tombstones, "a clean past the tombstones", interval=0.1)
     # ... and whole cleans after that one (each rewrites the cleaned section too) keep them as well.
@@ -338,7 +342,7 @@ def test_readers_across_cleanings_see_a_consistent_stream(mount):
             if round_ in (10, 30):       # cleans happen while the readers read, twice over
                 runs_before = wait_for(_more_cleaner_runs(mount, runs_before), "a clean while the readers read")
             time.sleep(0.03)             # a steady producer: the readers interleave with the appends
-        end = _state(mount)["log_end_offset"]
+        end = partition_state(mount)["log_end_offset"]
         wait_for(lambda: loop_data.endswith(b"\n") and json.loads(bytes(loop_data).splitlines()[-1])["offset"]
                   == end - 1, "the sequential reader to reach the log end")
         wait_for(lambda: tail_out.endswith(b"\n") and json.loads(bytes(tail_out).splitlines()[-1])["offset"]
@@ -429,7 +433,7 @@ def uncleaned_data(tmp_path_factory) -> tuple[Path, list[dict]]:
         for batch in _keyed_rounds(30, 25):
             _append(mount, batch, "c")
         rows = _rows(mount, "c")
-        assert len(_state(mount, "c")["segments"]) >= 10
+        assert len(partition_state(mount, "c")["segments"]) >= 10
     finally:
         assert mount.stop() == 0, mount.log()
     return mount.data, rows
@@ -471,7 +475,7 @@ def test_crash_during_cleaning_then_remount_recovers_a_correct_log(stage, unclea
     recovered = _rows(mount, "c")
     _assert_consistent_subset(recovered, original)
     _assert_latest_present_once(recovered, written)
-    assert _state(mount, "c")["log_end_offset"] == len(written)
+    assert partition_state(mount, "c")["log_end_offset"] == len(written)
     assert not {"log.cleaned", "log.swap"} & _suffixes(pdir), "recovery left .cleaned or .swap files"
     assert mount.stop() == 0, mount.log()
     check = _logfs_check(mount.data)
@@ -480,7 +484,7 @@ def test_crash_during_cleaning_then_remount_recovers_a_correct_log(stage, unclea
     # Then the mount's own cleaner finishes the job on the recovered log.
     mount.options["log.cleaner.enable"] = "true"
     mount.start()
-    state = wait_for(lambda: (s := _state(mount, "c"))["last_cleaning"] and s, "the clean after recovery")
+    state = wait_for(lambda: (s := partition_state(mount, "c"))["last_cleaning"] and s, "the clean after recovery")
     cleaned = _rows(mount, "c")
     _assert_consistent_subset(cleaned, original)
     _assert_latest_present_once(cleaned, written)

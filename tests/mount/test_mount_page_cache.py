@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.helpers import QUICK_CLEANER, add_config, direct_read, wait_for
+from tests.helpers import QUICK_CLEANER, add_config, direct_read, partition_state, wait_for
 from tests.mount.test_mount_everyday import test_tail_F_never_prints_a_record_twice_across_deletions as tail_F_scenario
 
 if TYPE_CHECKING:
@@ -44,10 +44,6 @@ def _append(mount: Mount, data: bytes, topic: str = "t") -> None:
 def _cached(path: Path) -> bytes:
     """A plain read (through the page cache when the mount allows it)."""
     return path.read_bytes()
-
-
-def _state(mount: Mount, topic: str = "t") -> dict:
-    return json.loads((mount / f"{topic}/0/state").read_bytes())
 
 
 def _read_twice_equal(path: Path) -> bytes:
@@ -82,7 +78,7 @@ def test_a_reread_after_retention_deletes_segments_shows_nothing_stale(logfs_mou
     _append(mount, _lines(0, 5000))
     assert _read_twice_equal(mount / "t/0/records") == _lines(0, 5000)
     add_config(mount / "t/config", "retention.bytes=40000\n")
-    start = wait_for(lambda: (s := _state(mount))["log_start_offset"] > 0 and s["log_start_offset"],
+    start = wait_for(lambda: (s := partition_state(mount))["log_start_offset"] > 0 and s["log_start_offset"],
                      "retention moving the log start")
     assert _read_twice_equal(mount / "t/0/records") == _lines(start, 5000)
 
@@ -95,8 +91,8 @@ def test_a_reread_after_a_clean_shows_the_compacted_log(logfs_mount):
     before = _read_twice_equal(mount / "t/0/records.jsonl")
     assert before.count(b"\n") == 2000
     add_config(mount / "t/config", "cleanup.policy=compact\n")
-    wait_for(lambda: (s := _state(mount))["last_cleaning"] and s["dirty_ratio"] <= 0.1 and s["cleaning_state"] is None,
-             "the cleaner to clean and go idle")
+    wait_for(lambda: (s := partition_state(mount))["last_cleaning"] and s["dirty_ratio"] <= 0.1
+             and s["cleaning_state"] is None, "the cleaner to clean and go idle")
     after = _read_twice_equal(mount / "t/0/records.jsonl")
     rows = [json.loads(line) for line in after.splitlines()]
     assert len(rows) < 2000, "nothing was compacted"

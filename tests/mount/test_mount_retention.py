@@ -9,7 +9,6 @@ monkeypatch in that subprocess only); the mount then starts over what it left.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import subprocess
 import sys
@@ -20,7 +19,15 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import ROOT, kafka_records
-from tests.helpers import CLEANER_TASK, RETENTION_TASK, add_config, mount_stats, wait_for, wait_for_task_runs
+from tests.helpers import (
+    CLEANER_TASK,
+    RETENTION_TASK,
+    add_config,
+    mount_stats,
+    partition_state,
+    wait_for,
+    wait_for_task_runs,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -36,10 +43,6 @@ FAST = {
     "log.retention.check.interval.ms": "100",
     "log.segment.delete.delay.ms": "600",
 }
-
-
-def _state(mount, topic: str = "t", partition: int = 0) -> dict:
-    return json.loads((mount / f"{topic}/{partition}/state").read_bytes())
 
 
 def _write(mount, topic: str, first: int, count: int, per_write: int = 20, partition: int = 0) -> None:
@@ -121,12 +124,12 @@ def test_time_retention_deletes_only_expired_segments_through_deleted_files(moun
     add_config(mount / "t/config", b"file.delete.delay.ms=2000\n")
     tail = tails(mount, "t/0/records", tmp_path / "tail.out")
     _write(mount, "t", 0, 400)                                      # old: ~8 segments
-    old_newest = _state(mount)["segments"][-1]["largest_timestamp"]
+    old_newest = partition_state(mount)["segments"][-1]["largest_timestamp"]
     # The young records come AGE_GAP_MS after the newest old one (their timestamps are the mount's
     # append time): retention.ms is placed inside that gap below.
     wait_for(lambda: time.time() * 1000 > old_newest + AGE_GAP_MS, "the old records to age", timeout=30)
     _write(mount, "t", 400, 400)                                    # young
-    before = _state(mount)
+    before = partition_state(mount)
     expired = [s for s in before["segments"] if s["largest_timestamp"] <= old_newest]
     assert len(expired) >= 3
     assert len(expired) < len(before["segments"])
@@ -141,8 +144,8 @@ def test_time_retention_deletes_only_expired_segments_through_deleted_files(moun
     # later, which leaves a run due every 100 ms seconds of slack on a loaded machine.
     retention_ms = int(time.time() * 1000) - old_newest - 200
     add_config(mount / "t/config", b"retention.ms=%d\n" % retention_ms)
-    wait_for(lambda: _state(mount)["log_start_offset"] >= expected_start, what="time retention")
-    after = _state(mount)
+    wait_for(lambda: partition_state(mount)["log_start_offset"] >= expected_start, what="time retention")
+    after = partition_state(mount)
     # still inside file.delete.delay.ms: the segments wait as .deleted files, counted everywhere
     waiting = mount_stats(mount)["topics"]["t"]["partitions"]["0"]
     assert waiting["pending_deletion"] == after["pending_deletion"]
@@ -167,8 +170,8 @@ def test_time_retention_deletes_only_expired_segments_through_deleted_files(moun
 
     # then everything expires: the log rolls and keeps one empty active segment at the log end
     add_config(mount / "t/config", b"retention.ms=100\n")
-    wait_for(lambda: _state(mount)["log_start_offset"] == 800, what="all segments expired")
-    final = _state(mount)
+    wait_for(lambda: partition_state(mount)["log_start_offset"] == 800, what="all segments expired")
+    final = partition_state(mount)
     assert final["log_end_offset"] == 800
     assert [s["base_offset"] for s in final["segments"]] == [800]
     assert (mount / "t/0/records").read_bytes() == b""
@@ -186,7 +189,7 @@ def test_time_retention_deletes_only_expired_segments_through_deleted_files(moun
 def test_size_retention_follows_kafkas_diff_rule_and_bounds_disk_usage(mount, tails, tmp_path):
     (mount / "s").mkdir()
     _write(mount, "s", 0, 600)
-    before = _state(mount, "s")
+    before = partition_state(mount, "s")
     limit = before["size_bytes"] - before["segments"][0]["size_bytes"] - before["segments"][1]["size_bytes"] + 100
     # Kafka's rule: drop the oldest segments while what is left stays >= retention.bytes
     diff, expect = before["size_bytes"] - limit, 0
@@ -197,9 +200,9 @@ def test_size_retention_follows_kafkas_diff_rule_and_bounds_disk_usage(mount, ta
         expect += 1
     assert expect == 1
     add_config(mount / "s/config", b"retention.bytes=%d\n" % limit)
-    wait_for(lambda: _state(mount, "s")["num_segments"] == len(before["segments"]) - 1, what="size retention")
+    wait_for(lambda: partition_state(mount, "s")["num_segments"] == len(before["segments"]) - 1, what="size retention")
     wait_for_task_runs(mount, RETENTION_TASK, 2)                     # further runs delete nothing more
-    after = _state(mount, "s")
+    after = partition_state(mount, "s")
     assert after["segments"] == before["segments"][1:]
     assert after["size_bytes"] >= limit
 
@@ -217,7 +220,7 @@ def test_size_retention_follows_kafkas_diff_rule_and_bounds_disk_usage(mount, ta
         # without its oldest segment the log would be under retention.bytes.  However fast the
         # writes, the live segments are bounded by retention.bytes plus one segment.
         wait_for_task_runs(mount, RETENTION_TASK)
-        live = _state(mount, "s")
+        live = partition_state(mount, "s")
         assert live["size_bytes"] - live["segments"][0]["size_bytes"] < 8192, live["segments"]
         assert _log_bytes(pdir, deleted=False) <= live["size_bytes"]     # a later run only removes more
     # .deleted ones add what arrives during file.delete.delay.ms and go once appends stop
@@ -234,7 +237,7 @@ def test_size_retention_follows_kafkas_diff_rule_and_bounds_disk_usage(mount, ta
     # reader gets there (a Kafka consumer would be reset to the log start): the only records a
     # reader may miss are ones retention deleted, all below the final log start offset.
     missed = set(range(numbers[0], first)) - set(numbers)
-    assert not missed or max(missed) < _state(mount, "s")["log_start_offset"]
+    assert not missed or max(missed) < partition_state(mount, "s")["log_start_offset"]
 
 
 @pytest.mark.mount_options({**FAST, "log.cleaner.enable": "true", "log.cleaner.backoff.ms": "100"})
@@ -248,12 +251,12 @@ def test_compact_topics_skip_time_retention_and_compact_delete_does_both(mount):
             os.write(fd, b"".join(b"k%d\tv%d\n" % (j % 7, j) for j in range(i, i + 20)))
         os.close(fd)
     # with a cleaner, compact,delete logs get their retention from the cleaner's rounds
-    wait_for(lambda: _state(mount, "cd")["log_start_offset"] > 0, timeout=30, what="compact,delete retention")
+    wait_for(lambda: partition_state(mount, "cd")["log_start_offset"] > 0, timeout=30, what="compact,delete retention")
     # whole runs of retention and of the cleaner after that: neither retains the compact-only log
     wait_for_task_runs(mount, RETENTION_TASK, 2)
     wait_for_task_runs(mount, CLEANER_TASK, 2)
-    assert _state(mount, "c")["log_start_offset"] == 0              # compact only: never retained
-    assert _state(mount, "c")["segments"][0]["base_offset"] == 0
+    assert partition_state(mount, "c")["log_start_offset"] == 0              # compact only: never retained
+    assert partition_state(mount, "c")["segments"][0]["base_offset"] == 0
 
 
 # --------------------------------------------------------------------------- DeleteRecords
@@ -268,17 +271,17 @@ def test_delete_records_survives_kill_right_after_it_returns(mount):
     with pytest.raises(OSError) as exc:
         (mount / "t/0/delete").write_bytes(b"before 501\n")
     assert exc.value.errno == 22                                     # EINVAL beyond the log end
-    assert _state(mount)["log_start_offset"] == 0
+    assert partition_state(mount)["log_start_offset"] == 0
     (mount / "t/0/delete").write_bytes(b"before 333\n")
     assert (mount / "t/0/records").read_bytes() == _lines(333, 500)  # at once, for every new view
-    assert _state(mount)["log_start_offset"] == 333
+    assert partition_state(mount)["log_start_offset"] == 333
     assert old_reader.read() == _lines(0, 500)                       # the reader opened before reads on
     old_reader.close()
     pdir = mount.partition_dir("t", 0)
     assert any(n.endswith(".log.deleted") for n in _files(pdir))
     mount.kill()                        # before the periodic checkpoint (1 h) and the file deletion (60 s)
     mount.start()
-    assert _state(mount)["log_start_offset"] == 333
+    assert partition_state(mount)["log_start_offset"] == 333
     assert (mount / "t/0/records").read_bytes() == _lines(333, 500)
     assert not any(n.endswith(".deleted") for n in _files(pdir))
     with pytest.raises(FileNotFoundError):
@@ -298,7 +301,7 @@ def test_kill_while_segments_and_dirs_wait_for_removal(mount):
     add_config(mount / "t/config", b"retention.bytes=4096\n")
     wait_for(lambda: any(n.endswith(".deleted") for n in _files(mount.partition_dir("t", 0))),
               what="segments renamed .deleted")
-    start = wait_for(lambda: _state(mount)["log_start_offset"], what="log start moved")
+    start = wait_for(lambda: partition_state(mount)["log_start_offset"], what="log start moved")
     os.rmdir(mount / "gone")
     assert "gone" not in os.listdir(mount.path)
     queued = [n for n in _files(mount.data) if n.startswith("gone-0.") and n.endswith("-delete")]
@@ -312,8 +315,8 @@ def test_kill_while_segments_and_dirs_wait_for_removal(mount):
 
     mount.options["log.segment.delete.delay.ms"] = "300"
     mount.start()
-    assert _state(mount)["log_start_offset"] >= start
-    assert (mount / "t/0/records").read_bytes().startswith(b"line-%06d\n" % _state(mount)["log_start_offset"])
+    assert partition_state(mount)["log_start_offset"] >= start
+    assert (mount / "t/0/records").read_bytes().startswith(b"line-%06d\n" % partition_state(mount)["log_start_offset"])
     assert not any(n.endswith(".deleted") for n in _files(mount.partition_dir("t", 0)))
     assert (mount / "gone/0/records").read_bytes() == _lines(1000, 1020)   # the new topic, not the old
     wait_for(lambda: not any(n.endswith("-delete") for n in _files(mount.data)), what="-delete dir removal")
@@ -368,7 +371,7 @@ def test_crash_between_renames_never_resurrects(mount):
     _write(mount, "t", 0, 600)
     for p in range(3):
         _write(mount, "m", 0, 50, partition=p)
-    segments = _state(mount)["segments"]
+    segments = partition_state(mount)["segments"]
     assert mount.stop() == 0
 
     # DeleteRecords crashing after the first of several segment renames
@@ -377,9 +380,9 @@ def test_crash_between_renames_never_resurrects(mount):
     pdir = mount.partition_dir("t", 0)
     assert len([n for n in _files(pdir) if n.endswith(".log.deleted")]) == 1   # the others not renamed
     mount.start()
-    assert _state(mount)["log_start_offset"] == target
+    assert partition_state(mount)["log_start_offset"] == target
     assert (mount / "t/0/records").read_bytes() == _lines(target, 600)
-    wait_for(lambda: _state(mount)["segments"][0]["base_offset"] == segments[3]["base_offset"],
+    wait_for(lambda: partition_state(mount)["segments"][0]["base_offset"] == segments[3]["base_offset"],
               what="retention finishing the deletion")
     assert mount.stop() == 0
 
@@ -388,7 +391,7 @@ def test_crash_between_renames_never_resurrects(mount):
     limit = sum(sizes) - sizes[0] - sizes[1] - sizes[2]              # three more segments must go
     _crash_at(mount, "retention", str(limit))
     mount.start()
-    start = _state(mount)["log_start_offset"]
+    start = partition_state(mount)["log_start_offset"]
     assert start == segments[6]["base_offset"]
     assert (mount / "t/0/records").read_bytes() == _lines(start, 600)
     with pytest.raises(FileNotFoundError):

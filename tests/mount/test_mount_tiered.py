@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import LOGFS, Mount
-from tests.helpers import wait_for
+from tests.helpers import partition_state, wait_for
 from tests.jvm import free_port
 from tests.seaweedfs import (  # noqa: F401  (the seaweedfs fixture)
     ACCESS_KEY,
@@ -56,10 +56,6 @@ def _tiered_options(server: SeaweedFS, prefix: str, **more: str) -> dict[str, st
             "rsm.config.request.timeout.ms": "2000", **server.settings(prefix=prefix), **more}
 
 
-def _state(mount: Mount, topic: str = "t", partition: int = 0) -> dict:
-    return json.loads((mount / f"{topic}/{partition}/state").read_bytes())
-
-
 def _lines(first: int, last: int) -> bytes:
     return b"".join(b"line-%06d-%s\n" % (i, b"x" * 60) for i in range(first, last))
 
@@ -84,7 +80,7 @@ def test_closed_segments_are_copied_to_s3_and_removed_with_the_records_and_the_t
     assert "Opened remote storage s3://tier/copy" in mount.log()
     assert seaweedfs.settings()["rsm.config.s3.secret.access.key"] not in mount.log()
     mount.sh("mkdir t")
-    assert _state(mount)["remote_storage"] == {"enabled": False, "segments": 0, "size_bytes": 0,
+    assert partition_state(mount)["remote_storage"] == {"enabled": False, "segments": 0, "size_bytes": 0,
                                                "highest_offset_copied": -1, "copy_lag_segments": 0,
                                                "copy_lag_bytes": 0}
     mount.sh("echo remote.storage.enable=true >> t/config")
@@ -92,7 +88,7 @@ def test_closed_segments_are_copied_to_s3_and_removed_with_the_records_and_the_t
     _append(mount, 0, 2000, tmp_path)
 
     def copied() -> dict | None:
-        state = _state(mount)
+        state = partition_state(mount)
         closed = _closed_segments(state)
         remote = state["remote_storage"]
         if remote["segments"] == len(closed) and remote["highest_offset_copied"] == closed[-1]["next_offset"] - 1:
@@ -132,7 +128,8 @@ def test_closed_segments_are_copied_to_s3_and_removed_with_the_records_and_the_t
     # DeleteRecords: the copies wholly below the new log start go from the store
     cut = closed[3]["base_offset"] + 1
     mount.sh(f"echo 'before {cut}' > t/0/delete")
-    wait_for(lambda: _state(mount)["remote_storage"]["segments"] == len(closed) - 3, "the copies below deleted")
+    wait_for(lambda: partition_state(mount)["remote_storage"]["segments"] == len(closed) - 3,
+             "the copies below deleted")
     wait_for(lambda: len([k for k in _objects(seaweedfs, "copy") if k.endswith(".log")]) == len(closed) - 3,
              "their objects deleted")
     # topic deletion: every object of the topic goes
@@ -210,14 +207,14 @@ def test_copies_back_off_while_the_store_is_down_and_resume_when_it_returns(logf
         mount = logfs_mount(_tiered_options(server, "outage"))
         mount.sh("mkdir t && echo remote.storage.enable=true >> t/config")
         _append(mount, 0, 500, tmp_path)
-        wait_for(lambda: _state(mount)["remote_storage"]["copy_lag_segments"] == 0
-                 and _state(mount)["remote_storage"]["segments"] > 0, "the first copies")
+        wait_for(lambda: partition_state(mount)["remote_storage"]["copy_lag_segments"] == 0
+                 and partition_state(mount)["remote_storage"]["segments"] > 0, "the first copies")
         server.kill()
         _append(mount, 500, 1500, tmp_path)                   # appends go on while the store is down
         wait_for(lambda: "tiered storage backs off" in mount.log(), "the outage logged")
         wait_for(lambda: re.search(r"^logfs_remote_storage_unavailable 1\.0$",
                                    (mount / ".logfs/metrics").read_text(), re.M), "the outage in the metrics")
-        lag = _state(mount)["remote_storage"]["copy_lag_segments"]
+        lag = partition_state(mount)["remote_storage"]["copy_lag_segments"]
         assert lag > 0
         assert len((mount / "t/0/records").read_bytes().splitlines()) == 1500       # reads go on
         def failed_rounds() -> int:
@@ -228,9 +225,10 @@ def test_copies_back_off_while_the_store_is_down_and_resume_when_it_returns(logf
         wait_for(lambda: failed_rounds() >= 3, "three failed rounds")
         assert mount.log().count("tiered storage backs off") == 1      # logged once, not at every round
         server.start()
-        wait_for(lambda: _state(mount)["remote_storage"]["copy_lag_segments"] == 0, "copies resumed", timeout=90)
+        wait_for(lambda: partition_state(mount)["remote_storage"]["copy_lag_segments"] == 0, "copies resumed",
+                 timeout=90)
         assert "answers again: tiered storage resumes" in mount.log()
-        state = _state(mount)
+        state = partition_state(mount)
         closed = _closed_segments(state)
         assert state["remote_storage"]["segments"] == len(closed)
         assert len([k for k in _objects(server, "outage") if k.endswith(".log")]) == len(closed)   # no orphan
@@ -256,7 +254,7 @@ def test_local_retention_keeps_the_disk_bounded_and_every_view_reads_below_the_l
         expected = b"".join(line[:-1] + b"\n" for line in _lines(0, 2000).splitlines(keepends=True))
 
         def trimmed() -> dict | None:
-            state = _state(mount)
+            state = partition_state(mount)
             local = sum(s["size_bytes"] for s in state["segments"])
             return state if state["local_log_start_offset"] > 1000 and local <= 12000 + 2 * 4096 else None
 
@@ -290,7 +288,7 @@ def test_local_retention_keeps_the_disk_bounded_and_every_view_reads_below_the_l
         # kill -9, then a new mount of the same data dir: the log still starts at 0, below the local segments
         mount.kill()
         mount.start()
-        state = _state(mount)
+        state = partition_state(mount)
         assert state["log_start_offset"] == 0
         assert state["local_log_start_offset"] >= local_start
         every_view()
