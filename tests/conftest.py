@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import pytest
 
@@ -144,14 +144,16 @@ class Mount(ChildProcess):
     def __truediv__(self, other: str) -> Path:
         return self.path / other
 
-    def sh(self, command: str, *, check: bool = True, timeout: float = 120.0, **kw) -> subprocess.CompletedProcess:
-        """Run a shell command with the mount as working directory."""
-        result = subprocess.run(["bash", "-c", command], cwd=self.path, capture_output=True, timeout=timeout, **kw)
+    def sh(self, command: str, *, check: bool = True, timeout: float = 120.0,
+           **kw) -> subprocess.CompletedProcess[bytes]:
+        """Run a shell command with the mount as working directory (``kw``: more of subprocess.run's)."""
+        result: subprocess.CompletedProcess[bytes] = subprocess.run(["bash", "-c", command], cwd=self.path,
+                                                                    capture_output=True, timeout=timeout, **kw)
         if check and result.returncode != 0:
             raise AssertionError(f"{command!r} exited {result.returncode}: {result.stderr.decode(errors='replace')}")
         return result
 
-    def sh_refused(self, command: str) -> subprocess.CompletedProcess:
+    def sh_refused(self, command: str) -> subprocess.CompletedProcess[bytes]:
         """Run ``command`` (as :meth:`sh`), which must fail with EINVAL: "Invalid argument" on its stderr."""
         result = self.sh(command, check=False)
         assert result.returncode != 0, command
@@ -162,8 +164,15 @@ class Mount(ChildProcess):
         return self.data / f"{topic}-{partition}"
 
 
+class MountFactory(Protocol):
+    """The ``logfs_mount`` fixture: a Mount at ``tmp_path/name``, started unless ``start`` is False."""
+
+    def __call__(self, options: dict[str, str] | None = None, *, read_only: bool = False, name: str = "m",
+                 extra_args: list[str] | None = None, start: bool = True) -> Mount: ...
+
+
 @pytest.fixture
-def logfs_mount(tmp_path: Path) -> Iterator:
+def logfs_mount(tmp_path: Path) -> Iterator[MountFactory]:
     """Factory: ``logfs_mount(options, read_only=False, name="m")`` -> a started Mount."""
     mounts: list[Mount] = []
 
@@ -187,7 +196,7 @@ def logfs_mount(tmp_path: Path) -> Iterator:
 
 
 @pytest.fixture
-def mount(request: pytest.FixtureRequest, logfs_mount) -> Mount:
+def mount(request: pytest.FixtureRequest, logfs_mount: MountFactory) -> Mount:
     marker = request.node.get_closest_marker("mount_options")
     options = dict(marker.args[0]) if marker else {}
     return logfs_mount(options)

@@ -21,6 +21,8 @@ from devtools.kafka import KafkaBroker
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from tests.helpers import JsonObject
+
 __all__ = ["KafkaBroker", "Seen", "consume_all", "hash_tree", "kafka_broker", "seen_from_json"]
 
 
@@ -40,7 +42,7 @@ def kafka_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
 # --------------------------------------------------------------------------- reading and comparing
 
 
-class Seen(tuple):
+class Seen(tuple[object, ...]):
     """One record as a consumer sees it: (offset, timestamp, timestamp_type, key, value, headers)."""
 
     __slots__ = ()
@@ -82,11 +84,11 @@ def consume_all(bootstrap: str, topic: str, *, isolation_level: str = "read_unco
         consumer.close()
 
 
-def hash_tree(root: Path) -> dict[str, tuple]:
+def hash_tree(root: Path) -> dict[str, tuple[str | int, ...]]:
     """Every entry under ``root``: (kind, size, mtime, SHA-256 of a file's bytes). Any write changes it."""
     import hashlib
 
-    out: dict[str, tuple] = {}
+    out: dict[str, tuple[str | int, ...]] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             path = Path(dirpath) / name
@@ -99,9 +101,9 @@ def hash_tree(root: Path) -> dict[str, tuple]:
     return out
 
 
-def seen_from_json(row: dict) -> Seen:
+def seen_from_json(row: JsonObject) -> Seen:
     """A records.jsonl row of the mount, decoded back to bytes (docs/usage.md: base64 for non-UTF-8)."""
-    def field(value, encoding):
+    def field(value: str | None, encoding: str | None) -> bytes | None:
         if value is None:
             return None
         return base64.b64decode(value) if encoding == "base64" else value.encode()

@@ -18,12 +18,14 @@ import orjson
 import pytest
 
 from tests import ROOT
-from tests.helpers import wait_for
+from tests.helpers import JsonObject, wait_for
 from tests.markers import require_marker
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from types import ModuleType
+
+    from pyspark.sql import SparkSession
 
 
 def new_spark(app_name: str):
@@ -40,7 +42,7 @@ def new_spark(app_name: str):
 
 
 @pytest.fixture(scope="session", name="spark")
-def spark_session() -> Iterator:
+def spark_session() -> Iterator[SparkSession]:
     """The one local SparkSession of a test process (an xdist worker), for every test that asks for ``spark``.
 
     A Spark application costs a JVM start and seconds of set-up; the modules that used one each now share
@@ -80,9 +82,11 @@ def create_topic(mount: str, topic: str, partitions: int, config: str | None = N
             f.write(config)
 
 
-def state(mount: str, topic: str, partition: int) -> dict:
+def state(mount: str, topic: str, partition: int) -> JsonObject:
     with open(os.path.join(mount, topic, str(partition), "state"), "rb") as f:
-        return orjson.loads(f.read())
+        doc = orjson.loads(f.read())
+    assert isinstance(doc, dict), doc
+    return doc
 
 
 def end_offsets(mount: str, topic: str) -> dict[int, int]:
@@ -90,9 +94,9 @@ def end_offsets(mount: str, topic: str) -> dict[int, int]:
     return {p: state(mount, topic, p)["log_end_offset"] for p in parts}
 
 
-def records_jsonl(mount: str, topic: str) -> list[dict]:
+def records_jsonl(mount: str, topic: str) -> list[JsonObject]:
     """Every record of a topic as the mount renders it (records.jsonl of each partition)."""
-    out: list[dict[str, object]] = []
+    out: list[JsonObject] = []
     for p in end_offsets(mount, topic):
         with open(os.path.join(mount, topic, str(p), "records.jsonl"), "rb") as f:
             out.extend(orjson.loads(line) for line in f.read().splitlines())

@@ -21,11 +21,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.conftest import ROOT, Mount
+from tests.conftest import ROOT, Mount, MountFactory
 from tests.helpers import direct_read, wait_for
 from tests.spark_util import append_lines, records_jsonl, run_pipeline
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
     from tests.kafka_cluster import KafkaCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.mount]
@@ -41,7 +44,7 @@ def normalised(jsonl: bytes) -> bytes:
 
 
 @pytest.fixture
-def cluster_mount(kafka_cluster: KafkaCluster, logfs_mount):
+def cluster_mount(kafka_cluster: KafkaCluster, logfs_mount: MountFactory) -> Callable[..., Mount]:
     """Factory: a started mount of the module's cluster (``options``: more ``-o`` settings)."""
     def make(options: dict[str, str] | None = None, name: str = "c") -> Mount:
         return logfs_mount(options, name=name, extra_args=["--bootstrap-server", kafka_cluster.bootstrap])
@@ -136,7 +139,7 @@ def test_read_committed_views_of_the_cluster_end_at_the_last_stable_offset(
                     extra_args=["--bootstrap-server", kafka_cluster.bootstrap, *mode])
     admin = _admin(kafka_cluster)       # held: the future fails if the client is collected first
     admin.create_topics([NewTopic(topic, 1)])[topic].result()
-    records = m / topic / "0" / "records"
+    records: Path = m / topic / "0" / "records"
     wait_for(lambda: records.exists(), "a topic created on the cluster to show up")
     plain = Producer({"bootstrap.servers": kafka_cluster.bootstrap, "acks": "all"})
     txn = Producer({"bootstrap.servers": kafka_cluster.bootstrap, "transactional.id": f"logfs-{topic}"})
@@ -627,7 +630,7 @@ def test_readme_cluster_section_runs_as_written(kafka_cluster: KafkaCluster, tmp
         else:
             commands[-1][1].append(line)
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
-    background: list[subprocess.Popen] = []
+    background: list[subprocess.Popen[bytes]] = []
     try:
         for command, expected in commands:
             command = command.replace("broker1:9092,broker2:9092,broker3:9092", kafka_cluster.bootstrap)

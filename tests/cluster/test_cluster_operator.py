@@ -31,10 +31,10 @@ from tests.mount.test_mount_shared_host import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
-    from tests.conftest import Mount
+    from tests.conftest import Mount, MountFactory
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.mount]
 
@@ -51,7 +51,7 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
 
 
 @pytest.fixture
-def cluster_mount(kafka_cluster: KafkaCluster, logfs_mount):
+def cluster_mount(kafka_cluster: KafkaCluster, logfs_mount: MountFactory) -> Callable[..., Mount]:
     """Factory: a started mount of the module's cluster (``options``: more ``-o`` settings)."""
     def make(options: dict[str, str] | None = None, name: str = "c", args: list[str] | None = None) -> Mount:
         return logfs_mount(options, name=name,
@@ -60,7 +60,7 @@ def cluster_mount(kafka_cluster: KafkaCluster, logfs_mount):
 
 
 @pytest.fixture
-def shared_cluster_mount(kafka_cluster: KafkaCluster) -> Iterator:
+def shared_cluster_mount(kafka_cluster: KafkaCluster) -> Iterator[Callable[..., Mount]]:
     """Factory: a mount of the cluster other users can walk into (pytest's tmp dirs are 0700)."""
     with shared_dir() as base, shared_mounts(base, ["--bootstrap-server", kafka_cluster.bootstrap]) as make:
         yield make

@@ -20,14 +20,16 @@ from tests.harness import outage_round
 from tests.helpers import wait_for
 
 if TYPE_CHECKING:
-    from tests.conftest import Mount
+    from collections.abc import Callable
+
+    from tests.conftest import Mount, MountFactory
     from tests.kafka_cluster import KafkaCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.mount]
 
 
 @pytest.fixture
-def cluster_mount(kafka_cluster: KafkaCluster, logfs_mount):
+def cluster_mount(kafka_cluster: KafkaCluster, logfs_mount: MountFactory) -> Callable[..., Mount]:
     """Factory: a started mount of the module's cluster (``options``: more ``-o`` settings)."""
     def make(options: dict[str, str] | None = None, name: str = "c") -> Mount:
         return logfs_mount(options, name=name, extra_args=["--bootstrap-server", kafka_cluster.bootstrap])

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.helpers import wait_for
+from tests.helpers import JsonObject, wait_for
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -204,7 +204,7 @@ def test_the_replicas_own_retention_holds_with_plain_rolls(cluster_mount) -> Non
     def local_bytes() -> int:
         return sum(f.stat().st_size for f in (m.data / "ret-0").glob("*.log"))
 
-    def bounded() -> dict:
+    def bounded() -> JsonObject:
         state = json.loads((part / "state").read_bytes())      # first: once all is fetched, bytes only go down
         fetched = state["log_end_offset"] == RET_RECORDS and state["log_start_offset"] > 0
         return state if fetched and local_bytes() <= retention + segment else {}

@@ -150,7 +150,7 @@ class Torture(Checks):
         #: --power-loss: the durable state under the data dir (the data dir is the layer's mount point)
         self.backing = self.work / "backing"
         self.layer_log = self.work / "powerloss_fs.log"
-        self.layer: subprocess.Popen | None = None
+        self.layer: subprocess.Popen[bytes] | None = None
         self.lost_power = False               # a power loss since the last check_views()
         self.proc: subprocess.Popen[bytes] | None = None
         self.totals = Totals()
@@ -768,7 +768,7 @@ class Torture(Checks):
             text = self.layer_log.read_text(errors="replace")
         except OSError:
             return {}
-        totals: collections.Counter = collections.Counter()
+        totals: collections.Counter[str] = collections.Counter()
         for line in re.findall(r"power loss: (.*)", text):
             for part in line.split(", "):
                 name, _, value = part.rpartition(" ")

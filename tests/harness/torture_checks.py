@@ -107,7 +107,7 @@ class Totals:
     retained: int = 0
     unacked_present: int = 0
     unacked_absent: int = 0
-    faults: collections.Counter = field(default_factory=collections.Counter)
+    faults: collections.Counter[str] = field(default_factory=collections.Counter)
     recovery_s: list[float] = field(default_factory=list)
     #: crash kind ("kill-9", "power-loss") -> [(seconds until the mount answered, the mount's own load ms,
     #: index files it found corrupt and rebuilt, 1 if it skipped recovery on a clean-shutdown marker)]

@@ -28,7 +28,7 @@ from tests.helpers import wait_for
 from tests.kafka_secure import ALICE_PASSWORD, BOB_PASSWORD, CAROL_PASSWORD, SecureKafkaBroker
 
 if TYPE_CHECKING:
-    from tests.conftest import Mount
+    from tests.conftest import Mount, MountFactory
 
 pytestmark = [pytest.mark.kafka, pytest.mark.mount]
 
@@ -67,7 +67,7 @@ def _write_properties(path: Path, props: dict[str, str], mode: int = 0o600) -> P
     return path
 
 
-def _mount(logfs_mount, broker: SecureKafkaBroker, tmp_path: Path, name: str, listener: str,
+def _mount(logfs_mount: MountFactory, broker: SecureKafkaBroker, tmp_path: Path, name: str, listener: str,
            props: dict[str, str], *, mode: int = 0o600, start: bool = True, args: tuple[str, ...] = ()) -> Mount:
     config = _write_properties(tmp_path / f"{name}.properties", props, mode)
     return logfs_mount(name=name, start=start,

@@ -49,7 +49,7 @@ TRANSACTIONAL_FLAG = 0x10
 NOT_CONSUMABLE = {"__cluster_metadata"}
 
 
-def _record(rng: random.Random, i: int) -> tuple[bytes | None, bytes | None, list]:
+def _record(rng: random.Random, i: int) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
     key = None if i % 7 == 0 else f"key-{i % 40}".encode()
     if i % 11 == 0:
         value = None

@@ -72,7 +72,7 @@ def _segment_files(data: Path) -> list[str]:
     return files
 
 
-def _kafka_dump(files: list[str], *args: str, base: Path) -> subprocess.CompletedProcess:
+def _kafka_dump(files: list[str], *args: str, base: Path) -> subprocess.CompletedProcess[bytes]:
     return run_tool(DUMP, *args, "--files", ",".join(files), base=base)
 
 

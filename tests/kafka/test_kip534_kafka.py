@@ -34,6 +34,8 @@ from tests.jvm import run_tool
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from engine.records import Record
+
 pytestmark = pytest.mark.kafka      # a KRaft broker and Kafka's DumpLogSegments
 
 KAFKA_BROKER_OPTIONS = {"log.cleaner.backoff.ms": "100", "log.retention.check.interval.ms": "1000"}
@@ -42,9 +44,9 @@ DELETE_RETENTION_MS = 3_600_000
 TOPIC = "kip534"
 
 
-def _horizon_batches(partition_dir: Path) -> list[tuple[int, list]]:
+def _horizon_batches(partition_dir: Path) -> list[tuple[int, list[Record]]]:
     """(horizon, records) of every batch with a delete horizon in the dir's segments (read live: retried)."""
-    found = []
+    found: list[tuple[int, list[Record]]] = []
     for path in sorted(partition_dir.glob("*.log")):
         try:
             data = path.read_bytes()

@@ -392,7 +392,7 @@ def test_check_reports_a_swap_file_the_next_mount_would_install(mount):
 # --------------------------------------------------------------------------- access by other users
 
 
-def _as_nobody(*cmd: str) -> subprocess.CompletedProcess:
+def _as_nobody(*cmd: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd],
                           capture_output=True, timeout=60)
 

@@ -31,7 +31,7 @@ import pytest
 
 from tests.conftest import LOGFS, ROOT, Mount
 from tests.docs import doc_section
-from tests.helpers import add_config, append_lines, wait_for
+from tests.helpers import JsonObject, add_config, append_lines, json_object, partition_state, wait_for
 from tests.jvm import java_command
 from tests.seaweedfs import seaweedfs_server  # noqa: F401  (the seaweedfs fixture)
 
@@ -51,7 +51,7 @@ MOUNT_OPTIONS = {
 CODECS = ("gzip", "snappy", "lz4", "zstd")
 
 
-def _logfs(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+def _logfs(*args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
     result = subprocess.run([str(LOGFS), *args], capture_output=True, timeout=300)
     if check and result.returncode != 0:
         raise AssertionError(f"logfs {' '.join(args)} exited {result.returncode}:\n"
@@ -59,25 +59,30 @@ def _logfs(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return result
 
 
-def _field(row: dict, name: str) -> bytes | None:
+def _field(row: JsonObject, name: str) -> bytes | None:
     value = row[name]
     if value is None:
         return None
     if row.get(f"{name}Encoding") == "base64":
         return base64.b64decode(value)
+    assert isinstance(value, str)
     return value.encode()
 
 
-def _mount_view(mount: Mount, topic: str, partition: int) -> tuple[int, int, list[tuple]]:
+#: (offset, key, value, timestamp, timestamp type, headers) of one record
+_Seen = tuple[int, bytes | None, bytes | None, int, int, list[tuple[str, bytes | None]]]
+
+
+def _mount_view(mount: Mount, topic: str, partition: int) -> tuple[int, int, list[_Seen]]:
     """(log start, log end, records) of one partition as the mount shows them."""
-    state = json.loads((mount / f"{topic}/{partition}/state").read_bytes())
-    rows = [json.loads(line) for line in (mount / f"{topic}/{partition}/records.jsonl").read_bytes().splitlines()]
-    records = [(r["offset"], _field(r, "key"), _field(r, "value"), r["timestamp"], r["timestampType"],
+    state = partition_state(mount, topic, partition)
+    rows = [json_object(line) for line in (mount / f"{topic}/{partition}/records.jsonl").read_bytes().splitlines()]
+    records: list[_Seen] = [(r["offset"], _field(r, "key"), _field(r, "value"), r["timestamp"], r["timestampType"],
                 [(h["key"], _field(h, "value")) for h in r.get("headers", [])]) for r in rows]
     return state["log_start_offset"], state["log_end_offset"], records
 
 
-def _consume(bootstrap: str, topic: str, partition: int) -> tuple[int, int, list[tuple]]:
+def _consume(bootstrap: str, topic: str, partition: int) -> tuple[int, int, list[_Seen]]:
     """(beginning offset, end offset, records) of one partition read from the broker by kafka-python."""
     from kafka import KafkaConsumer, TopicPartition
 
@@ -89,7 +94,7 @@ def _consume(bootstrap: str, topic: str, partition: int) -> tuple[int, int, list
         begin = consumer.beginning_offsets([tp])[tp]
         end = consumer.end_offsets([tp])[tp]
         consumer.seek(tp, begin)
-        records = []
+        records: list[_Seen] = []
         deadline = time.monotonic() + 60
         while consumer.position(tp) < end:
             assert time.monotonic() < deadline, f"{topic}-{partition}: stuck at {consumer.position(tp)} of {end}"

@@ -77,7 +77,7 @@ def _kinds(m: Mount) -> dict[str, str]:
     return files
 
 
-def _run(m: Mount, command: str) -> subprocess.CompletedProcess:
+def _run(m: Mount, command: str) -> subprocess.CompletedProcess[bytes]:
     return m.sh(command, check=False)
 
 

@@ -128,7 +128,7 @@ def test_a_mount_under_a_small_ulimit_serves_more_segments_than_descriptors(tmp_
         resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
     log_file = open(tmp_path / "logfs.log", "ab")
 
-    def start() -> subprocess.Popen:
+    def start() -> subprocess.Popen[bytes]:
         proc = subprocess.Popen([str(ROOT / ".venv/bin/logfs"), "mount", str(mnt), "--data-dir", str(data)],
                                 stdout=log_file, stderr=subprocess.STDOUT, preexec_fn=set_limit)
         wait_for(lambda: subprocess.run(["mountpoint", "-q", str(mnt)]).returncode == 0 or proc.poll() is not None,

@@ -43,7 +43,7 @@ from engine.records import (
     rebuild_batch,
     validate_batch,
 )
-from tests.helpers import add_config, wait_for
+from tests.helpers import JsonObject, add_config, mount_stats, wait_for
 from tests.mount.test_mount_cleaner import CLEANER_OPTIONS
 
 if TYPE_CHECKING:
@@ -284,12 +284,13 @@ def test_a_horizon_batch_reads_back_the_same_records_everywhere(spec, compressio
 # ------------------------------------------------------------------------------- the mount
 
 
-def _rows(mount: Mount) -> list[dict]:
+def _rows(mount: Mount) -> list[JsonObject]:
     return [json.loads(line) for line in (mount / "t/0/records.jsonl").read_bytes().splitlines()]
 
 
-def _cleaner_totals(mount: Mount) -> dict:
-    return json.loads((mount / ".logfs/stats.json").read_bytes())["cleaner"]["totals"]
+def _cleaner_totals(mount: Mount) -> JsonObject:
+    totals: JsonObject = mount_stats(mount)["cleaner"]["totals"]
+    return totals
 
 
 @pytest.mark.mount
@@ -316,7 +317,8 @@ def test_a_tombstone_expires_in_a_mount_under_continuous_writes(mount):
 
         def horizon_set() -> bool:
             write_round()
-            return _cleaner_totals(mount)["horizons_set"] >= 1
+            horizons: int = _cleaner_totals(mount)["horizons_set"]
+            return horizons >= 1
         wait_for(horizon_set, "a clean that sets the tombstone's delete horizon", timeout=60, interval=0.1)
         rows = _rows(mount)
         assert [r["value"] for r in rows if r["key"] == "gone"] == [None], "the value was not compacted away"

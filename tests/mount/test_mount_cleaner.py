@@ -43,6 +43,7 @@ from tests.conftest import LOGFS, ROOT, Mount, kafka_records
 from tests.helpers import (
     CLEANER_TASK,
     QUICK_CLEANER,
+    JsonObject,
     add_config,
     mount_stats,
     partition_state,
@@ -67,7 +68,7 @@ COMPACTED_TOPIC = ("cleanup.policy=compact\nparse.key=true\nnull.marker=NULL\n"
 
 # --------------------------------------------------------------------------------- helpers
 
-def _rows(mount: Mount, topic: str = "t", partition: int = 0) -> list[dict]:
+def _rows(mount: Mount, topic: str = "t", partition: int = 0) -> list[JsonObject]:
     data = (mount / f"{topic}/{partition}/records.jsonl").read_bytes()
     return [json.loads(line) for line in data.splitlines()]
 
@@ -86,14 +87,14 @@ def _keyed_rounds(rounds: int, keys: int, prefix: str = "k", start: int = 0) -> 
     return [[f"{prefix}{i}\tv{r}-{i}-" + "x" * 24 for i in range(keys)] for r in range(start, start + rounds)]
 
 
-def _latest(rows: list[dict]) -> dict[str, dict]:
-    latest: dict[str, dict] = {}
+def _latest(rows: list[JsonObject]) -> dict[str, JsonObject]:
+    latest: dict[str, JsonObject] = {}
     for row in rows:
         latest[row["key"]] = row
     return latest
 
 
-def _assert_consistent_subset(rows: list[dict], original: dict[int, dict]) -> None:
+def _assert_consistent_subset(rows: list[JsonObject], original: dict[int, JsonObject]) -> None:
     """Offsets strictly increasing and every row exactly the record written at its offset."""
     offsets = [row["offset"] for row in rows]
     assert all(a < b for a, b in itertools.pairwise(offsets)), "offsets not strictly increasing"
@@ -101,7 +102,7 @@ def _assert_consistent_subset(rows: list[dict], original: dict[int, dict]) -> No
         assert row == original[row["offset"]], f"record at offset {row['offset']} differs from what was written"
 
 
-def _assert_latest_present_once(rows: list[dict], original_rows: list[dict]) -> None:
+def _assert_latest_present_once(rows: list[JsonObject], original_rows: list[JsonObject]) -> None:
     """Each key's latest record is present, and only once (its offset is unique)."""
     by_offset = {row["offset"]: row for row in rows}
     assert len(by_offset) == len(rows), "a record appears twice"
@@ -109,7 +110,7 @@ def _assert_latest_present_once(rows: list[dict], original_rows: list[dict]) -> 
         assert by_offset.get(row["offset"]) == row, f"the latest record of key {key!r} was lost"
 
 
-def _assert_compacted_below(rows: list[dict], position: int) -> None:
+def _assert_compacted_below(rows: list[JsonObject], position: int) -> None:
     """Below the cleaner position every key appears at most once."""
     keys = [row["key"] for row in rows if row["offset"] < position]
     assert len(keys) == len(set(keys)), "a key appears twice in the cleaned section"
@@ -134,7 +135,7 @@ def _more_cleaner_runs(mount: Mount, before: int) -> Callable[[], int | None]:
     return runs
 
 
-def _logfs_check(data: Path) -> subprocess.CompletedProcess:
+def _logfs_check(data: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(LOGFS), "check", str(data)], capture_output=True, text=True, timeout=120)
 
 
@@ -259,14 +260,15 @@ def test_tombstones_remove_keys_and_are_dropped_after_delete_retention(mount):
     # Cleaned past the tombstones: the keys' values are gone, the tombstones themselves remain.
     def cleaned_past_tombstones() -> bool:
         _append(mount, next(filler))
-        position = partition_state(mount)["cleaner_position"]
+        position: int | None = partition_state(mount)["cleaner_position"]
         return position is not None and position > max(tombstones)
     wait_for(cleaned_past_tombstones, "a clean past the tombstones", interval=0.1)
     # ... and whole cleans after that one (each rewrites the cleaned section too) keep them as well.
-    cleans = mount_stats(mount)["cleaner"]["totals"]["runs"]
+    cleans: int = mount_stats(mount)["cleaner"]["totals"]["runs"]
     def cleaned_twice_more() -> bool:
         _append(mount, next(filler))
-        return mount_stats(mount)["cleaner"]["totals"]["runs"] >= cleans + 2
+        runs: int = mount_stats(mount)["cleaner"]["totals"]["runs"]
+        return runs >= cleans + 2
     wait_for(cleaned_twice_more, "two more cleans", interval=0.1)
     rows = _rows(mount)
     assert {r["offset"] for r in rows if r["key"] in ("k3", "k5")} == tombstones
@@ -424,7 +426,7 @@ CRASH_STAGES = ["map_built", "cleaned_written", "swap_renamed", "old_deleted", "
 
 
 @pytest.fixture(scope="module")
-def uncleaned_data(tmp_path_factory) -> tuple[Path, list[dict]]:
+def uncleaned_data(tmp_path_factory) -> tuple[Path, list[JsonObject]]:
     """A data dir with a compacted, never-cleaned topic ``c`` (12+ segments), and its records."""
     base = tmp_path_factory.mktemp("uncleaned")
     mount = Mount(base, {**CLEANER_OPTIONS, "log.cleaner.enable": "false"}).start()

@@ -11,7 +11,7 @@ from tests.conftest import LOGFS
 pytestmark = pytest.mark.mount
 
 
-def _logfs(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def _logfs(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(LOGFS), *args], capture_output=True, text=True, timeout=timeout)
 
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.helpers import JsonObject
 
 pytestmark = pytest.mark.mount
 
@@ -20,7 +24,7 @@ MEMBERS = ["topic", "partition", "offset", "timestamp", "timestampType", "key", 
            "valueEncoding", "headers"]
 
 
-def _tail_rows() -> list[dict]:
+def _tail_rows() -> list[JsonObject]:
     """Rows past the sample: bytes that are not UTF-8 (base64), headers, a null value, numeric-looking text."""
     return [
         {"key": base64.b64encode(b"\xffk").decode(), "keyEncoding": "base64",
@@ -59,7 +63,7 @@ def topic(mount):
     return mount
 
 
-def expected(i: int) -> tuple[bytes | None, bytes | None, tuple]:
+def expected(i: int) -> tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]:
     return ((b"k%d" % (i % 7), b"v%05d" % i, ()) if i < PLAIN else TAIL[i - PLAIN])
 
 

@@ -29,11 +29,11 @@ pytestmark = pytest.mark.mount
 TS = int(time.time() * 1000) - 3_600_000   # recent: retention (7 days) keeps them
 
 
-def kafka_records_full(partition_dir: Path) -> list[tuple]:
+def kafka_records_full(partition_dir: Path) -> list[SourceRecord]:
     """(offset, timestamp, key, value, headers) of every record, decoded by kafka-python."""
     from kafka.record.memory_records import MemoryRecords
 
-    out: list[tuple[int, int, bytes | None, bytes | None, tuple[object, ...]]] = []
+    out: list[SourceRecord] = []
     for name in sorted(os.listdir(partition_dir)):
         if name.endswith(".log"):
             records = MemoryRecords((partition_dir / name).read_bytes())
@@ -43,9 +43,13 @@ def kafka_records_full(partition_dir: Path) -> list[tuple]:
     return out
 
 
-def source_records(n: int) -> list[tuple]:
+#: (offset, timestamp, key, value, headers) of one record
+SourceRecord = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+
+
+def source_records(n: int) -> list[SourceRecord]:
     """Null, empty, non-UTF-8 and escaped keys and values; headers (null and empty values too); CreateTime."""
-    out = []
+    out: list[SourceRecord] = []
     for i in range(n):
         if i % 4 == 0:
             key = None
@@ -68,7 +72,7 @@ def source_records(n: int) -> list[tuple]:
     return out
 
 
-def write_source(data: Path, topic: str, partition: int, records: list[tuple], per_batch: int = 50) -> None:
+def write_source(data: Path, topic: str, partition: int, records: list[SourceRecord], per_batch: int = 50) -> None:
     d = data / f"{topic}-{partition}"
     d.mkdir(parents=True)
     chunks = []

@@ -14,10 +14,14 @@ import os
 import shutil
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.helpers import wait_for
+
+if TYPE_CHECKING:
+    from tests.conftest import Mount
 
 pytestmark = pytest.mark.mount
 
@@ -29,7 +33,7 @@ def overrides(mount) -> list[str]:
     return [line for line in (mount / "t/config").read_text().splitlines() if line and not line.startswith("#")]
 
 
-def errors(mount) -> list[str]:
+def errors(mount: Mount) -> list[str]:
     return (mount / ".logfs/errors").read_text().splitlines()
 
 

@@ -93,9 +93,9 @@ def _deleted_fds(pid: int, data: Path) -> list[str]:
 @pytest.fixture
 def tails():
     """Starts ``tail -f`` readers; any still running at the end is stopped before the unmount."""
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[bytes]] = []
 
-    def start(mount, path: str, out: Path) -> subprocess.Popen:
+    def start(mount, path: str, out: Path) -> subprocess.Popen[bytes]:
         with open(out, "wb") as sink:
             proc = subprocess.Popen(["tail", "-f", "-n", "+1", "-s", "0.05", str(mount / path)],
                                     stdout=sink, stderr=subprocess.PIPE)
@@ -109,7 +109,7 @@ def tails():
             proc.wait()
 
 
-def _stop_tail(proc: subprocess.Popen) -> bytes:
+def _stop_tail(proc: subprocess.Popen[bytes]) -> bytes:
     proc.terminate()
     _, err = proc.communicate(timeout=10)
     return err

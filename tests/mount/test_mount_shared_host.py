@@ -29,7 +29,7 @@ pytestmark = pytest.mark.mount
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
-def as_nobody(m: Mount, command: str) -> subprocess.CompletedProcess:
+def as_nobody(m: Mount, command: str) -> subprocess.CompletedProcess[bytes]:
     """``command`` run by bash as nobody:nogroup in the mount's directory."""
     return subprocess.run([*NOBODY, "bash", "-c", command], cwd=m.path, capture_output=True, timeout=120)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import LOGFS, Mount
-from tests.helpers import partition_state, wait_for
+from tests.helpers import JsonObject, partition_state, wait_for
 from tests.jvm import free_port
 from tests.seaweedfs import (  # noqa: F401  (the seaweedfs fixture)
     ACCESS_KEY,
@@ -70,8 +70,9 @@ def _errors(mount: Mount) -> str:
     return (mount / ".logfs/errors").read_text()
 
 
-def _closed_segments(state: dict) -> list[dict]:
-    return state["segments"][:-1]
+def _closed_segments(state: JsonObject) -> list[JsonObject]:
+    segments: list[JsonObject] = state["segments"]
+    return segments[:-1]
 
 
 def test_closed_segments_are_copied_to_s3_and_removed_with_the_records_and_the_topic(logfs_mount, seaweedfs: SeaweedFS,
@@ -87,7 +88,7 @@ def test_closed_segments_are_copied_to_s3_and_removed_with_the_records_and_the_t
     assert "remote.storage.enable=true" in (mount / "t/config").read_text().splitlines()
     _append(mount, 0, 2000, tmp_path)
 
-    def copied() -> dict | None:
+    def copied() -> JsonObject | None:
         state = partition_state(mount)
         closed = _closed_segments(state)
         remote = state["remote_storage"]
@@ -253,7 +254,7 @@ def test_local_retention_keeps_the_disk_bounded_and_every_view_reads_below_the_l
         _append(mount, 0, 2000, tmp_path)
         expected = b"".join(line[:-1] + b"\n" for line in _lines(0, 2000).splitlines(keepends=True))
 
-        def trimmed() -> dict | None:
+        def trimmed() -> JsonObject | None:
             state = partition_state(mount)
             local = sum(s["size_bytes"] for s in state["segments"])
             return state if state["local_log_start_offset"] > 1000 and local <= 12000 + 2 * 4096 else None

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import LOGFS, ROOT, Mount
-from tests.helpers import mount_stats, wait_for, write_then_refused
+from tests.helpers import json_object, mount_stats, wait_for, write_then_refused
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -64,7 +64,7 @@ def _topic(mount: Mount, records: int = 200) -> None:
 
 
 
-def _popen_to_files(cmd: list[str], out: Path, err: Path | None, **kwargs) -> subprocess.Popen:
+def _popen_to_files(cmd: list[str], out: Path, err: Path | None, **kwargs) -> subprocess.Popen[bytes]:
     """``cmd`` with its stdout in the file ``out`` and its stderr in ``err`` (None: with stdout); this
     process's copies of the files are closed once the child has its own."""
     with open(out, "wb") as stdout, open(err or os.devnull, "wb") as stderr:
@@ -99,7 +99,7 @@ def test_cp_install_rsync_tar_shutil_copy_every_kind_of_file(mount, tmp_path):
             return copy == expected
         # state is live (the flusher moves the recovery point between two reads):
         # a copy is a whole JSON snapshot of the same partition
-        return json.loads(copy)["log_end_offset"] == json.loads(expected)["log_end_offset"]
+        return bool(json_object(copy)["log_end_offset"] == json_object(expected)["log_end_offset"])
 
     for path in VIEW_PATHS:
         expected = (mount / path).read_bytes()

@@ -13,25 +13,29 @@ import os
 import signal
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.helpers import wait_for, write_then_refused
+
+if TYPE_CHECKING:
+    from tests.conftest import Mount
 
 pytestmark = pytest.mark.mount
 
 PYTHON = sys.executable
 
 
-def records(mount) -> bytes:
+def records(mount: Mount) -> bytes:
     return (mount / "t/0/records").read_bytes()
 
 
-def errors(mount) -> str:
+def errors(mount: Mount) -> str:
     return (mount / ".logfs/errors").read_text()
 
 
-def _killed(mount, proc: subprocess.Popen, sig: int) -> None:
+def _killed(mount, proc: subprocess.Popen[bytes], sig: int) -> None:
     """Wait until ``whole`` is a record (the writer's bytes reached the mount), then kill the writer."""
     wait_for(lambda: records(mount) == b"whole\n", timeout=10, what="the writer's first line")
     proc.send_signal(sig)

@@ -15,12 +15,12 @@ import time
 import pytest
 
 from tests.conftest import kafka_records
-from tests.helpers import add_config, mount_stats, wait_for
+from tests.helpers import JsonObject, add_config, mount_stats, wait_for
 
 pytestmark = pytest.mark.mount
 
 
-def _json_lines(data: bytes) -> list[dict]:
+def _json_lines(data: bytes) -> list[JsonObject]:
     return [json.loads(line) for line in data.splitlines()]
 
 

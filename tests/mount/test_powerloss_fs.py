@@ -39,7 +39,7 @@ class Layer:
         self.backing.mkdir(exist_ok=True)
         self.mnt.mkdir(exist_ok=True)
         self.args = args
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Layer:
         with open(self.log_file, "ab") as log:

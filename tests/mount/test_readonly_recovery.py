@@ -26,7 +26,7 @@ from engine.clock import ManualClock
 from engine.config import LogConfig
 from engine.errors import CorruptRecordError
 from engine.log import Log
-from tests.conftest import Mount, kafka_records
+from tests.conftest import Mount, MountFactory, kafka_records
 from tests.helpers import add_config, append_lines, wait_for
 
 pytestmark = pytest.mark.mount
@@ -47,7 +47,7 @@ KAFKA_PARTITION_FILES = {
 }
 
 
-def fingerprint(root: Path) -> dict[str, tuple]:
+def fingerprint(root: Path) -> dict[str, tuple[int, int, int, str]]:
     """Every entry under ``root`` (itself included): kind, mode, size, mtime and content hash."""
     result = {}
     for dirpath, dirnames, filenames in os.walk(root):
@@ -71,7 +71,7 @@ def _jsonl(mount: Mount, path: str) -> list[tuple[int, int, bytes | None, bytes 
     return out
 
 
-def _make_unclean_broker_like_dir(logfs_mount) -> Mount:
+def _make_unclean_broker_like_dir(logfs_mount: MountFactory) -> Mount:
     m = logfs_mount(SMALL_SEGMENTS, name="rw")
     for topic in ("a", "b", "z"):
         (m / topic).mkdir()
@@ -176,7 +176,7 @@ _T0 = 1_700_000_000_000
 
 
 @pytest.fixture(scope="module")
-def template(tmp_path_factory) -> Path:
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("template") / "t-0"
     clock = ManualClock(_T0)
     log = Log.load(str(path), _CONFIG, clock=clock)
@@ -188,7 +188,7 @@ def template(tmp_path_factory) -> Path:
     return path
 
 
-def _outcome(log: Log) -> tuple:
+def _outcome(log: Log) -> tuple[object, ...]:
     """What a reader gets: offsets, then every record from the log start or the damage that stops it."""
     try:
         records = [(r.offset, r.timestamp, r.value) for r in log.read_records(log.log_start_offset)]

@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import ROOT
+from tests.helpers import JsonObject, json_object
 
 pytestmark = pytest.mark.mount
 
 TORTURE = ROOT / "tests" / "harness" / "torture.py"
 
 
-def _run(*args: str, timeout: float = 170) -> tuple[int, dict, str]:
+def _run(*args: str, timeout: float = 170) -> tuple[int, JsonObject, str]:
     result = subprocess.run([sys.executable, str(TORTURE), "--json", *args], capture_output=True, text=True,
                             timeout=timeout)
     out = result.stdout
-    summary = json.loads(out[out.index("{"):]) if "{" in out else {}
+    summary = json_object(out[out.index("{"):]) if "{" in out else {}
     return result.returncode, summary, out + result.stderr
 
 

@@ -23,6 +23,7 @@ from engine.views import LogView, ViewFormat, attach, persisted
 from tests.helpers import make_config, wait_for
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 CONFIG = {"internal_segment_bytes": 6_000, "index_interval_bytes": 512}
@@ -74,7 +75,7 @@ class LogReads:
         self.by_base: dict[int, int] = {}
         read_bytes = LogSegment.read_bytes
 
-        def counted(original):
+        def counted(original: Callable[[LogSegment, int, int], bytes]) -> Callable[[LogSegment, int, int], bytes]:
             def read(segment: LogSegment, position: int, size: int) -> bytes:
                 self.by_base[segment.base_offset] = self.by_base.get(segment.base_offset, 0) + 1
                 return original(segment, position, size)

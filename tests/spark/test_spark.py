@@ -15,6 +15,7 @@ import json
 import os
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -29,6 +30,9 @@ from tests.spark_util import (
     state,
     wait_until,
 )
+
+if TYPE_CHECKING:
+    from tests.helpers import JsonObject
 
 pytestmark = [pytest.mark.spark, pytest.mark.mount]
 
@@ -454,7 +458,7 @@ def test_segment_reader_skips_by_index_and_rescans_when_the_index_is_stale(mount
     position = logfs_spark.index_position(index, 0, 2345)
     assert position > 0, "the sparse index gave no position to start from"
 
-    def read() -> list[dict]:
+    def read() -> list[JsonObject]:
         return [r for b in logfs_spark.SegmentRangeReader(opts, rng).batches() for r in b.to_pylist()]
 
     rows = read()
@@ -591,7 +595,7 @@ def test_pipeline_script_end_to_end(spark, mount, tmp_path, monkeypatch):
     run("--source", "events", "--sink", "windows", "--stream", "--available-now", "--checkpoint", checkpoint)
     run("--source", "events", "--sink", "windows", "--stream", "--available-now", "--checkpoint", checkpoint,
         "--generate", "100", "--seed", "7")
-    latest: dict[tuple[str, str], dict] = {}
+    latest: dict[tuple[str, str], JsonObject] = {}
     for record in sorted(records_jsonl(mp, "windows"), key=lambda r: (r["partition"], r["offset"])):
         window = json.loads(record["value"])
         key = (window["window_start"], window["type"])

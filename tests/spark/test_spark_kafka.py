@@ -20,6 +20,7 @@ import random
 import shlex
 import subprocess
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -28,6 +29,9 @@ from tests.conftest import Mount
 from tests.helpers import add_config, append_lines, wait_for
 from tests.jvm import java_command
 from tests.kafka.test_to_kafka import _logfs
+
+if TYPE_CHECKING:
+    from pyspark.sql import Row
 
 pytestmark = [pytest.mark.mount, pytest.mark.spark, pytest.mark.kafka]
 
@@ -107,7 +111,7 @@ def _read(spark, fmt: str, location: dict[str, str], options: dict[str, str]):
     return reader.load()
 
 
-def _same(both, options: dict[str, str]) -> list:
+def _same(both, options: dict[str, str]) -> list[Row]:
     mount, broker, spark, _ = both
     kafka = _read(spark, "kafka", {"kafka.bootstrap.servers": broker.bootstrap}, options)
     logfs = _read(spark, "logfs", {"path": str(mount.path)}, options)

@@ -128,7 +128,7 @@ ops_strategy = st.lists(
     min_size=1, max_size=60)
 
 
-def run_ops(log: Log, ops, history: list) -> None:
+def run_ops(log: Log, ops, history: list[tuple[int, bytes, bytes | None]]) -> None:
     for op, k, v in ops:
         if op == "roll":
             if log.active_segment.size > 0:
@@ -149,7 +149,7 @@ def test_cleaning_keeps_exactly_latest_values_and_tombstones_within_horizon(tmp_
     retention = "0" if short_retention else str(DAY)
     log = new_log(data, log_config(**{"delete.retention.ms": retention, "internal.segment.bytes": "300"}))
     cleaner = cleaner_for(log)
-    history: list = []
+    history: list[tuple[int, bytes, bytes | None]] = []
     try:
         run_ops(log, first, history)
         set_mtimes(log, T0)
@@ -503,7 +503,7 @@ def _reloaded(tmp_path, log: Log) -> Log:
     return _crash_log(tmp_path)
 
 
-def _assert_recovered(log: Log, expected: list, read_kafka, *stray_suffixes: str) -> None:
+def _assert_recovered(log: Log, expected: list[Record], read_kafka, *stray_suffixes: str) -> None:
     """The reloaded ``log`` holds ``expected`` (so does Kafka's reader of its files), and no file of it ends in
     one of ``stray_suffixes``; then it is closed."""
     assert contents(log) == expected

@@ -7,7 +7,6 @@ test process itself is never starved.  The child prints one JSON line.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,17 +14,18 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from tests import ROOT
+from tests.helpers import JsonObject, json_object
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 
-def run_child(code: str, tmp_path: Path) -> dict:
+def run_child(code: str, tmp_path: Path) -> JsonObject:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(tmp_path)], capture_output=True,
                             env=env, timeout=120)
     assert result.returncode == 0, result.stderr.decode(errors="replace")
-    return json.loads(result.stdout.decode().strip().splitlines()[-1])
+    return json_object(result.stdout.decode().strip().splitlines()[-1])
 
 
 PRELUDE = """

@@ -16,7 +16,11 @@ from logfs.cluster.replica_fetcher import FetchSession
 T = uuid.uuid4()
 
 
-def wanted(**positions: tuple[int, int, int]) -> dict:
+#: what a fetch wants of a partition, by the session's key: the partition and its (offset, epoch, log start)
+Wanted = dict[tuple[uuid.UUID, int], tuple[TopicPartition, tuple[int, int, int]]]
+
+
+def wanted(**positions: tuple[int, int, int]) -> Wanted:
     return {(T, int(p[1:])): (TopicPartition("t", int(p[1:])), pos) for p, pos in positions.items()}
 
 

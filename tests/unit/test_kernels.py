@@ -189,7 +189,7 @@ def test_without_the_kernels_the_engine_writes_reads_and_cleans_the_same_bytes(t
     block = b"".join(line + b"\n" for line in lines)
     keyed = [(b"k%d" % (i % 40), b"v%d" % i) for i in range(3000)]
 
-    def run(name: str) -> tuple[list[bytes], bytes, list[bytes], list]:
+    def run(name: str) -> tuple[list[bytes], bytes, list[bytes], list[tuple[int, bytes | None, bytes | None]]]:
         data = tmp_path / name
         log = new_log(data, log_config(**{"internal.segment.bytes": "60000"}), clock=ManualClock())
         plain = new_log(data, make_config(internal_segment_bytes=400_000), ManualClock(), name="plain-0")

@@ -412,7 +412,7 @@ def test_read_only_mode_writes_nothing(tmp_path):
         LogManager(broker([tmp_path / "missing"]), read_only=True).startup()
 
 
-def _all_values(manager) -> dict:
+def _all_values(manager: LogManager) -> dict[tuple[str, int], list[bytes | None]]:
     return {(topic, p): [r.value for r in (lambda log: log.read_records(log.log_start_offset))(
                 log_of(manager, TopicPartition(topic, p)))]
             for topic in manager.topics() for p in manager.partitions(topic)}

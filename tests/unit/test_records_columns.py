@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,10 +23,13 @@ from engine.records import (
 )
 from tests.record_strategies import CODECS, TS, field_strategies
 
+if TYPE_CHECKING:
+    from engine.records.decode import BatchColumns
+
 blobs, nullable, header_lists = field_strategies(max_size=120, max_key_chars=6, max_headers=2)
 
 
-def as_records(columns) -> list[tuple]:
+def as_records(columns: BatchColumns) -> list[tuple[object, ...]]:
     """Columns back to decode_batch's tuples, filling the columns that are None."""
     n = len(columns.values)
     for column in (columns.offsets, columns.timestamps, columns.keys, columns.headers):

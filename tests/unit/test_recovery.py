@@ -210,7 +210,7 @@ def test_deleted_and_cleaned_files_removed_and_swap_completed(tmp_path):
     loaded.close()
 
 
-def _tree(path: str) -> dict:
+def _tree(path: str) -> dict[str, tuple[bytes, int]]:
     return {n: (Path(os.path.join(path, n)).read_bytes(), os.stat(os.path.join(path, n)).st_mtime_ns)
             for n in sorted(os.listdir(path))}
 

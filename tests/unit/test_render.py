@@ -15,6 +15,8 @@ from engine.views import render
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from tests.helpers import JsonObject
+
 TOPIC = "events.v1-x_y"
 
 present_bytes = st.one_of(
@@ -27,7 +29,7 @@ byte_strings = st.one_of(st.none(), present_bytes)
 headers = st.lists(st.tuples(st.text(max_size=8), byte_strings), max_size=3).map(tuple)
 
 
-def decode_field(obj: dict, name: str, encoding_name: str) -> bytes | None:
+def decode_field(obj: JsonObject, name: str, encoding_name: str) -> bytes | None:
     """Independent inverse of the documented encoding (json module + base64)."""
     raw = obj[name]
     if raw is None:
@@ -36,6 +38,7 @@ def decode_field(obj: dict, name: str, encoding_name: str) -> bytes | None:
     if obj[encoding_name] == "base64":
         return base64.b64decode(raw, validate=True)
     assert obj[encoding_name] == "utf8"
+    assert isinstance(raw, str)
     return raw.encode("utf-8")
 
 

@@ -141,7 +141,7 @@ def test_partition_state_of_a_mount_without_cleaner(tmp_path):
         ro.shutdown()
 
 
-def _samples(text: bytes) -> dict[tuple[str, tuple], float]:
+def _samples(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     out = {}
     for family in text_string_to_metric_families(text.decode()):
         for sample in family.samples:

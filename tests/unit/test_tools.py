@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import shutil
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -19,7 +19,7 @@ TS = 1_700_000_000_000
 NAME = "00000000000000000000"
 
 
-def write_partition(log_dir: Path, topic: str = "t", partition: int = 0) -> dict:
+def write_partition(log_dir: Path, topic: str = "t", partition: int = 0) -> dict[str, Any]:
     """Three batches in one segment, with an index entry and a time index entry per batch."""
     part = log_dir / f"{topic}-{partition}"
     part.mkdir(parents=True)
@@ -44,7 +44,7 @@ def write_partition(log_dir: Path, topic: str = "t", partition: int = 0) -> dict
 
 
 @pytest.fixture
-def good(tmp_path: Path) -> dict:
+def good(tmp_path: Path) -> dict[str, Any]:  # Any: write_partition's dir, batches and positions
     return write_partition(tmp_path / "data")
 
 

@@ -6,6 +6,7 @@ import gc
 import json
 import os
 import random
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +17,9 @@ from engine.config import LogConfig
 from engine.errors import OffsetOutOfRangeError
 from engine.log import Log
 from engine.views import LogView, ViewFormat, record_at, render
+
+if TYPE_CHECKING:
+    from engine.segment import LogSegment
 
 TOPIC = "views"
 
@@ -241,7 +245,7 @@ def test_tail_while_another_thread_appends(tmp_path):
     assert text.split(b"\n")[:-1] == [b"%d-%s" % (i, s) for i in range(300) for s in (b"a", b"b")]
 
 
-def _flip_value_byte(segment, batch_number: int) -> int:
+def _flip_value_byte(segment: LogSegment, batch_number: int) -> int:
     """Flip one bit inside a value of the ``batch_number``-th batch of ``segment``; its position."""
     position, header = list(segment.batches())[batch_number]
     target = position + header.size - 3           # the last value's last byte (then the header count)

@@ -35,7 +35,7 @@ _DELTA = st.one_of(st.integers(-3, 70), st.integers(-2 ** 31, 2 ** 31 - 1))
 _TS_DELTA = st.one_of(st.integers(-3, 70), st.integers(-2 ** 40, 2 ** 40))
 
 
-def _section(records: list) -> bytes:
+def _section(records: list[tuple[int, int, bytes | None, bytes | None, list[tuple[bytes, bytes | None]]]]) -> bytes:
     """A records section written field by field, any deltas (negative ones too) and raw header keys."""
     out = []
     for ts_delta, offset_delta, key, value, headers in records:

@@ -30,7 +30,7 @@ def _pythonpath() -> str:
     return os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))
 
 
-def _run(tmp_path, test: str) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+def _run(tmp_path, test: str) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
     (tmp_path / "test_hangs.py").write_text(HANGS)
     hangs = tmp_path / "hangs"
     env = {**os.environ, "LOGFS_TEST_HANG_DIR": str(hangs), "LOGFS_TEST_HANG_GRACE": "1",

@@ -32,6 +32,8 @@ def _refuse(marker: str, what: str):
 
 
 class _Guard(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    _loaders: dict[str, importlib.abc.Loader]
+
     def find_spec(self, name, path=None, target=None):
         if name not in GUARDED or GUARDED[name][1] not in REFUSES:
             return None
