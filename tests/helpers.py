@@ -179,6 +179,18 @@ def partition_state(mount: Any, topic: str = "t", partition: int = 0) -> JsonObj
     return json_object((mount / f"{topic}/{partition}/state").read_bytes())
 
 
+def cleaner_totals(mount: Any) -> JsonObject:
+    """The log cleaner's totals in ``.logfs/stats.json`` (runs, horizons set, deletes expired, ...)."""
+    totals: JsonObject = mount_stats(mount)["cleaner"]["totals"]
+    return totals
+
+
+def cleaner_runs(mount: Any) -> int:
+    """Whole runs of the log cleaner so far."""
+    runs: int = cleaner_totals(mount)["runs"]
+    return runs
+
+
 def task_runs(mount: Any, task: str) -> int:
     """Finished runs of a periodic task of the mount (0 before its first run)."""
     run = mount_stats(mount)["tasks"].get(task)

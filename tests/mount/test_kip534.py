@@ -43,7 +43,7 @@ from engine.records import (
     rebuild_batch,
     validate_batch,
 )
-from tests.helpers import JsonObject, add_config, mount_stats, wait_for
+from tests.helpers import JsonObject, add_config, cleaner_totals, wait_for
 from tests.mount.test_mount_cleaner import CLEANER_OPTIONS
 
 if TYPE_CHECKING:
@@ -288,11 +288,6 @@ def _rows(mount: Mount) -> list[JsonObject]:
     return [json.loads(line) for line in (mount / "t/0/records.jsonl").read_bytes().splitlines()]
 
 
-def _cleaner_totals(mount: Mount) -> JsonObject:
-    totals: JsonObject = mount_stats(mount)["cleaner"]["totals"]
-    return totals
-
-
 @pytest.mark.mount
 @pytest.mark.mount_options(CLEANER_OPTIONS)
 def test_a_tombstone_expires_in_a_mount_under_continuous_writes(mount):
@@ -317,7 +312,7 @@ def test_a_tombstone_expires_in_a_mount_under_continuous_writes(mount):
 
         def horizon_set() -> bool:
             write_round()
-            horizons: int = _cleaner_totals(mount)["horizons_set"]
+            horizons: int = cleaner_totals(mount)["horizons_set"]
             return horizons >= 1
         wait_for(horizon_set, "a clean that sets the tombstone's delete horizon", timeout=60, interval=0.1)
         rows = _rows(mount)
@@ -328,7 +323,7 @@ def test_a_tombstone_expires_in_a_mount_under_continuous_writes(mount):
             return not any(r["key"] == "gone" for r in _rows(mount))
         wait_for(tombstone_gone, "the tombstone to expire", timeout=60, interval=0.1)
         assert time.monotonic() - written >= retention_ms / 1000, "dropped before delete.retention.ms"
-        assert _cleaner_totals(mount)["deletes_expired"] >= 1
+        assert cleaner_totals(mount)["deletes_expired"] >= 1
         metrics = (mount / ".logfs/metrics").read_text()
         assert "logfs_cleaner_deletes_expired_total" in metrics
         assert "logfs_cleaner_delete_horizons_set_total" in metrics

@@ -45,6 +45,7 @@ from tests.helpers import (
     QUICK_CLEANER,
     JsonObject,
     add_config,
+    cleaner_runs,
     mount_stats,
     partition_state,
     wait_for,
@@ -130,7 +131,7 @@ def _text(data: bytes | None) -> str | None:
 def _more_cleaner_runs(mount: Mount, before: int) -> Callable[[], int | None]:
     """For wait_for: the cleaner's total runs once more than ``before``."""
     def runs() -> int | None:
-        n: int = mount_stats(mount)["cleaner"]["totals"]["runs"]
+        n = cleaner_runs(mount)
         return n if n > before else None
     return runs
 
@@ -159,7 +160,7 @@ def test_compaction_runs_on_its_own_and_keeps_the_latest_value_of_each_key(mount
     wait_for_task_runs(mount, CLEANER_TASK, 2)        # the cleaner looked, twice, and found nothing to clean
     assert partition_state(mount)["last_cleaning"] is None, "a delete topic was cleaned"
     assert len(_rows(mount)) == 600, "a delete topic was cleaned"
-    assert mount_stats(mount)["cleaner"]["totals"]["runs"] == 0
+    assert cleaner_runs(mount) == 0
     add_config(mount / "t/config", "cleanup.policy=compact\n")
 
     wait_for(lambda: (s := partition_state(mount))["last_cleaning"] and s, "the first clean")
@@ -264,11 +265,10 @@ def test_tombstones_remove_keys_and_are_dropped_after_delete_retention(mount):
         return position is not None and position > max(tombstones)
     wait_for(cleaned_past_tombstones, "a clean past the tombstones", interval=0.1)
     # ... and whole cleans after that one (each rewrites the cleaned section too) keep them as well.
-    cleans: int = mount_stats(mount)["cleaner"]["totals"]["runs"]
+    cleans = cleaner_runs(mount)
     def cleaned_twice_more() -> bool:
         _append(mount, next(filler))
-        runs: int = mount_stats(mount)["cleaner"]["totals"]["runs"]
-        return runs >= cleans + 2
+        return cleaner_runs(mount) >= cleans + 2
     wait_for(cleaned_twice_more, "two more cleans", interval=0.1)
     rows = _rows(mount)
     assert {r["offset"] for r in rows if r["key"] in ("k3", "k5")} == tombstones
@@ -337,7 +337,7 @@ def test_readers_across_cleanings_see_a_consistent_stream(mount):
     drainer = threading.Thread(target=drain_tail, name="tail-drainer")
     reader.start()
     drainer.start()
-    runs_before = mount_stats(mount)["cleaner"]["totals"]["runs"]
+    runs_before = cleaner_runs(mount)
     try:
         for round_, batch in enumerate(_keyed_rounds(40, 20, start=5)):
             _append(mount, batch)
