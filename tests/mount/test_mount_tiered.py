@@ -334,7 +334,7 @@ def test_a_store_that_does_not_answer_stops_only_the_reads_of_its_records(logfs_
         _append(mount, 0, 2000, tmp_path)
         mount.sh("printf 'a\\nb\\n' >> u/0/append")
         expected = b"".join(line[:-1] + b"\n" for line in _lines(0, 2000).splitlines(keepends=True))
-        wait_for(lambda: _state(mount)["local_log_start_offset"] > 1000, "local segments deleted once copied")
+        wait_for(lambda: partition_state(mount)["local_log_start_offset"] > 1000, "local segments deleted once copied")
         mount.stop()
         mount.start()                   # nothing of the store's range in memory or in the chunk cache
         assert server.process is not None
@@ -401,7 +401,7 @@ def test_a_read_committed_mount_hides_aborted_transactions_in_s3_by_the_copies_t
         return float(found.group(1))
 
     # the mount's own rounds may copy and trim more; the active segment stays local (nothing is appended)
-    active = _state(mount)["segments"][-1]["base_offset"]
+    active = partition_state(mount)["segments"][-1]["base_offset"]
     assert active >= local_start
     rows = (mount / f"t/0/from/{active}.jsonl").read_bytes().splitlines()
     assert [json.loads(row)["offset"] for row in rows] == [o for o in visible if o >= active]
