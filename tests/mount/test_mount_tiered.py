@@ -425,8 +425,8 @@ def test_segments_lists_the_remote_log_segments_and_serves_their_files_from_s3_b
         mount.sh("mkdir t && echo remote.storage.enable=true >> t/config")
         _append(mount, 0, 2000, tmp_path)
 
-        def copied() -> dict | None:
-            state = _state(mount)
+        def copied() -> JsonObject | None:
+            state = partition_state(mount)
             closed = _closed_segments(state)
             return state if state["remote_storage"]["segments"] == len(closed) >= 20 else None
 
@@ -443,7 +443,7 @@ def test_segments_lists_the_remote_log_segments_and_serves_their_files_from_s3_b
         assert all(kept[name] == (segments / name).read_bytes() for name in kept)
 
         mount.sh("echo local.retention.bytes=12000 >> t/config")
-        state = wait_for(lambda: (s := _state(mount)) and s["local_log_start_offset"] > 1000 and s,
+        state = wait_for(lambda: (s := partition_state(mount)) and s["local_log_start_offset"] > 1000 and s,
                          "local segments deleted once copied")
         assert state is not None
         local_start = state["local_log_start_offset"]

@@ -15,7 +15,7 @@ import json
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -267,13 +267,13 @@ def test_source_reads_a_tiered_topic_from_its_log_start_with_the_rows_of_a_local
     append_lines(mp, "tiered", lines, chunk=40)
 
     def copied(p: int) -> bool:
-        remote = state(mp, "tiered", p)["remote_storage"]
-        return remote["segments"] > 0 and remote["copy_lag_segments"] == 0
+        remote: JsonObject = state(mp, "tiered", p)["remote_storage"]
+        return bool(remote["segments"] > 0 and remote["copy_lag_segments"] == 0)
 
     wait_until(lambda: copied(0) and copied(1), 60, "the closed segments copied")
     columns = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 
-    def read(**options: str) -> list[tuple]:
+    def read(**options: str) -> list[tuple[Any, ...]]:  # Any: the values of a Spark Row
         df = _source(spark, mount, "tiered", includeHeaders="true", **options)
         return sorted(tuple(r[c] for c in columns) for r in df.collect())
 
@@ -289,7 +289,7 @@ def test_source_reads_a_tiered_topic_from_its_log_start_with_the_rows_of_a_local
 
     def trimmed(p: int) -> bool:
         st = state(mp, "tiered", p)
-        return st["log_start_offset"] == 0 and st["local_log_start_offset"] > st["log_end_offset"] // 2
+        return bool(st["log_start_offset"] == 0 and st["local_log_start_offset"] > st["log_end_offset"] // 2)
 
     wait_until(lambda: trimmed(0) and trimmed(1), 60, "the copied segments deleted locally")
     for p in range(2):
