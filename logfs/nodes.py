@@ -9,7 +9,7 @@ import hashlib
 import logging
 import os
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import orjson
 
@@ -506,20 +506,22 @@ class RecordFile(FileNode):
         return BytesHandle(self.content)
 
 
-class SegmentFile(FileNode):
-    """``segments/<base>.log|.index|.timeindex``: the bytes on disk, read-only, up to their used size."""
+#: the segment a file of ``segments/`` is named for: a local one or a remote log segment (tiered storage)
+_SegmentT = TypeVar("_SegmentT", "LogSegment", "RemoteLogSegment")
+
+
+class _SegmentFileNode(FileNode, Generic[_SegmentT]):
+    """``segments/<base>.log|.index|.timeindex``: one file of one segment, held weakly (it goes with its log)."""
 
     transient = True
 
-    def __init__(self, ns: Tree, tp: TopicPartition, name: str, segment: LogSegment,
-                 suffix: str) -> None:
+    def __init__(self, ns: Tree, tp: TopicPartition, name: str, segment: _SegmentT, suffix: str) -> None:
         super().__init__(ns)
         self.tp = tp
         self.name = name
-        self._segment = weakref.ref(segment)
+        self._segment: weakref.ref[_SegmentT] = weakref.ref(segment)
         self.suffix = suffix
         self._last_size = 0
-        self._last_mtime_ns = 0
 
     @property
     def key(self) -> NodeKey:
@@ -528,11 +530,19 @@ class SegmentFile(FileNode):
     def describe(self) -> str:
         return f"{self.tp.topic}/{self.tp.partition}/segments/{self.name}"
 
+    def is_current(self, segment: LogSegment | RemoteLogSegment) -> bool:
+        return self._segment() is segment
+
+
+class SegmentFile(_SegmentFileNode["LogSegment"]):
+    """A local segment's file: the bytes on disk, read-only, up to their used size."""
+
+    def __init__(self, ns: Tree, tp: TopicPartition, name: str, segment: LogSegment, suffix: str) -> None:
+        super().__init__(ns, tp, name, segment, suffix)
+        self._last_mtime_ns = 0
+
     def segment(self) -> LogSegment | None:
         return self._segment()
-
-    def is_current(self, segment: LogSegment) -> bool:
-        return self._segment() is segment
 
     def _used_size(self) -> int:
         seg = self._segment()
@@ -590,29 +600,9 @@ class SegmentFile(FileNode):
         raise StaleNameError(f"{self.describe()} was deleted")
 
 
-class RemoteSegmentFile(FileNode):
-    """``segments/<base>.log|.index|.timeindex`` of a remote log segment (tiered storage): the copy's bytes
-    as they were on local disk, read-only, read from the store through the engine (its chunk cache)."""
-
-    transient = True
-
-    def __init__(self, ns: Tree, tp: TopicPartition, name: str, segment: RemoteLogSegment, suffix: str) -> None:
-        super().__init__(ns)
-        self.tp = tp
-        self.name = name
-        self._segment = weakref.ref(segment)
-        self.suffix = suffix
-        self._last_size = 0
-
-    @property
-    def key(self) -> NodeKey:
-        return ("segfile", self.tp, self.name)
-
-    def describe(self) -> str:
-        return f"{self.tp.topic}/{self.tp.partition}/segments/{self.name}"
-
-    def is_current(self, segment: LogSegment | RemoteLogSegment) -> bool:
-        return self._segment() is segment
+class RemoteSegmentFile(_SegmentFileNode["RemoteLogSegment"]):
+    """A remote log segment's file (tiered storage): the copy's bytes as they were on local disk, read-only,
+    read from the store through the engine (its chunk cache)."""
 
     def size(self) -> int:
         seg = self._segment()
