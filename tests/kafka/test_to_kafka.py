@@ -36,6 +36,10 @@ from tests.jvm import java_command
 from tests.seaweedfs import seaweedfs_server  # noqa: F401  (the seaweedfs fixture)
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
+
+    from devtools.kafka import KafkaBroker
     from tests.seaweedfs import SeaweedFS
 
 pytestmark = pytest.mark.mount
@@ -104,6 +108,24 @@ def _consume(bootstrap: str, topic: str, partition: int) -> tuple[int, int, list
         return begin, end, records
     finally:
         consumer.close()
+
+
+def _plan(mount: Mount, broker: KafkaBroker) -> str:
+    """``logfs to-kafka plan`` of the mount's data dir: a script running Kafka's own kafka-topics (TopicCommand)."""
+    kafka_topics = shlex.join(java_command("org.apache.kafka.tools.TopicCommand",
+                                           jvm_opts=["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]))
+    return _logfs("to-kafka", "plan", str(mount.data), "--node-id", "1",
+                  "--bootstrap-server", broker.bootstrap, "--kafka-topics", kafka_topics).stdout.decode()
+
+
+def _create_topics(plan: str, tmp_path: Path, broker: KafkaBroker, partitions: Iterable[tuple[str, int]]) -> None:
+    """Run the plan's script against the broker, and wait until the broker made every one of ``partitions``."""
+    script = tmp_path / "create-topics.sh"
+    script.write_text(plan)
+    run = subprocess.run(["sh", str(script)], capture_output=True, timeout=600)
+    assert run.returncode == 0, run.stderr.decode(errors="replace")[-3000:]
+    broker.wait_for(lambda: all((broker.log_dir / f"{t}-{p}" / "partition.metadata").exists() for t, p in partitions),
+                    "the broker to create every partition")
 
 
 def _write_data(mount: Mount) -> None:
@@ -199,18 +221,10 @@ def test_a_logfs_data_dir_is_served_by_kafka_after_the_procedure(kafka_broker, l
     assert list(mount.data.glob("*/*.viewindex")), "the mount wrote no view index file"
 
     # Step 1: the plan, run by Kafka's own kafka-topics (TopicCommand) against the broker.
-    kafka_topics = shlex.join(java_command("org.apache.kafka.tools.TopicCommand",
-                                           jvm_opts=["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]))
-    plan = _logfs("to-kafka", "plan", str(mount.data), "--node-id", "1",
-                  "--bootstrap-server", kafka_broker.bootstrap, "--kafka-topics", kafka_topics).stdout.decode()
+    plan = _plan(mount, kafka_broker)
     assert "internal.segment.bytes=4096 is below Kafka 4's minimum" in plan
     assert "parse.key=true is a logfs mount setting" in plan
-    script = tmp_path / "create-topics.sh"
-    script.write_text(plan)
-    run = subprocess.run(["sh", str(script)], capture_output=True, timeout=600)
-    assert run.returncode == 0, run.stderr.decode(errors="replace")[-3000:]
-    kafka_broker.wait_for(lambda: all((kafka_broker.log_dir / f"{t}-{p}" / "partition.metadata").exists()
-                                      for t, p in expected), "the broker to create every partition")
+    _create_topics(plan, tmp_path, kafka_broker, expected)
 
     # Step 2: stop the broker; step 3: adopt; step 4: start it again.
     kafka_broker.stop()     # SIGTERM: the JVM's exit status is 143 after a clean shutdown
@@ -276,17 +290,9 @@ def test_a_tiered_topic_is_restored_from_s3_then_served_by_kafka(kafka_broker, l
     checked = _logfs("check", str(mount.data), "--config", str(properties), check=False)
     assert checked.returncode == 0, checked.stdout.decode()
 
-    kafka_topics = shlex.join(java_command("org.apache.kafka.tools.TopicCommand",
-                                           jvm_opts=["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]))
-    plan = _logfs("to-kafka", "plan", str(mount.data), "--node-id", "1",
-                  "--bootstrap-server", kafka_broker.bootstrap, "--kafka-topics", kafka_topics).stdout.decode()
+    plan = _plan(mount, kafka_broker)
     assert "stay in the mount's remote storage, every record of them is in the local segments" in plan
-    script = tmp_path / "create-topics.sh"
-    script.write_text(plan)
-    run = subprocess.run(["sh", str(script)], capture_output=True, timeout=600)
-    assert run.returncode == 0, run.stderr.decode(errors="replace")[-3000:]
-    kafka_broker.wait_for(lambda: all((kafka_broker.log_dir / f"{t}-{p}" / "partition.metadata").exists()
-                                      for t, p in expected), "the broker to create every partition")
+    _create_topics(plan, tmp_path, kafka_broker, expected)
     kafka_broker.stop()
     adopted = _logfs("to-kafka", "adopt", str(mount.data), "--broker-log-dir", str(kafka_broker.log_dir))
     assert "Adopted 2 partitions" in adopted.stdout.decode()
