@@ -39,8 +39,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: bytes asked of one ``recv()``: a fetch response of a few MiB is drained in a few calls
-RECV_BYTES = 1 << 20
+#: bytes asked of one ``recv()``: 64 KiB drained a gigabyte with half the CPU of 4 KiB reads, and less than
+#: 1 MiB reads, whose every call allocates a MiB before the kernel fills part of it
+#: (scripts/bench/bench_recv.py)
+RECV_BYTES = 64 << 10
 
 #: sha256 of ``inspect.getsource`` of each method :func:`install` replaces (kafka-python 3.0.12)
 KNOWN_SOURCES = {
