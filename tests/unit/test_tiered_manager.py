@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from engine.log import Log
+    from engine.remote.metadata import RemoteLogSegmentMetadata
     from engine.remote.remote_log_manager import RemoteLogManager
     from engine.remote.storage import TopicIdPartition
 
@@ -81,6 +82,17 @@ def _copied(manager: LogManager, lines: int = 600) -> tuple[RemoteLogManager, Lo
     tiered = manager.tiered_partition(log)
     assert tiered is not None
     return rlm, log, tiered.tip, copied
+
+
+def _unmounted_copies(tmp_path: Path) -> tuple[list[RemoteLogSegmentMetadata], TopicIdPartition, int]:
+    """_copied by a mount over ``tmp_path``, then unmounted: the copies' metadata, their TopicIdPartition and
+    the copies made."""
+    manager = _manager(tmp_path)
+    try:
+        rlm, _log, tip, copied = _copied(manager)
+        return rlm.metadata.copied_segments(tip), tip, copied
+    finally:
+        manager.shutdown()
 
 
 def _trimmed(manager: LogManager, lines: int = 1200) -> Log:
@@ -602,6 +614,35 @@ def _append_transactions(log: Log) -> list[int]:
     return visible
 
 
+def _tiered_transactions(tmp_path: Path) -> tuple[_CountingStorage, LogManager, Log, list[int]]:
+    """A mount over a new store (``tmp_path / "store"``) with topic t tiered, keeping 8000 bytes locally, and
+    _append_transactions' batches appended and flushed: the store, the manager (to shut down), the log and the
+    offsets a read_committed consumer sees."""
+    store = tmp_path / "store"
+    store.mkdir()
+    counting = _CountingStorage(str(store))
+    manager = _transactional_manager(tmp_path, counting)
+    try:
+        manager.create_topic("t", 1, {"remote.storage.enable": "true", "local.retention.bytes": "8000"})
+        log = log_of(manager, TP)
+        visible = _append_transactions(log)
+        log.flush()
+    except BaseException:
+        manager.shutdown()
+        raise
+    return counting, manager, log, visible
+
+
+def _copy_and_clean_up(manager: LogManager) -> RemoteLogManager:
+    """Copies the closed segments to the store, then deletes the local ones beyond local retention: the
+    remote log manager."""
+    manager.copy_to_remote_storage()
+    manager.cleanup_logs()
+    rlm = manager.remote_log_manager
+    assert rlm is not None
+    return rlm
+
+
 def test_read_committed_views_over_remote_storage_take_the_copies_transaction_indexes_and_snapshots(
         tmp_path: Path):
     """Each copy carries its transaction index and producer snapshot; the aborted-transaction walk of a new
@@ -622,31 +663,22 @@ def test_read_committed_views_over_remote_storage_take_the_copies_transaction_in
                 view.close()
         return out[0], out[1]
 
-    store = tmp_path / "store"
-    store.mkdir()
-    manager = _transactional_manager(tmp_path, _CountingStorage(str(store)))
+    _, manager, log, visible = _tiered_transactions(tmp_path)
     try:
-        manager.create_topic("t", 1, {"remote.storage.enable": "true", "local.retention.bytes": "8000"})
-        log = log_of(manager, TP)
-        visible = _append_transactions(log)
-        log.flush()
         jsonl, text = render(log)                              # all local
         assert [_json.loads(line)["offset"] for line in jsonl.splitlines()] == visible
         aborted = transactions.read_committed_state(log).aborted_transactions()   # type: ignore[union-attr]
         assert len(aborted) > 10
-        manager.copy_to_remote_storage()
-        manager.cleanup_logs()
+        rlm = _copy_and_clean_up(manager)
         local_start = log.local_log_start_offset
         assert log.log_start_offset == 0
         assert local_start > 600
-        rlm = manager.remote_log_manager
-        assert rlm is not None
         copies = rlm.metadata.copied_segments(manager.tiered_partition(log).tip)   # type: ignore[union-attr]
         assert sum(m.transaction_index_entries for m in copies) == len([a for a in aborted
                                                                          if a.last_offset <= copies[-1].end_offset])
     finally:
         manager.shutdown()
-    counting = _CountingStorage(str(store))
+    counting = _CountingStorage(str(tmp_path / "store"))
     manager = _transactional_manager(tmp_path, counting)            # a new mount: nothing in memory
     try:
         log = log_of(manager, TP)
@@ -704,18 +736,9 @@ def test_a_damaged_snapshot_of_a_copy_makes_the_next_copy_walk_from_an_earlier_o
     """The producers at the start of a copy after a restart come from the previous copy's snapshot; when it
     does not read back (its CRC), from an earlier copy's and the batches after it, with a warning naming the
     object: the copies go on, with the same transaction indexes."""
-    store = tmp_path / "store"
-    store.mkdir()
-    manager = _transactional_manager(tmp_path, _CountingStorage(str(store)))
+    _, manager, log, _ = _tiered_transactions(tmp_path)
     try:
-        manager.create_topic("t", 1, {"remote.storage.enable": "true", "local.retention.bytes": "8000"})
-        log = log_of(manager, TP)
-        _append_transactions(log)
-        log.flush()
-        manager.copy_to_remote_storage()
-        manager.cleanup_logs()
-        rlm = manager.remote_log_manager
-        assert rlm is not None
+        rlm = _copy_and_clean_up(manager)
         local_start = log.local_log_start_offset
         copies = rlm.metadata.copied_segments(manager.tiered_partition(log).tip)   # type: ignore[union-attr]
     finally:
@@ -723,6 +746,7 @@ def test_a_damaged_snapshot_of_a_copy_makes_the_next_copy_walk_from_an_earlier_o
     below = [m for m in copies if m.end_offset < local_start]
     assert copies[-1].end_offset >= local_start                 # the last copy's segment is still local
     damaged = {copies[-1].segment_id, below[-1].segment_id}     # the last copy's, and the last one in the store
+    store = tmp_path / "store"
     for sid in damaged:
         path = store / sid.object_name("snapshot")
         path.write_bytes(path.read_bytes()[:-1] + b"\xff")
@@ -744,22 +768,13 @@ def test_a_damaged_transaction_index_or_snapshot_of_a_copy_makes_the_walk_read_t
     from engine import transactions
     from engine.views.log_view import LogView, ViewFormat
 
-    store = tmp_path / "store"
-    store.mkdir()
-    manager = _transactional_manager(tmp_path, _CountingStorage(str(store)))
+    _, manager, log, _ = _tiered_transactions(tmp_path)
     try:
-        manager.create_topic("t", 1, {"remote.storage.enable": "true", "local.retention.bytes": "8000"})
-        log = log_of(manager, TP)
-        _append_transactions(log)
-        log.flush()
         aborted = transactions.read_committed_state(log).aborted_transactions()   # type: ignore[union-attr]
         view = LogView(log, ViewFormat.JSONL)
         jsonl = view.read(0, view.size())
         view.close()
-        manager.copy_to_remote_storage()
-        manager.cleanup_logs()
-        rlm = manager.remote_log_manager
-        assert rlm is not None
+        rlm = _copy_and_clean_up(manager)
         local_start = log.local_log_start_offset
         below = [m for m in rlm.metadata.copied_segments(manager.tiered_partition(log).tip)  # type: ignore[union-attr]
                  if m.end_offset < local_start]
@@ -767,6 +782,7 @@ def test_a_damaged_transaction_index_or_snapshot_of_a_copy_makes_the_walk_read_t
         manager.shutdown()
     indexed = [m for m in below[:-1] if m.transaction_index_entries > 0]
     damaged_index, damaged_snapshot = indexed[len(indexed) // 2], below[-1]
+    store = tmp_path / "store"
     path = store / damaged_index.segment_id.object_name("txnindex")
     path.write_bytes(path.read_bytes() + b"x")                     # trailing bytes
     path = store / damaged_snapshot.segment_id.object_name("snapshot")
@@ -825,8 +841,7 @@ def test_read_committed_views_of_copies_show_what_a_read_committed_consumer_sees
             model.apply(op, count)
         log.roll()
         log.flush()
-        manager.copy_to_remote_storage()
-        manager.cleanup_logs()
+        _copy_and_clean_up(manager)
         # every segment but the last closed one (local.retention.bytes keeps one) and the active one is a copy
         assert all(getattr(s, "remote", False) for s in list(log.reader_segments().values())[:-2])
         log.transaction_state = None                                  # walked afresh, from the copies
@@ -856,19 +871,9 @@ def test_a_copy_without_transaction_index_made_by_an_earlier_logfs_is_walked(tmp
     from engine.remote.metadata import RemoteLogSegmentMetadata
     from engine.remote.remote_segment import RemoteLogSegment
 
-    store = tmp_path / "store"
-    store.mkdir()
-    counting = _CountingStorage(str(store))
-    manager = _transactional_manager(tmp_path, counting)
+    counting, manager, log, _ = _tiered_transactions(tmp_path)
     try:
-        manager.create_topic("t", 1, {"remote.storage.enable": "true", "local.retention.bytes": "8000"})
-        log = log_of(manager, TP)
-        _append_transactions(log)
-        log.flush()
-        manager.copy_to_remote_storage()
-        manager.cleanup_logs()
-        rlm = manager.remote_log_manager
-        assert rlm is not None
+        rlm = _copy_and_clean_up(manager)
         local_start = log.local_log_start_offset
         copies = [m for m in rlm.metadata.copied_segments(manager.tiered_partition(log).tip)  # type: ignore[union-attr]
                   if m.end_offset < local_start]
@@ -933,13 +938,8 @@ def test_logfs_check_verifies_the_remote_segments_metadata_against_the_store(tmp
                                                                              capsys: pytest.CaptureFixture[str]):
     from logfs.cli import main
 
-    manager = _manager(tmp_path)
-    try:
-        rlm, _log, tip, copied = _copied(manager)
-        assert copied >= 5
-        copies = rlm.metadata.copied_segments(tip)
-    finally:
-        manager.shutdown()
+    copies, tip, copied = _unmounted_copies(tmp_path)
+    assert copied >= 5
     data, uri = str(tmp_path / "data"), f"rsm.config.uri=file://{tmp_path / 'store'}"
     assert main(["check", data]) == 0
     assert f"{copied} remote log segments not checked against the store" in capsys.readouterr().out
@@ -962,13 +962,8 @@ def test_logfs_check_verifies_the_transaction_index_and_producer_snapshot_of_eac
     from engine.transactions import ProducerEntry, TxnIndexEntry, encode_producer_snapshot, encode_txn_index
     from logfs.cli import main
 
-    manager = _manager(tmp_path)
-    try:
-        rlm, _log, tip, copied = _copied(manager)
-        assert copied >= 4
-        copies = rlm.metadata.copied_segments(tip)
-    finally:
-        manager.shutdown()
+    copies, _tip, copied = _unmounted_copies(tmp_path)
+    assert copied >= 4
     data, uri = str(tmp_path / "data"), f"rsm.config.uri=file://{tmp_path / 'store'}"
     assert all(m.transaction_index_entries == 0 for m in copies)       # no transaction: empty indexes
     assert main(["check", data, "-o", uri]) == 0, capsys.readouterr().out
