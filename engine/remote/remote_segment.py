@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 import errno
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from crc32c import crc32c
 from sortedcontainers import SortedDict
@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from engine.segment import LogSegment
     from engine.topic import TopicPartition
     from engine.transactions import ProducerEntry, TxnIndexEntry
+
+_T = TypeVar("_T")
 
 _OFFSET_ENTRY_SIZE = OFFSET_INDEX_ENTRY.size
 #: bytes read per request while walking a copy (a chunk of the cache holds several)
@@ -118,6 +120,11 @@ class RemoteLogSegment:
         return RemoteReadError(f"Reading remote log segment {self.base_offset} of {self.topic_partition} "
                                f"from {self._rlm.storage.uri} failed: {exc}", exc.errno)
 
+    def _index_read_error(self, what: str, exc: RemoteStorageError) -> RemoteReadError:
+        """The store failed to serve the copy's ``what`` (its "offset index", "time index", ...)."""
+        return RemoteReadError(f"Reading the {what} of remote log segment {self.base_offset} of "
+                               f"{self.topic_partition} failed: {exc}", exc.errno)
+
     @property
     def last_modified(self) -> int:
         """What stands for the ``.log``'s mtime (ms): its largest timestamp, else when the copy was recorded."""
@@ -166,8 +173,7 @@ class RemoteLogSegment:
         try:
             return self._rlm.time_index(self.metadata.segment_id)
         except RemoteStorageError as exc:
-            raise RemoteReadError(f"Reading the time index of remote log segment {self.base_offset} of "
-                                  f"{self.topic_partition} failed: {exc}", exc.errno) from exc
+            raise self._index_read_error("time index", exc) from exc
 
     def read_ahead(self) -> None:
         """A sequential reader (a view) gets to this copy next: its first chunks are fetched in the background."""
@@ -191,8 +197,7 @@ class RemoteLogSegment:
             try:
                 self._offset_index = _RemoteOffsetIndex(self._rlm.offset_index(self.metadata.segment_id))
             except RemoteStorageError as exc:
-                raise RemoteReadError(f"Reading the offset index of remote log segment {self.base_offset} of "
-                                      f"{self.topic_partition} failed: {exc}", exc.errno) from exc
+                raise self._index_read_error("offset index", exc) from exc
         return self._offset_index
 
     def offset_index_crc(self, entries: int) -> int | None:
@@ -211,8 +216,7 @@ class RemoteLogSegment:
         try:
             return self._rlm.position_of(self.metadata, offset)
         except RemoteStorageError as exc:
-            raise RemoteReadError(f"Reading the offset index of remote log segment {self.base_offset} of "
-                                  f"{self.topic_partition} failed: {exc}", exc.errno) from exc
+            raise self._index_read_error("offset index", exc) from exc
 
     def first_batch_at_or_after(self, offset: int) -> tuple[int, BatchHeader] | None:
         """(position, header) of the first batch whose last offset is >= ``offset`` (Kafka's translateOffset)."""
@@ -240,23 +244,21 @@ class RemoteLogSegment:
     def transaction_index(self) -> list[TxnIndexEntry] | None:
         """The aborted transactions whose ABORT marker the copy holds (its ``.txnindex``, fetched once, none when
         its metadata says it is empty); None for a copy without one."""
-        if not self.has_transaction_index:
-            return None
-        try:
-            return self._rlm.transaction_index(self.metadata)
-        except RemoteStorageError as exc:
-            raise RemoteReadError(f"Reading the transaction index of remote log segment {self.base_offset} of "
-                                  f"{self.topic_partition} failed: {exc}", exc.errno) from exc
+        return self._transaction_file("transaction index", self._rlm.transaction_index)
 
     def producer_snapshot(self) -> list[ProducerEntry] | None:
         """The producers at the copy's end (its producer snapshot, fetched once); None for a copy without one."""
+        return self._transaction_file("producer snapshot", self._rlm.producer_snapshot)
+
+    def _transaction_file(self, what: str, fetch: Callable[[RemoteLogSegmentMetadata], _T]) -> _T | None:
+        """The copy's ``what`` read by ``fetch``; None for a copy made without the transaction index and producer
+        snapshot (``has_transaction_index``: the metadata says whether it has both)."""
         if not self.has_transaction_index:
             return None
         try:
-            return self._rlm.producer_snapshot(self.metadata)
+            return fetch(self.metadata)
         except RemoteStorageError as exc:
-            raise RemoteReadError(f"Reading the producer snapshot of remote log segment {self.base_offset} of "
-                                  f"{self.topic_partition} failed: {exc}", exc.errno) from exc
+            raise self._index_read_error(what, exc) from exc
 
     def _time_index_offset(self, timestamp: int) -> int:
         """Kafka's ``TimeIndex.lookup`` over the copy's time index (fetched once): the offset of the entry
