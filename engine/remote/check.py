@@ -22,7 +22,7 @@ the store was not checked.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from engine.errors import CorruptRecordError, InvalidTopicError
 from engine.log import Log
@@ -42,9 +42,13 @@ from engine.topic import parse_topic_partition_dir
 from engine.transactions import decode_producer_snapshot, decode_txn_index
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from engine.remote.metadata import RemoteLogSegmentMetadata
+    from engine.remote.storage import RemoteLogSegmentId
+    from engine.transactions import ProducerEntry, TxnIndexEntry
+
+_T = TypeVar("_T")
 
 
 def _local_partitions(log_dirs: Sequence[str]) -> set[TopicIdPartition]:
@@ -89,29 +93,42 @@ def _check_indexes(storage: RemoteStorageManager, m: RemoteLogSegmentMetadata,
                    f"{m.start_offset} to {m.end_offset} is missing from the store")
     if missing or not m.has_transaction_index:
         return
-    where = f"{storage.uri}/{sid.object_name(IndexType.TRANSACTION.value)}"
+    yield from _check_decoded(storage, sid, IndexType.TRANSACTION, decode_txn_index,
+                              lambda entries: _txn_index_problems(m, entries))
+    yield from _check_decoded(storage, sid, IndexType.PRODUCER_SNAPSHOT, decode_producer_snapshot,
+                              lambda producers: _snapshot_problems(m, producers))
+
+
+def _check_decoded(storage: RemoteStorageManager, sid: RemoteLogSegmentId, index_type: IndexType,
+                   decode: Callable[[bytes, str], _T], problems: Callable[[_T], Iterator[str]],
+                   ) -> Iterator[tuple[str, str]]:
+    """(object, problem) of the copy's ``index_type`` object: it cannot be read (the store fails, or it is
+    not Kafka's format, or a CRC does not hold), or the ``problems`` of what ``decode`` made of it."""
+    where = f"{storage.uri}/{sid.object_name(index_type.value)}"
     try:
-        entries = decode_txn_index(storage.fetch_index(sid, IndexType.TRANSACTION), where)
+        decoded = decode(storage.fetch_index(sid, index_type), where)
     except (RemoteStorageError, CorruptRecordError) as exc:
         yield where, f"cannot be read: {exc}"
-    else:
-        if len(entries) != m.transaction_index_entries:
-            yield where, (f"lists {len(entries)} aborted transactions where the metadata recorded "
-                          f"{m.transaction_index_entries}")
-        outside = [e for e in entries if not m.start_offset <= e.last_offset <= m.end_offset]
-        if outside:
-            yield where, (f"lists an aborted transaction ending at offset {outside[0].last_offset}, outside the "
-                          f"copy's offsets {m.start_offset} to {m.end_offset}")
-    where = f"{storage.uri}/{sid.object_name(IndexType.PRODUCER_SNAPSHOT.value)}"
-    try:
-        producers = decode_producer_snapshot(storage.fetch_index(sid, IndexType.PRODUCER_SNAPSHOT), where)
-    except (RemoteStorageError, CorruptRecordError) as exc:
-        yield where, f"cannot be read: {exc}"
-    else:
-        late = [p for p in producers if max(p.last_offset, p.current_txn_first_offset) > m.end_offset]
-        if late:
-            yield where, (f"holds producer {late[0].producer_id} at offset {late[0].last_offset}, after the "
-                          f"copy's last offset {m.end_offset}")
+        return
+    for problem in problems(decoded):
+        yield where, problem
+
+
+def _txn_index_problems(m: RemoteLogSegmentMetadata, entries: list[TxnIndexEntry]) -> Iterator[str]:
+    if len(entries) != m.transaction_index_entries:
+        yield (f"lists {len(entries)} aborted transactions where the metadata recorded "
+               f"{m.transaction_index_entries}")
+    outside = [e for e in entries if not m.start_offset <= e.last_offset <= m.end_offset]
+    if outside:
+        yield (f"lists an aborted transaction ending at offset {outside[0].last_offset}, outside the "
+               f"copy's offsets {m.start_offset} to {m.end_offset}")
+
+
+def _snapshot_problems(m: RemoteLogSegmentMetadata, producers: list[ProducerEntry]) -> Iterator[str]:
+    late = [p for p in producers if max(p.last_offset, p.current_txn_first_offset) > m.end_offset]
+    if late:
+        yield (f"holds producer {late[0].producer_id} at offset {late[0].last_offset}, after the "
+               f"copy's last offset {m.end_offset}")
 
 
 def check_remote_storage(log_dirs: Sequence[str], settings: Mapping[str, str], out: TextIO) -> int:
