@@ -21,11 +21,12 @@ import pytest
 from tests.conftest import LOGFS, Mount
 from tests.helpers import JsonObject, partition_state, wait_for
 from tests.jvm import free_port
-from tests.seaweedfs import (  # noqa: F401  (the seaweedfs fixture)
+from tests.seaweedfs import (  # noqa: F401  (the seaweedfs fixtures)
     ACCESS_KEY,
     BUCKET,
     SECRET_KEY,
     SeaweedFS,
+    own_seaweedfs_server,
     seaweedfs_server,
 )
 
@@ -202,113 +203,106 @@ def test_a_wrong_endpoint_bucket_or_key_fails_the_mount_naming_the_setting(logfs
     assert SECRET_KEY not in mount.log()
 
 
-def test_copies_back_off_while_the_store_is_down_and_resume_when_it_returns(logfs_mount, tmp_path: Path):
-    server = SeaweedFS(tmp_path / "own-weed").start()
-    try:
-        mount = logfs_mount(_tiered_options(server, "outage"))
-        mount.sh("mkdir t && echo remote.storage.enable=true >> t/config")
-        _append(mount, 0, 500, tmp_path)
-        wait_for(lambda: partition_state(mount)["remote_storage"]["copy_lag_segments"] == 0
-                 and partition_state(mount)["remote_storage"]["segments"] > 0, "the first copies")
-        server.kill()
-        _append(mount, 500, 1500, tmp_path)                   # appends go on while the store is down
-        wait_for(lambda: "tiered storage backs off" in mount.log(), "the outage logged")
-        wait_for(lambda: re.search(r"^logfs_remote_storage_unavailable 1\.0$",
-                                   (mount / ".logfs/metrics").read_text(), re.M), "the outage in the metrics")
-        lag = partition_state(mount)["remote_storage"]["copy_lag_segments"]
-        assert lag > 0
-        assert len((mount / "t/0/records").read_bytes().splitlines()) == 1500       # reads go on
-        def failed_rounds() -> int:
-            found = re.search(r"^logfs_remote_errors_total (\S+)$", (mount / ".logfs/metrics").read_text(), re.M)
-            assert found is not None
-            return int(found.group(1).split(".")[0])
+def test_copies_back_off_while_the_store_is_down_and_resume_when_it_returns(logfs_mount, own_seaweedfs: SeaweedFS,
+                                                                             tmp_path: Path):
+    mount = logfs_mount(_tiered_options(own_seaweedfs, "outage"))
+    mount.sh("mkdir t && echo remote.storage.enable=true >> t/config")
+    _append(mount, 0, 500, tmp_path)
+    wait_for(lambda: partition_state(mount)["remote_storage"]["copy_lag_segments"] == 0
+             and partition_state(mount)["remote_storage"]["segments"] > 0, "the first copies")
+    own_seaweedfs.kill()
+    _append(mount, 500, 1500, tmp_path)                   # appends go on while the store is down
+    wait_for(lambda: "tiered storage backs off" in mount.log(), "the outage logged")
+    wait_for(lambda: re.search(r"^logfs_remote_storage_unavailable 1\.0$",
+                               (mount / ".logfs/metrics").read_text(), re.M), "the outage in the metrics")
+    lag = partition_state(mount)["remote_storage"]["copy_lag_segments"]
+    assert lag > 0
+    assert len((mount / "t/0/records").read_bytes().splitlines()) == 1500       # reads go on
+    def failed_rounds() -> int:
+        found = re.search(r"^logfs_remote_errors_total (\S+)$", (mount / ".logfs/metrics").read_text(), re.M)
+        assert found is not None
+        return int(found.group(1).split(".")[0])
 
-        wait_for(lambda: failed_rounds() >= 3, "three failed rounds")
-        assert mount.log().count("tiered storage backs off") == 1      # logged once, not at every round
-        server.start()
-        wait_for(lambda: partition_state(mount)["remote_storage"]["copy_lag_segments"] == 0, "copies resumed",
-                 timeout=90)
-        assert "answers again: tiered storage resumes" in mount.log()
-        state = partition_state(mount)
-        closed = _closed_segments(state)
-        assert state["remote_storage"]["segments"] == len(closed)
-        assert len([k for k in _objects(server, "outage") if k.endswith(".log")]) == len(closed)   # no orphan
-        # logfs check of the unmounted data dir: the metadata and the store agree
-        assert mount.stop() == 0
-        args = [f"-o{k}={v}" for k, v in server.settings(prefix="outage").items()]
-        checked = subprocess.run([str(LOGFS), "check", str(mount.data), *args], capture_output=True, text=True,
-                                 timeout=120)
-        assert checked.returncode == 0, checked.stdout + checked.stderr
-    finally:
-        server.stop()
+    wait_for(lambda: failed_rounds() >= 3, "three failed rounds")
+    assert mount.log().count("tiered storage backs off") == 1      # logged once, not at every round
+    own_seaweedfs.start()
+    wait_for(lambda: partition_state(mount)["remote_storage"]["copy_lag_segments"] == 0, "copies resumed",
+             timeout=90)
+    assert "answers again: tiered storage resumes" in mount.log()
+    state = partition_state(mount)
+    closed = _closed_segments(state)
+    assert state["remote_storage"]["segments"] == len(closed)
+    assert len([k for k in _objects(own_seaweedfs, "outage") if k.endswith(".log")]) == len(closed)   # no orphan
+    # logfs check of the unmounted data dir: the metadata and the store agree
+    assert mount.stop() == 0
+    args = [f"-o{k}={v}" for k, v in own_seaweedfs.settings(prefix="outage").items()]
+    checked = subprocess.run([str(LOGFS), "check", str(mount.data), *args], capture_output=True, text=True,
+                             timeout=120)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_local_retention_keeps_the_disk_bounded_and_every_view_reads_below_the_local_start_from_s3(
-        logfs_mount, tmp_path: Path):
-    server = SeaweedFS(tmp_path / "own-weed").start()
-    try:
-        options = _tiered_options(server, "local", **{"rsm.config.fetch.chunk.cache.size": "8192",
-                                                      "rsm.config.chunk.size": "4096"})
-        mount = logfs_mount(options)
-        mount.sh("mkdir t && printf 'remote.storage.enable=true\\nlocal.retention.bytes=12000\\n' >> t/config")
-        _append(mount, 0, 2000, tmp_path)
-        expected = b"".join(line[:-1] + b"\n" for line in _lines(0, 2000).splitlines(keepends=True))
+        logfs_mount, own_seaweedfs: SeaweedFS, tmp_path: Path):
+    options = _tiered_options(own_seaweedfs, "local", **{"rsm.config.fetch.chunk.cache.size": "8192",
+                                                  "rsm.config.chunk.size": "4096"})
+    mount = logfs_mount(options)
+    mount.sh("mkdir t && printf 'remote.storage.enable=true\\nlocal.retention.bytes=12000\\n' >> t/config")
+    _append(mount, 0, 2000, tmp_path)
+    expected = b"".join(line[:-1] + b"\n" for line in _lines(0, 2000).splitlines(keepends=True))
 
-        def trimmed() -> JsonObject | None:
-            state = partition_state(mount)
-            local = sum(s["size_bytes"] for s in state["segments"])
-            return state if state["local_log_start_offset"] > 1000 and local <= 12000 + 2 * 4096 else None
-
-        state = wait_for(trimmed, "local segments deleted down to local.retention.bytes once copied")
-        assert state is not None
-        assert state["log_start_offset"] == 0
-        local_start = state["local_log_start_offset"]
-        assert state["remote_storage"]["highest_offset_copied"] >= local_start - 1
-        local_files = sorted(p.name for p in mount.partition_dir("t", 0).glob("*.log"))
-        assert len(local_files) == len(state["segments"])
-        assert local_files[0] == "%020d.log" % local_start
-
-        def every_view() -> None:
-            assert (mount / "t/0/records").read_bytes() == expected
-            rows = (mount / "t/0/records.jsonl").read_bytes().splitlines()
-            assert len(rows) == 2000
-            assert json.loads(rows[5])["offset"] == 5
-            assert (mount / "t/0/offset/5").read_bytes() == _lines(5, 6)
-            assert (mount / f"t/0/from/{local_start - 10}").read_bytes() == \
-                b"".join(expected.splitlines(keepends=True)[local_start - 10:])
-            assert (mount / "t/0/since/0").read_bytes() == expected
-            assert mount.sh("head -c 100 t/0/records").stdout == expected[:100]
-
-        every_view()
-        assert (mount / "t/0/consume/g1").read_bytes() == expected      # a new group starts at the log start
-        assert (mount / "t/groups/g1").read_text().split()[:2] == ["0", "2000"]
-        metrics = (mount / ".logfs/metrics").read_text()
-        fetched = re.search(r"^logfs_remote_fetch_bytes_total (\S+)$", metrics, re.M)
-        assert fetched
-        assert float(fetched.group(1)) > 0
-        # kill -9, then a new mount of the same data dir: the log still starts at 0, below the local segments
-        mount.kill()
-        mount.start()
+    def trimmed() -> JsonObject | None:
         state = partition_state(mount)
-        assert state["log_start_offset"] == 0
-        assert state["local_log_start_offset"] >= local_start
-        every_view()
-        # the store down: local records read on, a remote read fails with an errno within the bound
-        server.kill()
-        assert (mount / "t/0/offset/1999").read_bytes() == _lines(1999, 2000)
-        started = time.monotonic()
-        failed = mount.sh("cat t/0/offset/3", check=False)
-        assert failed.returncode != 0, failed
-        assert failed.stderr, failed
-        assert time.monotonic() - started < 30
-        assert re.search(r"t/0/offset/3 ETIMEDOUT .*remote log segment 0 of t-0", _errors(mount)), _errors(mount)
-        assert "remote log segment 0 of t-0" in mount.log()
-        # the store back: the same reads are served again, nothing lost
-        server.start()
-        assert (mount / "t/0/offset/3").read_bytes() == _lines(3, 4)
-        every_view()
-    finally:
-        server.stop()
+        local = sum(s["size_bytes"] for s in state["segments"])
+        return state if state["local_log_start_offset"] > 1000 and local <= 12000 + 2 * 4096 else None
+
+    state = wait_for(trimmed, "local segments deleted down to local.retention.bytes once copied")
+    assert state is not None
+    assert state["log_start_offset"] == 0
+    local_start = state["local_log_start_offset"]
+    assert state["remote_storage"]["highest_offset_copied"] >= local_start - 1
+    local_files = sorted(p.name for p in mount.partition_dir("t", 0).glob("*.log"))
+    assert len(local_files) == len(state["segments"])
+    assert local_files[0] == "%020d.log" % local_start
+
+    def every_view() -> None:
+        assert (mount / "t/0/records").read_bytes() == expected
+        rows = (mount / "t/0/records.jsonl").read_bytes().splitlines()
+        assert len(rows) == 2000
+        assert json.loads(rows[5])["offset"] == 5
+        assert (mount / "t/0/offset/5").read_bytes() == _lines(5, 6)
+        assert (mount / f"t/0/from/{local_start - 10}").read_bytes() == \
+            b"".join(expected.splitlines(keepends=True)[local_start - 10:])
+        assert (mount / "t/0/since/0").read_bytes() == expected
+        assert mount.sh("head -c 100 t/0/records").stdout == expected[:100]
+
+    every_view()
+    assert (mount / "t/0/consume/g1").read_bytes() == expected      # a new group starts at the log start
+    assert (mount / "t/groups/g1").read_text().split()[:2] == ["0", "2000"]
+    metrics = (mount / ".logfs/metrics").read_text()
+    fetched = re.search(r"^logfs_remote_fetch_bytes_total (\S+)$", metrics, re.M)
+    assert fetched
+    assert float(fetched.group(1)) > 0
+    # kill -9, then a new mount of the same data dir: the log still starts at 0, below the local segments
+    mount.kill()
+    mount.start()
+    state = partition_state(mount)
+    assert state["log_start_offset"] == 0
+    assert state["local_log_start_offset"] >= local_start
+    every_view()
+    # the store down: local records read on, a remote read fails with an errno within the bound
+    own_seaweedfs.kill()
+    assert (mount / "t/0/offset/1999").read_bytes() == _lines(1999, 2000)
+    started = time.monotonic()
+    failed = mount.sh("cat t/0/offset/3", check=False)
+    assert failed.returncode != 0, failed
+    assert failed.stderr, failed
+    assert time.monotonic() - started < 30
+    assert re.search(r"t/0/offset/3 ETIMEDOUT .*remote log segment 0 of t-0", _errors(mount)), _errors(mount)
+    assert "remote log segment 0 of t-0" in mount.log()
+    # the store back: the same reads are served again, nothing lost
+    own_seaweedfs.start()
+    assert (mount / "t/0/offset/3").read_bytes() == _lines(3, 4)
+    every_view()
 
 
 def _waiting_on_the_mount(pid: int) -> bool:
@@ -322,41 +316,38 @@ def _waiting_on_the_mount(pid: int) -> bool:
     return bool(syscall) and syscall[0] not in ("running", "1") and state in ("S", "D")
 
 
-def test_a_store_that_does_not_answer_stops_only_the_reads_of_its_records(logfs_mount, tmp_path: Path):
+def test_a_store_that_does_not_answer_stops_only_the_reads_of_its_records(logfs_mount, own_seaweedfs: SeaweedFS,
+                                                                          tmp_path: Path):
     """A read of records only in the store waits on the store off the mount's event loop: while the store
     hangs (SIGSTOP, no answer at all), every other request is served; when it answers, the read completes."""
-    server = SeaweedFS(tmp_path / "own-weed").start()
+    options = _tiered_options(own_seaweedfs, "hang", **{"rsm.config.request.timeout.ms": "30000",
+                                                 "rsm.config.chunk.size": "4096"})
+    mount = logfs_mount(options)
+    mount.sh("mkdir t u && printf 'remote.storage.enable=true\\nlocal.retention.bytes=12000\\n' >> t/config")
+    _append(mount, 0, 2000, tmp_path)
+    mount.sh("printf 'a\\nb\\n' >> u/0/append")
+    expected = b"".join(line[:-1] + b"\n" for line in _lines(0, 2000).splitlines(keepends=True))
+    wait_for(lambda: partition_state(mount)["local_log_start_offset"] > 1000, "local segments deleted once copied")
+    mount.stop()
+    mount.start()                   # nothing of the store's range in memory or in the chunk cache
+    assert own_seaweedfs.process is not None
+    os.killpg(own_seaweedfs.process.pid, signal.SIGSTOP)
     try:
-        options = _tiered_options(server, "hang", **{"rsm.config.request.timeout.ms": "30000",
-                                                     "rsm.config.chunk.size": "4096"})
-        mount = logfs_mount(options)
-        mount.sh("mkdir t u && printf 'remote.storage.enable=true\\nlocal.retention.bytes=12000\\n' >> t/config")
-        _append(mount, 0, 2000, tmp_path)
-        mount.sh("printf 'a\\nb\\n' >> u/0/append")
-        expected = b"".join(line[:-1] + b"\n" for line in _lines(0, 2000).splitlines(keepends=True))
-        wait_for(lambda: partition_state(mount)["local_log_start_offset"] > 1000, "local segments deleted once copied")
-        mount.stop()
-        mount.start()                   # nothing of the store's range in memory or in the chunk cache
-        assert server.process is not None
-        os.killpg(server.process.pid, signal.SIGSTOP)
-        try:
-            reader = subprocess.Popen(["cat", str(mount / "t/0/records")], stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE)
-            wait_for(lambda: _waiting_on_the_mount(reader.pid), "the reader waiting on the mount")
-            # every other request is answered meanwhile (the store's timeout is 2 x 30 s)
-            assert mount.sh("cat u/0/records", timeout=20).stdout == b"a\nb\n"
-            mount.sh("printf 'c\\n' >> u/0/append", timeout=20)
-            assert mount.sh("cat u/0/records", timeout=20).stdout == b"a\nb\nc\n"
-            assert "records" in mount.sh("ls t/0", timeout=20).stdout.decode()
-            assert json.loads(mount.sh("cat t/0/state", timeout=20).stdout)["log_start_offset"] == 0
-            assert reader.poll() is None, "the read of the store's records ended while the store hung"
-        finally:
-            os.killpg(server.process.pid, signal.SIGCONT)
-        out, err = reader.communicate(timeout=120)
-        assert reader.returncode == 0, err
-        assert out == expected
+        reader = subprocess.Popen(["cat", str(mount / "t/0/records")], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
+        wait_for(lambda: _waiting_on_the_mount(reader.pid), "the reader waiting on the mount")
+        # every other request is answered meanwhile (the store's timeout is 2 x 30 s)
+        assert mount.sh("cat u/0/records", timeout=20).stdout == b"a\nb\n"
+        mount.sh("printf 'c\\n' >> u/0/append", timeout=20)
+        assert mount.sh("cat u/0/records", timeout=20).stdout == b"a\nb\nc\n"
+        assert "records" in mount.sh("ls t/0", timeout=20).stdout.decode()
+        assert json.loads(mount.sh("cat t/0/state", timeout=20).stdout)["log_start_offset"] == 0
+        assert reader.poll() is None, "the read of the store's records ended while the store hung"
     finally:
-        server.stop()
+        os.killpg(own_seaweedfs.process.pid, signal.SIGCONT)
+    out, err = reader.communicate(timeout=120)
+    assert reader.returncode == 0, err
+    assert out == expected
 
 
 def test_a_read_committed_mount_hides_aborted_transactions_in_s3_by_the_copies_transaction_indexes(
@@ -413,123 +404,119 @@ def test_a_read_committed_mount_hides_aborted_transactions_in_s3_by_the_copies_t
 
 
 def test_segments_lists_the_remote_log_segments_and_serves_their_files_from_s3_byte_for_byte(
-        logfs_mount, tmp_path: Path):
+        logfs_mount, own_seaweedfs: SeaweedFS, tmp_path: Path):
     """``segments/`` of a tiered partition lists the copies below the local log start beside the local segments,
     as a Kafka data dir listed every segment; their files read from the store as the local files were, and fail
     with the store's errno while it is down (never a short read that exits 0)."""
-    server = SeaweedFS(tmp_path / "own-weed").start()
+    options = _tiered_options(own_seaweedfs, "segments", **{"rsm.config.fetch.chunk.cache.size": "8192",
+                                                     "rsm.config.chunk.size": "4096"})
+    mount = logfs_mount(options)
+    mount.sh("mkdir t && echo remote.storage.enable=true >> t/config")
+    _append(mount, 0, 2000, tmp_path)
+
+    def copied() -> JsonObject | None:
+        state = partition_state(mount)
+        closed = _closed_segments(state)
+        return state if state["remote_storage"]["segments"] == len(closed) >= 20 else None
+
+    state = wait_for(copied, "every closed segment copied")
+    assert state is not None
+    assert state["remote_segments"] == []          # every record still local
+    closed = [s["base_offset"] for s in _closed_segments(state)]
+    segments = mount / "t/0/segments"
+    names = sorted(p.name for p in segments.iterdir())
+    # the original files and renderings, kept before local retention deletes them
+    kept = {"%020d%s" % (base, suffix): (mount.partition_dir("t", 0) / ("%020d%s" % (base, suffix))).read_bytes()
+            for base in closed for suffix in (".log", ".index", ".timeindex")}
+    kept.update({"%020d.jsonl" % base: (segments / ("%020d.jsonl" % base)).read_bytes() for base in closed})
+    assert all(kept[name] == (segments / name).read_bytes() for name in kept)
+
+    mount.sh("echo local.retention.bytes=12000 >> t/config")
+    state = wait_for(lambda: (s := partition_state(mount)) and s["local_log_start_offset"] > 1000 and s,
+                     "local segments deleted once copied")
+    assert state is not None
+    local_start = state["local_log_start_offset"]
+    remote = [base for base in closed if base < local_start]
+    assert [s["base_offset"] for s in state["remote_segments"]] == remote
+    assert remote[0] == 0
+    assert state["segments"][0]["base_offset"] == local_start
+    assert not (mount.partition_dir("t", 0) / ("%020d.log" % 0)).exists()
+
+    def every_remote_file() -> None:
+        assert sorted(p.name for p in segments.iterdir()) == names
+        for base in remote:
+            for suffix in (".log", ".index", ".timeindex", ".jsonl"):
+                name = "%020d%s" % (base, suffix)
+                assert (segments / name).stat().st_size == len(kept[name]), name
+                assert (segments / name).read_bytes() == kept[name], name
+
+    every_remote_file()
+    # an opening of a copy's rendering reads on whole while `ls` lists the directory (which does not size
+    # the rendering): the listing never shrinks what the kernel holds of it
+    rendering = "%020d.jsonl" % remote[3]
+    with open(segments / rendering, "rb", buffering=0) as opened:
+        head = opened.read(100)
+        assert sorted(p.name for p in segments.iterdir()) == names
+        assert os.fstat(opened.fileno()).st_size == len(kept[rendering])
+        rest = b"".join(iter(lambda: opened.read(1000), b""))
+    assert head + rest == kept[rendering]
+    first = "%020d.log" % 0
+    assert mount.sh(f"cat t/0/segments/{first}").stdout == kept[first]
+    assert mount.sh(f"dd if=t/0/segments/{first} bs=1000 skip=1 status=none").stdout == kept[first][1000:]
+    refused = mount.sh(f"echo x >> t/0/segments/{first}", check=False)
+    assert refused.returncode != 0
+    assert "Permission denied" in refused.stderr.decode()
+    assert mount.sh("du -sk t/0/segments").stdout.split()[0] != b"0"      # the local segments' blocks only
+
+    # kill -9 and a new mount (an empty chunk cache): the same listing and bytes
+    mount.kill()
+    mount.start()
+    every_remote_file()
+    mount.kill()
+    mount.start()
+    # the store down: the listing and sizes come from the metadata, local files read on, and a remote
+    # file fails with the store's errno within the bound
+    own_seaweedfs.kill()
+    assert sorted(p.name for p in segments.iterdir()) == names      # nothing left out
+    raw = ["%020d%s" % (base, suffix) for base in remote for suffix in (".log", ".index", ".timeindex")]
+    assert [(segments / name).stat().st_size for name in raw] == [len(kept[name]) for name in raw]
+    local = "%020d.log" % local_start
+    assert (segments / local).read_bytes() == (mount.partition_dir("t", 0) / local).read_bytes()
+    started = time.monotonic()
+    failed = mount.sh(f"cat t/0/segments/{first}", check=False)
+    assert failed.returncode != 0, failed
+    assert b"Connection timed out" in failed.stderr, failed
+    assert failed.stdout == b""
+    assert time.monotonic() - started < 30
+    assert re.search(rf"t/0/segments/{first} ETIMEDOUT .*remote log segment 0 of t-0", _errors(mount)), \
+        _errors(mount)
+    failed = mount.sh("cat t/0/segments/%020d.timeindex" % remote[1], check=False)
+    assert failed.returncode != 0, failed
+    # a copy's rendering is sized from its kept view index, bound to the copy by the metadata, and not
+    # read short
+    rendering = "%020d.jsonl" % remote[2]
+    assert (segments / rendering).stat().st_size == len(kept[rendering])
+    failed = mount.sh(f"cat t/0/segments/{rendering}", check=False)
+    assert failed.returncode != 0, failed
+    assert failed.stdout == b""
+    # the store back: served again
+    own_seaweedfs.start()
+    every_remote_file()
+    # a store that hangs (SIGSTOP): listing and sizing go on at once, a read fails within the bound
+    assert own_seaweedfs.process is not None
+    os.killpg(own_seaweedfs.process.pid, signal.SIGSTOP)
     try:
-        options = _tiered_options(server, "segments", **{"rsm.config.fetch.chunk.cache.size": "8192",
-                                                         "rsm.config.chunk.size": "4096"})
-        mount = logfs_mount(options)
-        mount.sh("mkdir t && echo remote.storage.enable=true >> t/config")
-        _append(mount, 0, 2000, tmp_path)
-
-        def copied() -> JsonObject | None:
-            state = partition_state(mount)
-            closed = _closed_segments(state)
-            return state if state["remote_storage"]["segments"] == len(closed) >= 20 else None
-
-        state = wait_for(copied, "every closed segment copied")
-        assert state is not None
-        assert state["remote_segments"] == []          # every record still local
-        closed = [s["base_offset"] for s in _closed_segments(state)]
-        segments = mount / "t/0/segments"
-        names = sorted(p.name for p in segments.iterdir())
-        # the original files and renderings, kept before local retention deletes them
-        kept = {"%020d%s" % (base, suffix): (mount.partition_dir("t", 0) / ("%020d%s" % (base, suffix))).read_bytes()
-                for base in closed for suffix in (".log", ".index", ".timeindex")}
-        kept.update({"%020d.jsonl" % base: (segments / ("%020d.jsonl" % base)).read_bytes() for base in closed})
-        assert all(kept[name] == (segments / name).read_bytes() for name in kept)
-
-        mount.sh("echo local.retention.bytes=12000 >> t/config")
-        state = wait_for(lambda: (s := partition_state(mount)) and s["local_log_start_offset"] > 1000 and s,
-                         "local segments deleted once copied")
-        assert state is not None
-        local_start = state["local_log_start_offset"]
-        remote = [base for base in closed if base < local_start]
-        assert [s["base_offset"] for s in state["remote_segments"]] == remote
-        assert remote[0] == 0
-        assert state["segments"][0]["base_offset"] == local_start
-        assert not (mount.partition_dir("t", 0) / ("%020d.log" % 0)).exists()
-
-        def every_remote_file() -> None:
-            assert sorted(p.name for p in segments.iterdir()) == names
-            for base in remote:
-                for suffix in (".log", ".index", ".timeindex", ".jsonl"):
-                    name = "%020d%s" % (base, suffix)
-                    assert (segments / name).stat().st_size == len(kept[name]), name
-                    assert (segments / name).read_bytes() == kept[name], name
-
-        every_remote_file()
-        # an opening of a copy's rendering reads on whole while `ls` lists the directory (which does not size
-        # the rendering): the listing never shrinks what the kernel holds of it
-        rendering = "%020d.jsonl" % remote[3]
-        with open(segments / rendering, "rb", buffering=0) as opened:
-            head = opened.read(100)
-            assert sorted(p.name for p in segments.iterdir()) == names
-            assert os.fstat(opened.fileno()).st_size == len(kept[rendering])
-            rest = b"".join(iter(lambda: opened.read(1000), b""))
-        assert head + rest == kept[rendering]
-        first = "%020d.log" % 0
-        assert mount.sh(f"cat t/0/segments/{first}").stdout == kept[first]
-        assert mount.sh(f"dd if=t/0/segments/{first} bs=1000 skip=1 status=none").stdout == kept[first][1000:]
-        refused = mount.sh(f"echo x >> t/0/segments/{first}", check=False)
-        assert refused.returncode != 0
-        assert "Permission denied" in refused.stderr.decode()
-        assert mount.sh("du -sk t/0/segments").stdout.split()[0] != b"0"      # the local segments' blocks only
-
-        # kill -9 and a new mount (an empty chunk cache): the same listing and bytes
-        mount.kill()
-        mount.start()
-        every_remote_file()
-        mount.kill()
-        mount.start()
-        # the store down: the listing and sizes come from the metadata, local files read on, and a remote
-        # file fails with the store's errno within the bound
-        server.kill()
-        assert sorted(p.name for p in segments.iterdir()) == names      # nothing left out
-        raw = ["%020d%s" % (base, suffix) for base in remote for suffix in (".log", ".index", ".timeindex")]
-        assert [(segments / name).stat().st_size for name in raw] == [len(kept[name]) for name in raw]
-        local = "%020d.log" % local_start
-        assert (segments / local).read_bytes() == (mount.partition_dir("t", 0) / local).read_bytes()
+        started = time.monotonic()
+        listed = mount.sh("ls -l t/0/segments").stdout.decode().splitlines()[1:]
+        assert time.monotonic() - started < 5, "listing segments/ waited for the store"
+        sizes = {line.split()[-1]: int(line.split()[4]) for line in listed}
+        assert {name: sizes[name] for name in kept if int(name[:20]) in remote} == \
+            {name: len(data) for name, data in kept.items() if int(name[:20]) in remote}
         started = time.monotonic()
         failed = mount.sh(f"cat t/0/segments/{first}", check=False)
         assert failed.returncode != 0, failed
         assert b"Connection timed out" in failed.stderr, failed
-        assert failed.stdout == b""
         assert time.monotonic() - started < 30
-        assert re.search(rf"t/0/segments/{first} ETIMEDOUT .*remote log segment 0 of t-0", _errors(mount)), \
-            _errors(mount)
-        failed = mount.sh("cat t/0/segments/%020d.timeindex" % remote[1], check=False)
-        assert failed.returncode != 0, failed
-        # a copy's rendering is sized from its kept view index, bound to the copy by the metadata, and not
-        # read short
-        rendering = "%020d.jsonl" % remote[2]
-        assert (segments / rendering).stat().st_size == len(kept[rendering])
-        failed = mount.sh(f"cat t/0/segments/{rendering}", check=False)
-        assert failed.returncode != 0, failed
-        assert failed.stdout == b""
-        # the store back: served again
-        server.start()
-        every_remote_file()
-        # a store that hangs (SIGSTOP): listing and sizing go on at once, a read fails within the bound
-        assert server.process is not None
-        os.killpg(server.process.pid, signal.SIGSTOP)
-        try:
-            started = time.monotonic()
-            listed = mount.sh("ls -l t/0/segments").stdout.decode().splitlines()[1:]
-            assert time.monotonic() - started < 5, "listing segments/ waited for the store"
-            sizes = {line.split()[-1]: int(line.split()[4]) for line in listed}
-            assert {name: sizes[name] for name in kept if int(name[:20]) in remote} == \
-                {name: len(data) for name, data in kept.items() if int(name[:20]) in remote}
-            started = time.monotonic()
-            failed = mount.sh(f"cat t/0/segments/{first}", check=False)
-            assert failed.returncode != 0, failed
-            assert b"Connection timed out" in failed.stderr, failed
-            assert time.monotonic() - started < 30
-        finally:
-            os.killpg(server.process.pid, signal.SIGCONT)
-        every_remote_file()
     finally:
-        server.stop()
+        os.killpg(own_seaweedfs.process.pid, signal.SIGCONT)
+    every_remote_file()
