@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import LOGFS, Mount
-from tests.helpers import JsonObject, partition_state, wait_for
+from tests.helpers import JsonObject, partition_state, text_view, wait_for
 from tests.jvm import free_port
 from tests.seaweedfs import (  # noqa: F401  (the seaweedfs fixtures)
     ACCESS_KEY,
@@ -65,6 +65,13 @@ def _append(mount: Mount, first: int, last: int, tmp_path: Path) -> None:
     source = tmp_path / f"lines-{first}-{last}"
     source.write_bytes(_lines(first, last))
     mount.sh(f"cat {source} >> t/0/append")
+
+
+def _metric(mount: Mount, name: str) -> float:
+    """The value of the mount's metric ``name`` (one without labels) in ``.logfs/metrics``."""
+    found = re.search(rf"^{name} (\S+)$", (mount / ".logfs/metrics").read_text(), re.M)
+    assert found, name
+    return float(found.group(1))
 
 
 def _errors(mount: Mount) -> str:
@@ -118,15 +125,12 @@ def test_closed_segments_are_copied_to_s3_and_removed_with_the_records_and_the_t
     finally:
         client.close()
     assert body == (mount.partition_dir("t", 0) / ("%020d.log" % 0)).read_bytes()
-    metrics = (mount / ".logfs/metrics").read_text()
-    copied_bytes = re.search(r"^logfs_remote_copy_bytes_total (\S+)$", metrics, re.M)
-    assert copied_bytes
-    assert float(copied_bytes.group(1)) == state["remote_storage"]["size_bytes"]
-    assert re.search(r'^logfs_remote_copy_lag_bytes\{partition="0",topic="t"\} 0\.0$', metrics, re.M)
-    assert re.search(r"^logfs_remote_storage_unavailable 0\.0$", metrics, re.M)
+    assert _metric(mount, "logfs_remote_copy_bytes_total") == state["remote_storage"]["size_bytes"]
+    assert re.search(r'^logfs_remote_copy_lag_bytes\{partition="0",topic="t"\} 0\.0$',
+                     (mount / ".logfs/metrics").read_text(), re.M)
+    assert _metric(mount, "logfs_remote_storage_unavailable") == 0
     # every record is still read from the local segments
-    assert (mount / "t/0/records").read_bytes() == b"".join(line[:-1] + b"\n" for line in
-                                                           _lines(0, 2000).splitlines(keepends=True))
+    assert (mount / "t/0/records").read_bytes() == text_view(_lines(0, 2000).splitlines())
     # DeleteRecords: the copies wholly below the new log start go from the store
     cut = closed[3]["base_offset"] + 1
     mount.sh(f"echo 'before {cut}' > t/0/delete")
@@ -213,17 +217,11 @@ def test_copies_back_off_while_the_store_is_down_and_resume_when_it_returns(logf
     own_seaweedfs.kill()
     _append(mount, 500, 1500, tmp_path)                   # appends go on while the store is down
     wait_for(lambda: "tiered storage backs off" in mount.log(), "the outage logged")
-    wait_for(lambda: re.search(r"^logfs_remote_storage_unavailable 1\.0$",
-                               (mount / ".logfs/metrics").read_text(), re.M), "the outage in the metrics")
+    wait_for(lambda: _metric(mount, "logfs_remote_storage_unavailable") == 1, "the outage in the metrics")
     lag = partition_state(mount)["remote_storage"]["copy_lag_segments"]
     assert lag > 0
     assert len((mount / "t/0/records").read_bytes().splitlines()) == 1500       # reads go on
-    def failed_rounds() -> int:
-        found = re.search(r"^logfs_remote_errors_total (\S+)$", (mount / ".logfs/metrics").read_text(), re.M)
-        assert found is not None
-        return int(found.group(1).split(".")[0])
-
-    wait_for(lambda: failed_rounds() >= 3, "three failed rounds")
+    wait_for(lambda: _metric(mount, "logfs_remote_errors_total") >= 3, "three failed rounds")
     assert mount.log().count("tiered storage backs off") == 1      # logged once, not at every round
     own_seaweedfs.start()
     wait_for(lambda: partition_state(mount)["remote_storage"]["copy_lag_segments"] == 0, "copies resumed",
@@ -248,7 +246,7 @@ def test_local_retention_keeps_the_disk_bounded_and_every_view_reads_below_the_l
     mount = logfs_mount(options)
     mount.sh("mkdir t && printf 'remote.storage.enable=true\\nlocal.retention.bytes=12000\\n' >> t/config")
     _append(mount, 0, 2000, tmp_path)
-    expected = b"".join(line[:-1] + b"\n" for line in _lines(0, 2000).splitlines(keepends=True))
+    expected = text_view(_lines(0, 2000).splitlines())
 
     def trimmed() -> JsonObject | None:
         state = partition_state(mount)
@@ -278,10 +276,7 @@ def test_local_retention_keeps_the_disk_bounded_and_every_view_reads_below_the_l
     every_view()
     assert (mount / "t/0/consume/g1").read_bytes() == expected      # a new group starts at the log start
     assert (mount / "t/groups/g1").read_text().split()[:2] == ["0", "2000"]
-    metrics = (mount / ".logfs/metrics").read_text()
-    fetched = re.search(r"^logfs_remote_fetch_bytes_total (\S+)$", metrics, re.M)
-    assert fetched
-    assert float(fetched.group(1)) > 0
+    assert _metric(mount, "logfs_remote_fetch_bytes_total") > 0
     # kill -9, then a new mount of the same data dir: the log still starts at 0, below the local segments
     mount.kill()
     mount.start()
@@ -326,7 +321,7 @@ def test_a_store_that_does_not_answer_stops_only_the_reads_of_its_records(logfs_
     mount.sh("mkdir t u && printf 'remote.storage.enable=true\\nlocal.retention.bytes=12000\\n' >> t/config")
     _append(mount, 0, 2000, tmp_path)
     mount.sh("printf 'a\\nb\\n' >> u/0/append")
-    expected = b"".join(line[:-1] + b"\n" for line in _lines(0, 2000).splitlines(keepends=True))
+    expected = text_view(_lines(0, 2000).splitlines())
     wait_for(lambda: partition_state(mount)["local_log_start_offset"] > 1000, "local segments deleted once copied")
     mount.stop()
     mount.start()                   # nothing of the store's range in memory or in the chunk cache
@@ -387,9 +382,7 @@ def test_a_read_committed_mount_hides_aborted_transactions_in_s3_by_the_copies_t
     mount.start()
 
     def fetched() -> float:
-        found = re.search(r"^logfs_remote_fetch_bytes_total (\S+)$", (mount / ".logfs/metrics").read_text(), re.M)
-        assert found
-        return float(found.group(1))
+        return _metric(mount, "logfs_remote_fetch_bytes_total")
 
     # the mount's own rounds may copy and trim more; the active segment stays local (nothing is appended)
     active = partition_state(mount)["segments"][-1]["base_offset"]
