@@ -32,12 +32,13 @@ from engine.remote.storage import (
 from engine.transactions import ProducerEntry, encode_producer_snapshot
 from tests.helpers import wait_for
 from tests.jvm import free_port
-from tests.seaweedfs import SeaweedFS, seaweedfs_server  # noqa: F401  (the seaweedfs fixture)
+from tests.seaweedfs import own_seaweedfs_server, seaweedfs_server  # noqa: F401  (the seaweedfs fixtures)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from engine.segment import LogSegment
+    from tests.seaweedfs import SeaweedFS
 
 T0 = TopicIdPartition("t", "Yk8nZ5mKQxa2bH3cVdE1Fw", 0)
 U3 = TopicIdPartition("u", "q0pL9rS8tU7vW6xY5zA4Bc", 3)
@@ -175,26 +176,22 @@ def test_open_names_the_setting_that_is_wrong(seaweedfs: SeaweedFS, tmp_path: Pa
             open_remote_storage(settings)
 
 
-def test_a_stopped_store_fails_reads_within_the_bound_then_serves_again(tmp_path: Path,
+def test_a_stopped_store_fails_reads_within_the_bound_then_serves_again(own_seaweedfs: SeaweedFS,
                                                                          closed_segment: LogSegment):
-    server = SeaweedFS(tmp_path / "weed").start()
-    try:
-        store = open_remote_storage(server.settings(prefix="p", **{"rsm.config.request.timeout.ms": "1000"}))
-        segment_id = RemoteLogSegmentId.generate(T0, 0)
-        store.copy_log_segment_data(segment_id, _data(closed_segment))
-        server.kill()
-        start = time.monotonic()
-        with pytest.raises(RemoteStorageError) as down:
-            store.fetch_log_segment(segment_id, 0, 100)
-        assert down.value.errno == errno.ETIMEDOUT
-        assert server.endpoint in str(down.value)
-        assert time.monotonic() - start < 10
-        # the same data dir, the same port: the store answers again and nothing was lost
-        server.start()
-        assert store.fetch_log_segment(segment_id, 0) == Path(closed_segment.log_path).read_bytes()
-        store.close()
-    finally:
-        server.stop()
+    store = open_remote_storage(own_seaweedfs.settings(prefix="p", **{"rsm.config.request.timeout.ms": "1000"}))
+    segment_id = RemoteLogSegmentId.generate(T0, 0)
+    store.copy_log_segment_data(segment_id, _data(closed_segment))
+    own_seaweedfs.kill()
+    start = time.monotonic()
+    with pytest.raises(RemoteStorageError) as down:
+        store.fetch_log_segment(segment_id, 0, 100)
+    assert down.value.errno == errno.ETIMEDOUT
+    assert own_seaweedfs.endpoint in str(down.value)
+    assert time.monotonic() - start < 10
+    # the same data dir, the same port: the store answers again and nothing was lost
+    own_seaweedfs.start()
+    assert store.fetch_log_segment(segment_id, 0) == Path(closed_segment.log_path).read_bytes()
+    store.close()
 
 
 # ------------------------------------------------------------------------------ metadata
@@ -297,58 +294,51 @@ def test_a_sequential_reader_gets_the_next_chunks_read_ahead(store: RemoteStorag
         cache.close()
 
 
-def test_cached_chunks_are_served_while_the_store_is_down(tmp_path: Path, closed_segment: LogSegment):
-    server = SeaweedFS(tmp_path / "weed").start()
-    try:
-        store = open_remote_storage(server.settings(prefix="c", **{"rsm.config.request.timeout.ms": "1000"}))
-        segment_id, data = _copied(store, closed_segment)
-        cache = RemoteChunkCache(store, str(tmp_path / "cache"), max_bytes=1 << 20, chunk_bytes=4096, read_ahead=0)
-        assert cache.read(segment_id, 0, 5000, len(data)) == data[:5000]
-        server.kill()
-        assert cache.read(segment_id, 100, 4000, len(data)) == data[100:4100]   # chunks 0 and 1: local
-        start = time.monotonic()
-        with pytest.raises(RemoteStorageError) as down:
-            cache.read(segment_id, 20_000, 10, len(data))
-        assert down.value.errno == errno.ETIMEDOUT
-        assert time.monotonic() - start < 10
-        cache.close()
-        store.close()
-    finally:
-        server.stop()
+def test_cached_chunks_are_served_while_the_store_is_down(own_seaweedfs: SeaweedFS, tmp_path: Path,
+                                                          closed_segment: LogSegment):
+    store = open_remote_storage(own_seaweedfs.settings(prefix="c", **{"rsm.config.request.timeout.ms": "1000"}))
+    segment_id, data = _copied(store, closed_segment)
+    cache = RemoteChunkCache(store, str(tmp_path / "cache"), max_bytes=1 << 20, chunk_bytes=4096, read_ahead=0)
+    assert cache.read(segment_id, 0, 5000, len(data)) == data[:5000]
+    own_seaweedfs.kill()
+    assert cache.read(segment_id, 100, 4000, len(data)) == data[100:4100]   # chunks 0 and 1: local
+    start = time.monotonic()
+    with pytest.raises(RemoteStorageError) as down:
+        cache.read(segment_id, 20_000, 10, len(data))
+    assert down.value.errno == errno.ETIMEDOUT
+    assert time.monotonic() - start < 10
+    cache.close()
+    store.close()
 
 
 def test_a_hung_store_fails_a_sequential_reader_within_one_bound_even_with_a_read_ahead_in_flight(
-        tmp_path: Path, closed_segment: LogSegment):
+        own_seaweedfs: SeaweedFS, tmp_path: Path, closed_segment: LogSegment):
     """A store that accepts connections and never answers (SIGSTOP): the reader waits for the read-ahead of
     its chunk once and gets its ETIMEDOUT, instead of trying again and waiting twice as long."""
     import signal
 
-    server = SeaweedFS(tmp_path / "weed").start()
+    store = open_remote_storage(own_seaweedfs.settings(prefix="h", **{"rsm.config.request.timeout.ms": "1000"}))
+    segment_id, data = _copied(store, closed_segment)
+    assert len(data) >= 6 * 4096
+    cache = RemoteChunkCache(store, str(tmp_path / "cache"), max_bytes=1 << 20, chunk_bytes=4096, read_ahead=1)
+    assert cache.read(segment_id, 0, 2048, len(data)) == data[:2048]           # chunk 0 fetched and kept
+    assert own_seaweedfs.process is not None
+    os.killpg(own_seaweedfs.process.pid, signal.SIGSTOP)
     try:
-        store = open_remote_storage(server.settings(prefix="h", **{"rsm.config.request.timeout.ms": "1000"}))
-        segment_id, data = _copied(store, closed_segment)
-        assert len(data) >= 6 * 4096
-        cache = RemoteChunkCache(store, str(tmp_path / "cache"), max_bytes=1 << 20, chunk_bytes=4096, read_ahead=1)
-        assert cache.read(segment_id, 0, 2048, len(data)) == data[:2048]           # chunk 0 fetched and kept
-        assert server.process is not None
-        os.killpg(server.process.pid, signal.SIGSTOP)
-        try:
-            # sequential, served from chunk 0: the read-ahead of chunk 1 starts, and hangs
-            assert cache.read(segment_id, 2048, 2048, len(data)) == data[2048:4096]
-            start = time.monotonic()
-            with pytest.raises(RemoteStorageError) as waited:
-                cache.read(segment_id, 4096, 10, len(data))      # chunk 1: the read-ahead's result
-            after_read_ahead = time.monotonic() - start
-            assert waited.value.errno == errno.ETIMEDOUT
-            start = time.monotonic()
-            with pytest.raises(RemoteStorageError) as alone:
-                cache.read(segment_id, 5 * 4096, 10, len(data))  # not sequential: one fetch of its own
-            single = time.monotonic() - start
-            assert alone.value.errno == errno.ETIMEDOUT
-            assert after_read_ahead < 1.5 * single + 0.5, (after_read_ahead, single)
-        finally:
-            os.killpg(server.process.pid, signal.SIGCONT)
-        cache.close()
-        store.close()
+        # sequential, served from chunk 0: the read-ahead of chunk 1 starts, and hangs
+        assert cache.read(segment_id, 2048, 2048, len(data)) == data[2048:4096]
+        start = time.monotonic()
+        with pytest.raises(RemoteStorageError) as waited:
+            cache.read(segment_id, 4096, 10, len(data))      # chunk 1: the read-ahead's result
+        after_read_ahead = time.monotonic() - start
+        assert waited.value.errno == errno.ETIMEDOUT
+        start = time.monotonic()
+        with pytest.raises(RemoteStorageError) as alone:
+            cache.read(segment_id, 5 * 4096, 10, len(data))  # not sequential: one fetch of its own
+        single = time.monotonic() - start
+        assert alone.value.errno == errno.ETIMEDOUT
+        assert after_read_ahead < 1.5 * single + 0.5, (after_read_ahead, single)
     finally:
-        server.stop()
+        os.killpg(own_seaweedfs.process.pid, signal.SIGCONT)
+    cache.close()
+    store.close()
