@@ -73,14 +73,7 @@ from engine.errors import CorruptRecordError, StorageError
 from engine.files import view_index_file_path
 from engine.log_dirs import REMOTE_LOG_DIR
 from engine.remote.metadata import RemoteLogMetadataManager, RemoteLogSegmentMetadata, RemoteLogSegmentState
-from engine.remote.storage import (
-    IndexType,
-    LogSegmentData,
-    RemoteLogSegmentId,
-    RemoteStorageError,
-    RemoteStorageManager,
-    TopicIdPartition,
-)
+from engine.remote.storage import IndexType, LogSegmentData, RemoteLogSegmentId, RemoteStorageError
 from engine.transactions import (
     PRODUCER_ID_EXPIRATION_MS,
     ProducerEntry,
@@ -97,6 +90,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from engine.remote.chunk_cache import RemoteChunkCache
+    from engine.remote.storage import RemoteStorageManager, TopicIdPartition
     from engine.segment import LogSegment
 
 from engine.log import Log
