@@ -816,6 +816,170 @@ done:
     return result;
 }
 
+/* -- records_spans / header_spans / gather_spans: a section's records as arrays of positions ------------- */
+
+/* Row i of the (SPAN_ROWS, count) int64 table records_spans writes (the Spark source's Arrow columns). */
+enum { S_OFFSET, S_TIMESTAMP, S_KEY, S_KEY_LENGTH, S_VALUE, S_VALUE_LENGTH, S_HEADERS, S_HEADER_COUNT, SPAN_ROWS };
+
+/* What records_columns reads, as positions: every record parsed (parse_record), offsets and timestamps inside
+ * 64 bits, every header key UTF-8.  The total number of headers, or -1 when the walk refuses the section. */
+static int64_t records_spans_loop(const uint8_t *data, Py_ssize_t n, Py_ssize_t count, const batch_t *batch,
+                                  int64_t *out)
+{
+    Py_ssize_t p = 0;
+    int64_t headers = 0;
+    record_t r;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t offset, timestamp = batch->max_timestamp;
+        if (parse_record(data, n, &p, &r) < 0 || __builtin_add_overflow(batch->base_offset, r.offset_delta, &offset))
+            return -1;
+        if (!batch->log_append_time && __builtin_add_overflow(batch->base_timestamp, r.timestamp_delta, &timestamp))
+            return -1;
+        Py_ssize_t q = r.headers;
+        for (int64_t h = 0; h < r.header_count; h++) {      /* bounds checked by parse_record */
+            int64_t key_length = varint(data, &q, r.end);
+            if (!utf8_valid(data + q, (Py_ssize_t)key_length))
+                return -1;
+            q += (Py_ssize_t)key_length;
+            int64_t value_length = varint(data, &q, r.end);
+            if (value_length > 0)
+                q += (Py_ssize_t)value_length;
+        }
+        out[S_OFFSET * count + i] = offset;
+        out[S_TIMESTAMP * count + i] = timestamp;
+        out[S_KEY * count + i] = r.key;
+        out[S_KEY_LENGTH * count + i] = r.key_length;
+        out[S_VALUE * count + i] = r.value;
+        out[S_VALUE_LENGTH * count + i] = r.value_length;
+        out[S_HEADERS * count + i] = r.headers;
+        out[S_HEADER_COUNT * count + i] = r.header_count;
+        headers += r.header_count;
+    }
+    return p == n ? headers : -1;
+}
+
+/* records_spans(data, count, base_offset, base_timestamp, log_append_time, max_timestamp, out) -> headers | -1 */
+static PyObject *records_spans(PyObject *self, PyObject *args)
+{
+    Py_buffer data, out;
+    Py_ssize_t count;
+    batch_t batch;
+    PyObject *out_obj;
+    if (!PyArg_ParseTuple(args, "y*nLLpLO:records_spans", &data, &count, &batch.base_offset, &batch.base_timestamp,
+                          &batch.log_append_time, &batch.max_timestamp, &out_obj))
+        return NULL;
+    if (count < 0 || count > PY_SSIZE_T_MAX / (8 * SPAN_ROWS)) {
+        PyBuffer_Release(&data);
+        return PyLong_FromLong(-1);
+    }
+    if (writable_of(out_obj, &out, 8, SPAN_ROWS * count, "out") < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    int64_t headers;
+    Py_BEGIN_ALLOW_THREADS
+    headers = records_spans_loop((const uint8_t *)data.buf, data.len, count, &batch, (int64_t *)out.buf);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&data);
+    return PyLong_FromLongLong(headers);
+}
+
+/* The (4, total) table of header spans (key, key length, value, value length: -1 a null value) of the records
+ * whose first headers are at starts[i], counts[i] of them; 0, or -1 when they are not headers inside data. */
+static int header_spans_loop(const uint8_t *data, Py_ssize_t n, const int64_t *starts, const int64_t *counts,
+                             Py_ssize_t records, int64_t *out, Py_ssize_t total)
+{
+    Py_ssize_t h = 0;
+    for (Py_ssize_t i = 0; i < records; i++) {
+        if (starts[i] < 0 || starts[i] > n || counts[i] < 0 || counts[i] > total - h)
+            return -1;
+        Py_ssize_t q = (Py_ssize_t)starts[i];
+        for (int64_t k = 0; k < counts[i]; k++, h++) {
+            int64_t key_length = varint(data, &q, n);
+            if (q < 0 || key_length < 0 || key_length > n - q)
+                return -1;
+            out[h] = q;
+            out[total + h] = key_length;
+            q += (Py_ssize_t)key_length;
+            int64_t value_length = varint(data, &q, n);
+            if (q < 0 || value_length < -1 || value_length > n - q)
+                return -1;
+            out[2 * total + h] = q;
+            out[3 * total + h] = value_length;
+            if (value_length > 0)
+                q += (Py_ssize_t)value_length;
+        }
+    }
+    return h == total ? 0 : -1;
+}
+
+/* header_spans(data, starts, counts, out, total) -> True | False (not headers inside data) */
+static PyObject *header_spans(PyObject *self, PyObject *args)
+{
+    Py_buffer data, starts, counts, out;
+    Py_ssize_t total;
+    PyObject *out_obj;
+    if (!PyArg_ParseTuple(args, "y*y*y*On:header_spans", &data, &starts, &counts, &out_obj, &total))
+        return NULL;
+    PyObject *result = NULL;
+    if (starts.len != counts.len || starts.len % 8 != 0 || total < 0 || total > PY_SSIZE_T_MAX / 32) {
+        PyErr_SetString(PyExc_ValueError, "starts and counts must be int64 arrays of one length");
+    } else if (writable_of(out_obj, &out, 8, 4 * total, "out") == 0) {
+        int found;
+        Py_BEGIN_ALLOW_THREADS
+        found = header_spans_loop((const uint8_t *)data.buf, data.len, (const int64_t *)starts.buf,
+                                  (const int64_t *)counts.buf, starts.len / 8, (int64_t *)out.buf, total);
+        Py_END_ALLOW_THREADS
+        PyBuffer_Release(&out);
+        result = PyBool_FromLong(found == 0);
+    }
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&counts);
+    PyBuffer_Release(&starts);
+    return result;
+}
+
+/* gather_spans(data, starts, lengths, out, position) -> end: data[s:s + n] for each span with n >= 0, one after
+ * the other into out from position (memcpy); -1 when a span is not inside data or out is too small. */
+static PyObject *gather_spans(PyObject *self, PyObject *args)
+{
+    Py_buffer data, starts, lengths, out;
+    Py_ssize_t position;
+    PyObject *out_obj;
+    if (!PyArg_ParseTuple(args, "y*y*y*On:gather_spans", &data, &starts, &lengths, &out_obj, &position))
+        return NULL;
+    PyObject *result = NULL;
+    if (starts.len != lengths.len || starts.len % 8 != 0) {
+        PyErr_SetString(PyExc_ValueError, "starts and lengths must be int64 arrays of one length");
+    } else if (PyObject_GetBuffer(out_obj, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) == 0) {
+        const uint8_t *d = (const uint8_t *)data.buf;
+        const int64_t *s = (const int64_t *)starts.buf, *l = (const int64_t *)lengths.buf;
+        uint8_t *o = (uint8_t *)out.buf;
+        Py_ssize_t spans = starts.len / 8, at = position;
+        Py_BEGIN_ALLOW_THREADS
+        if (at < 0 || at > out.len)
+            at = -1;
+        for (Py_ssize_t i = 0; i < spans && at >= 0; i++) {
+            if (l[i] < 0)
+                continue;
+            if (s[i] < 0 || s[i] > data.len || l[i] > data.len - s[i] || l[i] > out.len - at) {
+                at = -1;
+                break;
+            }
+            memcpy(o + at, d + s[i], (size_t)l[i]);
+            at += (Py_ssize_t)l[i];
+        }
+        Py_END_ALLOW_THREADS
+        PyBuffer_Release(&out);
+        result = PyLong_FromSsize_t(at);
+    }
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&lengths);
+    PyBuffer_Release(&starts);
+    return result;
+}
+
 /* -- transactional_batches: a header-only walk of whole batches ---------------------------------------- */
 
 static PyObject *transactional_batches(PyObject *self, PyObject *args)
@@ -1157,6 +1321,13 @@ static PyMethodDef methods[] = {
     {"records_columns", records_columns, METH_VARARGS,
      "records_columns(data, count, base_offset, base_timestamp, log_append_time, max_timestamp) -> "
      "(offsets, timestamps, keys | None, values, headers | None, contiguous) | None"},
+    {"records_spans", records_spans, METH_VARARGS,
+     "records_spans(data, count, base_offset, base_timestamp, log_append_time, max_timestamp, out) -> headers, or "
+     "-1 when the walk refuses the section: each record's offset, timestamp, key, value and headers as positions"},
+    {"header_spans", header_spans, METH_VARARGS,
+     "header_spans(data, starts, counts, out, total) -> bool: each header's key and value as positions"},
+    {"gather_spans", gather_spans, METH_VARARGS,
+     "gather_spans(data, starts, lengths, out, position) -> end, or -1: the spans one after the other into out"},
     {"key_columns", key_columns, METH_VARARGS,
      "key_columns(buf, batches, width, records, offsets, key_starts, key_lengths, null_values) -> records read, "
      "or -1 - the index of the first malformed batch"},

@@ -8,6 +8,10 @@ the callers take when the extension is not built (``engine.records.compiled``):
 * ``records_text``/``records_jsonl``: the one walk of a records section of
   any layout (every producer's: own deltas, keys, nulls, headers), the text
   view of a batch, or its JSON lines and the sizes of both renderings;
+* ``records_spans``/``header_spans``/``gather_spans``: the same walk as arrays of
+  positions (each record's offset, timestamp, key, value and headers), and the
+  spans copied one after the other: the Spark source's Arrow columns
+  (``logfs.spark.arrow_columns``), without an object per record;
 * ``key_columns``: the log cleaner's offset-map pass, the offset, key and
   tombstone flag of every record of a read chunk's batches;
 * ``transactional_batches``: the walk for transaction markers
@@ -43,8 +47,9 @@ if TYPE_CHECKING:   # numpy is imported by the cleaner's kernels only: a text re
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["KeyColumns", "LinesLayout", "RecordColumns", "encode_lines", "json_plain", "key_columns", "key_digests",
-           "lines_layout", "put_digests", "records_columns", "records_jsonl", "records_text", "transactional_batches"]
+__all__ = ["SPAN_ROWS", "KeyColumns", "LinesLayout", "RecordColumns", "encode_lines", "gather_spans", "header_spans",
+           "json_plain", "key_columns", "key_digests", "lines_layout", "put_digests", "records_columns",
+           "records_jsonl", "records_spans", "records_text", "transactional_batches"]
 
 
 def records_text(data: bytes | memoryview, count: int) -> bytearray | None:
@@ -102,6 +107,59 @@ def records_jsonl(data: bytes | memoryview, count: int, base_offset: int, base_t
     result: bytes | tuple[int, int] | None = _kernels.records_jsonl(
         data, count, base_offset, base_timestamp, log_append_time, max_timestamp, pieces, render)
     return result
+
+
+#: rows of the table ``records_spans`` fills: offset, timestamp, key position, key length (-1: null), value
+#: position, value length (-1: null), position of the first header, header count
+SPAN_ROWS = 8
+
+
+def records_spans(data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,
+                  log_append_time: bool, max_timestamp: int) -> tuple[npt.NDArray[np.int64], int] | None:
+    """The records of an uncompressed records section of any layout as a ``(SPAN_ROWS, count)`` int64 table
+    of positions in ``data``, and the number of headers; None when the walk refuses the section.
+
+    Row by row: the offset (base + delta), the timestamp (base + delta, or
+    ``max_timestamp`` for a LogAppendTime batch), the key's position and length
+    (-1 for a null key), the value's, the position of the first header and the
+    header count.  The walk and its refusals are ``records_columns``'s (a
+    header key that is not UTF-8, an offset or timestamp outside 64 bits),
+    without a Python object per record: the general loop decodes what it
+    refuses, or names what is wrong.
+    """
+    import numpy as np
+    out = np.empty((SPAN_ROWS, count), dtype=np.int64)
+    headers: int = _kernels.records_spans(data, count, base_offset, base_timestamp, log_append_time,
+                                          max_timestamp, out)
+    return None if headers < 0 else (out, headers)
+
+
+def header_spans(data: bytes | memoryview, starts: npt.NDArray[np.int64], counts: npt.NDArray[np.int64],
+                 total: int) -> npt.NDArray[np.int64] | None:
+    """The ``(4, total)`` int64 table of the headers of records whose first header is at ``starts[i]`` in
+    ``data``, ``counts[i]`` of them (rows 6 and 7 of ``records_spans``): each header's key position and
+    length, value position and length (-1: a null value); None when they are not ``total`` headers
+    inside ``data``."""
+    import numpy as np
+    out = np.empty((4, total), dtype=np.int64)
+    found: bool = _kernels.header_spans(data, np.ascontiguousarray(starts, dtype=np.int64),
+                                        np.ascontiguousarray(counts, dtype=np.int64), out, total)
+    return out if found else None
+
+
+def gather_spans(data: bytes | memoryview, starts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64],
+                 out: npt.NDArray[np.uint8], position: int) -> int:
+    """Copy ``data[s:s + n]`` for each start ``s`` and length ``n >= 0`` (a negative length, a null, copies
+    nothing) one after the other into ``out`` from ``position``; the position after the last.
+
+    ValueError when a span is not inside ``data`` or ``out`` cannot hold them (nothing is written past it).
+    """
+    import numpy as np
+    end: int = _kernels.gather_spans(data, np.ascontiguousarray(starts, dtype=np.int64),
+                                     np.ascontiguousarray(lengths, dtype=np.int64), out, position)
+    if end < 0:
+        raise ValueError("a span is outside the data, or the output is too small for them")
+    return end
 
 
 class KeyColumns(NamedTuple):

@@ -18,52 +18,10 @@ from engine.errors import CorruptRecordError
 from engine.records import HEADER_SIZE, Compression, compiled, decode_batch, decode_columns, decode_text, read_header
 from engine.records.encode import _assemble
 from engine.records.format import CONTROL_FLAG_MASK, TIMESTAMP_TYPE_MASK
-from engine.records.varint import _zigzag_varint
 from engine.views import render, walk
+from tests.record_strategies import RAW_BATCH, raw_batch
 
 TOPIC, PARTITION = "t.x-1", 3
-
-# keys and values: null, empty, ASCII, text with escapes and non-ASCII, bytes that are not UTF-8
-_FIELD = st.one_of(st.none(), st.just(b""), st.binary(max_size=40), st.text(max_size=12).map(str.encode),
-                   st.sampled_from([b'"\\\x00\x1f\x7f', b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf",
-                                    b"\xe2\x82", b"caf\xc3\xa9", b"\xf0\x9f\x98\x80"]),
-                   st.binary(min_size=200, max_size=600))
-_HEADER_KEY = st.one_of(st.sampled_from([b"", b"h", b"traceparent", b"caf\xc3\xa9", b'"\n', b"\xff\xfe"]),
-                        st.text(max_size=6).map(str.encode))       # b"\xff\xfe", not UTF-8: the decoder refuses
-_HEADERS = st.lists(st.tuples(_HEADER_KEY, _FIELD), max_size=3)
-_DELTA = st.one_of(st.integers(-3, 70), st.integers(-2 ** 31, 2 ** 31 - 1))
-_TS_DELTA = st.one_of(st.integers(-3, 70), st.integers(-2 ** 40, 2 ** 40))
-
-
-def _section(records: list[tuple[int, int, bytes | None, bytes | None, list[tuple[bytes, bytes | None]]]]) -> bytes:
-    """A records section written field by field, any deltas (negative ones too) and raw header keys."""
-    out = []
-    for ts_delta, offset_delta, key, value, headers in records:
-        parts = [b"\x00", _zigzag_varint(ts_delta), _zigzag_varint(offset_delta)]
-        for field in (key, value):
-            parts += [b"\x01"] if field is None else [_zigzag_varint(len(field)), field]
-        parts.append(_zigzag_varint(len(headers)))
-        for name, header_value in headers:
-            parts += [_zigzag_varint(len(name)), name]
-            parts += [b"\x01"] if header_value is None else [_zigzag_varint(len(header_value)), header_value]
-        body = b"".join(parts)
-        out += [_zigzag_varint(len(body)), body]
-    return b"".join(out)
-
-
-_RECORDS = st.lists(st.tuples(_TS_DELTA, _DELTA, _FIELD, _FIELD, _HEADERS), max_size=25)
-_BATCH = st.tuples(_RECORDS, st.integers(0, 2 ** 50), st.integers(-1, 2 ** 45), st.booleans(),
-                   st.sampled_from(list(Compression)), st.booleans(),
-                   st.sampled_from([None, None, None, 2 ** 63 - 1, -2 ** 63, 2 ** 62]))    # a last timestamp delta
-
-
-def _batch(records, base_offset, base_timestamp, log_append_time, codec, control, extreme=None) -> bytes:
-    if records and extreme is not None:       # a varlong of 10 bytes; base + delta may leave 64 bits
-        records = [*records[:-1], (extreme, *records[-1][1:])]
-    attributes = (TIMESTAMP_TYPE_MASK if log_append_time else 0) | (CONTROL_FLAG_MASK if control else 0)
-    return _assemble(base_offset, attributes, max(len(records) - 1, 0), base_timestamp, base_timestamp + 7,
-                     len(records), _section(records), int(codec))
-
 
 def _outcome(call, *args):
     try:
@@ -101,7 +59,7 @@ def test_the_walk_renders_what_render_renders():
     """One batch of each kind of field, held to render's functions directly (not only to the fallback)."""
     records = [(0, 0, b"k", b'v\x00"', [(b"h", b"x"), (b"h2", None)]), (-5, 2, None, None, []),
                (9, 5, b"\xff", b"caf\xc3\xa9", [])]
-    batch = _batch(records, 10, 1000, False, Compression.NONE, False)
+    batch = raw_batch(records, 10, 1000, False, Compression.NONE, False)
     header = read_header(batch, 0)
     expected = render.render_jsonl_columns(decode_columns(batch, 0, header), TOPIC, PARTITION, 0)
     assert walk.batch_jsonl(batch, 0, header, TOPIC, PARTITION) == expected
@@ -113,17 +71,17 @@ def test_the_walk_renders_what_render_renders():
 
 
 @settings(max_examples=300, deadline=None)
-@given(_BATCH)
+@given(RAW_BATCH)
 def test_the_walk_is_the_general_decoder_on_random_batches(batch):
-    _check(_batch(*batch))
+    _check(raw_batch(*batch))
 
 
 @settings(max_examples=300, deadline=None)
-@given(_BATCH, st.data())
+@given(RAW_BATCH, st.data())
 def test_a_damaged_batch_is_the_same_error_at_the_same_place(batch, data):
     """Bytes of the records section changed, cut or added: the walk answers what the decoder answers."""
     records, base_offset, base_timestamp, log_append_time, _, control, extreme = batch
-    whole = _batch(records, base_offset, base_timestamp, log_append_time, Compression.NONE, control, extreme)
+    whole = raw_batch(records, base_offset, base_timestamp, log_append_time, Compression.NONE, control, extreme)
     section = bytearray(whole[HEADER_SIZE:])
     how = data.draw(st.sampled_from(["flip", "cut", "add", "count"]))
     count = len(records)
@@ -153,3 +111,24 @@ def test_hostile_sections_are_refused_without_reading_past_them(data):
         # a copy that ends exactly at the section: a read past it would be a read past the buffer
         assert kernels.records_text(memoryview(bytearray(data)), count) is None
         assert kernels.records_jsonl(bytes(data), count, 0, 0, False, 0, pieces, True) is None
+        if count < 2 ** 40:     # (records_spans allocates its table first)
+            assert kernels.records_spans(memoryview(bytearray(data)), count, 0, 0, False, 0) is None
+
+
+def test_spans_outside_their_buffers_are_refused():
+    """header_spans and gather_spans check every span against the data and the output."""
+    import numpy as np
+    kernels = compiled.KERNELS
+    assert kernels is not None
+    data = b"\x02h\x02v" + b"abcdef"             # one header: key "h", value "v"; then 6 bytes
+    starts, counts = np.array([0], dtype=np.int64), np.array([1], dtype=np.int64)
+    assert kernels.header_spans(data, starts, counts, 1).tolist() == [[1], [1], [3], [1]]
+    assert kernels.header_spans(data, starts, np.array([2], dtype=np.int64), 2) is None   # runs past the data
+    assert kernels.header_spans(data[:3], starts, counts, 1) is None
+    out = np.zeros(4, dtype=np.uint8)
+    assert kernels.gather_spans(data, np.array([4, 0, 8]), np.array([2, -1, 2]), out, 0) == 4
+    assert bytes(out) == b"abef"
+    for bad_starts, bad_lengths, position in (([9], [2], 0), ([-1], [1], 0), ([0], [5], 0), ([0], [1], 4),
+                                              ([0], [0], 5)):
+        with pytest.raises(ValueError, match="outside the data, or the output is too small"):
+            kernels.gather_spans(data, np.array(bad_starts), np.array(bad_lengths), out, position)
