@@ -41,9 +41,11 @@ decoders).  Everything public is re-exported here: import from
 
 from engine.records.decode import (
     BatchColumns,
+    BatchSpans,
     decode_batch,
     decode_columns,
     decode_key_columns,
+    decode_spans,
     decode_text,
     decode_values,
 )
@@ -74,8 +76,8 @@ __all__ = [
     "DELETE_HORIZON_FLAG_MASK", "HEADER_SIZE", "LOG_OVERHEAD", "MAGIC",
     "NO_PARTITION_LEADER_EPOCH", "NO_PRODUCER_EPOCH", "NO_PRODUCER_ID", "NO_SEQUENCE", "TIMESTAMP_TYPE_MASK",
     "TRANSACTIONAL_FLAG_MASK",
-    "BatchColumns", "BatchHeader", "Compression", "Record", "TimestampType",
-    "decode_batch", "decode_columns", "decode_key_columns", "decode_text", "decode_values",
+    "BatchColumns", "BatchHeader", "BatchSpans", "Compression", "Record", "TimestampType",
+    "decode_batch", "decode_columns", "decode_key_columns", "decode_spans", "decode_text", "decode_values",
     "encode_records", "encode_text_lines", "encode_values", "iter_batches", "read_header", "rebuild_batch",
     "validate_batch",
 ]

@@ -1,4 +1,4 @@
-"""Decoding batches: values, text, Records, columns and the cleaner's key columns.
+"""Decoding batches: values, text, Records, columns, spans and the cleaner's key columns.
 
 Hot path, inlined on purpose: the general loops (``_values_of``,
 ``_records_of``, ``decode_key_columns``) decode one- and two-byte varints
@@ -34,6 +34,9 @@ from engine.records.varint import _read_varint
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
+
+    import numpy as np
+    import numpy.typing as npt
 
     from engine.records.format import Headers
     from engine.records.kernels import RecordColumns
@@ -560,3 +563,99 @@ def decode_key_columns(buf: bytes, pos: int, header: BatchHeader) -> tuple[list[
         raise CorruptRecordError(f"Found invalid record structure in the batch at offset {base_offset}: "
                                  f"{stop - p} bytes left after the last record", position=pos)
     return offsets, keys, tombstones
+
+
+class BatchSpans(NamedTuple):
+    """The records of one batch as positions in ``data`` (``decode_spans``), no Python object per record.
+
+    ``table`` is ``kernels.records_spans``'s ``(SPAN_ROWS, count)`` int64 table:
+    offsets, timestamps, key position and length (-1: null), value position
+    and length (-1: null), first header position, header count.  ``headers``
+    is the ``(4, total)`` table of every header (key position and length,
+    value position and length, -1 a null value) when asked for, else None.
+    ``unrepresentable`` marks the records whose offset or timestamp leaves 64
+    bits (only a section the compiled walk refuses has any; their entries in
+    ``table`` are clamped to 64 bits), None when there is none.
+    """
+
+    data: bytes | memoryview
+    table: npt.NDArray[np.int64]
+    headers: npt.NDArray[np.int64] | None
+    unrepresentable: npt.NDArray[np.bool_] | None = None
+
+
+def decode_spans(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None = None, *,
+                 with_headers: bool = False) -> BatchSpans:
+    """The records of the batch at ``pos`` as spans of its (decompressed) records section.
+
+    The same records as :func:`decode_columns`, field for field (a control
+    batch gives none): the compiled walk (``kernels.records_spans``) reads any
+    layout into arrays of positions in the records section, which stays
+    undecoded (an uncompressed batch is a view of ``buf``, not a copy).  A
+    section the walk refuses, or every section without the extension, is
+    decoded by ``decode_columns``, which raises the same CorruptRecordError
+    for a damaged one; its keys, values and headers are then laid one after
+    the other in a new buffer that the spans point into.
+    """
+    import numpy as np
+
+    from engine.records.kernels import SPAN_ROWS
+    header, data = _records_section(buf, pos, header, view=True)
+    if data is None:
+        return BatchSpans(b"", np.empty((SPAN_ROWS, 0), dtype=np.int64),
+                          np.empty((4, 0), dtype=np.int64) if with_headers else None)
+    kernels = compiled.KERNELS
+    if kernels is not None:
+        found = kernels.records_spans(data, header.records_count, header.base_offset, header.base_timestamp,
+                                      bool(header.attributes & TIMESTAMP_TYPE_MASK), header.max_timestamp)
+        if found is not None:
+            table, total = found
+            headers = None
+            if with_headers:
+                headers = kernels.header_spans(data, table[6], table[7], total)
+            if not with_headers or headers is not None:
+                return BatchSpans(data, table, headers)
+    return _spans_of_columns(decode_columns(buf, pos, header), with_headers)
+
+
+def _spans_of_columns(columns: BatchColumns, with_headers: bool) -> BatchSpans:
+    """``decode_spans``'s answer built from decoded columns: fields laid out in a new buffer."""
+    import numpy as np
+
+    from engine.records.kernels import SPAN_ROWS
+    count = len(columns.values)
+    table = np.zeros((SPAN_ROWS, count), dtype=np.int64)
+    low, high = -(1 << 63), (1 << 63) - 1
+    unrepresentable = None
+    for row, column in ((0, columns.offsets), (1, columns.timestamps)):
+        if any(not low <= value <= high for value in column):
+            # Python ints past 64 bits (the general loop decodes them): clamped, which keeps their order
+            # against any offset of 64 bits, and marked, so that a reader taking one of them fails as it would
+            unrepresentable = np.zeros(count, dtype=np.bool_) if unrepresentable is None else unrepresentable
+            unrepresentable |= np.array([not low <= value <= high for value in column], dtype=np.bool_)
+            column = [min(max(value, low), high) for value in column]
+        table[row] = np.fromiter(column, dtype=np.int64, count=count)
+    parts: list[bytes] = []
+    at = 0
+    header_rows: list[tuple[int, int, int, int]] = []
+
+    def place(field: bytes | None) -> tuple[int, int]:
+        nonlocal at
+        if field is None:
+            return at, -1
+        parts.append(field)
+        at += len(field)
+        return at - len(field), len(field)
+
+    for i in range(count):
+        table[2, i], table[3, i] = place(None if columns.keys is None else columns.keys[i])
+        table[4, i], table[5, i] = place(columns.values[i])
+        record_headers = () if columns.headers is None else columns.headers[i]
+        table[7, i] = len(record_headers)
+        if with_headers:
+            for name, value in record_headers:
+                header_rows.append((*place(name.encode()), *place(value)))
+    headers = None
+    if with_headers:
+        headers = np.array(header_rows, dtype=np.int64).reshape(-1, 4).T.copy()
+    return BatchSpans(b"".join(parts), table, headers, unrepresentable)
