@@ -16,12 +16,12 @@ from engine.index import offset_index_file_position
 from engine.records import (
     HEADER_SIZE,
     MAGIC,
-    BatchColumns,
-    decode_columns,
+    decode_spans,
     read_header,
     validate_batch,
 )
 from engine.records.reader import read_chunks
+from logfs.spark.columns import ColumnBuilder
 from logfs.spark.mount_client import partition_state, readable_start, skip_deleted
 from logfs.spark.read_jsonl import read_range_jsonl
 
@@ -43,7 +43,8 @@ _SEGMENT_READ_BYTES = 4 << 20
 _MAX_RELISTS = 50
 #: Records per Arrow batch handed to Spark (about one read's worth of small records).
 _FLUSH_RECORDS = 1 << 15
-
+#: Bytes of records sections behind one Arrow batch at most (its columns have int32 offsets).
+_FLUSH_SECTION_BYTES = 256 << 20
 
 
 def _segment_file(mount: str, topic: str, partition: int, base_offset: int, suffix: str) -> str:
@@ -74,77 +75,6 @@ class _StaleIndex(Exception):
     """
 
 
-class _ColumnBuilder:
-    """Records of one task accumulated as columns, turned into Arrow record batches."""
-
-    def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.include_headers = include_headers
-        self._reset()
-
-    def _reset(self) -> None:
-        self.offsets: list[int] = []
-        self.timestamps: list[int] = []
-        self.timestamp_types: list[int] = []
-        self.values: list[bytes | None] = []
-        self.keys: list[bytes | None] = []
-        self.any_key = False
-        self.headers: list[list[dict[str, Any]] | None] = []     # Any: JSON headers
-
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    def add(self, columns: BatchColumns, lo: int, hi: int, timestamp_type: int) -> None:
-        """Records ``lo:hi`` of one decoded batch."""
-        count = hi - lo
-        whole = lo == 0 and hi == len(columns.values)
-        self.offsets.extend(columns.offsets if whole else columns.offsets[lo:hi])
-        self.timestamps.extend(columns.timestamps if whole else columns.timestamps[lo:hi])
-        self.values.extend(columns.values if whole else columns.values[lo:hi])
-        self.timestamp_types.extend([timestamp_type] * count)
-        if columns.keys is not None:
-            if not self.any_key:
-                self.keys = [None] * (len(self.offsets) - count)
-                self.any_key = True
-            self.keys.extend(columns.keys[lo:hi])
-        elif self.any_key:
-            self.keys.extend([None] * count)
-        if self.include_headers:
-            # Spark's Kafka source gives null, not [], for a record without headers.
-            if columns.headers is None:
-                self.headers.extend([None] * count)
-            else:
-                self.headers.extend([{"key": k, "value": v} for k, v in record] if record else None
-                                    for record in columns.headers[lo:hi])
-
-    def flush(self) -> pa.RecordBatch | None:
-        import pyarrow as pa
-        count = len(self.offsets)
-        if count == 0:
-            return None
-        arrays = [
-            pa.array(self.keys, pa.binary()) if self.any_key else pa.nulls(count, pa.binary()),
-            pa.array(self.values, pa.binary()),
-            pa.repeat(pa.scalar(self.topic, pa.string()), count),
-            pa.repeat(pa.scalar(self.partition, pa.int32()), count),
-            pa.array(self.offsets, pa.int64()),
-            pa.array(self.timestamps, pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
-            pa.array(self.timestamp_types, pa.int32()),
-        ]
-        names = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
-        if self.include_headers:
-            arrays.append(pa.array(self.headers, _headers_arrow_type()))
-            names.append("headers")
-        self._reset()
-        return pa.RecordBatch.from_arrays(arrays, names=names)
-
-
-def _headers_arrow_type() -> pa.DataType:
-    import pyarrow as pa
-    return pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-
-
 class SegmentRangeReader:
     """One Spark task's offset range read from ``MOUNT/<topic>/<p>/segments/<base>.log``.
 
@@ -171,7 +101,7 @@ class SegmentRangeReader:
         self.partition = rng.partition
         self.next_offset = rng.from_offset
         self.until_offset = rng.until_offset
-        self.builder = _ColumnBuilder(rng.topic, rng.partition, opts.include_headers)
+        self.builder = ColumnBuilder(rng.topic, rng.partition, opts.include_headers)
         self._relists = 0
 
     @property
@@ -267,19 +197,19 @@ class SegmentRangeReader:
                     if header.base_offset >= until:
                         return
                     try:
-                        columns = decode_columns(buf, pos, header)   # a control batch gives no records
+                        # a control batch gives no records
+                        spans = decode_spans(buf, pos, header, with_headers=builder.include_headers)
                     except CorruptRecordError as exc:
                         raise exc.at(path, chunk.position + pos) from None
-                    offsets = columns.offsets
-                    if offsets:
-                        if type(offsets) is range:
-                            lo = max(0, self.next_offset - offsets[0])
-                            hi = min(len(offsets), until - offsets[0])
-                        else:            # a compacted batch: offsets with gaps, still increasing
-                            lo = bisect.bisect_left(offsets, self.next_offset)
-                            hi = bisect.bisect_left(offsets, until)
+                    offsets = spans.table[0]
+                    if len(offsets):
+                        # offsets increase (with gaps in a compacted batch): bisect, as the old lists were
+                        lo = bisect.bisect_left(offsets, self.next_offset)
+                        hi = bisect.bisect_left(offsets, until)
                         if hi > lo:
-                            builder.add(columns, lo, hi, header.timestamp_type)
+                            if builder.section_bytes + len(spans.data) > _FLUSH_SECTION_BYTES and len(builder):
+                                yield builder.flush()
+                            builder.add(spans, lo, hi, header.timestamp_type)
                     self.next_offset = header.next_offset
                     if self.next_offset >= until:
                         return
