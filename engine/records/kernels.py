@@ -11,7 +11,7 @@ the callers take when the extension is not built (``engine.records.compiled``):
 * ``records_spans``/``header_spans``/``gather_spans``: the same walk as arrays of
   positions (each record's offset, timestamp, key, value and headers), and the
   spans copied one after the other: the Spark source's Arrow columns
-  (``logfs.spark.arrow_columns``), without an object per record;
+  (``logfs.spark.columns``), without an object per record;
 * ``key_columns``: the log cleaner's offset-map pass, the offset, key and
   tombstone flag of every record of a read chunk's batches;
 * ``transactional_batches``: the walk for transaction markers
