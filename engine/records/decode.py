@@ -22,6 +22,7 @@ from engine.records.format import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
+    SPAN_ROWS,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     Compression,
@@ -598,8 +599,6 @@ def decode_spans(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None = N
     the other in a new buffer that the spans point into.
     """
     import numpy as np
-
-    from engine.records.kernels import SPAN_ROWS
     header, data = _records_section(buf, pos, header, view=True)
     if data is None:
         return BatchSpans(b"", np.empty((SPAN_ROWS, 0), dtype=np.int64),
@@ -621,8 +620,6 @@ def decode_spans(buf: RecordBuffer, pos: int = 0, header: BatchHeader | None = N
 def _spans_of_columns(columns: BatchColumns, with_headers: bool) -> BatchSpans:
     """``decode_spans``'s answer built from decoded columns: fields laid out in a new buffer."""
     import numpy as np
-
-    from engine.records.kernels import SPAN_ROWS
     count = len(columns.values)
     table = np.zeros((SPAN_ROWS, count), dtype=np.int64)
     low, high = -(1 << 63), (1 << 63) - 1

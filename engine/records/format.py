@@ -31,6 +31,11 @@ ATTRIBUTES_OFFSET = 21
 #: batchLength of a batch without records: the header after the length field.
 _EMPTY_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 
+#: Rows of the span table of a batch's records (``kernels.records_spans``, ``decode.decode_spans``): offset,
+#: timestamp, key position, key length (-1: null), value position, value length (-1: null), position of the
+#: first header, header count.
+SPAN_ROWS = 8
+
 COMPRESSION_CODEC_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_FLAG_MASK = 0x10

@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 from engine.records import _kernels  # type: ignore[attr-defined]  # a C extension, no stub
-from engine.records.format import Headers
+from engine.records.format import SPAN_ROWS, Headers
 
 if TYPE_CHECKING:   # numpy is imported by the cleaner's kernels only: a text read or an append does not pay it
     import mmap
@@ -107,11 +107,6 @@ def records_jsonl(data: bytes | memoryview, count: int, base_offset: int, base_t
     result: bytes | tuple[int, int] | None = _kernels.records_jsonl(
         data, count, base_offset, base_timestamp, log_append_time, max_timestamp, pieces, render)
     return result
-
-
-#: rows of the table ``records_spans`` fills: offset, timestamp, key position, key length (-1: null), value
-#: position, value length (-1: null), position of the first header, header count
-SPAN_ROWS = 8
 
 
 def records_spans(data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,
