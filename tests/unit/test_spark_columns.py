@@ -191,7 +191,7 @@ def check_same_rows(root: str, batches: list[bytes], start: int, until: int, inc
         assert new_column.null_count == old_column.null_count
 
 
-def _sequenced(drawn: list[tuple]) -> list[bytes]:
+def _sequenced(drawn: list[tuple[Any, ...]]) -> list[bytes]:  # Any: hypothesis draws of RAW_BATCH
     """Raw batches one after the other in offset order: each one's base offset the previous one's next."""
     batches, base = [], 0
     for records, _, base_timestamp, log_append_time, codec, control, extreme in drawn:
