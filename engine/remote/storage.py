@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from engine.errors import InvalidConfigError, LogfsError
-from engine.files import atomic_write, fsync_dir
+from engine.files import TMP_FILE_SUFFIX, atomic_write, fsync_dir
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -213,7 +213,9 @@ class FileRemoteStorage(RemoteStorageManager):
     """A directory as the store (``file:///DIR``; Kafka's ``LocalTieredStorage`` for tests).
 
     Each object is a file written to a temporary name, fsynced and renamed, so
-    a crash leaves either the whole object or none.
+    a crash leaves either the whole object or none, and at most that temporary
+    file, deleted with the copy's objects (a copy cut by a crash is deleted
+    at the next mount's first round).
     """
 
     def __init__(self, root: str) -> None:
@@ -236,7 +238,7 @@ class FileRemoteStorage(RemoteStorageManager):
             if isinstance(source, bytes):
                 atomic_write(path, source)
             else:
-                tmp = path + ".tmp"
+                tmp = path + TMP_FILE_SUFFIX
                 shutil.copyfile(source, tmp)
                 with open(tmp, "rb+") as f:
                     os.fsync(f.fileno())
@@ -256,18 +258,20 @@ class FileRemoteStorage(RemoteStorageManager):
                                      exc.errno or _errno.EIO) from exc
 
     def _delete(self, names: list[str]) -> None:
-        for name in names:
+        # the temporary file of a put cut by a crash goes with its object
+        for path in (p for name in names for p in (self._path(name), self._path(name) + TMP_FILE_SUFFIX)):
             try:
-                os.unlink(self._path(name))
+                os.unlink(path)
             except FileNotFoundError:
                 pass
             except OSError as exc:
-                raise RemoteStorageError(f"Could not delete {name} from remote storage {self.uri}: "
+                raise RemoteStorageError(f"Could not delete {path} from remote storage {self.uri}: "
                                          f"{exc.strerror}", exc.errno or _errno.EIO) from exc
 
     def _list(self, directory: str) -> list[str]:
         try:
-            return [f"{directory}/{n}" for n in os.listdir(self._path(directory)) if not n.endswith(".tmp")]
+            return [f"{directory}/{n}" for n in os.listdir(self._path(directory))
+                    if not n.endswith(TMP_FILE_SUFFIX)]
         except FileNotFoundError:
             return []
         except OSError as exc:
