@@ -70,7 +70,7 @@ from crc32c import crc32c
 from engine.clock import SYSTEM_CLOCK, Clock
 from engine.config import LogConfig
 from engine.errors import CorruptRecordError, StorageError
-from engine.files import view_index_file_path
+from engine.files import fsync_dir, view_index_file_path
 from engine.log_dirs import REMOTE_LOG_DIR
 from engine.remote.metadata import RemoteLogMetadataManager, RemoteLogSegmentMetadata, RemoteLogSegmentState
 from engine.remote.storage import IndexType, LogSegmentData, RemoteLogSegmentId, RemoteStorageError
@@ -518,7 +518,10 @@ def open_remote_log_manager(storage: RemoteStorageManager, log_dirs: Sequence[st
 
     The first log dir that already holds a ``REMOTE_LOG_DIR`` keeps it (the
     metadata of every copy made so far); otherwise it is made in the first.
-    The store is closed if anything here fails.
+    The metadata log's directory and ``REMOTE_LOG_DIR`` are fsynced into their
+    parents before any event is recorded (a power loss keeps them, or the
+    next mount would take every copy for an orphan).  The store is closed if
+    anything here fails.
     """
     from engine.remote.chunk_cache import RemoteChunkCache
     from engine.remote.metadata import RemoteLogMetadataManager
@@ -527,6 +530,14 @@ def open_remote_log_manager(storage: RemoteStorageManager, log_dirs: Sequence[st
         home = next((d for d in log_dirs if os.path.isdir(os.path.join(d, REMOTE_LOG_DIR))), log_dirs[0])
         root = os.path.join(home, REMOTE_LOG_DIR)
         metadata_log = Log.load(os.path.join(root, METADATA_LOG_DIR), _METADATA_LOG_CONFIG, clock=clock)
+        try:
+            # at every open, not only when made: a crash may have come between the mkdir and its fsync
+            fsync_dir(root)
+            fsync_dir(home)
+        except OSError as exc:
+            metadata_log.close()
+            raise StorageError(f"Could not make the remote log metadata directory {root} durable: "
+                               f"{exc.strerror}") from exc
     except BaseException:
         storage.close()
         raise
