@@ -83,11 +83,21 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):       # run as a script: the work tree's root on the path, as for a module
     sys.path.insert(0, str(ROOT))
 from tests.harness.torture_checks import LOGFS, Checks, GroupCommits, Partition, Totals  # noqa: E402
+from tests.harness.torture_store import (  # noqa: E402
+    StoreLister,
+    compare,
+    metadata_state,
+    quiescent_snapshot,
+)
+
+if TYPE_CHECKING:
+    from tests.seaweedfs import SeaweedFS
 
 #: the power-loss layer, run under this interpreter
 POWERLOSS_FS = [sys.executable, str(ROOT / "tests" / "harness" / "powerloss_fs.py")]
@@ -105,6 +115,16 @@ CLUSTER_TOPICS = {
     "r": (1, b"retention.ms=4000\n"),
     "c": (1, b"cleanup.policy=compact\nparse.key=true\nmin.cleanable.dirty.ratio=0.05\n"),
 }
+#: --tiered: the same topics, p and r copied to the store (their local segments trimmed to a few), plus ``t``,
+#: copied and never trimmed by retention (its log start must stay 0: every record is there, most in the store)
+TIERED_TOPICS = {
+    "p": (2, b"retention.bytes=262144\nremote.storage.enable=true\nlocal.retention.bytes=65536\n"),
+    "r": (1, b"retention.ms=4000\nremote.storage.enable=true\nlocal.retention.bytes=32768\n"),
+    "c": (1, b"cleanup.policy=compact\nparse.key=true\nmin.cleanable.dirty.ratio=0.05\ninternal.segment.bytes=8192\n"),
+    "t": (1, b"remote.storage.enable=true\nlocal.retention.bytes=32768\n"),
+}
+#: --tiered: the partitions whose log start nothing may move (no retention, no `before N`)
+FIXED_START = {"t/0"}
 KEYS = 40                                  # distinct keys of the compacted topic
 BROKER = {
     "num.partitions": "1",
@@ -156,8 +176,16 @@ class Torture(Checks):
         self.totals = Totals()
         #: --bootstrap-server/--cluster: a cluster mount, the data dir its local replica
         self.bootstrap: str | None = args.bootstrap_server
-        self.topics = CLUSTER_TOPICS if self.bootstrap else TOPICS
-        self.parts = {f"{t}/{p}": Partition(f"{t}/{p}") for t, (n, _) in self.topics.items() for p in range(n)}
+        self.topics = CLUSTER_TOPICS if self.bootstrap else TIERED_TOPICS if args.tiered else TOPICS
+        self.parts = {f"{t}/{p}": Partition(f"{t}/{p}", fixed_start=args.tiered and f"{t}/{p}" in FIXED_START,
+                                            tiered=args.tiered and b"remote.storage.enable=true" in config)
+                      for t, (n, config) in self.topics.items() for p in range(n)}
+        #: --tiered: the store (outside the power-loss layer: another machine, which keeps what it acknowledged)
+        self.store_dir = self.work / "store"
+        self.store_config: Path | None = None
+        self.store_settings: dict[str, str] = {}
+        self.seaweedfs: SeaweedFS | None = None
+        self.store_findings: set[str] = set()     # each orphaned or missing object, counted once
         self.seq = 0
         self.seq_lock = threading.Lock()
         #: consumer groups committing on p/0 (an embedded mount: its own coordinator writes __consumer_offsets)
@@ -178,8 +206,13 @@ class Torture(Checks):
             # what makes a missing fsync harmless
             broker["log.flush.offset.checkpoint.interval.ms"] = str(self.args.checkpoint_ms)
             broker["log.flush.start.offset.checkpoint.interval.ms"] = str(self.args.checkpoint_ms)
+        if self.args.tiered:
+            # the first round of the copy task comes log.initial.task.delay.ms (100 here) after the mount
+            broker["remote.log.manager.task.interval.ms"] = str(self.args.copy_interval_ms)
         for name, value in broker.items():
             cmd += ["-o", f"{name}={value}"]
+        if self.store_config is not None:
+            cmd += ["--config", str(self.store_config)]   # remote.log.storage.system.enable and the store
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
         limit = None
         if self.args.fd_limit:
@@ -296,6 +329,104 @@ class Torture(Checks):
         self.proc = None
         if code != 0:
             self.totals.fail(f"clean shutdown exited with {code}")
+
+    # ------------------------------------------------------------------ the store (--tiered)
+
+    def start_store(self) -> None:
+        """The store and the mount's settings for it, in a properties file (mode 600, as the docs say)."""
+        if self.args.store == "seaweedfs":
+            from tests.seaweedfs import SeaweedFS
+            server = self.seaweedfs = SeaweedFS(self.work / "seaweedfs").start()
+            settings = server.settings(prefix="torture")
+        else:
+            self.store_dir.mkdir(parents=True, exist_ok=True)
+            settings = {"rsm.config.uri": f"file://{self.store_dir}"}
+        self.store_settings = settings
+        self.store_config = self.work / "tiered.properties"
+        self.store_config.write_text("remote.log.storage.system.enable=true\n"
+                                     + "".join(f"{k}={v}\n" for k, v in settings.items()))
+        self.store_config.chmod(0o600)
+
+    def stop_store(self) -> None:
+        if self.seaweedfs is not None:
+            self.seaweedfs.stop()
+            self.seaweedfs = None
+
+    def _durable_data(self) -> Path:
+        """The data dir as the mount will find it: after a power loss, what the disk holds (the layer is down)."""
+        return self.backing if self.args.power_loss and self.layer is None else self.data
+
+    def note_crash_leftovers(self) -> None:
+        """Before the remount: what the crash left mid-way, in the store and in the data dir.
+
+        Copies and deletions left unfinished, objects of no finished copy: the mount's first round must clean
+        them (check_store); counted to show that crashes land there.  A finished copy missing an object or
+        short is a loss whatever the crash did: a failure now.  A local segment renamed ``.deleted`` (local
+        retention, not yet unlinked) is a crash in the middle of a local deletion.
+        """
+        data = self._durable_data()
+        lister = StoreLister(self.store_settings)
+        try:
+            _, copies = metadata_state(data)
+            found = compare(copies, lister.list())
+        finally:
+            lister.close()
+        leftovers = self.totals.crash_leftovers
+        leftovers["copy-started"] += sum("COPY_SEGMENT_STARTED" in u for u in found.unfinished)
+        leftovers["delete-started"] += sum("DELETE_SEGMENT_STARTED" in u for u in found.unfinished)
+        leftovers["objects-of-no-finished-copy"] += len(found.orphans)
+        deleted = 0
+        for part in self.parts.values():
+            if part.tiered:
+                pdir = data / part.name.replace("/", "-")
+                deleted += sum(1 for n in os.listdir(pdir) if n.endswith(".log.deleted")) if pdir.exists() else 0
+        leftovers["local-segments-mid-delete"] += deleted
+        leftovers["crashes-mid-copy-or-delete"] += bool(found.unfinished or found.orphans or deleted)
+        if found.missing:
+            self.totals.store_missing += len(found.missing)
+            self.totals.fail(f"after the crash, before the remount: {found.missing[:3]}")
+
+    def _copy_task_runs(self) -> int:
+        try:
+            stats = json.loads((self.mnt / ".logfs" / "stats.json").read_bytes())
+        except (OSError, ValueError):
+            return 0
+        return int(stats.get("tasks", {}).get("kafka-remote-log-manager", {}).get("runs", 0))
+
+    def check_store(self, live: bool = True) -> None:
+        """The store holds exactly the finished copies of the metadata log (tests/harness/torture_store.py).
+
+        ``live``: on the mount that just came back, once its copy task's first round (which cleans what a
+        crash left) is over, between two identical reads of the metadata log with no copy under way.
+        """
+        t = self.totals
+        if live:
+            deadline = time.monotonic() + 120
+            while self._copy_task_runs() < 1:
+                if time.monotonic() > deadline:
+                    t.fail("the copy task did not finish a round within 120 s of the remount")
+                    return
+                time.sleep(0.02)
+        lister = StoreLister(self.store_settings)
+        try:
+            snapshot = quiescent_snapshot(self.data, lister)
+        finally:
+            lister.close()
+        if snapshot is None:
+            t.fail("no quiescent moment of the copy task within 120 s to compare the store with the metadata")
+            return
+        copies, objects = snapshot
+        found = compare(copies, objects)
+        t.store_checks += 1
+        orphans = [o for o in found.orphans if o not in self.store_findings]
+        missing = [m for m in found.missing if m not in self.store_findings]
+        self.store_findings.update(orphans + missing)
+        if orphans:
+            t.store_orphans += len(orphans)
+            t.fail(f"{len(orphans)} orphaned objects in the store, e.g. {orphans[:3]}")
+        if missing:
+            t.store_missing += len(missing)
+            t.fail(f"{len(missing)} objects of finished copies missing or short, e.g. {missing[:3]}")
 
     # ------------------------------------------------------------------ setup
 
@@ -522,7 +653,9 @@ class Torture(Checks):
                 if not part.acked:
                     offset = None
                 else:
-                    offset = rng.choice(list(part.acked)[-2000:])
+                    # a tiered partition's older records are in the store: half the reads go anywhere
+                    recent = not part.tiered or rng.random() < 0.5
+                    offset = rng.choice(list(part.acked)[-2000:] if recent else list(part.acked))
                     expected = part.acked[offset]
             if offset is None:
                 time.sleep(0.02)
@@ -609,8 +742,9 @@ class Torture(Checks):
     def traffic(self, seconds: float, cycle: int = 0) -> list[threading.Thread]:
         stop = threading.Event()
         targets = [p for p in self.parts.values() if not p.name.startswith("n")]
+        writers = self.args.writers if self.args.writers is not None else max(4, len(targets))
         threads = [threading.Thread(target=self.writer, args=(i, targets[i % len(targets)], stop), daemon=True)
-                   for i in range(self.args.writers)]
+                   for i in range(writers)]
         threads += [threading.Thread(target=self.follower, args=(p, stop), daemon=True)
                     for p in list(self.parts.values())[:self.args.followers]]
         threads += [threading.Thread(target=self.reader, args=(stop,), daemon=True)
@@ -665,6 +799,8 @@ class Torture(Checks):
     def run(self) -> int:
         args = self.args
         deadline = time.monotonic() + args.duration if args.duration else None
+        if args.tiered:
+            self.start_store()
         self.start()
         self.create_topics()
         self.check_views()
@@ -707,6 +843,10 @@ class Torture(Checks):
                 self.end_traffic(threads)
             if args.damage and not clean and not lose and not self.totals.faults["damage-truncated-segment"]:
                 self.damage()                       # after a kill -9, in or out of a shutdown
+            if args.tiered and not clean:
+                self.note_crash_leftovers()
+            elif args.tiered:
+                self.check_store(live=False)        # after the clean shutdown: nothing may be left over
             if self.rng.random() < args.startup_kill_rate:
                 # crash again during startup, i.e. during recovery of what the last crash left
                 lose = args.power_loss and self.rng.random() < args.power_loss_rate
@@ -737,6 +877,8 @@ class Torture(Checks):
                 self.totals.fail("the mount skipped recovery on a clean-shutdown marker that the crashed "
                                  "mount had removed")
             self.check_views()
+            if args.tiered:
+                self.check_store()
             self.totals.context = ""
             self.totals.cycles += 1
             if args.verbose:
@@ -747,10 +889,12 @@ class Torture(Checks):
         self.stop()
         self.totals.faults["clean-shutdown"] += 1
         self.check_disk(views)
+        if args.tiered:
+            self.check_store(live=False)
         self.stop_layer()
         return self.report()
 
-    def _background_work(self) -> dict[str, int]:
+    def _background_work(self) -> dict[str, Any]:     # Any: counts, and the tiered ones by name
         """What retention and the cleaner did meanwhile, counted from the mounts' log lines."""
         try:
             text = self.log_path.read_text(errors="replace")
@@ -760,7 +904,17 @@ class Torture(Checks):
                 "retention_deletions": text.count("Found deletable segments"),
                 "recoveries_of_unflushed_segments": text.count("Recovering unflushed segment"),
                 "corrupted_index_rebuilds": text.count("Found a corrupted index file"),
-                "killed_writers_lines_dropped": text.count("Dropped the unterminated last line")}
+                "killed_writers_lines_dropped": text.count("Dropped the unterminated last line"),
+                **({"tiered": {
+                    "copies": text.count("Copied log segment"),
+                    "local_deletions_of_copied_segments": text.count("Deleting local segments with base offsets"),
+                    "log_start_moves_over_remote_segments": text.count("Moving the log start offset to"),
+                    "remote_deletions_below_log_start": sum(
+                        int(n) for n in re.findall(r"Deleted (\d+) remote log segments of .* below its log start",
+                                                   text)),
+                    "unfinished_copies_deleted_after_crash": text.count("(left by a crash or a failed copy)"),
+                    "orphans_deleted_after_crash": text.count("Deleted orphaned remote log segment"),
+                }} if self.args.tiered else {})}
 
     def _layer_figures(self) -> dict[str, int]:
         """What the power losses dropped, summed from the layer's log lines."""
@@ -800,6 +954,9 @@ class Torture(Checks):
                                      "recovery_skipped_on_marker": sum(r[3] for r in runs)}
                               for kind, runs in sorted(t.remounts.items())},
             **({"dropped_at_power_losses": self._layer_figures()} if self.args.power_loss else {}),
+            **({"store": self.args.store, "read_from_store": t.read_from_store, "store_checks": t.store_checks,
+                "store_orphans": t.store_orphans, "store_missing": t.store_missing,
+                "crash_leftovers": dict(sorted(t.crash_leftovers.items()))} if self.args.tiered else {}),
             **self._background_work(),
             "failures": t.failures,
         }
@@ -812,7 +969,7 @@ class Torture(Checks):
             for failure in t.failures:
                 print(f"failure: {failure}")
         bad = (t.lost or t.commits_lost or t.duplicated or t.misplaced or t.partial_batches or self.torn_records
-               or t.start_went_back
+               or t.start_went_back or t.store_orphans or t.store_missing
                or t.reader_errors or t.follower_errors or t.disk_errors or t.check_problems or t.failures)
         return 1 if bad else 0
 
@@ -826,7 +983,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cycles", type=int, default=12, help="crash cycles (default 12; ignored with --duration)")
     parser.add_argument("--duration", type=float, default=0, help="run for this many seconds instead")
     parser.add_argument("--cycle-seconds", type=float, default=1.5, help="longest traffic phase of a cycle")
-    parser.add_argument("--writers", type=int, default=4)
+    parser.add_argument("--writers", type=int, default=None,
+                        help="writer threads, one partition each in turn (default 4, or one per partition)")
     parser.add_argument("--followers", type=int, default=2)
     parser.add_argument("--readers", type=int, default=2)
     parser.add_argument("--killed-writers", type=int, default=1,
@@ -860,6 +1018,15 @@ def main(argv: list[str] | None = None) -> int:
                              "scripts/setup-kafka.sh) and torture a cluster mount of it")
     parser.add_argument("--fd-limit", type=int, default=None,
                         help="the mount's ulimit -n (its segment files then live under a budget of 3/4 of it)")
+    parser.add_argument("--tiered", action="store_true",
+                        help="tiered storage on (docs/tiering.md): p and r copied to a store and trimmed locally, "
+                             "plus topic t copied and never trimmed by retention; the store is checked against "
+                             "the metadata log after every remount")
+    parser.add_argument("--store", choices=("file", "seaweedfs"), default="file",
+                        help="with --tiered: a file:// directory in the work dir (default), or a SeaweedFS "
+                             "`weed mini` started in the work dir (S3 on loopback)")
+    parser.add_argument("--copy-interval-ms", type=int, default=200,
+                        help="with --tiered: remote.log.manager.task.interval.ms (default 200)")
     parser.add_argument("--segment-bytes", type=int, default=16384)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--work-dir", help="mount point and log live here (default: a new temp dir)")
@@ -875,6 +1042,8 @@ def main(argv: list[str] | None = None) -> int:
         args.seed = random.randrange(1 << 30)
     if args.new_topic_rate is None:
         args.new_topic_rate = 0.5 if args.power_loss else 0.0
+    if args.tiered and (args.cluster or args.bootstrap_server):
+        parser.error("--tiered: a cluster mount refuses tiered storage (docs/tiering.md)")
     if args.damage and (args.cluster or args.bootstrap_server):
         parser.error("--damage cuts the embedded data dir; a cluster mount's replica would fetch it back")
     print(f"seed: {args.seed}", flush=True)
@@ -898,6 +1067,7 @@ def main(argv: list[str] | None = None) -> int:
             torture.kill()
         if cluster is not None:
             cluster.stop()
+        torture.stop_store()
         if torture.layer is not None:
             torture.layer.kill()
             torture.layer.wait()

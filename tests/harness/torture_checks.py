@@ -66,6 +66,11 @@ class Partition:
     #: (a kill -9 keeps them in the page cache; a power loss may still take them, until an fsync covers them)
     promoted: set[int] = field(default_factory=set)
     gone: bool = False                                   # its directory vanished (reported once)
+    #: neither retention nor `before N` may move its log start (--tiered's topic t): a record below the log
+    #: start is lost, not retained
+    fixed_start: bool = False
+    tiered: bool = False                                 # remote.storage.enable=true (--tiered)
+    local_start: int = 0                                 # its local log start offset at the last check
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -117,6 +122,13 @@ class Totals:
     peak_rss_kb: int = 0
     commits_synced: int = 0     # group commits acknowledged by fsync()
     commits_lost: int = 0
+    #: --tiered: records read back through the views from the store (below the local log start)
+    read_from_store: int = 0
+    store_checks: int = 0       # quiescent comparisons of the store with the metadata log
+    store_orphans: int = 0      # objects of no finished copy, temporary files (after the mount's first round)
+    store_missing: int = 0      # finished copies missing an object, or with a .log of another size
+    #: what a crash left in the store and the data dir, found before the remount (the mount must clean it)
+    crash_leftovers: collections.Counter = field(default_factory=collections.Counter)
     failures: list[str] = field(default_factory=list)
 
     def fail(self, message: str) -> None:
@@ -139,6 +151,8 @@ class Checks:
     groups_lock: threading.Lock
     lost_power: bool
     bootstrap: str | None
+    #: --tiered: the properties file of the store's settings (``logfs check --config``), else None
+    store_config: Path | None
 
     def check_groups(self, tolerant: bool) -> None:
         """Each group's committed offset on p/0 after a remount: its last fsynced commit or a later one
@@ -176,6 +190,7 @@ class Checks:
         with open(self.mnt / part.name / "records.jsonl", "rb") as f:
             state = json.loads((self.mnt / part.name / "state").read_bytes())   # after the view is anchored
             records = [json.loads(line) for line in f.read().splitlines()]
+        part.local_start = state.get("local_log_start_offset", state["log_start_offset"])
         return state["log_start_offset"], [(r["offset"], r.get("key"), r["value"]) for r in records]
 
     def check_views(self) -> dict[str, dict[int, str]]:
@@ -196,6 +211,10 @@ class Checks:
             elif start < part.max_start:
                 t.start_went_back += 1
                 t.fail(f"{part.name}: log start {start} went back from {part.max_start}")
+            if part.fixed_start and start > part.deleted_before:
+                # nothing may have moved it: the records below it are lost (counted below), not retained
+                t.fail(f"{part.name}: log start {start} moved with no retention and no `before N` "
+                       f"(local log start {part.local_start})")
             if start < part.deleted_before:
                 t.start_went_back += 1
                 t.fail(f"{part.name}: log start {start} below the acknowledged `before {part.deleted_before}`")
@@ -215,6 +234,8 @@ class Checks:
                 by_offset[offset] = value
                 at_value[value] = offset
             snapshot[part.name] = by_offset
+            if part.tiered:
+                t.read_from_store += sum(1 for o in by_offset if o < part.local_start)
             with part.lock:
                 if tolerant and part.promoted:
                     # found after an earlier recovery, never fsynced: a power loss may take them (Kafka's
@@ -275,7 +296,10 @@ class Checks:
                 # records below the log start are gone by design (retention, DeleteRecords): stop tracking them
                 for offset in [o for o in part.acked if o < start]:
                     del part.acked[offset]
-                    t.retained += 1
+                    if part.fixed_start and offset >= part.deleted_before:
+                        t.lost += 1
+                    else:
+                        t.retained += 1
         self.check_groups(self.lost_power)
         self.lost_power = False
         return snapshot
@@ -341,7 +365,9 @@ class Checks:
                 if missing:
                     t.disk_errors += 1
                     t.fail(f"{part.name}: {len(missing)} records of the view are not on disk, e.g. {missing[:3]}")
-        result = subprocess.run([*LOGFS, "check", str(self.data)], capture_output=True, text=True,
+        # --tiered: the store too (engine.remote.check): the metadata log against the store's objects
+        store = ["--config", str(self.store_config)] if self.store_config is not None else []
+        result = subprocess.run([*LOGFS, "check", str(self.data), *store], capture_output=True, text=True,
                                 env=dict(os.environ, PYTHONPATH=str(ROOT)))
         problems = [line for line in result.stdout.splitlines() if line.strip()]
         if result.returncode != 0 or problems:
