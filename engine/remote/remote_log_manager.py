@@ -26,7 +26,10 @@ which: :meth:`RemoteLogManager.copy_log_segments` is given the log and its
   deleted too.  Then the store holds exactly the finished copies.
 * **remote retention**: :meth:`RemoteLogManager.delete_remote_segments_below`
   deletes every copy wholly below an offset (the log start moved by retention
-  or DeleteRecords), :meth:`RemoteLogManager.delete_partition` every copy of a
+  or DeleteRecords), ``file.delete.delay.ms`` after a round first found it
+  there, as a local segment's files stay that long once renamed ``.deleted``:
+  a view that opened the copy reads on meanwhile (a read of a deleted copy
+  fails with ENOENT); :meth:`RemoteLogManager.delete_partition` every copy of a
   partition whose topic was deleted.
 * **fetch**: :meth:`RemoteLogManager.read` returns the bytes of the copied
   batches from an offset on (the copy's offset index from the store, then its
@@ -172,6 +175,9 @@ class RemoteLogManager:
         self._retry_at_ms = 0
         #: partitions whose crash leftovers were cleaned up (once per mount, before their first copy)
         self._cleaned: set[TopicIdPartition] = set()
+        #: copies a round found wholly below their partition's log start, and when (the clock's ms): deleted
+        #: ``file.delete.delay.ms`` later (in memory: a new mount waits the delay again)
+        self._below_log_start_since: dict[RemoteLogSegmentId, int] = {}
         #: the metadata log, when this manager opened it (closed with it)
         self._metadata_log: Log | None = None
         #: where the view indexes of copies are kept (engine.views.persisted); None: not kept
@@ -306,6 +312,7 @@ class RemoteLogManager:
         if state is not None and state is not DELETE_STARTED:
             self.metadata.update_state(segment_id, DELETE_STARTED, self.clock.milliseconds())
         self.storage.delete_log_segment_data(segment_id)
+        self._below_log_start_since.pop(segment_id, None)
         self.cache.forget(lambda s: s == segment_id)
         with self._indexes_lock:
             for index_type in IndexType:
@@ -342,11 +349,17 @@ class RemoteLogManager:
             done += 1
         return done
 
-    def delete_remote_segments_below(self, tip: TopicIdPartition, offset: int) -> int:
-        """Delete every finished copy whose last offset is below ``offset`` (remote retention)."""
+    def delete_remote_segments_below(self, tip: TopicIdPartition, offset: int, delay_ms: int = 0) -> int:
+        """Delete every finished copy whose last offset is below ``offset`` (remote retention), ``delay_ms``
+        after a call first found it there (``file.delete.delay.ms``: views that opened it read on meanwhile);
+        returns how many were deleted."""
         done = 0
+        now = self.clock.milliseconds()
         for metadata in self.metadata.copied_segments(tip):
             if metadata.end_offset < offset:
+                since = self._below_log_start_since.setdefault(metadata.segment_id, now)
+                if now - since < delay_ms:
+                    continue
                 self._delete(metadata.segment_id)
                 done += 1
         return done
@@ -405,7 +418,8 @@ class RemoteLogManager:
             else:
                 # between two rounds no copy of the partition is under way: what is unfinished was abandoned
                 done += self.finish_unfinished(p.tip)
-            deleted = self.delete_remote_segments_below(p.tip, p.log.log_start_offset)
+            deleted = self.delete_remote_segments_below(p.tip, p.log.log_start_offset,
+                                                        p.log.config.file_delete_delay_ms)
             if deleted:
                 logger.info("Deleted %d remote log segments of %s below its log start offset %d", deleted,
                             p.tip, p.log.log_start_offset)

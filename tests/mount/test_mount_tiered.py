@@ -54,7 +54,9 @@ def _objects(server: SeaweedFS, prefix: str) -> list[str]:
 def _tiered_options(server: SeaweedFS, prefix: str, **more: str) -> dict[str, str]:
     return {"remote.log.storage.system.enable": "true", "internal.log.segment.bytes": "4096",
             "log.initial.task.delay.ms": "0", "remote.log.manager.task.interval.ms": "200",
-            "rsm.config.request.timeout.ms": "2000", **server.settings(prefix=prefix), **more}
+            "rsm.config.request.timeout.ms": "2000", **server.settings(prefix=prefix),
+            # copies below the log start go file.delete.delay.ms after a round found them there (60 s by default)
+            "log.segment.delete.delay.ms": "500", **more}
 
 
 def _lines(first: int, last: int) -> bytes:

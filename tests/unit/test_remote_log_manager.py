@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from engine.clock import ManualClock
 from engine.log import Log
 from engine.records import decode_batch, iter_batches, read_header
 from engine.remote.chunk_cache import RemoteChunkCache
 from engine.remote.metadata import RemoteLogMetadataManager
-from engine.remote.remote_log_manager import RemoteLogManager
-from engine.remote.storage import TopicIdPartition, open_remote_storage
+from engine.remote.remote_log_manager import RemoteLogManager, TieredPartition
+from engine.remote.storage import RemoteStorageError, TopicIdPartition, open_remote_storage
 from tests import ROOT
 from tests.helpers import make_config
 from tests.seaweedfs import SeaweedFS
@@ -125,6 +126,32 @@ def test_remote_retention_deletes_the_copies_below_an_offset(tiered: Tiered):
     assert tiered.rlm.delete_partition(TIP) == len(copies) - 2
     assert tiered.storage.list_segment_ids(TIP) == set()
     assert _copies(tiered) == []
+
+
+def test_a_copy_below_the_log_start_is_deleted_file_delete_delay_ms_later_and_read_until_then(tiered: Tiered):
+    # the torture harness's --tiered mode found it: `cat records.jsonl` of a tiered topic failed with ENOENT
+    # when retention moved the log start meanwhile, the next round deleting the copies under the open view at
+    # once (a local segment's files stay file.delete.delay.ms, and an open view reads on)
+    clock = tiered.rlm.clock = ManualClock()
+    _fill(tiered.log, 40)
+    tiered.rlm.copy_log_segments(tiered.log, TIP)
+    copies = _copies(tiered)
+    first = copies[0][0]
+    tiered.log.maybe_increment_log_start_offset(copies[2][0])     # retention: the first two copies are below
+    partition = [TieredPartition(tiered.log, TIP, True)]
+    delay = tiered.log.config.file_delete_delay_ms
+    assert delay == 60_000
+    tiered.rlm.run_once(partition, 100)
+    clock.sleep(delay - 1)
+    tiered.rlm.run_once(partition, 100)
+    assert _copies(tiered)[:2] == copies[:2]
+    _metadata, _position, data = tiered.rlm.read(TIP, first, 100)   # a view that opened the copy reads on
+    assert len(data) == 100
+    clock.sleep(1)
+    assert tiered.rlm.run_once(partition, 100) == 2
+    assert _copies(tiered)[0] == copies[2]
+    with pytest.raises(RemoteStorageError):
+        tiered.rlm.read(TIP, first, 100)
 
 
 CRASH_HELPER = r"""

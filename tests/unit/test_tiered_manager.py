@@ -180,11 +180,18 @@ def test_a_round_copies_closed_flushed_segments_of_remote_enabled_topics_only(ma
     assert rlm.read(tip, 0, 1 << 20)[2] == log.segments[0].read_bytes(0, log.segments[0].size)
 
 
+def _wait_out_the_delete_delay(manager: LogManager) -> None:
+    """The copies a round found below the log start go at the first round file.delete.delay.ms later."""
+    manager.clock.sleep(manager.get_log(TP).config.file_delete_delay_ms)     # type: ignore[attr-defined, union-attr]
+
+
 def test_delete_records_retention_and_topic_deletion_delete_the_remote_copies(manager: LogManager, tmp_path: Path):
     rlm, _log, tip, copied = _copied(manager)
     assert copied >= 5
     third = rlm.metadata.copied_segments(tip)[2]
     manager.delete_records(TP, third.start_offset + 1)        # inside the third copy: the first two go
+    assert manager.copy_to_remote_storage() == 0              # not before file.delete.delay.ms
+    _wait_out_the_delete_delay(manager)
     assert manager.copy_to_remote_storage() == 2
     assert next(m.start_offset for m in rlm.metadata.copied_segments(tip)) == third.start_offset
     assert len(_store_files(tmp_path)) == 6 * (copied - 2)
@@ -377,6 +384,8 @@ def test_local_retention_deletes_only_copied_segments_and_reads_below_the_local_
         manager.alter_topic_config("t", {"retention.bytes": "30000"})
         manager.cleanup_logs()
         assert log.log_start_offset > 0
+        manager.copy_to_remote_storage()
+        _wait_out_the_delete_delay(manager)
         manager.copy_to_remote_storage()
         assert rlm.remote_log_size(tip)[0] < copies
         assert all(m.end_offset >= log.log_start_offset for m in rlm.metadata.copied_segments(tip))
@@ -928,6 +937,8 @@ def test_the_view_index_of_a_remote_log_segment_is_kept_so_a_new_mount_sizes_vie
         assert view.read(0, size) == _expected_text(1200)
         # remote retention deletes a copy's kept view index with it
         manager.delete_records(TP, log.local_log_start_offset)
+        manager.copy_to_remote_storage()
+        _wait_out_the_delete_delay(manager)
         manager.copy_to_remote_storage()
         assert list((tmp_path / "data" / "remote-log" / "view-index").rglob("*.viewindex")) == []
     finally:
