@@ -48,6 +48,35 @@ checks follow with no allowance for a power loss: what the cluster
 acknowledged must be served after every remount, however the replica was
 torn, and the log start is the cluster's.
 
+With ``--tiered`` the store is in the loop (docs/tiering.md): the mount has
+``remote.log.storage.system.enable=true`` and the store's settings in a
+``--config`` properties file, and ``remote.log.manager.task.interval.ms=200``
+(``--copy-interval-ms``; the first round comes ``log.initial.task.delay.ms``,
+100 ms here, after each mount).  The store is a ``file://`` directory in the
+work dir, or with ``--store seaweedfs`` a SeaweedFS ``weed mini`` started
+there (S3 on loopback, tests/seaweedfs.py); either is outside the power-loss
+layer, as another machine keeps what it acknowledged.  Topics ``p`` and ``r``
+have ``remote.storage.enable=true`` and a ``local.retention.bytes`` of 64 and
+32 KiB over 16 KiB segments, so every cycle copies segments, deletes local
+ones, moves log starts over copies (their retention) and deletes copies
+(``file.delete.delay.ms=2000``: a view a check opened reads on for 2 s once
+retention passed its copies); a topic ``t`` is tiered with no retention at
+all: its log start must stay 0, so
+each of its records is read back from the store or the local segments, never
+excused as retained.  Readers of ``offset/N`` read old offsets of the tiered
+partitions (from the store) half the time.  Before each remount the durable
+data dir and the store are searched for what the crash left mid-way (copies
+and deletions of copies under way, objects of no finished copy, local
+segments renamed ``.deleted`` but not unlinked yet), counted under
+``crash_leftovers``; a finished copy missing an object is a failure at once.
+After each remount, once the copy task's first round is over, the store must
+hold exactly the finished copies of the metadata log: an independent check
+(tests/harness/torture_store.py: the metadata log replayed with kafka-python,
+the store listed, temporary files included) between two identical reads of
+the metadata log with no copy under way; an orphaned or missing object fails
+the run (``store_orphans``, ``store_missing``).  ``logfs check`` after a clean
+shutdown gets the store's settings.
+
 Every ``--clean-every`` cycles (and at the end) the mount is instead shut down
 cleanly and the disk is checked with kafka-python (every batch's CRC), against
 the views read just before, and with ``logfs check`` (no problem allowed).
@@ -62,6 +91,9 @@ misplaced or inconsistent.  The defaults run in well under a minute (CI);
     .venv/bin/python tests/harness/torture.py --power-loss --power-loss-rate 0.5
     .venv/bin/python tests/harness/torture.py --cluster --power-loss      # the local replica of a cluster mount
     .venv/bin/python tests/harness/torture.py --power-loss --fd-limit 64  # segment files closed and reopened
+    .venv/bin/python tests/harness/torture.py --tiered --cycles 150 --json               # the store in the loop
+    .venv/bin/python tests/harness/torture.py --tiered --power-loss --cycles 150 --json
+    .venv/bin/python tests/harness/torture.py --tiered --store seaweedfs                 # S3 (weed mini)
 """
 
 from __future__ import annotations
@@ -116,10 +148,13 @@ CLUSTER_TOPICS = {
     "c": (1, b"cleanup.policy=compact\nparse.key=true\nmin.cleanable.dirty.ratio=0.05\n"),
 }
 #: --tiered: the same topics, p and r copied to the store (their local segments trimmed to a few), plus ``t``,
-#: copied and never trimmed by retention (its log start must stay 0: every record is there, most in the store)
+#: copied and never trimmed by retention (its log start must stay 0: every record is there, most in the store);
+#: the copies below a log start stay file.delete.delay.ms (2 s here), as long as a check reads a view
 TIERED_TOPICS = {
-    "p": (2, b"retention.bytes=262144\nremote.storage.enable=true\nlocal.retention.bytes=65536\n"),
-    "r": (1, b"retention.ms=4000\nremote.storage.enable=true\nlocal.retention.bytes=32768\n"),
+    "p": (2, b"retention.bytes=262144\nremote.storage.enable=true\nlocal.retention.bytes=65536\n"
+             b"file.delete.delay.ms=2000\n"),
+    "r": (1, b"retention.ms=4000\nremote.storage.enable=true\nlocal.retention.bytes=32768\n"
+             b"file.delete.delay.ms=2000\n"),
     "c": (1, b"cleanup.policy=compact\nparse.key=true\nmin.cleanable.dirty.ratio=0.05\ninternal.segment.bytes=8192\n"),
     "t": (1, b"remote.storage.enable=true\nlocal.retention.bytes=32768\n"),
 }
