@@ -83,3 +83,23 @@ def test_power_loss_round_detects_a_disk_that_lies_about_fsync():
     assert code == 1, output
     assert summary["lost"] > 0, output
     assert summary["faults"]["power-loss"] == 2, output
+
+
+def test_tiered_round_loses_nothing_and_leaves_no_orphan(tmp_path):
+    """A short --tiered round (docs/tiering.md): copies, local deletions and reads from a file:// store in every
+    cycle, kill -9 and power losses among them; nothing acknowledged lost, the store holding exactly the finished
+    copies after every remount."""
+    code, summary, output = _run("--tiered", "--power-loss", "--power-loss-rate", "0.5", "--cycles", "6",
+                                 "--seed", "37", "--work-dir", str(tmp_path), timeout=300)
+    assert summary, output
+    assert summary["lost"] == 0, output
+    assert summary["duplicated"] == 0, output
+    assert summary["store_orphans"] == 0, output
+    assert summary["store_missing"] == 0, output
+    assert code == 0, output
+    assert summary["store_checks"] >= 6, output
+    tiered = summary["tiered"]
+    assert tiered["copies"] > 0, output
+    assert tiered["local_deletions_of_copied_segments"] > 0, output
+    assert summary["read_from_store"] > 0, output
+    assert summary["faults"].get("power-loss", 0) + summary["faults"].get("kill-9", 0) >= 3, output
