@@ -128,7 +128,7 @@ class Totals:
     store_orphans: int = 0      # objects of no finished copy, temporary files (after the mount's first round)
     store_missing: int = 0      # finished copies missing an object, or with a .log of another size
     #: what a crash left in the store and the data dir, found before the remount (the mount must clean it)
-    crash_leftovers: collections.Counter = field(default_factory=collections.Counter)
+    crash_leftovers: collections.Counter[str] = field(default_factory=collections.Counter)
     failures: list[str] = field(default_factory=list)
 
     def fail(self, message: str) -> None:
