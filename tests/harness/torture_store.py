@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 METADATA_DIR = Path("remote-log") / "__remote_log_metadata-0"
-#: every object of a finished copy (the engine copies no transaction index or producer snapshot yet)
-COPY_SUFFIXES = ("index", "timeindex", "leader-epoch-checkpoint", "log")
+#: every object of a finished copy
+COPY_SUFFIXES = ("index", "timeindex", "txnindex", "snapshot", "leader-epoch-checkpoint", "log")
 FINISHED = "COPY_SEGMENT_FINISHED"
 UNFINISHED = ("COPY_SEGMENT_STARTED", "DELETE_SEGMENT_STARTED")
 

@@ -257,7 +257,7 @@ def test_a_put_cut_by_a_crash_leaves_no_temporary_file_in_the_store(tmp_path: Pa
         assert _copies(t) == [(s.base_offset, s.next_offset - 1) for s in closed]
         leftovers = sorted(p.name for p in (tmp_path / "store").rglob("*") if p.is_file())
         assert [n for n in leftovers if n.endswith(".tmp")] == []
-        assert len(leftovers) == 4 * len(closed), leftovers
+        assert len(leftovers) == 6 * len(closed), leftovers
     finally:
         t.close()
         t.log.close()
