@@ -218,13 +218,18 @@ def test_admin_operations_act_on_the_cluster(cluster_mount, kafka_cluster: Kafka
     resource = ConfigResource(ConfigResource.Type.TOPIC, "adm")
     assert "message.timestamp.type=CreateTime" in (m / "adm/config").read_text().splitlines()
     (m / "adm/config").write_text("retention.ms=86400000\n")
-    configs = admin.describe_configs([resource])[resource].result()
-    assert configs["retention.ms"].value == "86400000"
+
+    def retention_ms() -> str:
+        return str(admin.describe_configs([resource])[resource].result()["retention.ms"].value)
+
+    # the controller committed it when the write returned; the broker that answers DescribeConfigs applies
+    # the metadata record soon after (KRaft propagates it asynchronously)
+    wait_for(lambda: retention_ms() == "86400000", "the new retention.ms described by the cluster")
     with pytest.raises(OSError) as refused:
         (m / "adm/config").write_text("retention.ms=soon\n")
     assert refused.value.errno == errno.EINVAL
     assert "Invalid value soon for configuration retention.ms" in m.log()
-    assert admin.describe_configs([resource])[resource].result()["retention.ms"].value == "86400000"
+    assert retention_ms() == "86400000"
     # DeleteRecords and a tombstone
     with open(m / "adm/0/append", "ab", buffering=0) as f:
         for i in range(6):
