@@ -62,6 +62,13 @@ def hold(key: object, data: bytes) -> None:
         held_now[key] = data
 
 
+def forget_held() -> None:
+    """Let go of what :func:`hold` kept in this thread (a reader past those bytes), within its scope."""
+    held_now: dict[object, bytes] | None = getattr(_local, "held", None)
+    if held_now is not None:
+        held_now.clear()
+
+
 def held(key: object) -> bytes | None:
     """What :func:`hold` kept for ``key`` in this thread, or None."""
     held_now: dict[object, bytes] | None = getattr(_local, "held", None)

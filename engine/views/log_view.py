@@ -59,7 +59,7 @@ from engine import records as _records
 from engine import transactions
 from engine.errors import CorruptRecordError, InvalidRequestError, OffsetOutOfRangeError, StorageError
 from engine.records.reader import read_chunks
-from engine.store_waits import StoreWaitDeferred, holding, outside_store_waits
+from engine.store_waits import StoreWaitDeferred, forget_held, holding, outside_store_waits
 from engine.views import render, walk
 from engine.views.index import committed_view_index, view_index
 
@@ -313,6 +313,7 @@ class LogView:
                     size -= len(data)
                 if deferred is None or size <= 0:
                     break
+                forget_held()       # the bytes read are rendered: only what comes next is held
                 deferred.wait()
         if not out:
             return b""
