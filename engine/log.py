@@ -240,6 +240,12 @@ class Log:
         first = segments.peekitem(0)[0] if segments else self._log_start_offset
         return max(first, self._log_start_offset)
 
+    @property
+    def has_remote_only_records(self) -> bool:
+        """Whether some records are held only by remote log segments (below the local log start): reading
+        them reads tiered storage's store."""
+        return self._log_start_offset < self.local_log_start_offset
+
     def reader_segments(self) -> SortedDict:
         """The segments readers see: the remote log segments below the local log start (tiered storage),
         then the local ones; ``segments`` itself when there are no remote ones to add.  Never mutated; the

@@ -277,7 +277,7 @@ class LogManager:
         storage, self._remote_storage = self._remote_storage, None
         if storage is None:
             remote_only = sorted({str(log.topic_partition) for log in self._logs.values()
-                                  if log.log_start_offset < log.local_log_start_offset})
+                                  if log.has_remote_only_records})
             if remote_only and not self._remote_only_records_ok:
                 raise StorageError(
                     f"Partitions {', '.join(remote_only)} hold records only in remote storage (tiered storage "
@@ -444,7 +444,7 @@ class LogManager:
         """InvalidConfigError when a partition of ``topic`` holds records only in remote storage: turning
         remote.storage.enable off would drop them (Kafka asks for remote.log.delete.on.disable instead)."""
         for p, log in sorted(self._logs.logs_of(topic).items()):
-            if log.log_start_offset < log.local_log_start_offset:
+            if log.has_remote_only_records:
                 raise InvalidConfigError(
                     f"Invalid value false for configuration remote.storage.enable: partition {p} of {topic} holds "
                     f"offsets {log.log_start_offset} to {log.local_log_start_offset - 1} only in remote storage; "

@@ -174,7 +174,7 @@ class Namespace:
         when every record is local.  A failure of the store is the lookup's (its errno); any other error
         is left for the lookup to find and say."""
         log = self.manager.get_log(tp)
-        if log is None or log.local_log_start_offset <= log.log_start_offset:
+        if log is None or not log.has_remote_only_records:
             return None
 
         def prepare() -> None:

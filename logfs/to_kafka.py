@@ -252,7 +252,7 @@ def inspect(data_dirs: Sequence[str]) -> DataDirState:
                 topic_id = read_partition_topic_id(log.dir)
                 tip = TopicIdPartition(topic, topic_id or "", number)
                 copies = metadata.copied_segments(tip) if metadata is not None and topic_id else []
-                if copies or log.log_start_offset < log.local_log_start_offset:
+                if copies or log.has_remote_only_records:
                     remote.append(RemotePartition(tp, os.path.abspath(log.dir), tip, log.log_start_offset,
                                                   log.local_log_start_offset, copies))
         for r in remote:

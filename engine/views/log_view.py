@@ -377,8 +377,7 @@ class LogView:
         that does not answer would stop for the request timeout.  Read without
         the lock: a stale answer only changes which thread serves the read.
         """
-        log = self.log
-        if log.local_log_start_offset <= log.log_start_offset:
+        if not self.log.has_remote_only_records:
             return False                # every record is in a local segment
         start, buf = self._buf_start, self._buf
         if start <= position and position + size <= start + len(buf):
