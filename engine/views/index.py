@@ -259,22 +259,26 @@ def view_index(segment: LogSegment, sealed: bool = False) -> ViewIndex:
     return vi
 
 
-def _ready(segment: LogSegment) -> bool:
+def _index_in_memory(segment: LogSegment, sealed: bool) -> ViewIndex | None:
+    """The segment's view index in memory when it covers the segment (and, ``sealed``, was loaded from or
+    written to its file), else None."""
     views = segment.attachment
-    return (isinstance(views, SegmentViews) and views.index.log_size >= segment.size and views.persisted
-            and views.topic_partition == segment.topic_partition)
+    if (isinstance(views, SegmentViews) and views.index.log_size >= segment.size
+            and views.topic_partition == segment.topic_partition and (views.persisted or not sealed)):
+        return views.index
+    return None
 
 
 def remote_view_indexes_missing(log: Log) -> list[LogSegment]:
     """The remote log segments of ``log`` (tiered storage) whose view index is not in memory yet: sizing a
     view over them reads the store (their offset index, or the copies themselves)."""
-    if log.local_log_start_offset <= log.log_start_offset:
+    if not log.has_remote_only_records:
         return []                       # every record is in a local segment
     missing = []
     for segment in log.reader_segments().values():
         if not segment.remote:
             break                       # the remote segments come first: below the local log start
-        if not _ready(segment):
+        if _index_in_memory(segment, sealed=True) is None:
             missing.append(segment)
     return missing
 
@@ -295,10 +299,9 @@ def view_index_and_damage(segment: LogSegment,
     partial index is kept, so asking again costs one header read, not a
     rescan of the segment.
     """
-    views = segment.attachment
-    if isinstance(views, SegmentViews) and views.index.log_size >= segment.size \
-            and views.topic_partition == segment.topic_partition and (views.persisted or not sealed):
-        return views.index, None
+    in_memory = _index_in_memory(segment, sealed)
+    if in_memory is not None:
+        return in_memory, None
     views = _views_of(segment)
     with views.lock:
         vi = views.index
