@@ -187,6 +187,35 @@ class RemoteLogMetadataCache:
 _FINISHED = (RemoteLogSegmentState.COPY_SEGMENT_FINISHED,)
 
 
+def serving_copies(finished: Iterable[RemoteLogSegmentMetadata]
+                   ) -> tuple[list[RemoteLogSegmentMetadata], list[RemoteLogSegmentMetadata]]:
+    """(serving, superseded) of a partition's finished copies: one copy per base offset serves, by offset.
+
+    Two finished copies can share a base offset: a local segment copied when it was closed can grow again,
+    because a power loss that took the roll after it (the next segment's file, whose records were never
+    fsynced) leaves it the active segment, and appends after the restart go on in it; its next copy has the
+    same base offset and more records.  A copy is taken at or below the recovery point, whose records a
+    power loss never takes, so a later copy of a base offset holds the earlier one's bytes and possibly
+    more: the longest serves (then the newest, then the id: one answer whatever the order).  A map of copies
+    by base offset that kept another would skip the serving copy's extra records without an error.
+    """
+    by_base: dict[int, RemoteLogSegmentMetadata] = {}
+    superseded: list[RemoteLogSegmentMetadata] = []
+    for copy in finished:
+        kept = by_base.get(copy.start_offset)
+        if kept is None:
+            by_base[copy.start_offset] = copy
+            continue
+        if (copy.end_offset, copy.event_timestamp, copy.segment_id.id) > \
+                (kept.end_offset, kept.event_timestamp, kept.segment_id.id):
+            by_base[copy.start_offset], copy = copy, kept
+        superseded.append(copy)
+    def by_offset(m: RemoteLogSegmentMetadata) -> tuple[int, str]:
+        return m.start_offset, m.segment_id.id
+
+    return sorted(by_base.values(), key=by_offset), sorted(superseded, key=by_offset)
+
+
 class RemoteLogMetadataManager:
     """Records every event of the remote segments in ``log`` and answers from their replayed state."""
 
@@ -248,9 +277,16 @@ class RemoteLogMetadataManager:
         return None if current is None else current.state
 
     def copied_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
-        """The copies that serve reads (COPY_SEGMENT_FINISHED), by start offset."""
+        """The copies that serve reads, by start offset: the finished ones, one per base offset
+        (:func:`serving_copies`)."""
         with self._lock:
-            return self._cache.segments(tip, _FINISHED)
+            return serving_copies(self._cache.segments(tip, _FINISHED))[0]
+
+    def superseded_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        """Finished copies that serve no read: a longer copy of their base offset was made after them
+        (:func:`serving_copies`); the copy task deletes them."""
+        with self._lock:
+            return serving_copies(self._cache.segments(tip, _FINISHED))[1]
 
     def segment_for_offset(self, tip: TopicIdPartition, offset: int) -> RemoteLogSegmentMetadata | None:
         """The finished copy holding ``offset``, None when no copy does (Kafka's ``remoteLogSegmentMetadata``)."""

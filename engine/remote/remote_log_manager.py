@@ -30,7 +30,10 @@ which: :meth:`RemoteLogManager.copy_log_segments` is given the log and its
   there, as a local segment's files stay that long once renamed ``.deleted``:
   a view that opened the copy reads on meanwhile (a read of a deleted copy
   fails with ENOENT); :meth:`RemoteLogManager.delete_partition` every copy of a
-  partition whose topic was deleted.
+  partition whose topic was deleted; :meth:`RemoteLogManager.delete_superseded_segments`,
+  with the same delay, a copy that a longer copy of its base offset superseded
+  (a segment that grew again after a power loss took its roll:
+  ``engine.remote.metadata.serving_copies``).
 * **fetch**: :meth:`RemoteLogManager.read` returns the bytes of the copied
   batches from an offset on (the copy's offset index from the store, then its
   ``.log`` through the chunk cache); :meth:`RemoteLogManager.transaction_index`
@@ -175,9 +178,9 @@ class RemoteLogManager:
         self._retry_at_ms = 0
         #: partitions whose crash leftovers were cleaned up (once per mount, before their first copy)
         self._cleaned: set[TopicIdPartition] = set()
-        #: copies a round found wholly below their partition's log start, and when (the clock's ms): deleted
-        #: ``file.delete.delay.ms`` later (in memory: a new mount waits the delay again)
-        self._below_log_start_since: dict[RemoteLogSegmentId, int] = {}
+        #: copies a round found wholly below their partition's log start, or superseded, and when (the clock's
+        #: ms): deleted ``file.delete.delay.ms`` later (in memory: a new mount waits the delay again)
+        self._deletable_since: dict[RemoteLogSegmentId, int] = {}
         #: the metadata log, when this manager opened it (closed with it)
         self._metadata_log: Log | None = None
         #: where the view indexes of copies are kept (engine.views.persisted); None: not kept
@@ -312,7 +315,7 @@ class RemoteLogManager:
         if state is not None and state is not DELETE_STARTED:
             self.metadata.update_state(segment_id, DELETE_STARTED, self.clock.milliseconds())
         self.storage.delete_log_segment_data(segment_id)
-        self._below_log_start_since.pop(segment_id, None)
+        self._deletable_since.pop(segment_id, None)
         self.cache.forget(lambda s: s == segment_id)
         with self._indexes_lock:
             for index_type in IndexType:
@@ -353,15 +356,30 @@ class RemoteLogManager:
         """Delete every finished copy whose last offset is below ``offset`` (remote retention), ``delay_ms``
         after a call first found it there (``file.delete.delay.ms``: views that opened it read on meanwhile);
         returns how many were deleted."""
+        return self._delete_after(
+            [m for m in self.metadata.copied_segments(tip) if m.end_offset < offset], delay_ms)
+
+    def delete_superseded_segments(self, tip: TopicIdPartition, delay_ms: int = 0) -> int:
+        """Delete the finished copies a longer copy of their base offset superseded (``metadata.serving_copies``),
+        ``delay_ms`` after a call first found them (views that opened one read on meanwhile); returns how many
+        were deleted."""
+        superseded = self.metadata.superseded_segments(tip)
+        for metadata in superseded:
+            if metadata.segment_id not in self._deletable_since:
+                logger.info("Remote log segment %s (%d..%d) of %s is superseded by a longer copy of its base "
+                            "offset (the segment grew again after a power loss took its roll); deleting it",
+                            metadata.segment_id.id, metadata.start_offset, metadata.end_offset, tip)
+        return self._delete_after(superseded, delay_ms)
+
+    def _delete_after(self, copies: Sequence[RemoteLogSegmentMetadata], delay_ms: int) -> int:
         done = 0
         now = self.clock.milliseconds()
-        for metadata in self.metadata.copied_segments(tip):
-            if metadata.end_offset < offset:
-                since = self._below_log_start_since.setdefault(metadata.segment_id, now)
-                if now - since < delay_ms:
-                    continue
-                self._delete(metadata.segment_id)
-                done += 1
+        for metadata in copies:
+            since = self._deletable_since.setdefault(metadata.segment_id, now)
+            if now - since < delay_ms:
+                continue
+            self._delete(metadata.segment_id)
+            done += 1
         return done
 
     def delete_partition(self, tip: TopicIdPartition) -> int:
@@ -420,6 +438,7 @@ class RemoteLogManager:
                 done += self.finish_unfinished(p.tip)
             deleted = self.delete_remote_segments_below(p.tip, p.log.log_start_offset,
                                                         p.log.config.file_delete_delay_ms)
+            done += self.delete_superseded_segments(p.tip, p.log.config.file_delete_delay_ms)
             if deleted:
                 logger.info("Deleted %d remote log segments of %s below its log start offset %d", deleted,
                             p.tip, p.log.log_start_offset)

@@ -306,24 +306,6 @@ class _RemoteOffsetIndex:
         return self._data
 
 
-def newest_copy_per_base_offset(copies: Sequence[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
-    """One finished copy per base offset, by offset: the newest (then the longest) where several share one.
-
-    A local segment copied when it was closed can grow again: a power loss that took the roll after it (the
-    next segment's file) leaves it the active segment, and appends after the restart go on in it, so its
-    next copy has the same base offset and more records.  Both copies hold the same bytes up to the first
-    one's end; the newer one is the log as it is.  Readers see only it (a map of segments by base offset that
-    kept the older one would skip the newer one's extra records without an error); the older one stays in
-    the store until retention deletes it.
-    """
-    by_base: dict[int, RemoteLogSegmentMetadata] = {}
-    for copy in copies:
-        kept = by_base.get(copy.start_offset)
-        if kept is None or (copy.event_timestamp, copy.end_offset) > (kept.event_timestamp, kept.end_offset):
-            by_base[copy.start_offset] = copy
-    return sorted(by_base.values(), key=lambda m: m.start_offset)
-
-
 class RemoteLogReader:
     """The remote log segments of one partition as readers see them (``Log.remote_log_reader``).
 
@@ -350,9 +332,8 @@ class RemoteLogReader:
     def remote_segments(self, log_start: int, local_start: int) -> list[RemoteLogSegment]:
         """The finished copies holding offsets in [log_start, local_start), by offset."""
         with self._lock:
-            wanted = newest_copy_per_base_offset(
-                [m for m in self.rlm.metadata.copied_segments(self.tip)
-                 if m.end_offset >= log_start and m.end_offset < local_start])
+            wanted = [m for m in self.rlm.metadata.copied_segments(self.tip)
+                      if m.end_offset >= log_start and m.end_offset < local_start]
             live = {m.segment_id.id for m in wanted}
             for gone in [i for i in self._segments if i not in live]:
                 del self._segments[gone]
