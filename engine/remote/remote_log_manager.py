@@ -367,8 +367,9 @@ class RemoteLogManager:
         for metadata in superseded:
             if metadata.segment_id not in self._deletable_since:
                 logger.info("Remote log segment %s (%d..%d) of %s is superseded by a longer copy of its base "
-                            "offset (the segment grew again after a power loss took its roll); deleting it",
-                            metadata.segment_id.id, metadata.start_offset, metadata.end_offset, tip)
+                            "offset (the segment grew again after a power loss took its roll); it is deleted in "
+                            "%d ms (file.delete.delay.ms)", metadata.segment_id.id, metadata.start_offset,
+                            metadata.end_offset, tip, delay_ms)
         return self._delete_after(superseded, delay_ms)
 
     def _delete_after(self, copies: Sequence[RemoteLogSegmentMetadata], delay_ms: int) -> int:

@@ -417,10 +417,31 @@ class LogView:
     def _segment_of(self, slot: _Slot) -> LogSegment:
         segment = slot.segment()
         if segment is None:
+            segment = self._copy_serving(slot)
+        if segment is None:
             raise OffsetOutOfRangeError(
                 f"Segment {slot.base_offset} of {self.log.topic_partition} was deleted after this "
                 "view read past it", offset=slot.base_offset)
         return segment
+
+    def _copy_serving(self, slot: _Slot) -> LogSegment | None:
+        """The remote log segment that holds a slot's records once local retention deleted its local
+        segment (tiered storage), bound to the slot from then on; None when none does.
+
+        Local retention deletes only a copied segment: the copy is of the closed segment, byte for byte, so
+        the view reads on from it (a reader that the kernel's out-of-order reads took back into a slot the
+        view had let go of, or one slower than ``file.delete.delay.ms``).  Log retention and DeleteRecords
+        are another matter: below the log start no copy serves, and the read fails as before.
+        """
+        if not self.log.has_remote_only_records:
+            return None
+        copy: LogSegment | None = self.log.reader_segments().get(slot.base_offset)
+        if copy is None or not copy.remote:
+            return None
+        if slot.final_size is not None and self._segment_size(copy) != slot.final_size:
+            return None                 # not the segment the view rendered (never expected: say so)
+        slot.weak = weakref.ref(copy)
+        return copy
 
     def _render_chunk(self, slot_index: int, log_pos: int, render_pos: int, position: int,
                       stop: int) -> bytes | memoryview:
@@ -579,8 +600,9 @@ class LogView:
         read past; once retention or the cleaner deleted them, their bytes stay
         counted in the view's positions (so its size only grows) but can no
         longer be rendered; records below the log start (DeleteRecords) are
-        deleted even while their segment is held.  This is where what a new
-        reader may read starts.
+        deleted even while their segment is held.  A segment that tiered
+        storage's local retention deleted is not gone: its copy serves the
+        slot.  This is where what a new reader may read starts.
         """
         with self._lock:
             segments = self.log.reader_segments()
@@ -588,7 +610,11 @@ class LogView:
             for slot in self._slots:
                 segment = slot.segment()
                 if segment is None or (slot.strong is None and segments.get(slot.base_offset) is not segment):
-                    continue
+                    segment = segments.get(slot.base_offset)
+                    if segment is None or not segment.remote:
+                        continue
+                    # local retention deleted the slot's segment once copied: the copy serves its records
+                    # (``_copy_serving``), which the log still holds
                 if segment.next_offset <= log_start and segment is not segments.peekitem(-1)[1]:
                     continue            # wholly below the log start (DeleteRecords): not to be shown again
                 below = self._size_before(segment, log_start) if log_start > segment.base_offset else 0

@@ -183,6 +183,46 @@ def _is_mounted(path: Path) -> bool:
     return subprocess.run(["mountpoint", "-q", str(path)]).returncode == 0
 
 
+def _fuse_connection(path: Path) -> int | None:
+    """The FUSE connection (fusectl's number: the mount's anonymous device minor) mounted at ``path``, read
+    from /proc/self/mountinfo (a stat of a mount whose daemon hangs would hang too); None when none is."""
+    found = None
+    try:
+        with open("/proc/self/mountinfo") as mountinfo:
+            for line in mountinfo:
+                fields = line.split()
+                sep = fields.index("-")
+                if fields[4] == str(path) and fields[sep + 1].startswith("fuse"):
+                    major, minor = map(int, fields[2].split(":"))
+                    found = minor if major == 0 else None
+    except (OSError, ValueError):
+        return None
+    return found
+
+
+_FUSECTL = Path("/sys/fs/fuse/connections")
+
+
+def _abort_fuse_connection(connection: int | None, what: str) -> None:
+    """Abort the FUSE connection of a daemon that is dead (what the kernel does once no process holds its
+    /dev/fuse descriptor).  Were one still held (a process forked by it, not yet exec'd), every request to
+    the mount would wait for good: a child the harness forks closes its inherited mount descriptors between
+    fork and exec, each close a FLUSH request, and it hung a run for 24 minutes once."""
+    if connection is None:
+        return
+    if not any(_FUSECTL.glob("*")):
+        subprocess.run(["mount", "-t", "fusectl", "none", str(_FUSECTL)], capture_output=True)
+    waiting = _FUSECTL / str(connection) / "waiting"
+    try:
+        pending = int(waiting.read_text())
+        (_FUSECTL / str(connection) / "abort").write_text("1")
+    except (OSError, ValueError):
+        return              # gone with its daemon, or no fusectl here
+    if pending:
+        print(f"torture: the FUSE connection {connection} of the dead {what} still had {pending} requests "
+              "waiting: aborted", file=sys.stderr, flush=True)
+
+
 def _unmount(path: Path, timeout: float = 120.0) -> None:
     """``fusermount3 -u`` until it takes (a busy mount refuses while a request is in flight), at most ``timeout``."""
     deadline = time.monotonic() + timeout
@@ -315,9 +355,11 @@ class Torture(Checks):
         self.kill()
         if self.layer is None:
             return
+        connection = _fuse_connection(self.data)
         self.layer.send_signal(signal.SIGUSR1)
         code = self.layer.wait(timeout=120)
         self.layer = None
+        _abort_fuse_connection(connection, "power-loss layer")
         if code != 0:
             self.totals.fail(f"powerloss_fs exited with {code} at a power loss; see {self.layer_log}")
         subprocess.run(["fusermount3", "-uz", str(self.data)], capture_output=True)
@@ -349,11 +391,13 @@ class Torture(Checks):
             pass
 
     def kill(self) -> None:
+        connection = _fuse_connection(self.mnt)
         if self.proc is not None:
             self._note_memory()
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
             self.proc = None
+        _abort_fuse_connection(connection, "mount")
         subprocess.run(["fusermount3", "-uz", str(self.mnt)], capture_output=True)
 
     def stop(self) -> None:

@@ -302,6 +302,27 @@ def test_local_retention_keeps_the_disk_bounded_and_every_view_reads_below_the_l
     every_view()
 
 
+def test_a_new_reader_of_a_followed_records_file_gets_every_record_after_local_retention_moved_them_to_s3(
+        logfs_mount, own_seaweedfs: SeaweedFS, tmp_path: Path):
+    # a follower (tail -F) holds records open and has read past its first segments; local retention then
+    # deletes them once copied.  A `cat` of records shares the follower's view: it must start at the log start
+    # (the copies serve those records), not where the local segments start now (found by the torture run of
+    # seed 224805676: the view took the deleted local segments for deleted records)
+    mount = logfs_mount(_tiered_options(own_seaweedfs, "followed"))
+    mount.sh("mkdir t && echo remote.storage.enable=true >> t/config")
+    _append(mount, 0, 2000, tmp_path)
+    expected = text_view(_lines(0, 2000).splitlines())
+    with open(mount / "t/0/records", "rb") as follower:
+        assert follower.read() == expected                 # read to the end, and held open
+        mount.sh("echo local.retention.bytes=12000 >> t/config")
+        wait_for(lambda: partition_state(mount)["local_log_start_offset"] > 1000,
+                 "local retention to delete the copied segments the follower read")
+        assert (mount / "t/0/records").read_bytes() == expected
+        assert mount.sh("wc -l < t/0/records").stdout.strip() == b"2000"
+        _append(mount, 2000, 2100, tmp_path)
+        assert follower.read() == text_view(_lines(2000, 2100).splitlines())     # the follower reads on
+
+
 def _waiting_on_the_mount(pid: int) -> bool:
     """Whether ``cat`` (process ``pid``) sleeps in a system call other than its write to its stdout: in the
     open, stat or read of its file of the mount (its FUSE request, or a page the kernel asked the mount for)."""

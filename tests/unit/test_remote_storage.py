@@ -320,6 +320,14 @@ def test_a_hung_store_fails_a_sequential_reader_within_one_bound_even_with_a_rea
     store = open_remote_storage(own_seaweedfs.settings(prefix="h", **{"rsm.config.request.timeout.ms": "1000"}))
     segment_id, data = _copied(store, closed_segment)
     assert len(data) >= 6 * 4096
+    requested: list[int] = []                  # the ranged GETs the cache asks the real store for, by position
+    fetch = store.fetch_log_segment
+
+    def counted(segment: RemoteLogSegmentId, start: int, end: int | None = None) -> bytes:
+        requested.append(start)
+        return fetch(segment, start, end)
+
+    store.fetch_log_segment = counted          # type: ignore[method-assign, assignment]
     cache = RemoteChunkCache(store, str(tmp_path / "cache"), max_bytes=1 << 20, chunk_bytes=4096, read_ahead=1)
     assert cache.read(segment_id, 0, 2048, len(data)) == data[:2048]           # chunk 0 fetched and kept
     assert own_seaweedfs.process is not None
@@ -330,14 +338,9 @@ def test_a_hung_store_fails_a_sequential_reader_within_one_bound_even_with_a_rea
         start = time.monotonic()
         with pytest.raises(RemoteStorageError) as waited:
             cache.read(segment_id, 4096, 10, len(data))      # chunk 1: the read-ahead's result
-        after_read_ahead = time.monotonic() - start
         assert waited.value.errno == errno.ETIMEDOUT
-        start = time.monotonic()
-        with pytest.raises(RemoteStorageError) as alone:
-            cache.read(segment_id, 5 * 4096, 10, len(data))  # not sequential: one fetch of its own
-        single = time.monotonic() - start
-        assert alone.value.errno == errno.ETIMEDOUT
-        assert after_read_ahead < 1.5 * single + 0.5, (after_read_ahead, single)
+        assert time.monotonic() - start < 30, "bounded: the store's request timeout, not a hang"
+        assert requested.count(4096) == 1, f"chunk 1 was asked for again after its read-ahead failed: {requested}"
     finally:
         os.killpg(own_seaweedfs.process.pid, signal.SIGCONT)
     cache.close()
