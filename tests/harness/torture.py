@@ -218,9 +218,9 @@ def _abort_fuse_connection(connection: int | None, what: str) -> None:
         (_FUSECTL / str(connection) / "abort").write_text("1")
     except (OSError, ValueError):
         return              # gone with its daemon, or no fusectl here
-    if pending:
-        print(f"torture: the FUSE connection {connection} of the dead {what} still had {pending} requests "
-              "waiting: aborted", file=sys.stderr, flush=True)
+    if pending:         # requests still counted: ones the death ended whose callers had not woken yet, or a hang
+        print(f"torture: aborted the FUSE connection {connection} of the dead {what} ({pending} requests were "
+              "still counted waiting on it)", file=sys.stderr, flush=True)
 
 
 def _unmount(path: Path, timeout: float = 120.0) -> None:
