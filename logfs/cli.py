@@ -117,6 +117,10 @@ def _parser() -> argparse.ArgumentParser:
     umount.add_argument("mountpoint")
     umount.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                         help="how long to wait for the serving process to finish its shutdown (default 300)")
+    umount.add_argument("--abort", action="store_true",
+                        help="end the FUSE connection of a mount that does not answer (its logfs process was "
+                             "killed and is stuck, or hangs): waiting requests fail with ECONNABORTED, then the "
+                             "mount is detached; what the process had not flushed is recovered at the next mount")
 
     dump = sub.add_parser("dump-log", help="print segment or index files like kafka-dump-log.sh")
     dump.add_argument("files", nargs="+", metavar="FILE")
@@ -592,7 +596,15 @@ def _umount(args: argparse.Namespace) -> int:
             return 1
         print(f"logfs umount: {args.mountpoint} is not mounted", file=sys.stderr)
         return 1
-    server = _serving_process(path)
+    if args.abort:
+        return _abort(args.mountpoint, path)
+    try:
+        server = _serving_process(path)
+    except TimeoutError:
+        print(f"logfs umount: {args.mountpoint} does not answer within {_ANSWER_S:.0f} s: its logfs process is "
+              f"stuck, or was killed and could not exit; `logfs umount --abort {args.mountpoint}` ends its FUSE "
+              "connection (waiting requests fail with ECONNABORTED) and detaches it", file=sys.stderr)
+        return 1
     result = subprocess.run(["fusermount3", "-u", path], capture_output=True, text=True)
     if result.returncode == 0:
         return _wait_for_shutdown(args.mountpoint, server, args.timeout)
@@ -613,13 +625,52 @@ def _umount(args: argparse.Namespace) -> int:
     return result.returncode or 1
 
 
-def _serving_process(path: str) -> tuple[int, list[str], bool] | None:
-    """(pid, log dirs, read-only) of the process serving the logfs mount at ``path``; None if it cannot say."""
-    import json
+#: how long ``logfs umount`` waits for the mount to answer a read of its stats before it says it does not
+_ANSWER_S = 10.0
 
+
+def _abort(shown: str, path: str) -> int:
+    """``logfs umount --abort``: end the mount's FUSE connection (logfs.fuse_connection), then detach it."""
+    from logfs.fuse_connection import abort_fuse_connection, fuse_connection
+
+    connection = fuse_connection(path)
+    if not abort_fuse_connection(connection):
+        print(f"logfs umount: cannot abort the FUSE connection {connection} of {shown} through "
+              "/sys/fs/fuse/connections (only its owner and root may; is fusectl mounted?)", file=sys.stderr)
+        return 1
+    result = subprocess.run(["fusermount3", "-uz", path], capture_output=True, text=True)
+    if result.returncode != 0:
+        print(f"logfs umount: aborted the FUSE connection of {shown}, but could not detach it: "
+              f"{result.stderr.strip()}", file=sys.stderr)
+        return 1
+    print(f"logfs umount: aborted the FUSE connection of {shown} and detached it; the next mount of its data "
+          "dirs recovers what was not flushed", file=sys.stderr)
+    return 0
+
+
+def _serving_process(path: str) -> tuple[int, list[str], bool] | None:
+    """(pid, log dirs, read-only) of the process serving the logfs mount at ``path``; None if it cannot say.
+
+    Raises TimeoutError when the mount does not answer the read within ``_ANSWER_S`` (the read is left to a
+    daemon thread: a request to a mount whose process is stuck waits for good)."""
+    import json
+    import threading
+
+    answer: list[bytes] = []
+
+    def read() -> None:
+        with contextlib.suppress(OSError), open(os.path.join(path, ".logfs", "stats.json"), "rb") as f:
+            answer.append(f.read())
+
+    reader = threading.Thread(target=read, name="logfs-umount-stats", daemon=True)
+    reader.start()
+    reader.join(_ANSWER_S)
+    if reader.is_alive():
+        raise TimeoutError(path)
     try:
-        with open(os.path.join(path, ".logfs", "stats.json"), "rb") as f:
-            doc = json.load(f)
+        doc = json.loads(answer[0]) if answer else None
+        if doc is None:
+            return None
         pid = int(doc["pid"])
         dirs = [str(d) for d in doc["log_dirs"]]
         read_only = bool(doc.get("read_only", False))

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 import pytest
 
 from devtools.process import ChildProcess
+from logfs.fuse_connection import abort_fuse_connection, fuse_connection
 from tests import ROOT
 
 if TYPE_CHECKING:
@@ -124,7 +125,12 @@ class Mount(ChildProcess):
         return self.wait_stopped(timeout)
 
     def kill(self) -> None:
-        """A crash: SIGKILL, then detach the dead FUSE connection."""
+        """A crash: SIGKILL, the FUSE connection aborted at once (a SIGKILL can leave it held and the mount
+        hung: logfs.fuse_connection), then the dead mount detached."""
+        connection = fuse_connection(self.path)
+        if self.proc is not None:
+            self.proc.kill()
+            abort_fuse_connection(connection)
         super().kill()
         subprocess.run(["fusermount3", "-uz", str(self.path)], capture_output=True)
 

@@ -387,7 +387,7 @@ class RemoteLogManager:
         """Delete every copy of the partition (its topic was deleted)."""
         done = self.clean_up_unfinished(tip)
         self._producer_states.pop(tip, None)
-        for metadata in self.metadata.copied_segments(tip):
+        for metadata in self.metadata.copied_segments(tip) + self.metadata.superseded_segments(tip):
             self._delete(metadata.segment_id)
             done += 1
         return done

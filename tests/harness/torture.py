@@ -120,6 +120,7 @@ from typing import TYPE_CHECKING, Any
 ROOT = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):       # run as a script: the work tree's root on the path, as for a module
     sys.path.insert(0, str(ROOT))
+from logfs.fuse_connection import abort_fuse_connection, fuse_connection, waiting_requests  # noqa: E402
 from tests.harness.torture_checks import LOGFS, Checks, GroupCommits, Partition, Totals  # noqa: E402
 from tests.harness.torture_store import (  # noqa: E402
     StoreLister,
@@ -183,44 +184,14 @@ def _is_mounted(path: Path) -> bool:
     return subprocess.run(["mountpoint", "-q", str(path)]).returncode == 0
 
 
-def _fuse_connection(path: Path) -> int | None:
-    """The FUSE connection (fusectl's number: the mount's anonymous device minor) mounted at ``path``, read
-    from /proc/self/mountinfo (a stat of a mount whose daemon hangs would hang too); None when none is."""
-    found = None
-    try:
-        with open("/proc/self/mountinfo") as mountinfo:
-            for line in mountinfo:
-                fields = line.split()
-                sep = fields.index("-")
-                if fields[4] == str(path) and fields[sep + 1].startswith("fuse"):
-                    major, minor = map(int, fields[2].split(":"))
-                    found = minor if major == 0 else None
-    except (OSError, ValueError):
-        return None
-    return found
-
-
-_FUSECTL = Path("/sys/fs/fuse/connections")
-
-
 def _abort_fuse_connection(connection: int | None, what: str) -> None:
-    """Abort the FUSE connection of a daemon that is dead (what the kernel does once no process holds its
-    /dev/fuse descriptor).  Were one still held (a process forked by it, not yet exec'd), every request to
-    the mount would wait for good: a child the harness forks closes its inherited mount descriptors between
-    fork and exec, each close a FLUSH request, and it hung a run for 24 minutes once."""
-    if connection is None:
-        return
-    if not any(_FUSECTL.glob("*")):
-        subprocess.run(["mount", "-t", "fusectl", "none", str(_FUSECTL)], capture_output=True)
-    waiting = _FUSECTL / str(connection) / "waiting"
-    try:
-        pending = int(waiting.read_text())
-        (_FUSECTL / str(connection) / "abort").write_text("1")
-    except (OSError, ValueError):
-        return              # gone with its daemon, or no fusectl here
-    if pending:         # requests still counted: ones the death ended whose callers had not woken yet, or a hang
-        print(f"torture: aborted the FUSE connection {connection} of the dead {what} ({pending} requests were "
-              "still counted waiting on it)", file=sys.stderr, flush=True)
+    """Abort the FUSE connection of a daemon just killed (logfs.fuse_connection: a SIGKILL can leave it held,
+    and every request to the mount, a FLUSH of a child the harness forks included, would wait for good; it
+    hung a run for 24 minutes once), before waiting for the process."""
+    pending = waiting_requests(connection) if connection is not None else None
+    if abort_fuse_connection(connection) and pending:
+        print(f"torture: aborted the FUSE connection {connection} of the killed {what} ({pending} requests "
+              "were counted waiting on it)", file=sys.stderr, flush=True)
 
 
 def _unmount(path: Path, timeout: float = 120.0) -> None:
@@ -355,11 +326,9 @@ class Torture(Checks):
         self.kill()
         if self.layer is None:
             return
-        connection = _fuse_connection(self.data)
         self.layer.send_signal(signal.SIGUSR1)
         code = self.layer.wait(timeout=120)
         self.layer = None
-        _abort_fuse_connection(connection, "power-loss layer")
         if code != 0:
             self.totals.fail(f"powerloss_fs exited with {code} at a power loss; see {self.layer_log}")
         subprocess.run(["fusermount3", "-uz", str(self.data)], capture_output=True)
@@ -391,13 +360,13 @@ class Torture(Checks):
             pass
 
     def kill(self) -> None:
-        connection = _fuse_connection(self.mnt)
+        connection = fuse_connection(self.mnt)
         if self.proc is not None:
             self._note_memory()
             self.proc.send_signal(signal.SIGKILL)
+            _abort_fuse_connection(connection, "mount")
             self.proc.wait()
             self.proc = None
-        _abort_fuse_connection(connection, "mount")
         subprocess.run(["fusermount3", "-uz", str(self.mnt)], capture_output=True)
 
     def stop(self) -> None:

@@ -13,6 +13,7 @@ import subprocess
 
 import pytest
 
+from logfs.fuse_connection import FUSECTL, fuse_connection
 from tests.conftest import LOGFS, Mount
 from tests.helpers import wait_for
 
@@ -78,6 +79,42 @@ def test_umount_returns_once_the_clean_shutdown_is_done(mount):
     mount.proc = None
     assert (mount.data / ".kafka_cleanshutdown").exists()
     assert "Shutdown completed" in mount.log()
+
+
+def test_umount_names_a_mount_that_does_not_answer_and_abort_ends_it(mount):
+    """A logfs that cannot answer (here stopped; after a kill -9 it can be stuck in the kernel, unable to exit:
+    logfs.fuse_connection): `logfs umount` says so instead of waiting for good, and `--abort` ends the FUSE
+    connection, so the processes waiting on the mount get an error and the mount goes."""
+    mount.sh("mkdir t && seq 1 5 > t/0/append && sync t/0/append")
+    assert mount.proc is not None
+    connection = fuse_connection(mount.path)
+    mount.proc.send_signal(signal.SIGSTOP)
+    try:
+        reader = subprocess.Popen(["cat", str(mount.path / "t/0/records")], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
+        result = subprocess.run([str(LOGFS), "umount", str(mount.path)], capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 1, result
+        assert "does not answer within 10 s" in result.stderr, result.stderr
+        assert "logfs umount --abort" in result.stderr, result.stderr
+        assert reader.poll() is None                                  # still waiting on the stopped logfs
+        result = subprocess.run([str(LOGFS), "umount", "--abort", str(mount.path)], capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert "aborted the FUSE connection" in result.stderr
+        _out, err = reader.communicate(timeout=60)
+        assert reader.returncode != 0, err                            # an error, never a short read that exits 0
+        assert b"Software caused connection abort" in err, err        # ECONNABORTED
+        assert not os.path.ismount(mount.path)
+    finally:
+        mount.proc.send_signal(signal.SIGKILL)
+        mount.proc.send_signal(signal.SIGCONT)
+        mount.proc.wait(timeout=60)
+        mount.proc = None
+    # the old connection's last reference goes with the killed process: then the mount point is free
+    wait_for(lambda: not os.path.exists(f"{FUSECTL}/{connection}"), "the aborted connection to go")
+    mount.start()                                                     # recovered as after any crash
+    assert mount.sh("cat t/0/records").stdout == b"1\n2\n3\n4\n5\n"
 
 
 def test_sed_i_rsync_and_vim_write_through_temporary_files(mount, tmp_path):

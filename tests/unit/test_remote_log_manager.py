@@ -287,3 +287,19 @@ def test_a_copy_while_the_store_is_down_is_abandoned_and_done_when_it_returns(tm
         t.close()
         t.log.close()
         server.stop()
+
+
+def test_a_partition_deleted_takes_its_superseded_copies_too(tiered: Tiered):
+    # two finished copies of one base offset (a segment copied again after a power loss took its roll,
+    # tests/mount/test_tiered_power_loss.py): one serves, the other is superseded, and deleting the partition
+    # (its topic deleted, or `to-kafka restore --delete-remote-copies`) deletes both
+    _fill(tiered.log, 40)
+    tiered.rlm.copy_log_segments(tiered.log, TIP)
+    first = tiered.log.segments.peekitem(0)[1]
+    tiered.rlm._copy(tiered.log, first, TIP, first.next_offset - 1)     # the same segment, copied once more
+    assert len(tiered.rlm.metadata.superseded_segments(TIP)) == 1
+    assert len({m.start_offset for m in tiered.rlm.metadata.copied_segments(TIP)}) == \
+        len(tiered.rlm.metadata.copied_segments(TIP))                   # one copy per base offset serves
+    tiered.rlm.delete_partition(TIP)
+    assert tiered.rlm.metadata.known_ids(TIP) == set()
+    assert tiered.storage.list_segment_ids(TIP) == set()
