@@ -130,6 +130,8 @@ class LogView:
         self._single = segment is not None
         self._lock = threading.Lock()
         self._closed = False
+        #: base offsets whose copy did not match the deleted local segment of their slot (said once)
+        self._copies_refused: set[int] = set()
         # cursor: the last rendered chunk (view positions [_buf_start, _buf_start+len(_buf)))
         # and where decoding continues after it (slot, log position, segment render position)
         self._buf: bytes | bytearray = b""
@@ -433,13 +435,18 @@ class LogView:
         view had let go of, or one slower than ``file.delete.delay.ms``).  Log retention and DeleteRecords
         are another matter: below the log start no copy serves, and the read fails as before.
         """
-        if not self.log.has_remote_only_records:
+        if not self.log.has_remote_only_records or slot.base_offset in self._copies_refused:
             return None
         copy: LogSegment | None = self.log.reader_segments().get(slot.base_offset)
         if copy is None or not copy.remote:
             return None
         if slot.final_size is not None and self._segment_size(copy) != slot.final_size:
-            return None                 # not the segment the view rendered (never expected: say so)
+            # never expected (a copy is of the closed segment): the read fails rather than render other bytes
+            self._copies_refused.add(slot.base_offset)
+            logger.warning("The remote log segment %d of %s renders %d bytes, not the %d its deleted local "
+                           "segment rendered in this view: the view does not read on from it",
+                           slot.base_offset, self.log.topic_partition, self._segment_size(copy), slot.final_size)
+            return None
         slot.weak = weakref.ref(copy)
         return copy
 
