@@ -572,12 +572,12 @@ async def _watch_signals(stop_signals: _StopSignals) -> None:
 
 def _mounted_fuse(path: str) -> bool:
     """Whether ``path`` is a mount point in /proc/self/mountinfo (works on a dead FUSE mount too)."""
+    from logfs.fuse_connection import mounts
+
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-            points = {line.split()[4].replace("\\040", " ") for line in f if len(line.split()) > 4}
+        return any(mount.point == path for mount in mounts())
     except OSError:
         return True     # cannot tell: let fusermount3 decide
-    return path in points
 
 
 def _umount(args: argparse.Namespace) -> int:

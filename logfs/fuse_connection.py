@@ -21,27 +21,49 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+from typing import NamedTuple
 
 FUSECTL = "/sys/fs/fuse/connections"
+
+
+class MountInfo(NamedTuple):
+    """One line of /proc/self/mountinfo: where, which file system type, and its device."""
+
+    point: str
+    fstype: str
+    major: int
+    minor: int
+
+
+def mounts() -> list[MountInfo]:
+    """The mounts of this process's namespace, from /proc/self/mountinfo (no stat: a dead or hung FUSE
+    mount is listed too).  Raises OSError when it cannot be read."""
+    found = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mountinfo:
+        for line in mountinfo:
+            fields = line.split()
+            if len(fields) < 7 or "-" not in fields[6:]:
+                continue
+            major, _, minor = fields[2].partition(":")
+            if not (major.isdigit() and minor.isdigit()):
+                continue
+            found.append(MountInfo(fields[4].replace("\\040", " "), fields[fields.index("-", 6) + 1],
+                               int(major), int(minor)))
+    return found
 
 
 def fuse_connection(mountpoint: str | os.PathLike[str]) -> int | None:
     """The number of the FUSE connection mounted at ``mountpoint`` (fusectl's name for it: the minor of the
     mount's anonymous device), None when no FUSE file system is mounted there."""
     path = os.path.abspath(mountpoint)
-    found = None
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mountinfo:
-            for line in mountinfo:
-                fields = line.split()
-                if len(fields) < 7 or "-" not in fields:
-                    continue
-                kind = fields[fields.index("-") + 1]
-                if fields[4].replace("\\040", " ") == path and (kind == "fuse" or kind.startswith("fuse.")):
-                    major, minor = (int(n) for n in fields[2].split(":"))
-                    found = minor if major == 0 else None
-    except (OSError, ValueError):
+        listed = mounts()
+    except OSError:
         return None
+    found = None
+    for mount in listed:
+        if mount.point == path and (mount.fstype == "fuse" or mount.fstype.startswith("fuse.")):
+            found = mount.minor if mount.major == 0 else None       # the last one mounted there
     return found
 
 

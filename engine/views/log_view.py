@@ -440,12 +440,13 @@ class LogView:
         copy: LogSegment | None = self.log.reader_segments().get(slot.base_offset)
         if copy is None or not copy.remote:
             return None
-        if slot.final_size is not None and self._segment_size(copy) != slot.final_size:
+        rendered = self._segment_size(copy) if slot.final_size is not None else None
+        if rendered != slot.final_size:
             # never expected (a copy is of the closed segment): the read fails rather than render other bytes
             self._copies_refused.add(slot.base_offset)
             logger.warning("The remote log segment %d of %s renders %d bytes, not the %d its deleted local "
                            "segment rendered in this view: the view does not read on from it",
-                           slot.base_offset, self.log.topic_partition, self._segment_size(copy), slot.final_size)
+                           slot.base_offset, self.log.topic_partition, rendered, slot.final_size)
             return None
         slot.weak = weakref.ref(copy)
         return copy
